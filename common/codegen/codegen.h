@@ -1,0 +1,41 @@
+/*
+ * Code generation: C source for a (DAG, schedule state) and the naive
+ * reference for any DAG.
+ *
+ * Calling convention of every generated kernel (tuned or reference):
+ *     int <entry>(float **bufs);
+ * bufs[] holds the DAG's placeholders in stage order, then its output stages
+ * in stage order; all are dense row-major float32. Intermediate stages that
+ * are not inlined are allocated by the kernel itself. Returns 0, or -1 when
+ * an internal allocation failed. Generated files include only <math.h>,
+ * <stdlib.h>, <string.h> (and <omp.h> when parallel), and compile with
+ * `cc -O3 -march=native -fopenmp -shared -fPIC`.
+ *
+ * Ownership: returned source strings are malloc'd; the caller frees them.
+ * All functions are thread-safe (they only read the DAG and state).
+ */
+#ifndef KT_CODEGEN_CODEGEN_H
+#define KT_CODEGEN_CODEGEN_H
+
+#include <stdint.h>
+
+#include "te/te.h"
+#include "util/sbuf.h"
+
+/* Number of buffers the kernel takes, and the stage index of buffer i. */
+int kt_codegen_num_bufs(const kt_dag_t *dag);
+int kt_codegen_buf_stage(const kt_dag_t *dag, int i);
+
+/* Emit C for expression e of `stage`. axis_c[a] is the C text of the value
+ * of axis a (spatial axes first, then reduce axes). A load of a stage whose
+ * bit is set in inline_mask is replaced by that stage's body with its axes
+ * bound to the load's printed indices (recursively); any other load prints
+ * as <stage name>[<row-major flat index>]. 0 or negative. */
+int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                      const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out);
+
+/* The naive reference kernel: one plain loop nest per compute stage, no
+ * schedule. Used to check every candidate's answers. */
+char *kt_codegen_reference_c(const kt_dag_t *dag, const char *entry);
+
+#endif

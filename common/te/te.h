@@ -1,0 +1,169 @@
+/*
+ * The tensor-expression IR: a compute DAG of placeholder and compute stages
+ * whose bodies are expression trees over the stage's axes (TVM's te /
+ * ComputeDAG). It describes WHAT a task computes, never HOW: schedules live
+ * in common/sched, lowering and C/CUDA emission in common/codegen.
+ *
+ * Conventions
+ * - Only float32 tensors. Index arithmetic is int64; comparisons are bool.
+ * - A compute stage has `ndim` spatial axes (its output shape) and `nreduce`
+ *   reduce axes. Inside its body a KT_EX_AXIS node with `axis = a` names
+ *   spatial axis a when a < ndim, reduce axis (a - ndim) otherwise.
+ * - body is the value of out[spatial...]; when rop != KT_RED_NONE, the stage
+ *   computes out = rop over all reduce axes of body, starting from the rop's
+ *   identity (0 for sum, -inf for max).
+ * - KT_EX_LOAD reads stage `tensor` (an index into dag->stages, always a
+ *   producer earlier in topological order) at `nargs` index expressions.
+ * - Stages are stored in topological order: producers before consumers.
+ *
+ * Ownership: every expression node, stage and string of a DAG is allocated in
+ * the DAG's arena and freed by kt_dag_free(). Builder functions take the DAG
+ * so they can allocate there. A finished DAG is immutable and may be read by
+ * any number of threads; building one is single-threaded.
+ */
+#ifndef KT_TE_TE_H
+#define KT_TE_TE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KT_TE_MAX_DIMS 8      /* spatial axes per stage */
+#define KT_TE_MAX_REDUCE 4    /* reduce axes per stage */
+#define KT_TE_MAX_STAGES 32   /* stages per DAG */
+#define KT_TE_MAX_NAME 32     /* stage and axis names, NUL included */
+
+/* Value types of expressions. */
+typedef enum {
+    KT_DT_INT = 0,   /* int64 index arithmetic */
+    KT_DT_F32,       /* float32 tensor values */
+    KT_DT_BOOL,      /* result of comparisons and logic */
+} kt_dtype_t;
+
+/* Expression node kinds. Binary nodes use args[0], args[1]. */
+typedef enum {
+    KT_EX_CONST = 0,  /* ival (KT_DT_INT/BOOL) or fval (KT_DT_F32) */
+    KT_EX_AXIS,       /* axis of the owning stage, see header comment */
+    KT_EX_ADD, KT_EX_SUB, KT_EX_MUL, KT_EX_DIV,  /* DIV: float division only */
+    KT_EX_MIN, KT_EX_MAX,
+    KT_EX_FLOORDIV, KT_EX_FLOORMOD,  /* int by a positive constant */
+    KT_EX_LT, KT_EX_LE, KT_EX_GT, KT_EX_GE, KT_EX_EQ, KT_EX_NE,
+    KT_EX_AND, KT_EX_OR, KT_EX_NOT,  /* bool logic (NOT: args[0]) */
+    KT_EX_SELECT,     /* args[0] ? args[1] : args[2] (for padding) */
+    KT_EX_CAST,       /* args[0] converted to node dtype */
+    KT_EX_LOAD,       /* tensor[args[0..nargs-1]] */
+    KT_EX_CALL,       /* math function `fn` of args[0] */
+    KT_EX__COUNT
+} kt_expr_kind_t;
+
+/* Math functions for KT_EX_CALL. */
+typedef enum { KT_FN_EXP = 0, KT_FN_SQRT, KT_FN_RSQRT, KT_FN_TANH, KT_FN_ERF, KT_FN__COUNT } kt_fn_t;
+
+typedef struct kt_expr {
+    kt_expr_kind_t kind;
+    kt_dtype_t dtype;
+    int64_t ival;            /* CONST int/bool */
+    double fval;             /* CONST float */
+    int axis;                /* AXIS */
+    int tensor;              /* LOAD: stage index */
+    kt_fn_t fn;              /* CALL */
+    int nargs;
+    struct kt_expr **args;   /* operands or load indices */
+} kt_expr_t;
+
+/* Reduction operator of a compute stage. */
+typedef enum { KT_RED_NONE = 0, KT_RED_SUM, KT_RED_MAX } kt_reduce_t;
+
+typedef enum { KT_STAGE_PLACEHOLDER = 0, KT_STAGE_COMPUTE } kt_stage_kind_t;
+
+typedef struct kt_stage {
+    char name[KT_TE_MAX_NAME];       /* "A", "conv", "T_relu" */
+    kt_stage_kind_t kind;
+    int ndim;
+    int64_t shape[KT_TE_MAX_DIMS];   /* spatial extents = output shape */
+    char axis_names[KT_TE_MAX_DIMS][KT_TE_MAX_NAME];
+    int nreduce;
+    int64_t reduce_ext[KT_TE_MAX_REDUCE];
+    char reduce_names[KT_TE_MAX_REDUCE][KT_TE_MAX_NAME];
+    kt_reduce_t rop;
+    kt_expr_t *body;                 /* NULL for placeholders */
+    const char *tag;                 /* operator tag: "matmul", "conv2d_nhwc", "pad",
+                                        "elemwise", "softmax_max", ... (arena string) */
+    int is_output;                   /* 1 for the DAG's output stage(s) */
+} kt_stage_t;
+
+typedef struct kt_dag kt_dag_t;
+
+/* ---- building a DAG --------------------------------------------------- */
+
+kt_dag_t *kt_dag_new(void);
+void kt_dag_free(kt_dag_t *dag);   /* accepts NULL */
+
+/* Add a placeholder (input tensor); returns its stage index or negative. */
+int kt_dag_placeholder(kt_dag_t *dag, const char *name, int ndim, const int64_t *shape);
+
+/* Add a compute stage. axis_names / reduce_names may be NULL (then i0.., k0..).
+ * body is built afterwards with the kt_ex_* constructors and set with
+ * kt_dag_set_body(). Returns the stage index or negative. */
+int kt_dag_compute(kt_dag_t *dag, const char *name, const char *tag, int ndim,
+                   const int64_t *shape, const char *const *axis_names, int nreduce,
+                   const int64_t *reduce_ext, const char *const *reduce_names, kt_reduce_t rop);
+int kt_dag_set_body(kt_dag_t *dag, int stage, kt_expr_t *body);
+
+/* Mark outputs (stages no other stage reads are outputs by default) and
+ * validate: loads in bounds of ranks, dtypes consistent, topological order.
+ * Must be called once after building; 0 or KT_EINVAL with a message. */
+int kt_dag_finalize(kt_dag_t *dag);
+
+/* Expression constructors: allocate in the DAG's arena; NULL on OOM. */
+kt_expr_t *kt_ex_int(kt_dag_t *dag, int64_t v);
+kt_expr_t *kt_ex_float(kt_dag_t *dag, double v);
+kt_expr_t *kt_ex_axis(kt_dag_t *dag, int axis);
+kt_expr_t *kt_ex_bin(kt_dag_t *dag, kt_expr_kind_t kind, kt_expr_t *a, kt_expr_t *b);
+kt_expr_t *kt_ex_not(kt_dag_t *dag, kt_expr_t *a);
+kt_expr_t *kt_ex_select(kt_dag_t *dag, kt_expr_t *c, kt_expr_t *t, kt_expr_t *f);
+kt_expr_t *kt_ex_cast(kt_dag_t *dag, kt_dtype_t to, kt_expr_t *a);
+kt_expr_t *kt_ex_call(kt_dag_t *dag, kt_fn_t fn, kt_expr_t *a);
+kt_expr_t *kt_ex_load(kt_dag_t *dag, int tensor, int nidx, kt_expr_t *const *idx);
+
+/* ---- reading a DAG ---------------------------------------------------- */
+
+int kt_dag_num_stages(const kt_dag_t *dag);
+const kt_stage_t *kt_dag_stage(const kt_dag_t *dag, int i);
+
+/* Stages that load from stage i (consumers), written into out (capacity
+ * KT_TE_MAX_STAGES); returns the count. */
+int kt_dag_consumers(const kt_dag_t *dag, int i, int *out);
+/* Stages that stage i loads from (producers); returns the count. */
+int kt_dag_producers(const kt_dag_t *dag, int i, int *out);
+
+/* Number of elements of stage i's output. */
+int64_t kt_stage_numel(const kt_stage_t *s);
+
+/* ---- static analysis (as Ansor's AccessAnalyzer) ----------------------- */
+
+/* Every load indexes its tensor with exactly the stage's spatial axes in
+ * order (or a broadcast subset), no reduction: out[i..] = f(in[i..]). */
+int kt_dag_is_elementwise(const kt_dag_t *dag, int stage);
+/* Strictly elementwise, not an output, and no reduction: may be inlined into
+ * its consumers (padding, bias add, relu before another op). */
+int kt_dag_is_inlinable(const kt_dag_t *dag, int stage);
+/* A reduction where some input is read repeatedly across a spatial axis it
+ * is not indexed by (matmul, conv): needs multi-level tiling. */
+int kt_dag_has_data_reuse(const kt_dag_t *dag, int stage);
+int kt_dag_is_reduction(const kt_dag_t *dag, int stage);
+
+/* Floating-point operations of the whole DAG (mul+add of a reduction count
+ * as 2 per element, as TVM's FlopEstimator). Placeholders count 0. */
+double kt_dag_flop_count(const kt_dag_t *dag);
+
+/* Canonical text of the DAG in the style of TVM's ComputeDAG print:
+ *   A = PLACEHOLDER [512, 512]
+ *   C(i, j) += (A[i, k]*B[k, j])
+ * Stable across runs; malloc'd, caller frees. NULL on OOM. */
+char *kt_dag_to_text(const kt_dag_t *dag);
+
+/* Print one expression (C-like syntax, axis names of `stage`) into buf;
+ * returns the length it needed (snprintf semantics). */
+int kt_expr_print(const kt_dag_t *dag, int stage, const kt_expr_t *e, char *buf, size_t cap);
+
+#endif

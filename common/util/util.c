@@ -1,0 +1,146 @@
+#include "util.h"
+#include "err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+double kt_time_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double kt_time_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+char *kt_file_read(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kt_err_set(KT_EIO, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (n + 1 < cap)
+            break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int rerr = ferror(f);
+    fclose(f);
+    if (!buf) {
+        kt_err_set(KT_ENOMEM, "reading %s: out of memory", path);
+        return NULL;
+    }
+    if (rerr) {
+        free(buf);
+        kt_err_set(KT_EIO, "reading %s failed", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+int kt_file_write(const char *path, const void *data, size_t len)
+{
+    size_t plen = strlen(path) + 16;
+    char *tmp = malloc(plen);
+    if (!tmp)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    snprintf(tmp, plen, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return kt_err_set(KT_EIO, "cannot create a file beside %s: %s", path, strerror(e));
+    }
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            free(tmp);
+            return kt_err_set(KT_EIO, "writing %s: %s", path, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    fchmod(fd, 0644);
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        free(tmp);
+        return kt_err_set(KT_EIO, "writing %s: %s", path, strerror(e));
+    }
+    free(tmp);
+    return KT_OK;
+}
+
+char *kt_token_read(const char *path)
+{
+    size_t n;
+    char *buf = kt_file_read(path, &n);
+    if (!buf) {
+        kt_err_prefix("token file");
+        return NULL;
+    }
+    char *s = buf;
+    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
+        s++;
+    char *e = s;
+    while (*e && *e != '\n' && *e != '\r')
+        e++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    *e = '\0';
+    if (*s == '\0') {
+        free(buf);
+        kt_err_set(KT_EINVAL, "token file %s is empty", path);
+        return NULL;
+    }
+    char *tok = kt_strdup(s);
+    free(buf);
+    return tok;
+}
+
+char *kt_strdup(const char *s)
+{
+    char *d = strdup(s ? s : "");
+    if (!d)
+        kt_err_set(KT_ENOMEM, "out of memory");
+    return d;
+}
+
+uint64_t kt_hash64(const void *data, size_t len)
+{
+    return (uint64_t)XXH3_64bits(data, len);
+}

@@ -1,0 +1,56 @@
+/* ktune: the client CLI. Dispatches to the command groups in cli_<group>.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kt_config.h"
+#include "util/err.h"
+#include "util/log.h"
+
+/* Registered command groups; a group is listed once its cli_<group>.c exists. */
+static const kt_cli_cmd_t commands[] = {
+    {NULL, NULL, NULL},
+};
+
+int kt_cli_fail(const char *what)
+{
+    if (what && *what)
+        fprintf(stderr, "ktune: %s: %s\n", what, kt_err_msg());
+    else
+        fprintf(stderr, "ktune: %s\n", kt_err_msg());
+    return 1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: ktune [--version] [--help] <command> [args]\n\ncommands:\n");
+    for (const kt_cli_cmd_t *c = commands; c->name; c++)
+        fprintf(out, "  %-10s %s\n", c->name, c->summary);
+    fprintf(out, "\nRun 'ktune <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    kt_log_set_name("ktune");
+    if (kt_log_init_from_env() != 0)
+        return kt_cli_fail(NULL);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("ktune %s\n", KT_VERSION);
+        return 0;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (const kt_cli_cmd_t *c = commands; c->name; c++)
+        if (strcmp(argv[1], c->name) == 0)
+            return c->run(argc - 1, argv + 1);
+    fprintf(stderr, "ktune: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
