@@ -41,7 +41,7 @@ END_TEST
 START_TEST(hash64_is_stable)
 {
     /* Golden value: workload keys and state hashes depend on it never changing. */
-    ck_assert_uint_eq(kt_hash64("ktune", 5), kt_hash64("ktune", 5));
+    ck_assert_uint_eq(kt_hash64("ktune", 5), 0x19a5060b2530ee02ULL);
     ck_assert_uint_ne(kt_hash64("ktune", 5), kt_hash64("ktunf", 5));
 }
 END_TEST
