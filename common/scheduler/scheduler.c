@@ -395,25 +395,25 @@ static void compute_groups(kt_scheduler_t *s)
 }
 
 /* d objective / d latency_i: exact for the weighted sum; TVM's forward
- * difference for a custom objective. */
-static double chain_gradient(kt_scheduler_t *s, int i)
+ * difference for a custom objective. s->scratch holds the best costs and
+ * `base` their objective (set up once per pick by pick_gradient). */
+static double chain_gradient(kt_scheduler_t *s, int i, double base)
 {
     if (!s->cfg.objective)
         return s->tasks[i].weight;
-    for (int j = 0; j < s->n; j++)
-        s->scratch[j] = s->tasks[j].best;
-    double base = objective(s, s->scratch);
-    double delta = OBJECTIVE_DELTA * fmax(1.0, s->tasks[i].best);
-    s->scratch[i] -= delta;
+    double keep = s->scratch[i];
+    double delta = OBJECTIVE_DELTA * fmax(1.0, keep);
+    s->scratch[i] = keep - delta;
     double moved = objective(s, s->scratch);
+    s->scratch[i] = keep;
     return (base - moved) / delta;
 }
 
 /* TVM's gradient of the objective w.r.t. the time spent on task i. */
-static double task_gradient(kt_scheduler_t *s, int i)
+static double task_gradient(kt_scheduler_t *s, int i, double base)
 {
     const task_t *t = &s->tasks[i];
-    double chain = chain_gradient(s, i);
+    double chain = chain_gradient(s, i, base);
 
     /* Backward: how much the best cost moved over the last `window` rounds. */
     int w = s->cfg.backward_window_size;
@@ -440,12 +440,13 @@ static int pick_gradient(kt_scheduler_t *s, uint64_t pick)
         return nth_pickable(s, draw_bits(s, pick, SALT_EPS_PICK) % (uint64_t)live);
 
     compute_groups(s);
+    double base = s->cfg.objective ? current_score(s) : 0;   /* fills s->scratch */
     int best = -1;
     double gmin = INFINITY, gmax = -INFINITY;
     for (int i = 0; i < s->n; i++) {
         if (!pickable(&s->tasks[i]))
             continue;
-        double g = task_gradient(s, i);
+        double g = task_gradient(s, i, base);
         if (g < gmin) {
             gmin = g;
             best = i;
@@ -453,8 +454,9 @@ static int pick_gradient(kt_scheduler_t *s, uint64_t pick)
         if (g > gmax)
             gmax = g;
     }
-    /* No task stands out (e.g. all gradients zero): pick at random. */
-    if (gmax == gmin)
+    /* No task stands out (all gradients equal, or NaN from a custom
+     * objective): pick at random. */
+    if (best < 0 || gmax == gmin)
         return nth_pickable(s, draw_bits(s, pick, SALT_TIE_PICK) % (uint64_t)live);
     return best;
 }

@@ -89,7 +89,8 @@ typedef struct {
 } kt_scheduler_task_t;
 
 /* Custom objective to minimise: best_costs[i] is task i's best latency in
- * seconds (KT_SCHEDULER_NO_COST if none). Default: sum(weight * cost). */
+ * seconds (KT_SCHEDULER_NO_COST if none). Default: sum(weight * cost). It is
+ * called with the lock held and must not call back into the scheduler. */
 typedef double (*kt_scheduler_objective_fn)(const double *best_costs, int n, void *user);
 
 /* Called before a round of `task` starts / after its results are recorded. */
