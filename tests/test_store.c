@@ -139,6 +139,11 @@ START_TEST(store_fresh_db_is_wal_at_schema_version_1)
     ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
     sqlite3_close(db);
+
+    s = kt_store_open(":memory:", 0);   /* private database, no file */
+    ck_assert_msg(s != NULL, "memory: %s", kt_err_msg());
+    ck_assert_int_eq(kt_store_schema_version(s), 1);
+    kt_store_close(s);
 }
 END_TEST
 

@@ -1037,7 +1037,8 @@ static int list_push(kt_record_list_t *l, size_t *cap, const kt_record_t *r)
         return kt_err_set(KT_ENOMEM, "store: out of memory");
     kt_record_t *d = &l->items[l->n];
     *d = *r;
-    memcpy(block, r->costs, (size_t)r->ncosts * sizeof(double));
+    if (r->ncosts > 0)
+        memcpy(block, r->costs, (size_t)r->ncosts * sizeof(double));
     d->costs = (const double *)block;
     char *p = block + (size_t)r->ncosts * sizeof(double);
     const char **dst[] = {&d->workload_key, &d->target, &d->state_json, &d->error_msg,
