@@ -1,6 +1,6 @@
 /* Check suite "store": the SQLite record store and its JSON lines format. */
 #include <check.h>
-#include <dirent.h>
+#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,32 +19,50 @@
 #include "util/err.h"
 #include "util/util.h"
 
-/* ---- Fixtures: one temp dir per test, removed afterwards --------------- */
+/* ---- Fixtures ---------------------------------------------------------
+ * The test case's base directory is made and removed in the runner process
+ * (unchecked fixture), so it goes even when a test fails in its fork; each
+ * test gets a fresh directory below it. */
 
-static char tmpdir[64];
+static char basedir[64];
+static char tmpdir[96];
 static char dbpath[128];
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void rm_tree(const char *dir)
+{
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static void base_setup(void)
+{
+    snprintf(basedir, sizeof basedir, "/tmp/kt_store_XXXXXX");
+    if (!mkdtemp(basedir))
+        abort();   /* no test can run without it */
+}
+
+static void base_teardown(void)
+{
+    rm_tree(basedir);
+}
 
 static void setup(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kt_store_XXXXXX");
+    snprintf(tmpdir, sizeof tmpdir, "%s/t_XXXXXX", basedir);
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
     snprintf(dbpath, sizeof dbpath, "%s/ktune.db", tmpdir);
 }
 
 static void teardown(void)
 {
-    DIR *d = opendir(tmpdir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-                unlink(p);
-            }
-        closedir(d);
-    }
-    rmdir(tmpdir);
+    rm_tree(tmpdir);
 }
 
 static char *tmp_file(const char *name)
@@ -564,16 +583,17 @@ END_TEST
 
 #define CRASH_BATCH 40
 #define CRASH_REPORTS 10
-#define CRASH_MAX_BATCH 100000
+#define CRASH_MAX_BATCH 1000   /* bounds the child even if nobody kills it */
 
 /* Writes batches of CRASH_BATCH records, workload "<round>:<batch>", and
  * reports each batch number once its commit has returned. */
 static void crash_child(int round, int wfd)
 {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive the test */
     kt_store_t *s = kt_store_open(dbpath, 0);
     if (!s)
         _exit(3);
-    static char state[2048];
+    static char state[1024];
     memset(state, 'x', sizeof state - 1);   /* bulk, so a batch spans several pages */
     double costs[] = {0.001, 0.002};
     for (int b = 1; b < CRASH_MAX_BATCH; b++) {
@@ -639,7 +659,7 @@ static void crash_round(int round, int delay_us)
     kt_store_t *s = kt_store_open(dbpath, 0);
     ck_assert_msg(s != NULL, "reopen: %s", kt_err_msg());
     ck_assert_int_eq(kt_store_integrity_check(s), 0);
-    static int counts[CRASH_MAX_BATCH];
+    static int counts[CRASH_MAX_BATCH + 1];
     memset(counts, 0, sizeof counts);
     tally_t t = {round, counts};
     ck_assert_int_eq(kt_store_foreach_record(s, NULL, tally, &t), 0);
@@ -953,6 +973,7 @@ int main(void)
 {
     Suite *su = suite_create("store");
     TCase *tc = tcase_create("core");
+    tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, store_fresh_db_is_wal_at_schema_version_1);
