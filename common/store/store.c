@@ -1053,7 +1053,7 @@ static int list_push(kt_record_list_t *l, size_t *cap, const kt_record_t *r)
 }
 
 /* Step a RECORD_COLS select to the end, handing each row to fn. */
-static int walk(kt_store_t *s, sqlite3_stmt *st, kt_record_fn fn, void *ctx)
+static int walk(kt_store_t *s, sqlite3_stmt *st, kt_record_fn_t fn, void *ctx)
 {
     int rc, ret = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -1209,7 +1209,7 @@ static sqlite3_stmt *filtered(kt_store_t *s, const kt_store_filter_t *f, int cou
     return st;
 }
 
-int kt_store_foreach_record(kt_store_t *s, const kt_store_filter_t *f, kt_record_fn fn, void *ctx)
+int kt_store_foreach_record(kt_store_t *s, const kt_store_filter_t *f, kt_record_fn_t fn, void *ctx)
 {
     int rc = kt_store_usable(s);
     if (rc != 0)

@@ -194,11 +194,11 @@ int kt_store_has_measured(kt_store_t *s, const char *workload_key, const char *t
 /* Called for each selected record by id ascending; return 0 to continue,
  * anything else stops the walk and becomes kt_store_foreach_record()'s
  * return value. `r` is valid only during the call. */
-typedef int (*kt_record_fn)(const kt_record_t *r, void *ctx);
+typedef int (*kt_record_fn_t)(const kt_record_t *r, void *ctx);
 
 /* Walk the records selected by `f` (NULL: all). 0, the callback's stop value,
  * or a negative KT_E* code. */
-int kt_store_foreach_record(kt_store_t *s, const kt_store_filter_t *f, kt_record_fn fn, void *ctx);
+int kt_store_foreach_record(kt_store_t *s, const kt_store_filter_t *f, kt_record_fn_t fn, void *ctx);
 
 /* The same selection as an owned list (free with kt_record_list_free()). */
 int kt_store_get_records(kt_store_t *s, const kt_store_filter_t *f, kt_record_list_t **out);
