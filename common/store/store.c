@@ -1209,7 +1209,8 @@ static sqlite3_stmt *filtered(kt_store_t *s, const kt_store_filter_t *f, int cou
     return st;
 }
 
-int kt_store_foreach_record(kt_store_t *s, const kt_store_filter_t *f, kt_record_fn_t fn, void *ctx)
+int kt_store_foreach_record(kt_store_t *s, const kt_store_filter_t *f, kt_record_fn_t fn,
+                            void *ctx)
 {
     int rc = kt_store_usable(s);
     if (rc != 0)

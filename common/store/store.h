@@ -198,7 +198,8 @@ typedef int (*kt_record_fn_t)(const kt_record_t *r, void *ctx);
 
 /* Walk the records selected by `f` (NULL: all). 0, the callback's stop value,
  * or a negative KT_E* code. */
-int kt_store_foreach_record(kt_store_t *s, const kt_store_filter_t *f, kt_record_fn_t fn, void *ctx);
+int kt_store_foreach_record(kt_store_t *s, const kt_store_filter_t *f, kt_record_fn_t fn,
+                            void *ctx);
 
 /* The same selection as an owned list (free with kt_record_list_free()). */
 int kt_store_get_records(kt_store_t *s, const kt_store_filter_t *f, kt_record_list_t **out);
