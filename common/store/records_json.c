@@ -1,0 +1,340 @@
+/* Records as JSON lines: export, import (format in store.h and RECORDS.md). */
+#include <ctype.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_internal.h"
+#include "util/err.h"
+
+/* Compact, 17 significant digits (every double reads back exactly), keys in
+ * insertion order. A state is embedded as JSON only when this encoding of it
+ * reproduces its text, so the same flags must encode the line and check it. */
+#define LINE_FLAGS (JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17))
+
+/* The state as embedded JSON when that round-trips to the same text, else as
+ * a string. NULL only on allocation failure or invalid UTF-8. */
+static json_t *state_value(const char *text)
+{
+    json_error_t jerr;
+    json_t *v = json_loads(text, 0, &jerr);   /* objects and arrays only */
+    if (v) {
+        char *again = json_dumps(v, LINE_FLAGS);
+        int same = again && strcmp(again, text) == 0;
+        free(again);
+        if (same)
+            return v;
+        json_decref(v);
+    }
+    return json_string(text);
+}
+
+static int set(json_t *o, const char *key, json_t *v)
+{
+    return v ? json_object_set_new(o, key, v) : -1;
+}
+
+char *kt_store_record_to_json(const kt_record_t *r)
+{
+    if (!r || !r->workload_key || !r->target || !r->state_json || r->ncosts < 0 ||
+        (r->ncosts > 0 && !r->costs)) {
+        kt_err_set(KT_EINVAL, "record to JSON: incomplete record");
+        return NULL;
+    }
+    json_t *o = json_object(), *costs = json_array();
+    int bad = !o || !costs;
+    for (int i = 0; !bad && i < r->ncosts; i++)
+        bad = json_array_append_new(costs, json_real(r->costs[i])) != 0;
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016" PRIx64, r->state_hash);
+    /* mean_cost is derived from costs, so write the derivation, not the field. */
+    json_t *mean = r->ncosts > 0 ? json_real(kt_store_mean(r->costs, r->ncosts)) : json_null();
+    bad = bad || set(o, "workload_key", json_string(r->workload_key)) ||
+          set(o, "target", json_string(r->target)) ||
+          set(o, "state", state_value(r->state_json)) ||
+          set(o, "state_hash", json_string(hash)) || set(o, "costs", json_incref(costs)) ||
+          set(o, "mean_cost", json_incref(mean)) ||
+          set(o, "error_code", json_integer(r->error_code)) ||
+          set(o, "error_msg", json_string(r->error_msg ? r->error_msg : "")) ||
+          set(o, "all_cost", json_real(r->all_cost)) ||
+          set(o, "timestamp", json_real(r->timestamp)) ||
+          set(o, "runner_key", json_string(r->runner_key ? r->runner_key : "")) ||
+          set(o, "job_id", r->job_id > 0 ? json_integer(r->job_id) : json_null());
+    json_decref(costs);
+    json_decref(mean);
+    char *text = bad ? NULL : json_dumps(o, LINE_FLAGS);
+    json_decref(o);
+    if (!text)
+        kt_err_set(KT_EINVAL, "record %" PRId64 " to JSON: a string is not valid UTF-8 or a "
+                              "number is not finite", r->id);
+    return text;
+}
+
+/* ---- Export ------------------------------------------------------------ */
+
+typedef struct {
+    FILE *out;
+    int64_t n;
+} export_t;
+
+static int export_one(const kt_record_t *r, void *ctx)
+{
+    export_t *e = ctx;
+    char *line = kt_store_record_to_json(r);
+    if (!line)
+        return kt_err_code();
+    int ok = fputs(line, e->out) >= 0 && fputc('\n', e->out) != EOF;
+    free(line);
+    if (!ok)
+        return kt_err_set(KT_EIO, "export: write failed");
+    e->n++;
+    return 0;
+}
+
+int kt_store_export_jsonl(kt_store_t *s, const kt_store_filter_t *f, FILE *out, int64_t *n)
+{
+    if (n)
+        *n = 0;
+    if (!out)
+        return kt_err_set(KT_EINVAL, "export: no output stream");
+    export_t e = {out, 0};
+    int rc = kt_store_foreach_record(s, f, export_one, &e);
+    if (rc == 0 && (fflush(out) != 0 || ferror(out)))
+        rc = kt_err_set(KT_EIO, "export: write failed");
+    if (n)
+        *n = e.n;
+    return rc;
+}
+
+/* ---- Import ------------------------------------------------------------ */
+
+/* One parsed line: the record borrows from root, costs and state_owned. */
+typedef struct {
+    json_t *root;
+    double *costs;
+    char *state_owned;
+    kt_record_t rec;
+} parsed_t;
+
+static void parsed_free(parsed_t *p)
+{
+    json_decref(p->root);
+    free(p->costs);
+    free(p->state_owned);
+    memset(p, 0, sizeof *p);
+}
+
+/* Fill p from one line; 0, or -1 with the reason written to `why`. */
+static int parse_line(const char *line, parsed_t *p, char *why, size_t whysz)
+{
+    memset(p, 0, sizeof *p);
+    json_error_t jerr;
+    p->root = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
+    if (!p->root) {
+        snprintf(why, whysz, "invalid JSON at column %d: %s", jerr.column, jerr.text);
+        return -1;
+    }
+    json_t *o = p->root, *v;
+    if (!json_is_object(o)) {
+        snprintf(why, whysz, "not a JSON object");
+        return -1;
+    }
+    kt_record_t *r = &p->rec;
+    static const char *const required_strings[] = {"workload_key", "target", "state_hash"};
+    for (size_t i = 0; i < 3; i++)
+        if (!json_is_string(json_object_get(o, required_strings[i]))) {
+            snprintf(why, whysz, "missing or non-string \"%s\"", required_strings[i]);
+            return -1;
+        }
+    r->workload_key = json_string_value(json_object_get(o, "workload_key"));
+    r->target = json_string_value(json_object_get(o, "target"));
+
+    const char *hash = json_string_value(json_object_get(o, "state_hash"));
+    size_t hexlen = strspn(hash, "0123456789abcdefABCDEF");
+    if (strlen(hash) != 16 || hexlen != 16) {
+        snprintf(why, whysz, "\"state_hash\" is not 16 hex digits");
+        return -1;
+    }
+    r->state_hash = strtoull(hash, NULL, 16);
+
+    v = json_object_get(o, "state");
+    if (json_is_string(v)) {
+        r->state_json = json_string_value(v);
+    } else if (json_is_object(v) || json_is_array(v)) {
+        if (!(p->state_owned = json_dumps(v, LINE_FLAGS))) {
+            snprintf(why, whysz, "out of memory");
+            return -1;
+        }
+        r->state_json = p->state_owned;
+    } else {
+        snprintf(why, whysz, "missing \"state\" (object, array or string)");
+        return -1;
+    }
+
+    v = json_object_get(o, "costs");
+    if (!json_is_array(v)) {
+        snprintf(why, whysz, "missing or non-array \"costs\"");
+        return -1;
+    }
+    size_t n = json_array_size(v);
+    if (n > 0 && !(p->costs = malloc(n * sizeof *p->costs))) {
+        snprintf(why, whysz, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_array_get(v, i);
+        if (!json_is_number(c)) {
+            snprintf(why, whysz, "cost %zu is not a number", i);
+            return -1;
+        }
+        p->costs[i] = json_number_value(c);
+    }
+    r->costs = p->costs;
+    r->ncosts = (int)n;
+
+    v = json_object_get(o, "error_code");
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) >= KT_MEASURE_ERROR_COUNT) {
+        snprintf(why, whysz, "\"error_code\" is not an integer 0..%d", KT_MEASURE_ERROR_COUNT - 1);
+        return -1;
+    }
+    r->error_code = (int)json_integer_value(v);
+
+    static const char *const required_numbers[] = {"all_cost", "timestamp"};
+    for (size_t i = 0; i < 2; i++)
+        if (!json_is_number(json_object_get(o, required_numbers[i]))) {
+            snprintf(why, whysz, "missing or non-number \"%s\"", required_numbers[i]);
+            return -1;
+        }
+    r->all_cost = json_number_value(json_object_get(o, "all_cost"));
+    r->timestamp = json_number_value(json_object_get(o, "timestamp"));
+
+    static const char *const optional_strings[] = {"error_msg", "runner_key"};
+    const char **dst[] = {&r->error_msg, &r->runner_key};
+    for (size_t i = 0; i < 2; i++) {
+        v = json_object_get(o, optional_strings[i]);
+        if (v && !json_is_string(v)) {
+            snprintf(why, whysz, "\"%s\" is not a string", optional_strings[i]);
+            return -1;
+        }
+        *dst[i] = v ? json_string_value(v) : "";
+    }
+
+    v = json_object_get(o, "job_id");
+    if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 1)) {
+        snprintf(why, whysz, "\"job_id\" is neither null nor an integer >= 1");
+        return -1;
+    }
+    r->job_id = json_is_integer(v) ? json_integer_value(v) : 0;
+
+    if (kt_store_record_check(r) != 0) {
+        snprintf(why, whysz, "%s", kt_err_msg());
+        kt_err_clear();
+        return -1;
+    }
+    return 0;
+}
+
+static void report_bad(kt_store_import_report_t *rep, long line, const char *why)
+{
+    rep->bad++;
+    if (rep->nlisted < KT_STORE_IMPORT_MAX_BAD) {
+        kt_store_bad_line_t *b = &rep->bad_lines[rep->nlisted++];
+        b->line = line;
+        snprintf(b->reason, sizeof b->reason, "%s", why);
+    }
+}
+
+static int blank(const char *s)
+{
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    return *s == '\0';
+}
+
+int kt_store_import_jsonl(kt_store_t *s, FILE *in, kt_store_import_report_t *rep)
+{
+    kt_store_import_report_t local;
+    if (!rep)
+        rep = &local;
+    memset(rep, 0, sizeof *rep);
+    int rc = kt_store_usable(s);
+    if (rc != 0)
+        return rc;
+    if (!in)
+        return kt_err_set(KT_EINVAL, "import: no input stream");
+
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    int in_tx = 0, in_batch = 0;
+    int64_t pending_new = 0, pending_dup = 0;   /* counted once their batch commits */
+    char why[sizeof rep->bad_lines[0].reason];
+
+    while ((len = getline(&line, &cap, in)) >= 0) {
+        lineno++;
+        int had_newline = len > 0 && line[len - 1] == '\n';
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (strlen(line) != (size_t)len) {
+            report_bad(rep, lineno, "contains a NUL byte");
+            continue;
+        }
+        if (blank(line))
+            continue;
+        parsed_t p;
+        if (parse_line(line, &p, why, sizeof why) != 0) {
+            if (!had_newline) {
+                size_t used = strlen(why);
+                snprintf(why + used, sizeof why - used, " (last line, no newline: truncated?)");
+            }
+            report_bad(rep, lineno, why);
+            parsed_free(&p);
+            continue;
+        }
+        if (!in_tx) {
+            if ((rc = kt_store_tx_begin(s)) != 0) {
+                parsed_free(&p);
+                break;
+            }
+            in_tx = 1;
+        }
+        rc = kt_store_is_duplicate(s, &p.rec);
+        if (rc == 1) {
+            pending_dup++;
+            rc = 0;
+        } else if (rc == 0 && (rc = kt_store_insert_record(s, &p.rec)) == 0) {
+            pending_new++;
+        }
+        parsed_free(&p);
+        if (rc != 0) {
+            kt_err_prefix("import: line %ld", lineno);
+            break;
+        }
+        if (++in_batch == KT_STORE_IMPORT_BATCH) {
+            in_tx = in_batch = 0;
+            if ((rc = kt_store_tx_commit(s)) != 0)
+                break;
+            rep->imported += pending_new;
+            rep->duplicates += pending_dup;
+            pending_new = pending_dup = 0;
+        }
+    }
+    free(line);
+    if (rc == 0 && ferror(in))
+        rc = kt_err_set(KT_EIO, "import: read error after line %ld", lineno);
+    if (in_tx) {
+        if (rc == 0) {
+            rc = kt_store_tx_commit(s);
+        } else {
+            kt_store_tx_rollback(s);
+        }
+        if (rc == 0) {
+            rep->imported += pending_new;
+            rep->duplicates += pending_dup;
+        }
+    }
+    return rc;
+}
