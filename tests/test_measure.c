@@ -64,6 +64,16 @@ static const char *VADD_ABORT =
     "#include <stdlib.h>\n"
     "int vadd(float **b) { (void)b; abort(); return 0; }\n";
 
+/* Forks a helper that outlives it (holding the runner's socket open), then crashes. */
+static const char *VADD_FORK_SEGV =
+    "#include <unistd.h>\n"
+    "int vadd(float **b) {\n"
+    "  (void)b;\n"
+    "  if (fork() == 0) { sleep(30); _exit(0); }\n"
+    "  *(volatile int *)16 = 1;\n"
+    "  return 0;\n"
+    "}\n";
+
 static const char *VADD_FAILS =
     "int vadd(float **b) { (void)b; return -1; }\n";
 
@@ -588,6 +598,38 @@ START_TEST(runner_reports_hanging_reference_once_and_skips_it_after)
 }
 END_TEST
 
+START_TEST(runner_sees_crash_while_a_forked_helper_keeps_the_socket_open)
+{
+    kt_builder_t *b = new_builder(30, NULL);
+    kt_build_result_t bad = {0}, good = {0};
+    build_ok(b, VADD_FORK_SEGV, "vadd", &bad);
+    build_ok(b, VADD, "vadd", &good);
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.timeout = 20; /* far longer than the crash takes to notice */
+    ro.min_repeat_ms = 0;
+    kt_runner_t *r = kt_runner_new(&ro);
+    kt_run_input_t in[2] = {
+        {.target = KT_MEASURE_TARGET_CPU, .prog = {bad.artifact, bad.artifact_len, 0, "vadd"},
+         .layout = layout3(N)},
+        {.target = KT_MEASURE_TARGET_CPU, .prog = {good.artifact, good.artifact_len, 0, "vadd"},
+         .layout = layout3(N)},
+    };
+    kt_measure_result_t res[2];
+    ck_assert_int_eq(kt_runner_run(r, in, 2, res), 0);
+    ck_assert_msg(res[0].error_no == KT_MEASURE_RUNTIME_DEVICE, "%s: %s",
+                  kt_measure_error_name(res[0].error_no), res[0].error_msg);
+    ck_assert_ptr_nonnull(strstr(res[0].error_msg, "SIGSEGV"));
+    ck_assert_int_eq(res[1].error_no, 0);
+    kt_measure_result_clear(&res[0]);
+    kt_measure_result_clear(&res[1]);
+    kt_runner_free(r);
+    kt_build_result_clear(&bad);
+    kt_build_result_clear(&good);
+    kt_builder_free(b);
+}
+END_TEST
+
 START_TEST(runner_pins_threads_and_rejects_bad_cpu_list)
 {
     kt_runner_opts_t ro;
@@ -731,6 +773,7 @@ int main(void)
     tcase_add_test(tc, runner_grows_number_until_a_repeat_lasts_min_repeat_ms);
     tcase_add_test(tc, runner_runs_shared_reference_once_per_batch);
     tcase_add_test(tc, runner_reports_hanging_reference_once_and_skips_it_after);
+    tcase_add_test(tc, runner_sees_crash_while_a_forked_helper_keeps_the_socket_open);
     tcase_add_test(tc, runner_pins_threads_and_rejects_bad_cpu_list);
     tcase_add_test(tc, measurer_reports_too_many_errors_in_a_row);
     suite_add_tcase(s, tc);

@@ -92,7 +92,7 @@ kt_runner_t *kt_runner_new(const kt_runner_opts_t *o)
         kt_runner_opts_default(&d);
         o = &d;
     }
-    if (o->number < 0 || o->repeat < 0 || o->min_repeat_ms < -1 || o->cooldown_interval < 0 ||
+    if (o->number < 0 || o->repeat < 0 || o->min_repeat_ms < 0 || o->cooldown_interval < 0 ||
         o->timeout < 0 || o->num_threads < 0 || o->tolerance < 0) {
         kt_err_set(KT_EINVAL, "runner: options must not be negative");
         return NULL;
@@ -108,8 +108,6 @@ kt_runner_t *kt_runner_new(const kt_runner_opts_t *o)
         r->o.number = 3;
     if (r->o.repeat == 0)
         r->o.repeat = 1;
-    if (r->o.min_repeat_ms < 0)
-        r->o.min_repeat_ms = 0;
     if (r->o.timeout == 0)
         r->o.timeout = 10;
     if (r->o.tolerance == 0)
@@ -598,61 +596,99 @@ static void child_main(const batch_t *bt, int start)
 
 /* ---- parent ------------------------------------------------------------------------ */
 
-/* Read exactly len bytes before the deadline: 0, -1 on EOF/error, -2 on timeout. */
-static int read_full(int fd, void *p, size_t len, double deadline)
+/* The parent's view of one child. */
+typedef struct {
+    pid_t pid;
+    int fd;
+    int reaped;      /* status holds its wait status (-1: unknowable) */
+    int status;
+} child_t;
+
+/* Has the child ended? Reaps it when it has, after killing what is left
+ * of its process group (helpers a kernel forked), so the group id cannot
+ * have been recycled when it is signalled. */
+static int child_ended(child_t *c)
 {
-    char *c = p;
+    if (c->reaped)
+        return 1;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0) {
+        if (si.si_pid != c->pid)
+            return 0;
+        kill(-c->pid, SIGKILL);
+        while (waitpid(c->pid, &c->status, 0) < 0) {
+            if (errno != EINTR) {
+                c->status = -1;
+                break;
+            }
+        }
+        c->reaped = 1;
+    } else if (errno == ECHILD) {
+        /* SIGCHLD ignored by the caller: the kernel reaps, the status is lost. */
+        if (kill(c->pid, 0) < 0 && errno == ESRCH) {
+            c->reaped = 1;
+            c->status = -1;
+        }
+    }
+    return c->reaped;
+}
+
+/* Read exactly len bytes before the deadline: 0, -1 when the child is gone
+ * (EOF, or it died while something it started keeps the socket open), -2 on
+ * timeout. */
+static int read_full(child_t *c, void *p, size_t len, double deadline)
+{
+    char *buf = p;
     while (len > 0) {
         double left = deadline - kt_time_mono();
         if (left <= 0)
             return -2;
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int ms = (int)(left * 1e3) + 1;
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        /* Wake up every 50 ms to see whether the child is still alive. */
+        int ms = left < 0.05 ? (int)(left * 1e3) + 1 : 50;
         int pr = poll(&pfd, 1, ms);
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr < 0)
             return -1;
-        if (pr == 0)
-            continue; /* the loop re-checks the deadline */
-        ssize_t got = read(fd, c, len);
+        if (pr == 0) {
+            if (child_ended(c) && poll(&pfd, 1, 0) == 0)
+                return -1;
+            continue;
+        }
+        ssize_t got = read(c->fd, buf, len);
         if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (got <= 0)
             return -1;
-        c += got;
+        buf += got;
         len -= (size_t)got;
     }
     return 0;
 }
 
-/* Reap the child; waits up to `grace` seconds before killing it. Returns the
- * wait status, or -1 when it is unknowable. */
-static int reap(pid_t pid, double grace)
+/* Reap the child, waiting up to `grace` seconds before killing its process
+ * group. Returns the wait status, or -1 when it is unknowable. */
+static int reap(child_t *c, double grace)
 {
     double until = kt_time_mono() + grace;
-    int status = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid)
-            return status;
-        if (w < 0 && errno != EINTR) {
-            /* SIGCHLD ignored by the caller: the kernel reaps for us. */
-            kill(-pid, SIGKILL);
-            return -1;
-        }
+    while (!child_ended(c)) {
         if (kt_time_mono() >= until) {
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0) {
-                if (errno != EINTR)
-                    return -1;
-            }
-            return status;
+            kill(-c->pid, SIGKILL);
+            kill(c->pid, SIGKILL);
+            int st;
+            pid_t w;
+            while ((w = waitpid(c->pid, &st, 0)) < 0 && errno == EINTR)
+                ;
+            c->reaped = 1;
+            c->status = w == c->pid ? st : -1;
+            break;
         }
         struct timespec ts = {0, 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    return c->status;
 }
 
 static void describe_death(int status, char *buf, size_t n)
@@ -762,9 +798,9 @@ int kt_runner_run(kt_runner_t *r, const kt_run_input_t *in, int n, kt_measure_re
     int rc = KT_OK;
     int next = 0;
     while (next < n && rc == KT_OK) {
-        int fd = -1;
-        pid_t pid = spawn_child(r, &bt, next, &fd);
-        if (pid < 0) {
+        child_t ch = {0};
+        ch.pid = spawn_child(r, &bt, next, &ch.fd);
+        if (ch.pid < 0) {
             rc = kt_err_code();
             break;
         }
@@ -774,7 +810,7 @@ int kt_runner_run(kt_runner_t *r, const kt_run_input_t *in, int n, kt_measure_re
         int failed = 0; /* 1: child died, 2: timed out, 3: protocol broken */
         while (cur < n) {
             msg_hdr_t h;
-            int got = read_full(fd, &h, sizeof h, deadline);
+            int got = read_full(&ch, &h, sizeof h, deadline);
             if (got == 0 && (h.idx != cur || (h.type != MSG_PHASE && h.type != MSG_RESULT)))
                 got = -3;
             if (got == 0 && h.type == MSG_PHASE) {
@@ -792,9 +828,9 @@ int kt_runner_run(kt_runner_t *r, const kt_run_input_t *in, int n, kt_measure_re
                     got = -3;
             }
             if (got == 0 && h.n_costs > 0)
-                got = read_full(fd, costs, sizeof(double) * (size_t)h.n_costs, deadline);
+                got = read_full(&ch, costs, sizeof(double) * (size_t)h.n_costs, deadline);
             if (got == 0 && h.msg_len > 0)
-                got = read_full(fd, msg, h.msg_len, deadline);
+                got = read_full(&ch, msg, h.msg_len, deadline);
             if (got < 0) {
                 failed = got == -2 ? 2 : got == -3 ? 3 : 1;
                 break;
@@ -812,20 +848,20 @@ int kt_runner_run(kt_runner_t *r, const kt_run_input_t *in, int n, kt_measure_re
             t_start = now;
             deadline = now + r->o.timeout;
         }
-        close(fd);
+        close(ch.fd);
         if (!failed) {
             /* Done (or out of memory): the child exits by itself. */
-            reap(pid, 1.0);
+            reap(&ch, 1.0);
             next = cur;
             continue;
         }
         char why[512];
         int status;
         if (failed == 2) {
-            kill(-pid, SIGKILL);
-            status = reap(pid, 0);
+            kill(-ch.pid, SIGKILL);
+            status = reap(&ch, 0);
         } else {
-            status = reap(pid, 1.0);
+            status = reap(&ch, 1.0);
         }
         kt_measure_result_t *res = &out[cur];
         double spent = kt_time_mono() - t_start;

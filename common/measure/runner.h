@@ -55,7 +55,8 @@
  * caller's memory; glibc makes malloc and dlopen usable after fork even in a
  * threaded caller. The child is killed when the forking thread ends
  * (PR_SET_PDEATHSIG); the runner waits only for its own children by pid and
- * installs no signal handlers.
+ * installs no signal handlers (if the caller ignores SIGCHLD, exit statuses
+ * are lost and a crash is reported without its signal).
  *
  * Ownership: inputs are borrowed for the call; results own their arrays
  * (kt_measure_result_clear()). Thread-safety: a runner is used from one
@@ -77,7 +78,7 @@ typedef struct kt_runner kt_runner_t;
 typedef struct {
     int number;                 /* runs per repeat; 0 = 3 */
     int repeat;                 /* repeats reported; 0 = 1 */
-    int min_repeat_ms;          /* see above; default 100; -1 = 0 (off) */
+    int min_repeat_ms;          /* see above; 0 = off (kt_runner_opts_default sets 100) */
     double cooldown_interval;   /* seconds between repeats */
     int enable_cpu_cache_flush; /* flush the LLC before each timed run */
     double timeout;             /* seconds per candidate; 0 = 10 */
