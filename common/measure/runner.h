@@ -1,0 +1,131 @@
+/*
+ * The local runner (TVM's LocalRunner semantics): times a batch of built CPU
+ * artifacts in a child process, so no candidate can take the caller down.
+ *
+ * For each batch the runner forks a child that owns the batch and measures
+ * the candidates in order. Per candidate the child loads the shared object
+ * from a memfd (dlopen of /proc/self/fd/N; a private temp file when memfd is
+ * unavailable), fills the input buffers with seeded random values, optionally
+ * runs the reference kernel, then does one warm-up run (its timing discarded,
+ * its outputs compared with the reference's), then `repeat` repeats of
+ * `number` runs each, timed with CLOCK_MONOTONIC; the reported cost of a
+ * repeat is its duration divided by `number`.
+ *   - min_repeat_ms: while a repeat lasts less than this, `number` grows
+ *     (to max(min_repeat_ms / per-run time + 1, number * 1.618), as TVM) and
+ *     the repeat is redone; the grown number carries to later repeats, and
+ *     the final one is reported in kt_measure_result_t.number. Hence for every
+ *     cost c: c * number >= min_repeat_ms / 1000 (up to rounding).
+ *   - cooldown_interval: seconds slept between repeats.
+ *   - enable_cpu_cache_flush: before every timed run, write a buffer larger
+ *     than the last-level cache (untimed); forces number = 1 and
+ *     min_repeat_ms = 0, as TVM does.
+ *   - num_threads / cpu_list: the child sets OMP_NUM_THREADS and calls the
+ *     kernel's omp_set_num_threads, and pins itself with sched_setaffinity.
+ *
+ * Isolation: the child sends a message as it starts each phase of each
+ * candidate and one with each result over a socketpair. When the child dies
+ * (crash, abort, exit) the current candidate gets RUNTIME_DEVICE naming the
+ * signal or exit status; when a candidate passes `timeout` seconds (from the
+ * start of its loading to its result) its child's process group is killed
+ * and it gets RUN_TIMEOUT. Either way a fresh child continues with the next
+ * candidate. A kernel returning non-zero gets RUNTIME_DEVICE.
+ *
+ * Correctness: when check_correctness is set and a candidate names a
+ * reference artifact, the reference runs on the same inputs (once per
+ * (reference hash, input seed) and child, cached) and the candidate's outputs
+ * of its warm-up run are compared with it:
+ *
+ *     scale_o   = max(1e-3, 1e-3 * max_k |ref_o[k]|)     per output buffer o
+ *     max_error = max over outputs o, elements k of
+ *                 |cand_o[k] - ref_o[k]| / max(|ref_o[k]|, scale_o)
+ *
+ * (so elements much smaller than their tensor's largest, where reduction
+ * reordering cancels, are judged against 1e-3 of that magnitude); a NaN or
+ * infinity where the reference has a different value counts as infinite
+ * error. max_error > tolerance is WRONG_ANSWER with the error in the message.
+ * Outputs are filled with NaN before each checked run, so an element a
+ * kernel never writes is caught. A reference that fails (crashes, hangs,
+ * returns non-zero) gives UNKNOWN_ERROR for the candidates that use it.
+ *
+ * Inputs: element values are uniform in [-1, -0.25] U [0.25, 1] (never
+ * zero), from a generator seeded by opts.seed and the buffer layout, so all
+ * candidates of one workload see the same inputs.
+ *
+ * Process notes: the runner forks without exec, so the child inherits the
+ * caller's memory; glibc makes malloc and dlopen usable after fork even in a
+ * threaded caller. The child is killed when the forking thread ends
+ * (PR_SET_PDEATHSIG); the runner waits only for its own children by pid and
+ * installs no signal handlers (if the caller ignores SIGCHLD, exit statuses
+ * are lost and a crash is reported without its signal).
+ *
+ * Ownership: inputs are borrowed for the call; results own their arrays
+ * (kt_measure_result_clear()). Thread-safety: a runner is used from one
+ * thread at a time; separate runners may run in separate threads.
+ */
+#ifndef KT_MEASURE_RUNNER_H
+#define KT_MEASURE_RUNNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "measure/measure.h"
+
+typedef struct kt_runner kt_runner_t;
+
+/* Default correctness tolerance of max_error. */
+#define KT_RUNNER_DEFAULT_TOLERANCE 1e-4
+
+typedef struct {
+    int number;                 /* runs per repeat; 0 = 3 */
+    int repeat;                 /* repeats reported; 0 = 1 */
+    int min_repeat_ms;          /* see above; 0 = off (kt_runner_opts_default sets 100) */
+    double cooldown_interval;   /* seconds between repeats */
+    int enable_cpu_cache_flush; /* flush the LLC before each timed run */
+    double timeout;             /* seconds per candidate; 0 = 10 */
+    int num_threads;            /* OpenMP threads; 0 = leave the default */
+    const char *cpu_list;       /* cores to pin the child to ("0-3,6"); NULL = no pinning */
+    int check_correctness;      /* compare with the reference when one is given (default 1) */
+    double tolerance;           /* max_error allowed; 0 = KT_RUNNER_DEFAULT_TOLERANCE */
+    uint64_t seed;              /* input seed */
+} kt_runner_opts_t;
+
+/* A built artifact, borrowed. */
+typedef struct {
+    const void *data;           /* shared-object bytes; NULL = none */
+    size_t len;
+    uint64_t hash;              /* content hash (kt_build_result_t.artifact_hash); 0 = compute it */
+    const char *entry;          /* function to call */
+} kt_artifact_t;
+
+/* One candidate to time. */
+typedef struct {
+    kt_measure_target_t target;
+    kt_artifact_t prog;
+    kt_artifact_t ref;          /* ref.data NULL: outputs are not checked */
+    kt_buf_layout_t layout;
+} kt_run_input_t;
+
+/* ---- create / destroy ---- */
+
+void kt_runner_opts_default(kt_runner_opts_t *o);
+/* Validates and copies the options (KT_EINVAL for a bad cpu_list or negative
+ * values). NULL with kt_err set on failure. */
+kt_runner_t *kt_runner_new(const kt_runner_opts_t *o);
+void kt_runner_free(kt_runner_t *r);
+
+/* ---- run ---- */
+
+/* Time n candidates; out[i] receives in[i]'s result (all_cost = seconds spent
+ * on it here, timestamp = when it finished). Per-candidate failures are
+ * results; the return is negative only when the call itself could not
+ * proceed (bad arguments, KT_EUNSUP for a non-CPU target, no memory, fork or
+ * socketpair failing), with every out[i] cleared. */
+int kt_runner_run(kt_runner_t *r, const kt_run_input_t *in, int n, kt_measure_result_t *out);
+
+/* ---- query ---- */
+
+/* Child processes started since the runner was made (1 per batch plus 1 per
+ * crashed or killed candidate that had candidates after it). */
+uint64_t kt_runner_children_started(const kt_runner_t *r);
+
+#endif
