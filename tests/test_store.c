@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "store/measure_error.h"
+#include "measure/measure.h"
 #include "store/store.h"
 #include "util/err.h"
 #include "util/util.h"
@@ -403,7 +403,7 @@ START_TEST(store_put_records_rejects_invalid_batch_whole)
     ck_assert_ptr_nonnull(strstr(kt_err_msg(), "record 2"));
     rs[2] = rec("w", "cpu", 3, NULL, 0, 0);   /* valid record without costs */
     ck_assert_int_eq(kt_store_put_records(s, rs, 3), KT_EINVAL);
-    rs[2] = rec("w", "cpu", 3, one_cost, 1, KT_MEASURE_ERROR_COUNT);
+    rs[2] = rec("w", "cpu", 3, one_cost, 1, KT_MEASURE_NUM_ERRORS);
     ck_assert_int_eq(kt_store_put_records(s, rs, 3), KT_EINVAL);
     rs[2] = rec("w", "", 3, one_cost, 1, 0);
     ck_assert_int_eq(kt_store_put_records(s, rs, 3), KT_EINVAL);
@@ -572,8 +572,7 @@ START_TEST(measure_error_names_match_proto)
     ck_assert_str_eq(kt_measure_error_name(KT_MEASURE_NO_ERROR), "NO_ERROR");
     ck_assert_str_eq(kt_measure_error_name(KT_MEASURE_RUN_TIMEOUT), "RUN_TIMEOUT");
     ck_assert_str_eq(kt_measure_error_name(8), "UNKNOWN_ERROR");
-    ck_assert_ptr_null(kt_measure_error_name(9));
-    ck_assert_ptr_null(kt_measure_error_name(-1));
+    ck_assert_str_eq(kt_measure_error_name(9), "UNKNOWN_ERROR");
     ck_assert_int_eq(kt_measure_error_from_name("COMPILE_DEVICE"), 3);
     ck_assert_int_eq(kt_measure_error_from_name("nope"), -1);
 }

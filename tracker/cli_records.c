@@ -177,7 +177,7 @@ static int cmd_count(const records_args_t *a)
     if (rc != 0)
         return kt_cli_fail("count");
     printf("records: %" PRId64 "\n", c.total);
-    for (int i = 0; i < KT_MEASURE_ERROR_COUNT; i++)
+    for (int i = 0; i < KT_MEASURE_NUM_ERRORS; i++)
         printf("  %-20s %" PRId64 "\n", kt_measure_error_name(i), c.by_error[i]);
     return 0;
 }

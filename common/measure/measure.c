@@ -49,6 +49,14 @@ const char *kt_measure_error_name(int error_no)
     return error_names[error_no];
 }
 
+int kt_measure_error_from_name(const char *name)
+{
+    for (int i = 0; name && i < KT_MEASURE_NUM_ERRORS; i++)
+        if (strcmp(error_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
 const char *kt_measure_error_desc(int error_no)
 {
     if (error_no < 0 || error_no >= KT_MEASURE_NUM_ERRORS)

@@ -38,6 +38,8 @@ typedef enum {
 const char *kt_measure_error_name(int error_no);
 /* A readable sentence ("the run exceeded its timeout"). */
 const char *kt_measure_error_desc(int error_no);
+/* The code for an exact upper-case name as above; -1 when unknown. */
+int kt_measure_error_from_name(const char *name);
 
 /* Which compiler and runtime a candidate is for. Only CPU builds and runs
  * exist so far; CUDA (NVRTC -> cubin, Driver API timing) is the next target,

@@ -195,8 +195,8 @@ static int parse_line(const char *line, parsed_t *p, char *why, size_t whysz)
 
     v = json_object_get(o, "error_code");
     if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) >= KT_MEASURE_ERROR_COUNT) {
-        snprintf(why, whysz, "\"error_code\" is not an integer 0..%d", KT_MEASURE_ERROR_COUNT - 1);
+        json_integer_value(v) >= KT_MEASURE_NUM_ERRORS) {
+        snprintf(why, whysz, "\"error_code\" is not an integer 0..%d", KT_MEASURE_NUM_ERRORS - 1);
         return -1;
     }
     r->error_code = (int)json_integer_value(v);

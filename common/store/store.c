@@ -853,9 +853,9 @@ int kt_store_record_check(const kt_record_t *r)
     for (int i = 0; i < r->ncosts; i++)
         if (!isfinite(r->costs[i]) || r->costs[i] < 0)
             return kt_err_set(KT_EINVAL, "record: cost %d is not a finite number >= 0", i);
-    if (r->error_code < 0 || r->error_code >= KT_MEASURE_ERROR_COUNT)
+    if (r->error_code < 0 || r->error_code >= KT_MEASURE_NUM_ERRORS)
         return kt_err_set(KT_EINVAL, "record: error_code %d is not 0..%d", r->error_code,
-                          KT_MEASURE_ERROR_COUNT - 1);
+                          KT_MEASURE_NUM_ERRORS - 1);
     if (r->error_code == KT_MEASURE_NO_ERROR && r->ncosts == 0)
         return kt_err_set(KT_EINVAL, "record: a valid record (error_code 0) needs costs");
     if (!isfinite(r->all_cost) || r->all_cost < 0)
@@ -1248,7 +1248,7 @@ int kt_store_count_records(kt_store_t *s, const kt_store_filter_t *f, kt_store_c
         int code = sqlite3_column_int(st, 0);
         int64_t c = sqlite3_column_int64(st, 1);
         out->total += c;
-        if (code >= 0 && code < KT_MEASURE_ERROR_COUNT)
+        if (code >= 0 && code < KT_MEASURE_NUM_ERRORS)
             out->by_error[code] += c;
     }
     int ret = rc == SQLITE_DONE ? 0 : db_err(s, rc, "store: counting records");

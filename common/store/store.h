@@ -35,7 +35,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "store/measure_error.h"
+#include "measure/measure.h"
 
 typedef struct kt_store kt_store_t;
 
@@ -144,7 +144,7 @@ typedef struct {
     const double *costs;       /* seconds per repeat, finite and >= 0 */
     int ncosts;                /* >= 1 when error_code is 0 */
     double mean_cost;          /* set by the store: mean of costs; NAN when ncosts is 0 */
-    int error_code;            /* KT_MEASURE_*: 0..KT_MEASURE_ERROR_COUNT-1 */
+    int error_code;            /* KT_MEASURE_*: 0..KT_MEASURE_NUM_ERRORS-1 */
     const char *error_msg;     /* NULL stores ""; invalid UTF-8 is replaced by U+FFFD */
     double all_cost;           /* seconds spent building and running, >= 0 */
     double timestamp;          /* seconds since the epoch when measured */
@@ -206,7 +206,7 @@ int kt_store_get_records(kt_store_t *s, const kt_store_filter_t *f, kt_record_li
 
 typedef struct {
     int64_t total;
-    int64_t by_error[KT_MEASURE_ERROR_COUNT];  /* indexed by error code */
+    int64_t by_error[KT_MEASURE_NUM_ERRORS];  /* indexed by error code */
 } kt_store_counts_t;
 
 /* Count the records selected by `f` (NULL: all), in total and per error code. */
