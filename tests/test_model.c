@@ -193,12 +193,15 @@ START_TEST(save_load_predicts_identically)
     kt_model_params_t prm;
     kt_model_params_default(&prm);
     prm.seed = 7;
+    prm.tree_method = KT_MODEL_TREE_HIST;
     kt_model_t *w = kt_model_new(KT_MODEL_XGB, &prm);
     ck_assert_int_eq(kt_model_predict(w, &b, p1), 0);
     ck_assert_int_eq(kt_model_save(w, path), 0);
     m = kt_model_load(path);
     ck_assert_ptr_nonnull(m);
     ck_assert(!kt_model_is_trained(m));
+    ck_assert_int_eq(kt_model_params(m)->tree_method, KT_MODEL_TREE_HIST);
+    ck_assert_uint_eq(kt_model_params(m)->seed, 7);
     ck_assert_int_eq(kt_model_predict(w, &b, p1), 0);
     ck_assert_int_eq(kt_model_predict(m, &b, p2), 0);
     ck_assert_mem_eq(p1, p2, n * sizeof *p1);
@@ -318,6 +321,7 @@ START_TEST(adaptive_training_waits_for_enough_new_samples)
     kt_model_params_t prm;
     kt_model_params_default(&prm);
     prm.num_boost_round = 20;
+    prm.tree_method = KT_MODEL_TREE_HIST;   /* any method: this is about scheduling */
     kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
     kt_model_batch_t b;
 
@@ -436,6 +440,10 @@ START_TEST(bad_arguments_are_reported)
     prm.eta = 0;
     ck_assert_ptr_null(kt_model_new(KT_MODEL_XGB, &prm));
     ck_assert_ptr_nonnull(strstr(kt_err_msg(), "eta"));
+    kt_model_params_default(&prm);
+    prm.tree_method = 7;
+    ck_assert_ptr_null(kt_model_new(KT_MODEL_XGB, &prm));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "tree_method"));
 
     /* A trained model refuses rows of another width. */
     float rows[2 * NFEAT] = { 0 };

@@ -34,6 +34,7 @@ void kt_model_params_default(kt_model_params_t *p)
     p->weight_by_label = 1;
     p->verbose_eval = 0;
     p->nthread = 1;
+    p->tree_method = KT_MODEL_TREE_EXACT;
 }
 
 static int params_check(const kt_model_params_t *p)
@@ -61,6 +62,8 @@ static int params_check(const kt_model_params_t *p)
         return kt_err_set(KT_EINVAL, "verbose_eval %d must be >= 0", p->verbose_eval);
     if (p->nthread < 0)
         return kt_err_set(KT_EINVAL, "nthread %d must be >= 0", p->nthread);
+    if (!kt_model_tree_method_name(p->tree_method))
+        return kt_err_set(KT_EINVAL, "unknown tree_method %d", p->tree_method);
     return KT_OK;
 }
 
@@ -260,10 +263,12 @@ int kt_model_update(kt_model_t *m, const kt_model_batch_t *batch, const double *
         return KT_OK;
     if (!costs)
         return kt_err_set(KT_EINVAL, "updating the cost model: no costs");
+    if (m->kind == KT_MODEL_KIND_RANDOM) {
+        m->nsamples += batch->nprog;   /* counted only: random scores ignore data */
+        return KT_OK;
+    }
     if ((rc = samples_add(m, batch, nrow, costs, task_ids)) < 0)
         return rc;
-    if (m->kind == KT_MODEL_KIND_RANDOM)
-        return KT_OK;
 
     /* Ansor: skip when new < last / 5; a first update always trains. */
     size_t fresh = m->nsamples - m->last_train_size;
@@ -345,14 +350,15 @@ static json_t *params_to_json(const kt_model_params_t *p)
 {
     char seed[24];
     snprintf(seed, sizeof seed, "%" PRIu64, p->seed);
-    return json_pack("{s:s, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:b, s:f, s:b, s:i, s:i}",
+    return json_pack("{s:s, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:b, s:f, s:b, s:i, s:i, s:s}",
                      "seed", seed, "max_depth", p->max_depth, "eta", p->eta, "gamma", p->gamma,
                      "min_child_weight", p->min_child_weight, "num_boost_round",
                      p->num_boost_round, "early_stopping_rounds", p->early_stopping_rounds,
                      "num_warmup_sample", p->num_warmup_sample, "adaptive_training",
                      p->adaptive_training, "adaptive_ratio", p->adaptive_ratio,
                      "weight_by_label", p->weight_by_label, "verbose_eval", p->verbose_eval,
-                     "nthread", p->nthread);
+                     "nthread", p->nthread, "tree_method",
+                     kt_model_tree_method_name(p->tree_method));
 }
 
 static int u64_parse(const char *s, uint64_t *out)
@@ -370,22 +376,27 @@ static int u64_parse(const char *s, uint64_t *out)
 
 static int params_from_json(json_t *j, kt_model_params_t *p)
 {
-    const char *seed = NULL;
+    const char *seed = NULL, *tm = NULL;
     json_error_t e;
     int at = 0, wl = 0;
     if (json_unpack_ex(j, &e, JSON_STRICT,
-                       "{s:s, s:i, s:F, s:F, s:F, s:i, s:i, s:i, s:b, s:F, s:b, s:i, s:i}",
+                       "{s:s, s:i, s:F, s:F, s:F, s:i, s:i, s:i, s:b, s:F, s:b, s:i, s:i, s:s}",
                        "seed", &seed, "max_depth", &p->max_depth, "eta", &p->eta, "gamma",
                        &p->gamma, "min_child_weight", &p->min_child_weight, "num_boost_round",
                        &p->num_boost_round, "early_stopping_rounds", &p->early_stopping_rounds,
                        "num_warmup_sample", &p->num_warmup_sample, "adaptive_training", &at,
                        "adaptive_ratio", &p->adaptive_ratio, "weight_by_label", &wl,
-                       "verbose_eval", &p->verbose_eval, "nthread", &p->nthread) != 0)
+                       "verbose_eval", &p->verbose_eval, "nthread", &p->nthread,
+                       "tree_method", &tm) != 0)
         return kt_err_set(KT_EINVAL, "bad parameters: %s", e.text);
     if (u64_parse(seed, &p->seed) < 0)
         return kt_err_set(KT_EINVAL, "bad seed '%s'", seed);
     p->adaptive_training = at;
     p->weight_by_label = wl;
+    p->tree_method = -1;
+    for (int t = 0; kt_model_tree_method_name(t); t++)
+        if (strcmp(tm, kt_model_tree_method_name(t)) == 0)
+            p->tree_method = t;
     return params_check(p);
 }
 

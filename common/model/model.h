@@ -33,9 +33,10 @@
  * Files: kt_model_save writes the kind, parameters, generator state and the
  * booster (XGBoost's UBJSON, with a length and an xxHash checksum); it does
  * not store the training samples (like Ansor). A loaded model predicts exactly
- * as the saved one did; a booster that was in use when saved stays in use with
- * the warm-up disabled (Ansor's load sets num_warmup_sample = -1), until a
- * training run on data given to the loaded model replaces it.
+ * as the saved one did. When the saved model was predicting with its booster,
+ * the loaded one does so at once with the warm-up disabled (Ansor's load sets
+ * num_warmup_sample = -1); its next training run, on the data given to the
+ * loaded model only, replaces the booster.
  *
  * Ownership: kt_model_new/kt_model_load return a model the caller releases
  * with kt_model_free (NULL accepted). Batches and output arrays are the
@@ -78,7 +79,15 @@ typedef struct kt_model_params {
     int weight_by_label;        /* 1: weight each program by its label, as Ansor (1) */
     int verbose_eval;           /* log the RMSE every N rounds; 0 silent (0) */
     int nthread;                /* XGBoost threads; 0 = all cores (1) */
+    int tree_method;            /* KT_MODEL_TREE_* (exact) */
 } kt_model_params_t;
+
+/* XGBoost tree construction. Exact greedy is what Ansor ran (XGBoost's "auto"
+ * picks it for data of this size); hist is several times faster to train on
+ * thousands of programs, with similar ranking quality. */
+#define KT_MODEL_TREE_EXACT 0
+#define KT_MODEL_TREE_APPROX 1
+#define KT_MODEL_TREE_HIST 2
 
 /* Kind names for kt_model_new. */
 #define KT_MODEL_RANDOM "random"

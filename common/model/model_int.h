@@ -38,6 +38,9 @@ struct kt_model {
     int warmup_off;         /* loaded with its booster in use */
 };
 
+/* "exact", "approx", "hist" for KT_MODEL_TREE_*; NULL when out of range. */
+const char *kt_model_tree_method_name(int tree_method);
+
 /* Train a fresh booster on m's rows; labels has one entry per sample. On
  * success replaces m->bst and m->nrounds; on failure leaves them. */
 int kt_model_xgb_train(kt_model_t *m, const float *labels);

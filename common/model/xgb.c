@@ -18,10 +18,18 @@ static int xgb_fail(int code, const char *what)
     return kt_err_set(code, "xgboost %s: %s", what, msg && *msg ? msg : "unknown error");
 }
 
+const char *kt_model_tree_method_name(int tree_method)
+{
+    static const char *const names[] = { "exact", "approx", "hist" };
+    if (tree_method < 0 || tree_method >= (int)(sizeof names / sizeof names[0]))
+        return NULL;
+    return names[tree_method];
+}
+
 static int set_params(BoosterHandle b, const kt_model_params_t *p)
 {
     char v[64];
-    struct { const char *name; char val[32]; } kv[10];
+    struct { const char *name; char val[32]; } kv[11];
     size_t n = 0;
 #define KV(k, ...) do { kv[n].name = (k); snprintf(kv[n].val, sizeof kv[n].val, __VA_ARGS__); n++; } while (0)
     KV("max_depth", "%d", p->max_depth);
@@ -35,6 +43,7 @@ static int set_params(BoosterHandle b, const kt_model_params_t *p)
     /* XGBoost 1.x's default, pinned so training does not depend on the library
      * version (2.x estimates it from labels, which our custom objective lacks). */
     KV("base_score", "%s", "0.5");
+    KV("tree_method", "%s", kt_model_tree_method_name(p->tree_method));
 #undef KV
     for (size_t i = 0; i < n; i++) {
         if (XGBoosterSetParam(b, kv[i].name, kv[i].val) != 0) {
