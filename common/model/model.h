@@ -1,0 +1,139 @@
+/*
+ * Cost models: they score candidate programs (higher = predicted faster) so the
+ * search measures only promising ones (Ansor's RandomModel and XGBModel). A
+ * model sees programs only as feature matrices: a program is a set of
+ * per-stage rows of `nfeat` floats, and programs have different numbers of
+ * rows. It knows nothing about schedules, feature extraction or measurement.
+ *
+ * Two kinds, created by name:
+ * - "random": uniform scores in [0, 1) from a seeded generator; updates are
+ *   accepted and only counted.
+ * - "xgb": gradient-boosted trees (XGBoost C API) with the "pack-sum"
+ *   objective: a program's score is the SUM of its rows' predictions; each
+ *   round the squared error of every program's sum against its label gives
+ *   grad = (sum - label) for each of its rows, hess = 1, both multiplied by the
+ *   program's weight (its label, as Ansor does, unless weight_by_label is off:
+ *   failed programs then weigh nothing). Labels are normalized throughputs:
+ *   (min cost of the same task over ALL samples seen) / cost, 0 for failed
+ *   measurements. Every (re)training starts from scratch on all accumulated
+ *   samples and runs up to num_boost_round rounds, stopping after
+ *   early_stopping_rounds rounds without a new best pack-sum RMSE on the
+ *   training set itself (Ansor's "tr-p-rmse"); the trees up to the best round
+ *   are kept. Until more than num_warmup_sample samples exist the model
+ *   predicts random scores like "random".
+ *
+ * Adaptive training (on by default, as the service's long runs need; Ansor's
+ * default is off): an update that brings fewer than adaptive_ratio x (size of
+ * the last training set) new samples only stores them; the next update that
+ * reaches the threshold retrains on everything.
+ *
+ * Invalid programs (a row count of 0, e.g. a state that failed lowering or
+ * exceeds hardware limits) score -INFINITY with both kinds.
+ *
+ * Files: kt_model_save writes the kind, parameters, generator state and the
+ * booster (XGBoost's UBJSON, with a length and an xxHash checksum); it does
+ * not store the training samples (like Ansor). A loaded model predicts exactly
+ * as the saved one did. When the saved model was predicting with its booster,
+ * the loaded one does so at once with the warm-up disabled (Ansor's load sets
+ * num_warmup_sample = -1); its next training run, on the data given to the
+ * loaded model only, replaces the booster.
+ *
+ * Ownership: kt_model_new/kt_model_load return a model the caller releases
+ * with kt_model_free (NULL accepted). Batches and output arrays are the
+ * caller's; the model copies what it keeps.
+ * Threads: a model must be used by one thread at a time (predict advances its
+ * random generator); distinct models may be used from different threads.
+ */
+#ifndef KT_MODEL_MODEL_H
+#define KT_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kt_model kt_model_t;
+
+/* A batch of programs. Program i owns nrows[i] consecutive rows of `rows`
+ * (program 0 first), each of nfeat floats; rows holds sum(nrows) x nfeat
+ * floats, row-major. nrows[i] == 0 marks program i invalid. NaN features are
+ * treated as missing by XGBoost. */
+typedef struct kt_model_batch {
+    const float *rows;
+    const uint32_t *nrows;
+    size_t nprog;
+    uint32_t nfeat;
+} kt_model_batch_t;
+
+/* Parameters; kt_model_params_default() fills Ansor's values. Only seed
+ * matters for "random". */
+typedef struct kt_model_params {
+    uint64_t seed;              /* random scores; XGBoost's seed (43) */
+    int max_depth;              /* tree depth (10) */
+    double eta;                 /* learning rate (0.2) */
+    double gamma;               /* minimum split loss (0.001) */
+    double min_child_weight;    /* minimum hessian sum in a leaf (0) */
+    int num_boost_round;        /* rounds at most (10000) */
+    int early_stopping_rounds;  /* rounds without a better training RMSE (50) */
+    int num_warmup_sample;      /* random scores until MORE samples than this (100) */
+    int adaptive_training;      /* 1: skip retraining when few new samples (1) */
+    double adaptive_ratio;      /* "few" = fewer than this x last training size (0.2) */
+    int weight_by_label;        /* 1: weight each program by its label, as Ansor (1) */
+    int verbose_eval;           /* log the RMSE every N rounds; 0 silent (0) */
+    int nthread;                /* XGBoost threads; 0 = all cores (1) */
+    int tree_method;            /* KT_MODEL_TREE_* (exact) */
+} kt_model_params_t;
+
+/* XGBoost tree construction. Exact greedy is what Ansor ran (XGBoost's "auto"
+ * picks it for data of this size); hist is several times faster to train on
+ * thousands of programs, with similar ranking quality. */
+#define KT_MODEL_TREE_EXACT 0
+#define KT_MODEL_TREE_APPROX 1
+#define KT_MODEL_TREE_HIST 2
+
+/* Kind names for kt_model_new. */
+#define KT_MODEL_RANDOM "random"
+#define KT_MODEL_XGB "xgb"
+
+/* ---- create / release ---- */
+void kt_model_params_default(kt_model_params_t *p);
+/* kind is "random" or "xgb"; params NULL means defaults. NULL on error. */
+kt_model_t *kt_model_new(const char *kind, const kt_model_params_t *params);
+void kt_model_free(kt_model_t *m);
+
+/* ---- train / score ---- */
+/* Add batch->nprog measured programs: costs[i] in seconds (the mean over
+ * repeats), <= 0, NaN or infinite for a failed measurement; task_ids[i] groups
+ * programs for normalization (NULL: one task). Invalid programs count as
+ * samples (for the warm-up and normalization) but add no rows. The first batch
+ * with rows fixes nfeat. The samples are kept even when training fails.
+ * 0 or negative KT_E*. */
+int kt_model_update(kt_model_t *m, const kt_model_batch_t *batch, const double *costs,
+                    const uint64_t *task_ids);
+/* One score per program into scores[batch->nprog]: higher = better, -INFINITY
+ * for invalid programs. 0 or negative KT_E*. */
+int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores);
+
+/* ---- files ---- */
+int kt_model_save(const kt_model_t *m, const char *path);
+/* NULL with a message when the file is missing, truncated or corrupt. */
+kt_model_t *kt_model_load(const char *path);
+
+/* ---- state ---- */
+const char *kt_model_kind(const kt_model_t *m);       /* "random" or "xgb" */
+const kt_model_params_t *kt_model_params(const kt_model_t *m);
+size_t kt_model_num_samples(const kt_model_t *m);     /* programs given to update */
+unsigned kt_model_num_trainings(const kt_model_t *m); /* training runs done */
+int kt_model_num_rounds(const kt_model_t *m);         /* trees kept by the last run */
+/* 1 when predict uses the trained booster, 0 when it returns random scores. */
+int kt_model_is_trained(const kt_model_t *m);
+
+/* ---- quality metrics (metrics.c) ---- */
+/* Share of pairs (i, j) with truth[i] != truth[j] that pred orders the same
+ * way; a tie in pred counts one half. *out = NaN when no pair qualifies.
+ * 0 or KT_EINVAL. */
+int kt_model_pairwise_accuracy(const float *pred, const float *truth, size_t n, double *out);
+/* |top k by pred ∩ top k by truth| / k (k capped at n; ties broken by index).
+ * 0, KT_EINVAL (k == 0 or n == 0) or KT_ENOMEM. */
+int kt_model_topk_recall(const float *pred, const float *truth, size_t n, size_t k,
+                         double *out);
+
+#endif

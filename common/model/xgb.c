@@ -1,0 +1,240 @@
+/*
+ * The XGBoost half of the "xgb" model: pack-sum training with a custom
+ * objective computed here, prediction of row margins, booster bytes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_int.h"
+#include "util/err.h"
+#include "util/log.h"
+
+/* XGBoost reports failures through a thread-local message. */
+static int xgb_fail(int code, const char *what)
+{
+    const char *msg = XGBGetLastError();
+    return kt_err_set(code, "xgboost %s: %s", what, msg && *msg ? msg : "unknown error");
+}
+
+const char *kt_model_tree_method_name(int tree_method)
+{
+    static const char *const names[] = { "exact", "approx", "hist" };
+    if (tree_method < 0 || tree_method >= (int)(sizeof names / sizeof names[0]))
+        return NULL;
+    return names[tree_method];
+}
+
+static int set_params(BoosterHandle b, const kt_model_params_t *p)
+{
+    char v[64];
+    struct { const char *name; char val[32]; } kv[11];
+    size_t n = 0;
+#define KV(k, ...) do { kv[n].name = (k); snprintf(kv[n].val, sizeof kv[n].val, __VA_ARGS__); n++; } while (0)
+    KV("max_depth", "%d", p->max_depth);
+    KV("eta", "%.17g", p->eta);
+    KV("gamma", "%.17g", p->gamma);
+    KV("min_child_weight", "%.17g", p->min_child_weight);
+    KV("nthread", "%d", p->nthread);
+    KV("seed", "%d", (int)(p->seed & 0x7fffffff));
+    KV("verbosity", "%d", 0);
+    KV("disable_default_eval_metric", "%d", 1);
+    /* XGBoost 1.x's default, pinned so training does not depend on the library
+     * version (2.x estimates it from labels, which our custom objective lacks). */
+    KV("base_score", "%s", "0.5");
+    KV("tree_method", "%s", kt_model_tree_method_name(p->tree_method));
+#undef KV
+    for (size_t i = 0; i < n; i++) {
+        if (XGBoosterSetParam(b, kv[i].name, kv[i].val) != 0) {
+            snprintf(v, sizeof v, "setting %s", kv[i].name);
+            return xgb_fail(KT_EINTERNAL, v);
+        }
+    }
+    return KT_OK;
+}
+
+/* Row margins of dmat from bst. out_len checked against nrow. */
+static int predict_margins(BoosterHandle bst, DMatrixHandle d, size_t nrow, int training,
+                           const float **out)
+{
+    const char *cfg = training
+        ? "{\"type\": 1, \"training\": true, \"iteration_begin\": 0, \"iteration_end\": 0, \"strict_shape\": false}"
+        : "{\"type\": 1, \"training\": false, \"iteration_begin\": 0, \"iteration_end\": 0, \"strict_shape\": false}";
+    const bst_ulong *shape = NULL;
+    bst_ulong dim = 0;
+    if (XGBoosterPredictFromDMatrix(bst, d, cfg, &shape, &dim, out) != 0)
+        return xgb_fail(KT_EINTERNAL, "predict");
+    if (dim != 1 || shape[0] != (bst_ulong)nrow)
+        return kt_err_set(KT_EINTERNAL, "xgboost predict: %llu-d result for %zu rows",
+                          (unsigned long long)dim, nrow);
+    return KT_OK;
+}
+
+int kt_model_xgb_train(kt_model_t *m, const float *labels)
+{
+    const kt_model_params_t *p = &m->p;
+    size_t nrow = m->nrows_total, npack = 0;
+    for (size_t i = 0; i < m->nsamples; i++)
+        npack += m->samples[i].nrows > 0;
+    if (nrow == 0 || npack == 0)
+        return kt_err_set(KT_ESTATE, "no valid program to train on");
+
+    int rc = KT_OK;
+    DMatrixHandle d = NULL;
+    BoosterHandle b = NULL, best = NULL;
+    float *grad = malloc(nrow * sizeof *grad);
+    float *hess = malloc(nrow * sizeof *hess);
+    double *sum = malloc(npack * sizeof *sum);
+    if (!grad || !hess || !sum) {
+        rc = kt_err_set(KT_ENOMEM, "training: out of memory");
+        goto out;
+    }
+    if (XGDMatrixCreateFromMat_omp(m->rows, (bst_ulong)nrow, m->nfeat, NAN, &d, p->nthread) != 0) {
+        rc = xgb_fail(KT_EINTERNAL, "creating the training matrix");
+        goto out;
+    }
+    if (XGBoosterCreate(&d, 1, &b) != 0) {
+        rc = xgb_fail(KT_EINTERNAL, "creating a booster");
+        goto out;
+    }
+    if ((rc = set_params(b, p)) < 0)
+        goto out;
+
+    double best_rmse = INFINITY;
+    int best_rounds = 0, rounds = 0;
+    for (;;) {
+        /* Margins of the model with `rounds` trees: they score round rounds-1
+         * for early stopping and give the gradients of the next round. */
+        const float *pred;
+        if ((rc = predict_margins(b, d, nrow, 1, &pred)) < 0)
+            goto out;
+        double se = 0;
+        size_t k = 0;
+        for (size_t i = 0; i < m->nsamples; i++) {
+            const kt_model_sample_t *s = &m->samples[i];
+            if (s->nrows == 0)
+                continue;
+            double acc = 0;
+            for (uint32_t r = 0; r < s->nrows; r++)
+                acc += pred[s->row + r];
+            sum[k++] = acc;
+            se += (acc - labels[i]) * (acc - labels[i]);
+        }
+        if (rounds > 0) {
+            double rmse = sqrt(se / (double)npack);
+            if (p->verbose_eval > 0 && rounds % p->verbose_eval == 0)
+                KT_INFO("xgb round %d: tr-p-rmse %.6f", rounds, rmse);
+            if (rmse < best_rmse) {
+                best_rmse = rmse;
+                best_rounds = rounds;
+            } else if (rounds - best_rounds >= p->early_stopping_rounds) {
+                break;
+            }
+        }
+        if (rounds >= p->num_boost_round)
+            break;
+        k = 0;
+        for (size_t i = 0; i < m->nsamples; i++) {
+            const kt_model_sample_t *s = &m->samples[i];
+            if (s->nrows == 0)
+                continue;
+            double w = p->weight_by_label ? labels[i] : 1.0;
+            float g = (float)((sum[k++] - labels[i]) * w);
+            for (uint32_t r = 0; r < s->nrows; r++) {
+                grad[s->row + r] = g;
+                hess[s->row + r] = (float)w;
+            }
+        }
+        if (XGBoosterBoostOneIter(b, d, grad, hess, (bst_ulong)nrow) != 0) {
+            rc = xgb_fail(KT_EINTERNAL, "boosting");
+            goto out;
+        }
+        rounds++;
+    }
+    if (p->verbose_eval > 0)
+        KT_INFO("xgb trained on %zu programs (%zu rows): best round %d of %d, tr-p-rmse %.6f",
+                npack, nrow, best_rounds, rounds, best_rmse);
+    /* Keep the trees up to the best round: later ones did not lower the error. */
+    if (best_rounds > 0 && best_rounds < rounds) {
+        if (XGBoosterSlice(b, 0, best_rounds, 1, &best) != 0) {
+            rc = xgb_fail(KT_EINTERNAL, "keeping the best rounds");
+            goto out;
+        }
+        XGBoosterFree(b);
+        b = best;
+        best = NULL;
+    } else {
+        best_rounds = rounds;
+    }
+    if (m->bst)
+        XGBoosterFree(m->bst);
+    m->bst = b;
+    m->nrounds = best_rounds;
+    b = NULL;
+out:
+    if (b)
+        XGBoosterFree(b);
+    if (d)
+        XGDMatrixFree(d);
+    free(grad);
+    free(hess);
+    free(sum);
+    return rc;
+}
+
+int kt_model_xgb_predict(BoosterHandle bst, const float *rows, size_t nrow, uint32_t nfeat,
+                         int nthread, float *out)
+{
+    DMatrixHandle d = NULL;
+    if (XGDMatrixCreateFromMat_omp(rows, (bst_ulong)nrow, nfeat, NAN, &d, nthread) != 0)
+        return xgb_fail(KT_EINTERNAL, "creating the prediction matrix");
+    const float *pred;
+    int rc = predict_margins(bst, d, nrow, 0, &pred);
+    if (rc == KT_OK)
+        memcpy(out, pred, nrow * sizeof *out);
+    XGDMatrixFree(d);
+    return rc;
+}
+
+int kt_model_xgb_save(BoosterHandle bst, char **buf, size_t *len)
+{
+    bst_ulong n = 0;
+    const char *data = NULL;
+    if (XGBoosterSaveModelToBuffer(bst, "{\"format\": \"ubj\"}", &n, &data) != 0)
+        return xgb_fail(KT_EINTERNAL, "saving the booster");
+    char *copy = malloc(n ? n : 1);
+    if (!copy)
+        return kt_err_set(KT_ENOMEM, "saving the booster: out of memory");
+    memcpy(copy, data, n);
+    *buf = copy;
+    *len = n;
+    return KT_OK;
+}
+
+int kt_model_xgb_load(const void *buf, size_t len, int nthread, BoosterHandle *out,
+                      int *nrounds, uint32_t *nfeat)
+{
+    BoosterHandle b = NULL;
+    bst_ulong nf = 0;
+    int rounds = 0;
+    char v[16];
+    snprintf(v, sizeof v, "%d", nthread);
+    if (XGBoosterCreate(NULL, 0, &b) != 0)
+        return xgb_fail(KT_EINTERNAL, "creating a booster");
+    if (XGBoosterLoadModelFromBuffer(b, buf, (bst_ulong)len) != 0) {
+        int rc = xgb_fail(KT_EINVAL, "loading the booster");
+        XGBoosterFree(b);
+        return rc;
+    }
+    if (XGBoosterSetParam(b, "nthread", v) != 0 || XGBoosterSetParam(b, "verbosity", "0") != 0 ||
+        XGBoosterBoostedRounds(b, &rounds) != 0 || XGBoosterGetNumFeature(b, &nf) != 0) {
+        int rc = xgb_fail(KT_EINVAL, "loading the booster");
+        XGBoosterFree(b);
+        return rc;
+    }
+    *out = b;
+    *nrounds = rounds;
+    *nfeat = (uint32_t)nf;
+    return KT_OK;
+}

@@ -1,0 +1,555 @@
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "util/err.h"
+#include "util/util.h"
+
+#define NFEAT 20
+
+/* A synthetic set of programs: 1-3 rows of NFEAT features each; the true
+ * throughput is the sum over rows of a smooth nonlinear function of a few
+ * features (the rest are noise, as most real features are for a given task). */
+typedef struct {
+    float *rows;
+    uint32_t *nrows;
+    double *cost;
+    float *truth;   /* throughput */
+    size_t nprog, nrow;
+} progs_t;
+
+static uint64_t rng_state;
+
+static double urand(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng_state >> 11) * 0x1p-53;
+}
+
+static double row_value(const float *x)
+{
+    return 1.0 + 3.0 * x[0] + 2.0 * x[1] * x[1] + sin(3.0 * x[2]) + 2.0 * x[3] * x[4];
+}
+
+static void progs_make(progs_t *p, size_t n, uint64_t seed)
+{
+    rng_state = seed;
+    memset(p, 0, sizeof *p);
+    p->nprog = n;
+    p->nrows = calloc(n, sizeof *p->nrows);
+    p->cost = calloc(n, sizeof *p->cost);
+    p->truth = calloc(n, sizeof *p->truth);
+    p->rows = calloc(n * 3 * NFEAT, sizeof *p->rows);
+    ck_assert(p->nrows && p->cost && p->truth && p->rows);
+    for (size_t i = 0; i < n; i++) {
+        p->nrows[i] = 1 + (uint32_t)(urand() * 3);
+        double t = 0;
+        for (uint32_t r = 0; r < p->nrows[i]; r++) {
+            float *x = p->rows + (p->nrow + r) * NFEAT;
+            for (int f = 0; f < NFEAT; f++)
+                x[f] = (float)urand();
+            t += row_value(x);
+        }
+        p->nrow += p->nrows[i];
+        p->truth[i] = (float)t;
+        p->cost[i] = 1e-3 / t;   /* seconds: faster programs have higher throughput */
+    }
+}
+
+static void progs_free(progs_t *p)
+{
+    free(p->rows);
+    free(p->nrows);
+    free(p->cost);
+    free(p->truth);
+}
+
+static kt_model_batch_t batch_of(const progs_t *p)
+{
+    return (kt_model_batch_t){ p->rows, p->nrows, p->nprog, NFEAT };
+}
+
+/* Batch of programs [from, from + n) of p. */
+static kt_model_batch_t batch_slice(const progs_t *p, size_t from, size_t n)
+{
+    size_t row = 0;
+    for (size_t i = 0; i < from; i++)
+        row += p->nrows[i];
+    return (kt_model_batch_t){ p->rows + row * NFEAT, p->nrows + from, n, NFEAT };
+}
+
+/* One model trained on 600 programs, shared by the tests that only read it
+ * (built once in the runner before the per-test forks). */
+static progs_t train_set, test_set;
+static kt_model_t *trained;
+
+static void trained_setup(void)
+{
+    progs_make(&train_set, 600, 1);
+    progs_make(&test_set, 200, 2);
+    trained = kt_model_new(KT_MODEL_XGB, NULL);
+    ck_assert_ptr_nonnull(trained);
+    kt_model_batch_t b = batch_of(&train_set);
+    ck_assert_int_eq(kt_model_update(trained, &b, train_set.cost, NULL), 0);
+}
+
+static void trained_teardown(void)
+{
+    kt_model_free(trained);
+    progs_free(&train_set);
+    progs_free(&test_set);
+}
+
+static char *tmp_path(const char *name)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "/tmp/kt_model_%d_%s", (int)getpid(), name);
+    return path;
+}
+
+START_TEST(xgb_ranks_held_out_programs)
+{
+    ck_assert(kt_model_is_trained(trained));
+    ck_assert_uint_eq(kt_model_num_trainings(trained), 1);
+    ck_assert_int_gt(kt_model_num_rounds(trained), 0);
+    float *pred = malloc(test_set.nprog * sizeof *pred);
+    kt_model_batch_t b = batch_of(&test_set);
+    ck_assert_int_eq(kt_model_predict(trained, &b, pred), 0);
+    double acc, recall;
+    ck_assert_int_eq(kt_model_pairwise_accuracy(pred, test_set.truth, test_set.nprog, &acc), 0);
+    ck_assert_int_eq(kt_model_topk_recall(pred, test_set.truth, test_set.nprog, 20, &recall), 0);
+    printf("xgb held-out: pairwise accuracy %.3f, top-20 recall %.2f, %d rounds\n", acc, recall,
+           kt_model_num_rounds(trained));
+    ck_assert(acc >= 0.9);
+    ck_assert(recall >= 0.5);
+    free(pred);
+}
+END_TEST
+
+START_TEST(xgb_pack_sum_adds_stage_predictions)
+{
+    /* Programs: [a], [b], [a, a], [a, b], with a and b the first two test rows. */
+    static const int pick[6] = { 0, 1, 0, 0, 0, 1 };
+    float rows[6 * NFEAT];
+    for (int r = 0; r < 6; r++)
+        for (int f = 0; f < NFEAT; f++)
+            rows[r * NFEAT + f] = test_set.rows[pick[r] * NFEAT + f];
+    uint32_t nrows[4] = { 1, 1, 2, 2 };
+    kt_model_batch_t batch = { rows, nrows, 4, NFEAT };
+    float s[4];
+    ck_assert_int_eq(kt_model_predict(trained, &batch, s), 0);
+    ck_assert(s[0] != s[1]);
+    ck_assert_float_eq_tol(s[2], 2 * s[0], 1e-5);
+    ck_assert_float_eq_tol(s[3], s[0] + s[1], 1e-5);
+}
+END_TEST
+
+START_TEST(invalid_programs_score_minus_infinity)
+{
+    uint32_t nrows[3] = { 1, 0, 1 };
+    kt_model_batch_t batch = { test_set.rows, nrows, 3, NFEAT };
+    float s[3];
+    ck_assert_int_eq(kt_model_predict(trained, &batch, s), 0);
+    ck_assert(isfinite(s[0]) && isfinite(s[2]));
+    ck_assert(isinf(s[1]) && s[1] < 0);
+    /* Both rows are the first two of the set: the invalid one takes none. */
+    uint32_t one[2] = { 1, 1 };
+    kt_model_batch_t ref = { test_set.rows, one, 2, NFEAT };
+    float r[2];
+    ck_assert_int_eq(kt_model_predict(trained, &ref, r), 0);
+    ck_assert(r[0] == s[0] && r[1] == s[2]);
+
+    kt_model_t *rnd = kt_model_new(KT_MODEL_RANDOM, NULL);
+    ck_assert_int_eq(kt_model_predict(rnd, &batch, s), 0);
+    ck_assert(isinf(s[1]) && s[1] < 0);
+    ck_assert(s[0] >= 0 && s[0] < 1 && s[2] >= 0 && s[2] < 1);
+    kt_model_free(rnd);
+}
+END_TEST
+
+START_TEST(save_load_predicts_identically)
+{
+    const char *path = tmp_path("trained");
+    ck_assert_int_eq(kt_model_save(trained, path), 0);
+    kt_model_t *m = kt_model_load(path);
+    ck_assert_msg(m != NULL, "%s", kt_err_msg());
+    ck_assert_str_eq(kt_model_kind(m), "xgb");
+    ck_assert(kt_model_is_trained(m));
+    ck_assert_int_eq(kt_model_num_rounds(m), kt_model_num_rounds(trained));
+    ck_assert_int_eq(kt_model_params(m)->max_depth, 10);
+    size_t n = test_set.nprog;
+    float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2);
+    kt_model_batch_t b = batch_of(&test_set);
+    ck_assert_int_eq(kt_model_predict(trained, &b, p1), 0);
+    ck_assert_int_eq(kt_model_predict(m, &b, p2), 0);
+    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    kt_model_free(m);
+
+    /* A model still in its warm-up continues the same random sequence. */
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.seed = 7;
+    prm.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_t *w = kt_model_new(KT_MODEL_XGB, &prm);
+    ck_assert_int_eq(kt_model_predict(w, &b, p1), 0);
+    ck_assert_int_eq(kt_model_save(w, path), 0);
+    m = kt_model_load(path);
+    ck_assert_ptr_nonnull(m);
+    ck_assert(!kt_model_is_trained(m));
+    ck_assert_int_eq(kt_model_params(m)->tree_method, KT_MODEL_TREE_HIST);
+    ck_assert_uint_eq(kt_model_params(m)->seed, 7);
+    ck_assert_int_eq(kt_model_predict(w, &b, p1), 0);
+    ck_assert_int_eq(kt_model_predict(m, &b, p2), 0);
+    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    kt_model_free(m);
+    kt_model_free(w);
+    unlink(path);
+    free(p1);
+    free(p2);
+}
+END_TEST
+
+static void write_file(const char *path, const char *data, size_t len)
+{
+    ck_assert_int_eq(kt_file_write(path, data, len), 0);
+}
+
+START_TEST(load_rejects_missing_and_corrupt_files)
+{
+    ck_assert_ptr_null(kt_model_load("/nonexistent/kt/model.bin"));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "/nonexistent/kt/model.bin"));
+    ck_assert_int_eq(kt_err_code(), KT_EIO);
+
+    const char *path = tmp_path("corrupt");
+    ck_assert_int_eq(kt_model_save(trained, path), 0);
+    size_t len;
+    char *good = kt_file_read(path, &len);
+    ck_assert_ptr_nonnull(good);
+    char *nl = memchr(good, '\n', len);
+    ck_assert_ptr_nonnull(nl);
+    size_t hdr = (size_t)(nl - good) + 1;
+    ck_assert_uint_gt(len, hdr + 100);
+
+    /* A flipped bit in the booster. */
+    char *bad = malloc(len);
+    memcpy(bad, good, len);
+    bad[hdr + (len - hdr) / 2] ^= 0x10;
+    write_file(path, bad, len);
+    ck_assert_ptr_null(kt_model_load(path));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "checksum"));
+
+    /* Truncated. */
+    write_file(path, good, len - 7);
+    ck_assert_ptr_null(kt_model_load(path));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "truncated"));
+
+    /* Garbage, an empty file, and a header of another format. */
+    write_file(path, "\x01\x02garbage", 9);
+    ck_assert_ptr_null(kt_model_load(path));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "not a ktune model"));
+    write_file(path, "", 0);
+    ck_assert_ptr_null(kt_model_load(path));
+    ck_assert_int_eq(kt_err_code(), KT_EINVAL);
+    write_file(path, "{\"format\": \"other\"}\n", 20);
+    ck_assert_ptr_null(kt_model_load(path));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "bad header"));
+
+    /* A booster whose checksum was recomputed: XGBoost's own error surfaces. */
+    memcpy(bad, good, len);
+    memset(bad + hdr, 'x', 16);
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)kt_hash64(bad + hdr, len - hdr));
+    char *h = strstr(bad, "\"booster_xxh3\":\"");
+    ck_assert_ptr_nonnull(h);
+    memcpy(h + 16, hash, 16);
+    write_file(path, bad, len);
+    ck_assert_ptr_null(kt_model_load(path));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "xgboost"));
+
+    free(bad);
+    free(good);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(warmup_predicts_random_then_the_model)
+{
+    progs_t p;
+    progs_make(&p, 101, 3);
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.num_boost_round = 40;
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
+    kt_model_batch_t first = batch_slice(&p, 0, 100), last = batch_slice(&p, 100, 1);
+    kt_model_batch_t probe = batch_slice(&p, 0, 30);
+    float r1[30], r2[30], t1[30], t2[30];
+
+    /* 100 samples: trained, but not more than num_warmup_sample. */
+    ck_assert_int_eq(kt_model_update(m, &first, p.cost, NULL), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), 1);
+    ck_assert(!kt_model_is_trained(m));
+    ck_assert_int_eq(kt_model_predict(m, &probe, r1), 0);
+    ck_assert_int_eq(kt_model_predict(m, &probe, r2), 0);
+    for (int i = 0; i < 30; i++)
+        ck_assert(r1[i] >= 0 && r1[i] < 1 && r2[i] >= 0 && r2[i] < 1);
+    ck_assert(memcmp(r1, r2, sizeof r1) != 0);
+
+    /* One more (too few to retrain adaptively): now the booster answers. */
+    ck_assert_int_eq(kt_model_update(m, &last, p.cost + 100, NULL), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), 1);
+    ck_assert(kt_model_is_trained(m));
+    ck_assert_int_eq(kt_model_predict(m, &probe, t1), 0);
+    ck_assert_int_eq(kt_model_predict(m, &probe, t2), 0);
+    ck_assert_mem_eq(t1, t2, sizeof t1);
+    ck_assert(memcmp(t1, r1, sizeof t1) != 0);
+    double acc;
+    ck_assert_int_eq(kt_model_pairwise_accuracy(t1, p.truth, 30, &acc), 0);
+    ck_assert(acc > 0.7);
+    kt_model_free(m);
+    progs_free(&p);
+}
+END_TEST
+
+START_TEST(adaptive_training_waits_for_enough_new_samples)
+{
+    progs_t p;
+    progs_make(&p, 200, 4);
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.num_boost_round = 20;
+    prm.tree_method = KT_MODEL_TREE_HIST;   /* any method: this is about scheduling */
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
+    kt_model_batch_t b;
+
+    b = batch_slice(&p, 0, 100);
+    ck_assert_int_eq(kt_model_update(m, &b, p.cost, NULL), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), 1);
+    b = batch_slice(&p, 100, 10);   /* 10 < 0.2 x 100 */
+    ck_assert_int_eq(kt_model_update(m, &b, p.cost + 100, NULL), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), 1);
+    ck_assert_uint_eq(kt_model_num_samples(m), 110);
+    b = batch_slice(&p, 110, 10);   /* 20 new since the last training */
+    ck_assert_int_eq(kt_model_update(m, &b, p.cost + 110, NULL), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), 2);
+    b = batch_slice(&p, 120, 20);   /* 20 < 0.2 x 120 */
+    ck_assert_int_eq(kt_model_update(m, &b, p.cost + 120, NULL), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), 2);
+    kt_model_free(m);
+
+    /* Disabled: every update retrains. */
+    prm.adaptive_training = 0;
+    m = kt_model_new(KT_MODEL_XGB, &prm);
+    b = batch_slice(&p, 0, 100);
+    ck_assert_int_eq(kt_model_update(m, &b, p.cost, NULL), 0);
+    b = batch_slice(&p, 100, 5);
+    ck_assert_int_eq(kt_model_update(m, &b, p.cost + 100, NULL), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), 2);
+    kt_model_free(m);
+    progs_free(&p);
+}
+END_TEST
+
+START_TEST(labels_are_normalized_per_task_and_failures_are_zero)
+{
+    /* Eight one-row programs with distinct features: two tasks whose costs
+     * differ by 1000x, and failures. With the warm-up off and unweighted rows
+     * the fit approaches the labels: best/cost within each task, 0 if failed. */
+    float rows[8 * NFEAT];
+    for (int i = 0; i < 8; i++)
+        for (int f = 0; f < NFEAT; f++)
+            rows[i * NFEAT + f] = (float)((i * 7 + f * 3) % 11) + (float)i;
+    uint32_t nrows[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+    double costs[8] = { 1e-3, 2e-3, 4e-3, -1, 1e-6, 2e-6, 4e-6, INFINITY };
+    uint64_t tasks[8] = { 5, 5, 5, 5, 9, 9, 9, 9 };
+    double want[8] = { 1, 0.5, 0.25, 0, 1, 0.5, 0.25, 0 };
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.num_warmup_sample = 0;
+    prm.weight_by_label = 0;
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
+    kt_model_batch_t b = { rows, nrows, 8, NFEAT };
+    ck_assert_int_eq(kt_model_update(m, &b, costs, tasks), 0);
+    ck_assert(kt_model_is_trained(m));
+    float s[8];
+    ck_assert_int_eq(kt_model_predict(m, &b, s), 0);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(fabs(s[i] - want[i]) < 0.1, "program %d: %g, label %g", i, s[i], want[i]);
+    kt_model_free(m);
+}
+END_TEST
+
+START_TEST(random_model_is_uniform_and_deterministic_per_seed)
+{
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.seed = 11;
+    kt_model_t *a = kt_model_new(KT_MODEL_RANDOM, &prm), *b = kt_model_new("random", &prm);
+    prm.seed = 12;
+    kt_model_t *c = kt_model_new(KT_MODEL_RANDOM, &prm);
+    ck_assert_str_eq(kt_model_kind(a), "random");
+    uint32_t nrows[500];
+    for (int i = 0; i < 500; i++)
+        nrows[i] = 1;
+    static float rows[500];
+    kt_model_batch_t batch = { rows, nrows, 500, 1 };
+    uint32_t nr1[1] = { 1 };
+    kt_model_batch_t one = { rows, nr1, 1, 1 };
+    float sa[500], sb[500], sc[500];
+    double costs[1] = { 1e-3 };
+    ck_assert_int_eq(kt_model_update(a, &one, costs, NULL), 0);   /* accepted, no effect */
+    ck_assert_uint_eq(kt_model_num_samples(a), 1);
+    ck_assert_uint_eq(kt_model_num_trainings(a), 0);
+    ck_assert_int_eq(kt_model_predict(a, &batch, sa), 0);
+    ck_assert_int_eq(kt_model_predict(b, &batch, sb), 0);
+    ck_assert_int_eq(kt_model_predict(c, &batch, sc), 0);
+    ck_assert_mem_eq(sa, sb, sizeof sa);
+    ck_assert(memcmp(sa, sc, sizeof sa) != 0);
+    double mean = 0;
+    for (int i = 0; i < 500; i++) {
+        ck_assert(sa[i] >= 0 && sa[i] < 1);
+        mean += sa[i] / 500;
+    }
+    ck_assert(mean > 0.4 && mean < 0.6);
+
+    const char *path = tmp_path("random");
+    ck_assert_int_eq(kt_model_save(a, path), 0);
+    kt_model_t *l = kt_model_load(path);
+    ck_assert_ptr_nonnull(l);
+    ck_assert_str_eq(kt_model_kind(l), "random");
+    ck_assert_int_eq(kt_model_predict(a, &batch, sa), 0);
+    ck_assert_int_eq(kt_model_predict(l, &batch, sb), 0);
+    ck_assert_mem_eq(sa, sb, sizeof sa);
+    unlink(path);
+    kt_model_free(l);
+    kt_model_free(a);
+    kt_model_free(b);
+    kt_model_free(c);
+}
+END_TEST
+
+START_TEST(bad_arguments_are_reported)
+{
+    ck_assert_ptr_null(kt_model_new("gbm", NULL));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "gbm"));
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.eta = 0;
+    ck_assert_ptr_null(kt_model_new(KT_MODEL_XGB, &prm));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "eta"));
+    kt_model_params_default(&prm);
+    prm.tree_method = 7;
+    ck_assert_ptr_null(kt_model_new(KT_MODEL_XGB, &prm));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "tree_method"));
+
+    /* A trained model refuses rows of another width. */
+    float rows[2 * NFEAT] = { 0 };
+    uint32_t nrows[1] = { 2 };
+    kt_model_batch_t b = { rows, nrows, 1, NFEAT / 2 };
+    float s[1];
+    double c[1] = { 1 };
+    ck_assert_int_eq(kt_model_predict(trained, &b, s), KT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "features"));
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, NULL);
+    b.nfeat = NFEAT;
+    ck_assert_int_eq(kt_model_update(m, &b, NULL, NULL), KT_EINVAL);
+    b.rows = NULL;
+    ck_assert_int_eq(kt_model_update(m, &b, c, NULL), KT_EINVAL);
+    ck_assert_int_eq(kt_model_predict(m, NULL, s), KT_EINVAL);
+    ck_assert_uint_eq(kt_model_num_samples(m), 0);
+    kt_model_free(m);
+    kt_model_free(NULL);
+}
+END_TEST
+
+START_TEST(only_failed_programs_train_without_error)
+{
+    /* All measurements failed: labels and weights are 0; training must still
+     * succeed and give finite scores. */
+    progs_t p;
+    progs_make(&p, 20, 5);
+    double costs[20];
+    for (int i = 0; i < 20; i++)
+        costs[i] = -1;
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.num_warmup_sample = 0;
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
+    kt_model_batch_t b = batch_of(&p);
+    ck_assert_int_eq(kt_model_update(m, &b, costs, NULL), 0);
+    ck_assert(kt_model_is_trained(m));
+    float s[20];
+    ck_assert_int_eq(kt_model_predict(m, &b, s), 0);
+    for (int i = 0; i < 20; i++)
+        ck_assert(isfinite(s[i]));
+    kt_model_free(m);
+    progs_free(&p);
+}
+END_TEST
+
+START_TEST(metrics_pairwise_accuracy_and_topk_recall)
+{
+    float truth[5] = { 1, 2, 3, 4, 5 };
+    float same[5] = { 10, 20, 30, 40, 50 };
+    float rev[5] = { 5, 4, 3, 2, 1 };
+    float flat[5] = { 1, 1, 1, 1, 1 };
+    float swap[5] = { 2, 1, 3, 4, 5 };   /* one of 10 pairs wrong */
+    double v;
+    ck_assert_int_eq(kt_model_pairwise_accuracy(same, truth, 5, &v), 0);
+    ck_assert_double_eq(v, 1.0);
+    ck_assert_int_eq(kt_model_pairwise_accuracy(rev, truth, 5, &v), 0);
+    ck_assert_double_eq(v, 0.0);
+    ck_assert_int_eq(kt_model_pairwise_accuracy(flat, truth, 5, &v), 0);
+    ck_assert_double_eq(v, 0.5);
+    ck_assert_int_eq(kt_model_pairwise_accuracy(swap, truth, 5, &v), 0);
+    ck_assert_double_eq_tol(v, 0.9, 1e-12);
+    ck_assert_int_eq(kt_model_pairwise_accuracy(truth, flat, 5, &v), 0);
+    ck_assert(isnan(v));
+
+    ck_assert_int_eq(kt_model_topk_recall(same, truth, 5, 2, &v), 0);
+    ck_assert_double_eq(v, 1.0);
+    ck_assert_int_eq(kt_model_topk_recall(rev, truth, 5, 2, &v), 0);
+    ck_assert_double_eq(v, 0.0);
+    float mid[5] = { 1, 2, 3, 5, 4 };
+    ck_assert_int_eq(kt_model_topk_recall(mid, truth, 5, 3, &v), 0);
+    ck_assert_double_eq(v, 1.0);
+    float one[5] = { 9, 2, 3, 4, 1 };   /* top-2 by pred {0, 3}, truth {4, 3} */
+    ck_assert_int_eq(kt_model_topk_recall(one, truth, 5, 2, &v), 0);
+    ck_assert_double_eq(v, 0.5);
+    ck_assert_int_eq(kt_model_topk_recall(one, truth, 5, 9, &v), 0);
+    ck_assert_double_eq(v, 1.0);
+    ck_assert_int_eq(kt_model_topk_recall(one, truth, 5, 0, &v), KT_EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("trained");
+    tcase_add_unchecked_fixture(tc, trained_setup, trained_teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, xgb_ranks_held_out_programs);
+    tcase_add_test(tc, xgb_pack_sum_adds_stage_predictions);
+    tcase_add_test(tc, invalid_programs_score_minus_infinity);
+    tcase_add_test(tc, save_load_predicts_identically);
+    tcase_add_test(tc, load_rejects_missing_and_corrupt_files);
+    tcase_add_test(tc, bad_arguments_are_reported);
+    suite_add_tcase(s, tc);
+    TCase *tc2 = tcase_create("core");
+    tcase_set_timeout(tc2, 120);
+    tcase_add_test(tc2, warmup_predicts_random_then_the_model);
+    tcase_add_test(tc2, adaptive_training_waits_for_enough_new_samples);
+    tcase_add_test(tc2, labels_are_normalized_per_task_and_failures_are_zero);
+    tcase_add_test(tc2, random_model_is_uniform_and_deterministic_per_seed);
+    tcase_add_test(tc2, only_failed_programs_train_without_error);
+    tcase_add_test(tc2, metrics_pairwise_accuracy_and_topk_recall);
+    suite_add_tcase(s, tc2);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
