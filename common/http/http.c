@@ -67,8 +67,11 @@ static void reply_text(struct evhttp_request *req, int code, const char *reason,
 static void reply_error(struct evhttp_request *req, const char *what)
 {
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s: %s\n", what, kt_err_msg());
+    int n = snprintf(msg, sizeof msg - 1, "%s: %s", what, kt_err_msg());
     KT_WARN("http: %s", msg);
+    n = n < 0 ? 0 : n > (int)sizeof msg - 2 ? (int)sizeof msg - 2 : n;
+    msg[n] = '\n';
+    msg[n + 1] = '\0';
     reply_text(req, 500, "Internal Server Error", msg);
 }
 

@@ -586,7 +586,8 @@ char *kt_metrics_render(kt_metrics_t *m)
         }
         for (size_t i = 0; i < f->n_series; i++)
             order[i] = &f->series[i];
-        qsort_r(order, f->n_series, sizeof *order, cmp_series, &f->n_labels);
+        if (f->n_series > 1)
+            qsort_r(order, f->n_series, sizeof *order, cmp_series, &f->n_labels);
         render_family(&b, f, order);
     }
     pthread_mutex_unlock(&m->mu);
