@@ -1,0 +1,105 @@
+/*
+ * The tracker's HTTP side: a small libevent (evhttp) server on its own
+ * thread serving a human status page, the Prometheus metrics and a health
+ * check. It is read-only: nothing here changes tracker state, so the routes
+ * accept only GET (and HEAD); any other method is 405, any other path 404.
+ *
+ *   GET /healthz      "ok\n" (text/plain)
+ *   GET /metrics      the registry in Prometheus text format 0.0.4
+ *   GET /api/status   the provider's JSON snapshot as is (application/json)
+ *   GET /             an HTML page rendered from the same snapshot
+ *
+ * The snapshot provider returns a JSON description of the tracker state in
+ * the schema below; the HTTP side only reads it, so the tracker decides what
+ * to show. If the provider fails (NULL), / and /api/status answer 500 with
+ * the provider's kt_err message. Every field is optional for the page
+ * renderer: a missing or mistyped field shows as "-".
+ *
+ * Snapshot schema (times in seconds, latencies in seconds, as the scheduler):
+ *   {"version": "0.1.0", "uptime_s": 12.5,
+ *    "jobs": [{"id": "job-1" or 1, "state": "running", "target": "cuda",
+ *              "policy": "sketch.xgb",
+ *              ...every field of kt_scheduler_snapshot(): "strategy",
+ *              "tasks": [{"id", "workload_key", "weight", "flops",
+ *                         "latency_s" (null: none yet), "gflops" (null),
+ *                         "trials", "rounds", "status", "in_flight",
+ *                         "left_group"}],
+ *              "estimated_latency_s" (null), "total_trials", "budget",
+ *              "measures_per_round", "elapsed_s", "next_task", "finished",
+ *              "finish_message",
+ *              "curve": [[trials, estimated_latency_s or null], ...]}],
+ *    "runners": [{"address", "key", "state", "in_flight"}],
+ *    "workers": [{"address", "state", "in_flight", "slots"}],
+ *    "queue":   [{"key", "total", "free", "pending"}]}
+ * so a tracker builds a job as its own fields plus json_object_update() with
+ * the scheduler's snapshot, and the curve from the scheduler's latency_log
+ * callback (points with a null latency are not plotted).
+ *
+ * Ownership: the server borrows the metrics registry and the provider's
+ * user pointer; both must outlive kt_http_server_stop(). The provider hands
+ * over a new reference (the server json_decref()s it). Returned strings are
+ * malloc'd and freed by the caller.
+ *
+ * Threads: kt_http_server_start() binds the socket on the calling thread
+ * (so bind errors are reported there) and serves requests on a thread of
+ * its own, one request at a time. The provider and the metrics collectors
+ * are called on that HTTP thread: they must lock whatever tracker state they
+ * read, and should be quick (a slow provider delays /metrics too).
+ * kt_http_server_stop() may be called from any thread but the HTTP thread
+ * (i.e. not from the provider); it wakes the loop, joins the thread and
+ * closes every connection. Several servers may run at once.
+ *
+ * A client closing its connection early must not kill the process, so
+ * kt_http_server_start() sets SIGPIPE to SIG_IGN if it is still SIG_DFL.
+ */
+#ifndef KT_HTTP_HTTP_H
+#define KT_HTTP_HTTP_H
+
+#include <jansson.h>
+
+#include "http/metrics.h"
+
+typedef struct kt_http_server kt_http_server_t;
+
+/* The tracker's default HTTP address (its gRPC port is 9190). */
+#define KT_HTTP_DEFAULT_BIND "0.0.0.0:9191"
+/* Seconds between automatic reloads of the status page. */
+#define KT_HTTP_DEFAULT_REFRESH_S 5
+
+/* Returns a new reference to the snapshot, or NULL with kt_err set. Called
+ * on the HTTP thread. */
+typedef json_t *(*kt_http_snapshot_fn)(void *user);
+
+typedef struct {
+    const char *bind;              /* "host:port" ("[::1]:0" for IPv6); NULL = default */
+    kt_metrics_t *metrics;         /* NULL: /metrics is 404 */
+    kt_http_snapshot_fn snapshot;  /* NULL: / and /api/status are 404 */
+    void *snapshot_user;
+    int refresh_s;                 /* status page reload period; 0 = default, < 0 = none */
+} kt_http_config_t;
+
+/* --- start / stop ------------------------------------------------------ */
+
+/* Bind and start serving. NULL + kt_err: KT_EINVAL for a malformed bind
+ * address, KT_EIO when the address cannot be bound, KT_ENOMEM. */
+kt_http_server_t *kt_http_server_start(const kt_http_config_t *cfg);
+/* Stop serving, join the thread and free the server. Accepts NULL. */
+void kt_http_server_stop(kt_http_server_t *s);
+
+/* --- query --------------------------------------------------------------- */
+
+/* The bound TCP port (the real one when the address asked for port 0). */
+int kt_http_server_port(const kt_http_server_t *s);
+
+/* --- status page ----------------------------------------------------------- */
+
+/* The self-contained HTML page for a snapshot (inline CSS and SVG, no
+ * scripts, no external assets; every string from the snapshot is
+ * HTML-escaped). refresh_s > 0 adds <meta http-equiv="refresh">. Per job: a
+ * task table (ID, workload key, latency (ms), speed (GFLOPS), trials,
+ * weight, status) and an SVG plot of the estimated total latency against
+ * trials; then runners, workers and the queue. A NULL or non-object
+ * snapshot renders an empty page. Caller frees; NULL + kt_err on OOM. */
+char *kt_http_status_page(const json_t *snapshot, int refresh_s);
+
+#endif
