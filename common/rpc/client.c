@@ -83,7 +83,7 @@ kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_
     o.tls_ca = NULL;
     c->o = o;
 
-    grpc_init();
+    kt_rpc_lib_init();
     grpc_channel_credentials *creds =
         ca ? grpc_ssl_credentials_create(ca, NULL, NULL, NULL) : grpc_insecure_credentials_create();
     free(ca);
@@ -122,7 +122,6 @@ void kt_rpc_client_free(kt_rpc_client_t *c)
     }
     free(c->target);
     free(c);
-    grpc_shutdown();
 }
 
 const char *kt_rpc_client_target(const kt_rpc_client_t *c) { return c ? c->target : ""; }

@@ -2,6 +2,7 @@
 #include "rpc_int.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <grpc/byte_buffer_reader.h>
@@ -70,6 +71,12 @@ const char *kt_rpc_code_name(int rpc_code)
         return "UNKNOWN_CODE";
     return names[rpc_code];
 }
+
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+
+static void lib_init(void) { grpc_init(); }
+
+void kt_rpc_lib_init(void) { pthread_once(&lib_once, lib_init); }
 
 grpc_byte_buffer *kt_rpc_bb_pack(const ProtobufCMessage *msg)
 {

@@ -26,10 +26,13 @@
  * Responses are returned unpacked; the caller frees them with
  * protobuf_c_message_free_unpacked(msg, NULL).
  *
- * Every server and client holds a reference on the gRPC library
- * (grpc_init/grpc_shutdown are refcounted by gRPC itself). gRPC does not
- * survive fork(): fork before creating the first server or client in a
- * process, or exec in the child.
+ * gRPC is initialised once per process, by the first server start or client
+ * creation, and never shut down: every server, client and call frees its own
+ * gRPC objects, but the final grpc_shutdown() of gRPC 1.51 can block for
+ * about 10 s while an executor thread finishes a poll, and the library's
+ * threads end with the process anyway. gRPC does not survive fork(): fork
+ * before the first server or client of a process exists, or exec in the
+ * child.
  *
  * Status: a call's outcome is a kt_rpc_status_t holding a gRPC status code
  * (KT_RPC_* below, equal to grpc_status_code) and its message. Functions that

@@ -13,6 +13,9 @@
 
 #define KT_RPC_HIDDEN __attribute__((visibility("hidden")))
 
+/* Initialise gRPC once per process (see rpc.h on why it is never shut down). */
+KT_RPC_HIDDEN void kt_rpc_lib_init(void);
+
 /* Pack a message (or copy raw bytes) into a new byte buffer; NULL and kt_err
  * set when out of memory. Caller destroys with grpc_byte_buffer_destroy. */
 KT_RPC_HIDDEN grpc_byte_buffer *kt_rpc_bb_pack(const ProtobufCMessage *msg);

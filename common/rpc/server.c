@@ -442,7 +442,6 @@ static void unstarted_teardown(kt_rpc_server_t *s)
     s->server = NULL;
     s->cq = NULL;
     s->port = 0;
-    grpc_shutdown();
 }
 
 static char *read_pem(const char *path, const char *what)
@@ -469,20 +468,18 @@ int kt_rpc_server_start(kt_rpc_server_t *s)
             return kt_err_code();
         }
         grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
-        grpc_init();
+        kt_rpc_lib_init();
         creds = grpc_ssl_server_credentials_create_ex(
             NULL, &pair, 1, GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
         /* The credentials keep their own copies of the PEM text. */
         memset(key, 0, strlen(key));
         free(key);
         free(cert);
-        if (!creds) {
-            grpc_shutdown();
+        if (!creds)
             return kt_err_set(KT_EINVAL, "rpc server: bad TLS certificate or key (%s, %s)",
                               s->tls_cert, s->tls_key);
-        }
     } else {
-        grpc_init();
+        kt_rpc_lib_init();
         creds = grpc_insecure_server_credentials_create();
     }
 
@@ -500,7 +497,6 @@ int kt_rpc_server_start(kt_rpc_server_t *s)
         destroy_cq(s->cq);
         s->server = NULL;
         s->cq = NULL;
-        grpc_shutdown();
         return kt_err_set(KT_EIO, "rpc server: cannot listen on %s", s->listen);
     }
 
@@ -586,7 +582,6 @@ void kt_rpc_server_stop(kt_rpc_server_t *s, int drain_ms)
         for (int i = 0; i < s->n_tids; i++)
             pthread_join(s->tids[i], NULL);
         grpc_completion_queue_destroy(s->cq);
-        grpc_shutdown();
     }
     for (size_t i = 0; i < s->n_handlers; i++)
         free(s->handlers[i].method);
