@@ -9,6 +9,7 @@
 
 /* Registered command groups; a group is listed once its cli_<group>.c exists. */
 static const kt_cli_cmd_t commands[] = {
+    {"health", "ask a tracker, runner or worker whether it is serving", kt_cli_health},
     {"records", "export, import and count measurement records", kt_cli_records},
     {NULL, NULL, NULL},
 };
