@@ -116,7 +116,7 @@ typedef struct {
     __typeof__(cuEventCreate) *EventCreate;
     __typeof__(cuEventRecord) *EventRecord;
     __typeof__(cuEventSynchronize) *EventSynchronize;
-    __typeof__(cuEventElapsedTime_v2) *EventElapsedTime;
+    __typeof__(cuEventElapsedTime) *EventElapsedTime; /* _v2 from CUDA 12.8, same type */
     __typeof__(cuEventDestroy_v2) *EventDestroy;
 } drv_t;
 
@@ -391,7 +391,7 @@ int kt_cuda_device_probe(int device, const char *driver_lib, double timeout,
             break;
         }
         struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
-        int pr = poll(&pfd, 1, (int)(left * 1e3) + 1);
+        int pr = poll(&pfd, 1, left > 1 ? 1000 : (int)(left * 1e3) + 1);
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr <= 0)

@@ -382,6 +382,11 @@ json_t *kt_hw_params_to_json(const kt_hw_params_t *hw)
         json_t *v = f->kind == F_STR   ? json_string(base)
                     : f->kind == F_INT ? json_integer(*(const int *)base)
                                        : json_integer(*(const int64_t *)base);
+        if (!v && f->kind == F_STR) {
+            json_decref(o);
+            kt_err_set(KT_EINVAL, "hw params: %s is not valid UTF-8", f->key);
+            return NULL;
+        }
         if (json_object_set_new(o, f->key, v) < 0)
             goto oom;
     }

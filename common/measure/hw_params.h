@@ -95,7 +95,7 @@ int kt_hw_params_override(kt_hw_params_t *hw, const char *spec);
 
 /* An object with one member per field (cc_major/cc_minor are implied by
  * arch and not written). New reference; NULL with kt_err set when out of
- * memory. */
+ * memory or a string is not UTF-8. */
 json_t *kt_hw_params_to_json(const kt_hw_params_t *hw);
 /* Apply the members of `obj` to *hw (so *hw is the base for absent members:
  * zero it, or start from a preset) and validate; all or nothing. KT_EINVAL
