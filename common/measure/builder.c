@@ -9,12 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "kt_config.h"
 #include "measure/measure_int.h"
+#include "measure/nvrtc.h"
 #include "util/err.h"
 #include "util/sbuf.h"
 #include "util/util.h"
@@ -34,6 +37,10 @@ struct kt_builder {
     uint64_t serial;       /* names scratch files uniquely across calls */
     kt_artifact_cache_t *cache;
     uint64_t compiles, timeouts;
+    char *cuda_arch;       /* NVRTC target of CUDA candidates */
+    char *nvrtc_options;
+    char *cuda_flags_text; /* normalised CUDA options folded into keys */
+    char *nvrtc_id;        /* NULL without CUDA (CUDA batches are refused then) */
 };
 
 /* ---- create / destroy ---------------------------------------------------- */
@@ -156,6 +163,32 @@ kt_builder_t *kt_builder_new(const kt_builder_opts_t *o)
     b->cache = kt_artifact_cache_new(o->cache_dir, o->cache_mem_bytes);
     if (!b->cache)
         goto fail;
+
+    b->cuda_arch = kt_strdup(o->cuda_arch ? o->cuda_arch : KT_NVRTC_DEFAULT_ARCH);
+    b->nvrtc_options = kt_strdup(o->nvrtc_options ? o->nvrtc_options : "");
+    if (!b->cuda_arch || !b->nvrtc_options)
+        goto fail;
+    kt_sbuf_init(&s);
+    kt_sbuf_printf(&s, "arch=%s|options=%s", b->cuda_arch, b->nvrtc_options);
+    b->cuda_flags_text = kt_sbuf_take(&s);
+    if (!b->cuda_flags_text)
+        goto fail;
+#if KT_HAVE_CUDA
+    /* A cubin needs a real architecture, and one NVRTC can target: refusing
+     * here beats failing every candidate with the same message. */
+    if (strncmp(b->cuda_arch, "sm_", 3) != 0) {
+        kt_err_set(KT_EINVAL, "builder: cuda_arch '%s' is not a real architecture (sm_XY)",
+                   b->cuda_arch);
+        goto fail;
+    }
+    if (kt_nvrtc_check_arch(b->cuda_arch) < 0) {
+        kt_err_prefix("builder");
+        goto fail;
+    }
+    b->nvrtc_id = kt_nvrtc_identity();
+    if (!b->nvrtc_id)
+        goto fail;
+#endif
     return b;
 fail:
     kt_builder_free(b);
@@ -176,6 +209,10 @@ void kt_builder_free(kt_builder_t *b)
     free(b->compiler_id);
     free(b->scratch);
     kt_artifact_cache_free(b->cache);
+    free(b->cuda_arch);
+    free(b->nvrtc_options);
+    free(b->cuda_flags_text);
+    free(b->nvrtc_id);
     free(b);
 }
 
@@ -186,8 +223,10 @@ uint64_t kt_builder_key(const kt_builder_t *b, const kt_build_input_t *in)
     kt_sbuf_t s;
     kt_sbuf_init(&s);
     /* The unit separator cannot appear in a compiler id or an entry name. */
-    kt_sbuf_printf(&s, "target=%d\x1f%s\x1f%s\x1f%s\x1f", (int)in->target, b->compiler_id,
-                   b->flags_text, in->entry ? in->entry : "");
+    int cuda = in->target == KT_MEASURE_TARGET_CUDA;
+    const char *id = cuda ? (b->nvrtc_id ? b->nvrtc_id : "no-nvrtc") : b->compiler_id;
+    kt_sbuf_printf(&s, "target=%d\x1f%s\x1f%s\x1f%s\x1f", (int)in->target, id,
+                   cuda ? b->cuda_flags_text : b->flags_text, in->entry ? in->entry : "");
     if (in->source)
         kt_sbuf_puts(&s, in->source);
     uint64_t h = kt_hash64(s.data ? s.data : "", s.len);
@@ -243,6 +282,7 @@ static int copy_result(kt_build_result_t *dst, const kt_build_result_t *src)
 
 typedef struct {
     int idx;               /* index into the batch */
+    int cuda;              /* an NVRTC child rather than the C compiler */
     pid_t pid;             /* 0 when not started or finished */
     double start, deadline;
     char src[PATH_MAX], so[PATH_MAX], log[PATH_MAX];
@@ -250,7 +290,8 @@ typedef struct {
 
 static void job_remove_files(job_t *j)
 {
-    unlink(j->src);
+    if (j->src[0])
+        unlink(j->src);
     unlink(j->so);
     unlink(j->log);
 }
@@ -340,6 +381,65 @@ static int job_start(kt_builder_t *b, job_t *j, const kt_build_input_t *in, kt_b
     return 0;
 }
 
+#if KT_HAVE_CUDA
+/* Exit statuses of an NVRTC child. */
+enum { NVRTC_CHILD_OK = 0, NVRTC_CHILD_BAD_SOURCE = 1, NVRTC_CHILD_FAILED = 2 };
+
+/* The forked child: compile, leave the cubin in j->so or the message in
+ * j->log, and return the exit status. */
+static int nvrtc_child(const kt_builder_t *b, const job_t *j, const kt_build_input_t *in)
+{
+    kt_nvrtc_result_t res;
+    int rc = kt_nvrtc_compile(in->source, b->cuda_arch, b->nvrtc_options, 0, &res);
+    if (rc == 0 && kt_file_write(j->so, res.cubin, res.cubin_len) == 0) {
+        kt_nvrtc_result_clear(&res);
+        return NVRTC_CHILD_OK;
+    }
+    kt_nvrtc_result_clear(&res);
+    const char *msg = kt_err_msg();
+    kt_file_write(j->log, msg, strlen(msg));
+    /* A compile error repeats for the same source; anything else may not. */
+    return rc == KT_EINVAL ? NVRTC_CHILD_BAD_SOURCE : NVRTC_CHILD_FAILED;
+}
+
+static int job_start_cuda(kt_builder_t *b, job_t *j, const kt_build_input_t *in,
+                          kt_build_result_t *r)
+{
+    uint64_t id = b->serial++;
+    j->cuda = 1;
+    j->src[0] = '\0';
+    snprintf(j->so, sizeof j->so, "%s/c%llu.cubin", b->scratch, (unsigned long long)id);
+    snprintf(j->log, sizeof j->log, "%s/c%llu.log", b->scratch, (unsigned long long)id);
+    j->start = kt_time_mono();
+    fflush(NULL); /* or the child's exit could write buffered output twice */
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cannot fork for NVRTC: %s", strerror(errno));
+        set_error(r, KT_MEASURE_COMPILE_DEVICE, msg);
+        return -1;
+    }
+    if (pid == 0) {
+        /* Own process group, as a compiler's, so a timeout kill is complete;
+         * and no orphan compiles once the builder's thread is gone. */
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(NVRTC_CHILD_FAILED);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        _exit(nvrtc_child(b, j, in));
+    }
+    setpgid(pid, pid); /* also here, so a kill of the group cannot race the child's own call */
+    b->compiles++;
+    j->pid = pid;
+    j->deadline = j->start + b->timeout;
+    return 0;
+}
+#endif
+
 /* The head of the compiler's output, at most KT_BUILDER_MAX_MSG bytes. */
 static char *read_log(const char *path)
 {
@@ -355,12 +455,59 @@ static char *read_log(const char *path)
     return text;
 }
 
+/* An NVRTC child finished: its cubin, or COMPILE_DEVICE with its message. */
+static int job_finish_cuda(job_t *j, int status, kt_build_result_t *r)
+{
+    int cacheable = 0;
+    r->time_cost = kt_time_mono() - j->start;
+    int exited = status != -1 && WIFEXITED(status);
+    size_t len = 0;
+    char *cubin = NULL;
+    if (status == -1 || (exited && WEXITSTATUS(status) == 0)) {
+        cubin = kt_file_read(j->so, &len);
+        if (!cubin)
+            kt_err_clear();
+    }
+    if (cubin && len > 0) {
+        set_artifact(r, (unsigned char *)cubin, len);
+        cacheable = 1;
+    } else {
+        free(cubin);
+        char *log = read_log(j->log);
+        kt_sbuf_t m;
+        kt_sbuf_init(&m);
+        if (exited && WEXITSTATUS(status) == 1) {
+            cacheable = 1; /* NVRTC_CHILD_BAD_SOURCE: the message is NVRTC's */
+        } else if (status == -1 || (exited && WEXITSTATUS(status) == 0)) {
+            kt_sbuf_printf(&m, "NVRTC produced no cubin");
+        } else if (exited) {
+            kt_sbuf_printf(&m, "the NVRTC process exited with status %d", WEXITSTATUS(status));
+        } else if (WIFSIGNALED(status)) {
+            char sig[128];
+            kt_measure_signal_text(WTERMSIG(status), sig, sizeof sig);
+            kt_sbuf_printf(&m, "the NVRTC process was killed by %s", sig);
+        }
+        if (log && *log)
+            kt_sbuf_printf(&m, "%s%s", m.len ? ": " : "", log);
+        free(log);
+        char *msg = kt_sbuf_take(&m);
+        set_error(r, KT_MEASURE_COMPILE_DEVICE, msg && *msg ? msg : "NVRTC failed");
+        free(msg);
+    }
+    unlink(j->so);
+    unlink(j->log);
+    j->pid = 0;
+    return cacheable;
+}
+
 /* The compiler finished (status from waitpid, or -1 when unknowable):
  * judge it and fill r. Returns 1 when the outcome is deterministic enough to
  * cache, 0 otherwise. */
 static int job_finish(kt_builder_t *b, job_t *j, int status, kt_build_result_t *r)
 {
     (void)b;
+    if (j->cuda)
+        return job_finish_cuda(j, status, r);
     int cacheable = 0;
     r->time_cost = kt_time_mono() - j->start;
     int exited_ok = status == -1 || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -442,9 +589,12 @@ int kt_builder_build(kt_builder_t *b, const kt_build_input_t *in, int n, kt_buil
         return kt_err_set(KT_EINVAL, "builder: bad arguments");
     for (int i = 0; i < n; i++) {
         memset(&out[i], 0, sizeof out[i]);
-        if (in[i].target != KT_MEASURE_TARGET_CPU)
-            return kt_err_set(KT_EUNSUP, "builder: candidate %d: target %d cannot be built yet "
-                              "(only CPU C source is supported)", i, (int)in[i].target);
+        if (in[i].target == KT_MEASURE_TARGET_CUDA && !b->nvrtc_id)
+            return kt_err_set(KT_EUNSUP, "builder: candidate %d targets CUDA, but ktune was built "
+                              "without CUDA (no NVRTC)", i);
+        if (in[i].target != KT_MEASURE_TARGET_CPU && in[i].target != KT_MEASURE_TARGET_CUDA)
+            return kt_err_set(KT_EUNSUP, "builder: candidate %d: unknown target %d", i,
+                              (int)in[i].target);
     }
     if (n == 0)
         return KT_OK;
@@ -508,7 +658,14 @@ int kt_builder_build(kt_builder_t *b, const kt_build_input_t *in, int n, kt_buil
     while (rc == KT_OK && (next < njobs || running > 0)) {
         while (next < njobs && running < b->n_parallel) {
             job_t *j = &jobs[next++];
-            if (job_start(b, j, &in[j->idx], &out[j->idx]) == 0)
+            int started;
+#if KT_HAVE_CUDA
+            if (in[j->idx].target == KT_MEASURE_TARGET_CUDA)
+                started = job_start_cuda(b, j, &in[j->idx], &out[j->idx]);
+            else
+#endif
+                started = job_start(b, j, &in[j->idx], &out[j->idx]);
+            if (started == 0)
                 running++;
         }
         int progressed = 0;

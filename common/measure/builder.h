@@ -16,8 +16,14 @@
  * once per cache directory across processes); identical candidates inside
  * one batch are compiled once too. Timeouts are not cached.
  *
- * Only KT_MEASURE_TARGET_CPU is built today; a batch with another target is
- * refused with KT_EUNSUP (CUDA builds come with NVRTC support).
+ * For the CUDA target a candidate's CUDA C++ source becomes a cubin for
+ * opts.cuda_arch through NVRTC (nvrtc.h). NVRTC is a library, so each compile
+ * is a forked child of the caller (not exec'd; the builder never initialises
+ * the CUDA driver, so forking is safe) with the same process group, timeout
+ * and caching as the CPU path; a failing compile gets COMPILE_DEVICE with
+ * NVRTC's log in the message. The artifact is the cubin's bytes. A batch
+ * with CUDA candidates is refused with KT_EUNSUP when libktune was built
+ * without the CUDA toolkit.
  *
  * Ownership: the builder copies its options; results own their artifact and
  * message (kt_build_result_clear()). Thread-safety: a builder is used from one
@@ -56,21 +62,26 @@ typedef struct {
     const char *cache_dir;   /* on-disk artifact cache; NULL = memory only */
     size_t cache_mem_bytes;  /* in-memory cache budget; 0 = KT_ARTIFACT_CACHE_DEFAULT_MEM */
     const char *work_dir;    /* parent of the scratch directory; NULL = $TMPDIR or /tmp */
+    const char *cuda_arch;   /* CUDA candidates: real architecture (sm_XY) to compile for;
+                                NULL = KT_NVRTC_DEFAULT_ARCH; checked against NVRTC's list */
+    const char *nvrtc_options; /* CUDA candidates: extra NVRTC options (words); NULL = none */
 } kt_builder_opts_t;
 
 /* One candidate to build. */
 typedef struct {
     kt_measure_target_t target;
-    const char *source;      /* C source; NULL = the candidate failed before it had source */
-    const char *entry;       /* exported function name */
+    const char *source;      /* C (CPU) or CUDA C++ (CUDA) source; NULL = the candidate
+                                failed before it had source */
+    const char *entry;       /* exported function name (CUDA: the first kernel's name) */
     const char *instantiation_error; /* when source is NULL: why (copied into the result) */
 } kt_build_input_t;
 
 /* The outcome of one build. */
 typedef struct {
-    int error_no;            /* NO_ERROR, INSTANTIATION_ERROR, COMPILE_HOST, BUILD_TIMEOUT */
+    int error_no;            /* NO_ERROR, INSTANTIATION_ERROR, COMPILE_HOST (CPU),
+                                COMPILE_DEVICE (CUDA), BUILD_TIMEOUT */
     char *error_msg;         /* malloc'd; NULL on success */
-    unsigned char *artifact; /* malloc'd shared-object bytes; NULL on error */
+    unsigned char *artifact; /* malloc'd shared-object (CPU) or cubin (CUDA) bytes; NULL on error */
     size_t artifact_len;
     uint64_t artifact_hash;  /* kt_hash64 of the artifact bytes; 0 on error */
     uint64_t key;            /* kt_builder_key() of the input */
@@ -80,7 +91,7 @@ typedef struct {
 
 /* Counters since the builder was made. */
 typedef struct {
-    uint64_t compiles;       /* compiler processes started */
+    uint64_t compiles;       /* compiler processes started (CPU and NVRTC) */
     uint64_t timeouts;       /* of which were killed for BUILD_TIMEOUT */
     kt_artifact_cache_stats_t cache;
 } kt_builder_stats_t;
@@ -89,7 +100,9 @@ typedef struct {
 
 void kt_builder_opts_default(kt_builder_opts_t *o);
 /* Copies the options, finds the compiler in PATH (KT_ENOTFOUND when absent),
- * makes a scratch directory and opens the cache. NULL with kt_err set. */
+ * checks cuda_arch (KT_EINVAL when NVRTC cannot target it; not checked
+ * without CUDA), makes a scratch directory and opens the cache. NULL with
+ * kt_err set. */
 kt_builder_t *kt_builder_new(const kt_builder_opts_t *o);
 /* Removes the scratch directory. NULL is accepted. */
 void kt_builder_free(kt_builder_t *b);
@@ -103,7 +116,8 @@ void kt_builder_free(kt_builder_t *b);
  * directory unusable), in which case every out[i] is cleared. */
 int kt_builder_build(kt_builder_t *b, const kt_build_input_t *in, int n, kt_build_result_t *out);
 
-/* The cache key of a candidate under this builder's compiler and flags. */
+/* The cache key of a candidate under this builder's compiler and flags (for
+ * CUDA: NVRTC's identity, cuda_arch and nvrtc_options). */
 uint64_t kt_builder_key(const kt_builder_t *b, const kt_build_input_t *in);
 
 void kt_build_result_clear(kt_build_result_t *r);
@@ -111,7 +125,7 @@ void kt_build_result_clear(kt_build_result_t *r);
 /* ---- query ---- */
 
 void kt_builder_stats(const kt_builder_t *b, kt_builder_stats_t *out);
-/* The compiler identity used in keys (owned by the builder). */
+/* The C compiler identity used in keys of CPU candidates (owned by the builder). */
 const char *kt_builder_compiler_id(const kt_builder_t *b);
 
 #endif

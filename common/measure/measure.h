@@ -8,6 +8,8 @@
  * A candidate is C source exporting `int <entry>(float **bufs);` (see
  * codegen/codegen.h): bufs[] are the DAG's input placeholders, then its
  * outputs, each dense row-major float32; it returns 0, or -1 on failure.
+ * A CUDA candidate is CUDA C++ source whose extern "C" kernels take the
+ * same buffers as float pointers (runner.h, kt_cuda_launch_t).
  *
  * Ownership: a kt_measure_result_t owns its costs[] and error_msg;
  * kt_measure_result_clear() frees them. Everything here is thread-safe (pure
@@ -41,12 +43,12 @@ const char *kt_measure_error_desc(int error_no);
 /* The code for an exact upper-case name as above; -1 when unknown. */
 int kt_measure_error_from_name(const char *name);
 
-/* Which compiler and runtime a candidate is for. Only CPU builds and runs
- * exist so far; CUDA (NVRTC -> cubin, Driver API timing) is the next target,
- * and builders/runners reject it with KT_EUNSUP until then. */
+/* Which compiler and runtime a candidate is for. CUDA needs a build with the
+ * toolkit (builder.h) and a runner made by kt_cuda_runner_new()
+ * (cuda_runner.h); elsewhere it is refused with KT_EUNSUP. */
 typedef enum {
     KT_MEASURE_TARGET_CPU = 0,   /* C source -> shared object, run in-process in a child */
-    KT_MEASURE_TARGET_CUDA = 1,  /* CUDA source -> cubin (not built yet) */
+    KT_MEASURE_TARGET_CUDA = 1,  /* CUDA C++ source -> cubin (NVRTC), timed on a GPU */
 } kt_measure_target_t;
 
 /* The cost an erroneous measurement reports, like TVM's MAX_FLOAT, so every

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kt_config.h"
 #include "measure/measure_int.h"
 #include "util/err.h"
 #include "util/util.h"
@@ -31,6 +32,9 @@ struct kt_runner {
     int pin;
     cpu_set_t cpus;
     uint64_t children;
+    int cuda_device;         /* -1: CUDA candidates are refused (see cuda_runner.h) */
+    int l2_flush;
+    char *driver_lib;
 };
 
 /* ---- options --------------------------------------------------------------- */
@@ -104,6 +108,7 @@ kt_runner_t *kt_runner_new(const kt_runner_opts_t *o)
     }
     r->o = *o;
     r->o.cpu_list = NULL;
+    r->cuda_device = -1;
     if (r->o.number == 0)
         r->o.number = 3;
     if (r->o.repeat == 0)
@@ -129,7 +134,22 @@ kt_runner_t *kt_runner_new(const kt_runner_opts_t *o)
 
 void kt_runner_free(kt_runner_t *r)
 {
+    if (!r)
+        return;
+    free(r->driver_lib);
     free(r);
+}
+
+int kt_runner_set_cuda(kt_runner_t *r, int device, const char *driver_lib, int l2_flush)
+{
+    char *lib = kt_strdup(driver_lib);
+    if (!lib)
+        return KT_ENOMEM;
+    free(r->driver_lib);
+    r->driver_lib = lib;
+    r->cuda_device = device;
+    r->l2_flush = l2_flush;
+    return KT_OK;
 }
 
 uint64_t kt_runner_children_started(const kt_runner_t *r)
@@ -139,7 +159,9 @@ uint64_t kt_runner_children_started(const kt_runner_t *r)
 
 /* ---- protocol ------------------------------------------------------------------ */
 
-enum { MSG_PHASE = 1, MSG_RESULT = 2 };
+/* MSG_RETIRE: the child is done (its CUDA context was lost); a fresh child
+ * continues with candidate idx. */
+enum { MSG_PHASE = 1, MSG_RESULT = 2, MSG_RETIRE = 3 };
 enum { PH_NONE = 0, PH_LOAD, PH_REF, PH_RUN };
 
 typedef struct {
@@ -194,6 +216,7 @@ typedef struct {
     double *costs;
     double max_error;
     char msg[MAX_CHILD_MSG];
+    int retire;      /* the child must be replaced after this result (not sent) */
 } child_result_t;
 
 static void child_result(const batch_t *bt, int idx, const child_result_t *cr)
@@ -394,6 +417,59 @@ static int is_bad_ref(const batch_t *bt, uint64_t h)
     return 0;
 }
 
+/* How the child runs a loaded candidate: a CPU function or CUDA kernels. */
+typedef struct {
+    kernel_fn fn;
+    kt_cuda_exec_t *cu;
+} exec_t;
+
+/* One run whose outputs land in bufs (filled with NaN first). 0, or an
+ * error code with a message in err. */
+static int exec_checked(exec_t *x, float **bufs, const kt_buf_layout_t *l, char *err, size_t n)
+{
+#if KT_HAVE_CUDA
+    if (x->cu)
+        return kt_cuda_exec_checked_run(x->cu, bufs, err, n);
+#endif
+    poison_outputs(bufs, l);
+    int rc = x->fn(bufs);
+    if (rc != 0) {
+        snprintf(err, n, "the kernel returned %d", rc);
+        return KT_MEASURE_RUNTIME_DEVICE;
+    }
+    return 0;
+}
+
+/* `number` runs; *dur = their time in seconds (cache flushes not counted). */
+static int exec_timed(exec_t *x, float **bufs, int number, int flush, double *dur, char *err,
+                      size_t n)
+{
+#if KT_HAVE_CUDA
+    if (x->cu)
+        return kt_cuda_exec_timed(x->cu, number, dur, err, n);
+#endif
+    int rc = 0;
+    *dur = 0;
+    if (flush) {
+        for (int k = 0; k < number && rc == 0; k++) {
+            flush_cache();
+            double t0 = mono();
+            rc = x->fn(bufs);
+            *dur += mono() - t0;
+        }
+    } else {
+        double t0 = mono();
+        for (int k = 0; k < number && rc == 0; k++)
+            rc = x->fn(bufs);
+        *dur = mono() - t0;
+    }
+    if (rc != 0) {
+        snprintf(err, n, "the kernel returned %d", rc);
+        return KT_MEASURE_RUNTIME_DEVICE;
+    }
+    return 0;
+}
+
 #define CR_FAIL(code, ...)                                          \
     do {                                                            \
         cr->error_no = (code);                                      \
@@ -409,25 +485,20 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
     float *bufs[KT_MEASURE_MAX_BUFS] = {0};
     char err[1024];
     void *h = NULL;
+    int cuda = in->target == KT_MEASURE_TARGET_CUDA;
+    exec_t x = {0};
+    int rc;
 
     memset(cr, 0, sizeof *cr);
     cr->max_error = -1;
     child_phase(bt, i, PH_LOAD);
     if (!in->prog.data || in->prog.len == 0)
         CR_FAIL(KT_MEASURE_INSTANTIATION_ERROR, "the candidate has no artifact");
-    if (!in->prog.entry || !*in->prog.entry)
+    /* A CUDA candidate may name its kernels in its launches instead. */
+    if (!cuda && (!in->prog.entry || !*in->prog.entry))
         CR_FAIL(KT_MEASURE_INSTANTIATION_ERROR, "the candidate has no entry name");
     if (kt_buf_layout_check(l) < 0)
         CR_FAIL(KT_MEASURE_INSTANTIATION_ERROR, "%s", kt_err_msg());
-    kernel_fn fn = child_load(&in->prog, &h, err, sizeof err);
-    if (!fn)
-        CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "%s", err);
-    if (o->num_threads > 0 && h) {
-        void (*set_threads)(int);
-        *(void **)&set_threads = dlsym(h, "omp_set_num_threads");
-        if (set_threads)
-            set_threads(o->num_threads);
-    }
 
     for (int b = 0; b < l->num_bufs; b++) {
         size_t bytes = sizeof(float) * (size_t)l->num_elems[b];
@@ -438,6 +509,29 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
     uint64_t seed = input_seed(o->seed, l);
     for (int b = 0; b < l->num_bufs - l->num_outputs; b++)
         fill_input(bufs[b], l->num_elems[b], seed + (uint64_t)b);
+
+    if (cuda) {
+#if KT_HAVE_CUDA
+        rc = kt_cuda_child_open(bt->r->cuda_device, bt->r->driver_lib, bt->r->l2_flush, err,
+                                sizeof err);
+        if (rc == 0)
+            rc = kt_cuda_exec_new(in, bufs, &x.cu, err, sizeof err);
+        if (rc != 0)
+            CR_FAIL(rc, "%s", err);
+#else
+        CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "built without CUDA");
+#endif
+    } else {
+        x.fn = child_load(&in->prog, &h, err, sizeof err);
+        if (!x.fn)
+            CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "%s", err);
+        if (o->num_threads > 0 && h) {
+            void (*set_threads)(int);
+            *(void **)&set_threads = dlsym(h, "omp_set_num_threads");
+            if (set_threads)
+                set_threads(o->num_threads);
+        }
+    }
 
     const ref_out_t *ref = NULL;
     if (o->check_correctness && in->ref.data) {
@@ -454,7 +548,7 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
             if (!rfn)
                 CR_FAIL(KT_MEASURE_UNKNOWN_ERROR, "reference kernel: %s", err);
             poison_outputs(bufs, l);
-            int rc = rfn(bufs);
+            rc = rfn(bufs);
             if (rc != 0)
                 CR_FAIL(KT_MEASURE_UNKNOWN_ERROR, "the reference kernel returned %d", rc);
             ref_out_t *e = calloc(1, sizeof *e);
@@ -483,10 +577,9 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
 
     child_phase(bt, i, PH_RUN);
     /* Warm-up: untimed, and the run whose outputs are checked. */
-    poison_outputs(bufs, l);
-    int rc = fn(bufs);
+    rc = exec_checked(&x, bufs, l, err, sizeof err);
     if (rc != 0)
-        CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "the kernel returned %d", rc);
+        CR_FAIL(rc, "%s", err);
     if (ref) {
         int wb;
         int64_t wk;
@@ -514,24 +607,9 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
         }
         double dur;
         for (;;) {
-            dur = 0;
-            if (o->enable_cpu_cache_flush) {
-                for (int k = 0; k < number; k++) {
-                    flush_cache();
-                    double t0 = mono();
-                    rc = fn(bufs);
-                    dur += mono() - t0;
-                    if (rc != 0)
-                        break;
-                }
-            } else {
-                double t0 = mono();
-                for (int k = 0; k < number && rc == 0; k++)
-                    rc = fn(bufs);
-                dur = mono() - t0;
-            }
+            rc = exec_timed(&x, bufs, number, o->enable_cpu_cache_flush, &dur, err, sizeof err);
             if (rc != 0)
-                CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "the kernel returned %d", rc);
+                CR_FAIL(rc, "%s", err);
             if (dur * 1e3 >= (double)o->min_repeat_ms || number >= MAX_NUMBER)
                 break;
             /* As TVM's time evaluator: aim straight at min_repeat_ms from the
@@ -548,6 +626,12 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
     cr->number = number;
     cr->error_no = KT_MEASURE_NO_ERROR;
 done:
+#if KT_HAVE_CUDA
+    kt_cuda_exec_free(x.cu);
+    /* After a sticky error the context is lost for every later candidate. */
+    if (cuda && cr->error_no != KT_MEASURE_NO_ERROR && !kt_cuda_child_usable())
+        cr->retire = 1;
+#endif
     for (int b = 0; b < KT_MEASURE_MAX_BUFS; b++)
         free(bufs[b]);
 }
@@ -591,6 +675,11 @@ static void child_main(const batch_t *bt, int start)
         }
         child_result(bt, i, &cr);
         free(cr.costs);
+        if (cr.retire) {
+            msg_hdr_t h = {.type = MSG_RETIRE, .idx = i + 1};
+            child_send(bt->fd, &h, sizeof h);
+            return;
+        }
     }
 }
 
@@ -770,9 +859,12 @@ int kt_runner_run(kt_runner_t *r, const kt_run_input_t *in, int n, kt_measure_re
         return kt_err_set(KT_EINVAL, "runner: bad arguments");
     for (int i = 0; i < n; i++) {
         memset(&out[i], 0, sizeof out[i]);
-        if (in[i].target != KT_MEASURE_TARGET_CPU)
-            return kt_err_set(KT_EUNSUP, "runner: candidate %d: target %d cannot be run yet "
-                              "(only CPU artifacts are supported)", i, (int)in[i].target);
+        if (in[i].target == KT_MEASURE_TARGET_CUDA && r->cuda_device < 0)
+            return kt_err_set(KT_EUNSUP, "runner: candidate %d targets CUDA, but this runner has "
+                              "no CUDA device (make one with kt_cuda_runner_new)", i);
+        if (in[i].target != KT_MEASURE_TARGET_CPU && in[i].target != KT_MEASURE_TARGET_CUDA)
+            return kt_err_set(KT_EUNSUP, "runner: candidate %d: unknown target %d", i,
+                              (int)in[i].target);
     }
     if (n == 0)
         return KT_OK;
@@ -811,8 +903,11 @@ int kt_runner_run(kt_runner_t *r, const kt_run_input_t *in, int n, kt_measure_re
         while (cur < n) {
             msg_hdr_t h;
             int got = read_full(&ch, &h, sizeof h, deadline);
-            if (got == 0 && (h.idx != cur || (h.type != MSG_PHASE && h.type != MSG_RESULT)))
+            if (got == 0 && (h.idx != cur || (h.type != MSG_PHASE && h.type != MSG_RESULT &&
+                                              h.type != MSG_RETIRE)))
                 got = -3;
+            if (got == 0 && h.type == MSG_RETIRE)
+                break; /* a fresh child goes on with cur */
             if (got == 0 && h.type == MSG_PHASE) {
                 if (h.phase == PH_LOAD) {
                     t_start = kt_time_mono();

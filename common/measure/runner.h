@@ -1,6 +1,8 @@
 /*
  * The local runner (TVM's LocalRunner semantics): times a batch of built CPU
  * artifacts in a child process, so no candidate can take the caller down.
+ * A runner made by kt_cuda_runner_new() (cuda_runner.h) also times CUDA
+ * cubins on its GPU, the same way; see there for what differs.
  *
  * For each batch the runner forks a child that owns the batch and measures
  * the candidates in order. Per candidate the child loads the shared object
@@ -97,12 +99,34 @@ typedef struct {
     const char *entry;          /* function to call */
 } kt_artifact_t;
 
+/* One kernel launch of a CUDA candidate. Every kernel takes the layout's
+ * buffers as float pointers in order (inputs, then outputs), then, when the
+ * candidate asks for a workspace, a pointer to it:
+ *     extern "C" __global__ void k(float *in0, ..., float *out0 [, void *ws]);
+ */
+typedef struct {
+    const char *name;           /* kernel in the cubin; NULL = the artifact's entry */
+    unsigned grid[3];           /* blocks in x, y, z; each >= 1 */
+    unsigned block[3];          /* threads per block in x, y, z; each >= 1 */
+    unsigned shared_bytes;      /* dynamic shared memory per block (opted in above 48 KiB) */
+} kt_cuda_launch_t;
+
+/* Most kernels one CUDA candidate launches per run. */
+#define KT_RUNNER_MAX_LAUNCHES 16
+
 /* One candidate to time. */
 typedef struct {
     kt_measure_target_t target;
-    kt_artifact_t prog;
-    kt_artifact_t ref;          /* ref.data NULL: outputs are not checked */
+    kt_artifact_t prog;         /* CPU: shared object; CUDA: cubin */
+    kt_artifact_t ref;          /* a CPU artifact; ref.data NULL: outputs are not checked */
     kt_buf_layout_t layout;
+    /* CUDA only. One run launches `launches[0..n_launches)` in order, or,
+     * when launches is NULL, the single kernel `launch` (name NULL = prog.entry). */
+    kt_cuda_launch_t launch;
+    const kt_cuda_launch_t *launches;
+    int n_launches;             /* 1..KT_RUNNER_MAX_LAUNCHES when launches is set */
+    size_t workspace_bytes;     /* > 0: a zeroed device scratch buffer passed last to every
+                                   kernel (intermediates of multi-kernel candidates) */
 } kt_run_input_t;
 
 /* ---- create / destroy ---- */
@@ -118,14 +142,16 @@ void kt_runner_free(kt_runner_t *r);
 /* Time n candidates; out[i] receives in[i]'s result (all_cost = seconds spent
  * on it here, timestamp = when it finished). Per-candidate failures are
  * results; the return is negative only when the call itself could not
- * proceed (bad arguments, KT_EUNSUP for a non-CPU target, no memory, fork or
- * socketpair failing), with every out[i] cleared. */
+ * proceed (bad arguments, KT_EUNSUP for a CUDA candidate on a runner without
+ * a CUDA device, no memory, fork or socketpair failing), with every out[i]
+ * cleared. */
 int kt_runner_run(kt_runner_t *r, const kt_run_input_t *in, int n, kt_measure_result_t *out);
 
 /* ---- query ---- */
 
 /* Child processes started since the runner was made (1 per batch plus 1 per
- * crashed or killed candidate that had candidates after it). */
+ * crashed or killed candidate, or CUDA candidate whose error lost the
+ * child's context, that had candidates after it). */
 uint64_t kt_runner_children_started(const kt_runner_t *r);
 
 #endif
