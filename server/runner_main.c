@@ -447,6 +447,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "ktune-runner: --device %s: built without CUDA runner support\n", device);
         return 1;
     }
+    /* The tracker refuses other keys; say so now rather than retry forever. */
+    size_t klen = strlen(dev_key);
+    if (klen == 0 || klen >= KT_REGISTRY_KEY_MAX ||
+        strspn(dev_key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") !=
+            klen) {
+        fprintf(stderr, "ktune-runner: --key wants letters, digits and ._:- (under %d bytes), "
+                "not '%s'\n", KT_REGISTRY_KEY_MAX, dev_key);
+        return 2;
+    }
     if (strcmp(device, "cpu") != 0) {
         fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", device);
         return 2;

@@ -7,13 +7,17 @@
  * Check runs every test in its own process, so gRPC state never crosses
  * tests.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ktune.pb-c.h"
 #include "registry/registry.h"
@@ -642,18 +646,37 @@ START_TEST(peer_agent_registers_heartbeats_and_registers_again_when_forgotten)
 }
 END_TEST
 
+/* A loopback port nothing listens on (bound, read and released). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
 START_TEST(peer_agent_keeps_retrying_while_the_tracker_is_down)
 {
-    /* Nothing listens on port 1: connection refused at once. */
+    char tracker[64];
+    snprintf(tracker, sizeof tracker, "127.0.0.1:%d", free_port());
     Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
     me.role = "worker";
     me.address = "127.0.0.1:7002";
-    kt_peer_agent_opts_t ao = {.tracker = "127.0.0.1:1", .self = &me, .retry_min_ms = 10,
+    kt_peer_agent_opts_t ao = {.tracker = tracker, .self = &me, .retry_min_ms = 10,
                                .retry_max_ms = 50};
     kt_peer_agent_t *a = kt_peer_agent_start(&ao);
     ck_assert_ptr_nonnull(a);
-    ck_assert_int_eq(kt_peer_agent_wait_registered(a, 300), KT_ETIMEOUT);
+    for (int i = 0; i < 2000 && kt_peer_agent_state(a) != KT_PEER_AGENT_UNREACHABLE; i++) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
     ck_assert_int_eq(kt_peer_agent_state(a), KT_PEER_AGENT_UNREACHABLE);
+    ck_assert_int_eq(kt_peer_agent_wait_registered(a, 0), KT_ETIMEOUT);
+    ck_assert_uint_eq(kt_peer_agent_registrations(a), 0);
     char id[KT_REGISTRY_ID_MAX];
     kt_peer_agent_id(a, id, sizeof id);
     ck_assert_str_eq(id, "");

@@ -197,14 +197,24 @@ static void kill_hard(proc_t *p)
     reap(p, WAIT_MS);
 }
 
-/* Kill and reap every daemon still running. */
+static char *log_of(const proc_t *p);
+
+/* Stop every daemon still running with SIGTERM: each must exit 0 (under the
+ * sanitizers that also means without leaks). */
 static void stop_all(void)
 {
     for (int i = 0; i < n_procs; i++)
-        if (procs[i].pid > 0) {
-            kill(procs[i].pid, SIGKILL);
-            reap(&procs[i], WAIT_MS);
-        }
+        if (procs[i].pid > 0)
+            kill(procs[i].pid, SIGTERM);
+    for (int i = 0; i < n_procs; i++) {
+        if (procs[i].pid <= 0)
+            continue;
+        int ws = reap(&procs[i], WAIT_MS);
+        char *log = log_of(&procs[i]);
+        ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "%s: status %d: %s", procs[i].log,
+                      ws, log);
+        free(log);
+    }
     n_procs = 0;
 }
 
@@ -721,7 +731,7 @@ START_TEST(service_sigterm_lets_the_running_batch_finish)
 }
 END_TEST
 
-START_TEST(service_runner_refuses_cuda_device_without_cuda_support)
+START_TEST(service_runner_refuses_cuda_device_and_bad_options)
 {
     char *args[] = {"--device", "cuda:0", NULL};
     proc_t *r = spawn("runner", "server/ktune-runner", args, NULL);
@@ -733,6 +743,11 @@ START_TEST(service_runner_refuses_cuda_device_without_cuda_support)
     r = spawn("runner-bad", "server/ktune-runner", bad, NULL);
     ws = reap(r, WAIT_MS);
     ck_assert_int_eq(WEXITSTATUS(ws), 2);
+    char *bad_key[] = {"--key", "has space", NULL};
+    r = spawn("runner-key", "server/ktune-runner", bad_key, NULL);
+    ws = reap(r, WAIT_MS);
+    ck_assert_int_eq(WEXITSTATUS(ws), 2);
+    ck_assert(wait_log(r, "--key wants", 0));
 }
 END_TEST
 
@@ -748,7 +763,7 @@ int main(void)
     tcase_add_test(tc, service_restarted_tracker_gets_its_peers_back);
     tcase_add_test(tc, service_missing_or_wrong_token_is_unauthenticated);
     tcase_add_test(tc, service_sigterm_lets_the_running_batch_finish);
-    tcase_add_test(tc, service_runner_refuses_cuda_device_without_cuda_support);
+    tcase_add_test(tc, service_runner_refuses_cuda_device_and_bad_options);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
