@@ -56,7 +56,7 @@ static void usage(FILE *out)
             "  --version            print the version and exit\n"
             "  -h, --help           print this help and exit\n"
             "\n"
-            "A Run request's MeasureOptions are taken as given (min_repeat_ms 0 is off, \n"
+            "A Run request's MeasureOptions are taken as given (min_repeat_ms 0 is off,\n"
             "check_correctness false skips the check); zero number, repeat and timeout_ms\n"
             "mean 3, 1 and 10 s. Without MeasureOptions the local runner's defaults apply.\n",
             DEFAULT_DRAIN_MS);

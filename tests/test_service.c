@@ -385,6 +385,28 @@ static Ktune__V1__BuildResponse *build(const char *worker, const char *token,
     return r;
 }
 
+/* The status of a one-candidate Build with this target and arch. */
+static int build_status(const char *worker, const char *target, const char *arch)
+{
+    Ktune__V1__BuildCandidate cand = KTUNE__V1__BUILD_CANDIDATE__INIT, *cp = &cand;
+    cand.source = (char *)VADD;
+    cand.entry = "vadd";
+    Ktune__V1__BuildRequest req = KTUNE__V1__BUILD_REQUEST__INIT;
+    req.target = (char *)target;
+    req.arch = (char *)arch;
+    req.candidates = &cp;
+    req.n_candidates = 1;
+    kt_rpc_client_t *c = client(worker, NULL);
+    ProtobufCMessage *out = NULL;
+    kt_rpc_status_t st;
+    kt_rpc_call_unary(c, "/ktune.v1.Worker/Build", &req.base,
+                      &ktune__v1__build_response__descriptor, 60000, &out, &st);
+    kt_rpc_client_free(c);
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return st.code;
+}
+
 /* A vadd-shaped run candidate from a build result, optionally checked
  * against a reference result. */
 static void run_candidate(Ktune__V1__RunCandidate *c, int64_t *elems, uint64_t id,
@@ -529,6 +551,8 @@ START_TEST(service_cluster_registers_builds_and_runs)
     }
     ck_assert_int_eq(b->results[3]->error_code, KTUNE__V1__MEASURE_ERROR__COMPILE_HOST);
     ck_assert_uint_eq(b->results[3]->artifact.len, 0);
+    ck_assert_int_eq(build_status(w->address, "rocm", "native"), KT_RPC_INVALID_ARGUMENT);
+    ck_assert_int_eq(build_status(w->address, "cpu", "-O0 -fplugin=x"), KT_RPC_INVALID_ARGUMENT);
 
     /* Run on a registered runner: checked vadd, a segfault, vadd again. */
     int64_t elems[3] = {1024, 1024, 1024};
@@ -559,7 +583,7 @@ START_TEST(service_cluster_registers_builds_and_runs)
     ck_assert_int_eq(rr->results[0]->error_code, KTUNE__V1__MEASURE_ERROR__NO_ERROR);
     ktune__v1__run_response__free_unpacked(rr, NULL);
 
-    /* A malformed candidate fails alone; a wrong target fails the call. */
+    /* A malformed candidate (no buffers) fails alone with INSTANTIATION_ERROR. */
     run_candidate(&c[2], elems, 14, b->results[0], NULL, 0);
     ck_assert_int_eq(run(r1->address, NULL, &cp[2], 1, 1, 1, &rr, &st), 0);
     ck_assert_int_eq(rr->results[0]->error_code,

@@ -117,7 +117,7 @@ static kt_builder_t *builder_for(worker_ctx_t *x, int timeout_ms, const char *ma
 /* -march values and entry names: no blanks, no option injection. */
 static int word_ok(const char *s, int identifier)
 {
-    if (!s || !*s || strlen(s) > 63 || (identifier && *s >= '0' && *s <= '9'))
+    if (!s || !*s || strlen(s) > 63 || *s == '-' || (identifier && *s >= '0' && *s <= '9'))
         return 0;
     for (const char *p = s; *p; p++) {
         int ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
