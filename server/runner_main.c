@@ -1,35 +1,377 @@
 /* ktune-runner: times candidates on one device for the tracker. */
 #include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kt_config.h"
+#include "ktune.pb-c.h"
+#include "measure/measure.h"
+#include "measure/runner.h"
+#include "registry/registry.h"
 #include "rpc/rpc.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/util.h"
 
-/* In-flight calls get this long to finish after SIGINT/SIGTERM. */
-#define DRAIN_MS 5000
+/* A running batch gets this long to finish after SIGINT/SIGTERM. */
+#define DEFAULT_DRAIN_MS 60000
+/* Most candidates one Run request may carry. */
+#define MAX_CANDIDATES 4096
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: ktune-runner [options]\n"
             "\n"
-            "The ktune runner: times candidates on one device for a tracker.\n"
-            "Runs until SIGINT or SIGTERM.\n"
+            "The ktune runner: times candidates on one device for a tracker. Each batch runs\n"
+            "in a child process, so a crashing or hanging kernel never takes the runner down.\n"
+            "Runs until SIGINT or SIGTERM, which stop new calls and let the running batch\n"
+            "finish (see --drain-ms) before the runner exits.\n"
             "\n"
             "options:\n"
-            "  --listen ADDR       gRPC address to serve (default 127.0.0.1:0, a free port)\n"
-            "  --token-file F      shared token required from every peer (first line of F)\n"
-            "  --tls-cert F        server certificate (PEM); enables TLS with --tls-key\n"
-            "  --tls-key F         server private key (PEM)\n"
-            "  --version           print the version and exit\n"
-            "  -h, --help          print this help and exit\n");
+            "  --tracker HOST:PORT  register with this tracker and heartbeat (default: none,\n"
+            "                       serve Run calls only)\n"
+            "  --key KEY            device key to register under (default: cpu)\n"
+            "  --device DEV         cpu (default) or cuda:N\n"
+            "  --listen ADDR        gRPC address to serve (default 127.0.0.1:0, a free port;\n"
+            "                       use 0.0.0.0:PORT for a tracker on another host)\n"
+            "  --advertise ADDR     address the tracker should dial (default: the bound\n"
+            "                       address; a wildcard host becomes the local address that\n"
+            "                       routes to the tracker, 127.0.0.1 for a local tracker)\n"
+            "  --threads N          OpenMP threads per kernel when a request sets none\n"
+            "                       (default: the number of --cpus, else OpenMP's default)\n"
+            "  --cpus LIST          pin timed children to these cores (\"0-3,6\")\n"
+            "  --drain-ms N         on SIGTERM, time the running batch may take (default %d)\n"
+            "  --token-file F       shared token required from every caller and sent to the\n"
+            "                       tracker (first line of F; default: $KT_TOKEN_FILE)\n"
+            "  --tls-cert F         server certificate (PEM); enables TLS with --tls-key\n"
+            "  --tls-key F          server private key (PEM)\n"
+            "  --tls-ca F           CA (PEM) to verify a tracker served over TLS\n"
+            "  --version            print the version and exit\n"
+            "  -h, --help           print this help and exit\n"
+            "\n"
+            "A Run request's MeasureOptions are taken as given (min_repeat_ms 0 is off,\n"
+            "check_correctness false skips the check); zero number, repeat and timeout_ms\n"
+            "mean 3, 1 and 10 s. Without MeasureOptions the local runner's defaults apply.\n",
+            DEFAULT_DRAIN_MS);
 }
+
+/* ---- The device ----------------------------------------------------------------------- */
+
+/* Cores in a "0-3,6" list; 0 when it does not parse (kt_runner_new reports why). */
+static int cpu_list_count(const char *s)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long a = strtol(s, &end, 10), b = a;
+        if (end == s || a < 0)
+            return 0;
+        if (*end == '-') {
+            s = end + 1;
+            b = strtol(s, &end, 10);
+            if (end == s || b < a)
+                return 0;
+        }
+        n += (int)(b - a + 1);
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return 0;
+        s = end;
+    }
+    return n;
+}
+
+/* The value of the first "<field> : value" line of /proc/cpuinfo. */
+static int cpuinfo_field(const char *field, char *out, size_t size)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int found = 0;
+    size_t flen = strlen(field);
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, field, flen) != 0 || (line[flen] != ' ' && line[flen] != '\t' &&
+                                                line[flen] != ':'))
+            continue;
+        const char *v = strchr(line, ':');
+        if (!v)
+            continue;
+        v++;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        snprintf(out, size, "%s", v);
+        out[strcspn(out, "\n")] = '\0';
+        found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+/* The host CPU as the search sees it. name and arch are buffers the message
+ * points into. arch is a valid -march value so workers can build for it. */
+static void cpu_device_info(Ktune__V1__DeviceInfo *d, int cores, char *name, size_t nsize,
+                            char *arch, size_t asize)
+{
+    ktune__v1__device_info__init(d);
+    d->target = "cpu";
+    if (!cpuinfo_field("model name", name, nsize) && !cpuinfo_field("Model name", name, nsize))
+        snprintf(name, nsize, "unknown CPU");
+    d->name = name;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    snprintf(arch, asize, "%s",
+             __builtin_cpu_supports("x86-64-v4")   ? "x86-64-v4"
+             : __builtin_cpu_supports("x86-64-v3") ? "x86-64-v3"
+             : __builtin_cpu_supports("x86-64-v2") ? "x86-64-v2"
+                                                   : "x86-64");
+    d->vector_unit_bytes = __builtin_cpu_supports("avx512f") ? 64
+                           : __builtin_cpu_supports("avx")   ? 32
+                                                             : 16;
+#elif defined(__aarch64__)
+    snprintf(arch, asize, "armv8-a");
+    d->vector_unit_bytes = 16;
+#else
+    snprintf(arch, asize, "native");
+    d->vector_unit_bytes = 16;
+#endif
+    d->arch = arch;
+    d->num_cores = cores;
+    long line = sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
+    d->cache_line_bytes = line > 0 ? (int32_t)line : 64;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    d->memory_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+    char mhz[64];
+    if (cpuinfo_field("cpu MHz", mhz, sizeof mhz))
+        d->clock_khz = (int64_t)(atof(mhz) * 1000.0);
+}
+
+/* ---- Run ------------------------------------------------------------------------------ */
+
+typedef struct {
+    pthread_mutex_t run_mu;   /* one batch at a time: concurrent timings would disturb each other */
+    atomic_int in_flight;     /* batches running or waiting for run_mu */
+    int threads;              /* default OpenMP threads; 0 = leave OpenMP's default */
+    const char *cpus;
+} runner_ctx_t;
+
+static int in_flight(void *user)
+{
+    return atomic_load(&((runner_ctx_t *)user)->in_flight);
+}
+
+/* Options for one request; INVALID_ARGUMENT text in *why when they are bad. */
+static int run_options(const runner_ctx_t *x, const Ktune__V1__RunRequest *in, kt_runner_opts_t *o,
+                       const char **why)
+{
+    kt_runner_opts_default(o);
+    o->num_threads = x->threads;
+    o->cpu_list = x->cpus;
+    o->seed = in->seed;
+    const Ktune__V1__MeasureOptions *m = in->options;
+    if (!m)
+        return 0;
+    if (m->number < 0 || m->repeat < 0 || m->min_repeat_ms < 0 || m->cooldown_interval < 0 ||
+        m->timeout_ms < 0 || m->num_threads < 0) {
+        *why = "negative MeasureOptions value";
+        return KT_EINVAL;
+    }
+    o->number = m->number;
+    o->repeat = m->repeat;
+    o->min_repeat_ms = m->min_repeat_ms;
+    o->cooldown_interval = m->cooldown_interval;
+    o->enable_cpu_cache_flush = m->enable_cpu_cache_flush;
+    o->timeout = m->timeout_ms / 1000.0;
+    o->check_correctness = m->check_correctness;
+    if (m->num_threads)
+        o->num_threads = m->num_threads;
+    return 0;
+}
+
+static uint64_t parse_hash(const char *s)
+{
+    if (!s || strlen(s) != 16)
+        return 0;   /* the runner computes it */
+    char *end;
+    uint64_t h = strtoull(s, &end, 16);
+    return *end ? 0 : h;
+}
+
+/* Why a candidate cannot be run at all, or NULL when it can. */
+static const char *candidate_problem(const Ktune__V1__RunCandidate *c, kt_run_input_t *in)
+{
+    memset(in, 0, sizeof *in);
+    in->target = KT_MEASURE_TARGET_CPU;
+    if (!c->artifact.data || c->artifact.len == 0)
+        return "no artifact";
+    if (!c->entry || !*c->entry)
+        return "no entry point";
+    if (c->n_buf_elems < 1 || c->n_buf_elems > KT_MEASURE_MAX_BUFS)
+        return "buf_elems must list 1 to 32 buffers";
+    if (c->num_outputs < 1 || (size_t)c->num_outputs > c->n_buf_elems)
+        return "num_outputs must be between 1 and the number of buffers";
+    in->layout.num_bufs = (int)c->n_buf_elems;
+    in->layout.num_outputs = c->num_outputs;
+    for (size_t i = 0; i < c->n_buf_elems; i++)
+        in->layout.num_elems[i] = c->buf_elems[i];
+    if (kt_buf_layout_check(&in->layout) != 0)
+        return kt_err_msg();
+    in->prog = (kt_artifact_t){.data = c->artifact.data, .len = c->artifact.len,
+                               .hash = parse_hash(c->artifact_hash), .entry = c->entry};
+    if (c->reference.data && c->reference.len > 0) {
+        if (!c->reference_entry || !*c->reference_entry)
+            return "a reference artifact needs reference_entry";
+        in->ref = (kt_artifact_t){.data = c->reference.data, .len = c->reference.len,
+                                  .hash = parse_hash(c->reference_hash),
+                                  .entry = c->reference_entry};
+    }
+    return NULL;
+}
+
+static int fill_result(kt_rpc_call_t *call, uint64_t id, const kt_measure_result_t *r,
+                       Ktune__V1__MeasureResult *o)
+{
+    ktune__v1__measure_result__init(o);
+    o->candidate_id = id;
+    o->error_code = (Ktune__V1__MeasureError)r->error_no;
+    o->all_cost = r->all_cost;
+    o->timestamp = r->timestamp;
+    if (r->n_costs > 0) {
+        if (!(o->costs = kt_rpc_call_alloc(call, (size_t)r->n_costs * sizeof *o->costs)))
+            return KT_ENOMEM;
+        memcpy(o->costs, r->costs, (size_t)r->n_costs * sizeof *o->costs);
+        o->n_costs = (size_t)r->n_costs;
+    }
+    if (r->error_msg && !(o->error_msg = kt_rpc_call_strdup(call, r->error_msg)))
+        return KT_ENOMEM;
+    return 0;
+}
+
+static int run_batch(kt_rpc_call_t *call, runner_ctx_t *x, const Ktune__V1__RunRequest *in,
+                     Ktune__V1__RunResponse *out)
+{
+    if (in->target && *in->target && strcmp(in->target, "cpu") != 0)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
+                                "this runner times cpu candidates, not '%s'", in->target);
+    if (in->n_candidates > MAX_CANDIDATES)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
+                                "%zu candidates in one request; at most %d", in->n_candidates,
+                                MAX_CANDIDATES);
+    kt_runner_opts_t ro;
+    const char *why = NULL;
+    if (run_options(x, in, &ro, &why) != 0)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", why);
+    int n = (int)in->n_candidates;
+    if (n == 0)
+        return KT_RPC_OK;
+    kt_run_input_t *inputs = calloc((size_t)n, sizeof *inputs);
+    kt_measure_result_t *ran = calloc((size_t)n, sizeof *ran);   /* runnable ones, in order */
+    kt_measure_result_t *all = calloc((size_t)n, sizeof *all);   /* one per candidate */
+    int *which = calloc((size_t)n, sizeof *which);               /* runnable -> candidate */
+    Ktune__V1__MeasureResult *arr = kt_rpc_call_alloc(call, (size_t)n * sizeof *arr);
+    out->results = kt_rpc_call_alloc(call, (size_t)n * sizeof *out->results);
+    int rc = 0, runnable = 0;
+    if (!inputs || !ran || !all || !which || !arr || !out->results) {
+        rc = kt_err_set(KT_ENOMEM, "Run: out of memory");
+        goto done;
+    }
+    /* A malformed candidate is its own INSTANTIATION_ERROR; the rest still run. */
+    for (int i = 0; i < n; i++) {
+        const char *problem = candidate_problem(in->candidates[i], &inputs[runnable]);
+        if (problem) {
+            kt_measure_result_set_error(&all[i], KT_MEASURE_INSTANTIATION_ERROR, "%s", problem);
+            all[i].timestamp = kt_time_wall();
+        } else {
+            which[runnable++] = i;
+        }
+    }
+    if (runnable) {
+        kt_runner_t *runner = kt_runner_new(&ro);
+        if (!runner) {
+            rc = kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", kt_err_msg());
+            goto done;
+        }
+        rc = kt_runner_run(runner, inputs, runnable, ran);
+        kt_runner_free(runner);
+        if (rc != 0) {
+            kt_err_prefix("Run");
+            goto done;
+        }
+        for (int k = 0; k < runnable; k++) {   /* move, not copy */
+            all[which[k]] = ran[k];
+            memset(&ran[k], 0, sizeof ran[k]);
+        }
+    }
+    int errors = 0;
+    for (int i = 0; i < n; i++) {
+        out->results[i] = &arr[i];
+        if (fill_result(call, in->candidates[i]->candidate_id, &all[i], &arr[i]) != 0) {
+            rc = kt_err_set(KT_ENOMEM, "Run: out of memory");
+            goto done;
+        }
+        errors += all[i].error_no != KT_MEASURE_NO_ERROR;
+    }
+    out->n_results = (size_t)n;
+    KT_INFO("run: batch of %d done, %d error%s", n, errors, errors == 1 ? "" : "s");
+done:
+    for (int i = 0; i < n; i++) {
+        if (ran)
+            kt_measure_result_clear(&ran[i]);
+        if (all)
+            kt_measure_result_clear(&all[i]);
+    }
+    free(ran);
+    free(all);
+    free(inputs);
+    free(which);
+    return rc;
+}
+
+static int h_run(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                 void *ud)
+{
+    runner_ctx_t *x = ud;
+    const Ktune__V1__RunRequest *in = (const Ktune__V1__RunRequest *)req;
+    atomic_fetch_add(&x->in_flight, 1);
+    pthread_mutex_lock(&x->run_mu);
+    int rc;
+    if (kt_rpc_call_cancelled(call)) {
+        rc = kt_rpc_call_fail(call, KT_RPC_CANCELLED, "the call ended before its batch started");
+    } else {
+        KT_INFO("run: batch of %zu candidate%s from %s", in->n_candidates,
+                in->n_candidates == 1 ? "" : "s", kt_rpc_call_peer(call));
+        rc = run_batch(call, x, in, (Ktune__V1__RunResponse *)resp);
+    }
+    pthread_mutex_unlock(&x->run_mu);
+    atomic_fetch_sub(&x->in_flight, 1);
+    return rc;
+}
+
+/* ---- Drain watchdog --------------------------------------------------------------------- */
+
+static int g_drain_ms;
+
+/* A batch that outlives the drain deadline is abandoned: the process exits
+ * and its timing child dies with its parent thread. */
+static void *drain_watchdog(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {.tv_sec = g_drain_ms / 1000 + 5, .tv_nsec = 0};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    KT_ERROR("the running batch did not finish within the drain time; exiting without it");
+    _exit(1);
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {
@@ -39,20 +381,48 @@ int main(int argc, char **argv)
         return 2;
     }
     static const struct option opts[] = {
-        {"listen", required_argument, 0, 'l'},   {"token-file", required_argument, 0, 't'},
-        {"tls-cert", required_argument, 0, 'c'}, {"tls-key", required_argument, 0, 'k'},
-        {"version", no_argument, 0, 'V'},        {"help", no_argument, 0, 'h'},
+        {"tracker", required_argument, 0, 'T'},   {"key", required_argument, 0, 'K'},
+        {"device", required_argument, 0, 'D'},    {"listen", required_argument, 0, 'l'},
+        {"advertise", required_argument, 0, 'A'}, {"threads", required_argument, 0, 'n'},
+        {"cpus", required_argument, 0, 'P'},      {"drain-ms", required_argument, 0, 'd'},
+        {"token-file", required_argument, 0, 't'}, {"tls-cert", required_argument, 0, 'c'},
+        {"tls-key", required_argument, 0, 'k'},   {"tls-ca", required_argument, 0, 'C'},
+        {"version", no_argument, 0, 'V'},         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    const char *listen = "127.0.0.1:0", *token_file = NULL, *cert = NULL, *key = NULL;
+    const char *listen = "127.0.0.1:0", *token_file = getenv("KT_TOKEN_FILE");
+    const char *cert = NULL, *key = NULL, *ca = NULL, *tracker = NULL, *dev_key = "cpu";
+    const char *device = "cpu", *advertise = NULL, *cpus = NULL;
+    long threads = 0, drain_ms = DEFAULT_DRAIN_MS;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        char *end;
         switch (c) {
         case 'V': printf("ktune-runner %s\n", KT_VERSION); return 0;
         case 'h': usage(stdout); return 0;
+        case 'T': tracker = optarg; break;
+        case 'K': dev_key = optarg; break;
+        case 'D': device = optarg; break;
         case 'l': listen = optarg; break;
+        case 'A': advertise = optarg; break;
+        case 'P': cpus = optarg; break;
+        case 'n':
+            threads = strtol(optarg, &end, 10);
+            if (*end || threads < 1 || threads > 4096) {
+                fprintf(stderr, "ktune-runner: --threads wants 1..4096, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'd':
+            drain_ms = strtol(optarg, &end, 10);
+            if (*end || drain_ms < 0 || drain_ms > 3600000) {
+                fprintf(stderr, "ktune-runner: --drain-ms wants 0..3600000, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 't': token_file = optarg; break;
         case 'c': cert = optarg; break;
         case 'k': key = optarg; break;
+        case 'C': ca = optarg; break;
         default: usage(stderr); return 2;
         }
     }
@@ -65,8 +435,38 @@ int main(int argc, char **argv)
         fprintf(stderr, "ktune-runner: --tls-cert and --tls-key go together\n");
         return 2;
     }
+    if (strncmp(device, "cuda:", 5) == 0) {
+        char *end;
+        long ordinal = strtol(device + 5, &end, 10);
+        if (*end || end == device + 5 || ordinal < 0) {
+            fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", device);
+            return 2;
+        }
+        /* Timing on a GPU needs the CUDA runner of common/measure, which this
+         * build does not have. */
+        fprintf(stderr, "ktune-runner: --device %s: built without CUDA runner support\n", device);
+        return 1;
+    }
+    /* The tracker refuses other keys; say so now rather than retry forever. */
+    size_t klen = strlen(dev_key);
+    if (klen == 0 || klen >= KT_REGISTRY_KEY_MAX ||
+        strspn(dev_key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") !=
+            klen) {
+        fprintf(stderr, "ktune-runner: --key wants letters, digits and ._:- (under %d bytes), "
+                "not '%s'\n", KT_REGISTRY_KEY_MAX, dev_key);
+        return 2;
+    }
+    if (strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", device);
+        return 2;
+    }
+    int cores = cpus ? cpu_list_count(cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus && cores <= 0) {
+        fprintf(stderr, "ktune-runner: --cpus wants a list like 0-3,6, not '%s'\n", cpus);
+        return 2;
+    }
     char *token = NULL;
-    if (token_file && !(token = kt_token_read(token_file))) {
+    if (token_file && *token_file && !(token = kt_token_read(token_file))) {
         KT_ERROR("%s", kt_err_msg());
         return 1;
     }
@@ -79,23 +479,76 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
+    static runner_ctx_t x;
+    pthread_mutex_init(&x.run_mu, NULL);
+    x.threads = threads ? (int)threads : (cpus ? cores : 0);
+    x.cpus = cpus;
+    int rc = 1;
+    kt_peer_agent_t *agent = NULL;
     kt_rpc_server_opts_t so = {.listen = listen, .token = token, .tls_cert = cert, .tls_key = key};
     kt_rpc_server_t *srv = kt_rpc_server_new(&so);
     if (!srv || kt_rpc_server_add_health(srv, "Runner", "runner") != 0 ||
+        kt_rpc_server_add_unary(srv, "/ktune.v1.Runner/Run", &ktune__v1__run_request__descriptor,
+                                &ktune__v1__run_response__descriptor, h_run, &x) != 0 ||
         kt_rpc_server_start(srv) != 0) {
         KT_ERROR("%s", kt_err_msg());
-        kt_rpc_server_stop(srv, 0);
-        free(token);
-        return 1;
+        goto out;
     }
-    KT_INFO("ktune-runner %s listening on %s (%s%s)", KT_VERSION, kt_rpc_server_address(srv),
-            cert ? "TLS" : "plaintext", token ? ", token required" : "");
+    KT_INFO("ktune-runner %s listening on %s (%s%s), device cpu", KT_VERSION,
+            kt_rpc_server_address(srv), cert ? "TLS" : "plaintext",
+            token ? ", token required" : "");
+    if (!token && strncmp(kt_rpc_server_address(srv), "127.", 4) != 0)
+        KT_WARN("no token: anyone who reaches %s can run code on this host "
+                "(set --token-file or KT_TOKEN_FILE)", kt_rpc_server_address(srv));
+    if (tracker) {
+        char addr[KT_REGISTRY_ADDR_MAX];
+        if (advertise)
+            snprintf(addr, sizeof addr, "%s", advertise);
+        else if (kt_peer_advertise_address(kt_rpc_server_address(srv), tracker, addr,
+                                           sizeof addr) != 0) {
+            KT_ERROR("%s", kt_err_msg());
+            goto out;
+        }
+        char name[128], arch[32];
+        Ktune__V1__DeviceInfo dev;
+        cpu_device_info(&dev, cores, name, sizeof name, arch, sizeof arch);
+        Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
+        me.role = "runner";
+        me.address = addr;
+        me.key = (char *)dev_key;
+        me.device = &dev;
+        me.capacity = 1;
+        kt_peer_agent_opts_t ao = {.tracker = tracker, .token = token, .tls_ca = ca, .self = &me,
+                                   .in_flight = in_flight, .user = &x};
+        if (!(agent = kt_peer_agent_start(&ao))) {
+            KT_ERROR("%s", kt_err_msg());
+            goto out;
+        }
+        KT_INFO("registering with tracker %s as key %s at %s (%s, %s, %d cores)", tracker,
+                dev_key, addr, name, arch, cores);
+    }
     int sig = 0;
     sigwait(&sigs, &sig);
-    KT_INFO("%s: stopping (in-flight calls get %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
-            DRAIN_MS);
-    kt_rpc_server_stop(srv, DRAIN_MS);
-    free(token);
+    KT_INFO("%s: draining (no new calls; a running batch gets %ld ms)",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", drain_ms);
+    g_drain_ms = (int)drain_ms;
+    pthread_t wd;
+    if (pthread_create(&wd, NULL, drain_watchdog, NULL) == 0)
+        pthread_detach(wd);
+    /* The tracker stops leasing us once heartbeats stop; calls it sends
+     * meanwhile are refused and go elsewhere. */
+    kt_peer_agent_stop(agent);
+    agent = NULL;
+    kt_rpc_server_stop(srv, (int)drain_ms);
+    srv = NULL;
+    rc = 0;
     KT_INFO("stopped");
-    return 0;
+out:
+    kt_peer_agent_stop(agent);
+    kt_rpc_server_stop(srv, 0);
+    if (token) {
+        memset(token, 0, strlen(token));
+        free(token);
+    }
+    return rc;
 }

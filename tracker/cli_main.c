@@ -11,6 +11,7 @@
 static const kt_cli_cmd_t commands[] = {
     {"health", "ask a tracker, runner or worker whether it is serving", kt_cli_health},
     {"records", "export, import and count measurement records", kt_cli_records},
+    {"queue", "show a tracker's runners, workers and queues", kt_cli_queue},
     {NULL, NULL, NULL},
 };
 

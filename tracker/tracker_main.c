@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http/http.h"
 #include "kt_config.h"
-#include "rpc/rpc.h"
+#include "registry/registry.h"
+#include "tracker.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/util.h"
@@ -23,12 +25,19 @@ static void usage(FILE *out)
             "and the record store. Runs until SIGINT or SIGTERM.\n"
             "\n"
             "options:\n"
-            "  --listen ADDR       gRPC address to serve (default 0.0.0.0:9190; port 0 picks one)\n"
-            "  --token-file F      shared token required from every peer (first line of F)\n"
-            "  --tls-cert F        server certificate (PEM); enables TLS with --tls-key\n"
-            "  --tls-key F         server private key (PEM)\n"
-            "  --version           print the version and exit\n"
-            "  -h, --help          print this help and exit\n");
+            "  --listen ADDR        gRPC address to serve (default 0.0.0.0:9190; port 0 picks one)\n"
+            "  --http ADDR          status page and /metrics (default " KT_HTTP_DEFAULT_BIND
+            "; 'off' for none)\n"
+            "  --heartbeat-ms N     heartbeat interval given to runners and workers (default %d);\n"
+            "                       a peer silent for %d intervals is dropped\n"
+            "  --token-file F       shared token required from every peer and sent to runners\n"
+            "                       and workers (first line of F; default: $KT_TOKEN_FILE)\n"
+            "  --tls-cert F         server certificate (PEM); enables TLS with --tls-key\n"
+            "  --tls-key F          server private key (PEM)\n"
+            "  --tls-ca F           CA (PEM) to verify runners and workers served over TLS\n"
+            "  --version            print the version and exit\n"
+            "  -h, --help           print this help and exit\n",
+            KT_REGISTRY_DEFAULT_HEARTBEAT_MS, KT_REGISTRY_MISSED_BEATS);
 }
 
 int main(int argc, char **argv)
@@ -39,20 +48,35 @@ int main(int argc, char **argv)
         return 2;
     }
     static const struct option opts[] = {
-        {"listen", required_argument, 0, 'l'},   {"token-file", required_argument, 0, 't'},
+        {"listen", required_argument, 0, 'l'},   {"http", required_argument, 0, 'H'},
+        {"heartbeat-ms", required_argument, 0, 'b'}, {"token-file", required_argument, 0, 't'},
         {"tls-cert", required_argument, 0, 'c'}, {"tls-key", required_argument, 0, 'k'},
-        {"version", no_argument, 0, 'V'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const char *listen = "0.0.0.0:9190", *token_file = NULL, *cert = NULL, *key = NULL;
+        {"tls-ca", required_argument, 0, 'C'},   {"version", no_argument, 0, 'V'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    kt_tracker_opts_t to = {.listen = KT_TRACKER_DEFAULT_LISTEN, .http = KT_HTTP_DEFAULT_BIND};
+    const char *token_file = getenv("KT_TOKEN_FILE");
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'V': printf("ktune-tracker %s\n", KT_VERSION); return 0;
         case 'h': usage(stdout); return 0;
-        case 'l': listen = optarg; break;
+        case 'l': to.listen = optarg; break;
+        case 'H': to.http = strcmp(optarg, "off") == 0 ? NULL : optarg; break;
+        case 'b': {
+            char *end;
+            long ms = strtol(optarg, &end, 10);
+            if (*end || ms < 10 || ms > 600000) {
+                fprintf(stderr, "ktune-tracker: --heartbeat-ms wants 10..600000, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            to.heartbeat_ms = (int)ms;
+            break;
+        }
         case 't': token_file = optarg; break;
-        case 'c': cert = optarg; break;
-        case 'k': key = optarg; break;
+        case 'c': to.tls_cert = optarg; break;
+        case 'k': to.tls_key = optarg; break;
+        case 'C': to.tls_ca = optarg; break;
         default: usage(stderr); return 2;
         }
     }
@@ -61,15 +85,17 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if ((cert == NULL) != (key == NULL)) {
+    if ((to.tls_cert == NULL) != (to.tls_key == NULL)) {
         fprintf(stderr, "ktune-tracker: --tls-cert and --tls-key go together\n");
         return 2;
     }
     char *token = NULL;
-    if (token_file && !(token = kt_token_read(token_file))) {
+    if (token_file && *token_file && !(token = kt_token_read(token_file))) {
         KT_ERROR("%s", kt_err_msg());
         return 1;
     }
+    to.token = token;
+    int have_token = token != NULL;
 
     /* Blocked before any thread exists so that every thread inherits the
      * mask and the signals reach only sigwait below. */
@@ -79,23 +105,27 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
-    kt_rpc_server_opts_t so = {.listen = listen, .token = token, .tls_cert = cert, .tls_key = key};
-    kt_rpc_server_t *srv = kt_rpc_server_new(&so);
-    if (!srv || kt_rpc_server_add_health(srv, "Tracker", "tracker") != 0 ||
-        kt_rpc_server_start(srv) != 0) {
-        KT_ERROR("%s", kt_err_msg());
-        kt_rpc_server_stop(srv, 0);
+    kt_tracker_t *t = kt_tracker_new(&to);
+    if (token) {
+        memset(token, 0, strlen(token));
         free(token);
+    }
+    if (!t || kt_tracker_start(t) != 0) {
+        KT_ERROR("%s", kt_err_msg());
+        kt_tracker_stop(t, 0);
         return 1;
     }
-    KT_INFO("ktune-tracker %s listening on %s (%s%s)", KT_VERSION, kt_rpc_server_address(srv),
-            cert ? "TLS" : "plaintext", token ? ", token required" : "");
+    KT_INFO("ktune-tracker %s listening on %s (%s%s), heartbeat %d ms", KT_VERSION,
+            kt_tracker_address(t), to.tls_cert ? "TLS" : "plaintext",
+            have_token ? ", token required" : "",
+            kt_registry_heartbeat_ms(kt_tracker_registry(t)));
+    if (kt_tracker_http_port(t) > 0)
+        KT_INFO("status page and /metrics on http port %d", kt_tracker_http_port(t));
     int sig = 0;
     sigwait(&sigs, &sig);
     KT_INFO("%s: stopping (in-flight calls get %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
             DRAIN_MS);
-    kt_rpc_server_stop(srv, DRAIN_MS);
-    free(token);
+    kt_tracker_stop(t, DRAIN_MS);
     KT_INFO("stopped");
     return 0;
 }

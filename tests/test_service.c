@@ -1,0 +1,798 @@
+/*
+ * Suite "service": the built daemons working together on 127.0.0.1 —
+ * ktune-tracker, ktune-runner, ktune-worker and `ktune queue` as separate
+ * processes (from KT_BUILD_ROOT): registration, Build and Run over RPC, a
+ * crashing kernel, a runner killed (dropped after missed heartbeats), the
+ * tracker killed and restarted (peers register again with their ids), the
+ * token, and draining a runner on SIGTERM.
+ *
+ * Check runs each test in its own process (this file's main() never touches
+ * gRPC). Daemons write their logs to files in a per-test directory, which
+ * the runner process removes even when a test fails; every daemon gets
+ * PR_SET_PDEATHSIG, so a failing test (which _exits) takes its daemons with
+ * it, and a passing one kills and reaps them itself. Waits are bounded but
+ * generous; nothing asserts how fast anything happens.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ktune.pb-c.h"
+#include "rpc/rpc.h"
+#include "util/err.h"
+#include "util/util.h"
+
+/* Heartbeat interval given to peers in these tests. */
+#define HB_MS "200"
+/* Upper bound of every wait (the machine may be slow and busy). */
+#define WAIT_MS 30000
+
+/* ---- Kernels ------------------------------------------------------------------------------ */
+
+static const char *VADD =
+    "int vadd(float **b) {\n"
+    "  for (int i = 0; i < 1024; i++) b[2][i] = b[0][i] + b[1][i];\n"
+    "  return 0;\n"
+    "}\n";
+
+static const char *VADD_REF =
+    "int vadd_ref(float **b) {\n"
+    "  for (int i = 1023; i >= 0; i--) b[2][i] = b[1][i] + b[0][i];\n"
+    "  return 0;\n"
+    "}\n";
+
+static const char *VADD_SEGV =
+    "int vadd(float **b) {\n"
+    "  (void)b; *(volatile int *)16 = 1;\n"
+    "  return 0;\n"
+    "}\n";
+
+static const char *SYNTAX_ERROR = "int vadd(float **b) { return b[0][0] +; }\n";
+
+/* 300 ms per call: a batch that is still running when SIGTERM arrives. */
+static const char *SLOW =
+    "#include <time.h>\n"
+    "int slow(float **b) {\n"
+    "  struct timespec ts = {0, 300000000};\n"
+    "  nanosleep(&ts, 0);\n"
+    "  b[1][0] = b[0][0];\n"
+    "  return 0;\n"
+    "}\n";
+
+/* ---- Processes ------------------------------------------------------------------------------ */
+
+#define MAX_PROCS 16
+
+typedef struct {
+    pid_t pid;
+    char log[512];
+} proc_t;
+
+static char base_dir[64];       /* made and removed by the runner process */
+static char dir[128];           /* this test's directory */
+static proc_t procs[MAX_PROCS];
+static int n_procs;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void suite_setup(void)
+{
+    snprintf(base_dir, sizeof base_dir, "/tmp/kt_service_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(base_dir));
+}
+
+static void suite_teardown(void)
+{
+    nftw(base_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void test_setup(void)
+{
+    snprintf(dir, sizeof dir, "%s/t%d", base_dir, (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    n_procs = 0;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+extern char **environ;
+
+/* Start build-root binary `rel` with args; its output goes to <dir>/<name>.log.
+ * KT_TOKEN_FILE is token_file_env or unset. The environment is built before
+ * fork: this process may have gRPC threads, so the child calls only
+ * async-signal-safe functions before exec. */
+static proc_t *spawn(const char *name, const char *rel, char *const args[],
+                     const char *token_file_env)
+{
+    ck_assert_int_lt(n_procs, MAX_PROCS);
+    proc_t *p = &procs[n_procs++];
+    const char *root = getenv("KT_BUILD_ROOT");
+    ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");
+    static char bin[MAX_PROCS][512];
+    char *path = bin[n_procs - 1];
+    snprintf(path, 512, "%s/%s", root, rel);
+    char *argv[32] = {path};
+    int argc = 1;
+    for (int i = 0; args[i] && argc < 31; i++)
+        argv[argc++] = args[i];
+    argv[argc] = NULL;
+
+    static char tok_var[600];
+    static char *envp[512];
+    size_t n = 0;
+    for (char **e = environ; *e && n + 3 < KT_ARRAY_LEN(envp); e++)
+        if (strncmp(*e, "KT_TOKEN_FILE=", 14) != 0 && strncmp(*e, "KT_LOG_LEVEL=", 13) != 0)
+            envp[n++] = *e;
+    envp[n++] = "KT_LOG_LEVEL=info";
+    if (token_file_env) {
+        snprintf(tok_var, sizeof tok_var, "KT_TOKEN_FILE=%s", token_file_env);
+        envp[n++] = tok_var;
+    }
+    envp[n] = NULL;
+
+    snprintf(p->log, sizeof p->log, "%s/%s.log", dir, name);
+    int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execve(argv[0], argv, envp);
+        _exit(127);
+    }
+    close(fd);
+    p->pid = pid;
+    return p;
+}
+
+/* Wait for p to exit (killing it after ms); returns the wait status. */
+static int reap(proc_t *p, int ms)
+{
+    int st = 0;
+    for (int i = 0; i < ms / 10; i++) {
+        pid_t r = waitpid(p->pid, &st, WNOHANG);
+        if (r == p->pid) {
+            p->pid = 0;
+            return st;
+        }
+        sleep_ms(10);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+    p->pid = 0;
+    return st;
+}
+
+static void kill_hard(proc_t *p)
+{
+    ck_assert_int_eq(kill(p->pid, SIGKILL), 0);
+    reap(p, WAIT_MS);
+}
+
+static char *log_of(const proc_t *p);
+
+/* Stop every daemon still running with SIGTERM: each must exit 0 (under the
+ * sanitizers that also means without leaks). */
+static void stop_all(void)
+{
+    for (int i = 0; i < n_procs; i++)
+        if (procs[i].pid > 0)
+            kill(procs[i].pid, SIGTERM);
+    for (int i = 0; i < n_procs; i++) {
+        if (procs[i].pid <= 0)
+            continue;
+        int ws = reap(&procs[i], WAIT_MS);
+        char *log = log_of(&procs[i]);
+        ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "%s: status %d: %s", procs[i].log,
+                      ws, log);
+        free(log);
+    }
+    n_procs = 0;
+}
+
+static char *log_of(const proc_t *p)
+{
+    char *s = kt_file_read(p->log, NULL);
+    return s ? s : strdup("");
+}
+
+/* Wait until p's log contains needle; 1 when it does. */
+static int wait_log(const proc_t *p, const char *needle, int ms)
+{
+    for (int waited = 0;; waited += 20) {
+        char *s = log_of(p);
+        int hit = strstr(s, needle) != NULL;
+        free(s);
+        if (hit)
+            return 1;
+        if (waited >= ms)
+            return 0;
+        sleep_ms(20);
+    }
+}
+
+/* The port a daemon logged ("listening on 127.0.0.1:<port>"). */
+static int logged_port(const proc_t *p)
+{
+    const char *needle = "listening on 127.0.0.1:";
+    ck_assert_msg(wait_log(p, needle, WAIT_MS), "%s never listened", p->log);
+    char *s = log_of(p);
+    int port = atoi(strstr(s, needle) + strlen(needle));
+    free(s);
+    ck_assert_int_gt(port, 0);
+    return port;
+}
+
+static proc_t *start_tracker(const char *listen, const char *token_file, char addr[64])
+{
+    char *args[] = {"--listen", (char *)listen, "--http", "off", "--heartbeat-ms", HB_MS,
+                    token_file ? "--token-file" : NULL, (char *)token_file, NULL};
+    proc_t *t = spawn("tracker", "tracker/ktune-tracker", args, NULL);
+    snprintf(addr, 64, "127.0.0.1:%d", logged_port(t));
+    return t;
+}
+
+static proc_t *start_runner(const char *name, const char *tracker, const char *token_env)
+{
+    char *args[] = {"--listen", "127.0.0.1:0", "--key", "cpu-test", "--threads", "1",
+                    tracker ? "--tracker" : NULL, (char *)tracker, NULL};
+    return spawn(name, "server/ktune-runner", args, token_env);
+}
+
+static proc_t *start_worker(const char *name, const char *tracker, const char *token_env)
+{
+    char *args[] = {"--listen", "127.0.0.1:0", "--jobs", "2", tracker ? "--tracker" : NULL,
+                    (char *)tracker, NULL};
+    return spawn(name, "worker/ktune-worker", args, token_env);
+}
+
+static void write_file(const char *name, const char *text, char *path, size_t size)
+{
+    snprintf(path, size, "%s/%s", dir, name);
+    ck_assert_int_eq(kt_file_write(path, text, strlen(text)), 0);
+}
+
+/* Run `ktune` with args; its exit code, and its output in out. */
+static int run_cli(char *const args[], char *out, size_t size, const char *token_env)
+{
+    static int runs;
+    char name[32];
+    snprintf(name, sizeof name, "cli%d", runs++);
+    proc_t *p = spawn(name, "tracker/ktune", args, token_env);
+    int st = reap(p, WAIT_MS);
+    char *s = log_of(p);
+    snprintf(out, size, "%s", s);
+    free(s);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* ---- RPC helpers --------------------------------------------------------------------------- */
+
+static kt_rpc_client_t *client(const char *addr, const char *token)
+{
+    kt_rpc_client_opts_t o = {.token = token, .deadline_ms = 10000, .retry_attempts = 3};
+    kt_rpc_client_t *c = kt_rpc_client_new(addr, &o);
+    ck_assert_msg(c != NULL, "%s", kt_err_msg());
+    return c;
+}
+
+/* QueueStatus; NULL when the call failed (status in *st). */
+static Ktune__V1__QueueStatusResponse *queue_status(const char *tracker, const char *token,
+                                                    kt_rpc_status_t *st)
+{
+    kt_rpc_client_t *c = client(tracker, token);
+    Ktune__V1__QueueStatusRequest req = KTUNE__V1__QUEUE_STATUS_REQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    kt_rpc_status_t local;
+    int rc = kt_rpc_call_unary(c, "/ktune.v1.Tracker/QueueStatus", &req.base,
+                               &ktune__v1__queue_status_response__descriptor, 5000, &out,
+                               st ? st : &local);
+    kt_rpc_client_free(c);
+    return rc == 0 ? (Ktune__V1__QueueStatusResponse *)out : NULL;
+}
+
+static int count_role(const Ktune__V1__QueueStatusResponse *q, const char *role)
+{
+    int n = 0;
+    for (size_t i = 0; i < q->n_peers; i++)
+        n += strcmp(q->peers[i]->role, role) == 0;
+    return n;
+}
+
+/* Wait until exactly `runners` runners and `workers` workers are registered;
+ * returns the QueueStatus then (caller frees) or NULL. */
+static Ktune__V1__QueueStatusResponse *wait_peers(const char *tracker, const char *token,
+                                                  int runners, int workers)
+{
+    for (int waited = 0; waited < WAIT_MS; waited += 100) {
+        Ktune__V1__QueueStatusResponse *q = queue_status(tracker, token, NULL);
+        if (q && count_role(q, "runner") == runners && count_role(q, "worker") == workers)
+            return q;
+        if (q)
+            ktune__v1__queue_status_response__free_unpacked(q, NULL);
+        sleep_ms(100);
+    }
+    return NULL;
+}
+
+/* The n-th peer of a role. */
+static const Ktune__V1__PeerInfo *peer(const Ktune__V1__QueueStatusResponse *q, const char *role,
+                                       int n)
+{
+    for (size_t i = 0; i < q->n_peers; i++)
+        if (strcmp(q->peers[i]->role, role) == 0 && n-- == 0)
+            return q->peers[i];
+    ck_abort_msg("no %s #%d", role, n);
+    return NULL;
+}
+
+static Ktune__V1__BuildResponse *build(const char *worker, const char *token,
+                                       const char *const *sources, const char *const *entries,
+                                       int n)
+{
+    Ktune__V1__BuildCandidate cands[8], *ptrs[8];
+    ck_assert_int_le(n, 8);
+    for (int i = 0; i < n; i++) {
+        ktune__v1__build_candidate__init(&cands[i]);
+        cands[i].candidate_id = (uint64_t)(i + 1);
+        cands[i].source = (char *)sources[i];
+        cands[i].entry = (char *)entries[i];
+        ptrs[i] = &cands[i];
+    }
+    Ktune__V1__BuildRequest req = KTUNE__V1__BUILD_REQUEST__INIT;
+    req.target = "cpu";
+    req.arch = "native";
+    req.candidates = ptrs;
+    req.n_candidates = (size_t)n;
+    req.timeout_ms = 60000;
+    kt_rpc_client_t *c = client(worker, token);
+    ProtobufCMessage *out = NULL;
+    kt_rpc_status_t st;
+    int rc = kt_rpc_call_unary(c, "/ktune.v1.Worker/Build", &req.base,
+                               &ktune__v1__build_response__descriptor, 120000, &out, &st);
+    kt_rpc_client_free(c);
+    ck_assert_msg(rc == 0, "Build: %s", kt_err_msg());
+    Ktune__V1__BuildResponse *r = (Ktune__V1__BuildResponse *)out;
+    ck_assert_uint_eq(r->n_results, (size_t)n);
+    return r;
+}
+
+/* The status of a one-candidate Build with this target and arch. */
+static int build_status(const char *worker, const char *target, const char *arch)
+{
+    Ktune__V1__BuildCandidate cand = KTUNE__V1__BUILD_CANDIDATE__INIT, *cp = &cand;
+    cand.source = (char *)VADD;
+    cand.entry = "vadd";
+    Ktune__V1__BuildRequest req = KTUNE__V1__BUILD_REQUEST__INIT;
+    req.target = (char *)target;
+    req.arch = (char *)arch;
+    req.candidates = &cp;
+    req.n_candidates = 1;
+    kt_rpc_client_t *c = client(worker, NULL);
+    ProtobufCMessage *out = NULL;
+    kt_rpc_status_t st;
+    kt_rpc_call_unary(c, "/ktune.v1.Worker/Build", &req.base,
+                      &ktune__v1__build_response__descriptor, 60000, &out, &st);
+    kt_rpc_client_free(c);
+    if (out)
+        protobuf_c_message_free_unpacked(out, NULL);
+    return st.code;
+}
+
+/* A vadd-shaped run candidate from a build result, optionally checked
+ * against a reference result. */
+static void run_candidate(Ktune__V1__RunCandidate *c, int64_t *elems, uint64_t id,
+                          const Ktune__V1__BuildResult *prog, const Ktune__V1__BuildResult *ref,
+                          int n_bufs)
+{
+    ktune__v1__run_candidate__init(c);
+    c->candidate_id = id;
+    c->artifact = prog->artifact;
+    c->artifact_hash = prog->artifact_hash;
+    c->entry = prog->entry;
+    c->buf_elems = elems;
+    c->n_buf_elems = (size_t)n_bufs;
+    c->num_outputs = 1;
+    if (ref) {
+        c->reference = ref->artifact;
+        c->reference_hash = ref->artifact_hash;
+        c->reference_entry = ref->entry;
+    }
+}
+
+static int run(const char *runner, const char *token, Ktune__V1__RunCandidate **cands, int n,
+               int number, int repeat, Ktune__V1__RunResponse **resp, kt_rpc_status_t *st)
+{
+    Ktune__V1__MeasureOptions mo = KTUNE__V1__MEASURE_OPTIONS__INIT;
+    mo.number = number;
+    mo.repeat = repeat;
+    mo.timeout_ms = 20000;
+    mo.check_correctness = 1;
+    Ktune__V1__RunRequest req = KTUNE__V1__RUN_REQUEST__INIT;
+    req.target = "cpu";
+    req.candidates = cands;
+    req.n_candidates = (size_t)n;
+    req.options = &mo;
+    req.seed = 7;
+    kt_rpc_client_t *c = client(runner, token);
+    ProtobufCMessage *out = NULL;
+    int rc = kt_rpc_call_unary(c, "/ktune.v1.Runner/Run", &req.base,
+                               &ktune__v1__run_response__descriptor, 120000, &out, st);
+    kt_rpc_client_free(c);
+    *resp = (Ktune__V1__RunResponse *)out;
+    return rc;
+}
+
+/* GET path from 127.0.0.1:port; the whole answer (caller frees). */
+static char *http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    ck_assert_int_eq(write(fd, req, (size_t)n), n);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while (len + 1 < cap && (r = read(fd, buf + len, cap - len - 1)) > 0)
+        len += (size_t)r;
+    buf[len] = '\0';
+    close(fd);
+    return buf;
+}
+
+/* ---- Tests -------------------------------------------------------------------------------- */
+
+START_TEST(service_cluster_registers_builds_and_runs)
+{
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--heartbeat-ms", HB_MS,
+                     NULL};
+    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
+    char tracker[64];
+    snprintf(tracker, sizeof tracker, "127.0.0.1:%d", logged_port(tr));
+    start_runner("runner1", tracker, NULL);
+    start_runner("runner2", tracker, NULL);
+    start_worker("worker", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 2, 1);
+    ck_assert_msg(q != NULL, "runners and worker did not register");
+    ck_assert_uint_eq(q->n_queues, 1);
+    ck_assert_str_eq(q->queues[0]->key, "cpu-test");
+    ck_assert_int_eq(q->queues[0]->total, 2);
+    ck_assert_int_eq(q->queues[0]->free, 2);
+    ck_assert_int_eq(q->queues[0]->pending, 0);
+    const Ktune__V1__PeerInfo *r1 = peer(q, "runner", 0), *w = peer(q, "worker", 0);
+    ck_assert_ptr_nonnull(r1->device);
+    ck_assert_str_eq(r1->device->target, "cpu");
+    ck_assert_int_gt(r1->device->num_cores, 0);
+    ck_assert_int_gt(r1->device->cache_line_bytes, 0);
+    ck_assert_str_eq(r1->state, "free");
+    ck_assert_str_eq(w->targets[0], "cpu");
+    ck_assert_int_eq(w->capacity, 2);
+
+    /* ktune queue prints both runners, the worker and the key's counters. */
+    char out[8192];
+    char *qargs[] = {"queue", "--tracker", tracker, NULL};
+    ck_assert_int_eq(run_cli(qargs, out, sizeof out, NULL), 0);
+    ck_assert_msg(strstr(out, "Server List") && strstr(out, "Queue Status"), "%s", out);
+    ck_assert_msg(strstr(out, peer(q, "runner", 0)->address), "%s", out);
+    ck_assert_msg(strstr(out, peer(q, "runner", 1)->address), "%s", out);
+    ck_assert_msg(strstr(out, w->address), "%s", out);
+    ck_assert_msg(strstr(out, "runner:cpu-test") && strstr(out, "worker:cpu"), "%s", out);
+    const char *line = strstr(out, "\ncpu-test ");
+    ck_assert_msg(line != NULL, "%s", out);
+    int total = -1, free_ = -1, pending = -1;
+    ck_assert_int_eq(sscanf(line, "\ncpu-test %d %d %d", &total, &free_, &pending), 3);
+    ck_assert_int_eq(total, 2);
+    ck_assert_int_eq(free_, 2);
+    ck_assert_int_eq(pending, 0);
+    char *jargs[] = {"queue", "--tracker", tracker, "--json", NULL};
+    ck_assert_int_eq(run_cli(jargs, out, sizeof out, NULL), 0);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    ck_assert_msg(j != NULL, "%s: %s", jerr.text, out);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "peers")), 3);
+    json_t *q0 = json_array_get(json_object_get(j, "queues"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(q0, "total")), 2);
+    json_decref(j);
+
+    /* The status page and the metrics see the same registry. */
+    ck_assert(wait_log(tr, "http port ", WAIT_MS));
+    char *tl = log_of(tr);
+    int http_port = atoi(strstr(tl, "http port ") + strlen("http port "));
+    free(tl);
+    char *page = http_get(http_port, "/api/status");
+    ck_assert_msg(strstr(page, "200 OK") && strstr(page, r1->address), "%s", page);
+    free(page);
+    char *metrics = http_get(http_port, "/metrics");
+    ck_assert_msg(strstr(metrics, "ktune_queue_runners{key=\"cpu-test\"} 2"), "%s", metrics);
+    free(metrics);
+
+    /* Build on the worker: three good kernels and one that does not compile. */
+    const char *srcs[] = {VADD, VADD_REF, VADD_SEGV, SYNTAX_ERROR};
+    const char *entries[] = {"vadd", "vadd_ref", "vadd", "vadd"};
+    Ktune__V1__BuildResponse *b = build(w->address, NULL, srcs, entries, 4);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(b->results[i]->error_code == KTUNE__V1__MEASURE_ERROR__NO_ERROR,
+                      "build %d: %s", i, b->results[i]->error_msg);
+        ck_assert_uint_eq(b->results[i]->candidate_id, (uint64_t)(i + 1));
+        ck_assert_uint_gt(b->results[i]->artifact.len, 0);
+        ck_assert_int_eq(strlen(b->results[i]->artifact_hash), 16);
+    }
+    ck_assert_int_eq(b->results[3]->error_code, KTUNE__V1__MEASURE_ERROR__COMPILE_HOST);
+    ck_assert_uint_eq(b->results[3]->artifact.len, 0);
+    ck_assert_int_eq(build_status(w->address, "rocm", "native"), KT_RPC_INVALID_ARGUMENT);
+    ck_assert_int_eq(build_status(w->address, "cpu", "-O0 -fplugin=x"), KT_RPC_INVALID_ARGUMENT);
+
+    /* Run on a registered runner: checked vadd, a segfault, vadd again. */
+    int64_t elems[3] = {1024, 1024, 1024};
+    Ktune__V1__RunCandidate c[3], *cp[3] = {&c[0], &c[1], &c[2]};
+    run_candidate(&c[0], elems, 11, b->results[0], b->results[1], 3);
+    run_candidate(&c[1], elems, 12, b->results[2], b->results[1], 3);
+    run_candidate(&c[2], elems, 13, b->results[0], NULL, 3);
+    Ktune__V1__RunResponse *rr = NULL;
+    kt_rpc_status_t st;
+    ck_assert_msg(run(r1->address, NULL, cp, 3, 2, 3, &rr, &st) == 0, "Run: %s", kt_err_msg());
+    ck_assert_uint_eq(rr->n_results, 3);
+    for (int i = 0; i < 3; i += 2) {
+        const Ktune__V1__MeasureResult *m = rr->results[i];
+        ck_assert_msg(m->error_code == KTUNE__V1__MEASURE_ERROR__NO_ERROR, "run %d: %s", i,
+                      m->error_msg);
+        ck_assert_uint_eq(m->candidate_id, (uint64_t)(11 + i));
+        ck_assert_uint_eq(m->n_costs, 3);
+        for (size_t k = 0; k < m->n_costs; k++)
+            ck_assert_double_gt(m->costs[k], 0);
+        ck_assert_double_gt(m->timestamp, 0);
+    }
+    ck_assert_int_eq(rr->results[1]->error_code, KTUNE__V1__MEASURE_ERROR__RUNTIME_DEVICE);
+    ck_assert_ptr_nonnull(rr->results[1]->error_msg);
+    ktune__v1__run_response__free_unpacked(rr, NULL);
+
+    /* The runner keeps serving after the crash. */
+    ck_assert_msg(run(r1->address, NULL, cp, 1, 1, 1, &rr, &st) == 0, "Run: %s", kt_err_msg());
+    ck_assert_int_eq(rr->results[0]->error_code, KTUNE__V1__MEASURE_ERROR__NO_ERROR);
+    ktune__v1__run_response__free_unpacked(rr, NULL);
+
+    /* A malformed candidate (no buffers) fails alone with INSTANTIATION_ERROR. */
+    run_candidate(&c[2], elems, 14, b->results[0], NULL, 0);
+    ck_assert_int_eq(run(r1->address, NULL, &cp[2], 1, 1, 1, &rr, &st), 0);
+    ck_assert_int_eq(rr->results[0]->error_code,
+                     KTUNE__V1__MEASURE_ERROR__INSTANTIATION_ERROR);
+    ktune__v1__run_response__free_unpacked(rr, NULL);
+
+    ktune__v1__build_response__free_unpacked(b, NULL);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_killed_runner_is_dropped_after_missed_heartbeats)
+{
+    char tracker[64];
+    proc_t *tr = start_tracker("127.0.0.1:0", NULL, tracker);
+    proc_t *r1 = start_runner("runner1", tracker, NULL);
+    ck_assert(wait_log(r1, "registered with tracker", WAIT_MS));
+    start_runner("runner2", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 2, 0);
+    ck_assert_ptr_nonnull(q);
+    char victim_id[64];
+    snprintf(victim_id, sizeof victim_id, "%s", peer(q, "runner", 0)->peer_id);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    /* runner1 registered first and is listed first. */
+    kill_hard(r1);
+    q = wait_peers(tracker, NULL, 1, 0);
+    ck_assert_msg(q != NULL, "the killed runner was never dropped");
+    ck_assert_str_ne(peer(q, "runner", 0)->peer_id, victim_id);
+    ck_assert_int_eq(q->queues[0]->total, 1);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    char want[128];
+    snprintf(want, sizeof want, "dropped runner %s", victim_id);
+    ck_assert(wait_log(tr, want, WAIT_MS));
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_restarted_tracker_gets_its_peers_back)
+{
+    char tracker[64];
+    proc_t *tr = start_tracker("127.0.0.1:0", NULL, tracker);
+    proc_t *r = start_runner("runner", tracker, NULL);
+    proc_t *w = start_worker("worker", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 1, 1);
+    ck_assert_ptr_nonnull(q);
+    char rid[64], wid[64];
+    snprintf(rid, sizeof rid, "%s", peer(q, "runner", 0)->peer_id);
+    snprintf(wid, sizeof wid, "%s", peer(q, "worker", 0)->peer_id);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+
+    kill_hard(tr);
+    ck_assert(wait_log(r, "unreachable", WAIT_MS));
+    char again[64];
+    start_tracker(tracker, NULL, again);   /* the same port */
+    ck_assert_str_eq(again, tracker);
+    q = wait_peers(tracker, NULL, 1, 1);
+    ck_assert_msg(q != NULL, "runner and worker did not register again");
+    ck_assert_str_eq(peer(q, "runner", 0)->peer_id, rid);
+    ck_assert_str_eq(peer(q, "worker", 0)->peer_id, wid);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    ck_assert(wait_log(r, "registered again", WAIT_MS));
+    ck_assert(wait_log(w, "registered again", WAIT_MS));
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_missing_or_wrong_token_is_unauthenticated)
+{
+    char tok[512], wrong[512], tracker[64];
+    write_file("token", "svc-secret\n", tok, sizeof tok);
+    write_file("wrong", "not-the-secret\n", wrong, sizeof wrong);
+    start_tracker("127.0.0.1:0", tok, tracker);
+    proc_t *bad[3];
+    bad[0] = start_runner("runner-none", tracker, NULL);
+    bad[1] = start_runner("runner-wrong", tracker, wrong);
+    bad[2] = start_worker("worker-none", tracker, NULL);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(wait_log(bad[i], "UNAUTHENTICATED", WAIT_MS), "%s", bad[i]->log);
+    Ktune__V1__QueueStatusResponse *q = queue_status(tracker, "svc-secret", NULL);
+    ck_assert_ptr_nonnull(q);
+    ck_assert_uint_eq(q->n_peers, 0);
+    ck_assert_uint_eq(q->n_queues, 0);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+
+    /* Clients are refused the same way. */
+    kt_rpc_status_t st;
+    ck_assert_ptr_null(queue_status(tracker, NULL, &st));
+    ck_assert_int_eq(st.code, KT_RPC_UNAUTHENTICATED);
+    ck_assert_ptr_null(queue_status(tracker, "not-the-secret", &st));
+    ck_assert_int_eq(st.code, KT_RPC_UNAUTHENTICATED);
+    char out[4096];
+    char *qargs[] = {"queue", "--tracker", tracker, NULL};
+    ck_assert_int_eq(run_cli(qargs, out, sizeof out, NULL), 1);
+    ck_assert_msg(strstr(out, "UNAUTHENTICATED"), "%s", out);
+    ck_assert_int_eq(run_cli(qargs, out, sizeof out, wrong), 1);
+    ck_assert_msg(strstr(out, "UNAUTHENTICATED"), "%s", out);
+
+    /* With the token (KT_TOKEN_FILE) a runner registers, and its own server
+     * wants the token too. */
+    start_runner("runner-good", tracker, tok);
+    q = wait_peers(tracker, "svc-secret", 1, 0);
+    ck_assert_ptr_nonnull(q);
+    char addr[256];
+    snprintf(addr, sizeof addr, "%s", peer(q, "runner", 0)->address);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    ck_assert_int_eq(run_cli(qargs, out, sizeof out, tok), 0);
+    ck_assert_msg(strstr(out, addr), "%s", out);
+    Ktune__V1__RunResponse *rr = NULL;
+    ck_assert_int_ne(run(addr, NULL, NULL, 0, 1, 1, &rr, &st), 0);
+    ck_assert_int_eq(st.code, KT_RPC_UNAUTHENTICATED);
+    ck_assert_int_eq(run(addr, "svc-secret", NULL, 0, 1, 1, &rr, &st), 0);
+    ktune__v1__run_response__free_unpacked(rr, NULL);
+    stop_all();
+}
+END_TEST
+
+typedef struct {
+    const char *runner;
+    Ktune__V1__RunCandidate *cand;
+    int rc;
+    Ktune__V1__RunResponse *resp;
+    kt_rpc_status_t st;
+} run_job_t;
+
+static void *run_thread(void *arg)
+{
+    run_job_t *j = arg;
+    Ktune__V1__RunCandidate *cp[1] = {j->cand};
+    j->rc = run(j->runner, NULL, cp, 1, 1, 3, &j->resp, &j->st);
+    return NULL;
+}
+
+START_TEST(service_sigterm_lets_the_running_batch_finish)
+{
+    proc_t *w = start_worker("worker", NULL, NULL);
+    proc_t *r = start_runner("runner", NULL, NULL);
+    char waddr[64], raddr[64];
+    snprintf(waddr, sizeof waddr, "127.0.0.1:%d", logged_port(w));
+    snprintf(raddr, sizeof raddr, "127.0.0.1:%d", logged_port(r));
+    const char *srcs[] = {SLOW};
+    const char *entries[] = {"slow"};
+    Ktune__V1__BuildResponse *b = build(waddr, NULL, srcs, entries, 1);
+    ck_assert_msg(b->results[0]->error_code == KTUNE__V1__MEASURE_ERROR__NO_ERROR, "%s",
+                  b->results[0]->error_msg);
+    int64_t elems[2] = {16, 16};
+    Ktune__V1__RunCandidate c;
+    run_candidate(&c, elems, 21, b->results[0], NULL, 2);
+    /* Warm-up plus 3 repeats of 1 run: about 1.2 s of batch. */
+    run_job_t job = {.runner = raddr, .cand = &c};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, run_thread, &job), 0);
+    ck_assert(wait_log(r, "run: batch of 1 candidate", WAIT_MS));
+    ck_assert_int_eq(kill(r->pid, SIGTERM), 0);
+    pthread_join(th, NULL);
+    ck_assert_msg(job.rc == 0, "Run during drain: %s: %s", kt_rpc_code_name(job.st.code),
+                  job.st.msg);
+    ck_assert_int_eq(job.resp->results[0]->error_code, KTUNE__V1__MEASURE_ERROR__NO_ERROR);
+    ck_assert_uint_eq(job.resp->results[0]->n_costs, 3);
+    ktune__v1__run_response__free_unpacked(job.resp, NULL);
+    int ws = reap(r, WAIT_MS);
+    char *log = log_of(r);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "runner status %d: %s", ws, log);
+    const char *drain = strstr(log, "draining"), *done = strstr(log, "run: batch of 1 done");
+    ck_assert_msg(drain && done && strstr(done, "stopped"), "%s", log);
+    free(log);
+    ktune__v1__build_response__free_unpacked(b, NULL);
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_runner_refuses_cuda_device_and_bad_options)
+{
+    char *args[] = {"--device", "cuda:0", NULL};
+    proc_t *r = spawn("runner", "server/ktune-runner", args, NULL);
+    int ws = reap(r, WAIT_MS);
+    ck_assert(WIFEXITED(ws));
+    ck_assert_int_eq(WEXITSTATUS(ws), 1);
+    ck_assert(wait_log(r, "built without CUDA runner support", 0));
+    char *bad[] = {"--device", "tpu", NULL};
+    r = spawn("runner-bad", "server/ktune-runner", bad, NULL);
+    ws = reap(r, WAIT_MS);
+    ck_assert_int_eq(WEXITSTATUS(ws), 2);
+    char *bad_key[] = {"--key", "has space", NULL};
+    r = spawn("runner-key", "server/ktune-runner", bad_key, NULL);
+    ws = reap(r, WAIT_MS);
+    ck_assert_int_eq(WEXITSTATUS(ws), 2);
+    ck_assert(wait_log(r, "--key wants", 0));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("service");
+    TCase *tc = tcase_create("daemons");
+    tcase_set_timeout(tc, 180);
+    tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(tc, test_setup, NULL);
+    tcase_add_test(tc, service_cluster_registers_builds_and_runs);
+    tcase_add_test(tc, service_killed_runner_is_dropped_after_missed_heartbeats);
+    tcase_add_test(tc, service_restarted_tracker_gets_its_peers_back);
+    tcase_add_test(tc, service_missing_or_wrong_token_is_unauthenticated);
+    tcase_add_test(tc, service_sigterm_lets_the_running_batch_finish);
+    tcase_add_test(tc, service_runner_refuses_cuda_device_and_bad_options);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
