@@ -284,6 +284,11 @@ static int run_isolated(kt_codegen_ref_t *ref, const char *so_path, const char *
     if (pid < 0)
         return kt_err_set(KT_EIO, "fork: %s", strerror(errno));
     if (pid == 0) {
+        /* Die by the signal itself, even where a sanitizer or the caller
+         * installed handlers, so the parent can report it. */
+        static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+        for (size_t i = 0; i < KT_ARRAY_LEN(fatal); i++)
+            signal(fatal[i], SIG_DFL);
         void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
         void *sym = h ? dlsym(h, entry) : NULL;
         if (!sym)
