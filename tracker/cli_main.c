@@ -10,6 +10,7 @@
 /* Registered command groups; a group is listed once its cli_<group>.c exists. */
 static const kt_cli_cmd_t commands[] = {
     {"records", "export, import and count measurement records", kt_cli_records},
+    {"tasks", "extract a network's tuning tasks and weights", kt_cli_tasks},
     {NULL, NULL, NULL},
 };
 
