@@ -52,7 +52,9 @@ void net_shape_str(const net_shape_t *s, char *buf, size_t cap)
 kt_net_t *net_new(const char *name)
 {
     kt_net_t *n = calloc(1, sizeof(*n));
-    if (!n || !(n->name = kt_strdup(name ? name : "network"))) {
+    if (!n || !(n->name = kt_strdup(name ? name : "network")) || !(n->index = json_object())) {
+        if (n)
+            free(n->name);
         free(n);
         kt_err_set(KT_ENOMEM, "out of memory");
         return NULL;
@@ -71,6 +73,7 @@ void kt_net_free(kt_net_t *net)
         free(net->layers[i].reason);
     }
     free(net->layers);
+    json_decref(net->index);
     free(net->is_output);
     free(net->name);
     free(net);
@@ -78,11 +81,8 @@ void kt_net_free(kt_net_t *net)
 
 int net_find(const kt_net_t *net, const char *name)
 {
-    /* Linear: networks are small and lookups happen only while building. */
-    for (int i = net->n - 1; i >= 0; i--)
-        if (strcmp(net->layers[i].name, name) == 0)
-            return i;
-    return -1;
+    json_t *v = json_object_get(net->index, name);
+    return v ? (int)json_integer_value(v) : -1;
 }
 
 net_layer_t *net_layer(kt_net_t *net, int i)
@@ -123,6 +123,12 @@ int net_layer_add(kt_net_t *net, const char *name, net_op_t op, const char *labe
     l->label = kt_strdup(label ? label : net_op_name(op));
     l->in = malloc((size_t)(ninputs > 0 ? ninputs : 1) * sizeof(int));
     if (!l->name || !l->label || !l->in) {
+        free(l->name);
+        free(l->label);
+        free(l->in);
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    if (json_object_set_new_nocheck(net->index, name, json_integer(net->n))) {
         free(l->name);
         free(l->label);
         free(l->in);

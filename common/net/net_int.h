@@ -83,6 +83,7 @@ typedef struct {
 
 struct kt_net {
     char *name;
+    json_t *index;       /* layer name -> index */
     net_layer_t *layers;
     int n, cap;
     char *is_output;     /* per layer: the network returns it (set by net_seal) */

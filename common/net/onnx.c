@@ -555,7 +555,7 @@ static int h_pool(nd_t *d, int max)
     if (max && d->n->n_output > 1 && *d->n->output[1])
         return unsup(d, "the Indices output is not supported");
     net_layer_t *l;
-    int i = new_layer(d, NULL, NET_POOL, max ? "max_pool" : "avg_pool", &x, 1, &l);
+    int i = new_layer(d, NULL, NET_POOL, d->n->op_type, &x, 1, &l);
     if (i < 0)
         return i;
     l->pool_max = max;
@@ -1183,6 +1183,42 @@ static int h_gather(nd_t *d)
     return shape_layer(d, src, 0, NET_SHAPE_EXPLICIT, n, t, 0, "gather");
 }
 
+/* ReduceMean over H and W of a 4-D tensor is a global average pool
+ * (exporters write x.mean((2, 3)) so); other reductions have no te operator. */
+static int h_reduce_mean(nd_t *d)
+{
+    int x, rc;
+    if ((rc = in_layer(d, 0, &x)))
+        return rc;
+    const net_shape_t xs = d->im->net->layers[x].out;
+    int64_t axes[KT_NET_MAX_DIMS], keep;
+    int n = -1;
+    if (attr_int(d, "keepdims", 1, &keep))
+        return UNSUP;
+    if (d->im->opset >= 18) {
+        if (has_in(d, 1) && ints_in(d, 1, axes, KT_NET_MAX_DIMS, &n))
+            return UNSUP;
+    } else if (attr_ints(d, "axes", KT_NET_MAX_DIMS, axes, &n)) {
+        return UNSUP;
+    }
+    int hw = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + xs.ndim : axes[i];
+        hw |= a == 2 ? 1 : a == 3 ? 2 : 4;
+    }
+    if (xs.ndim != 4 || n != 2 || hw != 3)
+        return unsup(d, "te has no ReduceMean operator (only the mean over H and W of a 4-D "
+                     "tensor, a global average pool, is supported)");
+    net_layer_t *l;
+    if (keep)
+        return finish_out(d, new_layer(d, NULL, NET_GLOBAL_POOL, "ReduceMean", &x, 1, &l), 0);
+    int g = new_layer(d, "pool", NET_GLOBAL_POOL, "ReduceMean", &x, 1, &l);
+    if ((rc = finish(d, g)))
+        return rc;
+    int64_t t[2] = {xs.d[0], xs.d[1]};
+    return shape_layer(d, g, 0, NET_SHAPE_EXPLICIT, 2, t, 0, "reshape");
+}
+
 /* ---- constant folding -------------------------------------------------------------- */
 
 static int const_out(nd_t *d, int k, cval_t **c)
@@ -1748,6 +1784,8 @@ static int dispatch(nd_t *d, const char *op)
     if (!strcmp(op, "Gather"))
         return h_gather(d);
     (void)ni;
+    if (!strcmp(op, "ReduceMean"))
+        return h_reduce_mean(d);
     if (!strcmp(op, "GlobalMaxPool") || !strcmp(op, "LogSoftmax") || !strncmp(op, "Reduce", 6))
         return unsup(d, "te has no %s operator", op);
     return unsup(d, "operator %s is not supported", op);

@@ -2,9 +2,9 @@
 
 From PyTorch (python3-torch), exported with torch.onnx.export, random weights:
   cnn.onnx     small CNN (conv + batch norm + relu, residual add, max pool,
-               conv + bias + relu, global average pool, linear), eval mode:
-               the exporter folds the batch norms into the convolutions
-  cnn_bn.onnx  the same CNN with its BatchNormalization nodes kept
+               conv + bias + relu, mean over H and W, linear), eval mode,
+               opset 17: the exporter folds the batch norms into the convolutions
+  cnn_bn.onnx  the same CNN at opset 11 with its BatchNormalization nodes kept
   block.onnx   a transformer encoder block (scaled Q, K, V projections,
                softmax attention, output projection + residual, layer norm,
                GELU feed-forward + residual, layer norm)
@@ -22,6 +22,9 @@ The equivalent network files are cnn.json and block.json next to this script.
 import math
 import os
 import sys
+import warnings
+
+warnings.filterwarnings("ignore")  # tracer warnings about the constant q scale
 
 out = sys.argv[1]
 made = []
@@ -59,7 +62,7 @@ if torch is not None:
             y = torch.relu(self.b2(self.c2(y)) + y)
             y = nn.functional.max_pool2d(y, 2)
             y = torch.relu(self.c3(y))
-            y = nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
+            y = y.mean((2, 3))  # exported as ReduceMean: a global average pool
             return self.fc(y)
 
     class Block(nn.Module):
@@ -88,10 +91,10 @@ if torch is not None:
             x = self.ln1(x + self.o(c))
             return self.ln2(x + self.f2(self.act(self.f1(x))))
 
-    def export(model, example, name, **kw):
+    def export(model, example, name, opset=17, **kw):
         model.eval()
         with torch.no_grad():
-            torch.onnx.export(model, example, os.path.join(out, name), opset_version=17,
+            torch.onnx.export(model, example, os.path.join(out, name), opset_version=opset,
                               input_names=["x"], output_names=["y"], **kw)
         made.append(name)
 
@@ -100,7 +103,7 @@ if torch is not None:
         bn.running_mean.uniform_(-0.5, 0.5)
         bn.running_var.uniform_(0.5, 2.0)
     export(cnn, torch.randn(1, 3, 32, 32), "cnn.onnx")
-    export(cnn, torch.randn(1, 3, 32, 32), "cnn_bn.onnx",
+    export(cnn, torch.randn(1, 3, 32, 32), "cnn_bn.onnx", opset=11,
            training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
     export(Block(), torch.randn(1, 12, 64), "block.onnx")
 
