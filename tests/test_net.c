@@ -900,6 +900,46 @@ START_TEST(net_onnx_symbolic_inputs_need_a_shape)
 }
 END_TEST
 
+static void layer_shape_is(const kt_net_t *net, const char *name, int n, const int64_t *want)
+{
+    for (int i = 0; i < kt_net_num_layers(net); i++)
+        if (strcmp(kt_net_layer_name(net, i), name) == 0) {
+            int64_t d[KT_NET_MAX_DIMS];
+            ck_assert_int_eq(kt_net_layer_shape(net, i, d), n);
+            for (int k = 0; k < n; k++)
+                ck_assert_msg(d[k] == want[k], "%s: dim %d is %lld, not %lld", name, k,
+                              (long long)d[k], (long long)want[k]);
+            return;
+        }
+    ck_abort_msg("no layer %s", name);
+}
+
+START_TEST(net_onnx_folds_shape_arithmetic_and_infers_shape_ops)
+{
+    char *p = model("shapes.onnx");
+    if (!p)
+        return;
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    /* Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) is [2, 48]. */
+    const int64_t flat[2] = {2, 48}, proj[2] = {2, 10}, soft[3] = {2, 2, 4}, sq[3] = {2, 4, 4};
+    layer_shape_is(net, "flat", 2, flat);
+    layer_shape_is(net, "proj", 2, proj);
+    layer_shape_is(net, "softmax", 3, soft);   /* Slice [4:] of 8, Split [2, 4] */
+    layer_shape_is(net, "squeeze", 3, sq);
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    expect_t e = {0};
+    exp_dense(&e, 2, 10, 48, "");
+    exp_add(&e, "{\"op\":\"softmax\",\"shape\":[2,8]}");   /* opset 11: flattened at axis 1 */
+    check_tasks(t, &e, "shapes.onnx");
+    ck_assert_int_eq(t->nissues, 0);
+    exp_free(&e);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(p);
+}
+END_TEST
+
 static void expect_reject(const void *data, size_t len, const char *what)
 {
     kt_net_t *net = kt_net_onnx_parse(data, len, NULL, 0, 0);
@@ -1005,6 +1045,7 @@ int main(void)
     tcase_add_test(to, net_onnx_transformer_block_matches_its_network_file);
     tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
+    tcase_add_test(to, net_onnx_folds_shape_arithmetic_and_infers_shape_ops);
     tcase_add_test(to, net_onnx_rejects_truncated_and_random_files);
     suite_add_tcase(s, to);
 

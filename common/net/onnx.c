@@ -357,6 +357,8 @@ static int materialize(nd_t *d, int k, int *layer)
         return unsup(d, "input '%s' is a constant of unknown or scalar shape used as a tensor", nm);
     char name[200];
     snprintf(name, sizeof(name), "const:%.180s", nm);
+    for (int k = 1; net_find(im->net, name) >= 0; k++)
+        snprintf(name, sizeof(name), "const:%.170s#%d", nm, k);
     int i = net_layer_add(im->net, name, NET_INPUT, "constant", NULL, 0);
     if (i < 0)
         return i;
@@ -951,21 +953,28 @@ static int squeeze_shape(nd_t *d, const int64_t *s, int ndim, int unsqueeze, int
     return KT_OK;
 }
 
-/* Slice bounds for one axis, as ONNX clamps them. */
-static int64_t slice_len(int64_t dim, int64_t start, int64_t end, int64_t step)
+/* Slice bounds for one axis, clamped as the ONNX spec says: starts to
+ * [0, dim] (stepping forward) or [0, dim - 1] (backward), ends to [0, dim]
+ * or [-1, dim - 1]. Sizes near INT64_MAX mean "to the end". */
+static int64_t slice_start(int64_t dim, int64_t start, int64_t step)
 {
     if (start < 0)
-        start += dim;
+        start = start < -dim ? 0 : start + dim;
+    int64_t hi = step > 0 ? dim : dim - 1;
+    return start > hi ? hi : start;
+}
+
+static int64_t slice_len(int64_t dim, int64_t start, int64_t end, int64_t step)
+{
+    start = slice_start(dim, start, step);
     if (end < 0)
-        end += dim;
+        end = end < -dim ? (step > 0 ? 0 : -1) : end + dim;
     if (step > 0) {
-        start = start < 0 ? 0 : start > dim ? dim : start;
-        end = end < 0 ? 0 : end > dim ? dim : end;
-        return end > start ? (end - start + step - 1) / step : 0;
+        end = end > dim ? dim : end;
+        return end > start ? (end - start - 1) / step + 1 : 0;
     }
-    start = start < 0 ? -1 : start > dim - 1 ? dim - 1 : start;
-    end = end < -1 ? -1 : end > dim - 1 ? dim - 1 : end;
-    return start > end ? (start - end + (-step) - 1) / (-step) : 0;
+    end = end > dim - 1 ? dim - 1 : end;
+    return start > end ? (start - end - 1) / (-step) + 1 : 0;
 }
 
 /* Slice parameters (opset >= 10 inputs, or attributes before). */
@@ -1296,7 +1305,6 @@ static int fold_binary(nd_t *d, const char *op, cval_t *a, cval_t *b, cval_t *o)
  * Returns UNSUP for an operator that cannot be folded. */
 static int fold(nd_t *d, const char *op)
 {
-    imp_t *im = d->im;
     cval_t *o;
     int rc;
     if (!strcmp(op, "Identity") || !strcmp(op, "Cast") || !strcmp(op, "Dropout")) {
@@ -1363,12 +1371,7 @@ static int fold(nd_t *d, const char *op)
             memcpy(in.d, a->d, sizeof(in.d));
             if (ints_in(d, 1, t, KT_NET_MAX_DIMS, &n))
                 return UNSUP;
-            /* Reuse the layer rules for 0 and -1 on a scratch layer. */
-            net_layer_t tmp;
-            memset(&tmp, 0, sizeof(tmp));
-            tmp.shape_kind = NET_SHAPE_RESHAPE;
-            tmp.ntarget = n;
-            memcpy(tmp.target, t, sizeof(t));
+            /* 0 copies the input's size at that position, one -1 is inferred. */
             int64_t numel = cnumel(a), known = 1, inferred = -1;
             out.ndim = n;
             for (int i = 0; i < n; i++) {
@@ -1490,12 +1493,8 @@ static int fold(nd_t *d, const char *op)
         int64_t start = 0, step = 1, len = a->d[0];
         for (int i = 0; i < n; i++) {
             len = slice_len(a->d[0], st[i], en[i], sp[i]);
-            start = st[i] < 0 ? st[i] + a->d[0] : st[i];
+            start = slice_start(a->d[0], st[i], sp[i]);
             step = sp[i];
-            if (step > 0)
-                start = start < 0 ? 0 : start;
-            else
-                start = start > a->d[0] - 1 ? a->d[0] - 1 : start;
         }
         if ((rc = const_out(d, 0, &o)))
             return rc;
@@ -1530,7 +1529,6 @@ static int fold(nd_t *d, const char *op)
                 return unsup(d, "a negative dimension");
         return KT_OK;   /* value unknown: it only ever feeds shape-free uses here */
     }
-    (void)im;
     return unsup(d, "its inputs are all constants, and folding %s is not supported", op);
 }
 
@@ -1701,7 +1699,6 @@ static int unary_elementwise(const char *op)
 
 static int dispatch(nd_t *d, const char *op)
 {
-    int ni = nin(d);
     if (!strcmp(op, "Conv"))
         return h_conv(d);
     if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool"))
@@ -1783,7 +1780,6 @@ static int dispatch(nd_t *d, const char *op)
         return h_concat(d);
     if (!strcmp(op, "Gather"))
         return h_gather(d);
-    (void)ni;
     if (!strcmp(op, "ReduceMean"))
         return h_reduce_mean(d);
     if (!strcmp(op, "GlobalMaxPool") || !strcmp(op, "LogSoftmax") || !strncmp(op, "Reduce", 6))

@@ -14,6 +14,8 @@ Hand-built with onnx.helper (python3-onnx):
   clip.onnx         conv + Clip(0, 6) (relu6) and conv + Clip(0, inf) (relu)
   group.onnx        a grouped convolution (group 2)
   symbolic.onnx     an input whose batch dimension is symbolic
+  shapes.onnx       Shape/Gather/Unsqueeze/Concat/Reshape, Slice, Split, Squeeze
+                    and an opset-11 Softmax over axis 1
 
 Each model is written only when its library imports; OUTDIR/made lists the
 files written. Exit status 77 when neither library is available.
@@ -156,6 +158,33 @@ if onnx is not None:
     save(helper.make_graph([
         helper.make_node("Conv", ["x", "w"], ["y1"], name="conv"),
     ], "symbolic", [xs], [y1], [weight("w", [8, 8, 3, 3])]), "symbolic.onnx")
+
+    # Shape arithmetic as exporters write it (opset 11 forms: axes and split
+    # as attributes, Softmax over the input flattened at axis 1).
+    def ints(name, vals):
+        return helper.make_tensor(name, TensorProto.INT64, [len(vals)], vals)
+
+    x3 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 8])
+    y3 = helper.make_tensor_value_info("y3", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph([
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "zero_i"], ["batch"], name="batch", axis=0),
+        helper.make_node("Unsqueeze", ["batch"], ["batch1"], name="batch1", axes=[0]),
+        helper.make_node("Concat", ["batch1", "minus1"], ["target"], name="target", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"], name="flat"),
+        helper.make_node("MatMul", ["flat", "w"], ["y1"], name="proj"),
+        helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["part"], name="part"),
+        helper.make_node("Split", ["part"], ["s0", "s1"], name="split", axis=1, split=[2, 4]),
+        helper.make_node("Softmax", ["s0"], ["y2"], name="softmax", axis=1),
+        helper.make_node("Squeeze", ["s1"], ["y3"], name="squeeze", axes=[]),
+    ], "shapes", [x3], [y1, y2, y3],
+        [helper.make_tensor("zero_i", TensorProto.INT64, [], [0]),
+         ints("minus1", [-1]), weight("w", [48, 10]), ints("starts", [4]),
+         ints("ends", [2 ** 62]), ints("axes", [2])]),
+        opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 6
+    onnx.save(model, os.path.join(out, "shapes.onnx"))
+    made.append("shapes.onnx")
 
 with open(os.path.join(out, "made"), "w") as f:
     f.write("\n".join(made) + "\n")
