@@ -144,10 +144,11 @@ static int same_shape(const net_shape_t *a, const net_shape_t *b)
     return a->ndim == b->ndim && memcmp(a->d, b->d, (size_t)a->ndim * sizeof(int64_t)) == 0;
 }
 
-/* A per-channel scale at layer c folds forward (TVM's FoldScaleAxis) when
- * everything reading it, possibly through one relu (assuming positive scales
- * as TVM does), is a convolution or dense layer reading it as its data. */
-static int folds_forward(const ex_t *e, int c)
+/* A scale at layer c (scalar, or per channel along axis `chan`) folds
+ * forward (TVM's FoldScaleAxis) when everything reading it, possibly through
+ * one relu (assuming positive scales as TVM does), is a convolution (scaling
+ * its input channels) or dense layer (scaling K) reading it as its data. */
+static int folds_forward(const ex_t *e, int c, int scalar, int chan)
 {
     const kt_net_t *net = e->net;
     int t = c;
@@ -161,6 +162,9 @@ static int folds_forward(const ex_t *e, int c)
     for (int k = e->cstart[t]; k < e->cstart[t + 1]; k++) {
         const net_layer_t *u = &net->layers[e->cons[k]];
         if ((u->op != NET_CONV2D && u->op != NET_DENSE) || u->in[0] != t || u->blocked)
+            return 0;
+        int k_axis = u->op == NET_CONV2D ? 1 : net->layers[t].out.ndim - 1;
+        if (!scalar && chan != k_axis)
             return 0;
         for (int j = 1; j < u->nin; j++)
             if (u->in[j] == t)
@@ -233,7 +237,8 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
                 return issue(e, KT_NET_NOT_FUSED, C, "a per-channel %s along axis %d, not the "
                              "task's channel axis %d: te has no epilogue for it",
                              C->op == NET_SCALE ? "scale" : "batch norm", C->axis, chan);
-            if (!(const_weights && only_bias) && !folds_forward(e, c))
+            if (!(const_weights && only_bias) &&
+                !folds_forward(e, c, C->op == NET_SCALE && C->scalar, chan))
                 return issue(e, KT_NET_NOT_FUSED, C, "its scale folds neither into the task's "
                              "weights (a relu or add comes first) nor into a following "
                              "convolution, and te has no multiply epilogue");

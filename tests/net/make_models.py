@@ -2,9 +2,10 @@
 
 From PyTorch (python3-torch), exported with torch.onnx.export, random weights:
   cnn.onnx     small CNN (conv + batch norm + relu, residual add, max pool,
-               conv + bias + relu, mean over H and W, linear), eval mode,
+               conv + bias + relu, global average pool, linear), eval mode,
                opset 17: the exporter folds the batch norms into the convolutions
   cnn_bn.onnx  the same CNN at opset 11 with its BatchNormalization nodes kept
+               and the global pool written as a mean over H and W (ReduceMean)
   block.onnx   a transformer encoder block (scaled Q, K, V projections,
                softmax attention, output projection + residual, layer norm,
                GELU feed-forward + residual, layer norm)
@@ -52,6 +53,7 @@ if torch is not None:
     class CNN(nn.Module):
         def __init__(self):
             super().__init__()
+            self.use_mean = False
             self.c1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
             self.b1 = nn.BatchNorm2d(16)
             self.c2 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
@@ -64,7 +66,10 @@ if torch is not None:
             y = torch.relu(self.b2(self.c2(y)) + y)
             y = nn.functional.max_pool2d(y, 2)
             y = torch.relu(self.c3(y))
-            y = y.mean((2, 3))  # exported as ReduceMean: a global average pool
+            if self.use_mean:
+                y = y.mean((2, 3))  # exported as ReduceMean: a global average pool
+            else:
+                y = nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
             return self.fc(y)
 
     class Block(nn.Module):
@@ -105,6 +110,7 @@ if torch is not None:
         bn.running_mean.uniform_(-0.5, 0.5)
         bn.running_var.uniform_(0.5, 2.0)
     export(cnn, torch.randn(1, 3, 32, 32), "cnn.onnx")
+    cnn.use_mean = True
     export(cnn, torch.randn(1, 3, 32, 32), "cnn_bn.onnx", opset=11,
            training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
     export(Block(), torch.randn(1, 12, 64), "block.onnx")
