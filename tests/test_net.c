@@ -546,6 +546,58 @@ START_TEST(net_extract_runs_from_several_threads)
 }
 END_TEST
 
+/* Run the ktune CLI; returns its exit status, output in *out (caller frees). */
+static int run_cli(const char *args, char **out)
+{
+    const char *root = getenv("KT_BUILD_ROOT");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "'%s/tracker/ktune' tasks %s 2>/dev/null", root ? root : "build",
+             args);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t cap = 1 << 16, len = 0, n;
+    char *buf = malloc(cap);
+    while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (len + 1 == cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    int st = pclose(f);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(net_cli_prints_tasks_and_exit_statuses)
+{
+    char *out = NULL;
+    ck_assert_int_eq(run_cli("--network resnet-18 --json", &out), 0);
+    json_t *list = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(list);
+    kt_net_tasks_t *t = builtin_tasks("resnet-18", 1, 0, KT_NET_NHWC);
+    ck_assert_int_eq((int)json_array_size(list), t->ntasks);
+    for (int i = 0; i < t->ntasks; i++)
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(list, (size_t)i), "key")),
+                         kt_workload_key(t->tasks[i].wl));
+    json_decref(list);
+    free(out);
+    ck_assert_int_eq(run_cli("--network bert-base --seq-len 64 --batch 2", &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "========== Task 6  (workload key: "));
+    ck_assert_ptr_null(strstr(out, "========== Task 7 "));
+    free(out);
+    ck_assert_int_eq(run_cli("--network resnet-7", &out), 1);
+    free(out);
+    ck_assert_int_eq(run_cli("--network resnet-18 --bogus", &out), 2);
+    free(out);
+    ck_assert_int_eq(run_cli("--network resnet-18 --onnx x.onnx", &out), 2);
+    free(out);
+    ck_assert_int_eq(run_cli("--list", &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "mobilenet-v2\n"));
+    free(out);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
 /* ---- network files ---------------------------------------------------------------- */
 
 static char *source_path(const char *rel)
@@ -1029,6 +1081,7 @@ int main(void)
     tcase_add_test(tb, net_json_lists_workload_weight_key_and_desc);
     tcase_add_test(tb, net_text_listing_has_header_dag_and_weight);
     tcase_add_test(tb, net_extract_runs_from_several_threads);
+    tcase_add_test(tb, net_cli_prints_tasks_and_exit_statuses);
     suite_add_tcase(s, tb);
 
     TCase *tf = tcase_create("file");
