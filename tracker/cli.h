@@ -17,6 +17,7 @@ int kt_cli_health(int argc, char **argv);
 int kt_cli_kernel(int argc, char **argv);
 int kt_cli_records(int argc, char **argv);
 int kt_cli_queue(int argc, char **argv);
+int kt_cli_tasks(int argc, char **argv);
 
 /* Print "ktune: <message>" for the current kt_err and return 1. */
 int kt_cli_fail(const char *what);

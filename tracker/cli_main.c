@@ -12,6 +12,7 @@ static const kt_cli_cmd_t commands[] = {
     {"health", "ask a tracker, runner or worker whether it is serving", kt_cli_health},
     {"records", "export, import and count measurement records", kt_cli_records},
     {"queue", "show a tracker's runners, workers and queues", kt_cli_queue},
+    {"tasks", "extract a network's tuning tasks and weights", kt_cli_tasks},
     {NULL, NULL, NULL},
 };
 

@@ -26,7 +26,16 @@
 int kt_codegen_num_bufs(const kt_dag_t *dag);
 int kt_codegen_buf_stage(const kt_dag_t *dag, int i);
 
-/* Emit C for expression e of `stage`. axis_c[a] is the C text of the value
+/* The start of every generated C file: the standard includes named above
+ * and the static inline helpers that kt_codegen_expr_c's output calls
+ * (kt_maxf, kt_minf, kt_maxi, kt_mini, kt_floordiv, kt_floormod with floor
+ * semantics for negative numerators, kt_rsqrtf). Emitters append it first. */
+void kt_codegen_preamble_c(kt_sbuf_t *out);
+
+/* Emit C for expression e of `stage`. Float constants print exactly (%.9g
+ * with a decimal point and an f suffix; -INFINITY for -inf), int constants
+ * as long long literals (5LL), so index arithmetic is 64-bit whatever type
+ * the loop variables have. Every value is fully parenthesized. axis_c[a] is the C text of the value
  * of axis a (spatial axes first, then reduce axes). A load of a stage whose
  * bit is set in inline_mask is replaced by that stage's body with its axes
  * bound to the load's printed indices (recursively); any other load prints

@@ -31,6 +31,8 @@
 #define KT_TE_MAX_REDUCE 4    /* reduce axes per stage */
 #define KT_TE_MAX_STAGES 32   /* stages per DAG */
 #define KT_TE_MAX_NAME 32     /* stage and axis names, NUL included */
+#define KT_TE_MAX_EXTENT ((int64_t)1 << 30)  /* largest extent of one axis */
+#define KT_TE_MAX_NUMEL ((int64_t)1 << 32)   /* largest element count of one stage */
 
 /* Value types of expressions. */
 typedef enum {
@@ -98,6 +100,13 @@ typedef struct kt_dag kt_dag_t;
 kt_dag_t *kt_dag_new(void);
 void kt_dag_free(kt_dag_t *dag);   /* accepts NULL */
 
+/* Names (stages and axes) must be C identifiers shorter than KT_TE_MAX_NAME,
+ * not C keywords or libc names a generated kernel uses, and not start with
+ * "kt_" (reserved for generated code). Stage names are unique per DAG, axis
+ * names unique per stage and distinct from every stage name. Returns 0 or
+ * KT_EINVAL naming `what` ("stage", "axis"). */
+int kt_te_name_check(const char *name, const char *what);
+
 /* Add a placeholder (input tensor); returns its stage index or negative. */
 int kt_dag_placeholder(kt_dag_t *dag, const char *name, int ndim, const int64_t *shape);
 
@@ -109,9 +118,12 @@ int kt_dag_compute(kt_dag_t *dag, const char *name, const char *tag, int ndim,
                    const int64_t *reduce_ext, const char *const *reduce_names, kt_reduce_t rop);
 int kt_dag_set_body(kt_dag_t *dag, int stage, kt_expr_t *body);
 
-/* Mark outputs (stages no other stage reads are outputs by default) and
- * validate: loads in bounds of ranks, dtypes consistent, topological order.
- * Must be called once after building; 0 or KT_EINVAL with a message. */
+/* Mark outputs (compute stages no other stage reads) and validate: every
+ * compute stage has a body, dtypes are consistent, loads read earlier stages
+ * with as many indices as their rank, indices provably in bounds where
+ * interval arithmetic can tell (a select's true branch is checked under its
+ * guard, so padding passes), every placeholder is read, no axis is named like
+ * a stage. Must be called once after building; 0 or KT_EINVAL with a message. */
 int kt_dag_finalize(kt_dag_t *dag);
 
 /* Expression constructors: allocate in the DAG's arena; NULL on OOM. */
@@ -144,16 +156,22 @@ int64_t kt_stage_numel(const kt_stage_t *s);
 /* Every load indexes its tensor with exactly the stage's spatial axes in
  * order (or a broadcast subset), no reduction: out[i..] = f(in[i..]). */
 int kt_dag_is_elementwise(const kt_dag_t *dag, int stage);
-/* Strictly elementwise, not an output, and no reduction: may be inlined into
- * its consumers (padding, bias add, relu before another op). */
+/* May be inlined into its consumers (TVM's is_strictly_inlineable): a
+ * compute stage without reduction, not an output, calling no expensive math
+ * function (exp, erf, ...) and indexing without indirect loads. Padding
+ * (a select on shifted indices), bias add and relu are inlinable; the exp
+ * stage of softmax is not. */
 int kt_dag_is_inlinable(const kt_dag_t *dag, int stage);
 /* A reduction where some input is read repeatedly across a spatial axis it
  * is not indexed by (matmul, conv): needs multi-level tiling. */
 int kt_dag_has_data_reuse(const kt_dag_t *dag, int stage);
 int kt_dag_is_reduction(const kt_dag_t *dag, int stage);
 
-/* Floating-point operations of the whole DAG (mul+add of a reduction count
- * as 2 per element, as TVM's FlopEstimator). Placeholders count 0. */
+/* Floating-point operations of the whole DAG, as TVM's FlopEstimator: each
+ * evaluation of a body counts its float + - * / min max and math calls (exp,
+ * erf, rsqrt, ...) 1 each, plus 1 for the reduction's combine (+ or max), so
+ * matmul counts 2*M*N*K. Loads, selects (only the costlier branch counts),
+ * casts, comparisons and index arithmetic count 0. Placeholders count 0. */
 double kt_dag_flop_count(const kt_dag_t *dag);
 
 /* Canonical text of the DAG in the style of TVM's ComputeDAG print:
@@ -161,6 +179,11 @@ double kt_dag_flop_count(const kt_dag_t *dag);
  *   C(i, j) += (A[i, k]*B[k, j])
  * Stable across runs; malloc'd, caller frees. NULL on OOM. */
 char *kt_dag_to_text(const kt_dag_t *dag);
+
+/* The canonical text plus what it leaves implicit (every compute stage's
+ * spatial and reduce extents): the input of workload hashes, so two DAGs with
+ * one text but different loop extents never share a key. Caller frees. */
+char *kt_dag_hash_text(const kt_dag_t *dag);
 
 /* Print one expression (C-like syntax, axis names of `stage`) into buf;
  * returns the length it needed (snprintf semantics). */

@@ -1,0 +1,265 @@
+/* C text of tensor expressions, the preamble every generated file starts
+ * with, and the buffer calling convention. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "util/err.h"
+
+int kt_codegen_num_bufs(const kt_dag_t *dag)
+{
+    int n = 0;
+    for (int i = 0; i < kt_dag_num_stages(dag); i++) {
+        const kt_stage_t *s = kt_dag_stage(dag, i);
+        n += s->kind == KT_STAGE_PLACEHOLDER || s->is_output;
+    }
+    return n;
+}
+
+int kt_codegen_buf_stage(const kt_dag_t *dag, int i)
+{
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int s = 0; s < kt_dag_num_stages(dag); s++) {
+            const kt_stage_t *st = kt_dag_stage(dag, s);
+            int take = pass == 0 ? st->kind == KT_STAGE_PLACEHOLDER : st->is_output;
+            if (take && n++ == i)
+                return s;
+        }
+    return kt_err_set(KT_EINVAL, "no buffer %d (the kernel takes %d)", i, n);
+}
+
+void kt_codegen_preamble_c(kt_sbuf_t *out)
+{
+    kt_sbuf_puts(out,
+        "#include <math.h>\n"
+        "#include <stdlib.h>\n"
+        "#include <string.h>\n"
+        "\n"
+        "static inline float kt_maxf(float a, float b) { return a > b ? a : b; }\n"
+        "static inline float kt_minf(float a, float b) { return a < b ? a : b; }\n"
+        "static inline long long kt_maxi(long long a, long long b) { return a > b ? a : b; }\n"
+        "static inline long long kt_mini(long long a, long long b) { return a < b ? a : b; }\n"
+        "/* Floor division and modulo (C's / and % truncate toward zero). */\n"
+        "static inline long long kt_floordiv(long long a, long long b)\n"
+        "{\n"
+        "    long long q = a / b;\n"
+        "    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n"
+        "}\n"
+        "static inline long long kt_floormod(long long a, long long b)\n"
+        "{\n"
+        "    long long r = a % b;\n"
+        "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n"
+        "}\n"
+        "static inline float kt_rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
+        "\n");
+}
+
+/* A float literal that reads back as the same float. */
+static void put_float(kt_sbuf_t *b, double v)
+{
+    if (isinf(v)) {
+        kt_sbuf_puts(b, v < 0 ? "(-INFINITY)" : "INFINITY");
+        return;
+    }
+    if (isnan(v)) {
+        kt_sbuf_puts(b, "NAN");
+        return;
+    }
+    char tmp[64];
+    snprintf(tmp, sizeof(tmp), "%.9g", v);
+    char out[80];
+    const char *e = strchr(tmp, 'e');
+    if (!strchr(tmp, '.')) {
+        /* "1" -> "1.0", "1e-05" -> "1.0e-05": a float literal, never an int. */
+        size_t mant = e ? (size_t)(e - tmp) : strlen(tmp);
+        snprintf(out, sizeof(out), "%.*s.0%s", (int)mant, tmp, e ? e : "");
+    } else {
+        snprintf(out, sizeof(out), "%s", tmp);
+    }
+    kt_sbuf_printf(b, v < 0 ? "(%sf)" : "%sf", out);
+}
+
+static int is_simple(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
+            return 0;
+    return 1;
+}
+
+static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
+                const char *const *axis_c, uint64_t mask, kt_sbuf_t *out, int depth);
+
+static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
+                     const char *const *axis_c, uint64_t mask, kt_sbuf_t *out, int depth)
+{
+    const kt_stage_t *p = kt_dag_stage(dag, e->tensor);
+    if (!p || e->nargs != p->ndim)
+        return kt_err_set(KT_EINVAL, "stage '%s': bad load", s->name);
+    /* Each index printed once into its own buffer. */
+    kt_sbuf_t idx[KT_TE_MAX_DIMS];
+    int rc = KT_OK;
+    for (int i = 0; i < e->nargs; i++)
+        kt_sbuf_init(&idx[i]);
+    for (int i = 0; i < e->nargs && rc == KT_OK; i++) {
+        rc = emit(dag, s, e->args[i], axis_c, mask, &idx[i], depth + 1);
+        if (rc == KT_OK)
+            rc = kt_sbuf_ok(&idx[i]);
+    }
+    if (rc == KT_OK && e->tensor < 64 && ((mask >> e->tensor) & 1u)) {
+        if (p->kind != KT_STAGE_COMPUTE || p->nreduce > 0 || !p->body) {
+            rc = kt_err_set(KT_EINVAL, "stage '%s' cannot be inlined: it is %s", p->name,
+                            p->kind != KT_STAGE_COMPUTE ? "a placeholder" : "a reduction");
+        } else {
+            const char *pax[KT_TE_MAX_DIMS];
+            for (int i = 0; i < e->nargs; i++)
+                pax[i] = idx[i].data;
+            rc = emit(dag, p, p->body, pax, mask, out, depth + 1);
+        }
+    } else if (rc == KT_OK) {
+        /* Row-major flat index: sum of index * stride, trivial factors elided. */
+        int64_t stride[KT_TE_MAX_DIMS];
+        int nterms = 0;
+        for (int i = e->nargs - 1; i >= 0; i--)
+            stride[i] = i == e->nargs - 1 ? 1 : stride[i + 1] * p->shape[i + 1];
+        for (int i = 0; i < e->nargs; i++)
+            nterms += !(e->args[i]->kind == KT_EX_CONST && e->args[i]->ival == 0);
+        kt_sbuf_printf(out, "%s[%s", p->name, nterms > 1 ? "(" : "");
+        int first = 1;
+        for (int i = 0; i < e->nargs; i++) {
+            if (e->args[i]->kind == KT_EX_CONST && e->args[i]->ival == 0)
+                continue;
+            if (!first)
+                kt_sbuf_puts(out, " + ");
+            first = 0;
+            if (stride[i] == 1)
+                kt_sbuf_puts(out, idx[i].data);
+            else
+                kt_sbuf_printf(out, "(%s*%lldLL)", idx[i].data, (long long)stride[i]);
+        }
+        kt_sbuf_puts(out, nterms == 0 ? "0]" : nterms > 1 ? ")]" : "]");
+    }
+    for (int i = 0; i < e->nargs; i++)
+        kt_sbuf_free(&idx[i]);
+    return rc;
+}
+
+static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
+                const char *const *axis_c, uint64_t mask, kt_sbuf_t *out, int depth)
+{
+    static const char *const infix[KT_EX__COUNT] = {
+        [KT_EX_ADD] = " + ", [KT_EX_SUB] = " - ", [KT_EX_MUL] = "*", [KT_EX_DIV] = "/",
+        [KT_EX_LT] = " < ", [KT_EX_LE] = " <= ", [KT_EX_GT] = " > ", [KT_EX_GE] = " >= ",
+        [KT_EX_EQ] = " == ", [KT_EX_NE] = " != ", [KT_EX_AND] = " && ", [KT_EX_OR] = " || ",
+    };
+    static const char *const fn_c[KT_FN__COUNT] = {
+        [KT_FN_EXP] = "expf", [KT_FN_SQRT] = "sqrtf", [KT_FN_RSQRT] = "kt_rsqrtf",
+        [KT_FN_TANH] = "tanhf", [KT_FN_ERF] = "erff",
+    };
+    if (!e)
+        return kt_err_set(KT_EINVAL, "stage '%s': missing expression", s->name);
+    if (depth > 400)
+        return kt_err_set(KT_EINVAL, "stage '%s': expression nested too deeply", s->name);
+    int rc = KT_OK;
+    const char *call = NULL;
+    switch (e->kind) {
+    case KT_EX_CONST:
+        if (e->dtype == KT_DT_F32)
+            put_float(out, e->fval);
+        else if (e->dtype == KT_DT_BOOL)
+            kt_sbuf_puts(out, e->ival ? "1" : "0");
+        else if (e->ival < 0)
+            kt_sbuf_printf(out, "(%lldLL)", (long long)e->ival);
+        else
+            kt_sbuf_printf(out, "%lldLL", (long long)e->ival);
+        return KT_OK;
+    case KT_EX_AXIS: {
+        if (e->axis < 0 || e->axis >= s->ndim + s->nreduce || !axis_c || !axis_c[e->axis])
+            return kt_err_set(KT_EINVAL, "stage '%s': no C text for axis %d", s->name, e->axis);
+        const char *t = axis_c[e->axis];
+        kt_sbuf_printf(out, is_simple(t) ? "%s" : "(%s)", t);
+        return KT_OK;
+    }
+    case KT_EX_LOAD:
+        return emit_load(dag, s, e, axis_c, mask, out, depth);
+    case KT_EX_NOT:
+        kt_sbuf_puts(out, "(!");
+        rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1);
+        kt_sbuf_puts(out, ")");
+        return rc;
+    case KT_EX_SELECT:
+        /* C's ?: evaluates only the taken branch, so a guarded (padding)
+         * load never reads out of bounds. */
+        kt_sbuf_puts(out, "(");
+        if ((rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1)))
+            return rc;
+        kt_sbuf_puts(out, " ? ");
+        if ((rc = emit(dag, s, e->args[1], axis_c, mask, out, depth + 1)))
+            return rc;
+        kt_sbuf_puts(out, " : ");
+        if ((rc = emit(dag, s, e->args[2], axis_c, mask, out, depth + 1)))
+            return rc;
+        kt_sbuf_puts(out, ")");
+        return KT_OK;
+    case KT_EX_CAST:
+        kt_sbuf_puts(out, e->dtype == KT_DT_F32 ? "((float)(" : e->dtype == KT_DT_INT
+                                                                  ? "((long long)("
+                                                                  : "((");
+        rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1);
+        kt_sbuf_puts(out, e->dtype == KT_DT_BOOL ? ") != 0)" : "))");
+        return rc;
+    case KT_EX_CALL:
+        if ((unsigned)e->fn >= KT_FN__COUNT)
+            return kt_err_set(KT_EINVAL, "stage '%s': bad math function", s->name);
+        kt_sbuf_printf(out, "%s(", fn_c[e->fn]);
+        rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1);
+        kt_sbuf_puts(out, ")");
+        return rc;
+    case KT_EX_MIN:
+        call = e->dtype == KT_DT_F32 ? "kt_minf" : "kt_mini";
+        break;
+    case KT_EX_MAX:
+        call = e->dtype == KT_DT_F32 ? "kt_maxf" : "kt_maxi";
+        break;
+    case KT_EX_FLOORDIV:
+        call = "kt_floordiv";
+        break;
+    case KT_EX_FLOORMOD:
+        call = "kt_floormod";
+        break;
+    default:
+        if ((unsigned)e->kind >= KT_EX__COUNT || !infix[e->kind] || e->nargs != 2)
+            return kt_err_set(KT_EINVAL, "stage '%s': bad expression kind %d", s->name, e->kind);
+        kt_sbuf_puts(out, "(");
+        if ((rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1)))
+            return rc;
+        kt_sbuf_puts(out, infix[e->kind]);
+        if ((rc = emit(dag, s, e->args[1], axis_c, mask, out, depth + 1)))
+            return rc;
+        kt_sbuf_puts(out, ")");
+        return KT_OK;
+    }
+    kt_sbuf_printf(out, "%s(", call);
+    if ((rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1)))
+        return rc;
+    kt_sbuf_puts(out, ", ");
+    if ((rc = emit(dag, s, e->args[1], axis_c, mask, out, depth + 1)))
+        return rc;
+    kt_sbuf_puts(out, ")");
+    return KT_OK;
+}
+
+int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                      const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out)
+{
+    const kt_stage_t *s = kt_dag_stage(dag, stage);
+    if (!s || !out)
+        return kt_err_set(KT_EINVAL, "no stage %d", stage);
+    int rc = emit(dag, s, e, axis_c, inline_mask, out, 0);
+    return rc ? rc : kt_sbuf_ok(out);
+}

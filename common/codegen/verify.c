@@ -1,0 +1,481 @@
+/* Compile, load, run and compare generated kernels (see verify.h). */
+#include "verify.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codegen.h"
+#include "util/err.h"
+#include "util/util.h"
+
+extern char **environ;
+
+/* ---- temp directories ---------------------------------------------------- */
+
+static int make_tmpdir(char *out, size_t cap)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base)
+        base = "/tmp";
+    snprintf(out, cap, "%s/ktune-cc-XXXXXX", base);
+    if (!mkdtemp(out))
+        return kt_err_set(KT_EIO, "cannot create a temp directory under %s: %s", base,
+                          strerror(errno));
+    return KT_OK;
+}
+
+/* ---- compile --------------------------------------------------------------- */
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Wait for pid up to timeout seconds; kills it on timeout. Returns 0 with
+ * *status, or KT_ETIMEOUT / KT_EIO. */
+static int wait_child(pid_t pid, double timeout, int *status)
+{
+    double start = kt_time_mono(), nap = 0.0005;
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid)
+            return KT_OK;
+        if (r < 0 && errno != EINTR)
+            return kt_err_set(KT_EIO, "waitpid: %s", strerror(errno));
+        if (kt_time_mono() - start > timeout) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+                ;
+            return kt_err_set(KT_ETIMEOUT, "timed out after %.0f s", timeout);
+        }
+        sleep_s(nap);
+        if (nap < 0.02)
+            nap *= 2;
+    }
+}
+
+int kt_codegen_compile(const char *src, const char *out_so_path, char **log)
+{
+    if (log)
+        *log = NULL;
+    if (!src || !out_so_path)
+        return kt_err_set(KT_EINVAL, "compile: no source or output path");
+    char dir[512], cpath[600], lpath[600];
+    int rc = make_tmpdir(dir, sizeof(dir));
+    if (rc)
+        return rc;
+    snprintf(cpath, sizeof(cpath), "%s/kernel.c", dir);
+    snprintf(lpath, sizeof(lpath), "%s/cc.log", dir);
+    rc = kt_file_write(cpath, src, strlen(src));
+    if (rc == KT_OK) {
+        const char *cc = getenv("KT_CC");
+        if (!cc || !*cc)
+            cc = "cc";
+        char flags[] = KT_CODEGEN_CFLAGS;
+        char *argv[32];
+        int argc = 0;
+        argv[argc++] = (char *)cc;
+        for (char *tok = strtok(flags, " "); tok && argc < 24; tok = strtok(NULL, " "))
+            argv[argc++] = tok;
+        argv[argc++] = "-o";
+        argv[argc++] = (char *)out_so_path;
+        argv[argc++] = cpath;
+        argv[argc++] = "-lm";
+        argv[argc] = NULL;
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, lpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        pid_t pid;
+        int err = posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        if (err) {
+            rc = kt_err_set(KT_EIO, "cannot run the C compiler '%s': %s", cc, strerror(err));
+        } else {
+            int status = 0;
+            rc = wait_child(pid, KT_CODEGEN_COMPILE_TIMEOUT, &status);
+            if (rc)
+                kt_err_prefix("compiling kernel");
+            char *text = kt_file_read(lpath, NULL);
+            if (rc == KT_OK && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+                /* The first lines of the log say what went wrong. */
+                char head[600];
+                snprintf(head, sizeof(head), "%s", text ? text : "");
+                rc = kt_err_set(KT_EINVAL, "compiling kernel failed (%s %d): %s",
+                                WIFEXITED(status) ? "exit" : "signal",
+                                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), head);
+            }
+            if (log)
+                *log = text ? text : kt_strdup("");
+            else
+                free(text);
+        }
+    }
+    unlink(cpath);
+    unlink(lpath);
+    rmdir(dir);
+    return rc;
+}
+
+/* ---- load ------------------------------------------------------------------ */
+
+struct kt_codegen_lib {
+    void *handle;
+    kt_kernel_fn fn;
+};
+
+kt_codegen_lib_t *kt_codegen_load(const char *so_path, const char *entry)
+{
+    void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        kt_err_set(KT_EIO, "cannot load %s: %s", so_path, dlerror());
+        return NULL;
+    }
+    void *sym = dlsym(h, entry);
+    if (!sym) {
+        kt_err_set(KT_ENOTFOUND, "%s has no entry '%s'", so_path, entry);
+        dlclose(h);
+        return NULL;
+    }
+    kt_codegen_lib_t *lib = malloc(sizeof(*lib));
+    if (!lib) {
+        dlclose(h);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    lib->handle = h;
+    /* POSIX guarantees a function pointer round-trips through dlsym's void *. */
+    memcpy(&lib->fn, &sym, sizeof(lib->fn));
+    return lib;
+}
+
+kt_kernel_fn kt_codegen_lib_fn(const kt_codegen_lib_t *lib) { return lib ? lib->fn : NULL; }
+
+void kt_codegen_unload(kt_codegen_lib_t *lib)
+{
+    if (!lib)
+        return;
+    dlclose(lib->handle);
+    free(lib);
+}
+
+/* ---- buffers ----------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void kt_codegen_fill_random(float *buf, size_t n, uint64_t seed)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = splitmix64(&s);
+        float mag = 0.125f + 0.875f * (float)((r >> 40) & 0xffffff) / (float)0xffffff;
+        buf[i] = (r & 1u) ? -mag : mag;
+    }
+}
+
+static uint64_t buf_seed(uint64_t seed, int i)
+{
+    uint64_t s = seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(i + 1));
+    return splitmix64(&s);
+}
+
+float **kt_codegen_bufs_new(const kt_dag_t *dag, uint64_t seed)
+{
+    int n = kt_codegen_num_bufs(dag);
+    float **bufs = calloc((size_t)n + 1, sizeof(*bufs));
+    if (!bufs) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        const kt_stage_t *s = kt_dag_stage(dag, kt_codegen_buf_stage(dag, i));
+        size_t cnt = (size_t)kt_stage_numel(s);
+        size_t bytes = (cnt * sizeof(float) + 63) & ~(size_t)63;
+        bufs[i] = aligned_alloc(64, bytes);
+        if (!bufs[i]) {
+            kt_codegen_bufs_free(dag, bufs);
+            kt_err_set(KT_ENOMEM, "out of memory for buffer '%s'", s->name);
+            return NULL;
+        }
+        if (s->kind == KT_STAGE_PLACEHOLDER)
+            kt_codegen_fill_random(bufs[i], cnt, buf_seed(seed, i));
+        else
+            memset(bufs[i], 0xff, cnt * sizeof(float));   /* NaN */
+    }
+    return bufs;
+}
+
+void kt_codegen_bufs_free(const kt_dag_t *dag, float **bufs)
+{
+    if (!bufs)
+        return;
+    int n = kt_codegen_num_bufs(dag);
+    for (int i = 0; i < n; i++)
+        free(bufs[i]);
+    free(bufs);
+}
+
+double kt_codegen_rel_err(const float *got, const float *want, size_t n)
+{
+    double ss = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(want[i]))
+            ss += (double)want[i] * (double)want[i];
+    double rms = n ? sqrt(ss / (double)n) : 0.0;
+    double floor = rms > FLT_MIN ? rms : FLT_MIN;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r = want[i], c = got[i];
+        if (!isfinite(r) || !isfinite(c)) {
+            if (!(r == c))   /* equal infinities pass; NaN never equals */
+                return INFINITY;
+            continue;
+        }
+        double den = fabs(r) > floor ? fabs(r) : floor;
+        double e = fabs(c - r) / den;
+        if (e > worst)
+            worst = e;
+    }
+    return worst;
+}
+
+/* ---- checker -------------------------------------------------------------------- */
+
+struct kt_codegen_ref {
+    const kt_dag_t *dag;
+    char dir[512];
+    int nbufs;
+    float **inputs;      /* private: placeholders */
+    float *shared;       /* MAP_SHARED block the child writes outputs into */
+    size_t shared_bytes;
+    float **run_bufs;    /* inputs + pointers into shared */
+    float **expected;    /* per buffer; NULL for inputs */
+    size_t *count;
+    unsigned serial;
+};
+
+/* Run the kernel in so_path in a child; outputs land in ref->shared. */
+static int run_isolated(kt_codegen_ref_t *ref, const char *so_path, const char *entry)
+{
+    memset(ref->shared, 0xff, ref->shared_bytes);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return kt_err_set(KT_EIO, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        /* Die by the signal itself, even where a sanitizer or the caller
+         * installed handlers, so the parent can report it. */
+        static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+        for (size_t i = 0; i < KT_ARRAY_LEN(fatal); i++)
+            signal(fatal[i], SIG_DFL);
+        void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+        void *sym = h ? dlsym(h, entry) : NULL;
+        if (!sym)
+            _exit(120);
+        kt_kernel_fn fn;
+        memcpy(&fn, &sym, sizeof(fn));
+        _exit(fn(ref->run_bufs) == 0 ? 0 : 121);
+    }
+    int status = 0;
+    int rc = wait_child(pid, KT_CODEGEN_RUN_TIMEOUT, &status);
+    if (rc)
+        return kt_err_prefix("running kernel");
+    if (WIFSIGNALED(status))
+        return kt_err_set(KT_EIO, "kernel crashed with signal %d (%s)", WTERMSIG(status),
+                          strsignal(WTERMSIG(status)));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) == 120)
+        return kt_err_set(KT_EIO, "cannot load kernel entry '%s'", entry);
+    if (WEXITSTATUS(status) != 0)
+        return kt_err_set(KT_EIO, "kernel returned an error (allocation failed?)");
+    return KT_OK;
+}
+
+static int so_path(kt_codegen_ref_t *ref, char *out, size_t cap, const char *what)
+{
+    snprintf(out, cap, "%s/%s_%u.so", ref->dir, what, ref->serial++);
+    return KT_OK;
+}
+
+kt_codegen_ref_t *kt_codegen_ref_new(const kt_dag_t *dag, uint64_t seed)
+{
+    kt_codegen_ref_t *ref = calloc(1, sizeof(*ref));
+    if (!ref) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    ref->dag = dag;
+    ref->nbufs = kt_codegen_num_bufs(dag);
+    if (make_tmpdir(ref->dir, sizeof(ref->dir))) {
+        ref->dir[0] = '\0';
+        kt_codegen_ref_free(ref);
+        return NULL;
+    }
+    ref->inputs = kt_codegen_bufs_new(dag, seed);
+    ref->run_bufs = calloc((size_t)ref->nbufs + 1, sizeof(float *));
+    ref->expected = calloc((size_t)ref->nbufs + 1, sizeof(float *));
+    ref->count = calloc((size_t)ref->nbufs + 1, sizeof(size_t));
+    if (!ref->inputs || !ref->run_bufs || !ref->expected || !ref->count) {
+        kt_codegen_ref_free(ref);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    size_t off[KT_TE_MAX_STAGES + 1] = {0}, total = 0;
+    for (int i = 0; i < ref->nbufs; i++) {
+        const kt_stage_t *s = kt_dag_stage(dag, kt_codegen_buf_stage(dag, i));
+        ref->count[i] = (size_t)kt_stage_numel(s);
+        if (s->kind != KT_STAGE_PLACEHOLDER) {
+            off[i] = total;
+            total += (ref->count[i] * sizeof(float) + 63) & ~(size_t)63;
+        }
+    }
+    ref->shared_bytes = total;
+    void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        kt_codegen_ref_free(ref);
+        kt_err_set(KT_ENOMEM, "cannot map %zu bytes for kernel outputs", total);
+        return NULL;
+    }
+    ref->shared = m;
+    for (int i = 0; i < ref->nbufs; i++) {
+        const kt_stage_t *s = kt_dag_stage(dag, kt_codegen_buf_stage(dag, i));
+        ref->run_bufs[i] = s->kind == KT_STAGE_PLACEHOLDER ? ref->inputs[i]
+                                                            : (float *)((char *)m + off[i]);
+    }
+    char *src = kt_codegen_reference_c(dag, "kt_reference");
+    char path[600];
+    so_path(ref, path, sizeof(path), "ref");
+    int rc = src ? kt_codegen_compile(src, path, NULL) : KT_ENOMEM;
+    free(src);
+    if (rc == KT_OK)
+        rc = run_isolated(ref, path, "kt_reference");
+    unlink(path);
+    for (int i = 0; rc == KT_OK && i < ref->nbufs; i++) {
+        const kt_stage_t *s = kt_dag_stage(dag, kt_codegen_buf_stage(dag, i));
+        if (s->kind == KT_STAGE_PLACEHOLDER)
+            continue;
+        ref->expected[i] = malloc(ref->count[i] * sizeof(float));
+        if (!ref->expected[i])
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+        else
+            memcpy(ref->expected[i], ref->run_bufs[i], ref->count[i] * sizeof(float));
+    }
+    if (rc) {
+        kt_err_prefix("reference kernel");
+        kt_codegen_ref_free(ref);
+        return NULL;
+    }
+    return ref;
+}
+
+static int compare(kt_codegen_ref_t *ref, double *max_rel_err)
+{
+    double worst = 0;
+    int wi = -1;
+    for (int i = 0; i < ref->nbufs; i++) {
+        if (!ref->expected[i])
+            continue;
+        double e = kt_codegen_rel_err(ref->run_bufs[i], ref->expected[i], ref->count[i]);
+        if (!(e <= worst)) {
+            worst = e;
+            wi = i;
+        }
+    }
+    if (max_rel_err)
+        *max_rel_err = worst;
+    if (!(worst <= KT_CODEGEN_MAX_REL_ERR))
+        return kt_err_set(KT_EINVAL, "wrong answers: max relative error %.3g in '%s' exceeds %g",
+                          worst, kt_dag_stage(ref->dag, kt_codegen_buf_stage(ref->dag, wi))->name,
+                          KT_CODEGEN_MAX_REL_ERR);
+    return KT_OK;
+}
+
+int kt_codegen_ref_check_so(kt_codegen_ref_t *ref, const char *so, const char *entry,
+                            double *max_rel_err)
+{
+    if (max_rel_err)
+        *max_rel_err = INFINITY;
+    if (!ref || !so || !entry)
+        return kt_err_set(KT_EINVAL, "check: no checker, library or entry");
+    int rc = run_isolated(ref, so, entry);
+    return rc ? rc : compare(ref, max_rel_err);
+}
+
+int kt_codegen_ref_check(kt_codegen_ref_t *ref, const char *src, const char *entry,
+                         double *max_rel_err)
+{
+    if (max_rel_err)
+        *max_rel_err = INFINITY;
+    if (!ref || !src || !entry)
+        return kt_err_set(KT_EINVAL, "check: no checker, source or entry");
+    char path[600];
+    so_path(ref, path, sizeof(path), "cand");
+    int rc = kt_codegen_compile(src, path, NULL);
+    if (rc == KT_OK)
+        rc = kt_codegen_ref_check_so(ref, path, entry, max_rel_err);
+    unlink(path);
+    return rc;
+}
+
+const float *kt_codegen_ref_expected(const kt_codegen_ref_t *ref, int i, size_t *n)
+{
+    if (!ref || i < 0 || i >= ref->nbufs || !ref->expected[i])
+        return NULL;
+    if (n)
+        *n = ref->count[i];
+    return ref->expected[i];
+}
+
+void kt_codegen_ref_free(kt_codegen_ref_t *ref)
+{
+    if (!ref)
+        return;
+    if (ref->inputs) {
+        /* Only the input slots hold private allocations; outputs were NaN
+         * buffers from kt_codegen_bufs_new and are freed with them. */
+        kt_codegen_bufs_free(ref->dag, ref->inputs);
+    }
+    if (ref->shared)
+        munmap(ref->shared, ref->shared_bytes);
+    for (int i = 0; ref->expected && i < ref->nbufs; i++)
+        free(ref->expected[i]);
+    free(ref->expected);
+    free(ref->run_bufs);
+    free(ref->count);
+    if (ref->dir[0])
+        rmdir(ref->dir);
+    free(ref);
+}
+
+int kt_codegen_check(const kt_dag_t *dag, const char *src, const char *entry, uint64_t seed,
+                     double *max_rel_err)
+{
+    if (max_rel_err)
+        *max_rel_err = INFINITY;
+    kt_codegen_ref_t *ref = kt_codegen_ref_new(dag, seed);
+    if (!ref)
+        return kt_err_code() ? kt_err_code() : KT_EINTERNAL;
+    int rc = kt_codegen_ref_check(ref, src, entry, max_rel_err);
+    kt_codegen_ref_free(ref);
+    return rc;
+}

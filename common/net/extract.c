@@ -1,0 +1,646 @@
+/* Task extraction: fuse a network's layers into tasks as TVM does, build
+ * their workloads, merge identical ones (net.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "net_int.h"
+#include "te/ops.h"
+#include "util/err.h"
+#include "util/sbuf.h"
+#include "util/util.h"
+
+typedef struct {
+    const kt_net_t *net;
+    kt_net_layout_t layout;
+    int *nref;      /* consumers of each layer's output (+1 for a network output) */
+    int *cstart;    /* consumers of layer i: cons[cstart[i] .. cstart[i+1]) */
+    int *cons;
+    int *claimed;   /* anchor of the task a layer was fused into, or -1 */
+    kt_net_tasks_t *out;
+    int cap_tasks, cap_issues;
+} ex_t;
+
+/* ---- results ------------------------------------------------------------------- */
+
+static int issue(ex_t *e, kt_net_issue_kind_t kind, const net_layer_t *l, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int issue(ex_t *e, kt_net_issue_kind_t kind, const net_layer_t *l, const char *fmt, ...)
+{
+    kt_net_tasks_t *t = e->out;
+    if (t->nissues == e->cap_issues) {
+        int cap = e->cap_issues ? e->cap_issues * 2 : 16;
+        kt_net_issue_t *n = realloc(t->issues, (size_t)cap * sizeof(*n));
+        if (!n)
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        t->issues = n;
+        e->cap_issues = cap;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    kt_net_issue_t *is = &t->issues[t->nissues];
+    is->kind = kind;
+    is->layer = kt_strdup(l->name);
+    is->op = kt_strdup(l->label);
+    is->msg = kt_strdup(msg);
+    t->nissues++;   /* counted even when a copy failed so free() sees it */
+    if (!is->layer || !is->op || !is->msg)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    return KT_OK;
+}
+
+/* Add one appearance of the workload in `obj` (consumed); merges by key. */
+static int add_task(ex_t *e, json_t *obj, const char *desc, const net_layer_t *anchor)
+{
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(obj);
+    if (!text)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    kt_workload_t *wl = kt_workload_parse(text);
+    free(text);
+    if (!wl) {
+        if (kt_err_code() == KT_ENOMEM)
+            return KT_ENOMEM;
+        /* Shapes te refuses (limits, windows): the layer has no task. */
+        return issue(e, KT_NET_UNSUPPORTED, anchor, "te rejects its workload: %s", kt_err_msg());
+    }
+    kt_net_tasks_t *t = e->out;
+    for (int i = 0; i < t->ntasks; i++)
+        if (strcmp(kt_workload_key(t->tasks[i].wl), kt_workload_key(wl)) == 0) {
+            t->tasks[i].weight++;
+            kt_workload_free(wl);
+            return KT_OK;
+        }
+    if (t->ntasks == e->cap_tasks) {
+        int cap = e->cap_tasks ? e->cap_tasks * 2 : 32;
+        kt_net_task_t *n = realloc(t->tasks, (size_t)cap * sizeof(*n));
+        if (!n) {
+            kt_workload_free(wl);
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        t->tasks = n;
+        e->cap_tasks = cap;
+    }
+    kt_net_task_t *task = &t->tasks[t->ntasks++];
+    memset(task, 0, sizeof(*task));
+    task->wl = wl;
+    task->weight = 1;
+    task->workload = json_loads(kt_workload_json(wl), 0, NULL);
+    task->desc = kt_strdup(desc);
+    if (!task->workload || !task->desc)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    return KT_OK;
+}
+
+/* ---- fusion ---------------------------------------------------------------------- */
+
+/* Anchor kinds: what te operator a layer becomes. */
+typedef enum {
+    A_NONE = 0, A_CONV, A_DEPTHWISE, A_DENSE, A_MATMUL, A_POOL, A_GPOOL, A_SOFTMAX, A_LN,
+} anchor_t;
+
+static anchor_t anchor_kind(const net_layer_t *l, const kt_net_t *net)
+{
+    switch (l->op) {
+    case NET_CONV2D: {
+        int64_t ci = net->layers[l->in[0]].out.d[1];
+        return l->groups > 1 && l->groups == ci && l->channels == ci ? A_DEPTHWISE : A_CONV;
+    }
+    case NET_DENSE: return A_DENSE;
+    case NET_MATMUL: return A_MATMUL;
+    case NET_POOL: return A_POOL;
+    case NET_GLOBAL_POOL: return A_GPOOL;
+    case NET_SOFTMAX: return A_SOFTMAX;
+    case NET_LAYER_NORM: return A_LN;
+    default: return A_NONE;
+    }
+}
+
+static const char *anchor_te_name(anchor_t a)
+{
+    switch (a) {
+    case A_POOL: return "pool2d";
+    case A_GPOOL: return "global_avg_pool";
+    case A_SOFTMAX: return "softmax";
+    case A_LN: return "layer_norm";
+    default: return "operator";
+    }
+}
+
+static int is_elementwise(net_op_t op)
+{
+    return op == NET_BATCH_NORM || op == NET_BIAS_ADD || op == NET_SCALE || op == NET_ADD ||
+           op == NET_RELU || op == NET_GELU || op == NET_ELEMWISE;
+}
+
+static int same_shape(const net_shape_t *a, const net_shape_t *b)
+{
+    return a->ndim == b->ndim && memcmp(a->d, b->d, (size_t)a->ndim * sizeof(int64_t)) == 0;
+}
+
+/* A scale at layer c (scalar, or per channel along axis `chan`) folds
+ * forward (TVM's FoldScaleAxis) when everything reading it, possibly through
+ * one relu (assuming positive scales as TVM does), is a convolution (scaling
+ * its input channels) or dense layer (scaling K) reading it as its data. */
+static int folds_forward(const ex_t *e, int c, int scalar, int chan)
+{
+    const kt_net_t *net = e->net;
+    int t = c;
+    if (e->nref[t] == 1 && !net->is_output[t]) {
+        int r = e->cons[e->cstart[t]];
+        if (net->layers[r].op == NET_RELU)
+            t = r;
+    }
+    if (net->is_output[t] || e->cstart[t + 1] == e->cstart[t])
+        return 0;
+    for (int k = e->cstart[t]; k < e->cstart[t + 1]; k++) {
+        const net_layer_t *u = &net->layers[e->cons[k]];
+        if ((u->op != NET_CONV2D && u->op != NET_DENSE) || u->in[0] != t || u->blocked)
+            return 0;
+        int k_axis = u->op == NET_CONV2D ? 1 : net->layers[t].out.ndim - 1;
+        if (!scalar && chan != k_axis)
+            return 0;
+        for (int j = 1; j < u->nin; j++)
+            if (u->in[j] == t)
+                return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    kt_epilogue_t epi[KT_OPS_MAX_EPILOGUE];
+    int nepi;
+    kt_sbuf_t desc;
+} group_t;
+
+static int push_epi(group_t *g, kt_epilogue_t x)
+{
+    if (x == KT_EPI_BIAS_ADD && g->nepi > 0 && g->epi[g->nepi - 1] == KT_EPI_BIAS_ADD)
+        return 1;   /* two constant shifts in a row are one bias */
+    if (g->nepi == KT_OPS_MAX_EPILOGUE)
+        return 0;
+    g->epi[g->nepi++] = x;
+    return 1;
+}
+
+/* Extend the task anchored at layer a with the elementwise layers after it;
+ * notes the first one TVM would fuse but te cannot express. */
+static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
+{
+    const kt_net_t *net = e->net;
+    const net_layer_t *A = &net->layers[a];
+    const int can_epi = kind == A_CONV || kind == A_DEPTHWISE || kind == A_DENSE ||
+                        kind == A_MATMUL;
+    const int const_weights = kind == A_CONV || kind == A_DEPTHWISE || kind == A_DENSE;
+    const int chan = kind == A_CONV || kind == A_DEPTHWISE ? 1 : A->out.ndim - 1;
+    if (A->bias)
+        push_epi(g, KT_EPI_BIAS_ADD);
+    int tail = a;
+    for (;;) {
+        if (e->nref[tail] != 1 || net->is_output[tail])
+            return KT_OK;
+        int c = e->cons[e->cstart[tail]];
+        const net_layer_t *C = &net->layers[c];
+        if (e->claimed[c] >= 0 || C->blocked || !is_elementwise(C->op))
+            return KT_OK;
+        if (!can_epi)
+            return issue(e, KT_NET_NOT_FUSED, C, "TVM fuses it into the preceding %s task, but "
+                         "te's %s takes no epilogue; it runs as a separate simple operator",
+                         anchor_te_name(kind), anchor_te_name(kind));
+        int only_bias = 1;
+        for (int k = 0; k < g->nepi; k++)
+            only_bias &= g->epi[k] == KT_EPI_BIAS_ADD;
+        int ok = 1;
+        switch (C->op) {
+        case NET_RELU:
+            ok = push_epi(g, KT_EPI_RELU);
+            break;
+        case NET_GELU:
+            ok = push_epi(g, KT_EPI_GELU);
+            break;
+        case NET_BIAS_ADD:
+            if (!C->scalar && C->axis != chan)
+                return issue(e, KT_NET_NOT_FUSED, C, "a constant added along axis %d, not the "
+                             "task's channel axis %d: te's bias_add cannot express it", C->axis,
+                             chan);
+            ok = push_epi(g, KT_EPI_BIAS_ADD);
+            break;
+        case NET_BATCH_NORM:
+        case NET_SCALE:
+            if (!(C->op == NET_SCALE && C->scalar) && C->axis != chan)
+                return issue(e, KT_NET_NOT_FUSED, C, "a per-channel %s along axis %d, not the "
+                             "task's channel axis %d: te has no epilogue for it",
+                             C->op == NET_SCALE ? "scale" : "batch norm", C->axis, chan);
+            if (!(const_weights && only_bias) &&
+                !folds_forward(e, c, C->op == NET_SCALE && C->scalar, chan))
+                return issue(e, KT_NET_NOT_FUSED, C, "its scale folds neither into the task's "
+                             "weights (a relu or add comes first) nor into a following "
+                             "convolution, and te has no multiply epilogue");
+            if (C->op == NET_BATCH_NORM)
+                ok = push_epi(g, KT_EPI_BIAS_ADD);
+            break;
+        case NET_ADD: {
+            const net_shape_t *x = &net->layers[C->in[0]].out, *y = &net->layers[C->in[1]].out;
+            if (!same_shape(x, y) || !same_shape(&C->out, &net->layers[tail].out))
+                return issue(e, KT_NET_NOT_FUSED, C, "a broadcasting add: te's add epilogue "
+                             "needs two inputs of one shape");
+            ok = push_epi(g, KT_EPI_ADD);
+            break;
+        }
+        default:
+            return issue(e, KT_NET_NOT_FUSED, C, "te has no '%s' epilogue; it runs as a "
+                         "separate simple operator", C->label);
+        }
+        if (!ok)
+            return issue(e, KT_NET_NOT_FUSED, C, "the task already has %d epilogues (te's limit)",
+                         KT_OPS_MAX_EPILOGUE);
+        e->claimed[c] = a;
+        kt_sbuf_printf(&g->desc, " + %s", C->name);
+        tail = c;
+    }
+}
+
+static json_t *ints2(const int64_t *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static json_t *shape_json(const net_shape_t *s)
+{
+    return ints2(s->d, s->ndim);
+}
+
+static void set_int(json_t *o, const char *k, int64_t v) { json_object_set_new(o, k, json_integer(v)); }
+
+static void set_window(json_t *o, const net_layer_t *l, int dilation)
+{
+    json_object_set_new(o, "stride", ints2(l->stride, 2));
+    json_object_set_new(o, "padding", ints2(l->pad, 4));
+    if (dilation)
+        json_object_set_new(o, "dilation", ints2(l->dilation, 2));
+}
+
+/* The workload object of an anchor with its epilogues, or NULL with an
+ * "unsupported" issue recorded (*rc < 0 on OOM). */
+static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const group_t *g, int *rc)
+{
+    const kt_net_t *net = e->net;
+    const net_shape_t *x = &net->layers[A->in[0]].out, *o = &A->out;
+    const int nhwc = e->layout == KT_NET_NHWC;
+    json_t *w = json_object();
+    *rc = KT_OK;
+    if (!w) {
+        *rc = kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    const char *why = NULL;
+    char buf[160];
+    switch (kind) {
+    case A_CONV:
+        if (A->groups > 1) {
+            int64_t ci = x->d[1];
+            if (A->groups == ci)
+                snprintf(buf, sizeof(buf), "depthwise convolution with channel multiplier %lld: "
+                         "te's depthwise_conv2d has multiplier 1 only",
+                         (long long)(A->channels / ci));
+            else
+                snprintf(buf, sizeof(buf), "grouped convolution (groups=%lld): te has no "
+                         "grouped conv2d", (long long)A->groups);
+            why = buf;
+            break;
+        }
+        json_object_set_new(w, "op", json_string(nhwc ? "conv2d_nhwc" : "conv2d_nchw"));
+        set_int(w, "N", x->d[0]);
+        set_int(w, "H", x->d[2]);
+        set_int(w, "W", x->d[3]);
+        set_int(w, "CI", x->d[1]);
+        set_int(w, "CO", A->channels);
+        set_int(w, "KH", A->kernel[0]);
+        set_int(w, "KW", A->kernel[1]);
+        set_window(w, A, 1);
+        break;
+    case A_DEPTHWISE:
+        if (!nhwc) {
+            why = "te has no NCHW depthwise conv2d (extract with layout NHWC)";
+            break;
+        }
+        json_object_set_new(w, "op", json_string("depthwise_conv2d_nhwc"));
+        set_int(w, "N", x->d[0]);
+        set_int(w, "H", x->d[2]);
+        set_int(w, "W", x->d[3]);
+        set_int(w, "C", x->d[1]);
+        set_int(w, "KH", A->kernel[0]);
+        set_int(w, "KW", A->kernel[1]);
+        set_window(w, A, 1);
+        break;
+    case A_DENSE: {
+        int64_t K = x->d[x->ndim - 1];
+        json_object_set_new(w, "op", json_string("dense"));
+        set_int(w, "M", net_shape_numel(x) / K);
+        set_int(w, "N", A->channels);
+        set_int(w, "K", K);
+        break;
+    }
+    case A_MATMUL: {
+        const net_shape_t *y = &net->layers[A->in[1]].out;
+        int64_t M = x->d[x->ndim - 2], K = x->d[x->ndim - 1], N = y->d[y->ndim - 1];
+        if (y->ndim == 2) {
+            /* [..., M, K] x [K, N] is one matmul with the leading dims folded into M. */
+            json_object_set_new(w, "op", json_string("matmul"));
+            set_int(w, "M", net_shape_numel(x) / K);
+            set_int(w, "N", N);
+            set_int(w, "K", K);
+            json_object_set_new(w, "layout", json_string("NN"));
+            break;
+        }
+        int64_t bx = net_shape_numel(x) / (M * K), by = net_shape_numel(y) / (K * N);
+        if (x->ndim != y->ndim || bx != by || memcmp(x->d, y->d, (size_t)(x->ndim - 2) * sizeof(int64_t))) {
+            why = "a matmul broadcasting its batch dimensions: te's batch_matmul needs equal ones";
+            break;
+        }
+        json_object_set_new(w, "op", json_string("batch_matmul"));
+        set_int(w, "B", bx);
+        set_int(w, "M", M);
+        set_int(w, "N", N);
+        set_int(w, "K", K);
+        break;
+    }
+    case A_POOL:
+        if (!nhwc) {
+            why = "te has no NCHW pool2d (extract with layout NHWC)";
+            break;
+        }
+        json_object_set_new(w, "op", json_string("pool2d"));
+        json_object_set_new(w, "kind", json_string(A->pool_max ? "max" : "avg"));
+        set_int(w, "N", x->d[0]);
+        set_int(w, "H", x->d[2]);
+        set_int(w, "W", x->d[3]);
+        set_int(w, "C", x->d[1]);
+        set_int(w, "KH", A->kernel[0]);
+        set_int(w, "KW", A->kernel[1]);
+        set_window(w, A, 0);
+        break;
+    case A_GPOOL:
+        if (!nhwc) {
+            why = "te has no NCHW global_avg_pool (extract with layout NHWC)";
+            break;
+        }
+        json_object_set_new(w, "op", json_string("global_avg_pool"));
+        set_int(w, "N", x->d[0]);
+        set_int(w, "H", x->d[2]);
+        set_int(w, "W", x->d[3]);
+        set_int(w, "C", x->d[1]);
+        break;
+    case A_SOFTMAX:
+        json_object_set_new(w, "op", json_string("softmax"));
+        json_object_set_new(w, "shape", shape_json(o));
+        break;
+    case A_LN:
+        json_object_set_new(w, "op", json_string("layer_norm"));
+        json_object_set_new(w, "shape", shape_json(o));
+        json_object_set_new(w, "affine", json_boolean(A->affine));
+        break;
+    default:
+        why = "not an operator";
+    }
+    if (why) {
+        json_decref(w);
+        *rc = issue(e, KT_NET_UNSUPPORTED, A, "%s", why);
+        return NULL;
+    }
+    if (kind == A_CONV || kind == A_DEPTHWISE || kind == A_DENSE || kind == A_MATMUL) {
+        json_t *ep = json_array();
+        for (int k = 0; k < g->nepi; k++)
+            json_array_append_new(ep, json_string(kt_ops_epilogue_name(g->epi[k])));
+        json_object_set_new(w, "epilogue", ep);
+    }
+    return w;
+}
+
+static int extract_anchor(ex_t *e, int a, anchor_t kind)
+{
+    const net_layer_t *A = &e->net->layers[a];
+    group_t g = {.nepi = 0};
+    kt_sbuf_init(&g.desc);
+    kt_sbuf_puts(&g.desc, A->name);
+    int rc = KT_OK;
+    /* A layer te cannot express keeps the elementwise layers after it apart. */
+    json_t *probe = workload_of(e, A, kind, &g, &rc);
+    if (probe) {
+        json_decref(probe);
+        rc = fuse(e, a, kind, &g);
+        json_t *w = rc ? NULL : workload_of(e, A, kind, &g, &rc);
+        if (w) {
+            rc = kt_sbuf_ok(&g.desc);
+            if (rc)
+                json_decref(w);
+            else
+                rc = add_task(e, w, g.desc.data, A);
+        }
+    }
+    kt_sbuf_free(&g.desc);
+    return rc;
+}
+
+/* ---- public -------------------------------------------------------------------------- */
+
+void kt_net_tasks_free(kt_net_tasks_t *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < t->ntasks; i++) {
+        json_decref(t->tasks[i].workload);
+        kt_workload_free(t->tasks[i].wl);
+        free(t->tasks[i].desc);
+    }
+    for (int i = 0; i < t->nissues; i++) {
+        free(t->issues[i].layer);
+        free(t->issues[i].op);
+        free(t->issues[i].msg);
+    }
+    free(t->tasks);
+    free(t->issues);
+    free(t);
+}
+
+kt_net_tasks_t *kt_net_extract(const kt_net_t *net, kt_net_layout_t layout)
+{
+    if (!net || !net->is_output) {
+        kt_err_set(KT_EINVAL, "no network");
+        return NULL;
+    }
+    ex_t e = {.net = net, .layout = layout};
+    int n = net->n, rc = KT_OK;
+    e.out = calloc(1, sizeof(*e.out));
+    e.nref = calloc((size_t)n + 1, sizeof(int));
+    e.cstart = calloc((size_t)n + 2, sizeof(int));
+    e.claimed = malloc(((size_t)n + 1) * sizeof(int));
+    int total = 0;
+    for (int i = 0; i < n; i++)
+        total += net->layers[i].nin;
+    e.cons = malloc(((size_t)total + 1) * sizeof(int));
+    if (!e.out || !e.nref || !e.cstart || !e.claimed || !e.cons) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto done;
+    }
+    /* Consumer lists (CSR), in layer order. */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < net->layers[i].nin; k++)
+            e.cstart[net->layers[i].in[k] + 1]++;
+    for (int i = 0; i < n; i++)
+        e.cstart[i + 1] += e.cstart[i];
+    int *fill = calloc((size_t)n + 1, sizeof(int));
+    if (!fill) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < net->layers[i].nin; k++) {
+            int p = net->layers[i].in[k];
+            e.cons[e.cstart[p] + fill[p]++] = i;
+        }
+    free(fill);
+    for (int i = 0; i < n; i++) {
+        e.nref[i] = e.cstart[i + 1] - e.cstart[i] + (net->is_output[i] ? 1 : 0);
+        e.claimed[i] = -1;
+    }
+    int nblocked = 0, first_blocked = -1;
+    for (int i = 0; i < n && rc == KT_OK; i++) {
+        const net_layer_t *l = &net->layers[i];
+        if (l->blocked) {
+            if (nblocked++ == 0)
+                first_blocked = i;
+            continue;
+        }
+        if (l->op == NET_UNSUPPORTED) {
+            if (!l->secondary || e.nref[i] > 0)
+                rc = issue(&e, KT_NET_UNSUPPORTED, l, "%s", l->reason ? l->reason : "unsupported");
+            continue;
+        }
+        anchor_t kind = anchor_kind(l, net);
+        if (kind != A_NONE && e.claimed[i] < 0)
+            rc = extract_anchor(&e, i, kind);
+    }
+    if (rc == KT_OK && nblocked)
+        rc = issue(&e, KT_NET_UNSUPPORTED, &net->layers[first_blocked],
+                   "%d layer%s from this one on could not be inferred: their input shapes depend "
+                   "on unsupported operators", nblocked, nblocked == 1 ? "" : "s");
+done:
+    free(e.nref);
+    free(e.cstart);
+    free(e.cons);
+    free(e.claimed);
+    if (rc) {
+        kt_net_tasks_free(e.out);
+        return NULL;
+    }
+    return e.out;
+}
+
+int kt_net_layout_parse(const char *s, kt_net_layout_t *out)
+{
+    if (s && strcasecmp(s, "NHWC") == 0)
+        *out = KT_NET_NHWC;
+    else if (s && strcasecmp(s, "NCHW") == 0)
+        *out = KT_NET_NCHW;
+    else
+        return kt_err_set(KT_EINVAL, "layout must be NHWC or NCHW (got '%s')", s ? s : "");
+    return KT_OK;
+}
+
+/* ---- printing ------------------------------------------------------------------------- */
+
+char *kt_net_tasks_json(const kt_net_tasks_t *t)
+{
+    /* One task per line: readable, diffable and still one JSON list. */
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    kt_sbuf_puts(&b, "[");
+    for (int i = 0; t && i < t->ntasks; i++) {
+        json_t *it = json_object();
+        if (!it)
+            break;
+        json_object_set(it, "workload", t->tasks[i].workload);
+        json_object_set_new(it, "weight", json_integer(t->tasks[i].weight));
+        json_object_set_new(it, "key", json_string(kt_workload_key(t->tasks[i].wl)));
+        json_object_set_new(it, "desc", json_string(t->tasks[i].desc));
+        char *s = json_dumps(it, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(it);
+        if (!s) {
+            kt_sbuf_free(&b);
+            kt_err_set(KT_ENOMEM, "out of memory");
+            return NULL;
+        }
+        kt_sbuf_printf(&b, "%s\n  %s", i ? "," : "", s);
+        free(s);
+    }
+    kt_sbuf_puts(&b, "\n]\n");
+    if (kt_sbuf_ok(&b)) {
+        kt_sbuf_free(&b);
+        return NULL;
+    }
+    return kt_sbuf_take(&b);
+}
+
+char *kt_net_tasks_text(const kt_net_tasks_t *t)
+{
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    for (int i = 0; t && i < t->ntasks; i++) {
+        const kt_net_task_t *k = &t->tasks[i];
+        kt_sbuf_printf(&b, "========== Task %d  (workload key: %s) ==========\n", i,
+                       kt_workload_key(k->wl));
+        char *dag = kt_dag_to_text(kt_workload_dag(k->wl));
+        if (!dag) {
+            kt_sbuf_free(&b);
+            kt_err_set(KT_ENOMEM, "out of memory");
+            return NULL;
+        }
+        kt_sbuf_puts(&b, dag);
+        free(dag);
+        kt_sbuf_printf(&b, "weight: %d  (%s)\n\n", k->weight, k->desc);
+    }
+    /* Issues with one message are one line: kind, message, the layers. */
+    int n = t ? t->nissues : 0;
+    char *done = calloc((size_t)n + 1, 1);
+    if (!done) {
+        kt_sbuf_free(&b);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        const kt_net_issue_t *is = &t->issues[i];
+        kt_sbuf_printf(&b, "%s: %s: ", is->kind == KT_NET_UNSUPPORTED ? "unsupported" : "not fused",
+                       is->msg);
+        int shown = 0;
+        for (int j = i; j < n; j++) {
+            const kt_net_issue_t *o = &t->issues[j];
+            if (done[j] || o->kind != is->kind || strcmp(o->msg, is->msg) != 0)
+                continue;
+            done[j] = 1;
+            if (shown < 8)
+                kt_sbuf_printf(&b, "%s'%s' (%s)", shown ? ", " : "", o->layer, o->op);
+            shown++;
+        }
+        if (shown > 8)
+            kt_sbuf_printf(&b, " and %d more", shown - 8);
+        kt_sbuf_puts(&b, "\n");
+    }
+    free(done);
+    if (kt_sbuf_ok(&b)) {
+        kt_sbuf_free(&b);
+        return NULL;
+    }
+    return kt_sbuf_take(&b);
+}

@@ -1,0 +1,144 @@
+/*
+ * Networks and their tuning tasks. A network is a small graph of layers
+ * (conv2d, dense, matmul, batch norm, bias add, relu, gelu, residual add,
+ * pooling, softmax, layer norm and shape-only ops such as reshape) whose
+ * shapes are inferred when it is built. It comes from the built-in model zoo,
+ * a JSON network file (NETWORKS.md) or an ONNX model; it never holds weight
+ * values, only their shapes.
+ *
+ * kt_net_extract() partitions a network into tuning tasks as TVM's
+ * auto_scheduler.extract_tasks does: each anchor operator (conv2d, depthwise
+ * conv2d, dense, matmul, batch_matmul, pool, global pool, softmax, layer norm)
+ * becomes one task together with the elementwise layers TVM would fuse after
+ * it and te can express as epilogues (bias add and batch norm folded to
+ * "bias_add", "relu", "gelu", residual "add"); identical workloads (same
+ * workload key) are merged and their weight is the number of appearances.
+ * Shape-only layers and stand-alone elementwise layers produce no task (TVM's
+ * include_simple_tasks=False). Tasks are listed in order of first appearance
+ * in the network's topological layer order. What cannot be expressed is
+ * listed as issues, never silently dropped: layers te has no operator for
+ * ("unsupported") and elementwise layers TVM would fuse into a task but te has
+ * no epilogue for ("not fused": they run as separate simple operators).
+ *
+ * Layouts: 4-D activations are held as [N, C, H, W] inside a network (the
+ * ONNX and PyTorch convention); the layout given to kt_net_extract() only
+ * selects which te operators the tasks use (conv2d_nhwc or conv2d_nchw...).
+ *
+ * Ownership: constructors return a kt_net_t the caller frees with
+ * kt_net_free(); kt_net_extract() returns a kt_net_tasks_t (tasks, their
+ * workloads, JSON objects and strings) freed with kt_net_tasks_free(). Both
+ * accept NULL. Threads: a built network is immutable; any number of threads
+ * may extract from it at once. Nothing here has global state.
+ */
+#ifndef KT_NET_NET_H
+#define KT_NET_NET_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "te/workload.h"
+
+#define KT_NET_MAX_DIMS 8         /* rank of any tensor in a network */
+#define KT_NET_MAX_LAYERS 100000  /* layers per network */
+
+typedef struct kt_net kt_net_t;
+
+/* Layout of the te operators tasks are extracted with. */
+typedef enum { KT_NET_NHWC = 0, KT_NET_NCHW } kt_net_layout_t;
+
+/* One graph input's shape, for ONNX models with symbolic or wrong shapes. */
+typedef struct {
+    char name[256];
+    int ndim;
+    int64_t dims[KT_NET_MAX_DIMS];
+} kt_net_input_t;
+
+/* ---- building networks ------------------------------------------------- */
+
+/* Names of the built-in networks, NULL-terminated: "resnet-18", "resnet-34",
+ * "resnet-50", "mobilenet-v2", "bert-base", "vgg-16". */
+const char *const *kt_net_builtin_names(void);
+
+/* A built-in network for `batch` images (or sequences); seq_len applies to
+ * bert-base only (0: 128). NULL + kt_err for an unknown name or bad size. */
+kt_net_t *kt_net_builtin(const char *name, int batch, int seq_len);
+
+/* A network from JSON network-file text (NETWORKS.md) or a file path. Errors
+ * name the layer (index and name) and the field. */
+kt_net_t *kt_net_parse_json(const char *text);
+kt_net_t *kt_net_load_file(const char *path);
+
+/* An ONNX model from its serialized bytes or a file path. `inputs` override
+ * graph input shapes by name (needed for symbolic dimensions); when batch > 0
+ * it replaces a symbolic first dimension of every input. Operators ktune
+ * cannot model are kept as unsupported layers (reported by extraction, with
+ * the layers that depend on their unknown shapes); malformed files are
+ * rejected with a message. */
+kt_net_t *kt_net_onnx_parse(const void *data, size_t len, const kt_net_input_t *inputs,
+                            int ninputs, int batch);
+kt_net_t *kt_net_onnx_load(const char *path, const kt_net_input_t *inputs, int ninputs,
+                           int batch);
+
+/* Parse "NAME=1x3x224x224" (the CLI's --input) into *out; 0 or KT_EINVAL. */
+int kt_net_parse_input_spec(const char *spec, kt_net_input_t *out);
+
+void kt_net_free(kt_net_t *net);
+
+/* ---- reading a network --------------------------------------------------- */
+
+const char *kt_net_name(const kt_net_t *net);
+int kt_net_num_layers(const kt_net_t *net);
+/* Name, op ("conv2d", "relu", ONNX op for unsupported layers) and output
+ * shape of layer i (ndim -1 when unknown); NULL / -1 for a bad index. */
+const char *kt_net_layer_name(const kt_net_t *net, int i);
+const char *kt_net_layer_op(const kt_net_t *net, int i);
+int kt_net_layer_shape(const kt_net_t *net, int i, int64_t *dims);
+
+/* ---- tasks ------------------------------------------------------------- */
+
+/* One task: a fused subgraph, deduplicated by workload key. */
+typedef struct {
+    json_t *workload;     /* the workload object in kt_workload_parse's canonical form */
+    kt_workload_t *wl;    /* parsed workload (DAG, key, flops) */
+    int weight;           /* number of appearances in the network */
+    char *desc;           /* layers of its first appearance: "conv0 + bn0 + relu0" */
+} kt_net_task_t;
+
+typedef enum {
+    KT_NET_UNSUPPORTED = 0,  /* no task for this layer: te or ktune cannot express it */
+    KT_NET_NOT_FUSED,        /* TVM would fuse it into a task; here it stays a simple op */
+} kt_net_issue_kind_t;
+
+typedef struct {
+    kt_net_issue_kind_t kind;
+    char *layer;   /* layer name */
+    char *op;      /* its op ("clip", ONNX "NonMaxSuppression", ...) */
+    char *msg;     /* why */
+} kt_net_issue_t;
+
+typedef struct {
+    kt_net_task_t *tasks;
+    int ntasks;
+    kt_net_issue_t *issues;
+    int nissues;
+} kt_net_tasks_t;
+
+/* Extract the tasks of `net` with te operators of `layout`. NULL + kt_err only
+ * on out-of-memory or an internal error; unsupported layers are issues. */
+kt_net_tasks_t *kt_net_extract(const kt_net_t *net, kt_net_layout_t layout);
+void kt_net_tasks_free(kt_net_tasks_t *t);
+
+/* The task list as JSON text: [{"workload": {...}, "weight": W, "key": "...",
+ * "desc": "..."}, ...] (what `ktune tasks --json` prints). Caller frees. */
+char *kt_net_tasks_json(const kt_net_tasks_t *t);
+
+/* The listing `ktune tasks` prints: per task "========== Task i  (workload key:
+ * [...]) ==========", the DAG text and "weight: W  (layers)", then one line
+ * per group of identical issues. Caller frees. */
+char *kt_net_tasks_text(const kt_net_tasks_t *t);
+
+/* "NHWC"/"NCHW" to the enum; 0 or KT_EINVAL. */
+int kt_net_layout_parse(const char *s, kt_net_layout_t *out);
+
+#endif

@@ -1,0 +1,2209 @@
+/* ONNX import: decode a model with protobuf-c (proto/onnx.proto), infer
+ * shapes node by node and build the layer graph (net.h). Weights matter only
+ * for their shapes; small constants (shapes, axes, scalars) are read and
+ * folded so the Shape -> Gather -> Concat -> Reshape chains exporters write
+ * resolve to plain reshapes. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net_int.h"
+#include "onnx.pb-c.h"
+#include "util/err.h"
+#include "util/util.h"
+
+#define MAX_CONST_VALUES 4096   /* constants with more elements keep only their shape */
+#define UNSUP 1                 /* handler result: the node becomes an unsupported layer */
+
+/* A constant: an initializer, a Constant node or a folded computation. */
+typedef struct {
+    int ndim;               /* -1: shape unknown */
+    int64_t d[KT_NET_MAX_DIMS];
+    int is_int;             /* values in iv (integer types) or fv */
+    int known;              /* values known (iv/fv hold numel entries) */
+    int64_t *iv;
+    double *fv;
+} cval_t;
+
+typedef struct {
+    Onnx__GraphProto *g;
+    int64_t opset;
+    kt_net_t *net;
+    json_t *vals;           /* value name -> code: >= 0 layer, < 0 -(constant + 1) */
+    json_t *declared;       /* value name -> index into decl (value_info / outputs) */
+    json_t *uses;           /* value name -> number of node inputs reading it */
+    json_t *materialized;   /* constant name -> layer index of its input layer */
+    cval_t *consts;
+    int nconsts, cap;
+    char *skip;             /* per node: inside a collapsed gelu pattern */
+    const char **gelu_in;   /* per node: the gelu's input when the node ends a pattern */
+} imp_t;
+
+/* The node being converted. */
+typedef struct {
+    imp_t *im;
+    const Onnx__NodeProto *n;
+    int idx;
+    char name[160];         /* its layer name */
+    char why[256];          /* UNSUP reason */
+    int code[16];           /* resolved input codes (first 16 inputs) */
+    int present[16];
+} nd_t;
+
+static int unsup(nd_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int unsup(nd_t *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->why, sizeof(d->why), fmt, ap);
+    va_end(ap);
+    return UNSUP;
+}
+
+/* ---- values ----------------------------------------------------------------------- */
+
+static int lookup(const imp_t *im, const char *name, int *code)
+{
+    json_t *v = json_object_get(im->vals, name);
+    if (!v)
+        return 0;
+    *code = (int)json_integer_value(v);
+    return 1;
+}
+
+static int define(imp_t *im, const char *name, int code)
+{
+    if (json_object_get(im->vals, name))
+        return kt_err_set(KT_EINVAL, "value '%s' is produced twice", name);
+    if (json_object_set_new_nocheck(im->vals, name, json_integer(code)))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    return KT_OK;
+}
+
+static cval_t *new_const(imp_t *im, int *code)
+{
+    if (im->nconsts == im->cap) {
+        int cap = im->cap ? im->cap * 2 : 64;
+        cval_t *c = realloc(im->consts, (size_t)cap * sizeof(*c));
+        if (!c) {
+            kt_err_set(KT_ENOMEM, "out of memory");
+            return NULL;
+        }
+        im->consts = c;
+        im->cap = cap;
+    }
+    cval_t *c = &im->consts[im->nconsts];
+    memset(c, 0, sizeof(*c));
+    c->ndim = -1;
+    *code = -(im->nconsts + 1);
+    im->nconsts++;
+    return c;
+}
+
+static cval_t *cst(imp_t *im, int code) { return &im->consts[-code - 1]; }
+
+static int64_t cnumel(const cval_t *c)
+{
+    if (c->ndim < 0)
+        return -1;
+    int64_t n = 1;
+    for (int i = 0; i < c->ndim; i++)
+        n *= c->d[i];
+    return n;
+}
+
+static int64_t cget_i(const cval_t *c, int64_t k)
+{
+    return c->is_int ? c->iv[k] : (int64_t)c->fv[k];
+}
+
+static double cget_f(const cval_t *c, int64_t k)
+{
+    return c->is_int ? (double)c->iv[k] : c->fv[k];
+}
+
+/* Allocate value storage for a constant of known shape. */
+static int calloc_vals(cval_t *c, int is_int)
+{
+    int64_t n = cnumel(c);
+    c->is_int = is_int;
+    c->known = 0;
+    if (n < 0 || n > MAX_CONST_VALUES)
+        return KT_OK;
+    if (is_int)
+        c->iv = calloc((size_t)n + 1, sizeof(int64_t));
+    else
+        c->fv = calloc((size_t)n + 1, sizeof(double));
+    if (!(is_int ? (void *)c->iv : (void *)c->fv))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    c->known = 1;
+    return KT_OK;
+}
+
+static uint64_t le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Decode a TensorProto's shape and (for small tensors) values into c.
+ * Inconsistent data (a truncated raw_data, a negative dimension) is an
+ * error: the file is malformed. */
+static int read_tensor(const Onnx__TensorProto *t, cval_t *c, const char *what)
+{
+    c->ndim = -1;
+    c->known = 0;
+    if (t->n_dims > KT_NET_MAX_DIMS)
+        return KT_OK;   /* legal but beyond ktune: shape unknown */
+    int64_t numel = 1;
+    for (size_t i = 0; i < t->n_dims; i++) {
+        if (t->dims[i] < 0)
+            return kt_err_set(KT_EINVAL, "%s: dimension %zu is negative (%lld)", what, i,
+                              (long long)t->dims[i]);
+        if (t->dims[i] > ((int64_t)1 << 40) || (numel *= t->dims[i]) > ((int64_t)1 << 40))
+            return kt_err_set(KT_EINVAL, "%s: more than 2^40 elements", what);
+        c->d[i] = t->dims[i];
+    }
+    c->ndim = (int)t->n_dims;
+    int dt = t->has_data_type ? t->data_type : 0;
+    int size = 0, is_int = 1;
+    switch (dt) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: size = 4, is_int = 0; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: size = 8, is_int = 0; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: size = 8; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: size = 4; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: size = 2; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT8:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: size = 1; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64: size = 8; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128: size = 16; break;
+    default: size = 0;   /* strings, undefined: shape only */
+    }
+    int external = t->has_data_location &&
+                   t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    if (external || size == 0)
+        return KT_OK;
+    if (t->has_raw_data) {
+        if ((int64_t)t->raw_data.len != numel * size)
+            return kt_err_set(KT_EINVAL, "%s: raw_data holds %zu bytes, but %lld elements of "
+                              "%d bytes need %lld", what, t->raw_data.len, (long long)numel, size,
+                              (long long)(numel * size));
+    } else {
+        size_t have = 0;
+        int checked = 1;
+        switch (dt) {
+        case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: have = t->n_float_data; break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64: have = t->n_float_data / 2; break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: have = t->n_double_data; break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128: have = t->n_double_data / 2; break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: have = t->n_int64_data; break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32:
+        case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: checked = 0; break;   /* uint64_data: not read */
+        default: have = t->n_int32_data;
+        }
+        if (checked && (int64_t)have != numel)
+            return kt_err_set(KT_EINVAL, "%s: holds %zu values, but its shape has %lld elements",
+                              what, have, (long long)numel);
+        if (!checked)
+            return KT_OK;
+    }
+    /* Values of small tensors of the types shape arithmetic and scalars use. */
+    if (numel > MAX_CONST_VALUES || dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+        dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ||
+        dt == ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64 ||
+        dt == ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128 ||
+        dt == ONNX__TENSOR_PROTO__DATA_TYPE__UINT64 || dt == ONNX__TENSOR_PROTO__DATA_TYPE__UINT32)
+        return KT_OK;
+    if (calloc_vals(c, is_int))
+        return KT_ENOMEM;
+    for (int64_t k = 0; k < numel; k++) {
+        if (t->has_raw_data) {
+            const uint8_t *p = t->raw_data.data + k * size;
+            uint64_t u = le(p, size);
+            if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) {
+                uint32_t u32 = (uint32_t)u;
+                float f;
+                memcpy(&f, &u32, 4);
+                c->fv[k] = f;
+            } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE) {
+                double f;
+                memcpy(&f, &u, 8);
+                c->fv[k] = f;
+            } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT64) {
+                c->iv[k] = (int64_t)u;
+            } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32) {
+                c->iv[k] = (int32_t)(uint32_t)u;
+            } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT16) {
+                c->iv[k] = (int16_t)(uint16_t)u;
+            } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT8) {
+                c->iv[k] = (int8_t)(uint8_t)u;
+            } else {
+                c->iv[k] = (int64_t)u;
+            }
+        } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) {
+            c->fv[k] = t->float_data[k];
+        } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE) {
+            c->fv[k] = t->double_data[k];
+        } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT64) {
+            c->iv[k] = t->int64_data[k];
+        } else {
+            c->iv[k] = t->int32_data[k];
+        }
+    }
+    return KT_OK;
+}
+
+/* ---- attributes -------------------------------------------------------------------- */
+
+static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name)
+{
+    for (size_t i = 0; i < n->n_attribute; i++)
+        if (n->attribute[i]->name && strcmp(n->attribute[i]->name, name) == 0)
+            return n->attribute[i];
+    return NULL;
+}
+
+static int attr_int(nd_t *d, const char *name, int64_t dflt, int64_t *out)
+{
+    const Onnx__AttributeProto *a = attr(d->n, name);
+    *out = dflt;
+    if (!a)
+        return KT_OK;
+    if (!a->has_i)
+        return unsup(d, "attribute '%s' must be an integer", name);
+    *out = a->i;
+    return KT_OK;
+}
+
+static int attr_float(nd_t *d, const char *name, double dflt, double *out)
+{
+    const Onnx__AttributeProto *a = attr(d->n, name);
+    *out = dflt;
+    if (!a)
+        return KT_OK;
+    if (!a->has_f)
+        return unsup(d, "attribute '%s' must be a float", name);
+    *out = a->f;
+    return KT_OK;
+}
+
+/* ints attribute; *n = -1 when absent. */
+static int attr_ints(nd_t *d, const char *name, int max, int64_t *out, int *n)
+{
+    const Onnx__AttributeProto *a = attr(d->n, name);
+    *n = -1;
+    if (!a)
+        return KT_OK;
+    if (a->n_ints > (size_t)max)
+        return unsup(d, "attribute '%s' has more than %d values", name, max);
+    for (size_t i = 0; i < a->n_ints; i++)
+        out[i] = a->ints[i];
+    *n = (int)a->n_ints;
+    return KT_OK;
+}
+
+static const char *attr_str(const Onnx__NodeProto *n, const char *name, char *buf, size_t cap)
+{
+    const Onnx__AttributeProto *a = attr(n, name);
+    if (!a || !a->has_s)
+        return NULL;
+    size_t len = a->s.len < cap - 1 ? a->s.len : cap - 1;
+    memcpy(buf, a->s.data, len);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* ---- layers ------------------------------------------------------------------------ */
+
+static int nin(const nd_t *d) { return (int)d->n->n_input; }
+
+static int has_in(const nd_t *d, int k) { return k < nin(d) && k < 16 && d->present[k]; }
+
+static int is_layer(const nd_t *d, int k) { return has_in(d, k) && d->code[k] >= 0; }
+
+static int is_const(const nd_t *d, int k) { return has_in(d, k) && d->code[k] < 0; }
+
+static const net_shape_t *lshape(const nd_t *d, int k)
+{
+    return &d->im->net->layers[d->code[k]].out;
+}
+
+static cval_t *cin(nd_t *d, int k) { return cst(d->im, d->code[k]); }
+
+/* A constant used as an activation becomes a graph input layer (a
+ * placeholder of the task, as TVM binds params). */
+static int materialize(nd_t *d, int k, int *layer)
+{
+    imp_t *im = d->im;
+    const char *nm = d->n->input[k];
+    json_t *m = json_object_get(im->materialized, nm);
+    if (m) {
+        *layer = (int)json_integer_value(m);
+        return KT_OK;
+    }
+    cval_t *c = cin(d, k);
+    if (c->ndim < 1)
+        return unsup(d, "input '%s' is a constant of unknown or scalar shape used as a tensor", nm);
+    char name[200];
+    snprintf(name, sizeof(name), "const:%.180s", nm);
+    for (int k = 1; net_find(im->net, name) >= 0; k++)
+        snprintf(name, sizeof(name), "const:%.170s#%d", nm, k);
+    int i = net_layer_add(im->net, name, NET_INPUT, "constant", NULL, 0);
+    if (i < 0)
+        return i;
+    net_layer_t *l = net_layer(im->net, i);
+    l->ntarget = c->ndim;
+    memcpy(l->target, c->d, sizeof(l->target));
+    int rc = net_layer_finish(im->net, i);
+    if (rc < 0)
+        return unsup(d, "constant '%s': %s", nm, kt_err_msg());
+    if (json_object_set_new_nocheck(im->materialized, nm, json_integer(i)))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    *layer = i;
+    return KT_OK;
+}
+
+/* Input k as a layer index (materializing constants). */
+static int in_layer(nd_t *d, int k, int *layer)
+{
+    if (!has_in(d, k))
+        return unsup(d, "input %d is missing", k);
+    if (d->code[k] >= 0) {
+        *layer = d->code[k];
+        return KT_OK;
+    }
+    return materialize(d, k, layer);
+}
+
+/* Add a layer for output `out` of the node; attributes filled by `set`
+ * through the returned pointer before finish_out(). */
+static int new_layer(nd_t *d, const char *suffix, net_op_t op, const char *label,
+                     const int *in, int n, net_layer_t **l)
+{
+    char name[200];
+    if (suffix)
+        snprintf(name, sizeof(name), "%.150s/%s", d->name, suffix);
+    else
+        snprintf(name, sizeof(name), "%s", d->name);
+    for (int k = 1; net_find(d->im->net, name) >= 0; k++)
+        snprintf(name, sizeof(name), "%.150s%s%s#%d", d->name, suffix ? "/" : "",
+                 suffix ? suffix : "", k);
+    int i = net_layer_add(d->im->net, name, op, label, in, n);
+    *l = i >= 0 ? net_layer(d->im->net, i) : NULL;
+    return i;
+}
+
+/* Finish layer i; a shape error makes the node unsupported with the message. */
+static int finish(nd_t *d, int i)
+{
+    if (i < 0)
+        return i;
+    int rc = net_layer_finish(d->im->net, i);
+    if (rc == KT_EINVAL)
+        return unsup(d, "%s", kt_err_msg());
+    return rc;
+}
+
+/* Finish layer i as the node's output k. */
+static int finish_out(nd_t *d, int i, int k)
+{
+    int rc = finish(d, i);
+    if (rc)
+        return rc;
+    return define(d->im, d->n->output[k], i);
+}
+
+static int simple(nd_t *d, net_op_t op, const char *label)
+{
+    int x;
+    int rc = in_layer(d, 0, &x);
+    if (rc)
+        return rc;
+    net_layer_t *l;
+    return finish_out(d, new_layer(d, NULL, op, label, &x, 1, &l), 0);
+}
+
+static int alias(nd_t *d, int k)
+{
+    return define(d->im, d->n->output[0], d->code[k]);
+}
+
+/* ---- conv, pool ------------------------------------------------------------------- */
+
+/* Shared window attributes: kernel_shape, strides, pads, dilations, auto_pad. */
+static int window_attrs(nd_t *d, const net_shape_t *x, net_layer_t *l, int64_t kh, int64_t kw)
+{
+    int64_t v[8];
+    int n;
+    l->kernel[0] = kh;
+    l->kernel[1] = kw;
+    if (attr_ints(d, "kernel_shape", 8, v, &n))
+        return UNSUP;
+    if (n >= 0) {
+        if (n != 2)
+            return unsup(d, "only 2-D windows are supported (kernel_shape has %d values)", n);
+        if ((kh && (v[0] != kh || v[1] != kw)))
+            return unsup(d, "kernel_shape [%lld, %lld] differs from the weight's [%lld, %lld]",
+                         (long long)v[0], (long long)v[1], (long long)kh, (long long)kw);
+        l->kernel[0] = v[0];
+        l->kernel[1] = v[1];
+    }
+    if (l->kernel[0] < 1)
+        return unsup(d, "attribute 'kernel_shape' is missing");
+    if (attr_ints(d, "strides", 8, v, &n))
+        return UNSUP;
+    if (n >= 0) {
+        if (n != 2)
+            return unsup(d, "attribute 'strides' must have 2 values");
+        l->stride[0] = v[0];
+        l->stride[1] = v[1];
+    }
+    if (attr_ints(d, "dilations", 8, v, &n))
+        return UNSUP;
+    if (n >= 0) {
+        if (n != 2)
+            return unsup(d, "attribute 'dilations' must have 2 values");
+        l->dilation[0] = v[0];
+        l->dilation[1] = v[1];
+    }
+    if (attr_ints(d, "pads", 8, v, &n))
+        return UNSUP;
+    if (n >= 0) {
+        if (n != 4)
+            return unsup(d, "attribute 'pads' must have 4 values");
+        /* ONNX: [h_begin, w_begin, h_end, w_end] = top, left, bottom, right. */
+        memcpy(l->pad, v, 4 * sizeof(int64_t));
+    }
+    for (int i = 0; i < 2; i++)
+        if (l->stride[i] < 1 || l->stride[i] > 1024 || l->dilation[i] < 1 ||
+            l->dilation[i] > 1024 || l->kernel[i] > 1024)
+            return unsup(d, "strides, dilations and kernel_shape must be in 1..1024");
+    char buf[32];
+    const char *ap = attr_str(d->n, "auto_pad", buf, sizeof(buf));
+    if (ap && strcmp(ap, "NOTSET") != 0) {
+        if (x->ndim != 4)
+            return unsup(d, "needs a 4-D input");
+        memset(l->pad, 0, sizeof(l->pad));
+        if (strcmp(ap, "VALID") == 0)
+            return KT_OK;
+        if (strcmp(ap, "SAME_UPPER") != 0 && strcmp(ap, "SAME_LOWER") != 0)
+            return unsup(d, "unknown auto_pad '%s'", ap);
+        for (int i = 0; i < 2; i++) {
+            int64_t in = x->d[2 + i], s = l->stride[i];
+            int64_t out = (in + s - 1) / s;
+            int64_t total = (out - 1) * s + (l->kernel[i] - 1) * l->dilation[i] + 1 - in;
+            if (total < 0)
+                total = 0;
+            int64_t small = total / 2, big = total - small;
+            int upper = strcmp(ap, "SAME_UPPER") == 0;
+            l->pad[i] = upper ? small : big;
+            l->pad[2 + i] = upper ? big : small;
+        }
+    }
+    return KT_OK;
+}
+
+static int h_conv(nd_t *d)
+{
+    int x, rc;
+    if ((rc = in_layer(d, 0, &x)))
+        return rc;
+    if (!is_const(d, 1))
+        return unsup(d, "the weight is computed, not a constant: no te operator takes it");
+    cval_t *w = cin(d, 1);
+    const net_shape_t xsv = d->im->net->layers[x].out, *xs = &xsv;
+    if (w->ndim != 4 || xs->ndim != 4)
+        return unsup(d, "only 2-D convolutions (4-D input and weight) are supported");
+    net_layer_t *l;
+    int i = new_layer(d, NULL, NET_CONV2D, "Conv", &x, 1, &l);
+    if (i < 0)
+        return i;
+    if ((rc = window_attrs(d, xs, l, w->d[2], w->d[3])))
+        return rc;
+    int64_t group;
+    if (attr_int(d, "group", 1, &group))
+        return UNSUP;
+    if (group < 1 || w->d[1] * group != xs->d[1])
+        return unsup(d, "the weight [%lld, %lld, %lld, %lld] with group %lld does not fit %lld "
+                     "input channels", (long long)w->d[0], (long long)w->d[1], (long long)w->d[2],
+                     (long long)w->d[3], (long long)group, (long long)xs->d[1]);
+    l->groups = group;
+    l->channels = w->d[0];
+    l->bias = has_in(d, 2);
+    if (l->bias && !(is_const(d, 2) && cnumel(cin(d, 2)) == w->d[0]))
+        return unsup(d, "the bias must be a constant of %lld values", (long long)w->d[0]);
+    return finish_out(d, i, 0);
+}
+
+static int h_pool(nd_t *d, int max)
+{
+    int x, rc;
+    if ((rc = in_layer(d, 0, &x)))
+        return rc;
+    const net_shape_t xsv = d->im->net->layers[x].out, *xs = &xsv;
+    if (xs->ndim != 4)
+        return unsup(d, "only 2-D pooling (4-D input) is supported");
+    if (max && d->n->n_output > 1 && *d->n->output[1])
+        return unsup(d, "the Indices output is not supported");
+    net_layer_t *l;
+    int i = new_layer(d, NULL, NET_POOL, d->n->op_type, &x, 1, &l);
+    if (i < 0)
+        return i;
+    l->pool_max = max;
+    if ((rc = window_attrs(d, xs, l, 0, 0)))
+        return rc;
+    if (l->dilation[0] != 1 || l->dilation[1] != 1)
+        return unsup(d, "dilated pooling: te's pool2d has no dilation");
+    int64_t cip, ceil_mode;
+    if (attr_int(d, "count_include_pad", 0, &cip) || attr_int(d, "ceil_mode", 0, &ceil_mode))
+        return UNSUP;
+    if (!max && cip && (l->pad[0] || l->pad[1] || l->pad[2] || l->pad[3]))
+        return unsup(d, "count_include_pad=1 with padding: te's avg pool divides by the "
+                     "elements inside the input");
+    if (ceil_mode) {
+        /* Rounding up is padding the end: -inf for max, and avg counts only
+         * elements inside the input, so both stay exact. */
+        for (int k = 0; k < 2; k++) {
+            int64_t in = xs->d[2 + k], s = l->stride[k], kk = l->kernel[k];
+            int64_t span = in + l->pad[k] + l->pad[2 + k] - kk;
+            if (span < 0)
+                break;   /* finish() reports the window */
+            int64_t out = (span + s - 1) / s + 1;
+            if ((out - 1) * s >= in + l->pad[k])
+                out--;   /* the last window must start inside the input */
+            int64_t extra = (out - 1) * s + kk - (in + l->pad[k] + l->pad[2 + k]);
+            if (extra > 0)
+                l->pad[2 + k] += extra;
+        }
+    }
+    return finish_out(d, i, 0);
+}
+
+/* ---- matmul family --------------------------------------------------------------- */
+
+static int transposed(nd_t *d, int x, const char *suffix, int *out)
+{
+    const net_shape_t *s = &d->im->net->layers[x].out;
+    net_layer_t *l;
+    int i = new_layer(d, suffix, NET_SHAPE, "transpose", &x, 1, &l);
+    if (i < 0)
+        return i;
+    l->shape_kind = NET_SHAPE_TRANSPOSE;
+    l->ntarget = s->ndim;
+    for (int k = 0; k < s->ndim; k++)
+        l->target[k] = k;
+    l->target[s->ndim - 1] = s->ndim - 2;
+    l->target[s->ndim - 2] = s->ndim - 1;
+    int rc = finish(d, i);
+    *out = i;
+    return rc;
+}
+
+static int h_matmul(nd_t *d, int gemm)
+{
+    int rc, a, b;
+    int64_t ta = 0, tb = 0;
+    double alpha = 1, beta = 1;
+    if (gemm && (attr_int(d, "transA", 0, &ta) || attr_int(d, "transB", 0, &tb) ||
+                 attr_float(d, "alpha", 1.0, &alpha) || attr_float(d, "beta", 1.0, &beta)))
+        return UNSUP;
+    if (!has_in(d, 0) || !has_in(d, 1))
+        return unsup(d, "needs two inputs");
+    if ((rc = in_layer(d, 0, &a)))
+        return rc;
+    if (ta && (rc = transposed(d, a, "transpose_a", &a)))
+        return rc;
+    const net_shape_t *as = &d->im->net->layers[a].out;
+    if (as->ndim < 2)
+        return unsup(d, "a rank-%d first input: only matrices and batches of them", as->ndim);
+    int64_t K = as->d[as->ndim - 1];
+    net_layer_t *l;
+    int i;
+    if (is_const(d, 1) && cin(d, 1)->ndim == 2) {
+        /* Constant weights: dense (a [K, N] weight is transposed offline, and
+         * Gemm's alpha scales it, both exact for constants). */
+        cval_t *w = cin(d, 1);
+        int64_t wk = tb ? w->d[1] : w->d[0], N = tb ? w->d[0] : w->d[1];
+        if (wk != K)
+            return unsup(d, "inner dimensions differ (%lld and %lld)", (long long)K,
+                         (long long)wk);
+        i = new_layer(d, NULL, NET_DENSE, gemm ? "Gemm" : "MatMul", &a, 1, &l);
+        if (i < 0)
+            return i;
+        l->channels = N;
+    } else {
+        if ((rc = in_layer(d, 1, &b)))
+            return rc;
+        if (tb && (rc = transposed(d, b, "transpose_b", &b)))
+            return rc;
+        int in[2] = {a, b};
+        i = new_layer(d, alpha != 1.0 ? "matmul" : NULL, NET_MATMUL, gemm ? "Gemm" : "MatMul",
+                      in, 2, &l);
+        if (i < 0)
+            return i;
+        if (alpha != 1.0) {
+            if ((rc = finish(d, i)))
+                return rc;
+            i = new_layer(d, NULL, NET_SCALE, "Mul", &i, 1, &l);
+            if (i < 0)
+                return i;
+            l->scalar = 1;
+        }
+    }
+    if (gemm && has_in(d, 2) && beta != 0.0) {
+        if (!is_const(d, 2))
+            return unsup(d, "input C is computed: only a constant bias is supported");
+        cval_t *c = cin(d, 2);
+        int64_t N = l->op == NET_DENSE ? l->channels : 0;
+        int vec = c->ndim >= 0 && c->ndim <= 2 && (cnumel(c) == N || cnumel(c) == 1) &&
+                  (c->ndim < 2 || c->d[0] == 1);
+        if (l->op == NET_DENSE && vec) {
+            l->bias = 1;
+        } else {
+            /* A full [M, N] constant: a residual-like add of a constant tensor. */
+            if ((rc = finish(d, i)))
+                return rc;
+            int bl;
+            if ((rc = materialize(d, 2, &bl)))
+                return rc;
+            int in[2] = {i, bl};
+            char sfx[16] = "bias";
+            i = new_layer(d, sfx, NET_ADD, "Add", in, 2, &l);
+        }
+    }
+    return finish_out(d, i, 0);
+}
+
+/* ---- elementwise ------------------------------------------------------------------- */
+
+/* The one axis of x a constant of shape c broadcasts along (all its other
+ * dimensions 1); -1 if none, -2 for a single element. */
+static int const_axis(const cval_t *c, const net_shape_t *x)
+{
+    int64_t n = cnumel(c);
+    if (n == 1)
+        return -2;
+    if (c->ndim < 1 || c->ndim > x->ndim)
+        return -1;
+    int axis = -1;
+    for (int i = 0; i < c->ndim; i++) {
+        int xi = i + (x->ndim - c->ndim);
+        if (c->d[i] == 1)
+            continue;
+        if (c->d[i] != x->d[xi] || axis >= 0)
+            return -1;
+        axis = xi;
+    }
+    return axis;
+}
+
+static int h_binary(nd_t *d, const char *op)
+{
+    int add = strcmp(op, "Add") == 0, sub = strcmp(op, "Sub") == 0;
+    int mul = strcmp(op, "Mul") == 0, div = strcmp(op, "Div") == 0;
+    if (!has_in(d, 0) || !has_in(d, 1))
+        return unsup(d, "needs two inputs");
+    net_layer_t *l;
+    int rc;
+    int ci = is_const(d, 0) ? 0 : is_const(d, 1) ? 1 : -1;
+    if (ci >= 0) {
+        int xi = 1 - ci;
+        int x = d->code[xi];
+        const net_shape_t *xs = lshape(d, xi);
+        cval_t *c = cin(d, ci);
+        int axis = const_axis(c, xs);
+        /* x + c, c + x, x - c: a bias; x * c, c * x, x / c: a scale. */
+        int biasable = (add || (sub && ci == 1)) && axis != -1;
+        int scalable = (mul || (div && ci == 1)) && axis != -1;
+        if (biasable || scalable) {
+            int i = new_layer(d, NULL, biasable ? NET_BIAS_ADD : NET_SCALE, op, &x, 1, &l);
+            if (i < 0)
+                return i;
+            l->scalar = axis == -2;
+            l->axis = axis == -2 ? 0 : axis;
+            return finish_out(d, i, 0);
+        }
+        if ((add || (sub && ci == 1)) && cnumel(c) >= 0) {
+            /* x + C with C of x's shape: the add of two tensors (-C for sub). */
+            int cl;
+            if ((rc = materialize(d, ci, &cl)))
+                return rc;
+            int in[2] = {x, cl};
+            return finish_out(d, new_layer(d, NULL, NET_ADD, op, in, 2, &l), 0);
+        }
+    }
+    int a, b;
+    if ((rc = in_layer(d, 0, &a)) || (rc = in_layer(d, 1, &b)))
+        return rc;
+    int in[2] = {a, b};
+    if (add)
+        return finish_out(d, new_layer(d, NULL, NET_ADD, op, in, 2, &l), 0);
+    char label[16];
+    snprintf(label, sizeof(label), "%s", mul ? "mul" : div ? "div" : sub ? "sub" : op);
+    return finish_out(d, new_layer(d, NULL, NET_ELEMWISE, label, in, 2, &l), 0);
+}
+
+/* A scalar constant input or attribute (Clip's min and max). */
+static int scalar_in(nd_t *d, int k, double *v, int *given)
+{
+    *given = 0;
+    if (!has_in(d, k))
+        return KT_OK;
+    if (!is_const(d, k) || !cin(d, k)->known || cnumel(cin(d, k)) != 1)
+        return unsup(d, "input %d must be a known scalar constant", k);
+    *v = cget_f(cin(d, k), 0);
+    *given = 1;
+    return KT_OK;
+}
+
+static int h_clip(nd_t *d)
+{
+    double lo = -INFINITY, hi = INFINITY, v;
+    int g;
+    if (d->im->opset < 11) {
+        if (attr_float(d, "min", -INFINITY, &lo) || attr_float(d, "max", INFINITY, &hi))
+            return UNSUP;
+    } else {
+        if (scalar_in(d, 1, &v, &g))
+            return UNSUP;
+        if (g)
+            lo = v;
+        if (scalar_in(d, 2, &v, &g))
+            return UNSUP;
+        if (g)
+            hi = v;
+    }
+    if (lo == 0.0 && isinf(hi) && hi > 0)
+        return simple(d, NET_RELU, "Clip");   /* clip(x, 0, inf) is relu, exactly */
+    return simple(d, NET_ELEMWISE, "clip");
+}
+
+/* ---- normalization, softmax ----------------------------------------------------- */
+
+static int h_softmax(nd_t *d)
+{
+    int x, rc;
+    if ((rc = in_layer(d, 0, &x)))
+        return rc;
+    const net_shape_t xsv = d->im->net->layers[x].out, *xs = &xsv;
+    int64_t axis;
+    if (attr_int(d, "axis", d->im->opset >= 13 ? -1 : 1, &axis))
+        return UNSUP;
+    if (axis < -xs->ndim || axis >= xs->ndim)
+        return unsup(d, "axis %lld is out of range for rank %d", (long long)axis, xs->ndim);
+    if (axis < 0)
+        axis += xs->ndim;
+    net_layer_t *l;
+    if (axis == xs->ndim - 1 && xs->ndim >= 2)
+        return simple(d, NET_SOFTMAX, "Softmax");
+    if (d->im->opset >= 13 || axis == 0)
+        return unsup(d, "softmax over axis %lld of a rank-%d tensor: te's softmax reduces the "
+                     "last axis only", (long long)axis, xs->ndim);
+    /* Before opset 13 softmax works on the input flattened to 2-D at axis:
+     * a last-axis softmax of the reshaped tensor, exactly. */
+    int f = new_layer(d, "flatten", NET_SHAPE, "flatten", &x, 1, &l);
+    if (f < 0)
+        return f;
+    l->shape_kind = NET_SHAPE_FLATTEN;
+    l->axis = (int)axis;
+    if ((rc = finish(d, f)))
+        return rc;
+    int s = new_layer(d, "softmax", NET_SOFTMAX, "Softmax", &f, 1, &l);
+    if ((rc = finish(d, s)))
+        return rc;
+    int r = new_layer(d, NULL, NET_SHAPE, "reshape", &s, 1, &l);
+    if (r < 0)
+        return r;
+    l->shape_kind = NET_SHAPE_EXPLICIT;
+    l->ntarget = xs->ndim;
+    memcpy(l->target, xs->d, sizeof(l->target));
+    return finish_out(d, r, 0);
+}
+
+static int h_layer_norm(nd_t *d)
+{
+    int x, rc;
+    if ((rc = in_layer(d, 0, &x)))
+        return rc;
+    const net_shape_t *xs = &d->im->net->layers[x].out;
+    int64_t axis;
+    if (attr_int(d, "axis", -1, &axis))
+        return UNSUP;
+    if (axis != -1 && axis != xs->ndim - 1)
+        return unsup(d, "normalizing from axis %lld: te's layer_norm normalizes the last axis "
+                     "only", (long long)axis);
+    int scale = has_in(d, 1), bias = has_in(d, 2);
+    if (scale != bias)
+        return unsup(d, "a scale without a bias (or the reverse): te's layer_norm has both or "
+                     "neither");
+    for (size_t k = 1; k < d->n->n_output; k++)
+        if (*d->n->output[k])
+            return unsup(d, "the Mean and InvStdDev outputs are not supported");
+    net_layer_t *l;
+    int i = new_layer(d, NULL, NET_LAYER_NORM, "LayerNormalization", &x, 1, &l);
+    if (i < 0)
+        return i;
+    l->affine = scale;
+    return finish_out(d, i, 0);
+}
+
+static int h_batch_norm(nd_t *d)
+{
+    for (int k = 1; k <= 4; k++)
+        if (!is_const(d, k))
+            return unsup(d, "input %d must be a constant", k);
+    for (size_t k = 1; k < d->n->n_output; k++)
+        if (*d->n->output[k])
+            return unsup(d, "training outputs (running mean and variance) are not supported");
+    return simple(d, NET_BATCH_NORM, "BatchNormalization");
+}
+
+/* ---- shape operators ----------------------------------------------------------------- */
+
+static int shape_layer(nd_t *d, int x, int k, net_shape_kind_t kind, int n, const int64_t *t,
+                       int axis, const char *label)
+{
+    net_layer_t *l;
+    int i = new_layer(d, k ? d->n->output[k] : NULL, NET_SHAPE, label, &x, 1, &l);
+    if (i < 0)
+        return i;
+    l->shape_kind = kind;
+    l->ntarget = n;
+    if (n > 0)
+        memcpy(l->target, t, (size_t)n * sizeof(int64_t));
+    l->axis = axis;
+    return finish_out(d, i, k);
+}
+
+/* Input k as known integer constants (axes, shapes, starts...). */
+static int ints_in(nd_t *d, int k, int64_t *out, int max, int *n)
+{
+    if (!is_const(d, k) || !cin(d, k)->known)
+        return unsup(d, "input %d ('%s') must be a constant known when importing", k,
+                     k < nin(d) ? d->n->input[k] : "");
+    cval_t *c = cin(d, k);
+    int64_t cnt = cnumel(c);
+    if (cnt > max)
+        return unsup(d, "input %d has more than %d values", k, max);
+    for (int64_t i = 0; i < cnt; i++)
+        out[i] = cget_i(c, i);
+    *n = (int)cnt;
+    return KT_OK;
+}
+
+/* Axes of Squeeze/Unsqueeze/Reduce*: attribute before opset 13, input after. */
+static int axes_of(nd_t *d, int64_t *axes, int *n)
+{
+    if (d->im->opset >= 13) {
+        *n = -1;
+        if (!has_in(d, 1))
+            return KT_OK;
+        return ints_in(d, 1, axes, KT_NET_MAX_DIMS, n);
+    }
+    return attr_ints(d, "axes", KT_NET_MAX_DIMS, axes, n);
+}
+
+/* Output shape of Squeeze / Unsqueeze on shape s; 0 or UNSUP. */
+static int squeeze_shape(nd_t *d, const int64_t *s, int ndim, int unsqueeze, int64_t *out,
+                         int *on)
+{
+    int64_t axes[KT_NET_MAX_DIMS];
+    int n;
+    if (axes_of(d, axes, &n))
+        return UNSUP;
+    if (unsqueeze) {
+        if (n < 1 || ndim + n > KT_NET_MAX_DIMS)
+            return unsup(d, "Unsqueeze needs 1 to %d axes", KT_NET_MAX_DIMS - ndim);
+        int r = ndim + n, mark[KT_NET_MAX_DIMS] = {0};
+        for (int i = 0; i < n; i++) {
+            int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+            if (a < 0 || a >= r || mark[a])
+                return unsup(d, "bad Unsqueeze axis %lld", (long long)axes[i]);
+            mark[a] = 1;
+        }
+        for (int i = 0, j = 0; i < r; i++)
+            out[i] = mark[i] ? 1 : s[j++];
+        *on = r;
+        return KT_OK;
+    }
+    int drop[KT_NET_MAX_DIMS] = {0};
+    for (int i = 0; i < ndim; i++)
+        drop[i] = n < 0 && s[i] == 1;
+    for (int i = 0; i < n; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + ndim : axes[i];
+        if (a < 0 || a >= ndim || s[a] != 1)
+            return unsup(d, "bad Squeeze axis %lld", (long long)axes[i]);
+        drop[a] = 1;
+    }
+    *on = 0;
+    for (int i = 0; i < ndim; i++)
+        if (!drop[i])
+            out[(*on)++] = s[i];
+    return KT_OK;
+}
+
+/* Slice bounds for one axis, clamped as the ONNX spec says: starts to
+ * [0, dim] (stepping forward) or [0, dim - 1] (backward), ends to [0, dim]
+ * or [-1, dim - 1]. Sizes near INT64_MAX mean "to the end". */
+static int64_t slice_start(int64_t dim, int64_t start, int64_t step)
+{
+    if (start < 0)
+        start = start < -dim ? 0 : start + dim;
+    int64_t hi = step > 0 ? dim : dim - 1;
+    return start > hi ? hi : start;
+}
+
+static int64_t slice_len(int64_t dim, int64_t start, int64_t end, int64_t step)
+{
+    start = slice_start(dim, start, step);
+    if (end < 0)
+        end = end < -dim ? (step > 0 ? 0 : -1) : end + dim;
+    if (step > 0) {
+        end = end > dim ? dim : end;
+        return end > start ? (end - start - 1) / step + 1 : 0;
+    }
+    end = end > dim - 1 ? dim - 1 : end;
+    return start > end ? (start - end - 1) / (-step) + 1 : 0;
+}
+
+/* Slice parameters (opset >= 10 inputs, or attributes before). */
+static int slice_params(nd_t *d, int ndim, int64_t *st, int64_t *en, int64_t *sp, int *ax,
+                        int *n)
+{
+    int64_t axes[KT_NET_MAX_DIMS], steps[KT_NET_MAX_DIMS];
+    int ns, ne, na = -1, np = -1;
+    if (d->im->opset >= 10) {
+        if (ints_in(d, 1, st, KT_NET_MAX_DIMS, &ns) || ints_in(d, 2, en, KT_NET_MAX_DIMS, &ne))
+            return UNSUP;
+        if (has_in(d, 3) && ints_in(d, 3, axes, KT_NET_MAX_DIMS, &na))
+            return UNSUP;
+        if (has_in(d, 4) && ints_in(d, 4, steps, KT_NET_MAX_DIMS, &np))
+            return UNSUP;
+    } else {
+        if (attr_ints(d, "starts", KT_NET_MAX_DIMS, st, &ns) ||
+            attr_ints(d, "ends", KT_NET_MAX_DIMS, en, &ne) ||
+            attr_ints(d, "axes", KT_NET_MAX_DIMS, axes, &na))
+            return UNSUP;
+    }
+    if (ns < 0 || ns != ne || (na >= 0 && na != ns) || (np >= 0 && np != ns))
+        return unsup(d, "starts, ends, axes and steps must have one length");
+    for (int i = 0; i < ns; i++) {
+        int64_t a = na >= 0 ? axes[i] : i;
+        if (a < 0)
+            a += ndim;
+        if (a < 0 || a >= ndim)
+            return unsup(d, "slice axis out of range");
+        ax[i] = (int)a;
+        sp[i] = np >= 0 ? steps[i] : 1;
+        if (sp[i] == 0)
+            return unsup(d, "a slice step of 0");
+    }
+    *n = ns;
+    return KT_OK;
+}
+
+static int h_shape_op(nd_t *d, const char *op)
+{
+    int x, rc;
+    if ((rc = in_layer(d, 0, &x)))
+        return rc;
+    const net_shape_t xsv = d->im->net->layers[x].out, *xs = &xsv;
+    int64_t t[KT_NET_MAX_DIMS], v;
+    int n;
+    if (strcmp(op, "Flatten") == 0) {
+        if (attr_int(d, "axis", 1, &v))
+            return UNSUP;
+        if (v < 0)
+            v += xs->ndim;
+        return shape_layer(d, x, 0, NET_SHAPE_FLATTEN, 0, NULL, (int)v, "flatten");
+    }
+    if (strcmp(op, "Reshape") == 0) {
+        int64_t allowzero;
+        if (ints_in(d, 1, t, KT_NET_MAX_DIMS, &n) || attr_int(d, "allowzero", 0, &allowzero))
+            return UNSUP;
+        for (int i = 0; i < n; i++)
+            if (t[i] == 0 && allowzero)
+                return unsup(d, "a zero-sized dimension (allowzero)");
+        return shape_layer(d, x, 0, NET_SHAPE_RESHAPE, n, t, 0, "reshape");
+    }
+    if (strcmp(op, "Transpose") == 0) {
+        if (attr_ints(d, "perm", KT_NET_MAX_DIMS, t, &n))
+            return UNSUP;
+        if (n < 0) {
+            n = xs->ndim;
+            for (int i = 0; i < n; i++)
+                t[i] = n - 1 - i;
+        }
+        return shape_layer(d, x, 0, NET_SHAPE_TRANSPOSE, n, t, 0, "transpose");
+    }
+    if (strcmp(op, "Squeeze") == 0 || strcmp(op, "Unsqueeze") == 0) {
+        if (squeeze_shape(d, xs->d, xs->ndim, op[0] == 'U', t, &n))
+            return UNSUP;
+        if (n == 0)
+            return unsup(d, "a scalar result");
+        return shape_layer(d, x, 0, NET_SHAPE_EXPLICIT, n, t, 0, "reshape");
+    }
+    if (strcmp(op, "Slice") == 0) {
+        int64_t st[KT_NET_MAX_DIMS], en[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
+        int ax[KT_NET_MAX_DIMS];
+        if (slice_params(d, xs->ndim, st, en, sp, ax, &n))
+            return UNSUP;
+        memcpy(t, xs->d, sizeof(t));
+        for (int i = 0; i < n; i++)
+            t[ax[i]] = slice_len(xs->d[ax[i]], st[i], en[i], sp[i]);
+        for (int i = 0; i < xs->ndim; i++)
+            if (t[i] < 1)
+                return unsup(d, "an empty slice");
+        return shape_layer(d, x, 0, NET_SHAPE_EXPLICIT, xs->ndim, t, 0, "slice");
+    }
+    if (strcmp(op, "Pad") == 0) {
+        int64_t pads[2 * KT_NET_MAX_DIMS];
+        if (d->im->opset >= 11) {
+            if (ints_in(d, 1, pads, 2 * KT_NET_MAX_DIMS, &n))
+                return UNSUP;
+            if (has_in(d, 3))
+                return unsup(d, "padding selected axes (input 'axes')");
+        } else if (attr_ints(d, "pads", 2 * KT_NET_MAX_DIMS, pads, &n)) {
+            return UNSUP;
+        }
+        if (n != 2 * xs->ndim)
+            return unsup(d, "pads must have 2 x rank values");
+        for (int i = 0; i < xs->ndim; i++)
+            t[i] = xs->d[i] + pads[i] + pads[i + xs->ndim];
+        return shape_layer(d, x, 0, NET_SHAPE_EXPLICIT, xs->ndim, t, 0, "pad");
+    }
+    if (strcmp(op, "Split") == 0) {
+        int64_t axis, split[64];
+        int ns = -1, nout = (int)d->n->n_output;
+        if (attr_int(d, "axis", 0, &axis))
+            return UNSUP;
+        if (axis < 0)
+            axis += xs->ndim;
+        if (axis < 0 || axis >= xs->ndim || nout < 1 || nout > 64)
+            return unsup(d, "bad axis or number of outputs");
+        if (d->im->opset >= 13 && has_in(d, 1)) {
+            if (ints_in(d, 1, split, 64, &ns))
+                return UNSUP;
+        } else if (d->im->opset < 13 && attr_ints(d, "split", 64, split, &ns)) {
+            return UNSUP;
+        }
+        if (ns < 0) {
+            int64_t dim = xs->d[axis], each = (dim + nout - 1) / nout;
+            for (int k = 0; k < nout; k++)
+                split[k] = k < nout - 1 ? each : dim - each * (nout - 1);
+            ns = nout;
+        }
+        int64_t sum = 0;
+        for (int k = 0; k < ns; k++)
+            sum += split[k];
+        if (ns != nout || sum != xs->d[axis])
+            return unsup(d, "split sizes do not cover axis %lld", (long long)axis);
+        for (int k = 0; k < nout; k++) {
+            memcpy(t, xs->d, sizeof(t));
+            t[axis] = split[k];
+            if (t[axis] < 1)
+                return unsup(d, "an empty split");
+            if (*d->n->output[k] &&
+                (rc = shape_layer(d, x, k, NET_SHAPE_EXPLICIT, xs->ndim, t, 0, "split")))
+                return rc;
+        }
+        return KT_OK;
+    }
+    return unsup(d, "not a shape operator");
+}
+
+static int h_concat(nd_t *d)
+{
+    int64_t axis;
+    if (attr_int(d, "axis", 0, &axis))
+        return UNSUP;
+    int in[64], n = 0, rc;
+    if (nin(d) < 1 || nin(d) > 16)
+        return unsup(d, "1 to 16 inputs supported");
+    for (int k = 0; k < nin(d); k++)
+        if (has_in(d, k) && (rc = in_layer(d, k, &in[n++])))
+            return rc;
+    net_layer_t *l;
+    int i = new_layer(d, NULL, NET_SHAPE, "concat", in, n, &l);
+    if (i < 0)
+        return i;
+    l->shape_kind = NET_SHAPE_CONCAT;
+    l->axis = (int)axis;
+    return finish_out(d, i, 0);
+}
+
+static int h_gather(nd_t *d)
+{
+    /* Gather moves data: an embedding lookup or index selection, no task. */
+    int64_t axis;
+    if (attr_int(d, "axis", 0, &axis))
+        return UNSUP;
+    if (!has_in(d, 0) || !has_in(d, 1))
+        return unsup(d, "needs two inputs");
+    int64_t ds[KT_NET_MAX_DIMS], is[KT_NET_MAX_DIMS];
+    int dn, in_n, src;
+    if (is_layer(d, 0)) {
+        dn = lshape(d, 0)->ndim;
+        memcpy(ds, lshape(d, 0)->d, sizeof(ds));
+        src = d->code[0];
+    } else {
+        dn = cin(d, 0)->ndim;
+        if (dn < 1)
+            return unsup(d, "data of unknown shape");
+        memcpy(ds, cin(d, 0)->d, sizeof(ds));
+        src = d->code[1];
+    }
+    if (is_layer(d, 1)) {
+        in_n = lshape(d, 1)->ndim;
+        memcpy(is, lshape(d, 1)->d, sizeof(is));
+    } else {
+        in_n = cin(d, 1)->ndim;
+        if (in_n < 0)
+            return unsup(d, "indices of unknown shape");
+        memcpy(is, cin(d, 1)->d, sizeof(is));
+    }
+    if (axis < 0)
+        axis += dn;
+    if (axis < 0 || axis >= dn || dn - 1 + in_n > KT_NET_MAX_DIMS)
+        return unsup(d, "bad axis or rank");
+    int64_t t[KT_NET_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < axis; i++)
+        t[n++] = ds[i];
+    for (int i = 0; i < in_n; i++)
+        t[n++] = is[i];
+    for (int i = (int)axis + 1; i < dn; i++)
+        t[n++] = ds[i];
+    if (n == 0)
+        return unsup(d, "a scalar result");
+    if (src < 0)
+        return unsup(d, "no activation input");
+    return shape_layer(d, src, 0, NET_SHAPE_EXPLICIT, n, t, 0, "gather");
+}
+
+/* ReduceMean over H and W of a 4-D tensor is a global average pool
+ * (exporters write x.mean((2, 3)) so); other reductions have no te operator. */
+static int h_reduce_mean(nd_t *d)
+{
+    int x, rc;
+    if ((rc = in_layer(d, 0, &x)))
+        return rc;
+    const net_shape_t xs = d->im->net->layers[x].out;
+    int64_t axes[KT_NET_MAX_DIMS], keep;
+    int n = -1;
+    if (attr_int(d, "keepdims", 1, &keep))
+        return UNSUP;
+    if (d->im->opset >= 18) {
+        if (has_in(d, 1) && ints_in(d, 1, axes, KT_NET_MAX_DIMS, &n))
+            return UNSUP;
+    } else if (attr_ints(d, "axes", KT_NET_MAX_DIMS, axes, &n)) {
+        return UNSUP;
+    }
+    int hw = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + xs.ndim : axes[i];
+        hw |= a == 2 ? 1 : a == 3 ? 2 : 4;
+    }
+    if (xs.ndim != 4 || n != 2 || hw != 3)
+        return unsup(d, "te has no ReduceMean operator (only the mean over H and W of a 4-D "
+                     "tensor, a global average pool, is supported)");
+    net_layer_t *l;
+    if (keep)
+        return finish_out(d, new_layer(d, NULL, NET_GLOBAL_POOL, "ReduceMean", &x, 1, &l), 0);
+    int g = new_layer(d, "pool", NET_GLOBAL_POOL, "ReduceMean", &x, 1, &l);
+    if ((rc = finish(d, g)))
+        return rc;
+    int64_t t[2] = {xs.d[0], xs.d[1]};
+    return shape_layer(d, g, 0, NET_SHAPE_EXPLICIT, 2, t, 0, "reshape");
+}
+
+/* ---- constant folding -------------------------------------------------------------- */
+
+static int const_out(nd_t *d, int k, cval_t **c)
+{
+    int code;
+    *c = new_const(d->im, &code);
+    if (!*c)
+        return KT_ENOMEM;
+    return define(d->im, d->n->output[k], code);
+}
+
+/* Elementwise arithmetic on known constants with numpy broadcasting. */
+static int fold_binary(nd_t *d, const char *op, cval_t *a, cval_t *b, cval_t *o)
+{
+    net_shape_t sa = {a->ndim, {0}}, sb = {b->ndim, {0}}, so;
+    memcpy(sa.d, a->d, sizeof(sa.d));
+    memcpy(sb.d, b->d, sizeof(sb.d));
+    int n = sa.ndim > sb.ndim ? sa.ndim : sb.ndim;
+    so.ndim = n;
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - sa.ndim), ib = i - (n - sb.ndim);
+        int64_t da = ia >= 0 ? sa.d[ia] : 1, db = ib >= 0 ? sb.d[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return unsup(d, "constant shapes do not broadcast");
+        so.d[i] = da > db ? da : db;
+    }
+    o->ndim = n;
+    memcpy(o->d, so.d, sizeof(o->d));
+    if (!a->known || !b->known || cnumel(o) > MAX_CONST_VALUES)
+        return KT_OK;
+    int is_int = a->is_int && b->is_int;
+    if (calloc_vals(o, is_int))
+        return KT_ENOMEM;
+    int64_t total = cnumel(o);
+    for (int64_t k = 0; k < total; k++) {
+        int64_t rem = k, ka = 0, kb = 0, sta = 1, stb = 1;
+        for (int i = n - 1; i >= 0; i--) {
+            int64_t idx = rem % so.d[i];
+            rem /= so.d[i];
+            int ia = i - (n - sa.ndim), ib = i - (n - sb.ndim);
+            if (ia >= 0) {
+                ka += (sa.d[ia] == 1 ? 0 : idx) * sta;
+                sta *= sa.d[ia];
+            }
+            if (ib >= 0) {
+                kb += (sb.d[ib] == 1 ? 0 : idx) * stb;
+                stb *= sb.d[ib];
+            }
+        }
+        if (is_int) {
+            int64_t x = a->iv[ka], y = b->iv[kb], r;
+            if (op[0] == 'A')
+                r = x + y;
+            else if (op[0] == 'S')
+                r = x - y;
+            else if (op[0] == 'M')
+                r = x * y;
+            else {
+                if (y == 0)
+                    return unsup(d, "integer division by zero in a constant");
+                r = x / y;
+                if ((x % y != 0) && ((x < 0) != (y < 0)))
+                    r--;   /* floor division, as numpy */
+            }
+            o->iv[k] = r;
+        } else {
+            double x = cget_f(a, ka), y = cget_f(b, kb);
+            o->fv[k] = op[0] == 'A' ? x + y : op[0] == 'S' ? x - y : op[0] == 'M' ? x * y : x / y;
+        }
+    }
+    return KT_OK;
+}
+
+/* Nodes whose inputs are all constants: fold what shape arithmetic needs.
+ * Returns UNSUP for an operator that cannot be folded. */
+static int fold(nd_t *d, const char *op)
+{
+    cval_t *o;
+    int rc;
+    if (!strcmp(op, "Identity") || !strcmp(op, "Cast") || !strcmp(op, "Dropout")) {
+        if (!strcmp(op, "Cast")) {
+            int64_t to;
+            if (attr_int(d, "to", 1, &to))
+                return UNSUP;
+            cval_t *a = cin(d, 0);
+            if ((rc = const_out(d, 0, &o)))
+                return rc;
+            a = cin(d, 0);   /* new_const may have moved the table */
+            o->ndim = a->ndim;
+            memcpy(o->d, a->d, sizeof(o->d));
+            int to_int = to == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
+                         to == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ||
+                         to == ONNX__TENSOR_PROTO__DATA_TYPE__INT16 ||
+                         to == ONNX__TENSOR_PROTO__DATA_TYPE__INT8 ||
+                         to == ONNX__TENSOR_PROTO__DATA_TYPE__UINT8 ||
+                         to == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+            if (a->known) {
+                if (calloc_vals(o, to_int))
+                    return KT_ENOMEM;
+                a = cin(d, 0);
+                for (int64_t k = 0; o->known && k < cnumel(o); k++) {
+                    if (to_int)
+                        o->iv[k] = to == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL
+                                       ? cget_f(a, k) != 0
+                                       : cget_i(a, k);
+                    else
+                        o->fv[k] = cget_f(a, k);
+                }
+            }
+            return KT_OK;
+        }
+        return alias(d, 0);
+    }
+    if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div")) {
+        if ((rc = const_out(d, 0, &o)))
+            return rc;
+        return fold_binary(d, op, cin(d, 0), cin(d, 1), o);
+    }
+    if (!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze") || !strcmp(op, "Reshape") ||
+        !strcmp(op, "Flatten")) {
+        cval_t *a = cin(d, 0);
+        int64_t t[KT_NET_MAX_DIMS];
+        int n = 0;
+        if (a->ndim < 0)
+            return unsup(d, "a constant of unknown shape");
+        if (op[0] == 'U' || op[0] == 'S') {
+            if (squeeze_shape(d, a->d, a->ndim, op[0] == 'U', t, &n))
+                return UNSUP;
+        } else if (op[0] == 'F') {
+            int64_t axis;
+            if (attr_int(d, "axis", 1, &axis))
+                return UNSUP;
+            if (axis < 0)
+                axis += a->ndim;
+            t[0] = t[1] = 1;
+            for (int i = 0; i < a->ndim; i++)
+                t[i < axis ? 0 : 1] *= a->d[i];
+            n = 2;
+        } else {
+            net_shape_t in = {a->ndim, {0}}, out;
+            memcpy(in.d, a->d, sizeof(in.d));
+            if (ints_in(d, 1, t, KT_NET_MAX_DIMS, &n))
+                return UNSUP;
+            /* 0 copies the input's size at that position, one -1 is inferred. */
+            int64_t numel = cnumel(a), known = 1, inferred = -1;
+            out.ndim = n;
+            for (int i = 0; i < n; i++) {
+                int64_t v = t[i] == 0 && i < in.ndim ? in.d[i] : t[i];
+                if (v == -1) {
+                    inferred = i;
+                    continue;
+                }
+                if (v < 0)
+                    return unsup(d, "bad reshape size");
+                out.d[i] = v;
+                known *= v;
+            }
+            if (inferred >= 0) {
+                if (known == 0 || numel % known)
+                    return unsup(d, "bad reshape of a constant");
+                out.d[inferred] = numel / known;
+                known = numel;
+            }
+            if (known != numel)
+                return unsup(d, "reshape changes the number of elements");
+            memcpy(t, out.d, sizeof(t));
+        }
+        if ((rc = const_out(d, 0, &o)))
+            return rc;
+        a = cin(d, 0);
+        o->ndim = n;
+        memcpy(o->d, t, (size_t)n * sizeof(int64_t));
+        if (a->known) {   /* the same values in the same order */
+            if (calloc_vals(o, a->is_int))
+                return KT_ENOMEM;
+            a = cin(d, 0);
+            for (int64_t k = 0; o->known && k < cnumel(o); k++) {
+                if (o->is_int)
+                    o->iv[k] = a->iv[k];
+                else
+                    o->fv[k] = a->fv[k];
+            }
+        }
+        return KT_OK;
+    }
+    if (!strcmp(op, "Concat")) {
+        int64_t axis;
+        if (attr_int(d, "axis", 0, &axis))
+            return UNSUP;
+        cval_t *a = cin(d, 0);
+        if (a->ndim != 1 || (axis != 0 && axis != -1))
+            return unsup(d, "only 1-D constants are concatenated when importing");
+        int64_t total = 0;
+        int known = 1, is_int = 1;
+        for (int k = 0; k < nin(d); k++) {
+            cval_t *c = cin(d, k);
+            if (c->ndim != 1)
+                return unsup(d, "only 1-D constants are concatenated when importing");
+            total += c->d[0];
+            known &= c->known;
+            is_int &= c->is_int;
+        }
+        if ((rc = const_out(d, 0, &o)))
+            return rc;
+        o->ndim = 1;
+        o->d[0] = total;
+        if (known && total <= MAX_CONST_VALUES) {
+            if (calloc_vals(o, is_int))
+                return KT_ENOMEM;
+            int64_t at = 0;
+            for (int k = 0; k < nin(d); k++) {
+                cval_t *c = cin(d, k);
+                for (int64_t i = 0; i < c->d[0]; i++, at++) {
+                    if (is_int)
+                        o->iv[at] = c->iv[i];
+                    else
+                        o->fv[at] = cget_f(c, i);
+                }
+            }
+        }
+        return KT_OK;
+    }
+    if (!strcmp(op, "Gather")) {
+        cval_t *a = cin(d, 0), *ix = cin(d, 1);
+        int64_t axis;
+        if (attr_int(d, "axis", 0, &axis))
+            return UNSUP;
+        if (a->ndim != 1 || (axis != 0 && axis != -1) || ix->ndim > 1 || ix->ndim < 0)
+            return unsup(d, "only gathers from 1-D constants are folded");
+        if ((rc = const_out(d, 0, &o)))
+            return rc;
+        a = cin(d, 0);
+        ix = cin(d, 1);
+        o->ndim = ix->ndim;
+        o->d[0] = ix->ndim ? ix->d[0] : 0;
+        if (a->known && ix->known) {
+            if (calloc_vals(o, a->is_int))
+                return KT_ENOMEM;
+            a = cin(d, 0);
+            ix = cin(d, 1);
+            for (int64_t k = 0; o->known && k < cnumel(o); k++) {
+                int64_t i = cget_i(ix, k);
+                if (i < 0)
+                    i += a->d[0];
+                if (i < 0 || i >= a->d[0])
+                    return unsup(d, "gather index out of range");
+                if (o->is_int)
+                    o->iv[k] = a->iv[i];
+                else
+                    o->fv[k] = a->fv[i];
+            }
+        }
+        return KT_OK;
+    }
+    if (!strcmp(op, "Slice")) {
+        cval_t *a = cin(d, 0);
+        int64_t st[KT_NET_MAX_DIMS], en[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
+        int ax[KT_NET_MAX_DIMS], n;
+        if (a->ndim != 1)
+            return unsup(d, "only 1-D constants are sliced when importing");
+        if (slice_params(d, 1, st, en, sp, ax, &n))
+            return UNSUP;
+        int64_t start = 0, step = 1, len = a->d[0];
+        for (int i = 0; i < n; i++) {
+            len = slice_len(a->d[0], st[i], en[i], sp[i]);
+            start = slice_start(a->d[0], st[i], sp[i]);
+            step = sp[i];
+        }
+        if ((rc = const_out(d, 0, &o)))
+            return rc;
+        a = cin(d, 0);
+        o->ndim = 1;
+        o->d[0] = len;
+        if (a->known) {
+            if (calloc_vals(o, a->is_int))
+                return KT_ENOMEM;
+            a = cin(d, 0);
+            for (int64_t k = 0; k < len; k++) {
+                int64_t i = start + k * step;
+                if (o->is_int)
+                    o->iv[k] = a->iv[i];
+                else
+                    o->fv[k] = a->fv[i];
+            }
+        }
+        return KT_OK;
+    }
+    if (!strcmp(op, "ConstantOfShape")) {
+        int64_t t[KT_NET_MAX_DIMS];
+        int n;
+        if (ints_in(d, 0, t, KT_NET_MAX_DIMS, &n))
+            return UNSUP;
+        if ((rc = const_out(d, 0, &o)))
+            return rc;
+        o->ndim = n;
+        memcpy(o->d, t, (size_t)n * sizeof(int64_t));
+        for (int i = 0; i < n; i++)
+            if (t[i] < 0)
+                return unsup(d, "a negative dimension");
+        return KT_OK;   /* value unknown: it only ever feeds shape-free uses here */
+    }
+    return unsup(d, "its inputs are all constants, and folding %s is not supported", op);
+}
+
+/* ---- gelu pattern -------------------------------------------------------------------
+ * x * 0.5 * (1 + erf(x / sqrt(2))) as exporters write it (Div or Mul by 1/sqrt 2,
+ * Erf, Add 1, and two Muls in either order) becomes one gelu layer. */
+
+static int uses(const imp_t *im, const char *v)
+{
+    json_t *u = json_object_get(im->uses, v);
+    return u ? (int)json_integer_value(u) : 0;
+}
+
+/* The node producing value v, searched forward from `from`; -1 if none. */
+static int producer(const Onnx__GraphProto *g, const char *v)
+{
+    for (size_t i = 0; i < g->n_node; i++)
+        for (size_t k = 0; k < g->node[i]->n_output; k++)
+            if (g->node[i]->output[k] && strcmp(g->node[i]->output[k], v) == 0)
+                return (int)i;
+    return -1;
+}
+
+/* The single node consuming v; -1 unless exactly one. */
+static int consumer(const imp_t *im, const char *v)
+{
+    if (uses(im, v) != 1)
+        return -1;
+    const Onnx__GraphProto *g = im->g;
+    for (size_t i = 0; i < g->n_node; i++)
+        for (size_t k = 0; k < g->node[i]->n_input; k++)
+            if (g->node[i]->input[k] && strcmp(g->node[i]->input[k], v) == 0)
+                return (int)i;
+    return -1;
+}
+
+/* A scalar constant initializer/Constant value named v close to `want`. */
+static int const_near(const imp_t *im, const char *v, double want)
+{
+    const Onnx__GraphProto *g = im->g;
+    for (size_t i = 0; i < g->n_initializer; i++)
+        if (g->initializer[i]->name && strcmp(g->initializer[i]->name, v) == 0) {
+            cval_t c = {0};
+            int ok = read_tensor(g->initializer[i], &c, "constant") == KT_OK && c.known &&
+                     cnumel(&c) == 1 && fabs(cget_f(&c, 0) - want) < 1e-3 * fabs(want);
+            free(c.iv);
+            free(c.fv);
+            kt_err_clear();
+            return ok;
+        }
+    int p = producer(g, v);
+    if (p < 0 || !g->node[p]->op_type || strcmp(g->node[p]->op_type, "Constant") != 0)
+        return 0;
+    const Onnx__AttributeProto *a = attr(g->node[p], "value");
+    if (a && a->t) {
+        cval_t c = {0};
+        int ok = read_tensor(a->t, &c, "constant") == KT_OK && c.known && cnumel(&c) == 1 &&
+                 fabs(cget_f(&c, 0) - want) < 1e-3 * fabs(want);
+        free(c.iv);
+        free(c.fv);
+        kt_err_clear();
+        return ok;
+    }
+    a = attr(g->node[p], "value_float");
+    return a && a->has_f && fabs(a->f - want) < 1e-3 * fabs(want);
+}
+
+static int is_op(const Onnx__NodeProto *n, const char *op)
+{
+    return n->op_type && strcmp(n->op_type, op) == 0 && n->n_output >= 1 && n->n_input == 2;
+}
+
+/* The operand of binary node n that is not `v` (NULL if v is not one). */
+static const char *other(const Onnx__NodeProto *n, const char *v)
+{
+    if (strcmp(n->input[0], v) == 0)
+        return n->input[1];
+    if (strcmp(n->input[1], v) == 0)
+        return n->input[0];
+    return NULL;
+}
+
+static void match_gelu(imp_t *im, int e)
+{
+    const Onnx__GraphProto *g = im->g;
+    const Onnx__NodeProto *erf = g->node[e];
+    if (erf->n_input != 1 || erf->n_output != 1)
+        return;
+    int dv = producer(g, erf->input[0]);
+    if (dv < 0 || dv >= e || uses(im, erf->input[0]) != 1)
+        return;
+    const Onnx__NodeProto *dn = g->node[dv];
+    const char *x;
+    if (is_op(dn, "Div") && const_near(im, dn->input[1], M_SQRT2))
+        x = dn->input[0];
+    else if (is_op(dn, "Mul") && const_near(im, dn->input[1], M_SQRT1_2))
+        x = dn->input[0];
+    else if (is_op(dn, "Mul") && const_near(im, dn->input[0], M_SQRT1_2))
+        x = dn->input[1];
+    else
+        return;
+    int av = consumer(im, erf->output[0]);
+    if (av < 0 || !is_op(g->node[av], "Add"))
+        return;
+    const Onnx__NodeProto *an = g->node[av];
+    const char *one = other(an, erf->output[0]);
+    if (!one || !const_near(im, one, 1.0))
+        return;
+    int m1 = consumer(im, an->output[0]);
+    if (m1 < 0 || !is_op(g->node[m1], "Mul"))
+        return;
+    const Onnx__NodeProto *mn = g->node[m1];
+    const char *o = other(mn, an->output[0]);
+    int last = -1, half_node = -1;
+    if (o && strcmp(o, x) == 0) {
+        /* (x * (1 + erf)) * 0.5 */
+        int m2 = consumer(im, mn->output[0]);
+        if (m2 < 0 || !is_op(g->node[m2], "Mul"))
+            return;
+        const char *h = other(g->node[m2], mn->output[0]);
+        if (!h || !const_near(im, h, 0.5))
+            return;
+        last = m2;
+    } else if (o && const_near(im, o, 0.5)) {
+        /* ((1 + erf) * 0.5) * x */
+        int m2 = consumer(im, mn->output[0]);
+        if (m2 < 0 || !is_op(g->node[m2], "Mul"))
+            return;
+        const char *xx = other(g->node[m2], mn->output[0]);
+        if (!xx || strcmp(xx, x) != 0)
+            return;
+        last = m2;
+    } else if (o) {
+        /* (x * 0.5) * (1 + erf) */
+        int h = producer(g, o);
+        if (h < 0 || uses(im, o) != 1 || !is_op(g->node[h], "Mul"))
+            return;
+        const char *hx = other(g->node[h], x);
+        if (!hx || !const_near(im, hx, 0.5))
+            return;
+        half_node = h;
+        last = m1;
+    } else {
+        return;
+    }
+    im->skip[dv] = im->skip[e] = im->skip[av] = 1;
+    if (half_node >= 0)
+        im->skip[half_node] = 1;
+    if (last != m1)
+        im->skip[m1] = 1;
+    im->gelu_in[last] = x;
+}
+
+/* ---- nodes ------------------------------------------------------------------------------ */
+
+static int unary_elementwise(const char *op)
+{
+    static const char *const ops[] = {
+        "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Softplus",
+        "Softsign", "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Floor",
+        "Ceil", "Round", "Sin", "Cos", "Sign", "Mish", "ThresholdedRelu", "Not",
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(ops); i++)
+        if (strcmp(op, ops[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static int dispatch(nd_t *d, const char *op)
+{
+    if (!strcmp(op, "Conv"))
+        return h_conv(d);
+    if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool"))
+        return h_pool(d, op[0] == 'M');
+    if (!strcmp(op, "GlobalAveragePool"))
+        return simple(d, NET_GLOBAL_POOL, "GlobalAveragePool");
+    if (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))
+        return h_matmul(d, op[0] == 'G');
+    if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div"))
+        return h_binary(d, op);
+    if (!strcmp(op, "Relu"))
+        return simple(d, NET_RELU, "Relu");
+    if (!strcmp(op, "Clip"))
+        return h_clip(d);
+    if (!strcmp(op, "Gelu")) {
+        char buf[16];
+        const char *ap = attr_str(d->n, "approximate", buf, sizeof(buf));
+        if (ap && strcmp(ap, "none") != 0)
+            return simple(d, NET_ELEMWISE, "gelu_tanh");
+        return simple(d, NET_GELU, "Gelu");
+    }
+    if (unary_elementwise(op) || !strcmp(op, "Pow") || !strcmp(op, "PRelu")) {
+        char label[32];
+        snprintf(label, sizeof(label), "%s", op);
+        for (char *p = label; *p; p++)
+            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+        return simple(d, NET_ELEMWISE, label);
+    }
+    if (!strcmp(op, "BatchNormalization"))
+        return h_batch_norm(d);
+    if (!strcmp(op, "LayerNormalization"))
+        return h_layer_norm(d);
+    if (!strcmp(op, "Softmax"))
+        return h_softmax(d);
+    if (!strcmp(op, "Identity") || !strcmp(op, "Dropout")) {
+        for (size_t k = 1; k < d->n->n_output; k++)
+            if (*d->n->output[k])
+                return unsup(d, "the mask output is not supported");
+        return alias(d, 0);
+    }
+    if (!strcmp(op, "Cast")) {
+        int64_t to;
+        if (attr_int(d, "to", 1, &to))
+            return UNSUP;
+        if (to != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && to != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 &&
+            to != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE && to != ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+            return unsup(d, "a cast to a non-float type (%lld)", (long long)to);
+        return alias(d, 0);
+    }
+    if (!strcmp(op, "Shape")) {
+        const net_shape_t *s = lshape(d, 0);
+        int64_t start = 0, end = s->ndim;
+        if (attr_int(d, "start", 0, &start) || attr_int(d, "end", s->ndim, &end))
+            return UNSUP;
+        if (start < 0)
+            start += s->ndim;
+        if (end < 0)
+            end += s->ndim;
+        start = start < 0 ? 0 : start > s->ndim ? s->ndim : start;
+        end = end < start ? start : end > s->ndim ? s->ndim : end;
+        cval_t *o;
+        int rc = const_out(d, 0, &o);
+        if (rc)
+            return rc;
+        o->ndim = 1;
+        o->d[0] = end - start;
+        if (calloc_vals(o, 1))
+            return KT_ENOMEM;
+        s = lshape(d, 0);
+        for (int64_t k = start; k < end; k++)
+            o->iv[k - start] = s->d[k];
+        return KT_OK;
+    }
+    if (!strcmp(op, "Flatten") || !strcmp(op, "Reshape") || !strcmp(op, "Transpose") ||
+        !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") || !strcmp(op, "Slice") ||
+        !strcmp(op, "Pad") || !strcmp(op, "Split"))
+        return h_shape_op(d, op);
+    if (!strcmp(op, "Concat"))
+        return h_concat(d);
+    if (!strcmp(op, "Gather"))
+        return h_gather(d);
+    if (!strcmp(op, "ReduceMean"))
+        return h_reduce_mean(d);
+    if (!strcmp(op, "GlobalMaxPool") || !strcmp(op, "LogSoftmax") || !strncmp(op, "Reduce", 6))
+        return unsup(d, "te has no %s operator", op);
+    return unsup(d, "operator %s is not supported", op);
+}
+
+/* Make the node's outputs unsupported layers (the first carries the reason). */
+static int make_unsupported(nd_t *d, const char *op, const char *why)
+{
+    imp_t *im = d->im;
+    int in[16], n = 0;
+    for (int k = 0; k < nin(d) && k < 16; k++)
+        if (is_layer(d, k))
+            in[n++] = d->code[k];
+    for (size_t k = 0; k < d->n->n_output; k++) {
+        const char *out = d->n->output[k];
+        if (!*out || json_object_get(im->vals, out))
+            continue;
+        net_shape_t s = {-1, {0}};
+        json_t *dv = json_object_get(im->declared, out);
+        if (json_is_array(dv) && json_array_size(dv) <= KT_NET_MAX_DIMS) {
+            s.ndim = (int)json_array_size(dv);
+            for (int i = 0; i < s.ndim; i++) {
+                s.d[i] = json_integer_value(json_array_get(dv, (size_t)i));
+                if (s.d[i] < 1)
+                    s.ndim = -1;
+            }
+        }
+        char name[200];
+        if (k == 0)
+            snprintf(name, sizeof(name), "%s", d->name);
+        else
+            snprintf(name, sizeof(name), "%.150s/out%zu", d->name, k);
+        for (int j = 1; net_find(im->net, name) >= 0; j++)
+            snprintf(name, sizeof(name), "%.150s#%d/out%zu", d->name, j, k);
+        int i = net_add_unsupported(im->net, name, op, in, n, &s, why);
+        if (i < 0)
+            return i;
+        net_layer(im->net, i)->secondary = k > 0;
+        int rc = define(im, out, i);
+        if (rc)
+            return rc;
+    }
+    return KT_OK;
+}
+
+static int convert_node(imp_t *im, int idx)
+{
+    const Onnx__NodeProto *n = im->g->node[idx];
+    nd_t d;
+    memset(&d, 0, sizeof(d));
+    d.im = im;
+    d.n = n;
+    d.idx = idx;
+    const char *op = n->op_type ? n->op_type : "";
+    char opbuf[128];
+    int std_domain = !n->domain || !*n->domain || strcmp(n->domain, "ai.onnx") == 0;
+    snprintf(opbuf, sizeof(opbuf), "%s%s%s", std_domain ? "" : n->domain, std_domain ? "" : "::",
+             op);
+    if (n->name && *n->name)
+        snprintf(d.name, sizeof(d.name), "%.150s", n->name);
+    else
+        snprintf(d.name, sizeof(d.name), "%.100s_%d", *op ? op : "node", idx);
+    if (!*op)
+        return kt_err_set(KT_EINVAL, "node %d '%s' has no op_type", idx, d.name);
+    if (n->n_output == 0 || !*n->output[0])
+        return kt_err_set(KT_EINVAL, "node %d '%s' (%s) has no output", idx, d.name, op);
+    if (n->n_input > 16 && strcmp(op, "Concat") != 0)
+        return kt_err_set(KT_EINVAL, "node %d '%s' (%s) has %zu inputs", idx, d.name, op,
+                          n->n_input);
+    if (im->gelu_in[idx]) {
+        /* The last node of a collapsed pattern: its inputs are skipped nodes'. */
+        int code;
+        if (!lookup(im, im->gelu_in[idx], &code))
+            return kt_err_set(KT_EINVAL, "node %d '%s' (%s): input '%s' is not produced by an "
+                              "earlier node, an initializer or a graph input", idx, d.name, op,
+                              im->gelu_in[idx]);
+        if (code < 0 || im->net->layers[code].out.ndim < 0) {
+            d.code[0] = code;
+            d.present[0] = 1;
+            return make_unsupported(&d, "gelu (Erf pattern)",
+                                    code < 0 ? "gelu of a constant" : NULL);
+        }
+        net_layer_t *l;
+        int rc = finish_out(&d, new_layer(&d, NULL, NET_GELU, "gelu (Erf pattern)", &code, 1, &l),
+                            0);
+        return rc == UNSUP ? make_unsupported(&d, "gelu (Erf pattern)", d.why) : rc;
+    }
+    int any_layer = 0, unknown = 0;
+    for (size_t k = 0; k < n->n_input && k < 16; k++) {
+        if (!n->input[k] || !*n->input[k])
+            continue;   /* an omitted optional input */
+        if (!lookup(im, n->input[k], &d.code[k]))
+            return kt_err_set(KT_EINVAL, "node %d '%s' (%s): input '%s' is not produced by an "
+                              "earlier node, an initializer or a graph input", idx, d.name, op,
+                              n->input[k]);
+        d.present[k] = 1;
+        if (d.code[k] >= 0) {
+            any_layer = 1;
+            unknown |= im->net->layers[d.code[k]].out.ndim < 0;
+        }
+    }
+    for (size_t k = 16; k < n->n_input; k++)
+        if (*n->input[k] && !json_object_get(im->vals, n->input[k]))
+            return kt_err_set(KT_EINVAL, "node %d '%s' (%s): input '%s' is not produced by an "
+                              "earlier node, an initializer or a graph input", idx, d.name, op,
+                              n->input[k]);
+    int rc;
+    if (!std_domain) {
+        rc = unsup(&d, "operator %s of domain '%s' is not supported", op, n->domain);
+    } else if (unknown) {
+        return make_unsupported(&d, opbuf, NULL);   /* blocked: shapes unknown upstream */
+    } else if (!strcmp(op, "Constant")) {
+        cval_t *o;
+        if ((rc = const_out(&d, 0, &o)))
+            return rc;
+        const Onnx__AttributeProto *a = attr(n, "value");
+        if (a && a->t) {
+            rc = read_tensor(a->t, o, "Constant value");
+            if (rc == KT_EINVAL)
+                return kt_err_prefix("node %d '%s' (Constant)", idx, d.name);
+        } else if ((a = attr(n, "value_float")) || (a = attr(n, "value_int"))) {
+            o->ndim = 0;
+            if ((rc = calloc_vals(o, a->has_i)))
+                return rc;
+            if (a->has_i)
+                o->iv[0] = a->i;
+            else
+                o->fv[0] = a->f;
+        } else if ((a = attr(n, "value_ints")) || (a = attr(n, "value_floats"))) {
+            o->ndim = 1;
+            o->d[0] = (int64_t)(a->n_ints ? a->n_ints : a->n_floats);
+            if ((rc = calloc_vals(o, a->n_ints > 0)))
+                return rc;
+            for (int64_t k = 0; o->known && k < o->d[0]; k++) {
+                if (a->n_ints)
+                    o->iv[k] = a->ints[k];
+                else
+                    o->fv[k] = a->floats[k];
+            }
+        } else {
+            rc = unsup(&d, "a Constant without a supported value attribute");
+        }
+    } else if (!any_layer && n->n_input > 0) {
+        rc = fold(&d, op);
+    } else if (!any_layer) {
+        rc = unsup(&d, "operator %s is not supported", op);
+    } else {
+        rc = dispatch(&d, op);
+    }
+    if (rc == UNSUP)
+        return make_unsupported(&d, opbuf, d.why);
+    if (rc < 0)
+        return rc;
+    /* Outputs a handler did not define (Dropout's mask...) are unsupported
+     * layers reported only if something reads them. */
+    for (size_t k = 1; k < n->n_output; k++)
+        if (*n->output[k] && !json_object_get(im->vals, n->output[k])) {
+            char why[200];
+            snprintf(why, sizeof(why), "output %zu of this %s node is not modeled", k, op);
+            net_shape_t s = {-1, {0}};
+            char name[200];
+            snprintf(name, sizeof(name), "%.150s/out%zu", d.name, k);
+            for (int j = 1; net_find(im->net, name) >= 0; j++)
+                snprintf(name, sizeof(name), "%.150s#%d/out%zu", d.name, j, k);
+            int i = net_add_unsupported(im->net, name, opbuf, NULL, 0, &s, why);
+            if (i < 0)
+                return i;
+            net_layer(im->net, i)->secondary = 1;
+            if ((rc = define(im, n->output[k], i)))
+                return rc;
+        }
+    return KT_OK;
+}
+
+/* ---- model ------------------------------------------------------------------------------ */
+
+static int declared_shape(imp_t *im, const Onnx__ValueInfoProto *v)
+{
+    if (!v->name || !v->type || v->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+        !v->type->tensor_type || !v->type->tensor_type->shape)
+        return KT_OK;
+    const Onnx__TensorShapeProto *s = v->type->tensor_type->shape;
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < s->n_dim; i++) {
+        const Onnx__TensorShapeProto__Dimension *dm = s->dim[i];
+        int64_t val = dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE
+                          ? dm->dim_value
+                          : -1;
+        json_array_append_new(a, json_integer(val));
+    }
+    if (!a || json_object_set_new_nocheck(im->declared, v->name, a))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    return KT_OK;
+}
+
+static int add_graph_input(imp_t *im, const Onnx__ValueInfoProto *v, const kt_net_input_t *over,
+                           int nover, int batch)
+{
+    if (!v->name || !*v->name)
+        return kt_err_set(KT_EINVAL, "a graph input has no name");
+    if (json_object_get(im->vals, v->name))
+        return KT_OK;   /* an initializer listed as an input (IR < 4) */
+    net_shape_t s = {-1, {0}};
+    for (int i = 0; i < nover; i++)
+        if (strcmp(over[i].name, v->name) == 0) {
+            s.ndim = over[i].ndim;
+            memcpy(s.d, over[i].dims, sizeof(s.d));
+        }
+    if (s.ndim < 0) {
+        if (!v->type || v->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+            !v->type->tensor_type || !v->type->tensor_type->shape)
+            return kt_err_set(KT_EINVAL, "graph input '%s' has no tensor shape; give it with "
+                              "--input %s=1x3x224x224", v->name, v->name);
+        const Onnx__TensorShapeProto *sp = v->type->tensor_type->shape;
+        if (sp->n_dim > KT_NET_MAX_DIMS || sp->n_dim == 0)
+            return kt_err_set(KT_EINVAL, "graph input '%s' has rank %zu (1..%d supported)",
+                              v->name, sp->n_dim, KT_NET_MAX_DIMS);
+        s.ndim = (int)sp->n_dim;
+        for (size_t i = 0; i < sp->n_dim; i++) {
+            const Onnx__TensorShapeProto__Dimension *dm = sp->dim[i];
+            if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+                dm->dim_value > 0) {
+                s.d[i] = dm->dim_value;
+            } else if (i == 0 && batch > 0) {
+                s.d[i] = batch;
+            } else {
+                const char *p = dm->value_case ==
+                                        ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM
+                                    ? dm->dim_param
+                                    : "?";
+                return kt_err_set(KT_EINVAL, "graph input '%s': dimension %zu is symbolic "
+                                  "('%s'); give the shape with --input %s=DxDx...%s", v->name, i,
+                                  p, v->name, i == 0 ? " or --batch" : "");
+            }
+        }
+    }
+    int i = net_layer_add(im->net, v->name, NET_INPUT, "input", NULL, 0);
+    if (i < 0)
+        return i;
+    net_layer_t *l = net_layer(im->net, i);
+    l->ntarget = s.ndim;
+    memcpy(l->target, s.d, sizeof(l->target));
+    int rc = net_layer_finish(im->net, i);
+    if (rc)
+        return kt_err_prefix("graph input '%s'", v->name);
+    return define(im, v->name, i);
+}
+
+static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, int nover,
+                  int batch)
+{
+    int rc = KT_OK;
+    im->opset = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if ((!o->domain || !*o->domain || strcmp(o->domain, "ai.onnx") == 0) && o->has_version)
+            im->opset = o->version;
+    }
+    if (!m->graph)
+        return kt_err_set(KT_EINVAL, "the model has no graph");
+    if (im->opset < 1)
+        return kt_err_set(KT_EINVAL, "the model imports no opset of the default ONNX domain");
+    Onnx__GraphProto *g = m->graph;
+    im->g = g;
+    if (g->n_node == 0)
+        return kt_err_set(KT_EINVAL, "the model's graph has no nodes");
+    im->net = net_new(g->name && *g->name ? g->name : "onnx-model");
+    im->vals = json_object();
+    im->declared = json_object();
+    im->uses = json_object();
+    im->materialized = json_object();
+    im->skip = calloc(g->n_node, 1);
+    im->gelu_in = calloc(g->n_node, sizeof(char *));
+    if (!im->net || !im->vals || !im->declared || !im->uses || !im->materialized || !im->skip ||
+        !im->gelu_in)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < g->n_initializer; i++) {
+        const Onnx__TensorProto *t = g->initializer[i];
+        if (!t->name || !*t->name)
+            return kt_err_set(KT_EINVAL, "initializer %zu has no name", i);
+        int code;
+        cval_t *c = new_const(im, &code);
+        if (!c)
+            return KT_ENOMEM;
+        char what[300];
+        snprintf(what, sizeof(what), "initializer '%.250s'", t->name);
+        if ((rc = read_tensor(t, c, what)) || (rc = define(im, t->name, code)))
+            return rc;
+    }
+    for (size_t i = 0; i < g->n_value_info; i++)
+        if ((rc = declared_shape(im, g->value_info[i])))
+            return rc;
+    for (size_t i = 0; i < g->n_output; i++)
+        if ((rc = declared_shape(im, g->output[i])))
+            return rc;
+    for (int i = 0; i < nover; i++) {
+        int found = 0;
+        for (size_t k = 0; k < g->n_input && !found; k++)
+            found = g->input[k]->name && strcmp(g->input[k]->name, over[i].name) == 0 &&
+                    !json_object_get(im->vals, over[i].name);
+        if (!found)
+            return kt_err_set(KT_EINVAL, "--input %s: the model has no graph input of that name",
+                              over[i].name);
+    }
+    for (size_t i = 0; i < g->n_input && rc == KT_OK; i++)
+        rc = add_graph_input(im, g->input[i], over, nover, batch);
+    if (rc)
+        return rc;
+    /* Consumer counts, then collapse gelu patterns, then convert in order
+     * (ONNX requires nodes in topological order). */
+    for (size_t i = 0; i < g->n_node; i++)
+        for (size_t k = 0; k < g->node[i]->n_input; k++) {
+            const char *v = g->node[i]->input[k];
+            if (!v || !*v)
+                continue;
+            if (json_object_set_new_nocheck(im->uses, v, json_integer(uses(im, v) + 1)))
+                return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+    for (size_t i = 0; i < g->n_output; i++)
+        if (g->output[i]->name)
+            json_object_set_new_nocheck(im->uses, g->output[i]->name,
+                                        json_integer(uses(im, g->output[i]->name) + 1));
+    for (size_t i = 0; i < g->n_node; i++)
+        if (g->node[i]->op_type && strcmp(g->node[i]->op_type, "Erf") == 0)
+            match_gelu(im, (int)i);
+    for (size_t i = 0; i < g->n_node; i++) {
+        if (im->skip[i])
+            continue;
+        if ((rc = convert_node(im, (int)i)))
+            return rc;
+    }
+    for (size_t i = 0; i < g->n_output; i++) {
+        const char *o = g->output[i]->name;
+        int code;
+        if (!o || !lookup(im, o, &code))
+            return kt_err_set(KT_EINVAL, "graph output '%s' is not produced by any node",
+                              o ? o : "");
+        if (code >= 0 && (rc = net_mark_output(im->net, code)))
+            return rc;
+    }
+    if (im->net->n == 0)
+        return kt_err_set(KT_EINVAL, "the model has no layers");
+    return net_seal(im->net);
+}
+
+kt_net_t *kt_net_onnx_parse(const void *data, size_t len, const kt_net_input_t *inputs,
+                            int ninputs, int batch)
+{
+    if (!data || len == 0) {
+        kt_err_set(KT_EINVAL, "not an ONNX model: the file is empty");
+        return NULL;
+    }
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, data);
+    if (!m) {
+        kt_err_set(KT_EINVAL, "not an ONNX model: the protobuf message does not decode (a "
+                   "truncated or corrupt file?)");
+        return NULL;
+    }
+    imp_t im;
+    memset(&im, 0, sizeof(im));
+    int rc = import(&im, m, inputs, ninputs, batch);
+    if (rc && kt_err_code() != KT_ENOMEM && strncmp(kt_err_msg(), "ONNX", 4) != 0)
+        kt_err_prefix("ONNX model");
+    json_decref(im.vals);
+    json_decref(im.declared);
+    json_decref(im.uses);
+    json_decref(im.materialized);
+    for (int i = 0; i < im.nconsts; i++) {
+        free(im.consts[i].iv);
+        free(im.consts[i].fv);
+    }
+    free(im.consts);
+    free(im.skip);
+    free(im.gelu_in);
+    onnx__model_proto__free_unpacked(m, NULL);
+    if (rc) {
+        kt_net_free(im.net);
+        return NULL;
+    }
+    return im.net;
+}
+
+kt_net_t *kt_net_onnx_load(const char *path, const kt_net_input_t *inputs, int ninputs,
+                           int batch)
+{
+    size_t len = 0;
+    char *data = kt_file_read(path, &len);
+    if (!data) {
+        kt_err_prefix("reading ONNX file %s", path);
+        return NULL;
+    }
+    kt_net_t *net = kt_net_onnx_parse(data, len, inputs, ninputs, batch);
+    free(data);
+    if (!net)
+        kt_err_prefix("%s", path);
+    return net;
+}
+
+int kt_net_parse_input_spec(const char *spec, kt_net_input_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    const char *eq = spec ? strrchr(spec, '=') : NULL;
+    if (!eq || eq == spec || (size_t)(eq - spec) >= sizeof(out->name))
+        return kt_err_set(KT_EINVAL, "--input needs NAME=DIMS such as data=1x3x224x224 (got '%s')",
+                          spec ? spec : "");
+    memcpy(out->name, spec, (size_t)(eq - spec));
+    const char *p = eq + 1;
+    while (*p) {
+        if (out->ndim == KT_NET_MAX_DIMS)
+            return kt_err_set(KT_EINVAL, "--input %s: more than %d dimensions", spec,
+                              KT_NET_MAX_DIMS);
+        char *end = NULL;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 1 || v > KT_TE_MAX_EXTENT || (*end && *end != 'x' && *end != ','))
+            return kt_err_set(KT_EINVAL, "--input %s: dimensions must be positive integers "
+                              "separated by 'x'", spec);
+        out->dims[out->ndim++] = v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return kt_err_set(KT_EINVAL, "--input %s: a dimension is missing at the end", spec);
+    }
+    if (out->ndim == 0)
+        return kt_err_set(KT_EINVAL, "--input %s: no dimensions", spec);
+    return KT_OK;
+}

@@ -1,0 +1,618 @@
+/* Operator library: compute DAGs of common tensor operators (see ops.h). */
+#include "ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/err.h"
+
+static const char *const epi_names[KT_EPI__COUNT] = {
+    [KT_EPI_BIAS_ADD] = "bias_add", [KT_EPI_RELU] = "relu", [KT_EPI_ADD] = "add",
+    [KT_EPI_GELU] = "gelu",
+};
+
+const char *kt_ops_epilogue_name(kt_epilogue_t e)
+{
+    return (unsigned)e < KT_EPI__COUNT ? epi_names[e] : NULL;
+}
+
+int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out)
+{
+    for (int i = 0; i < KT_EPI__COUNT; i++)
+        if (name && strcmp(name, epi_names[i]) == 0) {
+            *out = (kt_epilogue_t)i;
+            return KT_OK;
+        }
+    return kt_err_set(KT_EINVAL, "unknown epilogue '%s' (expected bias_add, relu, add or gelu)",
+                      name ? name : "");
+}
+
+kt_conv2d_params_t kt_ops_conv2d_default(void)
+{
+    kt_conv2d_params_t p = {{1, 1}, {0, 0, 0, 0}, {1, 1}};
+    return p;
+}
+
+/* ---- small expression helpers -------------------------------------------- */
+
+static kt_expr_t *ax(kt_dag_t *d, int a) { return kt_ex_axis(d, a); }
+static kt_expr_t *ci(kt_dag_t *d, int64_t v) { return kt_ex_int(d, v); }
+static kt_expr_t *cf(kt_dag_t *d, double v) { return kt_ex_float(d, v); }
+static kt_expr_t *add(kt_dag_t *d, kt_expr_t *a, kt_expr_t *b) { return kt_ex_bin(d, KT_EX_ADD, a, b); }
+static kt_expr_t *sub(kt_dag_t *d, kt_expr_t *a, kt_expr_t *b) { return kt_ex_bin(d, KT_EX_SUB, a, b); }
+static kt_expr_t *mul(kt_dag_t *d, kt_expr_t *a, kt_expr_t *b) { return kt_ex_bin(d, KT_EX_MUL, a, b); }
+static kt_expr_t *div_f(kt_dag_t *d, kt_expr_t *a, kt_expr_t *b) { return kt_ex_bin(d, KT_EX_DIV, a, b); }
+
+/* axis*mul, printed without the "*1". */
+static kt_expr_t *scaled(kt_dag_t *d, int axis, int64_t m)
+{
+    return m == 1 ? ax(d, axis) : mul(d, ax(d, axis), ci(d, m));
+}
+
+/* Load with all-axis indices given as stage-axis numbers (-1 means constant 0). */
+static kt_expr_t *load_axes(kt_dag_t *d, int tensor, int n, const int *axes)
+{
+    kt_expr_t *idx[KT_TE_MAX_DIMS];
+    for (int i = 0; i < n; i++)
+        idx[i] = axes[i] < 0 ? ci(d, 0) : ax(d, axes[i]);
+    return kt_ex_load(d, tensor, n, idx);
+}
+
+static kt_expr_t *load_identity(kt_dag_t *d, int tensor, int n)
+{
+    int axes[KT_TE_MAX_DIMS] = {0};
+    for (int i = 0; i < n; i++)
+        axes[i] = i;
+    return load_axes(d, tensor, n, axes);
+}
+
+/* base, or base_1, base_2, ... when taken. */
+static void unique_name(const kt_dag_t *d, const char *base, char *out)
+{
+    for (int k = 0;; k++) {
+        if (k == 0)
+            snprintf(out, KT_TE_MAX_NAME, "%s", base);
+        else
+            snprintf(out, KT_TE_MAX_NAME, "%s_%d", base, k);
+        int taken = 0;
+        for (int i = 0; i < kt_dag_num_stages(d); i++)
+            if (strcmp(kt_dag_stage(d, i)->name, out) == 0)
+                taken = 1;
+        if (!taken)
+            return;
+    }
+}
+
+static int check_dim(const char *field, int64_t v)
+{
+    if (v < 1 || v > KT_TE_MAX_EXTENT)
+        return kt_err_set(KT_EINVAL, "field '%s' must be in 1..%lld (got %lld)", field,
+                          (long long)KT_TE_MAX_EXTENT, (long long)v);
+    return KT_OK;
+}
+
+static const char *const ax4[] = {"ax0", "ax1", "ax2", "ax3", "ax4", "ax5", "ax6", "ax7"};
+
+/* Append the epilogue stages after stage `last`; returns the new last stage
+ * or negative. chan: the axis bias_add broadcasts over. */
+static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epilogue_t *epi, int nepi)
+{
+    if (nepi < 0 || nepi > KT_OPS_MAX_EPILOGUE || (nepi > 0 && !epi))
+        return kt_err_set(KT_EINVAL, "field 'epilogue' has more than %d entries",
+                          KT_OPS_MAX_EPILOGUE);
+    const kt_stage_t *out = kt_dag_stage(d, last);
+    int n = out->ndim;
+    int64_t shape[KT_TE_MAX_DIMS];
+    memcpy(shape, out->shape, sizeof(shape));
+    for (int e = 0; e < nepi; e++) {
+        char name[KT_TE_MAX_NAME], pname[KT_TE_MAX_NAME];
+        int ph = -1;
+        kt_expr_t *x = NULL, *body = NULL;
+        switch (epi[e]) {
+        case KT_EPI_BIAS_ADD: {
+            unique_name(d, "bias", pname);
+            ph = kt_dag_placeholder(d, pname, 1, &shape[chan]);
+            unique_name(d, "T_bias_add", name);
+            break;
+        }
+        case KT_EPI_ADD:
+            unique_name(d, "residual", pname);
+            ph = kt_dag_placeholder(d, pname, n, shape);
+            unique_name(d, "T_add", name);
+            break;
+        case KT_EPI_RELU:
+            unique_name(d, "T_relu", name);
+            break;
+        case KT_EPI_GELU:
+            unique_name(d, "T_gelu", name);
+            break;
+        default:
+            return kt_err_set(KT_EINVAL, "field 'epilogue': bad entry %d", (int)epi[e]);
+        }
+        if ((epi[e] == KT_EPI_BIAS_ADD || epi[e] == KT_EPI_ADD) && ph < 0)
+            return ph;
+        int s = kt_dag_compute(d, name, "elemwise", n, shape, ax4, 0, NULL, NULL, KT_RED_NONE);
+        if (s < 0)
+            return s;
+        x = load_identity(d, last, n);
+        switch (epi[e]) {
+        case KT_EPI_BIAS_ADD: {
+            int c = chan;
+            body = add(d, x, load_axes(d, ph, 1, &c));
+            break;
+        }
+        case KT_EPI_ADD:
+            body = add(d, x, load_identity(d, ph, n));
+            break;
+        case KT_EPI_RELU:
+            body = kt_ex_bin(d, KT_EX_MAX, x, cf(d, 0.0));
+            break;
+        default: {
+            kt_expr_t *x2 = load_identity(d, last, n);
+            kt_expr_t *erfv = kt_ex_call(d, KT_FN_ERF, mul(d, x2, cf(d, M_SQRT1_2)));
+            body = mul(d, mul(d, x, cf(d, 0.5)), add(d, cf(d, 1.0), erfv));
+            break;
+        }
+        }
+        int rc = kt_dag_set_body(d, s, body);
+        if (rc)
+            return rc;
+        last = s;
+    }
+    return last;
+}
+
+static kt_dag_t *finish(kt_dag_t *d, int rc)
+{
+    if (rc >= 0)
+        rc = kt_dag_finalize(d);
+    if (rc < 0) {
+        kt_dag_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* ---- matmul family -------------------------------------------------------- */
+
+kt_dag_t *kt_ops_matmul(int64_t M, int64_t N, int64_t K, int b_transposed,
+                        const kt_epilogue_t *epi, int nepi)
+{
+    if (check_dim("M", M) || check_dim("N", N) || check_dim("K", K))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
+    if (b_transposed) {
+        sb[0] = N;
+        sb[1] = K;
+    }
+    int a = kt_dag_placeholder(d, "A", 2, sa);
+    int b = kt_dag_placeholder(d, "B", 2, sb);
+    static const char *const axn[] = {"i", "j"}, *const rn[] = {"k"};
+    int c = kt_dag_compute(d, "C", b_transposed ? "matmul_nt" : "matmul", 2, sc, axn, 1, &K, rn,
+                           KT_RED_SUM);
+    if (a < 0 || b < 0 || c < 0)
+        return finish(d, -1);
+    int ia[2] = {0, 2}, ib[2] = {2, 1}, ibt[2] = {1, 2};
+    int rc = kt_dag_set_body(d, c, mul(d, load_axes(d, a, 2, ia),
+                                       load_axes(d, b, 2, b_transposed ? ibt : ib)));
+    return finish(d, rc ? rc : add_epilogues(d, c, 1, epi, nepi));
+}
+
+kt_dag_t *kt_ops_dense(int64_t M, int64_t N, int64_t K, const kt_epilogue_t *epi, int nepi)
+{
+    if (check_dim("M", M) || check_dim("N", N) || check_dim("K", K))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int64_t sa[2] = {M, K}, sb[2] = {N, K}, sc[2] = {M, N};
+    int a = kt_dag_placeholder(d, "data", 2, sa);
+    int b = kt_dag_placeholder(d, "weight", 2, sb);
+    static const char *const axn[] = {"i", "j"}, *const rn[] = {"k"};
+    int c = kt_dag_compute(d, "T_dense", "dense", 2, sc, axn, 1, &K, rn, KT_RED_SUM);
+    if (a < 0 || b < 0 || c < 0)
+        return finish(d, -1);
+    int ia[2] = {0, 2}, ib[2] = {1, 2};
+    int rc = kt_dag_set_body(d, c, mul(d, load_axes(d, a, 2, ia), load_axes(d, b, 2, ib)));
+    return finish(d, rc ? rc : add_epilogues(d, c, 1, epi, nepi));
+}
+
+kt_dag_t *kt_ops_batch_matmul(int64_t B, int64_t M, int64_t N, int64_t K,
+                              const kt_epilogue_t *epi, int nepi)
+{
+    if (check_dim("B", B) || check_dim("M", M) || check_dim("N", N) || check_dim("K", K))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int64_t sa[3] = {B, M, K}, sb[3] = {B, K, N}, sc[3] = {B, M, N};
+    int a = kt_dag_placeholder(d, "A", 3, sa);
+    int b = kt_dag_placeholder(d, "B", 3, sb);
+    static const char *const axn[] = {"b", "i", "j"}, *const rn[] = {"k"};
+    int c = kt_dag_compute(d, "C", "batch_matmul", 3, sc, axn, 1, &K, rn, KT_RED_SUM);
+    if (a < 0 || b < 0 || c < 0)
+        return finish(d, -1);
+    int ia[3] = {0, 1, 3}, ib[3] = {0, 3, 2};
+    int rc = kt_dag_set_body(d, c, mul(d, load_axes(d, a, 3, ia), load_axes(d, b, 3, ib)));
+    return finish(d, rc ? rc : add_epilogues(d, c, 2, epi, nepi));
+}
+
+/* ---- windows: conv, depthwise, pool --------------------------------------- */
+
+static int check_params(const kt_conv2d_params_t *p)
+{
+    for (int i = 0; i < 2; i++) {
+        if (p->stride[i] < 1 || p->stride[i] > 1024)
+            return kt_err_set(KT_EINVAL, "field 'stride' must hold values in 1..1024");
+        if (p->dilation[i] < 1 || p->dilation[i] > 1024)
+            return kt_err_set(KT_EINVAL, "field 'dilation' must hold values in 1..1024");
+    }
+    for (int i = 0; i < 4; i++)
+        if (p->pad[i] < 0 || p->pad[i] > 1024)
+            return kt_err_set(KT_EINVAL, "field 'padding' must hold values in 0..1024");
+    return KT_OK;
+}
+
+/* Output extent of a window; dim "H" or "W" names the fields in errors. */
+static int window_out(const char *dim, const char *kdim, int64_t in, int64_t plo, int64_t phi,
+                      int64_t k, int64_t s, int64_t dil, int64_t *out)
+{
+    int64_t span = in + plo + phi - dil * (k - 1) - 1;
+    if (span < 0)
+        return kt_err_set(KT_EINVAL,
+                          "inconsistent shapes: the %s window (dilation*(%s-1)+1 = %lld) is larger "
+                          "than the padded input (%s + padding = %lld), output size would be <= 0",
+                          kdim, kdim, (long long)(dil * (k - 1) + 1), dim,
+                          (long long)(in + plo + phi));
+    *out = span / s + 1;
+    return KT_OK;
+}
+
+/* Adds the pad stage for a 4-D input whose spatial dims are hd, hd+1, or
+ * returns `data` itself when there is no padding. */
+static int add_pad(kt_dag_t *d, int data, int hd, const kt_conv2d_params_t *p, double value)
+{
+    if (p->pad[0] == 0 && p->pad[1] == 0 && p->pad[2] == 0 && p->pad[3] == 0)
+        return data;
+    const kt_stage_t *in = kt_dag_stage(d, data);
+    int64_t shape[4];
+    memcpy(shape, in->shape, sizeof(shape));
+    int64_t H = shape[hd], W = shape[hd + 1];
+    shape[hd] += p->pad[0] + p->pad[2];
+    shape[hd + 1] += p->pad[1] + p->pad[3];
+    static const char *const an[] = {"i0", "i1", "i2", "i3"};
+    int s = kt_dag_compute(d, "pad_temp", "pad", 4, shape, an, 0, NULL, NULL, KT_RED_NONE);
+    if (s < 0)
+        return s;
+    kt_expr_t *cond = NULL, *idx[4];
+    const int64_t lo[2] = {p->pad[0], p->pad[1]}, ext[2] = {H, W}, hi[2] = {p->pad[2], p->pad[3]};
+    for (int i = 0; i < 4; i++)
+        idx[i] = ax(d, i);
+    for (int k = 0; k < 2; k++) {
+        int a = hd + k;
+        kt_expr_t *terms[2] = {NULL, NULL};
+        if (lo[k] > 0) {
+            terms[0] = kt_ex_bin(d, KT_EX_GE, ax(d, a), ci(d, lo[k]));
+            idx[a] = sub(d, ax(d, a), ci(d, lo[k]));
+        }
+        if (hi[k] > 0)
+            terms[1] = kt_ex_bin(d, KT_EX_LT, ax(d, a), ci(d, lo[k] + ext[k]));
+        for (int t = 0; t < 2; t++)
+            if (terms[t])
+                cond = cond ? kt_ex_bin(d, KT_EX_AND, cond, terms[t]) : terms[t];
+    }
+    kt_expr_t *body = kt_ex_select(d, cond, kt_ex_load(d, data, 4, idx), cf(d, value));
+    int rc = kt_dag_set_body(d, s, body);
+    return rc ? rc : s;
+}
+
+/* index = axis*stride + raxis*dilation */
+static kt_expr_t *win(kt_dag_t *d, int axis, int64_t stride, int raxis, int64_t dil)
+{
+    return add(d, scaled(d, axis, stride), scaled(d, raxis, dil));
+}
+
+static kt_dag_t *conv2d(int nchw, int64_t N, int64_t H, int64_t W, int64_t CI, int64_t CO,
+                        int64_t KH, int64_t KW, const kt_conv2d_params_t *pp,
+                        const kt_epilogue_t *epi, int nepi)
+{
+    kt_conv2d_params_t p = pp ? *pp : kt_ops_conv2d_default();
+    if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("CI", CI) ||
+        check_dim("CO", CO) || check_dim("KH", KH) || check_dim("KW", KW) || check_params(&p))
+        return NULL;
+    int64_t OH = 0, OW = 0;
+    if (window_out("H", "KH", H, p.pad[0], p.pad[2], KH, p.stride[0], p.dilation[0], &OH) ||
+        window_out("W", "KW", W, p.pad[1], p.pad[3], KW, p.stride[1], p.dilation[1], &OW))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int64_t sd[4], sw[4], so[4];
+    if (nchw) {
+        int64_t a[4] = {N, CI, H, W}, b[4] = {CO, CI, KH, KW}, c[4] = {N, CO, OH, OW};
+        memcpy(sd, a, sizeof(sd)), memcpy(sw, b, sizeof(sw)), memcpy(so, c, sizeof(so));
+    } else {
+        int64_t a[4] = {N, H, W, CI}, b[4] = {KH, KW, CI, CO}, c[4] = {N, OH, OW, CO};
+        memcpy(sd, a, sizeof(sd)), memcpy(sw, b, sizeof(sw)), memcpy(so, c, sizeof(so));
+    }
+    int data = kt_dag_placeholder(d, "data", 4, sd);
+    if (data < 0)
+        return finish(d, data);
+    int pad = add_pad(d, data, nchw ? 2 : 1, &p, 0.0);
+    int wt = kt_dag_placeholder(d, "weight", 4, sw);
+    if (pad < 0 || wt < 0)
+        return finish(d, -1);
+    int rc, out;
+    if (nchw) {
+        /* axes nn ff yy xx | rc ry rx = 0 1 2 3 | 4 5 6 */
+        static const char *const an[] = {"nn", "ff", "yy", "xx"}, *const rn[] = {"rc", "ry", "rx"};
+        int64_t rext[3] = {CI, KH, KW};
+        out = kt_dag_compute(d, "conv2d_nchw", "conv2d_nchw", 4, so, an, 3, rext, rn, KT_RED_SUM);
+        if (out < 0)
+            return finish(d, out);
+        kt_expr_t *di[4] = {ax(d, 0), ax(d, 4), win(d, 2, p.stride[0], 5, p.dilation[0]),
+                            win(d, 3, p.stride[1], 6, p.dilation[1])};
+        int wi[4] = {1, 4, 5, 6};
+        rc = kt_dag_set_body(d, out, mul(d, kt_ex_load(d, pad, 4, di), load_axes(d, wt, 4, wi)));
+    } else {
+        /* axes nn yy xx ff | ry rx rc = 0 1 2 3 | 4 5 6 */
+        static const char *const an[] = {"nn", "yy", "xx", "ff"}, *const rn[] = {"ry", "rx", "rc"};
+        int64_t rext[3] = {KH, KW, CI};
+        out = kt_dag_compute(d, "conv2d_nhwc", "conv2d_nhwc", 4, so, an, 3, rext, rn, KT_RED_SUM);
+        if (out < 0)
+            return finish(d, out);
+        kt_expr_t *di[4] = {ax(d, 0), win(d, 1, p.stride[0], 4, p.dilation[0]),
+                            win(d, 2, p.stride[1], 5, p.dilation[1]), ax(d, 6)};
+        int wi[4] = {4, 5, 6, 3};
+        rc = kt_dag_set_body(d, out, mul(d, kt_ex_load(d, pad, 4, di), load_axes(d, wt, 4, wi)));
+    }
+    return finish(d, rc ? rc : add_epilogues(d, out, nchw ? 1 : 3, epi, nepi));
+}
+
+kt_dag_t *kt_ops_conv2d_nhwc(int64_t N, int64_t H, int64_t W, int64_t CI, int64_t CO,
+                             int64_t KH, int64_t KW, const kt_conv2d_params_t *p,
+                             const kt_epilogue_t *epi, int nepi)
+{
+    return conv2d(0, N, H, W, CI, CO, KH, KW, p, epi, nepi);
+}
+
+kt_dag_t *kt_ops_conv2d_nchw(int64_t N, int64_t H, int64_t W, int64_t CI, int64_t CO,
+                             int64_t KH, int64_t KW, const kt_conv2d_params_t *p,
+                             const kt_epilogue_t *epi, int nepi)
+{
+    return conv2d(1, N, H, W, CI, CO, KH, KW, p, epi, nepi);
+}
+
+kt_dag_t *kt_ops_depthwise_conv2d_nhwc(int64_t N, int64_t H, int64_t W, int64_t C, int64_t KH,
+                                       int64_t KW, const kt_conv2d_params_t *pp,
+                                       const kt_epilogue_t *epi, int nepi)
+{
+    kt_conv2d_params_t p = pp ? *pp : kt_ops_conv2d_default();
+    if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("C", C) ||
+        check_dim("KH", KH) || check_dim("KW", KW) || check_params(&p))
+        return NULL;
+    int64_t OH = 0, OW = 0;
+    if (window_out("H", "KH", H, p.pad[0], p.pad[2], KH, p.stride[0], p.dilation[0], &OH) ||
+        window_out("W", "KW", W, p.pad[1], p.pad[3], KW, p.stride[1], p.dilation[1], &OW))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int64_t sd[4] = {N, H, W, C}, sw[4] = {KH, KW, C, 1}, so[4] = {N, OH, OW, C};
+    int data = kt_dag_placeholder(d, "data", 4, sd);
+    if (data < 0)
+        return finish(d, data);
+    int pad = add_pad(d, data, 1, &p, 0.0);
+    int wt = kt_dag_placeholder(d, "weight", 4, sw);
+    /* axes b i j c | di dj = 0 1 2 3 | 4 5 */
+    static const char *const an[] = {"b", "i", "j", "c"}, *const rn[] = {"di", "dj"};
+    int64_t rext[2] = {KH, KW};
+    int out = kt_dag_compute(d, "depthwise_conv2d_nhwc", "depthwise_conv2d_nhwc", 4, so, an, 2,
+                             rext, rn, KT_RED_SUM);
+    if (pad < 0 || wt < 0 || out < 0)
+        return finish(d, -1);
+    kt_expr_t *di[4] = {ax(d, 0), win(d, 1, p.stride[0], 4, p.dilation[0]),
+                        win(d, 2, p.stride[1], 5, p.dilation[1]), ax(d, 3)};
+    int wi[4] = {4, 5, 3, -1};
+    int rc = kt_dag_set_body(d, out, mul(d, kt_ex_load(d, pad, 4, di), load_axes(d, wt, 4, wi)));
+    return finish(d, rc ? rc : add_epilogues(d, out, 3, epi, nepi));
+}
+
+/* Elements of a pool window inside the input along one axis:
+ * min(o*s - plo + k, in) - max(o*s - plo, 0). */
+static kt_expr_t *inside(kt_dag_t *d, int axis, int64_t s, int64_t plo, int64_t k, int64_t in)
+{
+    kt_expr_t *start = sub(d, scaled(d, axis, s), ci(d, plo));
+    kt_expr_t *start2 = sub(d, scaled(d, axis, s), ci(d, plo));
+    kt_expr_t *end = kt_ex_bin(d, KT_EX_MIN, add(d, start, ci(d, k)), ci(d, in));
+    return sub(d, end, kt_ex_bin(d, KT_EX_MAX, start2, ci(d, 0)));
+}
+
+kt_dag_t *kt_ops_pool2d_nhwc(kt_pool_kind_t kind, int64_t N, int64_t H, int64_t W, int64_t C,
+                             int64_t KH, int64_t KW, const kt_conv2d_params_t *pp)
+{
+    kt_conv2d_params_t p = pp ? *pp : kt_ops_conv2d_default();
+    if (kind != KT_POOL_MAX && kind != KT_POOL_AVG) {
+        kt_err_set(KT_EINVAL, "field 'kind' must be \"max\" or \"avg\"");
+        return NULL;
+    }
+    if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("C", C) ||
+        check_dim("KH", KH) || check_dim("KW", KW) || check_params(&p))
+        return NULL;
+    if (p.dilation[0] != 1 || p.dilation[1] != 1) {
+        kt_err_set(KT_EINVAL, "field 'dilation' is not supported by pool2d");
+        return NULL;
+    }
+    if (p.pad[0] >= KH || p.pad[2] >= KH || p.pad[1] >= KW || p.pad[3] >= KW) {
+        kt_err_set(KT_EINVAL, "field 'padding' must be smaller than the window (KH, KW)");
+        return NULL;
+    }
+    int64_t OH = 0, OW = 0;
+    if (window_out("H", "KH", H, p.pad[0], p.pad[2], KH, p.stride[0], 1, &OH) ||
+        window_out("W", "KW", W, p.pad[1], p.pad[3], KW, p.stride[1], 1, &OW))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int64_t sd[4] = {N, H, W, C}, so[4] = {N, OH, OW, C};
+    int data = kt_dag_placeholder(d, "data", 4, sd);
+    if (data < 0)
+        return finish(d, data);
+    int pad = add_pad(d, data, 1, &p, kind == KT_POOL_MAX ? -INFINITY : 0.0);
+    static const char *const rn[] = {"rv0", "rv1"};
+    int64_t rext[2] = {KH, KW};
+    int red = kt_dag_compute(d, kind == KT_POOL_MAX ? "pool_max" : "pool_sum",
+                             kind == KT_POOL_MAX ? "pool_max" : "pool_sum", 4, so, ax4, 2, rext,
+                             rn, kind == KT_POOL_MAX ? KT_RED_MAX : KT_RED_SUM);
+    if (pad < 0 || red < 0)
+        return finish(d, -1);
+    /* axes ax0..ax3 | rv0 rv1 = 0..3 | 4 5 */
+    kt_expr_t *di[4] = {ax(d, 0), win(d, 1, p.stride[0], 4, 1), win(d, 2, p.stride[1], 5, 1),
+                        ax(d, 3)};
+    int rc = kt_dag_set_body(d, red, kt_ex_load(d, pad, 4, di));
+    if (rc || kind == KT_POOL_MAX)
+        return finish(d, rc);
+    int avg = kt_dag_compute(d, "pool_avg", "pool_avg", 4, so, ax4, 0, NULL, NULL, KT_RED_NONE);
+    if (avg < 0)
+        return finish(d, avg);
+    kt_expr_t *count;
+    if (p.pad[0] == 0 && p.pad[1] == 0 && p.pad[2] == 0 && p.pad[3] == 0)
+        count = cf(d, (double)(KH * KW));   /* every window lies inside the input */
+    else
+        count = kt_ex_cast(d, KT_DT_F32,
+                           mul(d, inside(d, 1, p.stride[0], p.pad[0], KH, H),
+                               inside(d, 2, p.stride[1], p.pad[1], KW, W)));
+    rc = kt_dag_set_body(d, avg, div_f(d, load_identity(d, red, 4), count));
+    return finish(d, rc);
+}
+
+kt_dag_t *kt_ops_global_avg_pool_nhwc(int64_t N, int64_t H, int64_t W, int64_t C)
+{
+    if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("C", C))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int64_t sd[4] = {N, H, W, C}, so[4] = {N, 1, 1, C}, rext[2] = {H, W};
+    int data = kt_dag_placeholder(d, "data", 4, sd);
+    static const char *const rn[] = {"rv0", "rv1"};
+    int sum = kt_dag_compute(d, "adaptive_pool_sum", "global_pool_sum", 4, so, ax4, 2, rext, rn,
+                             KT_RED_SUM);
+    int avg = kt_dag_compute(d, "adaptive_pool_avg", "global_pool_avg", 4, so, ax4, 0, NULL, NULL,
+                             KT_RED_NONE);
+    if (data < 0 || sum < 0 || avg < 0)
+        return finish(d, -1);
+    int di[4] = {0, 4, 5, 3};
+    int rc = kt_dag_set_body(d, sum, load_axes(d, data, 4, di));
+    if (!rc)
+        rc = kt_dag_set_body(d, avg, div_f(d, load_identity(d, sum, 4), cf(d, (double)(H * W))));
+    return finish(d, rc);
+}
+
+/* ---- normalizations over the last axis ------------------------------------- */
+
+static const char *const in_names[] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
+
+static int check_shape(int ndim, const int64_t *shape)
+{
+    if (ndim < 2 || ndim > KT_TE_MAX_DIMS || !shape)
+        return kt_err_set(KT_EINVAL, "field 'shape' must have 2..%d dimensions", KT_TE_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 1 || shape[i] > KT_TE_MAX_EXTENT)
+            return kt_err_set(KT_EINVAL, "field 'shape' must hold values in 1..%lld",
+                              (long long)KT_TE_MAX_EXTENT);
+    return KT_OK;
+}
+
+/* Load of a rank-n tensor at the row axes 0..n-2 and `last` (an axis number). */
+static kt_expr_t *load_row(kt_dag_t *d, int tensor, int n, int last)
+{
+    int axes[KT_TE_MAX_DIMS] = {0};
+    for (int i = 0; i < n - 1; i++)
+        axes[i] = i;
+    axes[n - 1] = last;
+    return load_axes(d, tensor, n, axes);
+}
+
+kt_dag_t *kt_ops_softmax(int ndim, const int64_t *shape)
+{
+    if (check_shape(ndim, shape))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int n = ndim, r = ndim - 1;   /* the reduce axis's number in a rank n-1 stage */
+    const int64_t D = shape[n - 1];
+    static const char *const kn[] = {"k"};
+    int x = kt_dag_placeholder(d, "data", n, shape);
+    int mx = kt_dag_compute(d, "T_softmax_maxelem", "softmax_max", n - 1, shape, in_names, 1, &D,
+                            kn, KT_RED_MAX);
+    int ex = kt_dag_compute(d, "T_softmax_exp", "softmax_exp", n, shape, in_names, 0, NULL, NULL,
+                            KT_RED_NONE);
+    int sm = kt_dag_compute(d, "T_softmax_expsum", "softmax_sum", n - 1, shape, in_names, 1, &D,
+                            kn, KT_RED_SUM);
+    int no = kt_dag_compute(d, "T_softmax_norm", "softmax_norm", n, shape, in_names, 0, NULL,
+                            NULL, KT_RED_NONE);
+    if (x < 0 || mx < 0 || ex < 0 || sm < 0 || no < 0)
+        return finish(d, -1);
+    int rc = kt_dag_set_body(d, mx, load_row(d, x, n, r));
+    if (!rc)
+        rc = kt_dag_set_body(d, ex, kt_ex_call(d, KT_FN_EXP,
+                                               sub(d, load_identity(d, x, n),
+                                                   load_identity(d, mx, n - 1))));
+    if (!rc)
+        rc = kt_dag_set_body(d, sm, load_row(d, ex, n, n - 1));
+    if (!rc)
+        rc = kt_dag_set_body(d, no, div_f(d, load_identity(d, ex, n), load_identity(d, sm, n - 1)));
+    return finish(d, rc);
+}
+
+kt_dag_t *kt_ops_layer_norm(int ndim, const int64_t *shape, int affine)
+{
+    if (check_shape(ndim, shape))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int n = ndim;
+    const int64_t D = shape[n - 1];
+    const double fD = (double)D;
+    static const char *const kn[] = {"k"};
+    int x = kt_dag_placeholder(d, "data", n, shape);
+    int mean = kt_dag_compute(d, "T_ln_mean", "layer_norm_mean", n - 1, shape, in_names, 1, &D,
+                              kn, KT_RED_SUM);
+    int var = kt_dag_compute(d, "T_ln_var", "layer_norm_var", n - 1, shape, in_names, 1, &D, kn,
+                             KT_RED_SUM);
+    int gamma = -1, beta = -1;
+    if (affine) {
+        gamma = kt_dag_placeholder(d, "gamma", 1, &D);
+        beta = kt_dag_placeholder(d, "beta", 1, &D);
+    }
+    int out = kt_dag_compute(d, "T_layer_norm", "layer_norm", n, shape, in_names, 0, NULL, NULL,
+                             KT_RED_NONE);
+    if (x < 0 || mean < 0 || var < 0 || out < 0 || (affine && (gamma < 0 || beta < 0)))
+        return finish(d, -1);
+    /* Rank n-1 stages: axes 0..n-2 spatial, n-1 the reduce axis k. */
+    int rc = kt_dag_set_body(d, mean, div_f(d, load_row(d, x, n, n - 1), cf(d, fD)));
+    if (!rc) {
+        kt_expr_t *dev1 = sub(d, load_row(d, x, n, n - 1), load_identity(d, mean, n - 1));
+        kt_expr_t *dev2 = sub(d, load_row(d, x, n, n - 1), load_identity(d, mean, n - 1));
+        rc = kt_dag_set_body(d, var, div_f(d, mul(d, dev1, dev2), cf(d, fD)));
+    }
+    if (!rc) {
+        kt_expr_t *norm = mul(d, sub(d, load_identity(d, x, n), load_identity(d, mean, n - 1)),
+                              kt_ex_call(d, KT_FN_RSQRT, add(d, load_identity(d, var, n - 1),
+                                                             cf(d, KT_OPS_LN_EPS))));
+        if (affine) {
+            int last = n - 1;
+            norm = add(d, mul(d, norm, load_axes(d, gamma, 1, &last)),
+                       load_axes(d, beta, 1, &last));
+        }
+        rc = kt_dag_set_body(d, out, norm);
+    }
+    return finish(d, rc);
+}

@@ -1,0 +1,495 @@
+/* Workload JSON -> operator DAG, canonical JSON and workload key. */
+#include "workload.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ops.h"
+#include "util/err.h"
+#include "util/sbuf.h"
+#include "util/util.h"
+
+struct kt_workload {
+    kt_dag_t *dag;
+    char op[32];
+    char *key;
+    char *json;
+    double flops;
+};
+
+/* ---- field readers ------------------------------------------------------- */
+
+#define MAX_FIELDS 16
+
+/* The fields one op accepts, filled while reading, to reject unknown ones. */
+typedef struct {
+    json_t *obj;
+    json_t *canon;   /* canonical object being built */
+    const char *seen[MAX_FIELDS];
+    int nseen;
+} reader_t;
+
+static void mark(reader_t *r, const char *field)
+{
+    if (r->nseen < MAX_FIELDS)
+        r->seen[r->nseen++] = field;
+}
+
+static int get_int(reader_t *r, const char *field, int64_t *out)
+{
+    mark(r, field);
+    json_t *v = json_object_get(r->obj, field);
+    if (!v)
+        return kt_err_set(KT_EINVAL, "field '%s' is missing", field);
+    if (!json_is_integer(v))
+        return kt_err_set(KT_EINVAL, "field '%s' must be an integer", field);
+    json_int_t x = json_integer_value(v);
+    if (x < 1 || x > KT_TE_MAX_EXTENT)
+        return kt_err_set(KT_EINVAL, "field '%s' must be a positive integer up to %lld (got %lld)",
+                          field, (long long)KT_TE_MAX_EXTENT, (long long)x);
+    *out = (int64_t)x;
+    json_object_set_new(r->canon, field, json_integer(x));
+    return KT_OK;
+}
+
+/* An array of `n` integers (n2 alternatively, when non-zero) >= min. */
+static int get_ints(reader_t *r, const char *field, int n, int n2, int64_t min, int64_t *out,
+                    int *count)
+{
+    mark(r, field);
+    json_t *v = json_object_get(r->obj, field);
+    if (!v)
+        return 1;   /* absent: caller fills the default */
+    size_t len = json_is_array(v) ? json_array_size(v) : 0;
+    if (!json_is_array(v) || (len != (size_t)n && (n2 == 0 || len != (size_t)n2))) {
+        if (n2)
+            return kt_err_set(KT_EINVAL, "field '%s' must be an array of %d or %d integers",
+                              field, n, n2);
+        return kt_err_set(KT_EINVAL, "field '%s' must be an array of %d integers", field, n);
+    }
+    for (size_t i = 0; i < len; i++) {
+        json_t *e = json_array_get(v, i);
+        if (!json_is_integer(e))
+            return kt_err_set(KT_EINVAL, "field '%s' must hold integers", field);
+        json_int_t x = json_integer_value(e);
+        if (x < min || x > KT_TE_MAX_EXTENT)
+            return kt_err_set(KT_EINVAL, "field '%s' must hold integers >= %lld (got %lld)", field,
+                              (long long)min, (long long)x);
+        out[i] = (int64_t)x;
+    }
+    *count = (int)len;
+    return KT_OK;
+}
+
+static json_t *int_array(const int64_t *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer((json_int_t)v[i]));
+    return a;
+}
+
+static int get_window(reader_t *r, int dilation, kt_conv2d_params_t *p)
+{
+    *p = kt_ops_conv2d_default();
+    int n = 0, rc;
+    if ((rc = get_ints(r, "stride", 2, 0, 1, p->stride, &n)) < 0)
+        return rc;
+    int64_t pad[4] = {0, 0, 0, 0};
+    rc = get_ints(r, "padding", 2, 4, 0, pad, &n);
+    if (rc < 0)
+        return rc;
+    if (rc == 0 && n == 2) {
+        pad[2] = pad[0];
+        pad[3] = pad[1];
+    }
+    memcpy(p->pad, pad, sizeof(pad));
+    if (dilation && (rc = get_ints(r, "dilation", 2, 0, 1, p->dilation, &n)) < 0)
+        return rc;
+    json_object_set_new(r->canon, "stride", int_array(p->stride, 2));
+    int sym = pad[0] == pad[2] && pad[1] == pad[3];
+    json_object_set_new(r->canon, "padding", int_array(pad, sym ? 2 : 4));
+    if (dilation)
+        json_object_set_new(r->canon, "dilation", int_array(p->dilation, 2));
+    return KT_OK;
+}
+
+static int get_epilogue(reader_t *r, kt_epilogue_t *epi, int *nepi)
+{
+    mark(r, "epilogue");
+    *nepi = 0;
+    json_t *v = json_object_get(r->obj, "epilogue");
+    json_t *canon = json_array();
+    json_object_set_new(r->canon, "epilogue", canon);
+    if (!v)
+        return KT_OK;
+    if (!json_is_array(v))
+        return kt_err_set(KT_EINVAL, "field 'epilogue' must be an array of names");
+    if (json_array_size(v) > KT_OPS_MAX_EPILOGUE)
+        return kt_err_set(KT_EINVAL, "field 'epilogue' has more than %d entries",
+                          KT_OPS_MAX_EPILOGUE);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *e = json_array_get(v, i);
+        if (!json_is_string(e) || kt_ops_epilogue_parse(json_string_value(e), &epi[i]) != 0)
+            return kt_err_set(KT_EINVAL,
+                              "field 'epilogue[%zu]' must be one of \"bias_add\", \"relu\", "
+                              "\"add\", \"gelu\"", i);
+        json_array_append_new(canon, json_string(json_string_value(e)));
+    }
+    *nepi = (int)json_array_size(v);
+    return KT_OK;
+}
+
+static int get_choice(reader_t *r, const char *field, const char *const *choices, int nchoice,
+                      int dflt, int *out)
+{
+    mark(r, field);
+    json_t *v = json_object_get(r->obj, field);
+    int idx = dflt;
+    if (!v && dflt < 0)
+        return kt_err_set(KT_EINVAL, "field '%s' is missing", field);
+    if (v) {
+        idx = -1;
+        for (int i = 0; json_is_string(v) && i < nchoice; i++)
+            if (strcmp(json_string_value(v), choices[i]) == 0)
+                idx = i;
+        if (idx < 0)
+            return kt_err_set(KT_EINVAL, "field '%s' must be \"%s\"%s%s%s", field, choices[0],
+                              nchoice > 1 ? " or \"" : "", nchoice > 1 ? choices[1] : "",
+                              nchoice > 1 ? "\"" : "");
+    }
+    json_object_set_new(r->canon, field, json_string(choices[idx]));
+    *out = idx;
+    return KT_OK;
+}
+
+static int get_shape(reader_t *r, int64_t *shape, int *ndim)
+{
+    mark(r, "shape");
+    json_t *v = json_object_get(r->obj, "shape");
+    if (!v)
+        return kt_err_set(KT_EINVAL, "field 'shape' is missing");
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (n < 2 || n > KT_TE_MAX_DIMS)
+        return kt_err_set(KT_EINVAL, "field 'shape' must be an array of 2..%d positive integers",
+                          KT_TE_MAX_DIMS);
+    int cnt = 0;
+    int rc = get_ints(r, "shape", (int)n, 0, 1, shape, &cnt);
+    if (rc)
+        return rc;
+    *ndim = cnt;
+    json_object_set_new(r->canon, "shape", int_array(shape, cnt));
+    return KT_OK;
+}
+
+static int get_bool(reader_t *r, const char *field, int dflt, int *out)
+{
+    mark(r, field);
+    json_t *v = json_object_get(r->obj, field);
+    if (v && !json_is_boolean(v))
+        return kt_err_set(KT_EINVAL, "field '%s' must be true or false", field);
+    *out = v ? json_is_true(v) : dflt;
+    json_object_set_new(r->canon, field, json_boolean(*out));
+    return KT_OK;
+}
+
+static int reject_unknown(reader_t *r)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(r->obj, key, val) {
+        int known = 0;
+        for (int i = 0; i < r->nseen && !known; i++)
+            known = strcmp(key, r->seen[i]) == 0;
+        if (!known)
+            return kt_err_set(KT_EINVAL, "unknown field '%s'", key);
+    }
+    return KT_OK;
+}
+
+/* ---- ops -------------------------------------------------------------------- */
+
+static const char *const op_names[] = {
+    "matmul", "dense", "batch_matmul", "conv2d_nhwc", "conv2d_nchw", "depthwise_conv2d_nhwc",
+    "pool2d", "global_avg_pool", "softmax", "layer_norm",
+};
+
+static kt_dag_t *build(reader_t *r, int op)
+{
+    kt_epilogue_t epi[KT_OPS_MAX_EPILOGUE];
+    int nepi = 0, choice = 0, ndim = 0, affine = 1;
+    int64_t B, M, N, K, H, W, C, CI, CO, KH, KW, shape[KT_TE_MAX_DIMS];
+    kt_conv2d_params_t p;
+    static const char *const layouts[] = {"NN", "NT"}, *const kinds[] = {"max", "avg"};
+    switch (op) {
+    case 0:
+        if (get_int(r, "M", &M) || get_int(r, "N", &N) || get_int(r, "K", &K) ||
+            get_choice(r, "layout", layouts, 2, 0, &choice) || get_epilogue(r, epi, &nepi) ||
+            reject_unknown(r))
+            return NULL;
+        return kt_ops_matmul(M, N, K, choice, epi, nepi);
+    case 1:
+        if (get_int(r, "M", &M) || get_int(r, "N", &N) || get_int(r, "K", &K) ||
+            get_epilogue(r, epi, &nepi) || reject_unknown(r))
+            return NULL;
+        return kt_ops_dense(M, N, K, epi, nepi);
+    case 2:
+        if (get_int(r, "B", &B) || get_int(r, "M", &M) || get_int(r, "N", &N) ||
+            get_int(r, "K", &K) || get_epilogue(r, epi, &nepi) || reject_unknown(r))
+            return NULL;
+        return kt_ops_batch_matmul(B, M, N, K, epi, nepi);
+    case 3:
+    case 4:
+        if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||
+            get_int(r, "CI", &CI) || get_int(r, "CO", &CO) || get_int(r, "KH", &KH) ||
+            get_int(r, "KW", &KW) || get_window(r, 1, &p) || get_epilogue(r, epi, &nepi) ||
+            reject_unknown(r))
+            return NULL;
+        return op == 3 ? kt_ops_conv2d_nhwc(N, H, W, CI, CO, KH, KW, &p, epi, nepi)
+                       : kt_ops_conv2d_nchw(N, H, W, CI, CO, KH, KW, &p, epi, nepi);
+    case 5:
+        if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||
+            get_int(r, "C", &C) || get_int(r, "KH", &KH) || get_int(r, "KW", &KW) ||
+            get_window(r, 1, &p) || get_epilogue(r, epi, &nepi) || reject_unknown(r))
+            return NULL;
+        return kt_ops_depthwise_conv2d_nhwc(N, H, W, C, KH, KW, &p, epi, nepi);
+    case 6:
+        if (get_choice(r, "kind", kinds, 2, -1, &choice) || get_int(r, "N", &N) ||
+            get_int(r, "H", &H) || get_int(r, "W", &W) || get_int(r, "C", &C) ||
+            get_int(r, "KH", &KH) || get_int(r, "KW", &KW) || get_window(r, 0, &p) ||
+            reject_unknown(r))
+            return NULL;
+        return kt_ops_pool2d_nhwc(choice ? KT_POOL_AVG : KT_POOL_MAX, N, H, W, C, KH, KW, &p);
+    case 7:
+        if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||
+            get_int(r, "C", &C) || reject_unknown(r))
+            return NULL;
+        return kt_ops_global_avg_pool_nhwc(N, H, W, C);
+    case 8:
+        if (get_shape(r, shape, &ndim) || reject_unknown(r))
+            return NULL;
+        return kt_ops_softmax(ndim, shape);
+    default:
+        if (get_shape(r, shape, &ndim) || get_bool(r, "affine", 1, &affine) || reject_unknown(r))
+            return NULL;
+        return kt_ops_layer_norm(ndim, shape, affine);
+    }
+}
+
+/* ---- key ----------------------------------------------------------------- */
+
+static char *make_key(const kt_dag_t *dag)
+{
+    char *text = kt_dag_hash_text(dag);
+    if (!text)
+        return NULL;
+    XXH128_hash_t h = XXH3_128bits(text, strlen(text));
+    free(text);
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    kt_sbuf_printf(&b, "[\"%016llx%016llx\"", (unsigned long long)h.high64,
+                   (unsigned long long)h.low64);
+    /* Placeholders, then outputs, as TVM's keys list the op's arguments. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < kt_dag_num_stages(dag); i++) {
+            const kt_stage_t *s = kt_dag_stage(dag, i);
+            if (pass == 0 ? s->kind != KT_STAGE_PLACEHOLDER : !s->is_output)
+                continue;
+            kt_sbuf_puts(&b, ", [");
+            for (int d = 0; d < s->ndim; d++)
+                kt_sbuf_printf(&b, "%s%lld", d ? ", " : "", (long long)s->shape[d]);
+            kt_sbuf_puts(&b, "]");
+        }
+    kt_sbuf_puts(&b, "]");
+    return kt_sbuf_take(&b);
+}
+
+/* ---- public --------------------------------------------------------------- */
+
+static kt_workload_t *from_json(json_t *obj)
+{
+    if (!json_is_object(obj)) {
+        kt_err_set(KT_EINVAL, "a workload must be a JSON object");
+        return NULL;
+    }
+    json_t *opv = json_object_get(obj, "op");
+    if (!opv) {
+        kt_err_set(KT_EINVAL, "field 'op' is missing");
+        return NULL;
+    }
+    int op = -1;
+    for (size_t i = 0; json_is_string(opv) && i < KT_ARRAY_LEN(op_names); i++)
+        if (strcmp(json_string_value(opv), op_names[i]) == 0)
+            op = (int)i;
+    if (op < 0) {
+        kt_err_set(KT_EINVAL, "field 'op': unknown op %s%s%s (expected matmul, dense, "
+                   "batch_matmul, conv2d_nhwc, conv2d_nchw, depthwise_conv2d_nhwc, pool2d, "
+                   "global_avg_pool, softmax or layer_norm)",
+                   json_is_string(opv) ? "'" : "",
+                   json_is_string(opv) ? json_string_value(opv) : "(not a string)",
+                   json_is_string(opv) ? "'" : "");
+        return NULL;
+    }
+    reader_t r = {.obj = obj, .canon = json_object(), .nseen = 0};
+    if (!r.canon) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    mark(&r, "op");
+    json_object_set_new(r.canon, "op", json_string(op_names[op]));
+    kt_workload_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        json_decref(r.canon);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    w->dag = build(&r, op);
+    if (w->dag)
+        w->json = json_dumps(r.canon, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(r.canon);
+    if (!w->dag) {
+        kt_err_prefix("workload %s", op_names[op]);
+        kt_workload_free(w);
+        return NULL;
+    }
+    snprintf(w->op, sizeof(w->op), "%s", op_names[op]);
+    w->key = make_key(w->dag);
+    w->flops = kt_dag_flop_count(w->dag);
+    if (!w->json || !w->key) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        kt_workload_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+kt_workload_t *kt_workload_parse(const char *json_text)
+{
+    if (!json_text) {
+        kt_err_set(KT_EINVAL, "no workload JSON");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *obj = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!obj) {
+        kt_err_set(KT_EINVAL, "bad workload JSON at line %d column %d: %s", jerr.line,
+                   jerr.column, jerr.text);
+        return NULL;
+    }
+    kt_workload_t *w = from_json(obj);
+    json_decref(obj);
+    return w;
+}
+
+static int load_item(json_t *item, size_t i, kt_workload_t **w, double *weight)
+{
+    json_t *inner = json_object_get(item, "workload");
+    *weight = 1.0;
+    if (json_is_object(item) && inner) {
+        const char *key;
+        json_t *val;
+        json_object_foreach(item, key, val) {
+            if (strcmp(key, "workload") != 0 && strcmp(key, "weight") != 0)
+                return kt_err_set(KT_EINVAL, "item %zu: unknown field '%s'", i, key);
+        }
+        json_t *wv = json_object_get(item, "weight");
+        if (wv) {
+            if (!json_is_number(wv) || !(json_number_value(wv) > 0) ||
+                json_number_value(wv) > 1e12)
+                return kt_err_set(KT_EINVAL, "item %zu: field 'weight' must be a positive number",
+                                  i);
+            *weight = json_number_value(wv);
+        }
+        item = inner;
+    }
+    *w = from_json(item);
+    if (!*w)
+        return kt_err_prefix("item %zu", i);
+    return KT_OK;
+}
+
+int kt_workload_load(const char *arg, kt_workload_t ***out, double **weights, int *n)
+{
+    *out = NULL;
+    *weights = NULL;
+    *n = 0;
+    if (!arg)
+        return kt_err_set(KT_EINVAL, "no workload given");
+    const char *p = arg;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    char *text = NULL;
+    if (*p == '{' || *p == '[') {
+        text = kt_strdup(p);
+    } else {
+        text = kt_file_read(arg, NULL);
+        if (!text)
+            return kt_err_prefix("reading workload file %s", arg);
+    }
+    if (!text)
+        return KT_ENOMEM;
+    json_error_t jerr;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
+    if (!root)
+        return kt_err_set(KT_EINVAL, "bad workload JSON at line %d column %d: %s", jerr.line,
+                          jerr.column, jerr.text);
+    size_t count = json_is_array(root) ? json_array_size(root) : 1;
+    int rc = KT_OK;
+    if (!json_is_array(root) && !json_is_object(root))
+        rc = kt_err_set(KT_EINVAL, "workloads must be a JSON object or a list of them");
+    else if (count == 0)
+        rc = kt_err_set(KT_EINVAL, "the workload list is empty");
+    kt_workload_t **ws = NULL;
+    double *wt = NULL;
+    if (rc == KT_OK) {
+        ws = calloc(count, sizeof(*ws));
+        wt = calloc(count, sizeof(*wt));
+        if (!ws || !wt)
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; rc == KT_OK && i < count; i++) {
+        json_t *item = json_is_array(root) ? json_array_get(root, i) : root;
+        rc = load_item(item, i, &ws[i], &wt[i]);
+        if (rc && !json_is_array(root)) {
+            /* A single object: no item number in the message. */
+            const char *m = kt_err_msg();
+            if (strncmp(m, "item 0: ", 8) == 0) {
+                char copy[1024];
+                snprintf(copy, sizeof(copy), "%s", m + 8);
+                kt_err_set(rc, "%s", copy);
+            }
+        }
+    }
+    json_decref(root);
+    if (rc) {
+        for (size_t i = 0; ws && i < count; i++)
+            kt_workload_free(ws[i]);
+        free(ws);
+        free(wt);
+        return rc;
+    }
+    *out = ws;
+    *weights = wt;
+    *n = (int)count;
+    return KT_OK;
+}
+
+void kt_workload_free(kt_workload_t *w)
+{
+    if (!w)
+        return;
+    kt_dag_free(w->dag);
+    free(w->key);
+    free(w->json);
+    free(w);
+}
+
+const kt_dag_t *kt_workload_dag(const kt_workload_t *w) { return w ? w->dag : NULL; }
+const char *kt_workload_op(const kt_workload_t *w) { return w ? w->op : NULL; }
+const char *kt_workload_key(const kt_workload_t *w) { return w ? w->key : NULL; }
+const char *kt_workload_json(const kt_workload_t *w) { return w ? w->json : NULL; }
+double kt_workload_flops(const kt_workload_t *w) { return w ? w->flops : 0.0; }

@@ -1,0 +1,1110 @@
+/* Suite "net": built-in networks, task extraction (fusion, dedup, weights),
+ * network files and ONNX import. Expected task lists are computed here from
+ * each architecture's definition (layer by layer, with the fusion rules of
+ * net.h), never copied from the extractor's output. ONNX models come from
+ * tests/net/make_models.py (PyTorch export and onnx.helper); those tests skip
+ * with a printed reason when the Python packages are missing. */
+#include <check.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "net/net.h"
+#include "te/workload.h"
+#include "util/err.h"
+#include "util/util.h"
+
+/* ---- expected task lists ------------------------------------------------------ */
+
+#define MAX_EXP 128
+
+typedef struct {
+    char *key[MAX_EXP];
+    int weight[MAX_EXP];
+    int n;
+} expect_t;
+
+/* Add one appearance of the workload in JSON text (printf-style). */
+static void exp_add(expect_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void exp_add(expect_t *e, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    kt_workload_t *w = kt_workload_parse(buf);
+    ck_assert_msg(w != NULL, "expected workload %s: %s", buf, kt_err_msg());
+    for (int i = 0; i < e->n; i++)
+        if (strcmp(e->key[i], kt_workload_key(w)) == 0) {
+            e->weight[i]++;
+            kt_workload_free(w);
+            return;
+        }
+    ck_assert_int_lt(e->n, MAX_EXP);
+    e->key[e->n] = strdup(kt_workload_key(w));
+    e->weight[e->n++] = 1;
+    kt_workload_free(w);
+}
+
+static void exp_free(expect_t *e)
+{
+    for (int i = 0; i < e->n; i++)
+        free(e->key[i]);
+}
+
+/* epi: comma-separated epilogue names, "" for none. */
+static void exp_conv(expect_t *e, const char *layout, int N, int H, int CI, int CO, int K, int S,
+                     int P, const char *epi)
+{
+    char list[128] = "";
+    size_t len = 0;
+    const char *p = epi;
+    while (*p) {
+        const char *c = strchr(p, ',');
+        size_t n = c ? (size_t)(c - p) : strlen(p);
+        len += (size_t)snprintf(list + len, sizeof(list) - len, "%s\"%.*s\"", len ? "," : "",
+                                (int)n, p);
+        p += n + (c ? 1 : 0);
+    }
+    exp_add(e, "{\"op\":\"conv2d_%s\",\"N\":%d,\"H\":%d,\"W\":%d,\"CI\":%d,\"CO\":%d,\"KH\":%d,"
+            "\"KW\":%d,\"stride\":[%d,%d],\"padding\":[%d,%d],\"epilogue\":[%s]}",
+            layout, N, H, H, CI, CO, K, K, S, S, P, P, list);
+}
+
+static void exp_dw(expect_t *e, int N, int H, int C, int S, const char *epi)
+{
+    exp_add(e, "{\"op\":\"depthwise_conv2d_nhwc\",\"N\":%d,\"H\":%d,\"W\":%d,\"C\":%d,\"KH\":3,"
+            "\"KW\":3,\"stride\":[%d,%d],\"padding\":[1,1],\"epilogue\":[%s]}",
+            N, H, H, C, S, S, epi);
+}
+
+static void exp_dense(expect_t *e, int M, int N, int K, const char *epi)
+{
+    exp_add(e, "{\"op\":\"dense\",\"M\":%d,\"N\":%d,\"K\":%d,\"epilogue\":[%s]}", M, N, K, epi);
+}
+
+static void exp_gap(expect_t *e, int N, int H, int C)
+{
+    exp_add(e, "{\"op\":\"global_avg_pool\",\"N\":%d,\"H\":%d,\"W\":%d,\"C\":%d}", N, H, H, C);
+}
+
+/* The extracted tasks are exactly the expected workloads with their weights. */
+static void check_tasks(const kt_net_tasks_t *t, const expect_t *e, const char *what)
+{
+    ck_assert_msg(t->ntasks == e->n, "%s: %d tasks, expected %d", what, t->ntasks, e->n);
+    for (int i = 0; i < e->n; i++) {
+        int found = -1;
+        for (int k = 0; k < t->ntasks; k++)
+            if (strcmp(kt_workload_key(t->tasks[k].wl), e->key[i]) == 0)
+                found = k;
+        ck_assert_msg(found >= 0, "%s: expected task %s missing", what, e->key[i]);
+        ck_assert_msg(t->tasks[found].weight == e->weight[i], "%s: task %s (%s) has weight %d, "
+                      "expected %d", what, e->key[i], t->tasks[found].desc,
+                      t->tasks[found].weight, e->weight[i]);
+    }
+}
+
+static kt_net_tasks_t *builtin_tasks(const char *name, int batch, int seq, kt_net_layout_t lay)
+{
+    kt_net_t *net = kt_net_builtin(name, batch, seq);
+    ck_assert_msg(net != NULL, "%s: %s", name, kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, lay);
+    ck_assert_msg(t != NULL, "%s: %s", name, kt_err_msg());
+    kt_net_free(net);
+    return t;
+}
+
+static int count_issues(const kt_net_tasks_t *t, kt_net_issue_kind_t kind, const char *op)
+{
+    int n = 0;
+    for (int i = 0; i < t->nissues; i++)
+        if (t->issues[i].kind == kind && (!op || strcmp(t->issues[i].op, op) == 0))
+            n++;
+    return n;
+}
+
+/* ResNet as relay.testing.resnet builds it (pre-activation units; see net.h
+ * for the fusion rules): a unit's last conv takes the residual add, plus the
+ * next unit's bn (as bias) + relu when that unit starts a stage (its
+ * shortcut is a conv of the activation, so the sum has one reader). */
+static void expect_resnet(expect_t *e, int layers, int N, const char *lay)
+{
+    const int u18[4] = {2, 2, 2, 2}, u34[4] = {3, 4, 6, 3};
+    const int *units = layers == 18 ? u18 : u34;
+    const int bottle = layers >= 50;
+    const int f_basic[5] = {64, 64, 128, 256, 512}, f_bottle[5] = {64, 256, 512, 1024, 2048};
+    const int *f = bottle ? f_bottle : f_basic;
+    exp_conv(e, lay, N, 224, 3, 64, 7, 2, 3, "bias_add,relu");
+    if (strcmp(lay, "nhwc") == 0)
+        exp_add(e, "{\"op\":\"pool2d\",\"kind\":\"max\",\"N\":%d,\"H\":112,\"W\":112,\"C\":64,"
+                "\"KH\":3,\"KW\":3,\"stride\":[2,2],\"padding\":[1,1]}", N);
+    int H = 56, cin = 64;
+    for (int s = 0; s < 4; s++)
+        for (int u = 0; u < units[s]; u++) {
+            int nf = f[s + 1], stride = u == 0 && s > 0 ? 2 : 1, Ho = H / stride;
+            const char *last = u == units[s] - 1 && s < 3 ? "add,bias_add,relu" : "add";
+            if (bottle) {
+                exp_conv(e, lay, N, H, cin, nf / 4, 1, stride, 0, "bias_add,relu");
+                exp_conv(e, lay, N, Ho, nf / 4, nf / 4, 3, 1, 1, "bias_add,relu");
+                exp_conv(e, lay, N, Ho, nf / 4, nf, 1, 1, 0, last);
+            } else {
+                exp_conv(e, lay, N, H, cin, nf, 3, stride, 1, "bias_add,relu");
+                exp_conv(e, lay, N, Ho, nf, nf, 3, 1, 1, last);
+            }
+            if (u == 0)
+                exp_conv(e, lay, N, H, cin, nf, 1, stride, 0, "");
+            cin = nf;
+            H = Ho;
+        }
+    if (strcmp(lay, "nhwc") == 0)
+        exp_gap(e, N, 7, cin);
+    exp_dense(e, N, 1000, cin, "\"bias_add\"");
+    exp_add(e, "{\"op\":\"softmax\",\"shape\":[%d,1000]}", N);
+}
+
+START_TEST(net_resnet18_nhwc_tasks_follow_the_architecture)
+{
+    kt_net_tasks_t *t = builtin_tasks("resnet-18", 1, 0, KT_NET_NHWC);
+    expect_t e = {0};
+    expect_resnet(&e, 18, 1, "nhwc");
+    check_tasks(t, &e, "resnet-18");
+    /* First appearance order: the stem conv, then the max pool. */
+    ck_assert_str_eq(json_string_value(json_object_get(t->tasks[0].workload, "op")),
+                     "conv2d_nhwc");
+    ck_assert_str_eq(json_string_value(json_object_get(t->tasks[1].workload, "op")), "pool2d");
+    ck_assert_str_eq(t->tasks[0].desc, "conv0 + bn0 + relu0");
+    /* bn + relu after the pool, and the last bn (no conv follows) are not fused. */
+    ck_assert_int_eq(count_issues(t, KT_NET_NOT_FUSED, "batch_norm"), 2);
+    ck_assert_int_eq(count_issues(t, KT_NET_UNSUPPORTED, NULL), 0);
+    exp_free(&e);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+/* Seed 004's task table for resnet-18 NHWC batch 1: its direct (non-winograd)
+ * conv2d and dense rows, as data, weight and output shapes from the keys and
+ * the epilogue its DAG text shows. */
+static const struct {
+    int data[4], weight[4], out[4];
+    const char *epilogue;
+} seed004[] = {
+    {{1, 56, 56, 64}, {1, 1, 64, 64}, {1, 56, 56, 64}, ""},               /* Task 0 */
+    {{1, 56, 56, 64}, {1, 1, 64, 128}, {1, 28, 28, 128}, ""},             /* Task 2 */
+    {{1, 28, 28, 128}, {1, 1, 128, 256}, {1, 14, 14, 256}, ""},           /* Task 12 */
+    {{1, 14, 14, 256}, {3, 3, 256, 512}, {1, 7, 7, 512}, "bias_add,relu"},  /* Task 13 */
+    {{1, 28, 28, 128}, {3, 3, 128, 256}, {1, 14, 14, 256}, "bias_add,relu"}, /* Task 15 */
+    {{1, 224, 224, 3}, {7, 7, 3, 64}, {1, 112, 112, 64}, "bias_add,relu"},  /* Task 17 */
+    {{1, 14, 14, 256}, {1, 1, 256, 512}, {1, 7, 7, 512}, ""},             /* Task 21 */
+    {{1, 56, 56, 64}, {3, 3, 64, 128}, {1, 28, 28, 128}, "bias_add,relu"},  /* Task 23 */
+};
+
+static int shape_is(json_t *a, const int *d, int n)
+{
+    if (!json_is_array(a) || json_array_size(a) != (size_t)n)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (json_integer_value(json_array_get(a, (size_t)i)) != d[i])
+            return 0;
+    return 1;
+}
+
+static void epilogue_str(json_t *w, char *buf, size_t cap)
+{
+    json_t *ep = json_object_get(w, "epilogue");
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < json_array_size(ep) && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? "," : "",
+                                json_string_value(json_array_get(ep, i)));
+}
+
+START_TEST(net_resnet18_nhwc_has_every_direct_conv_and_dense_of_seed_004)
+{
+    kt_net_tasks_t *t = builtin_tasks("resnet-18", 1, 0, KT_NET_NHWC);
+    for (size_t r = 0; r < KT_ARRAY_LEN(seed004); r++) {
+        int found = 0;
+        for (int i = 0; i < t->ntasks; i++) {
+            json_t *w = t->tasks[i].workload;
+            if (strcmp(json_string_value(json_object_get(w, "op")), "conv2d_nhwc") != 0)
+                continue;
+            json_t *key = json_loads(kt_workload_key(t->tasks[i].wl), 0, NULL);
+            ck_assert_ptr_nonnull(key);
+            char epi[128];
+            epilogue_str(w, epi, sizeof(epi));
+            size_t n = json_array_size(key);
+            if (shape_is(json_array_get(key, 1), seed004[r].data, 4) &&
+                shape_is(json_array_get(key, 2), seed004[r].weight, 4) &&
+                shape_is(json_array_get(key, n - 1), seed004[r].out, 4) &&
+                strcmp(epi, seed004[r].epilogue) == 0) {
+                found++;
+                ck_assert_int_eq(t->tasks[i].weight, 1);
+            }
+            json_decref(key);
+        }
+        ck_assert_msg(found == 1, "seed 004 conv row %zu found %d times", r, found);
+    }
+    /* Task 22: dense [1, 512] x [1000, 512] + bias -> [1, 1000]. */
+    int dense = 0;
+    for (int i = 0; i < t->ntasks; i++) {
+        json_t *w = t->tasks[i].workload;
+        if (strcmp(json_string_value(json_object_get(w, "op")), "dense") != 0)
+            continue;
+        dense++;
+        json_t *key = json_loads(kt_workload_key(t->tasks[i].wl), 0, NULL);
+        int d[2] = {1, 512}, wt[2] = {1000, 512}, o[2] = {1, 1000};
+        ck_assert(shape_is(json_array_get(key, 1), d, 2));
+        ck_assert(shape_is(json_array_get(key, 2), wt, 2));
+        ck_assert(shape_is(json_array_get(key, json_array_size(key) - 1), o, 2));
+        char epi[64];
+        epilogue_str(w, epi, sizeof(epi));
+        ck_assert_str_eq(epi, "bias_add");
+        json_decref(key);
+    }
+    ck_assert_int_eq(dense, 1);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+START_TEST(net_resnet50_and_resnet34_tasks_follow_the_architecture)
+{
+    kt_net_tasks_t *t = builtin_tasks("resnet-50", 1, 0, KT_NET_NHWC);
+    expect_t e = {0};
+    expect_resnet(&e, 50, 1, "nhwc");
+    check_tasks(t, &e, "resnet-50");
+    exp_free(&e);
+    kt_net_tasks_free(t);
+    t = builtin_tasks("resnet-34", 2, 0, KT_NET_NHWC);
+    expect_t e2 = {0};
+    expect_resnet(&e2, 34, 2, "nhwc");
+    check_tasks(t, &e2, "resnet-34 batch 2");
+    exp_free(&e2);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+START_TEST(net_resnet_nchw_uses_nchw_convs_and_reports_pools)
+{
+    kt_net_tasks_t *t = builtin_tasks("resnet-18", 4, 0, KT_NET_NCHW);
+    expect_t e = {0};
+    expect_resnet(&e, 18, 4, "nchw");
+    check_tasks(t, &e, "resnet-18 NCHW batch 4");
+    /* te has pool2d and global_avg_pool in NHWC only. */
+    ck_assert_int_eq(count_issues(t, KT_NET_UNSUPPORTED, "max_pool"), 1);
+    ck_assert_int_eq(count_issues(t, KT_NET_UNSUPPORTED, "global_avg_pool"), 1);
+    exp_free(&e);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+/* torchvision's mobilenet_v2 table: expansion, channels, repeats, stride.
+ * relu6 (clip) has no te epilogue: every conv ends at its bias. */
+START_TEST(net_mobilenet_v2_tasks_follow_the_architecture)
+{
+    static const int cfg[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2},
+                                  {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
+    expect_t e = {0};
+    int relu6 = 1, H = 112, cin = 32;
+    exp_conv(&e, "nhwc", 1, 224, 3, 32, 3, 2, 1, "bias_add");
+    for (int g = 0; g < 7; g++)
+        for (int r = 0; r < cfg[g][2]; r++) {
+            int t = cfg[g][0], c = cfg[g][1], s = r == 0 ? cfg[g][3] : 1, hid = cin * t;
+            if (t != 1) {
+                exp_conv(&e, "nhwc", 1, H, cin, hid, 1, 1, 0, "bias_add");
+                relu6++;
+            }
+            exp_dw(&e, 1, H, hid, s, "\"bias_add\"");
+            relu6++;
+            int Ho = (H + 2 - 3) / s + 1;
+            exp_conv(&e, "nhwc", 1, Ho, hid, c, 1, 1, 0,
+                     s == 1 && cin == c ? "bias_add,add" : "bias_add");
+            cin = c;
+            H = Ho;
+        }
+    exp_conv(&e, "nhwc", 1, H, cin, 1280, 1, 1, 0, "bias_add");
+    relu6++;
+    exp_gap(&e, 1, H, 1280);
+    exp_dense(&e, 1, 1000, 1280, "\"bias_add\"");
+    exp_add(&e, "{\"op\":\"softmax\",\"shape\":[1,1000]}");
+    kt_net_tasks_t *tk = builtin_tasks("mobilenet-v2", 1, 0, KT_NET_NHWC);
+    check_tasks(tk, &e, "mobilenet-v2");
+    ck_assert_int_eq(H, 7);
+    ck_assert_int_eq(count_issues(tk, KT_NET_NOT_FUSED, "clip"), relu6);
+    exp_free(&e);
+    kt_net_tasks_free(tk);
+    /* Depthwise convolutions have no NCHW te operator. */
+    tk = builtin_tasks("mobilenet-v2", 1, 0, KT_NET_NCHW);
+    ck_assert_int_eq(count_issues(tk, KT_NET_UNSUPPORTED, "conv2d"), 17);
+    kt_net_tasks_free(tk);
+}
+END_TEST
+
+static void expect_bert(expect_t *e, int B, int L)
+{
+    int M = B * L;
+    for (int i = 0; i < 25; i++)   /* embeddings + 2 per layer */
+        exp_add(e, "{\"op\":\"layer_norm\",\"shape\":[%d,%d,768]}", B, L);
+    for (int layer = 0; layer < 12; layer++) {
+        for (int k = 0; k < 3; k++)   /* Q, K, V */
+            exp_dense(e, M, 768, 768, "\"bias_add\"");
+        exp_add(e, "{\"op\":\"batch_matmul\",\"B\":%d,\"M\":%d,\"N\":%d,\"K\":64}", B * 12, L, L);
+        exp_add(e, "{\"op\":\"softmax\",\"shape\":[%d,12,%d,%d]}", B, L, L);
+        exp_add(e, "{\"op\":\"batch_matmul\",\"B\":%d,\"M\":%d,\"N\":64,\"K\":%d}", B * 12, L, L);
+        exp_dense(e, M, 768, 768, "\"bias_add\",\"add\"");
+        exp_dense(e, M, 3072, 768, "\"bias_add\",\"gelu\"");
+        exp_dense(e, M, 768, 3072, "\"bias_add\",\"add\"");
+    }
+}
+
+START_TEST(net_bert_base_has_per_layer_tasks_weighted_by_layers)
+{
+    kt_net_tasks_t *t = builtin_tasks("bert-base", 1, 0, KT_NET_NHWC);
+    expect_t e = {0};
+    expect_bert(&e, 1, 128);
+    check_tasks(t, &e, "bert-base");
+    ck_assert_int_eq(t->ntasks, 8);
+    int w12 = 0;
+    for (int i = 0; i < t->ntasks; i++)
+        w12 += t->tasks[i].weight == 12;
+    ck_assert_int_eq(w12, 6);   /* 2 batch_matmul, softmax, 3 dense; Q/K/V 36, LN 25 */
+    exp_free(&e);
+    kt_net_tasks_free(t);
+    /* Batch and sequence length are options; at L = 64 both attention
+     * batch_matmuls are [12, 64, 64, 64] and merge into one task of weight 24. */
+    t = builtin_tasks("bert-base", 2, 64, KT_NET_NHWC);
+    expect_t e2 = {0};
+    expect_bert(&e2, 2, 64);
+    check_tasks(t, &e2, "bert-base B2 L64");
+    ck_assert_int_eq(t->ntasks, 7);
+    exp_free(&e2);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+START_TEST(net_vgg16_merges_identical_convs)
+{
+    static const int reps[5] = {2, 2, 3, 3, 3}, ch[5] = {64, 128, 256, 512, 512};
+    expect_t e = {0};
+    int H = 224, cin = 3;
+    for (int g = 0; g < 5; g++) {
+        for (int r = 0; r < reps[g]; r++) {
+            exp_conv(&e, "nhwc", 1, H, cin, ch[g], 3, 1, 1, "bias_add,relu");
+            cin = ch[g];
+        }
+        exp_add(&e, "{\"op\":\"pool2d\",\"kind\":\"max\",\"N\":1,\"H\":%d,\"W\":%d,\"C\":%d,"
+                "\"KH\":2,\"KW\":2,\"stride\":[2,2]}", H, H, cin);
+        H /= 2;
+    }
+    exp_dense(&e, 1, 4096, 512 * 7 * 7, "\"bias_add\",\"relu\"");
+    exp_dense(&e, 1, 4096, 4096, "\"bias_add\",\"relu\"");
+    exp_dense(&e, 1, 1000, 4096, "\"bias_add\"");
+    exp_add(&e, "{\"op\":\"softmax\",\"shape\":[1,1000]}");
+    kt_net_tasks_t *t = builtin_tasks("vgg-16", 1, 0, KT_NET_NHWC);
+    check_tasks(t, &e, "vgg-16");
+    ck_assert_int_eq(t->nissues, 0);
+    exp_free(&e);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+START_TEST(net_builtin_rejects_unknown_names_and_sizes)
+{
+    ck_assert_ptr_null(kt_net_builtin("resnet-19", 1, 0));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "unknown network 'resnet-19'"));
+    ck_assert_ptr_null(kt_net_builtin("resnet-18", 0, 0));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "batch"));
+    ck_assert_ptr_null(kt_net_builtin("bert-base", 1, -3));
+    int n = 0;
+    for (const char *const *p = kt_net_builtin_names(); *p; p++, n++) {
+        kt_net_t *net = kt_net_builtin(*p, 1, 32);
+        ck_assert_msg(net != NULL, "%s: %s", *p, kt_err_msg());
+        ck_assert_str_eq(kt_net_name(net), *p);
+        ck_assert_int_gt(kt_net_num_layers(net), 10);
+        kt_net_free(net);
+    }
+    ck_assert_int_eq(n, 6);
+}
+END_TEST
+
+/* ---- output formats ------------------------------------------------------------- */
+
+START_TEST(net_json_lists_workload_weight_key_and_desc)
+{
+    kt_net_tasks_t *t = builtin_tasks("resnet-18", 1, 0, KT_NET_NHWC);
+    char *text = kt_net_tasks_json(t);
+    ck_assert_ptr_nonnull(text);
+    json_error_t jerr;
+    json_t *list = json_loads(text, 0, &jerr);
+    ck_assert_msg(list != NULL, "%s", jerr.text);
+    ck_assert_int_eq((int)json_array_size(list), t->ntasks);
+    size_t i;
+    json_t *it;
+    json_array_foreach(list, i, it) {
+        ck_assert_int_eq((int)json_object_size(it), 4);
+        char *w = json_dumps(json_object_get(it, "workload"), JSON_COMPACT);
+        kt_workload_t *wl = kt_workload_parse(w);
+        ck_assert_msg(wl != NULL, "%s: %s", w, kt_err_msg());
+        ck_assert_str_eq(kt_workload_key(wl), json_string_value(json_object_get(it, "key")));
+        ck_assert_int_eq(json_integer_value(json_object_get(it, "weight")), t->tasks[i].weight);
+        ck_assert_str_eq(json_string_value(json_object_get(it, "desc")), t->tasks[i].desc);
+        kt_workload_free(wl);
+        free(w);
+        /* kt_workload_load reads {"workload", "weight"} items. */
+        json_object_del(it, "key");
+        json_object_del(it, "desc");
+    }
+    char *loadable = json_dumps(list, JSON_COMPACT);
+    kt_workload_t **ws = NULL;
+    double *weights = NULL;
+    int n = 0;
+    ck_assert_msg(kt_workload_load(loadable, &ws, &weights, &n) == 0, "%s", kt_err_msg());
+    ck_assert_int_eq(n, t->ntasks);
+    for (int k = 0; k < n; k++) {
+        ck_assert_str_eq(kt_workload_key(ws[k]), kt_workload_key(t->tasks[k].wl));
+        ck_assert(weights[k] == t->tasks[k].weight);
+        kt_workload_free(ws[k]);
+    }
+    free(ws);
+    free(weights);
+    free(loadable);
+    json_decref(list);
+    free(text);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+START_TEST(net_text_listing_has_header_dag_and_weight)
+{
+    kt_net_tasks_t *t = builtin_tasks("resnet-18", 1, 0, KT_NET_NHWC);
+    char *text = kt_net_tasks_text(t);
+    ck_assert_ptr_nonnull(text);
+    for (int i = 0; i < t->ntasks; i++) {
+        char head[512];
+        snprintf(head, sizeof(head), "========== Task %d  (workload key: %s) ==========\n", i,
+                 kt_workload_key(t->tasks[i].wl));
+        const char *at = strstr(text, head);
+        ck_assert_msg(at != NULL, "no header for task %d", i);
+        char *dag = kt_dag_to_text(kt_workload_dag(t->tasks[i].wl));
+        ck_assert_int_eq(strncmp(at + strlen(head), dag, strlen(dag)), 0);
+        char wline[256];
+        snprintf(wline, sizeof(wline), "weight: %d  (%s)\n", t->tasks[i].weight,
+                 t->tasks[i].desc);
+        ck_assert_int_eq(strncmp(at + strlen(head) + strlen(dag), wline, strlen(wline)), 0);
+        free(dag);
+    }
+    ck_assert_ptr_nonnull(strstr(text, "\nnot fused: "));
+    ck_assert_ptr_nonnull(strstr(text, "'stage1_unit1_bn1' (batch_norm)"));
+    free(text);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+typedef struct {
+    const kt_net_t *net;
+    char *first_key;
+    int ntasks;
+} th_arg_t;
+
+static void *extract_thread(void *p)
+{
+    th_arg_t *a = p;
+    for (int r = 0; r < 3; r++) {
+        kt_net_tasks_t *t = kt_net_extract(a->net, KT_NET_NHWC);
+        if (!t)
+            return NULL;
+        a->ntasks = t->ntasks;
+        free(a->first_key);
+        a->first_key = strdup(kt_workload_key(t->tasks[t->ntasks - 1].wl));
+        kt_net_tasks_free(t);
+    }
+    return NULL;
+}
+
+START_TEST(net_extract_runs_from_several_threads)
+{
+    kt_net_t *net = kt_net_builtin("bert-base", 1, 32);
+    ck_assert_ptr_nonnull(net);
+    th_arg_t a[3] = {{net, NULL, 0}, {net, NULL, 0}, {net, NULL, 0}};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, extract_thread, &a[i]), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(a[i].ntasks, 8);
+        ck_assert_str_eq(a[i].first_key, a[0].first_key);
+    }
+    for (int i = 0; i < 3; i++)
+        free(a[i].first_key);
+    kt_net_free(net);
+}
+END_TEST
+
+/* Run the ktune CLI; returns its exit status, output in *out (caller frees). */
+static int run_cli(const char *args, char **out)
+{
+    const char *root = getenv("KT_BUILD_ROOT");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "'%s/tracker/ktune' tasks %s 2>/dev/null", root ? root : "build",
+             args);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t cap = 1 << 16, len = 0, n;
+    char *buf = malloc(cap);
+    while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (len + 1 == cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    int st = pclose(f);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(net_cli_prints_tasks_and_exit_statuses)
+{
+    char *out = NULL;
+    ck_assert_int_eq(run_cli("--network resnet-18 --json", &out), 0);
+    json_t *list = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(list);
+    kt_net_tasks_t *t = builtin_tasks("resnet-18", 1, 0, KT_NET_NHWC);
+    ck_assert_int_eq((int)json_array_size(list), t->ntasks);
+    for (int i = 0; i < t->ntasks; i++)
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(list, (size_t)i), "key")),
+                         kt_workload_key(t->tasks[i].wl));
+    json_decref(list);
+    free(out);
+    ck_assert_int_eq(run_cli("--network bert-base --seq-len 64 --batch 2", &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "========== Task 6  (workload key: "));
+    ck_assert_ptr_null(strstr(out, "========== Task 7 "));
+    free(out);
+    ck_assert_int_eq(run_cli("--network resnet-7", &out), 1);
+    free(out);
+    ck_assert_int_eq(run_cli("--network resnet-18 --bogus", &out), 2);
+    free(out);
+    ck_assert_int_eq(run_cli("--network resnet-18 --onnx x.onnx", &out), 2);
+    free(out);
+    ck_assert_int_eq(run_cli("--list", &out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "mobilenet-v2\n"));
+    free(out);
+    kt_net_tasks_free(t);
+}
+END_TEST
+
+/* ---- network files ---------------------------------------------------------------- */
+
+static char *source_path(const char *rel)
+{
+    const char *root = getenv("KT_SOURCE_ROOT");
+    char *p = malloc(4096);
+    snprintf(p, 4096, "%s/%s", root ? root : ".", rel);
+    return p;
+}
+
+START_TEST(net_file_small_cnn_gives_the_expected_tasks)
+{
+    char *path = source_path("tests/net/cnn.json");
+    kt_net_t *net = kt_net_load_file(path);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    ck_assert_str_eq(kt_net_name(net), "small-cnn");
+    int64_t d[KT_NET_MAX_DIMS];
+    ck_assert_int_eq(kt_net_layer_shape(net, kt_net_num_layers(net) - 1, d), 2);
+    ck_assert_int_eq(d[1], 10);
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_ptr_nonnull(t);
+    expect_t e = {0};
+    exp_conv(&e, "nhwc", 1, 32, 3, 16, 3, 1, 1, "bias_add,relu");
+    exp_conv(&e, "nhwc", 1, 32, 16, 16, 3, 1, 1, "bias_add,add,relu");
+    exp_add(&e, "{\"op\":\"pool2d\",\"kind\":\"max\",\"N\":1,\"H\":32,\"W\":32,\"C\":16,"
+            "\"KH\":2,\"KW\":2,\"stride\":[2,2]}");
+    exp_conv(&e, "nhwc", 1, 16, 16, 32, 3, 1, 1, "bias_add,relu");
+    exp_gap(&e, 1, 16, 32);
+    exp_dense(&e, 1, 10, 32, "\"bias_add\"");
+    check_tasks(t, &e, "cnn.json");
+    ck_assert_str_eq(t->tasks[1].desc, "c2 + b2 + res + r2");
+    ck_assert_int_eq(t->nissues, 0);
+    exp_free(&e);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(path);
+}
+END_TEST
+
+static void expect_file_error(const char *text, const char *want)
+{
+    kt_net_t *net = kt_net_parse_json(text);
+    ck_assert_msg(net == NULL, "accepted: %s", text);
+    ck_assert_msg(strstr(kt_err_msg(), want) != NULL, "message '%s' lacks '%s'", kt_err_msg(),
+                  want);
+}
+
+#define IN "{\"name\":\"x\",\"op\":\"input\",\"shape\":[1,3,8,8]}"
+
+START_TEST(net_file_errors_name_the_layer_and_field)
+{
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"c1\",\"op\":\"conv2d\",\"channels\":4}]}",
+                      "layer 1 'c1' (conv2d): field 'kernel' is missing");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"c1\",\"op\":\"conv2d\",\"channels\":4,"
+                      "\"kernel\":9}]}",
+                      "layer 1 'c1' (conv2d): field 'kernel'");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"c1\",\"op\":\"conv2d\",\"channels\":4,"
+                      "\"kernel\":3,\"kernal\":3}]}",
+                      "layer 1 'c1' (conv2d): unknown field 'kernal'");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"y\",\"op\":\"conv3d\"}]}",
+                      "layer 1 'y' (conv3d): field 'op': unknown op 'conv3d'");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"s\",\"op\":\"add\",\"inputs\":[\"x\","
+                      "\"nope\"]}]}",
+                      "layer 1 's' (add): field 'inputs': no earlier layer named 'nope'");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"s\",\"op\":\"add\",\"inputs\":[\"x\"]}]}",
+                      "layer 1 's' (add): field 'inputs' must name 2 layers");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"r\",\"op\":\"reshape\","
+                      "\"shape\":[1,5,-1]}]}",
+                      "layer 1 'r' (reshape): field 'shape'");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"x\",\"op\":\"relu\"}]}",
+                      "layer 1 'x' (relu): layer name 'x' is used twice");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"d\",\"op\":\"dense\",\"units\":0}]}",
+                      "layer 1 'd' (dense): field 'units' must be an integer");
+    expect_file_error("{\"layers\": [{\"name\":\"x\",\"op\":\"input\",\"shape\":[1,0]}]}",
+                      "layer 0 'x' (input): field 'shape'");
+    expect_file_error("{\"layers\": [{\"name\":\"a\",\"op\":\"input\",\"shape\":[2,3]}, "
+                      "{\"name\":\"m\",\"op\":\"matmul\",\"inputs\":[\"a\",\"a\"]}]}",
+                      "layer 1 'm' (matmul): field 'inputs': inner dimensions differ");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"p\",\"op\":\"softmax\",\"axis\":1}]}",
+                      "layer 1 'p' (softmax): field 'axis'");
+    expect_file_error("{\"layers\": [" IN ", {\"name\":\"c\",\"op\":\"conv2d\",\"channels\":4,"
+                      "\"kernel\":1,\"groups\":2}]}",
+                      "layer 1 'c' (conv2d): field 'groups'");
+    expect_file_error("{\"layers\": [" IN ", 7]}", "layer 1: must be a JSON object");
+    expect_file_error("{\"layers\": []}", "field 'layers' must be a non-empty list");
+    expect_file_error("{\"layers\": [" IN "], \"extra\": 1}", "unknown top-level field 'extra'");
+    expect_file_error("{\"layers\": [" IN "], \"outputs\": [\"zz\"]}",
+                      "field 'outputs': entry 0 is not a layer name");
+    expect_file_error("{\"layers\": [" IN ",]}", "bad network JSON at line 1");
+    expect_file_error("[1, 2]", "a network file is a JSON object");
+    ck_assert_ptr_null(kt_net_load_file("/nonexistent/net.json"));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "/nonexistent/net.json"));
+}
+END_TEST
+
+START_TEST(net_file_reports_what_te_cannot_fuse_or_express)
+{
+    const char *text =
+        "{\"layers\": [" IN ","
+        "{\"name\":\"c\",\"op\":\"conv2d\",\"channels\":8,\"kernel\":3,\"padding\":1,\"bias\":true},"
+        "{\"name\":\"r6\",\"op\":\"relu6\"},"
+        "{\"name\":\"g\",\"op\":\"conv2d\",\"channels\":8,\"kernel\":3,\"groups\":2},"
+        "{\"name\":\"s\",\"op\":\"sigmoid\"},"
+        "{\"name\":\"dw\",\"op\":\"conv2d\",\"channels\":8,\"kernel\":3,\"groups\":8,"
+        "\"padding\":1,\"inputs\":[\"r6\"]},"
+        "{\"name\":\"sc\",\"op\":\"scale\",\"per_channel\":true},"
+        "{\"name\":\"r\",\"op\":\"relu\"}]}";
+    kt_net_t *net = kt_net_parse_json(text);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_ptr_nonnull(t);
+    expect_t e = {0};
+    exp_conv(&e, "nhwc", 1, 8, 3, 8, 3, 1, 1, "bias_add");
+    /* A per-channel scale right after the conv folds into its weights. */
+    exp_dw(&e, 1, 8, 8, 1, "\"relu\"");
+    check_tasks(t, &e, "file with unsupported parts");
+    ck_assert_int_eq(count_issues(t, KT_NET_NOT_FUSED, "clip"), 1);
+    ck_assert_int_eq(count_issues(t, KT_NET_UNSUPPORTED, "conv2d"), 1);
+    ck_assert_int_eq(t->nissues, 2);   /* the sigmoid follows an unsupported layer: no note */
+    exp_free(&e);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+}
+END_TEST
+
+/* ---- ONNX ---------------------------------------------------------------------------- */
+
+static char onnx_dir[256];
+static int onnx_made;   /* make_models.py ran */
+static char onnx_skip[512];
+
+static void onnx_setup(void)
+{
+    onnx_made = 0;
+    snprintf(onnx_dir, sizeof(onnx_dir), "/tmp/kt_test_net_XXXXXX");
+    if (!mkdtemp(onnx_dir)) {
+        snprintf(onnx_skip, sizeof(onnx_skip), "mkdtemp failed");
+        return;
+    }
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        snprintf(onnx_skip, sizeof(onnx_skip), "/usr/bin/python3 is missing");
+        return;
+    }
+    char *script = source_path("tests/net/make_models.py");
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -W ignore '%s' '%s' > '%s/log' 2>&1", script,
+             onnx_dir, onnx_dir);
+    free(script);
+    int st = system(cmd);
+    char logp[512];
+    snprintf(logp, sizeof(logp), "%s/log", onnx_dir);
+    char *log = kt_file_read(logp, NULL);
+    if (st == -1 || !WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 77)) {
+        snprintf(onnx_skip, sizeof(onnx_skip), "make_models.py failed: %.400s", log ? log : "");
+    } else {
+        onnx_made = 1;
+        if (log && *log)
+            fprintf(stderr, "net: make_models.py: %s", log);
+    }
+    free(log);
+}
+
+static void onnx_teardown(void)
+{
+    char cmd[512];
+    if (onnx_dir[0]) {
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", onnx_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "net: could not remove %s\n", onnx_dir);
+    }
+}
+
+/* Path of a generated model, or NULL (with a printed reason) when it was not made. */
+static char *model(const char *name)
+{
+    if (!onnx_made) {
+        fprintf(stderr, "net: skipping ONNX test for %s: %s\n", name, onnx_skip);
+        return NULL;
+    }
+    char made[512];
+    snprintf(made, sizeof(made), "%s/made", onnx_dir);
+    char *list = kt_file_read(made, NULL);
+    int ok = 0;
+    for (char *l = list ? strtok(list, "\n") : NULL; l; l = strtok(NULL, "\n"))
+        ok |= strcmp(l, name) == 0;
+    free(list);
+    if (!ok) {
+        char logp[512];
+        snprintf(logp, sizeof(logp), "%s/log", onnx_dir);
+        char *log = kt_file_read(logp, NULL);
+        fprintf(stderr, "net: skipping ONNX test for %s: not made (%s)\n", name,
+                log && *log ? log : "its Python package is missing");
+        free(log);
+        return NULL;
+    }
+    char *p = malloc(600);
+    snprintf(p, 600, "%s/%s", onnx_dir, name);
+    return p;
+}
+
+/* Both task lists hold the same workloads with the same weights, in order. */
+static void same_tasks(const kt_net_tasks_t *a, const kt_net_tasks_t *b, const char *what)
+{
+    ck_assert_msg(a->ntasks == b->ntasks, "%s: %d vs %d tasks", what, a->ntasks, b->ntasks);
+    for (int i = 0; i < a->ntasks; i++) {
+        ck_assert_msg(strcmp(kt_workload_key(a->tasks[i].wl), kt_workload_key(b->tasks[i].wl)) ==
+                          0,
+                      "%s: task %d: %s (%s) vs %s (%s)", what, i, kt_workload_key(a->tasks[i].wl),
+                      a->tasks[i].desc, kt_workload_key(b->tasks[i].wl), b->tasks[i].desc);
+        ck_assert_int_eq(a->tasks[i].weight, b->tasks[i].weight);
+    }
+}
+
+static kt_net_tasks_t *onnx_tasks(const char *path, kt_net_layout_t lay)
+{
+    kt_net_t *net = kt_net_onnx_load(path, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", path, kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, lay);
+    ck_assert_ptr_nonnull(t);
+    kt_net_free(net);
+    return t;
+}
+
+static kt_net_tasks_t *file_tasks(const char *rel, kt_net_layout_t lay)
+{
+    char *p = source_path(rel);
+    kt_net_t *net = kt_net_load_file(p);
+    ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, lay);
+    ck_assert_ptr_nonnull(t);
+    kt_net_free(net);
+    free(p);
+    return t;
+}
+
+START_TEST(net_onnx_cnn_matches_its_network_file)
+{
+    static const char *const names[] = {"cnn.onnx", "cnn_bn.onnx"};
+    for (int lay = 0; lay < 2; lay++) {
+        kt_net_tasks_t *f = file_tasks("tests/net/cnn.json", (kt_net_layout_t)lay);
+        for (int k = 0; k < 2; k++) {
+            char *p = model(names[k]);
+            if (!p)
+                continue;
+            kt_net_tasks_t *t = onnx_tasks(p, (kt_net_layout_t)lay);
+            same_tasks(t, f, names[k]);
+            ck_assert_int_eq(t->nissues, f->nissues);
+            kt_net_tasks_free(t);
+            free(p);
+        }
+        kt_net_tasks_free(f);
+    }
+}
+END_TEST
+
+START_TEST(net_onnx_transformer_block_matches_its_network_file)
+{
+    char *p = model("block.onnx");
+    if (!p)
+        return;
+    kt_net_tasks_t *t = onnx_tasks(p, KT_NET_NHWC);
+    kt_net_tasks_t *f = file_tasks("tests/net/block.json", KT_NET_NHWC);
+    same_tasks(t, f, "block");
+    ck_assert_int_eq(t->nissues, 0);
+    ck_assert_int_eq(f->nissues, 0);
+    /* The Erf pattern became a gelu epilogue, the q scale folded into q. */
+    int gelu = 0;
+    for (int i = 0; i < t->ntasks; i++) {
+        char epi[128];
+        epilogue_str(t->tasks[i].workload, epi, sizeof(epi));
+        gelu += strcmp(epi, "bias_add,gelu") == 0;
+    }
+    ck_assert_int_eq(gelu, 1);
+    ck_assert_int_eq(t->tasks[0].weight, 3);
+    kt_net_tasks_free(t);
+    kt_net_tasks_free(f);
+    free(p);
+}
+END_TEST
+
+START_TEST(net_onnx_reports_unsupported_nodes_and_lists_the_rest)
+{
+    char *p = model("unsupported.onnx");
+    if (!p)
+        return;
+    kt_net_tasks_t *t = onnx_tasks(p, KT_NET_NHWC);
+    expect_t e = {0};
+    exp_conv(&e, "nhwc", 1, 16, 8, 8, 3, 1, 1, "relu");
+    exp_gap(&e, 1, 16, 8);
+    check_tasks(t, &e, "unsupported.onnx");
+    ck_assert_int_eq(t->nissues, 2);
+    ck_assert_str_eq(t->issues[0].layer, "mystery");
+    ck_assert_str_eq(t->issues[0].op, "Hardmax");
+    ck_assert_ptr_nonnull(strstr(t->issues[0].msg, "Hardmax is not supported"));
+    ck_assert_str_eq(t->issues[1].layer, "after_mystery");
+    exp_free(&e);
+    kt_net_tasks_free(t);
+    free(p);
+
+    p = model("clip.onnx");
+    ck_assert_ptr_nonnull(p);
+    t = onnx_tasks(p, KT_NET_NHWC);
+    expect_t e2 = {0};
+    exp_conv(&e2, "nhwc", 1, 16, 8, 8, 1, 1, 0, "bias_add");   /* relu6: not fused */
+    exp_conv(&e2, "nhwc", 1, 16, 8, 4, 1, 1, 0, "relu");       /* clip(0, inf) = relu */
+    check_tasks(t, &e2, "clip.onnx");
+    ck_assert_int_eq(t->nissues, 1);
+    ck_assert_int_eq(count_issues(t, KT_NET_NOT_FUSED, "clip"), 1);
+    ck_assert_str_eq(t->issues[0].layer, "relu6");
+    exp_free(&e2);
+    kt_net_tasks_free(t);
+    free(p);
+
+    p = model("group.onnx");
+    t = onnx_tasks(p, KT_NET_NHWC);
+    ck_assert_int_eq(t->ntasks, 0);
+    ck_assert_int_eq(count_issues(t, KT_NET_UNSUPPORTED, "Conv"), 1);
+    ck_assert_ptr_nonnull(strstr(t->issues[0].msg, "grouped convolution (groups=2)"));
+    kt_net_tasks_free(t);
+    free(p);
+}
+END_TEST
+
+START_TEST(net_onnx_symbolic_inputs_need_a_shape)
+{
+    char *p = model("symbolic.onnx");
+    if (!p)
+        return;
+    ck_assert_ptr_null(kt_net_onnx_load(p, NULL, 0, 0));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "graph input 'x': dimension 0 is symbolic ('N')"));
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 3);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    int64_t d[KT_NET_MAX_DIMS];
+    ck_assert_int_eq(kt_net_layer_shape(net, 0, d), 4);
+    ck_assert_int_eq(d[0], 3);
+    kt_net_free(net);
+    kt_net_input_t in;
+    ck_assert_int_eq(kt_net_parse_input_spec("x=2x8x20x20", &in), 0);
+    net = kt_net_onnx_load(p, &in, 1, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    expect_t e = {0};
+    exp_conv(&e, "nhwc", 2, 20, 8, 8, 3, 1, 0, "");
+    check_tasks(t, &e, "symbolic.onnx with --input");
+    exp_free(&e);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    ck_assert_int_eq(kt_net_parse_input_spec("y=1x8", &in), 0);
+    ck_assert_ptr_null(kt_net_onnx_load(p, &in, 1, 0));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "--input y: the model has no graph input"));
+    free(p);
+}
+END_TEST
+
+static void layer_shape_is(const kt_net_t *net, const char *name, int n, const int64_t *want)
+{
+    for (int i = 0; i < kt_net_num_layers(net); i++)
+        if (strcmp(kt_net_layer_name(net, i), name) == 0) {
+            int64_t d[KT_NET_MAX_DIMS];
+            ck_assert_int_eq(kt_net_layer_shape(net, i, d), n);
+            for (int k = 0; k < n; k++)
+                ck_assert_msg(d[k] == want[k], "%s: dim %d is %lld, not %lld", name, k,
+                              (long long)d[k], (long long)want[k]);
+            return;
+        }
+    ck_abort_msg("no layer %s", name);
+}
+
+START_TEST(net_onnx_folds_shape_arithmetic_and_infers_shape_ops)
+{
+    char *p = model("shapes.onnx");
+    if (!p)
+        return;
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    /* Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) is [2, 48]. */
+    const int64_t flat[2] = {2, 48}, proj[2] = {2, 10}, soft[3] = {2, 2, 4}, sq[3] = {2, 4, 4};
+    layer_shape_is(net, "flat", 2, flat);
+    layer_shape_is(net, "proj", 2, proj);
+    layer_shape_is(net, "softmax", 3, soft);   /* Slice [4:] of 8, Split [2, 4] */
+    layer_shape_is(net, "squeeze", 3, sq);
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    expect_t e = {0};
+    exp_dense(&e, 2, 10, 48, "");
+    exp_add(&e, "{\"op\":\"softmax\",\"shape\":[2,8]}");   /* opset 11: flattened at axis 1 */
+    check_tasks(t, &e, "shapes.onnx");
+    ck_assert_int_eq(t->nissues, 0);
+    exp_free(&e);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(p);
+}
+END_TEST
+
+static void expect_reject(const void *data, size_t len, const char *what)
+{
+    kt_net_t *net = kt_net_onnx_parse(data, len, NULL, 0, 0);
+    ck_assert_msg(net == NULL, "%s was accepted", what);
+    ck_assert_msg(strstr(kt_err_msg(), "ONNX") != NULL, "%s: message '%s'", what, kt_err_msg());
+}
+
+START_TEST(net_onnx_rejects_truncated_and_random_files)
+{
+    /* Random bytes (a fixed LCG, so failures reproduce). */
+    unsigned char buf[4096];
+    uint32_t s = 12345;
+    for (int round = 0; round < 64; round++) {
+        size_t len = 1 + (size_t)(round * 61) % sizeof(buf);
+        for (size_t i = 0; i < len; i++) {
+            s = s * 1664525u + 1013904223u;
+            buf[i] = (unsigned char)(s >> 24);
+        }
+        expect_reject(buf, len, "random bytes");
+    }
+    expect_reject("", 0, "an empty file");
+    expect_reject("\x08\x07", 2, "a model with only ir_version");
+    char *p = model("cnn.onnx");
+    if (!p)
+        return;
+    size_t len = 0;
+    char *data = kt_file_read(p, &len);
+    ck_assert_ptr_nonnull(data);
+    const size_t cuts[] = {1, 7, 40, len / 5, len / 3, len / 2, 2 * len / 3, len - 200, len - 9,
+                           len - 2, len - 1};
+    for (size_t i = 0; i < KT_ARRAY_LEN(cuts); i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "cnn.onnx cut at %zu of %zu", cuts[i], len);
+        expect_reject(data, cuts[i], what);
+    }
+    /* Flipped bytes: rejected or imported, never a crash. */
+    for (size_t off = 3; off < len; off += len / 23 + 1) {
+        char *copy = malloc(len);
+        memcpy(copy, data, len);
+        copy[off] ^= 0x5a;
+        kt_net_t *net = kt_net_onnx_parse(copy, len, NULL, 0, 0);
+        if (net) {
+            kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+            ck_assert_ptr_nonnull(t);
+            kt_net_tasks_free(t);
+            kt_net_free(net);
+        } else {
+            ck_assert_int_gt((int)strlen(kt_err_msg()), 10);
+        }
+        free(copy);
+    }
+    ck_assert_ptr_null(kt_net_onnx_load("/nonexistent.onnx", NULL, 0, 0));
+    free(data);
+    free(p);
+}
+END_TEST
+
+START_TEST(net_input_spec_parses_and_rejects)
+{
+    kt_net_input_t in;
+    ck_assert_int_eq(kt_net_parse_input_spec("input.1=1x3x224x224", &in), 0);
+    ck_assert_str_eq(in.name, "input.1");
+    ck_assert_int_eq(in.ndim, 4);
+    ck_assert_int_eq(in.dims[3], 224);
+    ck_assert_int_lt(kt_net_parse_input_spec("x", &in), 0);
+    ck_assert_int_lt(kt_net_parse_input_spec("=1x2", &in), 0);
+    ck_assert_int_lt(kt_net_parse_input_spec("x=1x0", &in), 0);
+    ck_assert_int_lt(kt_net_parse_input_spec("x=1x", &in), 0);
+    ck_assert_int_lt(kt_net_parse_input_spec("x=1xyz", &in), 0);
+    ck_assert_int_lt(kt_net_parse_input_spec("x=1x1x1x1x1x1x1x1x1", &in), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("net");
+    TCase *tb = tcase_create("builtin");
+    tcase_set_timeout(tb, 120);
+    tcase_add_test(tb, net_resnet18_nhwc_tasks_follow_the_architecture);
+    tcase_add_test(tb, net_resnet18_nhwc_has_every_direct_conv_and_dense_of_seed_004);
+    tcase_add_test(tb, net_resnet50_and_resnet34_tasks_follow_the_architecture);
+    tcase_add_test(tb, net_resnet_nchw_uses_nchw_convs_and_reports_pools);
+    tcase_add_test(tb, net_mobilenet_v2_tasks_follow_the_architecture);
+    tcase_add_test(tb, net_bert_base_has_per_layer_tasks_weighted_by_layers);
+    tcase_add_test(tb, net_vgg16_merges_identical_convs);
+    tcase_add_test(tb, net_builtin_rejects_unknown_names_and_sizes);
+    tcase_add_test(tb, net_json_lists_workload_weight_key_and_desc);
+    tcase_add_test(tb, net_text_listing_has_header_dag_and_weight);
+    tcase_add_test(tb, net_extract_runs_from_several_threads);
+    tcase_add_test(tb, net_cli_prints_tasks_and_exit_statuses);
+    suite_add_tcase(s, tb);
+
+    TCase *tf = tcase_create("file");
+    tcase_add_test(tf, net_file_small_cnn_gives_the_expected_tasks);
+    tcase_add_test(tf, net_file_errors_name_the_layer_and_field);
+    tcase_add_test(tf, net_file_reports_what_te_cannot_fuse_or_express);
+    tcase_add_test(tf, net_input_spec_parses_and_rejects);
+    suite_add_tcase(s, tf);
+
+    TCase *to = tcase_create("onnx");
+    tcase_set_timeout(to, 240);
+    tcase_add_unchecked_fixture(to, onnx_setup, onnx_teardown);
+    tcase_add_test(to, net_onnx_cnn_matches_its_network_file);
+    tcase_add_test(to, net_onnx_transformer_block_matches_its_network_file);
+    tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);
+    tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
+    tcase_add_test(to, net_onnx_folds_shape_arithmetic_and_infers_shape_ops);
+    tcase_add_test(to, net_onnx_rejects_truncated_and_random_files);
+    suite_add_tcase(s, to);
+
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,179 @@
+/* ktune tasks: extract a network's tuning tasks and their weights. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "net/net.h"
+#include "util/err.h"
+#include "util/util.h"
+
+#define MAX_INPUTS 16
+
+static void tasks_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ktune tasks (--network NAME | --network-file FILE | --onnx FILE)\n"
+            "                   [--layout NHWC|NCHW] [--batch N] [--seq-len L]\n"
+            "                   [--input NAME=DxDx...]... [--json] [--out FILE]\n"
+            "       ktune tasks --list\n"
+            "\n"
+            "Partition a network into tuning tasks as TVM's extract_tasks does (fused\n"
+            "subgraphs such as conv2d + bias + relu) and print each with its workload key,\n"
+            "compute DAG and weight (the number of times it appears).\n"
+            "\n"
+            "  --network NAME       a built-in network (see --list)\n"
+            "  --network-file FILE  a JSON network file (format in NETWORKS.md)\n"
+            "  --onnx FILE          an ONNX model\n"
+            "  --layout L           te operators to use for 4-D tensors: NHWC (default) or NCHW\n"
+            "  --batch N            batch size of a built-in network (default 1), or of an\n"
+            "                       ONNX model's symbolic first input dimension\n"
+            "  --seq-len L          sequence length of bert-base (default 128)\n"
+            "  --input NAME=DIMS    shape of an ONNX graph input, e.g. data=1x3x224x224\n"
+            "  --json               print [{\"workload\", \"weight\", \"key\", \"desc\"}, ...]\n"
+            "                       instead of the listing (issues go to standard error)\n"
+            "  --out FILE           write to FILE instead of standard output\n"
+            "  --list               list the built-in networks\n"
+            "\n"
+            "Layers that have no task (shape-only and stand-alone elementwise layers) are\n"
+            "skipped as TVM does; layers te cannot express are listed after the tasks as\n"
+            "\"unsupported\" or \"not fused\" lines.\n"
+            "\n"
+            "exit status: 0 success (also with unsupported layers); 1 the network could not\n"
+            "be loaded or has no task; 2 bad usage\n");
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || !end || *end || v < lo || v > hi) {
+        fprintf(stderr, "ktune tasks: %s needs an integer in %d..%d, not '%s'\n", opt, lo, hi, s);
+        return 2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int kt_cli_tasks(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"network", required_argument, NULL, 'n'}, {"network-file", required_argument, NULL, 'f'},
+        {"onnx", required_argument, NULL, 'x'},    {"layout", required_argument, NULL, 'l'},
+        {"batch", required_argument, NULL, 'b'},   {"seq-len", required_argument, NULL, 's'},
+        {"input", required_argument, NULL, 'i'},   {"json", no_argument, NULL, 'j'},
+        {"out", required_argument, NULL, 'o'},     {"list", no_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    const char *network = NULL, *file = NULL, *onnx = NULL, *out_path = NULL;
+    kt_net_layout_t layout = KT_NET_NHWC;
+    int batch = 0, seq_len = 0, json = 0, list = 0, ninputs = 0;
+    kt_net_input_t inputs[MAX_INPUTS];
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': network = optarg; break;
+        case 'f': file = optarg; break;
+        case 'x': onnx = optarg; break;
+        case 'l':
+            if (kt_net_layout_parse(optarg, &layout)) {
+                fprintf(stderr, "ktune tasks: %s\n", kt_err_msg());
+                return 2;
+            }
+            break;
+        case 'b':
+            if (parse_int("--batch", optarg, 1, 65536, &batch))
+                return 2;
+            break;
+        case 's':
+            if (parse_int("--seq-len", optarg, 1, 65536, &seq_len))
+                return 2;
+            break;
+        case 'i':
+            if (ninputs == MAX_INPUTS) {
+                fprintf(stderr, "ktune tasks: at most %d --input options\n", MAX_INPUTS);
+                return 2;
+            }
+            if (kt_net_parse_input_spec(optarg, &inputs[ninputs]) != 0) {
+                fprintf(stderr, "ktune tasks: %s\n", kt_err_msg());
+                return 2;
+            }
+            ninputs++;
+            break;
+        case 'j': json = 1; break;
+        case 'o': out_path = optarg; break;
+        case 'L': list = 1; break;
+        case 'h': tasks_usage(stdout); return 0;
+        default:
+            fprintf(stderr, "ktune tasks: bad option '%s'\n", argv[optind - 1]);
+            tasks_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ktune tasks: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (list) {
+        for (const char *const *n = kt_net_builtin_names(); *n; n++)
+            printf("%s\n", *n);
+        return 0;
+    }
+    if (!!network + !!file + !!onnx != 1) {
+        fprintf(stderr, "ktune tasks: give exactly one of --network, --network-file, --onnx\n");
+        return 2;
+    }
+    if (ninputs && !onnx) {
+        fprintf(stderr, "ktune tasks: --input applies to --onnx only\n");
+        return 2;
+    }
+    if (seq_len && !(network && strcmp(network, "bert-base") == 0)) {
+        fprintf(stderr, "ktune tasks: --seq-len applies to --network bert-base only\n");
+        return 2;
+    }
+    if (batch && file) {
+        fprintf(stderr, "ktune tasks: --batch does not apply to --network-file (its input "
+                        "layers give the shapes)\n");
+        return 2;
+    }
+    kt_net_t *net = network ? kt_net_builtin(network, batch ? batch : 1, seq_len)
+                    : file  ? kt_net_load_file(file)
+                            : kt_net_onnx_load(onnx, inputs, ninputs, batch);
+    if (!net)
+        return kt_cli_fail(NULL);
+    kt_net_tasks_t *t = kt_net_extract(net, layout);
+    kt_net_free(net);
+    if (!t)
+        return kt_cli_fail("extracting tasks");
+    int rc = 0;
+    char *text = json ? kt_net_tasks_json(t) : kt_net_tasks_text(t);
+    if (!text) {
+        rc = kt_cli_fail(NULL);
+    } else if (out_path && strcmp(out_path, "-") != 0) {
+        if (kt_file_write(out_path, text, strlen(text)) != 0)
+            rc = kt_cli_fail("writing the task list");
+    } else {
+        fputs(text, stdout);
+        fflush(stdout);
+    }
+    free(text);
+    if (json && rc == 0) {
+        /* Keep standard output a loadable list; issues go to standard error. */
+        char *issues = NULL;
+        kt_net_tasks_t only = {NULL, 0, t->issues, t->nissues};
+        if (t->nissues && (issues = kt_net_tasks_text(&only)))
+            fputs(issues, stderr);
+        free(issues);
+    }
+    if (rc == 0 && t->ntasks == 0) {
+        fprintf(stderr, "ktune tasks: the network has no task\n");
+        rc = 1;
+    }
+    kt_net_tasks_free(t);
+    return rc;
+}
