@@ -12,6 +12,7 @@
 #include "kt_config.h"
 #include "ktune.pb-c.h"
 #include "measure/measure.h"
+#include "measure/hw_params.h"
 #include "measure/runner.h"
 #include "registry/registry.h"
 #include "rpc/rpc.h"
@@ -87,71 +88,6 @@ static int cpu_list_count(const char *s)
         s = end;
     }
     return n;
-}
-
-/* The value of the first "<field> : value" line of /proc/cpuinfo. */
-static int cpuinfo_field(const char *field, char *out, size_t size)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return 0;
-    char line[512];
-    int found = 0;
-    size_t flen = strlen(field);
-    while (!found && fgets(line, sizeof line, f)) {
-        if (strncmp(line, field, flen) != 0 || (line[flen] != ' ' && line[flen] != '\t' &&
-                                                line[flen] != ':'))
-            continue;
-        const char *v = strchr(line, ':');
-        if (!v)
-            continue;
-        v++;
-        while (*v == ' ' || *v == '\t')
-            v++;
-        snprintf(out, size, "%s", v);
-        out[strcspn(out, "\n")] = '\0';
-        found = 1;
-    }
-    fclose(f);
-    return found;
-}
-
-/* The host CPU as the search sees it. name and arch are buffers the message
- * points into. arch is a valid -march value so workers can build for it. */
-static void cpu_device_info(Ktune__V1__DeviceInfo *d, int cores, char *name, size_t nsize,
-                            char *arch, size_t asize)
-{
-    ktune__v1__device_info__init(d);
-    d->target = "cpu";
-    if (!cpuinfo_field("model name", name, nsize) && !cpuinfo_field("Model name", name, nsize))
-        snprintf(name, nsize, "unknown CPU");
-    d->name = name;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    snprintf(arch, asize, "%s",
-             __builtin_cpu_supports("x86-64-v4")   ? "x86-64-v4"
-             : __builtin_cpu_supports("x86-64-v3") ? "x86-64-v3"
-             : __builtin_cpu_supports("x86-64-v2") ? "x86-64-v2"
-                                                   : "x86-64");
-    d->vector_unit_bytes = __builtin_cpu_supports("avx512f") ? 64
-                           : __builtin_cpu_supports("avx")   ? 32
-                                                             : 16;
-#elif defined(__aarch64__)
-    snprintf(arch, asize, "armv8-a");
-    d->vector_unit_bytes = 16;
-#else
-    snprintf(arch, asize, "native");
-    d->vector_unit_bytes = 16;
-#endif
-    d->arch = arch;
-    d->num_cores = cores;
-    long line = sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
-    d->cache_line_bytes = line > 0 ? (int32_t)line : 64;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    d->memory_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
-    char mhz[64];
-    if (cpuinfo_field("cpu MHz", mhz, sizeof mhz))
-        d->clock_khz = (int64_t)(atof(mhz) * 1000.0);
 }
 
 /* ---- Run ------------------------------------------------------------------------------ */
@@ -509,9 +445,12 @@ int main(int argc, char **argv)
             KT_ERROR("%s", kt_err_msg());
             goto out;
         }
-        char name[128], arch[32];
+        /* The host CPU as the search sees it; --cpus narrows the cores. */
+        kt_hw_params_t hw;
+        kt_hw_params_local_cpu(&hw);
+        hw.num_cores = cores;
         Ktune__V1__DeviceInfo dev;
-        cpu_device_info(&dev, cores, name, sizeof name, arch, sizeof arch);
+        kt_hw_params_to_proto(&hw, &dev);
         Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
         me.role = "runner";
         me.address = addr;
@@ -525,7 +464,7 @@ int main(int argc, char **argv)
             goto out;
         }
         KT_INFO("registering with tracker %s as key %s at %s (%s, %s, %d cores)", tracker,
-                dev_key, addr, name, arch, cores);
+                dev_key, addr, hw.name, hw.arch, cores);
     }
     int sig = 0;
     sigwait(&sigs, &sig);
