@@ -337,7 +337,9 @@ START_TEST(sched_parse_rejects_bad_states_with_message)
     kt_sched_params_t p8 = p;
     p8.max_innermost_split_factor = 8;
     bad = subst(good, "[2,4,2,4]", "[1,2,2,16]");
-    ck_assert_ptr_nonnull(kt_sched_state_from_json(bad, mm, &p) ? (void *)1 : NULL);
+    kt_sched_state_t *ok16 = kt_sched_state_from_json(bad, mm, &p);
+    ck_assert_ptr_nonnull(ok16);
+    kt_sched_state_free(ok16);
     expect_reject(mm, &p8, bad, "innermost split factor 16 exceeds 8");
     free(bad);
     /* inline needs an inlinable stage */
