@@ -423,6 +423,68 @@ START_TEST(sched_random_mutations_keep_validity)
 }
 END_TEST
 
+/* Corrupt fields of valid states at random: validation never crashes, and
+ * every state it accepts serializes, parses back and lowers. */
+START_TEST(sched_validate_survives_corrupted_states)
+{
+    kt_sched_params_t p = params16();
+    kt_dag_t *d[16];
+    int nd = make_dags(d);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 77);
+    int accepted = 0, rejected = 0;
+    for (int k = 0; k < nd; k++) {
+        kt_sched_state_t **sk;
+        int n;
+        ck_assert_int_eq(kt_sched_sketches(d[k], &p, &sk, &n), 0);
+        for (int t = 0; t < 600; t++) {
+            kt_sched_state_t *st = kt_sched_sample(d[k], &p, sk[t % n], &rng);
+            ck_assert_ptr_nonnull(st);
+            int edits = 1 + (int)kt_rng_below(&rng, 3);
+            for (int e = 0; e < edits; e++) {
+                kt_sched_stage_t *x = &st->stages[kt_rng_below(&rng, (uint64_t)st->nstages)];
+                int8_t small = (int8_t)((int)kt_rng_below(&rng, 12) - 2);
+                switch (kt_rng_below(&rng, 9)) {
+                case 0: x->kind = small; break;
+                case 1: x->fuse = small; break;
+                case 2: x->level = small; break;
+                case 3: x->at_stage = small; break;
+                case 4: x->at_depth = small; break;
+                case 5: x->cache_write = small; break;
+                case 6:
+                    x->split[kt_rng_below(&rng, KT_SCHED_MAX_AXES)][kt_rng_below(&rng, 4)] =
+                        (int32_t)kt_rng_below(&rng, 70) - 2;
+                    break;
+                case 7: x->ann.parallel = (uint8_t)kt_rng_below(&rng, 20); break;
+                default: x->ann2.vectorize = (uint8_t)kt_rng_below(&rng, 4); break;
+                }
+            }
+            if (kt_sched_state_validate(d[k], &p, st) != 0) {
+                ck_assert(strlen(kt_err_msg()) > 0);
+                rejected++;
+            } else {
+                accepted++;
+                char *j = kt_sched_state_to_json(st, d[k]);
+                ck_assert_ptr_nonnull(j);
+                kt_sched_state_t *back = kt_sched_state_from_json(j, d[k], &p);
+                ck_assert_msg(back != NULL, "%s: %s", j, kt_err_msg());
+                ck_assert(kt_sched_state_equal(back, st));
+                char *pr = kt_sched_state_print(d[k], st);
+                ck_assert_msg(pr != NULL, "%s: %s", j, kt_err_msg());
+                free(pr);
+                free(j);
+                kt_sched_state_free(back);
+            }
+            kt_sched_state_free(st);
+        }
+        free_all(sk, n);
+        kt_dag_free(d[k]);
+    }
+    ck_assert_int_gt(rejected, 1000);
+    ck_assert_int_gt(accepted, 100);
+}
+END_TEST
+
 START_TEST(sched_hashes_differ_for_different_states)
 {
     kt_sched_params_t p = params16();
@@ -604,6 +666,7 @@ int main(void)
     tcase_add_test(tc, sched_json_round_trip_keeps_state_and_hash);
     tcase_add_test(tc, sched_parse_rejects_bad_states_with_message);
     tcase_add_test(tc, sched_random_mutations_keep_validity);
+    tcase_add_test(tc, sched_validate_survives_corrupted_states);
     tcase_add_test(tc, sched_hashes_differ_for_different_states);
     tcase_add_test(tc, sched_print_shows_loop_nest_and_annotations);
     tcase_add_test(tc, sched_validate_rejects_inconsistent_states);

@@ -16,6 +16,19 @@
  * followed by a division and a modulo (rfactor of several reduce axes), so
  * the address of every access is known exactly.
  *
+ * Decisions made here, beyond the state:
+ * - auto_unroll_max_step (TVM's UnrollLoop): inside a nest with that step, a
+ *   loop is marked UNROLL when every loop in its body is unrolled and its
+ *   extent times the number of statements its body executes is at most the
+ *   step. Vectorized loops and the innermost spatial loop around a statement
+ *   count as one step and stay loops (the compiler vectorizes them; a full
+ *   unroll would leave scalar code). The emitter prints `#pragma GCC unroll`.
+ * - register tile: in a tiled nest whose innermost reduce loops iterate,
+ *   the accumulator block of the innermost spatial loops (level 3) is copied
+ *   into a small local array before those reduce loops and back after them,
+ *   so the block stays in registers (LLVM's store motion does this for TVM;
+ *   GCC does not after unrolling).
+ *
  * Ownership: kt_lower() returns a malloc'd program freed by kt_lower_free()
  * (accepts NULL); it keeps no pointer into the DAG or state. Thread-safe.
  */

@@ -362,6 +362,8 @@ int kt_sched_nest(const kt_dag_t *dag, const kt_sched_state_t *st, int stage, in
     }
     case KT_SK_TILED: {
         int L = (e->fuse >= 0 || e->cache_write) ? e->level : 0;
+        if (L < 0 || L > 2 || nd + nr > KT_SCHED_MAX_AXES)
+            return 0;   /* not a state validation accepts */
         if (nest == 1) {
             if (!e->cache_write)
                 return 0;
@@ -391,7 +393,7 @@ int kt_sched_nest(const kt_dag_t *dag, const kt_sched_state_t *st, int stage, in
             return 0;
         const kt_sched_stage_t *te = &st->stages[e->fuse];
         const kt_stage_t *ts = kt_dag_stage(dag, e->fuse);
-        if (te->kind != KT_SK_TILED || ts->ndim != nd)
+        if (te->kind != KT_SK_TILED || ts->ndim != nd || te->level < 1 || te->level > 2)
             return 0;
         consumer_loops(ts, te, out);
         out->root = 1;
@@ -581,7 +583,7 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
                 return bad(s, ss, "compute level without a consumer", NULL);
             }
             if (e->fuse >= 0) {
-                if (e->fuse >= n || st->stages[e->fuse].kind != KT_SK_FUSED ||
+                if (e->fuse <= s || e->fuse >= n || st->stages[e->fuse].kind != KT_SK_FUSED ||
                     st->stages[e->fuse].fuse != s)
                     return bad(s, ss, "fused consumer is not marked fused to this stage", NULL);
                 if (!kt_sched_elementwise_matched(dag, st, s, e->fuse))
