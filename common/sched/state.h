@@ -86,7 +86,9 @@ typedef struct kt_sched_state {
     kt_sched_stage_t stages[];   /* one per DAG stage, same order */
 } kt_sched_state_t;
 
-/* The initial state: every compute stage a plain ROOT nest, no annotation. */
+/* The initial state: every compute stage a plain ROOT nest, no annotation
+ * (the start of sketch derivation; not valid when a stage must be inlined,
+ * every sketch is). */
 kt_sched_state_t *kt_sched_state_new(const kt_dag_t *dag);
 kt_sched_state_t *kt_sched_state_clone(const kt_sched_state_t *st);
 void kt_sched_state_free(kt_sched_state_t *st);
