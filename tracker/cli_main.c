@@ -9,6 +9,7 @@
 
 /* Registered command groups; a group is listed once its cli_<group>.c exists. */
 static const kt_cli_cmd_t commands[] = {
+    {"kernel", "sample schedules of a workload, show and verify their C kernels", kt_cli_kernel},
     {NULL, NULL, NULL},
 };
 
