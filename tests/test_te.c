@@ -696,6 +696,28 @@ START_TEST(reference_conv2d_nhwc_with_stride_padding_dilation_is_right)
 }
 END_TEST
 
+START_TEST(reference_padded_dilated_conv_survives_gcc_unswitching)
+{
+    /* GCC 12 -O3 -march=native miscompiled this reference's padding loop
+     * (loop unswitching + if-conversion + vectorization) until the
+     * reference opted out of unswitching. OH = (9+4-5)/1+1 = 9. */
+    enum { H = 9, W = 9, CI = 2, CO = 5, OH = 9, OW = 9 };
+    kt_conv2d_params_t p = {{1, 1}, {2, 2, 2, 2}, {2, 2}};
+    kt_dag_t *d = kt_ops_conv2d_nhwc(1, H, W, CI, CO, 3, 3, &p, NULL, 0);
+    ck_assert_ptr_nonnull(d);
+    ran_t r;
+    run_reference(d, &r);
+    static double y[OH * OW * CO];
+    for (int rep = 0; rep < 2; rep++) {
+        conv_nhwc_plain(r.bufs[0], r.bufs[1], y, 1, H, W, CI, CO, 3, 3, &p, OH, OW, 0);
+        assert_close(r.bufs[2], y, OH * OW * CO);
+        ck_assert_int_eq(kt_codegen_lib_fn(r.lib)(r.bufs), 0);
+    }
+    ran_free(d, &r);
+    kt_dag_free(d);
+}
+END_TEST
+
 START_TEST(reference_conv2d_nchw_and_depthwise_are_right)
 {
     enum { N = 1, H = 6, W = 7, CI = 3, CO = 2, KH = 3, KW = 2, OH = 3, OW = 4 };
@@ -983,6 +1005,7 @@ int main(void)
     tcase_set_timeout(tr, 240);
     tcase_add_test(tr, reference_matmul_family_is_right);
     tcase_add_test(tr, reference_conv2d_nhwc_with_stride_padding_dilation_is_right);
+    tcase_add_test(tr, reference_padded_dilated_conv_survives_gcc_unswitching);
     tcase_add_test(tr, reference_conv2d_nchw_and_depthwise_are_right);
     tcase_add_test(tr, reference_pools_are_right);
     tcase_add_test(tr, reference_softmax_and_layer_norm_are_right);

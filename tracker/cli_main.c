@@ -13,6 +13,7 @@ static const kt_cli_cmd_t commands[] = {
     {"records", "export, import and count measurement records", kt_cli_records},
     {"queue", "show a tracker's runners, workers and queues", kt_cli_queue},
     {"tasks", "extract a network's tuning tasks and weights", kt_cli_tasks},
+    {"kernel", "sample schedules of a workload, show and verify their C kernels", kt_cli_kernel},
     {NULL, NULL, NULL},
 };
 

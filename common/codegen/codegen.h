@@ -47,4 +47,20 @@ int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
  * schedule. Used to check every candidate's answers. */
 char *kt_codegen_reference_c(const kt_dag_t *dag, const char *entry);
 
+/* ---- tuned kernels (lower.c, emit_c.c) ------------------------------------ */
+
+struct kt_sched_state;
+
+/* C source of one kernel computing the DAG as schedule state st says (the
+ * state is validated first): the preamble, then `int entry(float **bufs)`.
+ * entry must be a C identifier, not a stage name, not starting with "kt_".
+ * NULL with a message on error. */
+char *kt_codegen_emit_c(const kt_dag_t *dag, const struct kt_sched_state *st, const char *entry);
+
+/* The same kernel function without the preamble, appended to b: several
+ * kernels (distinct entries) can share one file and one compiler run.
+ * 0 or negative. */
+int kt_codegen_emit_c_into(const kt_dag_t *dag, const struct kt_sched_state *st,
+                           const char *entry, kt_sbuf_t *b);
+
 #endif

@@ -43,6 +43,14 @@ char *kt_codegen_reference_c(const kt_dag_t *dag, const char *entry)
     }
     free(text);
     kt_codegen_preamble_c(&b);
+    /* GCC 12 at -O3 (AVX2 or AVX-512) miscompiles padding loops, the
+     * select on shifted indices: loop unswitching + if-conversion +
+     * vectorization yield wrong, even run-to-run varying values. The
+     * reference must be right, so it opts out of unswitching. */
+    kt_sbuf_puts(&b, "#if defined(__GNUC__) && !defined(__clang__)\n"
+                     "#pragma GCC push_options\n"
+                     "#pragma GCC optimize(\"no-unswitch-loops\")\n"
+                     "#endif\n");
     kt_sbuf_printf(&b, "int %s(float **kt_bufs)\n{\n", entry);
 
     int nstages = kt_dag_num_stages(dag), nbufs = kt_codegen_num_bufs(dag);
@@ -148,7 +156,10 @@ char *kt_codegen_reference_c(const kt_dag_t *dag, const char *entry)
         if (s->kind == KT_STAGE_COMPUTE && !s->is_output)
             kt_sbuf_printf(&b, "    free(%s);\n", s->name);
     }
-    kt_sbuf_puts(&b, "    return 0;\n}\n");
+    kt_sbuf_puts(&b, "    return 0;\n}\n"
+                     "#if defined(__GNUC__) && !defined(__clang__)\n"
+                     "#pragma GCC pop_options\n"
+                     "#endif\n");
     if (rc) {
         kt_sbuf_free(&b);
         kt_err_prefix("reference kernel");

@@ -89,7 +89,9 @@ int kt_codegen_compile(const char *src, const char *out_so_path, char **log)
         char *argv[32];
         int argc = 0;
         argv[argc++] = (char *)cc;
-        for (char *tok = strtok(flags, " "); tok && argc < 24; tok = strtok(NULL, " "))
+        char *save = NULL;
+        for (char *tok = strtok_r(flags, " ", &save); tok && argc < 24;
+             tok = strtok_r(NULL, " ", &save))
             argv[argc++] = tok;
         argv[argc++] = "-o";
         argv[argc++] = (char *)out_so_path;

@@ -162,8 +162,9 @@ int kt_dag_is_elementwise(const kt_dag_t *dag, int stage);
  * (a select on shifted indices), bias add and relu are inlinable; the exp
  * stage of softmax is not. */
 int kt_dag_is_inlinable(const kt_dag_t *dag, int stage);
-/* A reduction where some input is read repeatedly across a spatial axis it
- * is not indexed by (matmul, conv): needs multi-level tiling. */
+/* A reduction where some input is read repeatedly across a spatial axis
+ * (of extent > 1) that none of its indices uses (matmul, conv, depthwise
+ * conv): needs multi-level tiling. Pools, softmax and norms have none. */
 int kt_dag_has_data_reuse(const kt_dag_t *dag, int stage);
 int kt_dag_is_reduction(const kt_dag_t *dag, int stage);
 

@@ -3,6 +3,30 @@
  * a compute DAG built by the operator library (ops.h), with its canonical
  * JSON, flop count and stable workload key ["<hash>", [shape], ...].
  *
+ * Accepted objects ("op" selects the fields; every listed field is required
+ * unless a default is given; sizes are positive integers):
+ *   matmul        M N K, layout "NN"|"NT" (default NN), epilogue
+ *   dense         M N K, epilogue
+ *   batch_matmul  B M N K, epilogue
+ *   conv2d_nhwc, conv2d_nchw  N H W CI CO KH KW, stride, padding, dilation, epilogue
+ *   depthwise_conv2d_nhwc     N H W C KH KW, stride, padding, dilation, epilogue
+ *   pool2d        kind "max"|"avg", N H W C KH KW, stride, padding
+ *   global_avg_pool  N H W C
+ *   softmax       shape [d0, ..., dn] (rank 2..8)
+ *   layer_norm    shape, affine true|false (default true: gamma, beta)
+ * stride and dilation are [h, w] (default [1, 1]); padding is [h, w] or
+ * [top, left, bottom, right] (default [0, 0]); epilogue is a list of
+ * "bias_add", "relu", "add", "gelu" (default []). Unknown fields, wrong
+ * types, duplicate keys and shapes whose output would be empty are errors
+ * naming the field.
+ *
+ * Canonical JSON: compact, sorted keys, every default filled in, padding in
+ * its 2-value form when symmetric; two spellings of one workload give the
+ * same canonical JSON and key. Key: ["<32 hex digits>", [shape], ...] where
+ * the hash is XXH3-128 of kt_dag_hash_text() (high 64 bits first) and the
+ * shapes are the DAG's placeholders in stage order, then its outputs, as in
+ * TVM's workload keys.
+ *
  * Ownership: a kt_workload_t owns its DAG and strings; kt_workload_free()
  * releases all (accepts NULL). Immutable after creation: any thread may read.
  */

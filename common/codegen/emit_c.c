@@ -1,0 +1,454 @@
+/* The C emitter: a lowered program printed as one kernel function.
+ *
+ * Loop annotations become pragmas: PARALLEL loops (fused) -> one
+ * `#pragma omp parallel for collapse(n)`, VECTORIZE loops -> `#pragma omp
+ * simd collapse(n)`, UNROLL loops (those auto_unroll_max_step unrolls, see
+ * lower.c) -> `#pragma GCC unroll <extent>`. Loops of extent 1 are not
+ * printed (their variable contributes nothing to any index). Local tiles
+ * are stack arrays (heap when larger than KT_LOWER_LOCAL_STACK_BYTES), so
+ * register tiles of a tiled stage are plain local arrays GCC can keep in
+ * registers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "lower.h"
+#include "util/err.h"
+
+typedef struct {
+    const kt_dag_t *dag;
+    const kt_lower_t *L;
+    kt_sbuf_t *out;
+    int rc;
+} emit_t;
+
+/* ---- indices ------------------------------------------------------------------ */
+
+static int live_iter(const kt_lower_t *L, int it) { return L->iters[it].extent > 1; }
+
+static void index_c(const kt_lower_t *L, const kt_lower_index_t *x, kt_sbuf_t *b)
+{
+    kt_sbuf_t s;
+    kt_sbuf_init(&s);
+    int n = 0;
+    for (int t = 0; t < x->nterms; t++) {
+        if (!live_iter(L, x->iter[t]) || x->coef[t] == 0)
+            continue;
+        if (n++)
+            kt_sbuf_puts(&s, " + ");
+        if (x->coef[t] == 1)
+            kt_sbuf_puts(&s, L->iters[x->iter[t]].name);
+        else
+            kt_sbuf_printf(&s, "%s*%lldLL", L->iters[x->iter[t]].name, (long long)x->coef[t]);
+    }
+    if (n == 0)
+        kt_sbuf_puts(&s, "0LL");
+    if (x->div > 1 || x->mod > 0) {
+        kt_sbuf_printf(b, "((%s)", s.data);
+        if (x->div > 1)
+            kt_sbuf_printf(b, " / %lldLL", (long long)x->div);
+        if (x->mod > 0)
+            kt_sbuf_printf(b, " %% %lldLL", (long long)x->mod);
+        kt_sbuf_puts(b, ")");
+    } else {
+        kt_sbuf_puts(b, s.data ? s.data : "0LL");
+    }
+    if (s.failed)
+        b->failed = 1;
+    kt_sbuf_free(&s);
+}
+
+/* Row-major flat index of buffer `buf` at the per-dimension indices; affine
+ * dimensions are merged into one sum with one coefficient per iterator. */
+static void flat_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
+{
+    const kt_lower_buf_t *bf = &L->bufs[buf];
+    int64_t stride[KT_TE_MAX_DIMS + 1];
+    for (int d = bf->ndim - 1; d >= 0; d--)
+        stride[d] = d == bf->ndim - 1 ? 1 : stride[d + 1] * bf->shape[d + 1];
+    int iters[KT_LOWER_MAX_TERMS * (KT_TE_MAX_DIMS + 1)];
+    int64_t coef[KT_LOWER_MAX_TERMS * (KT_TE_MAX_DIMS + 1)];
+    int n = 0, parts = 0;
+    kt_sbuf_t nonaff;
+    kt_sbuf_init(&nonaff);
+    for (int d = 0; d < bf->ndim; d++) {
+        const kt_lower_index_t *x = &idx[d];
+        if (x->div > 1 || x->mod > 0) {
+            if (parts++)
+                kt_sbuf_puts(&nonaff, " + ");
+            index_c(L, x, &nonaff);
+            if (stride[d] != 1)
+                kt_sbuf_printf(&nonaff, "*%lldLL", (long long)stride[d]);
+            continue;
+        }
+        for (int t = 0; t < x->nterms; t++) {
+            if (!live_iter(L, x->iter[t]))
+                continue;
+            int k = 0;
+            while (k < n && iters[k] != x->iter[t])
+                k++;
+            if (k == n) {
+                iters[n] = x->iter[t];
+                coef[n++] = 0;
+            }
+            coef[k] += x->coef[t] * stride[d];
+        }
+    }
+    int printed = 0;
+    for (int k = 0; k < n; k++) {
+        if (coef[k] == 0)
+            continue;
+        if (printed++)
+            kt_sbuf_puts(b, " + ");
+        if (coef[k] == 1)
+            kt_sbuf_puts(b, L->iters[iters[k]].name);
+        else
+            kt_sbuf_printf(b, "%s*%lldLL", L->iters[iters[k]].name, (long long)coef[k]);
+    }
+    if (parts) {
+        if (printed++)
+            kt_sbuf_puts(b, " + ");
+        kt_sbuf_puts(b, nonaff.data);
+    }
+    if (!printed)
+        kt_sbuf_puts(b, "0");
+    if (nonaff.failed)
+        b->failed = 1;
+    kt_sbuf_free(&nonaff);
+}
+
+static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
+{
+    kt_sbuf_printf(b, "%s[", L->bufs[buf].name);
+    flat_c(L, buf, idx, b);
+    kt_sbuf_puts(b, "]");
+}
+
+/* ---- statements ------------------------------------------------------------------ */
+
+static int is_ident_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_';
+}
+
+/* Replace every `name[...]` in text (loads of a stage read elementwise by
+ * this statement) with `repl`: the consumer of a tiled stage reads the local
+ * tile instead of the stage's global buffer, and every such load is at the
+ * consumer's own index (checked when the sketch was derived). */
+static void replace_loads(const char *text, const char *name, const char *repl, kt_sbuf_t *b)
+{
+    size_t nl = strlen(name);
+    const char *p = text;
+    while (*p) {
+        const char *q = strstr(p, name);
+        if (!q) {
+            kt_sbuf_puts(b, p);
+            return;
+        }
+        int boundary = (q == text || !is_ident_char(q[-1])) && q[nl] == '[';
+        if (!boundary) {
+            kt_sbuf_putn(b, p, (size_t)(q - p) + nl);
+            p = q + nl;
+            continue;
+        }
+        kt_sbuf_putn(b, p, (size_t)(q - p));
+        const char *r = q + nl;
+        int depth = 0;
+        for (; *r; r++) {
+            if (*r == '[')
+                depth++;
+            else if (*r == ']' && --depth == 0)
+                break;
+        }
+        kt_sbuf_puts(b, repl);
+        p = *r ? r + 1 : r;
+    }
+}
+
+static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
+{
+    const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
+    kt_sbuf_t ax[KT_SCHED_MAX_AXES];
+    const char *axis_c[KT_SCHED_MAX_AXES];
+    int na = ss->ndim + ss->nreduce;
+    for (int a = 0; a < na; a++) {
+        kt_sbuf_init(&ax[a]);
+        index_c(e->L, &s->axis[a], &ax[a]);
+        axis_c[a] = ax[a].data ? ax[a].data : "0";
+    }
+    kt_sbuf_t text;
+    kt_sbuf_init(&text);
+    int rc = kt_codegen_expr_c(e->dag, s->stage, ss->body, axis_c, e->L->inline_mask, &text);
+    if (rc && !e->rc)
+        e->rc = rc;
+    if (!rc) {
+        if (s->kind == KT_STMT_COMPUTE && s->src >= 0) {
+            kt_sbuf_t repl;
+            kt_sbuf_init(&repl);
+            access_c(e->L, s->src, s->src_idx, &repl);
+            replace_loads(text.data, kt_dag_stage(e->dag, s->src_stage)->name, repl.data, b);
+            kt_sbuf_free(&repl);
+        } else {
+            kt_sbuf_puts(b, text.data);
+        }
+    }
+    kt_sbuf_free(&text);
+    for (int a = 0; a < na; a++)
+        kt_sbuf_free(&ax[a]);
+}
+
+static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
+{
+    kt_sbuf_t *b = e->out;
+    const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
+    kt_sbuf_t dst;
+    kt_sbuf_init(&dst);
+    access_c(e->L, s->dst, s->dst_idx, &dst);
+    kt_sbuf_indent(b, depth * 2);
+    int is_max = ss->rop == KT_RED_MAX;
+    switch (s->kind) {
+    case KT_STMT_COMPUTE:
+        kt_sbuf_printf(b, "%s = ", dst.data);
+        body_c(e, s, b);
+        break;
+    case KT_STMT_INIT:
+        kt_sbuf_printf(b, "%s = %s", dst.data, kt_lower_identity_c(ss->rop));
+        break;
+    case KT_STMT_UPDATE:
+        kt_sbuf_printf(b, is_max ? "%s = kt_maxf(%s, " : "%s = %s + ", dst.data, dst.data);
+        body_c(e, s, b);
+        if (is_max)
+            kt_sbuf_puts(b, ")");
+        break;
+    case KT_STMT_COPY:
+    case KT_STMT_COMBINE:
+        if (s->kind == KT_STMT_COPY)
+            kt_sbuf_printf(b, "%s = ", dst.data);
+        else
+            kt_sbuf_printf(b, is_max ? "%s = kt_maxf(%s, " : "%s = %s + ", dst.data, dst.data);
+        access_c(e->L, s->src, s->src_idx, b);
+        if (s->kind == KT_STMT_COMBINE && is_max)
+            kt_sbuf_puts(b, ")");
+        break;
+    }
+    kt_sbuf_puts(b, ";\n");
+    if (dst.failed)
+        b->failed = 1;
+    kt_sbuf_free(&dst);
+}
+
+/* ---- loops --------------------------------------------------------------------- */
+
+/* Printed loops in the group of `ann` loops starting at node (perfectly
+ * nested: each but the last has its next group member as only child). */
+static int group_size(const kt_lower_t *L, int node, kt_loop_ann_t ann)
+{
+    int n = 0;
+    for (int x = node; x >= 0;) {
+        const kt_lower_node_t *nd = &L->nodes[x];
+        if (nd->kind != KT_NODE_LOOP || nd->ann != ann)
+            break;
+        n += live_iter(L, nd->iter);
+        int ch = nd->child;
+        if (ch < 0 || L->nodes[ch].next >= 0 || L->nodes[ch].kind != KT_NODE_LOOP)
+            break;
+        x = ch;
+    }
+    return n;
+}
+
+static void emit_list(emit_t *e, int first, int depth, int in_par, int in_vec);
+
+static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
+{
+    const kt_lower_t *L = e->L;
+    const kt_lower_node_t *nd = &L->nodes[node];
+    const kt_lower_iter_t *it = &L->iters[nd->iter];
+    kt_sbuf_t *b = e->out;
+    if (it->extent <= 1) {
+        /* Not printed; braces keep a local declaration in its scope unless
+         * the body is a single loop (so collapsed loops stay perfectly nested). */
+        int single_loop = nd->child >= 0 && L->nodes[nd->child].next < 0 &&
+                          L->nodes[nd->child].kind == KT_NODE_LOOP;
+        if (single_loop) {
+            emit_list(e, nd->child, depth, in_par, in_vec);
+        } else {
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_puts(b, "{\n");
+            emit_list(e, nd->child, depth + 1, in_par, in_vec);
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_puts(b, "}\n");
+        }
+        return;
+    }
+    if (nd->ann == KT_LOOP_PARALLEL && !in_par) {
+        int n = group_size(L, node, KT_LOOP_PARALLEL);
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_puts(b, "#pragma omp parallel for schedule(static)");
+        if (n > 1)
+            kt_sbuf_printf(b, " collapse(%d)", n);
+        kt_sbuf_puts(b, "\n");
+        in_par = 1;
+    } else if (nd->ann == KT_LOOP_VECTORIZE && !in_vec) {
+        int n = group_size(L, node, KT_LOOP_VECTORIZE);
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_puts(b, "#pragma omp simd");
+        if (n > 1)
+            kt_sbuf_printf(b, " collapse(%d)", n);
+        kt_sbuf_puts(b, "\n");
+        in_vec = 1;
+    } else if (nd->ann == KT_LOOP_UNROLL) {
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_printf(b, "#pragma GCC unroll %lld\n", (long long)it->extent);
+    }
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_printf(b, "for (long long %s = 0; %s < %lldLL; ++%s) {\n", it->name, it->name,
+                   (long long)it->extent, it->name);
+    emit_list(e, nd->child, depth + 1, in_par, in_vec);
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "}\n");
+}
+
+static void emit_list(emit_t *e, int first, int depth, int in_par, int in_vec)
+{
+    const kt_lower_t *L = e->L;
+    kt_sbuf_t *b = e->out;
+    for (int x = first; x >= 0 && !e->rc; x = L->nodes[x].next) {
+        const kt_lower_node_t *nd = &L->nodes[x];
+        if (nd->kind == KT_NODE_LOOP) {
+            emit_loop(e, x, depth, in_par, in_vec);
+        } else if (nd->kind == KT_NODE_STMT) {
+            stmt_c(e, &L->stmts[nd->stmt], depth);
+        } else {
+            const kt_lower_buf_t *bf = &L->bufs[nd->buf];
+            int64_t n = 1;
+            for (int d = 0; d < bf->ndim; d++)
+                n *= bf->shape[d];
+            kt_sbuf_indent(b, depth * 2);
+            if (n * (int64_t)sizeof(float) <= KT_LOWER_LOCAL_STACK_BYTES) {
+                kt_sbuf_printf(b, "float %s[%lld] __attribute__((aligned(64)));\n", bf->name,
+                               (long long)n);
+                continue;
+            }
+            /* Too big for a thread's stack: heap, and the rest of this body
+             * runs only when the allocation succeeded. */
+            kt_sbuf_printf(b, "float *%s = (float *)malloc(sizeof(float) * %lldULL);\n", bf->name,
+                           (long long)n);
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_printf(b, "if (%s) {\n", bf->name);
+            emit_list(e, nd->next, depth + 1, in_par, in_vec);
+            kt_sbuf_indent(b, depth * 2 + 2);
+            kt_sbuf_printf(b, "free(%s);\n", bf->name);
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_puts(b, "} else {\n");
+            kt_sbuf_indent(b, depth * 2 + 2);
+            kt_sbuf_puts(b, "#pragma omp atomic write\n");
+            kt_sbuf_indent(b, depth * 2 + 2);
+            kt_sbuf_puts(b, "kt_fail = 1;\n");
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_puts(b, "}\n");
+            return;
+        }
+    }
+}
+
+/* ---- the kernel ----------------------------------------------------------------- */
+
+static int check_entry(const kt_dag_t *dag, const char *entry)
+{
+    if (!entry || !*entry || strlen(entry) > 200)
+        return kt_err_set(KT_EINVAL, "emit: entry name missing or too long");
+    for (const char *c = entry; *c; c++)
+        if (!is_ident_char(*c) || (c == entry && *c >= '0' && *c <= '9'))
+            return kt_err_set(KT_EINVAL, "emit: entry '%s' is not a C identifier", entry);
+    if (strncmp(entry, "kt_", 3) == 0)
+        return kt_err_set(KT_EINVAL, "emit: entry '%s' uses the reserved prefix kt_", entry);
+    for (int i = 0; i < kt_dag_num_stages(dag); i++)
+        if (strcmp(kt_dag_stage(dag, i)->name, entry) == 0)
+            return kt_err_set(KT_EINVAL, "emit: entry '%s' is a stage name", entry);
+    return 0;
+}
+
+int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry,
+                           kt_sbuf_t *b)
+{
+    if (!dag || !st || !b)
+        return kt_err_set(KT_EINVAL, "emit: missing DAG, state or buffer");
+    int rc = check_entry(dag, entry);
+    if (rc)
+        return rc;
+    kt_lower_t *L = kt_lower(dag, st);
+    if (!L)
+        return kt_err_code() ? kt_err_code() : KT_EINVAL;
+    /* GCC tunes AVX-512 CPUs for 256-bit vectors by default; tiled kernels
+     * want full-width registers (no effect without AVX-512). GCC 12 at -O3
+     * miscompiles padding selects (loop unswitching + if-conversion write
+     * wrong values), so unswitching is off for kernels. */
+    kt_sbuf_puts(b, "#if defined(__GNUC__) && !defined(__clang__)\n"
+                    "#pragma GCC push_options\n"
+                    "#pragma GCC target(\"prefer-vector-width=512\")\n"
+                    "#pragma GCC optimize(\"no-unswitch-loops\")\n"
+                    "#endif\n");
+    kt_sbuf_printf(b, "int %s(float **kt_bufs)\n{\n", entry);
+    int nheap = 0;
+    for (int i = 0; i < L->nbufs; i++) {
+        const kt_lower_buf_t *bf = &L->bufs[i];
+        if (bf->kind == KT_BUF_INPUT)
+            kt_sbuf_printf(b, "    const float *restrict %s = kt_bufs[%d];\n", bf->name, bf->arg);
+        else if (bf->kind == KT_BUF_OUTPUT)
+            kt_sbuf_printf(b, "    float *restrict %s = kt_bufs[%d];\n", bf->name, bf->arg);
+    }
+    for (int i = 0; i < L->nbufs; i++) {
+        const kt_lower_buf_t *bf = &L->bufs[i];
+        if (bf->kind != KT_BUF_HEAP)
+            continue;
+        int64_t n = 1;
+        for (int d = 0; d < bf->ndim; d++)
+            n *= bf->shape[d];
+        kt_sbuf_printf(b, "    float *restrict %s = (float *)malloc(sizeof(float) * %lldULL);\n",
+                       bf->name, (long long)n);
+        nheap++;
+    }
+    kt_sbuf_puts(b, "    int kt_fail = 0;\n");
+    int depth = 1;
+    if (nheap) {
+        kt_sbuf_puts(b, "    if (");
+        int k = 0;
+        for (int i = 0; i < L->nbufs; i++)
+            if (L->bufs[i].kind == KT_BUF_HEAP)
+                kt_sbuf_printf(b, "%s%s", k++ ? " && " : "", L->bufs[i].name);
+        kt_sbuf_puts(b, ") {\n");
+        depth = 2;
+    }
+    emit_t e = {.dag = dag, .L = L, .out = b};
+    emit_list(&e, L->first, depth, 0, 0);
+    if (nheap) {
+        kt_sbuf_puts(b, "    } else {\n        kt_fail = 1;\n    }\n");
+        for (int i = 0; i < L->nbufs; i++)
+            if (L->bufs[i].kind == KT_BUF_HEAP)
+                kt_sbuf_printf(b, "    free(%s);\n", L->bufs[i].name);
+    }
+    kt_sbuf_puts(b, "    return kt_fail ? -1 : 0;\n}\n"
+                    "#if defined(__GNUC__) && !defined(__clang__)\n"
+                    "#pragma GCC pop_options\n"
+                    "#endif\n");
+    kt_lower_free(L);
+    if (e.rc)
+        return kt_err_prefix("emit");
+    return kt_sbuf_ok(b);
+}
+
+char *kt_codegen_emit_c(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry)
+{
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    kt_sbuf_puts(&b, "/* ktune kernel */\n");
+    kt_codegen_preamble_c(&b);
+    if (kt_codegen_emit_c_into(dag, st, entry, &b) != 0) {
+        kt_sbuf_free(&b);
+        return NULL;
+    }
+    return kt_sbuf_take(&b);
+}

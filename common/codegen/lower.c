@@ -1,0 +1,709 @@
+/* Lowering a schedule state to an explicit loop-nest program. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "lower.h"
+#include "util/err.h"
+
+typedef struct {
+    const kt_dag_t *dag;
+    const kt_sched_state_t *st;
+    kt_lower_t *L;
+    int cap_nodes, cap_iters, cap_stmts, cap_bufs;
+    int rc;
+    int gbuf[KT_TE_MAX_STAGES];   /* global (input/output/heap) buffer of each stage, or -1 */
+} ctx_t;
+
+const char *kt_lower_identity_c(kt_reduce_t rop)
+{
+    return rop == KT_RED_MAX ? "(-INFINITY)" : "0.0f";
+}
+
+static int grow(ctx_t *c, void **p, int *cap, int n, size_t elem)
+{
+    if (c->rc)
+        return -1;
+    if (n < *cap)
+        return 0;
+    int ncap = *cap ? *cap * 2 : 16;
+    void *np = realloc(*p, (size_t)ncap * elem);
+    if (!np) {
+        c->rc = kt_err_set(KT_ENOMEM, "lowering: out of memory");
+        return -1;
+    }
+    *p = np;
+    *cap = ncap;
+    return 0;
+}
+
+/* ---- building blocks --------------------------------------------------------- */
+
+static int new_iter(ctx_t *c, int stage, const char *label, int64_t extent, int reduce)
+{
+    kt_lower_t *L = c->L;
+    if (grow(c, (void **)&L->iters, &c->cap_iters, L->niters, sizeof(*L->iters)))
+        return 0;
+    int id = L->niters++;
+    kt_lower_iter_t *it = &L->iters[id];
+    memset(it, 0, sizeof(*it));
+    snprintf(it->label, sizeof(it->label), "%s", label);
+    /* C name: the label's identifier characters plus the unique id, so two
+     * iterators never collide whatever the axis names are. */
+    char clean[KT_LOWER_NAME];
+    size_t k = 0;
+    for (const char *p = label; *p && k < 40; p++)
+        clean[k++] = ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                      (*p >= '0' && *p <= '9'))
+                         ? *p
+                         : '_';
+    clean[k] = '\0';
+    snprintf(it->name, sizeof(it->name), "kt_%.40s_%d", clean, id);
+    it->extent = extent;
+    it->stage = stage;
+    it->reduce = reduce;
+    return id;
+}
+
+static int new_node(ctx_t *c, kt_node_kind_t kind)
+{
+    kt_lower_t *L = c->L;
+    if (grow(c, (void **)&L->nodes, &c->cap_nodes, L->nnodes, sizeof(*L->nodes)))
+        return -1;
+    int id = L->nnodes++;
+    kt_lower_node_t *n = &L->nodes[id];
+    memset(n, 0, sizeof(*n));
+    n->kind = kind;
+    n->iter = n->stmt = n->buf = -1;
+    n->child = n->next = -1;
+    return id;
+}
+
+static void append(ctx_t *c, int parent, int node)
+{
+    kt_lower_t *L = c->L;
+    if (node < 0)
+        return;
+    int *link = parent < 0 ? &L->first : &L->nodes[parent].child;
+    while (*link >= 0)
+        link = &L->nodes[*link].next;
+    *link = node;
+}
+
+static int new_buf(ctx_t *c, kt_buf_kind_t kind, int stage, const char *name, const char *label,
+                   int ndim, const int64_t *shape)
+{
+    kt_lower_t *L = c->L;
+    if (grow(c, (void **)&L->bufs, &c->cap_bufs, L->nbufs, sizeof(*L->bufs)))
+        return -1;
+    int id = L->nbufs++;
+    kt_lower_buf_t *b = &L->bufs[id];
+    memset(b, 0, sizeof(*b));
+    snprintf(b->name, sizeof(b->name), "%s", name);
+    snprintf(b->label, sizeof(b->label), "%s", label);
+    b->kind = kind;
+    b->stage = stage;
+    b->arg = -1;
+    b->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        b->shape[d] = shape[d];
+    return id;
+}
+
+static kt_lower_index_t idx_none(void)
+{
+    kt_lower_index_t x;
+    memset(&x, 0, sizeof(x));
+    x.div = 1;
+    return x;
+}
+
+static void idx_add(ctx_t *c, kt_lower_index_t *x, int iter, int64_t coef)
+{
+    if (x->nterms >= KT_LOWER_MAX_TERMS) {
+        if (!c->rc)
+            c->rc = kt_err_set(KT_EINTERNAL, "lowering: index with too many terms");
+        return;
+    }
+    x->iter[x->nterms] = iter;
+    x->coef[x->nterms++] = coef;
+}
+
+static kt_lower_stmt_t stmt_new(kt_stmt_kind_t kind, int stage)
+{
+    kt_lower_stmt_t s;
+    memset(&s, 0, sizeof(s));
+    s.kind = kind;
+    s.stage = stage;
+    s.dst = s.src = s.src_stage = -1;
+    for (int a = 0; a < KT_SCHED_MAX_AXES; a++)
+        s.axis[a] = idx_none();
+    for (int d = 0; d <= KT_TE_MAX_DIMS; d++)
+        s.dst_idx[d] = s.src_idx[d] = idx_none();
+    return s;
+}
+
+static int add_stmt_node(ctx_t *c, int parent, const kt_lower_stmt_t *s)
+{
+    kt_lower_t *L = c->L;
+    if (grow(c, (void **)&L->stmts, &c->cap_stmts, L->nstmts, sizeof(*L->stmts)))
+        return -1;
+    int id = L->nstmts++;
+    L->stmts[id] = *s;
+    int n = new_node(c, KT_NODE_STMT);
+    if (n < 0)
+        return -1;
+    L->nodes[n].stmt = id;
+    append(c, parent, n);
+    return n;
+}
+
+static void remap_idx(kt_lower_index_t *x, int from, int to)
+{
+    for (int t = 0; t < x->nterms; t++)
+        if (x->iter[t] == from)
+            x->iter[t] = to;
+}
+
+/* ---- auto-unroll ------------------------------------------------------------- */
+
+/* TVM's UnrollLoop with auto_max_step: a loop is unrolled when every loop in
+ * its body is unrolled (a vectorized loop, and the innermost spatial loop
+ * around a statement, count as one step and stay loops) and its extent
+ * times the steps of its body is at most max_step. Returns the steps of the
+ * subtree; *ok tells the caller whether the subtree is fully unrolled. */
+static int64_t unroll_walk(ctx_t *c, int node, int stage, int64_t max_step, int *ok)
+{
+    kt_lower_node_t *nd = &c->L->nodes[node];
+    if (nd->kind == KT_NODE_STMT) {
+        *ok = 1;
+        return 1;
+    }
+    if (nd->kind == KT_NODE_ALLOC) {
+        *ok = 1;
+        return 0;
+    }
+    int64_t steps = 0;
+    int all = 1;
+    for (int ch = nd->child; ch >= 0; ch = c->L->nodes[ch].next) {
+        int o = 0;
+        steps += unroll_walk(c, ch, stage, max_step, &o);
+        all &= o;
+        if (steps > ((int64_t)1 << 40))
+            steps = (int64_t)1 << 40;
+    }
+    const kt_lower_iter_t *it = &c->L->iters[nd->iter];
+    /* The innermost spatial loop stays a loop even when not annotated: GCC
+     * vectorizes it, while a full unroll turns it into scalar code. */
+    int innermost = !it->reduce;
+    for (int ch = nd->child; ch >= 0 && innermost; ch = c->L->nodes[ch].next)
+        innermost = c->L->nodes[ch].kind == KT_NODE_STMT;
+    if (nd->ann == KT_LOOP_VECTORIZE || innermost) {
+        *ok = all;
+        return steps;
+    }
+    int64_t total = it->extent > 0 && steps > ((int64_t)1 << 40) / it->extent
+                        ? (int64_t)1 << 40
+                        : steps * it->extent;
+    if (nd->ann == KT_LOOP_SERIAL && all && it->stage == stage && total <= max_step) {
+        nd->ann = KT_LOOP_UNROLL;
+        *ok = 1;
+    } else {
+        *ok = 0;
+    }
+    return total;
+}
+
+/* ---- nest construction -------------------------------------------------------- */
+
+typedef void (*attach_fn)(ctx_t *c, int loop_i, int node, void *arg);
+
+/* A sub-nest over copies of the spatial loops nested inside loop `from`
+ * (the reduction init before the first reduce loop; the register tile's
+ * load and store around the innermost reduce loops), holding statement s
+ * with those loops' iterators renamed to the copies. */
+static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const int *iters,
+                       const int *anns, int from, const kt_lower_stmt_t *stmt, const char *suffix)
+{
+    kt_lower_stmt_t s = *stmt;
+    int cur = parent;
+    for (int j = from + 1; j < nest->nloops; j++) {
+        if (nest->loops[j].reduce)
+            continue;
+        const kt_lower_iter_t *orig = &c->L->iters[iters[j]];
+        char label[KT_LOWER_NAME];
+        snprintf(label, sizeof(label), "%.50s.%s", orig->label, suffix);
+        int it = new_iter(c, orig->stage, label, orig->extent, 0);
+        int node = new_node(c, KT_NODE_LOOP);
+        if (c->rc || node < 0)
+            return;
+        c->L->nodes[node].iter = it;
+        c->L->nodes[node].ann = anns[j] == KT_LOOP_VECTORIZE ? KT_LOOP_VECTORIZE : KT_LOOP_SERIAL;
+        append(c, cur, node);
+        cur = node;
+        for (int d = 0; d <= KT_TE_MAX_DIMS; d++) {
+            remap_idx(&s.dst_idx[d], iters[j], it);
+            remap_idx(&s.src_idx[d], iters[j], it);
+        }
+    }
+    add_stmt_node(c, cur, &s);
+}
+
+/* Register tile of a tiled nest: the accumulator block of the innermost
+ * spatial loops is copied into a small local array around the innermost
+ * reduce loops and back, so the compiler keeps it in registers (what LLVM's
+ * store motion does for TVM; GCC does not after unrolling). */
+typedef struct {
+    int first;        /* index of the first innermost reduce loop, -1: none */
+    int buf;          /* the local register tile */
+    kt_lower_stmt_t load, store;
+} regtile_t;
+
+/* One loop nest: loops in nest order with the annotations of `ann`, the
+ * reduction init before the first reduce loop, attached stages after their
+ * loop, the leaf statement innermost; then auto-unroll marking. */
+static void build(ctx_t *c, int parent, int stage, const kt_sched_nest_t *nest, const int *iters,
+                  const kt_sched_ann_t *ann, const kt_lower_stmt_t *leaf,
+                  const kt_lower_stmt_t *init, attach_fn attach, void *arg, const regtile_t *rt)
+{
+    kt_lower_t *L = c->L;
+    int anns[KT_SCHED_MAX_LOOPS];
+    int first_reduce = -1;
+    for (int i = 0; i < nest->nloops; i++) {
+        anns[i] = i < ann->parallel                      ? KT_LOOP_PARALLEL
+                  : i >= nest->nloops - ann->vectorize ? KT_LOOP_VECTORIZE
+                                                       : KT_LOOP_SERIAL;
+        if (first_reduce < 0 && nest->loops[i].reduce)
+            first_reduce = i;
+        if (anns[i] == KT_LOOP_PARALLEL)
+            L->uses_parallel = 1;
+    }
+    /* Remember where this nest starts among parent's children. */
+    int before = -1;
+    for (int x = parent < 0 ? L->first : L->nodes[parent].child; x >= 0; x = L->nodes[x].next)
+        before = x;
+    int cur = parent, rt_parent = -2;
+    for (int i = 0; i < nest->nloops && !c->rc; i++) {
+        if (i == first_reduce && init)
+            build_copy(c, cur, nest, iters, anns, first_reduce, init, "init");
+        if (rt && i == rt->first) {
+            int an = new_node(c, KT_NODE_ALLOC);
+            if (an < 0)
+                return;
+            L->nodes[an].buf = rt->buf;
+            append(c, cur, an);
+            build_copy(c, cur, nest, iters, anns, i, &rt->load, "ld");
+            rt_parent = cur;
+        }
+        int node = new_node(c, KT_NODE_LOOP);
+        if (node < 0)
+            return;
+        L->nodes[node].iter = iters[i];
+        L->nodes[node].ann = (kt_loop_ann_t)anns[i];
+        append(c, cur, node);
+        if (nest->loops[i].attach && attach)
+            attach(c, i, node, arg);
+        cur = node;
+    }
+    if (init && first_reduce < 0)
+        add_stmt_node(c, cur, init);
+    add_stmt_node(c, cur, leaf);
+    if (rt_parent != -2)
+        build_copy(c, rt_parent, nest, iters, anns, rt->first, &rt->store, "st");
+    if (ann->unroll > 0 && !c->rc) {
+        int x = before < 0 ? (parent < 0 ? L->first : L->nodes[parent].child)
+                           : L->nodes[before].next;
+        for (; x >= 0; x = L->nodes[x].next) {
+            int ok;
+            unroll_walk(c, x, stage, ann->unroll, &ok);
+        }
+    }
+}
+
+static void axis_label(const kt_stage_t *s, int a, int level, int split, char *out, size_t cap)
+{
+    const char *nm = a < s->ndim ? s->axis_names[a] : s->reduce_names[a - s->ndim];
+    if (split)
+        snprintf(out, cap, "%s.%d", nm, level);
+    else
+        snprintf(out, cap, "%s", nm);
+}
+
+static void lower_stage(ctx_t *c, int s, int parent, const int *bound);
+
+/* ---- plain nests ------------------------------------------------------------------ */
+
+typedef struct {
+    int stage;
+    int axis_iter[KT_SCHED_MAX_AXES];
+} root_attach_t;
+
+static void root_attach(ctx_t *c, int loop_i, int node, void *arg)
+{
+    const root_attach_t *ra = arg;
+    const kt_sched_stage_t *e = &c->st->stages[ra->stage];
+    int d0 = e->at_stage >= 0 ? e->at_depth : 0;
+    for (int p = 0; p < c->st->nstages; p++) {
+        const kt_sched_stage_t *pe = &c->st->stages[p];
+        if (pe->kind == KT_SK_ROOT && pe->at_stage == ra->stage && pe->at_depth - 1 - d0 == loop_i)
+            lower_stage(c, p, node, ra->axis_iter);
+    }
+}
+
+static void lower_root(ctx_t *c, int s, int parent, const int *bound)
+{
+    const kt_stage_t *ss = kt_dag_stage(c->dag, s);
+    const kt_sched_stage_t *e = &c->st->stages[s];
+    kt_sched_nest_t nest;
+    kt_sched_nest(c->dag, c->st, s, 0, &nest);
+    int d0 = e->at_stage >= 0 ? e->at_depth : 0;
+    root_attach_t ra = {.stage = s};
+    int iters[KT_SCHED_MAX_LOOPS];
+    for (int a = 0; a < d0; a++)
+        ra.axis_iter[a] = bound[a];
+    for (int i = 0; i < nest.nloops; i++) {
+        char label[KT_LOWER_NAME];
+        axis_label(ss, nest.loops[i].axis, 0, 0, label, sizeof(label));
+        iters[i] = new_iter(c, s, label, nest.loops[i].extent, nest.loops[i].reduce);
+        ra.axis_iter[nest.loops[i].axis] = iters[i];
+    }
+    kt_lower_stmt_t leaf = stmt_new(ss->nreduce ? KT_STMT_UPDATE : KT_STMT_COMPUTE, s);
+    for (int a = 0; a < ss->ndim + ss->nreduce; a++)
+        idx_add(c, &leaf.axis[a], ra.axis_iter[a], 1);
+    leaf.dst = c->gbuf[s];
+    for (int a = 0; a < ss->ndim; a++)
+        leaf.dst_idx[a] = leaf.axis[a];
+    kt_lower_stmt_t init = leaf;
+    init.kind = KT_STMT_INIT;
+    build(c, parent, s, &nest, iters, &e->ann, &leaf, ss->nreduce ? &init : NULL, root_attach, &ra,
+          NULL);
+}
+
+/* ---- multi-level tiling ------------------------------------------------------------ */
+
+/* stride of level l of axis a: product of the deeper levels' factors. */
+static int64_t tile_stride(const kt_sched_stage_t *e, int a, int l, int nlev)
+{
+    int64_t st = 1;
+    for (int m = l + 1; m < nlev; m++)
+        st *= e->split[a][m];
+    return st;
+}
+
+/* The tiled nest of s; bound[a][l] are the consumer's iterators of the
+ * levels below the compute level, local the accumulator tile (or -1). */
+static void lower_tiled(ctx_t *c, int s, int parent, int (*bound)[KT_SCHED_SPATIAL_LEVELS],
+                        int local)
+{
+    const kt_stage_t *ss = kt_dag_stage(c->dag, s);
+    const kt_sched_stage_t *e = &c->st->stages[s];
+    int nd = ss->ndim, nr = ss->nreduce;
+    int L0 = local >= 0 ? e->level : 0;
+    kt_sched_nest_t nest;
+    kt_sched_nest(c->dag, c->st, s, 0, &nest);
+    int it[KT_SCHED_MAX_AXES][KT_SCHED_SPATIAL_LEVELS];
+    int iters[KT_SCHED_MAX_LOOPS];
+    for (int a = 0; a < nd; a++)
+        for (int l = 0; l < L0; l++)
+            it[a][l] = bound[a][l];
+    for (int i = 0; i < nest.nloops; i++) {
+        const kt_sched_loop_t *lp = &nest.loops[i];
+        char label[KT_LOWER_NAME];
+        axis_label(ss, lp->axis, lp->level, 1, label, sizeof(label));
+        iters[i] = new_iter(c, s, label, lp->extent, lp->reduce);
+        it[lp->axis][lp->level] = iters[i];
+    }
+    kt_lower_stmt_t leaf = stmt_new(KT_STMT_UPDATE, s);
+    for (int a = 0; a < nd; a++)
+        for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++)
+            idx_add(c, &leaf.axis[a], it[a][l], tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
+    for (int r = 0; r < nr; r++)
+        for (int l = 0; l < KT_SCHED_REDUCE_LEVELS; l++)
+            idx_add(c, &leaf.axis[nd + r], it[nd + r][l],
+                    tile_stride(e, nd + r, l, KT_SCHED_REDUCE_LEVELS));
+    if (local >= 0) {
+        leaf.dst = local;
+        for (int a = 0; a < nd; a++)
+            for (int l = L0; l < KT_SCHED_SPATIAL_LEVELS; l++)
+                idx_add(c, &leaf.dst_idx[a], it[a][l],
+                        tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
+    } else {
+        leaf.dst = c->gbuf[s];
+        for (int a = 0; a < nd; a++)
+            leaf.dst_idx[a] = leaf.axis[a];
+    }
+    kt_lower_stmt_t init = leaf;
+    init.kind = KT_STMT_INIT;
+
+    /* Register tile over the S3 loops around the R1 loops, when the R1
+     * loops iterate and the block is small enough for registers. */
+    regtile_t rt = {.first = -1};
+    int64_t r1 = 1, s3 = 1, s3ext[KT_TE_MAX_DIMS];
+    for (int r = 0; r < nr; r++)
+        r1 *= e->split[nd + r][1];
+    for (int a = 0; a < nd; a++)
+        s3 *= (s3ext[a] = e->split[a][3]);
+    if (r1 > 1 && s3 * (int64_t)sizeof(float) <= KT_LOWER_REGTILE_BYTES) {
+        for (int i = 0; i < nest.nloops && rt.first < 0; i++)
+            if (nest.loops[i].reduce && nest.loops[i].level == 1)
+                rt.first = i;
+        char name[KT_LOWER_NAME], label[KT_LOWER_NAME];
+        snprintf(name, sizeof(name), "kt_%s_reg", ss->name);
+        snprintf(label, sizeof(label), "%s.reg", ss->name);
+        rt.buf = new_buf(c, KT_BUF_LOCAL, s, name, label, nd, s3ext);
+        rt.load = stmt_new(KT_STMT_COPY, s);
+        rt.store = stmt_new(KT_STMT_COPY, s);
+        for (int a = 0; a < nd; a++) {
+            kt_lower_index_t reg = idx_none();
+            idx_add(c, &reg, it[a][3], 1);
+            rt.load.dst_idx[a] = rt.store.src_idx[a] = reg;
+            rt.load.src_idx[a] = rt.store.dst_idx[a] = leaf.dst_idx[a];
+        }
+        rt.load.dst = rt.store.src = rt.buf;
+        rt.load.src = rt.store.dst = leaf.dst;
+        leaf.dst = rt.buf;
+        for (int a = 0; a < nd; a++)
+            leaf.dst_idx[a] = rt.load.dst_idx[a];
+    }
+    build(c, parent, s, &nest, iters, &e->ann, &leaf, &init, NULL, NULL, rt.first >= 0 ? &rt : NULL);
+}
+
+typedef struct {
+    int tiled, local;
+    int it[KT_SCHED_MAX_AXES][KT_SCHED_SPATIAL_LEVELS];
+} cons_attach_t;
+
+static void cons_attach(ctx_t *c, int loop_i, int node, void *arg)
+{
+    (void)loop_i;
+    cons_attach_t *ca = arg;
+    int an = new_node(c, KT_NODE_ALLOC);
+    if (an < 0)
+        return;
+    c->L->nodes[an].buf = ca->local;
+    append(c, node, an);
+    lower_tiled(c, ca->tiled, node, ca->it, ca->local);
+}
+
+/* The nest of the consumer of tiled stage t (cons, or the copy-out of a
+ * cache-write stage when cons < 0), with t computed at its compute level. */
+static void lower_consumer(ctx_t *c, int t, int cons, int parent)
+{
+    const kt_stage_t *ts = kt_dag_stage(c->dag, t);
+    const kt_sched_stage_t *te = &c->st->stages[t];
+    int nd = ts->ndim, L0 = te->level;
+    kt_sched_nest_t nest;
+    kt_sched_nest(c->dag, c->st, cons >= 0 ? cons : t, cons >= 0 ? 0 : 1, &nest);
+    const kt_stage_t *cs = kt_dag_stage(c->dag, cons >= 0 ? cons : t);
+    int64_t tile[KT_TE_MAX_DIMS];
+    for (int a = 0; a < nd; a++)
+        tile[a] = tile_stride(te, a, L0 - 1, KT_SCHED_SPATIAL_LEVELS);
+    char name[KT_LOWER_NAME], label[KT_LOWER_NAME];
+    snprintf(name, sizeof(name), "kt_%s_local", ts->name);
+    snprintf(label, sizeof(label), "%s.local", ts->name);
+    cons_attach_t ca = {.tiled = t};
+    ca.local = new_buf(c, KT_BUF_LOCAL, t, name, label, nd, tile);
+    int iters[KT_SCHED_MAX_LOOPS], rest[KT_TE_MAX_DIMS];
+    for (int i = 0; i < nest.nloops; i++) {
+        const kt_sched_loop_t *lp = &nest.loops[i];
+        axis_label(cs, lp->axis, lp->level, 1, label, sizeof(label));
+        iters[i] = new_iter(c, cons >= 0 ? cons : t, label, lp->extent, 0);
+        if (lp->level < L0)
+            ca.it[lp->axis][lp->level] = iters[i];
+        else
+            rest[lp->axis] = iters[i];
+    }
+    kt_lower_stmt_t leaf = stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
+                                    cons >= 0 ? cons : t);
+    for (int a = 0; a < nd; a++) {
+        for (int l = 0; l < L0; l++)
+            idx_add(c, &leaf.axis[a], ca.it[a][l], tile_stride(te, a, l, KT_SCHED_SPATIAL_LEVELS));
+        idx_add(c, &leaf.axis[a], rest[a], 1);
+        leaf.dst_idx[a] = leaf.axis[a];
+        idx_add(c, &leaf.src_idx[a], rest[a], 1);
+    }
+    leaf.dst = c->gbuf[cons >= 0 ? cons : t];
+    leaf.src = ca.local;
+    leaf.src_stage = t;
+    const kt_sched_ann_t *ann = cons >= 0 ? &c->st->stages[cons].ann : &te->ann2;
+    build(c, parent, cons >= 0 ? cons : t, &nest, iters, ann, &leaf, NULL, cons_attach, &ca, NULL);
+}
+
+/* ---- rfactor --------------------------------------------------------------------- */
+
+static void lower_rfactor(ctx_t *c, int s, int parent)
+{
+    const kt_stage_t *ss = kt_dag_stage(c->dag, s);
+    const kt_sched_stage_t *e = &c->st->stages[s];
+    int nd = ss->ndim, nr = ss->nreduce;
+    int64_t KO = e->split[0][0], KI = e->split[0][1];
+    int64_t F = e->rf_inner ? KI : KO;
+    char rname[KT_LOWER_NAME] = "", name[KT_LOWER_NAME], label[KT_LOWER_NAME];
+    if (nr == 1) {
+        snprintf(rname, sizeof(rname), "%s", ss->reduce_names[0]);
+    } else {
+        size_t k = 0;
+        for (int r = 0; r < nr && k + 2 < sizeof(rname); r++)
+            k += (size_t)snprintf(rname + k, sizeof(rname) - k, "%.12s@", ss->reduce_names[r]);
+    }
+    int64_t shape[KT_TE_MAX_DIMS + 1];
+    for (int a = 0; a < nd; a++)
+        shape[a] = ss->shape[a];
+    shape[nd] = F;
+    snprintf(name, sizeof(name), "kt_%s_rf", ss->name);
+    snprintf(label, sizeof(label), "%s.rf", ss->name);
+    int rf = new_buf(c, KT_BUF_HEAP, s, name, label, nd + 1, shape);
+
+    /* partial results: rf[s.., f] = reduce over the other part */
+    kt_sched_nest_t nest;
+    kt_sched_nest(c->dag, c->st, s, 0, &nest);
+    int iters[KT_SCHED_MAX_LOOPS], ko = -1, ki = -1;
+    for (int i = 0; i < nest.nloops; i++) {
+        const kt_sched_loop_t *lp = &nest.loops[i];
+        if (lp->axis < nd)
+            axis_label(ss, lp->axis, 0, 0, label, sizeof(label));
+        else
+            snprintf(label, sizeof(label), "%.40s.%d", rname, lp->level);
+        iters[i] = new_iter(c, s, label, lp->extent, lp->reduce);
+        if (lp->axis == nd)
+            *(lp->level ? &ki : &ko) = iters[i];
+    }
+    kt_lower_stmt_t leaf = stmt_new(KT_STMT_UPDATE, s);
+    for (int a = 0; a < nd; a++) {
+        idx_add(c, &leaf.axis[a], iters[a], 1);
+        leaf.dst_idx[a] = leaf.axis[a];
+    }
+    int64_t inner = 1;
+    for (int r = nr - 1; r >= 0; r--) {
+        kt_lower_index_t *x = &leaf.axis[nd + r];
+        idx_add(c, x, ko, KI);
+        idx_add(c, x, ki, 1);
+        if (nr > 1) {
+            x->div = inner;
+            x->mod = ss->reduce_ext[r];
+        }
+        inner *= ss->reduce_ext[r];
+    }
+    idx_add(c, &leaf.dst_idx[nd], e->rf_inner ? ki : ko, 1);
+    leaf.dst = rf;
+    kt_lower_stmt_t init = leaf;
+    init.kind = KT_STMT_INIT;
+    build(c, parent, s, &nest, iters, &e->ann, &leaf, &init, NULL, NULL, NULL);
+
+    /* final: out[s..] = reduce over f of rf[s.., f] */
+    kt_sched_nest(c->dag, c->st, s, 1, &nest);
+    for (int i = 0; i < nest.nloops; i++) {
+        const kt_sched_loop_t *lp = &nest.loops[i];
+        if (lp->axis < nd)
+            axis_label(ss, lp->axis, 0, 0, label, sizeof(label));
+        else
+            snprintf(label, sizeof(label), "%.40s.%d.v", rname, lp->level);
+        iters[i] = new_iter(c, s, label, lp->extent, lp->reduce);
+    }
+    kt_lower_stmt_t fin = stmt_new(KT_STMT_COMBINE, s);
+    for (int a = 0; a < nd; a++) {
+        idx_add(c, &fin.dst_idx[a], iters[a], 1);
+        idx_add(c, &fin.src_idx[a], iters[a], 1);
+    }
+    idx_add(c, &fin.src_idx[nd], iters[nd], 1);
+    fin.dst = c->gbuf[s];
+    fin.src = rf;
+    kt_lower_stmt_t finit = fin;
+    finit.kind = KT_STMT_INIT;
+    build(c, parent, s, &nest, iters, &e->ann2, &fin, &finit, NULL, NULL, NULL);
+}
+
+static void lower_stage(ctx_t *c, int s, int parent, const int *bound)
+{
+    const kt_sched_stage_t *e = &c->st->stages[s];
+    switch (e->kind) {
+    case KT_SK_ROOT:
+        lower_root(c, s, parent, bound);
+        break;
+    case KT_SK_TILED:
+        if (e->cache_write)
+            lower_consumer(c, s, -1, parent);
+        else if (e->fuse < 0)
+            lower_tiled(c, s, parent, NULL, -1);
+        break;   /* fused: lowered inside its consumer's nest */
+    case KT_SK_FUSED:
+        lower_consumer(c, e->fuse, s, parent);
+        break;
+    case KT_SK_RFACTOR:
+        lower_rfactor(c, s, parent);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- entry ------------------------------------------------------------------------ */
+
+void kt_lower_free(kt_lower_t *l)
+{
+    if (!l)
+        return;
+    free(l->nodes);
+    free(l->iters);
+    free(l->stmts);
+    free(l->bufs);
+    free(l);
+}
+
+kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st)
+{
+    /* Structure only: lowering is correct whatever the split bounds were. */
+    kt_sched_params_t p;
+    kt_sched_params_default(&p);
+    p.max_innermost_split_factor = INT_MAX;
+    if (kt_sched_state_validate(dag, &p, st) != 0) {
+        kt_err_prefix("lowering");
+        return NULL;
+    }
+    int n = kt_dag_num_stages(dag);
+    if (n > KT_TE_MAX_STAGES) {
+        kt_err_set(KT_EINVAL, "lowering: too many stages");
+        return NULL;
+    }
+    kt_lower_t *L = calloc(1, sizeof(*L));
+    if (!L) {
+        kt_err_set(KT_ENOMEM, "lowering: out of memory");
+        return NULL;
+    }
+    L->first = -1;
+    L->inline_mask = kt_sched_inline_mask(st);
+    ctx_t c = {.dag = dag, .st = st, .L = L};
+    for (int s = 0; s < n; s++)
+        c.gbuf[s] = -1;
+    int nb = kt_codegen_num_bufs(dag);
+    for (int i = 0; i < nb; i++) {
+        int s = kt_codegen_buf_stage(dag, i);
+        const kt_stage_t *ss = kt_dag_stage(dag, s);
+        c.gbuf[s] = new_buf(&c, ss->kind == KT_STAGE_PLACEHOLDER ? KT_BUF_INPUT : KT_BUF_OUTPUT, s,
+                            ss->name, ss->name, ss->ndim, ss->shape);
+        if (c.gbuf[s] >= 0)
+            L->bufs[c.gbuf[s]].arg = i;
+    }
+    for (int s = 0; s < n; s++) {
+        const kt_stage_t *ss = kt_dag_stage(dag, s);
+        const kt_sched_stage_t *e = &st->stages[s];
+        if (c.gbuf[s] >= 0 || ss->kind != KT_STAGE_COMPUTE || e->kind == KT_SK_INLINE ||
+            (e->kind == KT_SK_TILED && e->fuse >= 0))
+            continue;
+        c.gbuf[s] = new_buf(&c, KT_BUF_HEAP, s, ss->name, ss->name, ss->ndim, ss->shape);
+    }
+    for (int s = 0; s < n && !c.rc; s++) {
+        const kt_sched_stage_t *e = &st->stages[s];
+        if (e->kind == KT_SK_ROOT && e->at_stage >= 0)
+            continue;   /* lowered inside its consumer */
+        lower_stage(&c, s, -1, NULL);
+    }
+    if (c.rc) {
+        kt_err_prefix("lowering");
+        kt_lower_free(L);
+        return NULL;
+    }
+    return L;
+}

@@ -1,0 +1,139 @@
+/*
+ * Lowering: a (DAG, schedule state) pair turned into an explicit loop-nest
+ * program, the form the C emitter prints, kt_sched_state_print shows and
+ * feature extraction walks. It is TVM's lowered TIR in miniature:
+ *
+ * - iterators (loop variables) with extents and the stage they belong to;
+ * - buffers: the kernel's inputs and outputs, heap intermediates (stages
+ *   that are neither inlined nor outputs, rfactor partial results) and local
+ *   tiles (the accumulator of a tiled stage computed at its consumer);
+ * - statements: a stage's body stored to a buffer element, a reduction's
+ *   init and update, a copy out of a local tile, an rfactor combine;
+ * - a tree of nodes (loops with annotations, statements, local allocations)
+ *   in program order: first child / next sibling links.
+ *
+ * Every index is an affine sum of iterators (times constants), optionally
+ * followed by a division and a modulo (rfactor of several reduce axes), so
+ * the address of every access is known exactly.
+ *
+ * Decisions made here, beyond the state:
+ * - auto_unroll_max_step (TVM's UnrollLoop): inside a nest with that step, a
+ *   loop is marked UNROLL when every loop in its body is unrolled and its
+ *   extent times the number of statements its body executes is at most the
+ *   step. Vectorized loops and the innermost spatial loop around a statement
+ *   count as one step and stay loops (the compiler vectorizes them; a full
+ *   unroll would leave scalar code). The emitter prints `#pragma GCC unroll`.
+ * - register tile: in a tiled nest whose innermost reduce loops iterate,
+ *   the accumulator block of the innermost spatial loops (level 3) is copied
+ *   into a small local array before those reduce loops and back after them,
+ *   so the block stays in registers (LLVM's store motion does this for TVM;
+ *   GCC does not after unrolling).
+ *
+ * Ownership: kt_lower() returns a malloc'd program freed by kt_lower_free()
+ * (accepts NULL); it keeps no pointer into the DAG or state. Thread-safe.
+ */
+#ifndef KT_CODEGEN_LOWER_H
+#define KT_CODEGEN_LOWER_H
+
+#include <stdint.h>
+
+#include "sched/state.h"
+#include "te/te.h"
+
+#define KT_LOWER_MAX_TERMS 8    /* iterators in one index */
+#define KT_LOWER_NAME 64        /* iterator and buffer names, NUL included */
+#define KT_LOWER_LOCAL_STACK_BYTES 65536  /* local tiles up to this size live on the stack */
+#define KT_LOWER_REGTILE_BYTES 4096       /* largest register tile of a tiled stage */
+
+/* Loop annotations. UNROLL marks loops auto_unroll_max_step unrolls fully. */
+typedef enum {
+    KT_LOOP_SERIAL = 0,
+    KT_LOOP_PARALLEL,   /* fused with the neighbouring PARALLEL loops, run by threads */
+    KT_LOOP_VECTORIZE,  /* fused with the neighbouring VECTORIZE loops, SIMD */
+    KT_LOOP_UNROLL,     /* fully unrolled */
+} kt_loop_ann_t;
+
+typedef struct {
+    char name[KT_LOWER_NAME];   /* C variable, unique in the kernel */
+    char label[KT_LOWER_NAME];  /* TVM-style display name: i.0, k.1, k.0.v */
+    int64_t extent;
+    int stage;                  /* stage whose loop it is */
+    int reduce;                 /* a reduction loop */
+} kt_lower_iter_t;
+
+/* (sum of coef[t] * iter[t]) / div % mod; div 1 and mod 0 when unused. */
+typedef struct {
+    int nterms;
+    int iter[KT_LOWER_MAX_TERMS];
+    int64_t coef[KT_LOWER_MAX_TERMS];
+    int64_t div, mod;
+} kt_lower_index_t;
+
+typedef enum {
+    KT_BUF_INPUT = 0,   /* a placeholder, bufs[arg] */
+    KT_BUF_OUTPUT,      /* an output stage, bufs[arg] */
+    KT_BUF_HEAP,        /* an intermediate, malloc'd for the kernel's whole run */
+    KT_BUF_LOCAL,       /* a tile allocated where its ALLOC node stands */
+} kt_buf_kind_t;
+
+typedef struct {
+    char name[KT_LOWER_NAME];   /* C name: the stage name for global buffers */
+    char label[KT_LOWER_NAME];  /* display: C, C.local, C.rf */
+    kt_buf_kind_t kind;
+    int stage;                  /* the stage whose values it holds */
+    int arg;                    /* INPUT/OUTPUT: index into bufs[] */
+    int ndim;
+    int64_t shape[KT_TE_MAX_DIMS + 1];
+} kt_lower_buf_t;
+
+typedef enum {
+    KT_STMT_COMPUTE = 0,  /* dst = body of stage */
+    KT_STMT_INIT,         /* dst = identity of stage's reduction (0, -inf) */
+    KT_STMT_UPDATE,       /* dst = dst (+ or max) body */
+    KT_STMT_COPY,         /* dst = src */
+    KT_STMT_COMBINE,      /* dst = dst (+ or max) src: rfactor's final reduce */
+} kt_stmt_kind_t;
+
+typedef struct {
+    kt_stmt_kind_t kind;
+    int stage;                                   /* whose body / reduction */
+    kt_lower_index_t axis[KT_SCHED_MAX_AXES];    /* COMPUTE/UPDATE: value of each stage axis */
+    int dst;                                     /* buffer written */
+    kt_lower_index_t dst_idx[KT_TE_MAX_DIMS + 1];
+    int src;                                     /* COPY/COMBINE: buffer read; COMPUTE: -1, or
+                                                    the buffer loads of src_stage read instead */
+    int src_stage;
+    kt_lower_index_t src_idx[KT_TE_MAX_DIMS + 1];
+} kt_lower_stmt_t;
+
+typedef enum { KT_NODE_LOOP = 0, KT_NODE_STMT, KT_NODE_ALLOC } kt_node_kind_t;
+
+typedef struct {
+    kt_node_kind_t kind;
+    int iter;            /* LOOP */
+    kt_loop_ann_t ann;   /* LOOP */
+    int stmt;            /* STMT */
+    int buf;             /* ALLOC: a LOCAL buffer live until the end of the enclosing body */
+    int child, next;     /* first child, next sibling; -1 when none */
+} kt_lower_node_t;
+
+typedef struct kt_lower {
+    int nnodes, niters, nstmts, nbufs;
+    kt_lower_node_t *nodes;
+    kt_lower_iter_t *iters;
+    kt_lower_stmt_t *stmts;
+    kt_lower_buf_t *bufs;
+    int first;              /* first top-level node, -1 for none */
+    uint64_t inline_mask;   /* stages inlined into their readers */
+    int uses_parallel;      /* some loop is PARALLEL */
+} kt_lower_t;
+
+/* Lower a state (checked with kt_sched_state_validate first; split bounds
+ * of the parameters are not enforced here). NULL with a message on error. */
+kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st);
+void kt_lower_free(kt_lower_t *l);
+
+/* Identity value of a reduction as C text: "0.0f" or "(-INFINITY)". */
+const char *kt_lower_identity_c(kt_reduce_t rop);
+
+#endif

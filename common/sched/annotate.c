@@ -1,0 +1,444 @@
+/* Random annotation of sketches (Ansor's CPU init-population rules) and the
+ * mutation rules of the evolutionary search. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_int.h"
+#include "util/err.h"
+
+#define NUNROLL ((int)(sizeof(kt_sched_unroll_steps) / sizeof(kt_sched_unroll_steps[0])))
+
+/* ---- split factors ------------------------------------------------------ */
+
+/* Prime factorization by trial division; extents are at most 2^30. */
+static int factorize(int64_t n, int64_t *primes, int *exps)
+{
+    int k = 0;
+    for (int64_t d = 2; d * d <= n; d += (d == 2 ? 1 : 2)) {
+        if (n % d)
+            continue;
+        int e = 0;
+        while (n % d == 0) {
+            n /= d;
+            e++;
+        }
+        primes[k] = d;
+        exps[k++] = e;
+    }
+    if (n > 1) {
+        primes[k] = n;
+        exps[k++] = 1;
+    }
+    return k;
+}
+
+/* A uniformly random composition of e into nlev parts (stars and bars). */
+static void random_composition(int e, int nlev, int *parts, kt_rng_t *rng)
+{
+    int slots = e + nlev - 1;   /* at most 30 + 3 */
+    int pos[64];
+    for (int i = 0; i < slots; i++)
+        pos[i] = i;
+    /* Partial Fisher-Yates: the first nlev-1 entries are the bars. */
+    for (int i = 0; i < nlev - 1; i++) {
+        int j = i + (int)kt_rng_below(rng, (uint64_t)(slots - i));
+        int t = pos[i];
+        pos[i] = pos[j];
+        pos[j] = t;
+    }
+    int bars[KT_SCHED_SPATIAL_LEVELS];
+    for (int i = 0; i < nlev - 1; i++)
+        bars[i] = pos[i];
+    for (int i = 1; i < nlev - 1; i++)   /* sort the few bars */
+        for (int j = i; j > 0 && bars[j - 1] > bars[j]; j--) {
+            int t = bars[j];
+            bars[j] = bars[j - 1];
+            bars[j - 1] = t;
+        }
+    int prev = -1;
+    for (int i = 0; i < nlev - 1; i++) {
+        parts[i] = bars[i] - prev - 1;
+        prev = bars[i];
+    }
+    parts[nlev - 1] = slots - prev - 1;
+}
+
+/* Factors of `extent` over nlev levels, drawn uniformly from all ordered
+ * exact factorizations whose innermost factor is at most max_inner
+ * (rejection from the unconstrained uniform draw, which is a product of
+ * independent compositions of every prime's exponent). */
+static void sample_split(int64_t extent, int nlev, int max_inner, kt_rng_t *rng, int32_t *out)
+{
+    int64_t primes[32];
+    int exps[32];
+    int k = factorize(extent, primes, exps);
+    for (int attempt = 0; attempt < 64; attempt++) {
+        int64_t f[KT_SCHED_SPATIAL_LEVELS] = {1, 1, 1, 1};
+        for (int i = 0; i < k; i++) {
+            int parts[KT_SCHED_SPATIAL_LEVELS];
+            random_composition(exps[i], nlev, parts, rng);
+            for (int l = 0; l < nlev; l++)
+                for (int x = 0; x < parts[l]; x++)
+                    f[l] *= primes[i];
+        }
+        if (f[nlev - 1] <= max_inner || attempt == 63) {
+            /* Last resort: push the innermost factor's primes outwards. */
+            for (int i = k - 1; i >= 0 && f[nlev - 1] > max_inner; i--)
+                while (f[nlev - 1] % primes[i] == 0 && f[nlev - 1] > max_inner) {
+                    f[nlev - 1] /= primes[i];
+                    f[0] *= primes[i];
+                }
+            for (int l = 0; l < nlev; l++)
+                out[l] = (int32_t)f[l];
+            return;
+        }
+    }
+}
+
+/* ---- compute location options ----------------------------------------------- */
+
+typedef struct {
+    int kind;    /* KT_SK_ROOT or KT_SK_INLINE */
+    int at, depth;
+} loc_t;
+
+static int loc_options(const kt_dag_t *dag, const kt_sched_state_t *st, int s, loc_t *opt)
+{
+    int n = 0;
+    opt[n++] = (loc_t){KT_SK_ROOT, -1, 0};
+    if (kt_dag_is_inlinable(dag, s))
+        opt[n++] = (loc_t){KT_SK_INLINE, -1, 0};
+    int maxd = 0;
+    int c = kt_sched_at_target(dag, st, s, &maxd);
+    for (int d = 1; c >= 0 && d <= maxd; d++)
+        opt[n++] = (loc_t){KT_SK_ROOT, c, d};
+    return n;
+}
+
+static void set_loc(kt_sched_stage_t *e, const loc_t *o)
+{
+    e->kind = (int8_t)o->kind;
+    e->at_stage = (int8_t)o->at;
+    e->at_depth = (int8_t)o->depth;
+    memset(&e->ann, 0, sizeof(e->ann));
+}
+
+static int loc_is(const kt_sched_stage_t *e, const loc_t *o)
+{
+    return e->kind == o->kind && e->at_stage == o->at && e->at_depth == o->depth;
+}
+
+/* ---- loop annotations ------------------------------------------------------- */
+
+static kt_sched_ann_t *nest_ann(kt_sched_stage_t *e, int nest)
+{
+    return nest ? &e->ann2 : &e->ann;
+}
+
+/* Ansor's InitParallel: fuse leading spatial loops until the parallel degree
+ * exceeds 16 x cores (or an attach loop is reached). */
+static void init_parallel(const kt_sched_params_t *p, const kt_sched_nest_t *n,
+                          kt_sched_ann_t *a)
+{
+    int64_t degree = 1;
+    int k = 0;
+    while (k < n->max_parallel) {
+        degree *= n->loops[k].extent;
+        k++;
+        if (degree > (int64_t)p->num_cores * 16)
+            break;
+    }
+    a->parallel = (uint8_t)k;
+}
+
+/* Ansor's InitVectorization: the innermost spatial loops whose extents
+ * multiply to at most max_vectorize_size may be fused; vectorize a random
+ * number of them (at least one when any). */
+static void init_vectorize(const kt_sched_params_t *p, const kt_sched_nest_t *n,
+                           kt_sched_ann_t *a, kt_rng_t *rng)
+{
+    int limit = n->max_vectorize;
+    if (limit > n->nloops - a->parallel)
+        limit = n->nloops - a->parallel;
+    int64_t prod = 1;
+    int k = 0;
+    while (k < limit) {
+        prod *= n->loops[n->nloops - 1 - k].extent;
+        if (prod > p->max_vectorize_size)
+            break;
+        k++;
+    }
+    a->vectorize = (uint8_t)(k > 0 ? 1 + kt_rng_below(rng, (uint64_t)k) : 0);
+}
+
+static int random_unroll(kt_rng_t *rng)
+{
+    return kt_sched_unroll_steps[kt_rng_below(rng, NUNROLL)];
+}
+
+kt_sched_state_t *kt_sched_sample(const kt_dag_t *dag, const kt_sched_params_t *p,
+                                  const kt_sched_state_t *sketch, kt_rng_t *rng)
+{
+    kt_sched_params_t defp;
+    if (!p) {
+        kt_sched_params_default(&defp);
+        p = &defp;
+    }
+    if (!dag || !sketch || !rng || sketch->nstages != kt_dag_num_stages(dag)) {
+        kt_err_set(KT_EINVAL, "sample: sketch does not match the DAG");
+        return NULL;
+    }
+    kt_sched_state_t *st = kt_sched_state_clone(sketch);
+    if (!st)
+        return NULL;
+    int n = st->nstages;
+
+    /* fill tile sizes */
+    for (int s = 0; s < n; s++) {
+        kt_sched_stage_t *e = &st->stages[s];
+        const kt_stage_t *ss = kt_dag_stage(dag, s);
+        if (e->kind == KT_SK_TILED) {
+            for (int a = 0; a < ss->ndim; a++)
+                sample_split(ss->shape[a], KT_SCHED_SPATIAL_LEVELS, p->max_innermost_split_factor,
+                             rng, e->split[a]);
+            for (int r = 0; r < ss->nreduce; r++)
+                sample_split(ss->reduce_ext[r], KT_SCHED_REDUCE_LEVELS,
+                             p->max_innermost_split_factor, rng, e->split[ss->ndim + r]);
+        } else if (e->kind == KT_SK_RFACTOR) {
+            sample_split(kt_sched_reduce_len(ss), 2, p->max_innermost_split_factor, rng,
+                         e->split[0]);
+        }
+    }
+
+    /* change compute location, from the output backwards so a consumer's
+     * location is known before its producers choose one at it */
+    for (int s = n - 1; s >= 0; s--) {
+        if (!kt_sched_loc_tunable(dag, st, s))
+            continue;
+        loc_t opt[2 + KT_TE_MAX_DIMS];
+        int k = loc_options(dag, st, s, opt);
+        set_loc(&st->stages[s], &opt[kt_rng_below(rng, (uint64_t)k)]);
+    }
+
+    /* parallel, unroll, vectorize: every loop nest */
+    for (int s = 0; s < n; s++)
+        for (int nest = 0; nest < 2; nest++) {
+            kt_sched_nest_t nn;
+            if (!kt_sched_nest(dag, st, s, nest, &nn))
+                continue;
+            kt_sched_ann_t *a = nest_ann(&st->stages[s], nest);
+            memset(a, 0, sizeof(*a));
+            init_parallel(p, &nn, a);
+            if (nn.has_reduce)
+                a->unroll = (int16_t)random_unroll(rng);
+            init_vectorize(p, &nn, a, rng);
+        }
+
+    if (kt_sched_state_validate(dag, p, st) != 0) {
+        kt_err_prefix("sample");
+        kt_sched_state_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* ---- mutation ----------------------------------------------------------------- */
+
+static const double mut_weight[KT_MUT__COUNT] = {0.90, 0.04, 0.05, 0.01};
+
+typedef struct {
+    int stage, axis, nlev;
+} split_ref_t;
+
+static int mutate_tile(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_state_t *st,
+                       kt_rng_t *rng)
+{
+    split_ref_t cand[KT_TE_MAX_STAGES * KT_SCHED_MAX_AXES];
+    int nc = 0;
+    for (int s = 0; s < st->nstages; s++) {
+        const kt_sched_stage_t *e = &st->stages[s];
+        const kt_stage_t *ss = kt_dag_stage(dag, s);
+        if (e->kind == KT_SK_TILED) {
+            for (int a = 0; a < ss->ndim + ss->nreduce; a++) {
+                int64_t ext = a < ss->ndim ? ss->shape[a] : ss->reduce_ext[a - ss->ndim];
+                if (ext > 1)
+                    cand[nc++] = (split_ref_t){s, a,
+                                               a < ss->ndim ? KT_SCHED_SPATIAL_LEVELS
+                                                            : KT_SCHED_REDUCE_LEVELS};
+            }
+        } else if (e->kind == KT_SK_RFACTOR && kt_sched_reduce_len(ss) > 1) {
+            cand[nc++] = (split_ref_t){s, 0, 2};
+        }
+    }
+    if (nc == 0)
+        return 0;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        split_ref_t r = cand[kt_rng_below(rng, (uint64_t)nc)];
+        int32_t *f = st->stages[r.stage].split[r.axis];
+        int src_c[KT_SCHED_SPATIAL_LEVELS], ns = 0;
+        for (int l = 0; l < r.nlev; l++)
+            if (f[l] > 1)
+                src_c[ns++] = l;
+        if (ns == 0)
+            continue;
+        int src = src_c[kt_rng_below(rng, (uint64_t)ns)];
+        int dst = (int)kt_rng_below(rng, (uint64_t)(r.nlev - 1));
+        if (dst >= src)
+            dst++;
+        int64_t primes[32];
+        int exps[32];
+        int k = factorize(f[src], primes, exps);
+        int64_t q = primes[kt_rng_below(rng, (uint64_t)k)];
+        if (dst == r.nlev - 1 && f[dst] * q > p->max_innermost_split_factor)
+            continue;
+        f[src] = (int32_t)(f[src] / q);
+        f[dst] = (int32_t)(f[dst] * q);
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    int stage, nest;
+} nest_ref_t;
+
+static int mutate_unroll(const kt_dag_t *dag, kt_sched_state_t *st, kt_rng_t *rng)
+{
+    nest_ref_t cand[KT_TE_MAX_STAGES * 2];
+    int nc = 0;
+    for (int s = 0; s < st->nstages; s++)
+        for (int nest = 0; nest < 2; nest++) {
+            kt_sched_nest_t nn;
+            if (kt_sched_nest(dag, st, s, nest, &nn) && nn.has_reduce)
+                cand[nc++] = (nest_ref_t){s, nest};
+        }
+    if (nc == 0)
+        return 0;
+    nest_ref_t r = cand[kt_rng_below(rng, (uint64_t)nc)];
+    kt_sched_ann_t *a = nest_ann(&st->stages[r.stage], r.nest);
+    int vals[NUNROLL], nv = 0;
+    for (int i = 0; i < NUNROLL; i++)
+        if (kt_sched_unroll_steps[i] != a->unroll)
+            vals[nv++] = kt_sched_unroll_steps[i];
+    a->unroll = (int16_t)vals[kt_rng_below(rng, (uint64_t)nv)];
+    return 1;
+}
+
+static int mutate_parallel(const kt_dag_t *dag, kt_sched_state_t *st, kt_rng_t *rng)
+{
+    nest_ref_t cand[KT_TE_MAX_STAGES * 2];
+    int nc = 0;
+    for (int s = 0; s < st->nstages; s++)
+        for (int nest = 0; nest < 2; nest++) {
+            kt_sched_nest_t nn;
+            if (!kt_sched_nest(dag, st, s, nest, &nn))
+                continue;
+            const kt_sched_ann_t *a = nest_ann(&st->stages[s], nest);
+            int maxp = nn.max_parallel;
+            if (maxp > nn.nloops - a->vectorize)
+                maxp = nn.nloops - a->vectorize;
+            if (maxp >= 2 || (maxp == 1 && a->parallel != 1))
+                cand[nc++] = (nest_ref_t){s, nest};
+        }
+    if (nc == 0)
+        return 0;
+    nest_ref_t r = cand[kt_rng_below(rng, (uint64_t)nc)];
+    kt_sched_nest_t nn;
+    kt_sched_nest(dag, st, r.stage, r.nest, &nn);
+    kt_sched_ann_t *a = nest_ann(&st->stages[r.stage], r.nest);
+    int maxp = nn.max_parallel;
+    if (maxp > nn.nloops - a->vectorize)
+        maxp = nn.nloops - a->vectorize;
+    int vals[KT_SCHED_MAX_LOOPS], nv = 0;
+    for (int v = 1; v <= maxp; v++)
+        if (v != a->parallel)
+            vals[nv++] = v;
+    int v = vals[kt_rng_below(rng, (uint64_t)nv)];
+    a->parallel = (uint8_t)v;
+    return 1;
+}
+
+static int mutate_location(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_state_t *st,
+                           kt_rng_t *rng)
+{
+    int cand[KT_TE_MAX_STAGES], nc = 0;
+    loc_t opt[2 + KT_TE_MAX_DIMS];
+    for (int s = 0; s < st->nstages; s++)
+        if (kt_sched_loc_tunable(dag, st, s) && loc_options(dag, st, s, opt) > 1)
+            cand[nc++] = s;
+    if (nc == 0)
+        return 0;
+    int s = cand[kt_rng_below(rng, (uint64_t)nc)];
+    int k = loc_options(dag, st, s, opt);
+    loc_t other[2 + KT_TE_MAX_DIMS];
+    int no = 0;
+    for (int i = 0; i < k; i++)
+        if (!loc_is(&st->stages[s], &opt[i]))
+            other[no++] = opt[i];
+    if (no == 0)
+        return 0;
+    kt_sched_stage_t *e = &st->stages[s];
+    set_loc(e, &other[kt_rng_below(rng, (uint64_t)no)]);
+    /* The moved stage's nest gets fresh annotations by the init rules. */
+    kt_sched_nest_t nn;
+    if (kt_sched_nest(dag, st, s, 0, &nn)) {
+        init_parallel(p, &nn, &e->ann);
+        if (nn.has_reduce)
+            e->ann.unroll = (int16_t)random_unroll(rng);
+        init_vectorize(p, &nn, &e->ann, rng);
+    }
+    return 1;
+}
+
+int kt_sched_mutate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sched_state_t *st,
+                    int rule, kt_rng_t *rng, kt_sched_state_t **out)
+{
+    kt_sched_params_t defp;
+    if (!p) {
+        kt_sched_params_default(&defp);
+        p = &defp;
+    }
+    *out = NULL;
+    if (!dag || !st || !rng || st->nstages != kt_dag_num_stages(dag))
+        return kt_err_set(KT_EINVAL, "mutate: state does not match the DAG");
+    if (rule >= KT_MUT__COUNT)
+        return kt_err_set(KT_EINVAL, "mutate: no rule %d", rule);
+    if (rule < 0) {
+        double x = kt_rng_double(rng), acc = 0;
+        rule = KT_MUT__COUNT - 1;
+        for (int i = 0; i < KT_MUT__COUNT; i++) {
+            acc += mut_weight[i];
+            if (x < acc) {
+                rule = i;
+                break;
+            }
+        }
+    }
+    kt_sched_state_t *m = kt_sched_state_clone(st);
+    if (!m)
+        return KT_ENOMEM;
+    int changed = 0;
+    switch (rule) {
+    case KT_MUT_TILE_SIZE:
+        changed = mutate_tile(dag, p, m, rng);
+        break;
+    case KT_MUT_AUTO_UNROLL:
+        changed = mutate_unroll(dag, m, rng);
+        break;
+    case KT_MUT_COMPUTE_LOC:
+        changed = mutate_location(dag, p, m, rng);
+        break;
+    default:
+        changed = mutate_parallel(dag, m, rng);
+        break;
+    }
+    /* A mutation that breaks another decision (a consumer's parallel loops
+     * now covering an attach point, ...) is discarded, as in Ansor. */
+    if (!changed || kt_sched_state_validate(dag, p, m) != 0) {
+        kt_err_clear();
+        kt_sched_state_free(m);
+        return 0;
+    }
+    *out = m;
+    return 1;
+}

@@ -1,0 +1,385 @@
+/* Suite "codegen": lowering and the C emitter. For every operator family,
+ * at several shapes (prime extents, stride 2, padding, dilation 2), random
+ * schedule states (sampled from every sketch, some mutated further) are
+ * emitted, compiled and checked against the naive reference kernel.
+ *
+ * Every family gets FAMILY_STATES states spread over its shapes. All
+ * kernels of one DAG go into two C files under distinct entry names
+ * (kt_codegen_emit_c_into) compiled at once, so two compiler runs serve all
+ * of a DAG's states: the suite stays within its time budget on two cores. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+#include "codegen/lower.h"
+#include "codegen/verify.h"
+#include "sched/state.h"
+#include "te/ops.h"
+#include "util/err.h"
+#include "util/rng.h"
+#include "util/util.h"
+
+#define FAMILY_STATES 50   /* random states checked per operator family */
+#define MAX_STATES 64
+
+static kt_sched_params_t test_params(void)
+{
+    kt_sched_params_t p;
+    kt_sched_params_default(&p);
+    p.num_cores = 8;   /* fixed: the rfactor rule depends on it */
+    return p;
+}
+
+static kt_conv2d_params_t conv_p(int stride, int pad, int dil)
+{
+    kt_conv2d_params_t c = kt_ops_conv2d_default();
+    c.stride[0] = c.stride[1] = stride;
+    for (int i = 0; i < 4; i++)
+        c.pad[i] = pad;
+    c.dilation[0] = c.dilation[1] = dil;
+    return c;
+}
+
+/* Up to n distinct valid states: sampled round-robin from the sketches,
+ * every third one mutated a few times more. A small space may repeat. */
+static int collect_states(const kt_dag_t *dag, const kt_sched_params_t *p, uint64_t seed,
+                          kt_sched_state_t **out, int n)
+{
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_msg(kt_sched_sketches(dag, p, &sk, &nsk) == 0, "%s", kt_err_msg());
+    ck_assert_int_gt(nsk, 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, seed);
+    uint64_t hashes[MAX_STATES];
+    int got = 0;
+    for (int t = 0; got < n && t < 20 * n; t++) {
+        kt_sched_state_t *st = kt_sched_sample(dag, p, sk[t % nsk], &rng);
+        ck_assert_msg(st != NULL, "%s", kt_err_msg());
+        if (t % 3 == 2) {
+            for (int m = 0; m < 4; m++) {
+                kt_sched_state_t *mu = NULL;
+                if (kt_sched_mutate(dag, p, st, -1, &rng, &mu) == 1) {
+                    kt_sched_state_free(st);
+                    st = mu;
+                }
+            }
+        }
+        uint64_t h = kt_sched_state_hash(st, dag);
+        int dup = 0;
+        for (int i = 0; i < got && !dup; i++)
+            dup = hashes[i] == h;
+        if (dup && t < 10 * n) {
+            kt_sched_state_free(st);
+            continue;
+        }
+        hashes[got] = h;
+        out[got++] = st;
+    }
+    for (int i = 0; i < nsk; i++)
+        kt_sched_state_free(sk[i]);
+    free(sk);
+    return got;
+}
+
+/* Emit n states into two C files (half each, distinct entry names) and
+ * compile both at once, one in a child process: the machine has 2 cores. */
+static void compile_halves(const char *what, const kt_dag_t *dag, kt_sched_state_t **st, int n,
+                           const char *dir)
+{
+    for (int half = 0; half < 2; half++) {
+        kt_sbuf_t src;
+        kt_sbuf_init(&src);
+        kt_codegen_preamble_c(&src);
+        for (int i = half; i < n; i += 2) {
+            char entry[32];
+            snprintf(entry, sizeof(entry), "cand_%d", i);
+            int rc = kt_codegen_emit_c_into(dag, st[i], entry, &src);
+            ck_assert_msg(rc == 0, "%s: emit %d: %s", what, i, kt_err_msg());
+        }
+        char path[256];
+        snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
+        ck_assert_int_eq(kt_file_write(path, src.data, src.len), 0);
+        kt_sbuf_free(&src);
+    }
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    int half = pid == 0 ? 1 : 0;
+    char path[256], so[256];
+    snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
+    snprintf(so, sizeof(so), "%s/k%d.so", dir, half);
+    char *text = kt_file_read(path, NULL);
+    char *log = NULL;
+    int rc = text ? kt_codegen_compile(text, so, &log) : -1;
+    free(text);
+    if (pid == 0)
+        _exit(rc == 0 ? 0 : 1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ck_assert_msg(rc == 0, "%s: compile: %s\n%s", what, kt_err_msg(), log ? log : "");
+    free(log);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: compile of half 1 failed",
+                  what);
+}
+
+/* Emit, compile and check n random states of one DAG against the
+ * reference kernel. */
+static void check_dag(const char *what, kt_dag_t *dag, int n, uint64_t seed)
+{
+    ck_assert_msg(dag != NULL, "%s: %s", what, kt_err_msg());
+    ck_assert_int_le(n, MAX_STATES);
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t *st[MAX_STATES];
+    int got = collect_states(dag, &p, seed, st, n);
+    ck_assert_int_eq(got, n);
+
+    char dir[] = "/tmp/kt_test_codegen_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    compile_halves(what, dag, st, n, dir);
+    kt_codegen_ref_t *ref = kt_codegen_ref_new(dag, seed);
+    ck_assert_msg(ref != NULL, "%s: reference: %s", what, kt_err_msg());
+    for (int i = 0; i < n; i++) {
+        char entry[32], so[256];
+        snprintf(entry, sizeof(entry), "cand_%d", i);
+        snprintf(so, sizeof(so), "%s/k%d.so", dir, i % 2);
+        double err = 0;
+        int rc = kt_codegen_ref_check_so(ref, so, entry, &err);
+        if (rc != 0) {
+            char *j = kt_sched_state_to_json(st[i], dag);
+            char *pr = kt_sched_state_print(dag, st[i]);
+            ck_abort_msg("%s: state %d fails (%s, err %g)\n%s\n%s", what, i, kt_err_msg(), err,
+                         j, pr);
+        }
+    }
+    kt_codegen_ref_free(ref);
+    for (int half = 0; half < 2; half++) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/k%d.so", dir, half);
+        unlink(path);
+    }
+    rmdir(dir);
+    for (int i = 0; i < n; i++)
+        kt_sched_state_free(st[i]);
+    kt_dag_free(dag);
+}
+
+/* One operator family: FAMILY_STATES states spread over its shapes. */
+#define FAMILY(...)                                                                             \
+    do {                                                                                        \
+        struct {                                                                                \
+            const char *what;                                                                   \
+            kt_dag_t *dag;                                                                      \
+        } shapes_[] = {__VA_ARGS__};                                                            \
+        int n_ = (int)(sizeof(shapes_) / sizeof(shapes_[0]));                                   \
+        for (int i_ = 0; i_ < n_; i_++)                                                         \
+            check_dag(shapes_[i_].what, shapes_[i_].dag, (FAMILY_STATES + n_ - 1) / n_,          \
+                      (uint64_t)(100 + i_) * 7919u + (uint64_t)__LINE__);                       \
+    } while (0)
+
+static const kt_epilogue_t EPI_RELU[] = {KT_EPI_RELU};
+static const kt_epilogue_t EPI_BIAS_RELU[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+static const kt_epilogue_t EPI_GELU[] = {KT_EPI_GELU};
+static const kt_epilogue_t EPI_ADD_RELU[] = {KT_EPI_ADD, KT_EPI_RELU};
+static const kt_epilogue_t EPI_ALL[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU, KT_EPI_ADD, KT_EPI_GELU};
+static const kt_epilogue_t EPI_BIAS_GELU[] = {KT_EPI_BIAS_ADD, KT_EPI_GELU};
+
+START_TEST(codegen_matmul_states_match_reference)
+{
+    FAMILY({"matmul 7x13x17", kt_ops_matmul(7, 13, 17, 0, NULL, 0)},
+           {"matmul NT 16x24x32", kt_ops_matmul(16, 24, 32, 1, NULL, 0)},
+           {"matmul 2x3x256 (rfactor)", kt_ops_matmul(2, 3, 256, 0, NULL, 0)});
+}
+END_TEST
+
+START_TEST(codegen_dense_states_match_reference)
+{
+    FAMILY({"dense+gelu 5x12x16", kt_ops_dense(5, 12, 16, EPI_GELU, 1)},
+           {"dense 11x8x6", kt_ops_dense(11, 8, 6, NULL, 0)});
+}
+END_TEST
+
+START_TEST(codegen_batch_matmul_states_match_reference)
+{
+    FAMILY({"batch_matmul 2x6x10x14", kt_ops_batch_matmul(2, 6, 10, 14, NULL, 0)},
+           {"batch_matmul+add+relu", kt_ops_batch_matmul(3, 5, 8, 7, EPI_ADD_RELU, 2)});
+}
+END_TEST
+
+START_TEST(codegen_epilogue_states_match_reference)
+{
+    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1);
+    FAMILY({"matmul+bias+relu+add+gelu", kt_ops_matmul(9, 10, 11, 0, EPI_ALL, 4)},
+           {"matmul+bias+relu", kt_ops_matmul(12, 20, 8, 0, EPI_BIAS_RELU, 2)},
+           {"conv+bias+gelu", kt_ops_conv2d_nhwc(1, 6, 6, 4, 4, 3, 3, &s1p1, EPI_BIAS_GELU, 2)});
+}
+END_TEST
+
+START_TEST(codegen_conv2d_nhwc_states_match_reference)
+{
+    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1), s2p1 = conv_p(2, 1, 1), d2 = conv_p(1, 2, 2),
+                       none = conv_p(1, 0, 1);
+    FAMILY({"conv nhwc s1 p1", kt_ops_conv2d_nhwc(1, 7, 7, 3, 8, 3, 3, &s1p1, NULL, 0)},
+           {"conv nhwc s2 p1 +bias+relu",
+            kt_ops_conv2d_nhwc(2, 9, 7, 4, 6, 3, 3, &s2p1, EPI_BIAS_RELU, 2)},
+           {"conv nhwc dilation 2", kt_ops_conv2d_nhwc(1, 9, 9, 2, 5, 3, 3, &d2, NULL, 0)},
+           {"conv nhwc 1x1 no pad", kt_ops_conv2d_nhwc(1, 5, 5, 8, 4, 1, 1, &none, NULL, 0)});
+}
+END_TEST
+
+START_TEST(codegen_conv2d_nchw_states_match_reference)
+{
+    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), d2 = conv_p(1, 2, 2);
+    FAMILY({"conv nchw s2 p1", kt_ops_conv2d_nchw(1, 9, 7, 4, 6, 3, 3, &s2p1, NULL, 0)},
+           {"conv nchw dilation 2 +relu",
+            kt_ops_conv2d_nchw(1, 8, 8, 3, 4, 3, 3, &d2, EPI_RELU, 1)});
+}
+END_TEST
+
+START_TEST(codegen_depthwise_states_match_reference)
+{
+    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), s1p1 = conv_p(1, 1, 1);
+    FAMILY({"depthwise s1 p1 +relu",
+            kt_ops_depthwise_conv2d_nhwc(1, 8, 8, 8, 3, 3, &s1p1, EPI_RELU, 1)},
+           {"depthwise s2 p1", kt_ops_depthwise_conv2d_nhwc(2, 7, 9, 4, 3, 3, &s2p1, NULL, 0)});
+}
+END_TEST
+
+START_TEST(codegen_pool_states_match_reference)
+{
+    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), s1p1 = conv_p(1, 1, 1), s1p0 = conv_p(1, 0, 1);
+    FAMILY({"max pool s2 p1", kt_ops_pool2d_nhwc(KT_POOL_MAX, 1, 9, 9, 4, 3, 3, &s2p1)},
+           {"max pool s1 p0", kt_ops_pool2d_nhwc(KT_POOL_MAX, 2, 6, 5, 3, 2, 2, &s1p0)});
+    FAMILY({"avg pool s1 p1", kt_ops_pool2d_nhwc(KT_POOL_AVG, 2, 7, 7, 3, 3, 3, &s1p1)},
+           {"avg pool s2 p1", kt_ops_pool2d_nhwc(KT_POOL_AVG, 1, 9, 9, 5, 3, 3, &s2p1)});
+    FAMILY({"global avg pool 2x5x7x6", kt_ops_global_avg_pool_nhwc(2, 5, 7, 6)},
+           {"global avg pool 1x3x3x17", kt_ops_global_avg_pool_nhwc(1, 3, 3, 17)});
+}
+END_TEST
+
+START_TEST(codegen_softmax_and_layer_norm_states_match_reference)
+{
+    FAMILY({"softmax 6x33", kt_ops_softmax(2, (int64_t[]){6, 33})},
+           {"softmax 2x3x10", kt_ops_softmax(3, (int64_t[]){2, 3, 10})});
+    FAMILY({"layer norm 4x24 affine", kt_ops_layer_norm(2, (int64_t[]){4, 24}, 1)},
+           {"layer norm 3x2x17", kt_ops_layer_norm(3, (int64_t[]){3, 2, 17}, 0)});
+}
+END_TEST
+
+/* The structure the emitter relies on for speed: a cache-write state lowers
+ * to a parallel outer loop, a local accumulator tile, a register tile
+ * around the inner reduction, and a vectorized innermost loop. */
+START_TEST(codegen_lowering_has_local_tiles_and_annotations)
+{
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
+    kt_sched_params_t p = test_params();
+    const char *j =
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+        "{\"ann\":[0,1,64],\"ann2\":[2,1,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
+        "\"name\":\"C\",\"tile\":[[2,4,2,4],[3,1,4,4],[8,4]]}],\"version\":1}";
+    kt_sched_state_t *st = kt_sched_state_from_json(j, mm, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_lower_t *L = kt_lower(mm, st);
+    ck_assert_ptr_nonnull(L);
+    int local = -1, reg = -1, par = 0, vec = 0, unr = 0;
+    for (int i = 0; i < L->nbufs; i++) {
+        if (L->bufs[i].kind == KT_BUF_LOCAL && strstr(L->bufs[i].label, ".local"))
+            local = i;
+        if (L->bufs[i].kind == KT_BUF_LOCAL && strstr(L->bufs[i].label, ".reg"))
+            reg = i;
+    }
+    ck_assert_int_ge(local, 0);
+    ck_assert_int_ge(reg, 0);
+    /* local tile: levels 2..3 of each axis; register tile: level 3 */
+    ck_assert_int_eq(L->bufs[local].shape[0], 8);
+    ck_assert_int_eq(L->bufs[local].shape[1], 16);
+    ck_assert_int_eq(L->bufs[reg].shape[0], 4);
+    ck_assert_int_eq(L->bufs[reg].shape[1], 4);
+    for (int i = 0; i < L->nnodes; i++) {
+        if (L->nodes[i].kind != KT_NODE_LOOP)
+            continue;
+        par += L->nodes[i].ann == KT_LOOP_PARALLEL;
+        vec += L->nodes[i].ann == KT_LOOP_VECTORIZE;
+        unr += L->nodes[i].ann == KT_LOOP_UNROLL;
+    }
+    ck_assert_int_eq(par, 2);
+    ck_assert_int_ge(vec, 3);   /* the update, its init, register load and store */
+    ck_assert_int_gt(unr, 0);
+    ck_assert(L->uses_parallel);
+    kt_lower_free(L);
+
+    char *src = kt_codegen_emit_c(mm, st, "matmul_kernel");
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(strstr(src, "#pragma omp parallel for schedule(static) collapse(2)"));
+    ck_assert_ptr_nonnull(strstr(src, "#pragma omp simd"));
+    ck_assert_ptr_nonnull(strstr(src, "float kt_C_local[128]"));
+    ck_assert_ptr_nonnull(strstr(src, "float kt_C_reg[16]"));
+    ck_assert_ptr_nonnull(strstr(src, "const float *restrict A = kt_bufs[0];"));
+    ck_assert_ptr_nonnull(strstr(src, "int matmul_kernel(float **kt_bufs)"));
+    double err;
+    ck_assert_msg(kt_codegen_check(mm, src, "matmul_kernel", 7, &err) == 0, "%s", kt_err_msg());
+    free(src);
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
+}
+END_TEST
+
+START_TEST(codegen_emit_rejects_bad_input)
+{
+    kt_dag_t *mm = kt_ops_matmul(8, 8, 8, 0, NULL, 0);
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t **sk;
+    int n;
+    ck_assert_int_eq(kt_sched_sketches(mm, &p, &sk, &n), 0);
+    const char *bad_entries[] = {"", "1abc", "a-b", "C", "kt_fail"};
+    for (size_t i = 0; i < sizeof(bad_entries) / sizeof(bad_entries[0]); i++) {
+        ck_assert_ptr_null(kt_codegen_emit_c(mm, sk[0], bad_entries[i]));
+        ck_assert_int_eq(kt_err_code(), KT_EINVAL);
+    }
+    kt_sched_state_t *b = kt_sched_state_clone(sk[0]);
+    b->stages[2].split[0][0] = 3;   /* no longer a factorization */
+    ck_assert_ptr_null(kt_codegen_emit_c(mm, b, "k"));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "do not multiply"));
+    ck_assert_ptr_null(kt_lower(mm, b));
+    kt_sched_state_free(b);
+    /* a sketch itself (trivial splits, no annotation) is a valid program */
+    char *src = kt_codegen_emit_c(mm, sk[2], "k");
+    ck_assert_ptr_nonnull(src);
+    double err;
+    ck_assert_msg(kt_codegen_check(mm, src, "k", 3, &err) == 0, "%s", kt_err_msg());
+    free(src);
+    for (int i = 0; i < n; i++)
+        kt_sched_state_free(sk[i]);
+    free(sk);
+    kt_dag_free(mm);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("codegen");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, codegen_lowering_has_local_tiles_and_annotations);
+    tcase_add_test(tc, codegen_emit_rejects_bad_input);
+    tcase_add_test(tc, codegen_matmul_states_match_reference);
+    tcase_add_test(tc, codegen_dense_states_match_reference);
+    tcase_add_test(tc, codegen_batch_matmul_states_match_reference);
+    tcase_add_test(tc, codegen_epilogue_states_match_reference);
+    tcase_add_test(tc, codegen_conv2d_nhwc_states_match_reference);
+    tcase_add_test(tc, codegen_conv2d_nchw_states_match_reference);
+    tcase_add_test(tc, codegen_depthwise_states_match_reference);
+    tcase_add_test(tc, codegen_pool_states_match_reference);
+    tcase_add_test(tc, codegen_softmax_and_layer_norm_states_match_reference);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
