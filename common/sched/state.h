@@ -36,7 +36,9 @@
 
 typedef struct {
     int num_cores;                   /* parallel threads (Ansor's num_cores) */
-    int vector_bytes;                /* SIMD register width: 64 with AVX-512 */
+    int vector_bytes;                /* SIMD register width, 64 with AVX-512 (Ansor's
+                                        vector_unit_bytes, for cost features; the
+                                        vectorize rule is bounded by max_vectorize_size) */
     int max_innermost_split_factor;  /* innermost tile factor bound (64) */
     int max_vectorize_size;          /* longest vectorized loop when sampling (16) */
 } kt_sched_params_t;
