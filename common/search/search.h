@@ -91,6 +91,32 @@ int kt_search_best(const kt_search_policy_t *sp, double *cost, char **json);
  * training during the last feedback (for the search-overhead benchmark). */
 void kt_search_last_times(const kt_search_policy_t *sp, double *search_s, double *train_s);
 
+/* Counters of the policy: totals since it was made, and figures of the last
+ * search round (the last try of the last propose). */
+typedef struct {
+    uint64_t rounds;            /* search rounds run (retries included) */
+    uint64_t empty_rounds;      /* of which produced nothing new */
+    uint64_t proposed;          /* states returned by propose */
+    uint64_t measured;          /* results given to feedback */
+    uint64_t preloaded;         /* states accepted by preload */
+    uint64_t mutations_ok;      /* mutations that made a new valid state */
+    uint64_t mutations_failed;  /* mutations that found nothing to change */
+    int nsketches;              /* sketches of the task */
+    int last_sampled;           /* valid distinct states sampled for the initial population */
+    int last_from_measured;     /* best measured states added to it */
+    int last_num_iters;         /* evolution iterations run */
+    int last_best;              /* unmeasured distinct states in the best-states heap */
+    int last_random;            /* random states drawn for eps-greedy */
+    int last_picked_best;       /* states proposed from the heap */
+    int last_picked_random;     /* states proposed from the random ones */
+} kt_search_stats_t;
+
+void kt_search_stats(const kt_search_policy_t *sp, kt_search_stats_t *out);
+
+/* The policy's cost model (owned or shared) and sched parameters. */
+kt_model_t *kt_search_model(const kt_search_policy_t *sp);
+const kt_sched_params_t *kt_search_params(const kt_search_policy_t *sp);
+
 /* ---- candidates: what builders and runners need ------------------------- */
 
 typedef struct {
