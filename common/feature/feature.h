@@ -43,11 +43,12 @@
  * malloc'd nrows*KT_FEATURE_COUNT floats, caller frees. 0 or negative. */
 int kt_feature_extract(const kt_dag_t *dag, const kt_sched_state_t *st, float **rows, uint32_t *nrows);
 
-/* The same from an already lowered program of dag. row_buf, when not NULL,
- * receives a malloc'd array of *nrows buffer indices (into L->bufs): the
- * buffer each row describes the stores to. 0 or negative. */
-int kt_feature_extract_lower(const kt_dag_t *dag, const kt_lower_t *L, float **rows,
-                             uint32_t *nrows, int **row_buf);
+/* The same from L = kt_lower(dag, st) computed already (st gives the
+ * auto-unroll steps). row_buf, when not NULL, receives a malloc'd array of
+ * *nrows buffer indices (into L->bufs): the buffer whose stores each row
+ * describes. 0 or negative. */
+int kt_feature_extract_lower(const kt_dag_t *dag, const kt_sched_state_t *st, const kt_lower_t *L,
+                             float **rows, uint32_t *nrows, int **row_buf);
 
 /* Many states of one DAG: rows of all states concatenated in order,
  * counts[i] (caller's array of n) = rows of state i. A state that cannot be
