@@ -450,6 +450,59 @@ START_TEST(search_tiny_space_is_exhausted_then_propose_returns_zero)
 }
 END_TEST
 
+
+/* Best synthetic cost after `rounds` rounds of n, and the mean cost of the
+ * last round's proposals. */
+static void synthetic_run(const char *policy, uint64_t seed, int rounds, int n, double *best,
+                          double *last_mean)
+{
+    kt_workload_t *w = matmul(64, 64, 64);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, policy, seed);
+    o.evolutionary_search_population = 256;
+    o.evolutionary_search_num_iters = 3;
+    o.num_warmup_sample = 2 * n;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+    *last_mean = 0;
+    for (int r = 0; r < rounds; r++) {
+        kt_sched_state_t **st;
+        kt_measure_result_t *res;
+        int got = kt_search_one_round(sp, n, synthetic_measure, NULL, &st, &res);
+        ck_assert_msg(got == n, "round %d: %d (%s)", r, got, kt_err_msg());
+        if (r == rounds - 1)
+            for (int i = 0; i < got; i++)
+                *last_mean += res[i].mean / got;
+        free_states(st, got);
+        free_results(res, got);
+    }
+    ck_assert_int_eq(kt_search_best(sp, best, NULL), 0);
+    if (strcmp(policy, "sketch.xgb") == 0)
+        ck_assert(kt_model_is_trained(kt_search_model(sp)));
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+
+START_TEST(search_xgb_finds_better_states_than_random_on_a_synthetic_cost)
+{
+    double bx = 0, br = 0, mx = 0, mr = 0;
+    const int seeds = 3;
+    for (int s = 0; s < seeds; s++) {
+        double b, m;
+        synthetic_run("sketch.xgb", 100 + s, 6, 16, &b, &m);
+        bx += b / seeds;
+        mx += m / seeds;
+        synthetic_run("sketch.random", 100 + s, 6, 16, &b, &m);
+        br += b / seeds;
+        mr += m / seeds;
+    }
+    ck_assert_msg(bx <= br, "best: xgb %g, random %g", bx, br);
+    ck_assert_msg(mx < mr, "last round mean: xgb %g, random %g", mx, mr);
+}
+END_TEST
+
 static Suite *search_suite(void)
 {
     Suite *s = suite_create("search");
@@ -462,6 +515,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_never_proposes_measured_preloaded_or_reported_states);
     tcase_add_test(tc, search_eps_greedy_share_and_population_follow_the_options);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
+    tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);
     suite_add_tcase(s, tc);
     return s;
 }

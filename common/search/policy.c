@@ -109,6 +109,7 @@ kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_
         kt_model_params_default(&mp);
         mp.seed = o.seed;
         mp.num_warmup_sample = o.num_warmup_sample;
+        mp.tree_method = KT_MODEL_TREE_HIST;
         sp->model = kt_model_new(xgb ? KT_MODEL_XGB : KT_MODEL_RANDOM, &mp);
         if (!sp->model) {
             free(sp);

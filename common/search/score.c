@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "feature/feature.h"
 #include "search_int.h"
 #include "util/err.h"
 
@@ -12,15 +13,23 @@
 static int make_batch(kt_search_policy_t *sp, kt_sched_state_t *const *states, int n,
                       float **rows, uint32_t *counts, uint32_t *nfeat)
 {
-    *rows = calloc((size_t)n, sizeof(float));
-    if (!*rows)
-        return kt_err_set(KT_ENOMEM, "out of memory");
-    for (int i = 0; i < n; i++)
-        counts[i] = 1;
-    *nfeat = 1;
-    (void)sp;
-    (void)states;
-    return 0;
+    *rows = NULL;
+    if (sp->features) {
+        *nfeat = KT_FEATURE_COUNT;
+        int rc = kt_feature_extract_batch(sp->dag, (const kt_sched_state_t *const *)states, n,
+                                          rows, counts);
+        if (rc)
+            return rc;
+        if (*rows)
+            return 0;
+        /* no state lowered: every one scores -inf, the batch still needs rows */
+    } else {
+        *nfeat = 1;
+        for (int i = 0; i < n; i++)
+            counts[i] = 1;
+    }
+    *rows = calloc((size_t)n, sizeof(float) * *nfeat);
+    return *rows ? 0 : kt_err_set(KT_ENOMEM, "out of memory");
 }
 
 int kt_search_score(kt_search_policy_t *sp, kt_sched_state_t *const *states, int n,
