@@ -17,9 +17,14 @@
  * Rows come in program order of each buffer's first store. Statements that
  * store the same buffer (a reduction's init and update, a register tile's
  * copy-back) share one row: their op counts add up, the other features are
- * those of the statement that runs most often. Counts, sizes and distances
- * are log2(1 + x); flags, one-hots and ratios are not. kt_feature_name(i)
- * and kt_feature_doc(i) tell what value i is (one table in feature.c).
+ * those of the statement that runs most often. Counts, sizes, distances
+ * and intensities are log2(1 + x); flags, one-hots and numbers of loops are
+ * not. kt_feature_name(i) and kt_feature_doc(i) tell what value i is (one
+ * table in feature.c drives both and the extractor's layout).
+ *
+ * A cost model sums its per-row predictions into one score per state
+ * (Ansor's pack-sum), so the number of rows may differ between states of
+ * one DAG (a cache-write or register tile adds a stored buffer).
  *
  * Ownership: returned row arrays are malloc'd; the caller frees them. All
  * functions only read their inputs and are thread-safe. Results are
@@ -39,6 +44,8 @@
 #define KT_FEATURE_BUF_VALUES 18  /* values per described buffer */
 #define KT_FEATURE_CURVE 10       /* points of the arithmetic-intensity curve */
 
+/* ---- extraction ---------------------------------------------------------- */
+
 /* One row per stage of the lowered state (Ansor: one per buffer store statement). rows:
  * malloc'd nrows*KT_FEATURE_COUNT floats, caller frees. 0 or negative. */
 int kt_feature_extract(const kt_dag_t *dag, const kt_sched_state_t *st, float **rows, uint32_t *nrows);
@@ -57,6 +64,8 @@ int kt_feature_extract_lower(const kt_dag_t *dag, const kt_sched_state_t *st, co
  * arguments). */
 int kt_feature_extract_batch(const kt_dag_t *dag, const kt_sched_state_t *const *states, int n,
                              float **rows, uint32_t *counts);
+
+/* ---- the feature table ---------------------------------------------------- */
 
 /* Feature names and meanings, index i < KT_FEATURE_COUNT. */
 const char *kt_feature_name(int i);
