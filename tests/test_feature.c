@@ -35,6 +35,14 @@ static int fidx(const char *name)
     return -1;
 }
 
+/* value `what` of described buffer b in row v */
+static float bufval(const float *v, int b, const char *what)
+{
+    char nm[64];
+    snprintf(nm, sizeof(nm), "b%d.%s", b, what);
+    return v[fidx(nm)];
+}
+
 /* log2(1 + x) back to x */
 static double unlog(float v)
 {
@@ -145,6 +153,38 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
         for (size_t v = 0; v < (size_t)nrows * KT_FEATURE_COUNT; v++)
             ck_assert_msg(isfinite(rows[v]) && rows[v] >= 0, "%s state %d: %s = %g", what, i,
                           kt_feature_name((int)(v % KT_FEATURE_COUNT)), rows[v]);
+        for (uint32_t r = 0; r < nrows; r++) {
+            const float *v = rows + (size_t)r * KT_FEATURE_COUNT;
+            /* exactly one position per annotation kind */
+            static const char *const pos[] = {"vec.pos_", "unroll.pos_", "parallel.pos_"};
+            for (int a = 0; a < 3; a++) {
+                float sum = 0;
+                for (int f = 0; f < KT_FEATURE_COUNT; f++)
+                    if (strncmp(kt_feature_name(f), pos[a], strlen(pos[a])) == 0)
+                        sum += v[f];
+                ck_assert_msg(sum == 1, "%s state %d row %u: %s* sums to %g", what, i, r, pos[a],
+                              sum);
+            }
+            /* a described buffer has one access type and one reuse type; the
+             * distinct bytes and lines never exceed the accessed ones */
+            for (int b = 0; b < KT_FEATURE_MAX_BUFS; b++) {
+#define BV(x) bufval(v, b, x)
+                float acc = BV("acc_read") + BV("acc_write") + BV("acc_rw");
+                float reuse = BV("reuse_loop_multiple_read") + BV("reuse_serial_multiple_rw") +
+                              BV("reuse_none");
+                ck_assert_msg(acc == reuse && (acc == 1 || (acc == 0 && BV("bytes") == 0)),
+                              "%s state %d row %u buffer %d: acc %g reuse %g", what, i, r, b, acc,
+                              reuse);
+                ck_assert(BV("unique_bytes") <= BV("bytes"));
+                ck_assert(BV("unique_lines") <= BV("lines"));
+#undef BV
+            }
+            /* the store itself is always described */
+            ck_assert(v[fidx("b0.acc_write")] + v[fidx("b0.acc_rw")] +
+                          v[fidx("b1.acc_write")] + v[fidx("b1.acc_rw")] + v[fidx("b2.acc_write")] +
+                          v[fidx("b2.acc_rw")] + v[fidx("b3.acc_write")] + v[fidx("b3.acc_rw")] +
+                          v[fidx("b4.acc_write")] + v[fidx("b4.acc_rw")] >= 1);
+        }
         /* the float work of all rows is the DAG's (an rfactor adds its
          * final combine; an inlined stage read twice is computed twice) */
         double ops = float_ops(rows, nrows);

@@ -849,6 +849,12 @@ static double stmt_features(ctx_t *c, int k, float *f)
             if (s > 0 && (B->stride == 0 || s < B->stride))
                 B->stride = s;
         }
+        /* the footprint is an estimate (bounding boxes, opaque indices):
+         * it can neither exceed what is accessed nor go unfetched */
+        if (B->unique > B->bytes)
+            B->unique = B->bytes;
+        if (B->lines < B->ulines)
+            B->lines = B->ulines;
         /* reuse: the innermost loop that re-reads (its iterator moves no
          * access of this buffer), or inside which other statements access
          * the buffer again */
