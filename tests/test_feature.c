@@ -361,6 +361,45 @@ START_TEST(feature_tilings_give_different_rows)
 }
 END_TEST
 
+/* Global average pool 7x7x512 by rfactor: the fused 7x7 reduce axes split
+ * 7 x 7 (partial results along the inner part). Each partial-sum update
+ * reads data[0, ry, rx, c] with ry, rx recovered by / and %: along the
+ * innermost loop (rx) the address moves by C = 512. */
+START_TEST(feature_rfactor_indices_follow_the_fused_axes)
+{
+    kt_dag_t *dag = kt_ops_global_avg_pool_nhwc(1, 7, 7, 512);
+    kt_sched_params_t p = test_params();
+    const char *js =
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"ann\":[4,1,64],"
+        "\"ann2\":[4,0,512],\"inner\":true,\"kind\":\"rfactor\",\"name\":\"adaptive_pool_sum\","
+        "\"split\":[7,7]},{\"ann\":[4,0,0],\"kind\":\"root\",\"name\":\"adaptive_pool_avg\"}],"
+        "\"version\":1}";
+    kt_sched_state_t *st = kt_sched_state_from_json(js, dag, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    float *rows;
+    uint32_t n;
+    ck_assert_int_eq(kt_feature_extract(dag, st, &rows, &n), 0);
+    ck_assert_uint_eq(n, 3);   /* partial sums, final sums, average */
+    const float *rf = rows;
+    /* by bytes: the partial-result buffer (read and written), then data */
+    ck_assert_float_eq(rf[fidx("b0.acc_rw")], 1);
+    ck_assert_float_eq(rf[fidx("b1.acc_read")], 1);
+    ck_assert_double_eq_tol(unlog(rf[fidx("b1.stride")]), 512, 1e-2);
+    ck_assert_double_eq_tol(unlog(rf[fidx("b1.unique_bytes")]), 7 * 7 * 512 * 4, 1);
+    ck_assert_double_eq_tol(unlog(rf[fidx("b0.unique_bytes")]), 512 * 7 * 4, 0.5);
+    ck_assert_double_eq_tol(unlog(rf[fidx("alloc_heap_bytes")]), 512 * 7 * 4, 0.5);
+    ck_assert_double_eq_tol(unlog(rf[fidx("auto_unroll_max_step")]), 64, 1e-3);
+    /* the final reduce runs in the second nest (ann2: unroll step 512) */
+    ck_assert_double_eq_tol(unlog(rows[KT_FEATURE_COUNT + fidx("auto_unroll_max_step")]), 512,
+                            1e-2);
+    ck_assert_double_eq_tol(unlog(rf[fidx("float_addsub")]), 7 * 7 * 512, 0.1);
+    ck_assert_double_eq_tol(unlog(rows[KT_FEATURE_COUNT + fidx("float_addsub")]), 7 * 512, 0.1);
+    free(rows);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
 /* ---- every operator family ----------------------------------------------------- */
 
 START_TEST(feature_matmul_family_rows_are_sound)
@@ -487,6 +526,7 @@ int main(void)
     tcase_add_test(tc, feature_table_names_every_value_once);
     tcase_add_test(tc, feature_matmul_known_tiling_values);
     tcase_add_test(tc, feature_tilings_give_different_rows);
+    tcase_add_test(tc, feature_rfactor_indices_follow_the_fused_axes);
     tcase_add_test(tc, feature_matmul_family_rows_are_sound);
     tcase_add_test(tc, feature_conv_family_rows_are_sound);
     tcase_add_test(tc, feature_reduction_family_rows_are_sound);

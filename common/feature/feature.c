@@ -250,12 +250,31 @@ static void lf_opaque(lf_t *x, const lf_t *y)
     x->cap = 0;
 }
 
-static void lf_from_lower(lf_t *x, const kt_lower_index_t *ix)
+/* A lowered index (sum c_t * i_t) / div % mod. Fused reduce axes split
+ * along their boundaries (rfactor) make div and mod exact for most terms: a
+ * term below div whose companions are all multiples of div never changes
+ * the quotient, and a term that is a multiple of mod never changes the
+ * remainder; such terms are dropped, the others keep c_t / div. */
+static void lf_from_lower(lf_t *x, const kt_lower_index_t *ix, const kt_lower_t *L)
 {
     lf_const(x, 0);
-    double div = ix->div > 0 ? (double)ix->div : 1.0;
-    for (int t = 0; t < ix->nterms && t < KT_LOWER_MAX_TERMS; t++)
-        lf_term(x, ix->iter[t], (double)ix->coef[t] / div);
+    int64_t div = ix->div > 0 ? ix->div : 1;
+    int n = ix->nterms < KT_LOWER_MAX_TERMS ? ix->nterms : KT_LOWER_MAX_TERMS;
+    for (int t = 0; t < n; t++) {
+        int64_t c = ix->coef[t];
+        int it = ix->iter[t];
+        int64_t ext = it >= 0 && it < L->niters ? L->iters[it].extent : 0;
+        if (div > 1 && c >= 0 && ext > 0 && c * (ext - 1) < div) {
+            int others = 1;
+            for (int u = 0; u < n && others; u++)
+                others = u == t || ix->coef[u] % div == 0;
+            if (others)
+                continue;
+        }
+        if (ix->mod > 0 && c % div == 0 && (c / div) % ix->mod == 0)
+            continue;
+        lf_term(x, it, (double)c / (double)div);
+    }
     if (ix->mod > 0)
         x->cap = (double)ix->mod;
 }
@@ -414,7 +433,7 @@ static void add_lower_access(ctx_t *c, int buf, int read, int write,
     lf_t idx[KT_TE_MAX_DIMS + 1];
     int nd = c->L->bufs[buf].ndim;
     for (int d = 0; d < nd; d++)
-        lf_from_lower(&idx[d], &ix[d]);
+        lf_from_lower(&idx[d], &ix[d], c->L);
     add_access(c, buf, read, write, nd, idx);
 }
 
@@ -583,7 +602,7 @@ static void stmt_accesses(ctx_t *c, const kt_lower_stmt_t *st)
         lf_t env[KT_SCHED_MAX_AXES], v;
         int na = s->ndim + s->nreduce;
         for (int a = 0; a < na && a < KT_SCHED_MAX_AXES; a++)
-            lf_from_lower(&env[a], &st->axis[a]);
+            lf_from_lower(&env[a], &st->axis[a], c->L);
         walk_expr(c, s, s->body, env, 0, &v);
     }
     if (combine) {
