@@ -289,6 +289,15 @@ typedef struct {
 } access_t;
 
 typedef struct {
+    int buf;
+    int read, write, nacc;
+    double bytes, unique, lines, ulines;
+    double reuse_ct, dis_iter, dis_bytes;
+    int reuse_type;   /* 0 loop, 1 serial, 2 none */
+    double stride;
+} bufsum_t;
+
+typedef struct {
     int node;      /* the STMT node */
     int depth;     /* loops around it */
     int loops;     /* offset of its loop-node list in loopstack */
@@ -317,11 +326,21 @@ typedef struct {
     access_t acc[MAX_ACC];
     int nacc;
     double ops[NOPS];
-    /* per access: address step of each loop; index range per dimension */
+    /* its loops, outermost first */
+    const int *loops;                        /* LOOP nodes */
+    int depth;
+    double ext[MAX_DEPTH];                   /* extents */
+    double inner_prod[MAX_DEPTH + 1];        /* product of the extents of loops [i, depth) */
+    /* its buffers and, per access, the address step of each loop and the
+     * index range per dimension at the level swept so far */
+    bufsum_t bs[MAX_SBUF];
+    int nbs;
+    int accbuf[MAX_ACC];                     /* bs[] entry of each access, -1: not described */
     double flat[MAX_ACC][MAX_DEPTH];
     double lo[MAX_ACC][KT_TE_MAX_DIMS + 1], hi[MAX_ACC][KT_TE_MAX_DIMS + 1];
     int moved[MAX_ACC][KT_TE_MAX_DIMS + 1];
-    double uniq[MAX_SBUF][MAX_DEPTH + 1];   /* unique elements per buffer and level */
+    double uniq[MAX_SBUF][MAX_DEPTH + 1];    /* unique elements per buffer and level */
+    double level_bytes[MAX_DEPTH + 1];       /* bytes of all buffers touched per level */
 } ctx_t;
 
 static void ctx_free(ctx_t *c)
@@ -618,15 +637,6 @@ static void stmt_accesses(ctx_t *c, const kt_lower_stmt_t *st)
 
 /* ---- one statement's features --------------------------------------------------- */
 
-typedef struct {
-    int buf;
-    int read, write, nacc;
-    double bytes, unique, lines, ulines;
-    double reuse_ct, dis_iter, dis_bytes;
-    int reuse_type;   /* 0 loop, 1 serial, 2 none */
-    double stride;
-} bufsum_t;
-
 static int stmt_has_buf(const ctx_t *c, int stmt, int buf)
 {
     const int *b = c->sbufs + (size_t)stmt * MAX_SBUF;
@@ -681,255 +691,219 @@ static void ann_features(const ctx_t *c, const int *loops, int depth, kt_loop_an
     f[A_POS + pos] = 1.0f;
 }
 
-/* The features of statement k (ops are left raw in c->ops for merging);
- * returns its trip count. */
-static double stmt_features(ctx_t *c, int k, float *f)
+/* The loops around statement k. */
+static void stmt_loops(ctx_t *c, int k)
 {
     const kt_lower_t *L = c->L;
-    const kt_lower_stmt_t *st = &L->stmts[k];
     const stmt_info_t *si = &c->sinfo[k];
-    const int *loops = c->loopstack + si->loops;
-    int depth = si->depth;
-    memset(f, 0, sizeof(float) * KT_FEATURE_COUNT);
-    stmt_accesses(c, st);
-    if (c->rc)
-        return 0;
-
-    double ext[MAX_DEPTH], inner_prod[MAX_DEPTH + 1];
-    for (int i = 0; i < depth; i++) {
-        int it = L->nodes[loops[i]].iter;
-        ext[i] = (double)(L->iters[it].extent > 0 ? L->iters[it].extent : 1);
+    c->loops = c->loopstack + si->loops;
+    c->depth = si->depth;
+    for (int i = 0; i < c->depth; i++) {
+        int it = L->nodes[c->loops[i]].iter;
+        c->ext[i] = (double)(L->iters[it].extent > 0 ? L->iters[it].extent : 1);
         c->iter_depth[it] = i;
     }
-    inner_prod[depth] = 1;
-    for (int i = depth - 1; i >= 0; i--)
-        inner_prod[i] = inner_prod[i + 1] * ext[i];
-    double trip = inner_prod[0];
+    c->inner_prod[c->depth] = 1;
+    for (int i = c->depth - 1; i >= 0; i--)
+        c->inner_prod[i] = c->inner_prod[i + 1] * c->ext[i];
+}
 
-    /* annotations */
-    ann_features(c, loops, depth, KT_LOOP_VECTORIZE, f + F_VEC_NUM);
-    ann_features(c, loops, depth, KT_LOOP_UNROLL, f + F_UNROLL_NUM);
-    ann_features(c, loops, depth, KT_LOOP_PARALLEL, f + F_PAR_NUM);
+/* Depth of iterator `it` among the statement's loops, -1 when outside. */
+static int depth_of(const ctx_t *c, int it)
+{
+    return it >= 0 && it < c->L->niters ? c->iter_depth[it] : -1;
+}
 
-    /* per access: coefficient of each loop per dimension (dense), flat
-     * address coefficient per loop, and the range at each level */
-    static const int maxd = KT_TE_MAX_DIMS + 1;
-    bufsum_t bs[MAX_SBUF];
-    int nbs = 0, accbuf[MAX_ACC];
-    double(*flat)[MAX_DEPTH] = c->flat;
-    double(*lo)[KT_TE_MAX_DIMS + 1] = c->lo, (*hi)[KT_TE_MAX_DIMS + 1] = c->hi;
-    int(*moved)[KT_TE_MAX_DIMS + 1] = c->moved;
-    double(*uniq)[MAX_DEPTH + 1] = c->uniq;
+/* Group the accesses by buffer and compute each one's address step per loop. */
+static void group_accesses(ctx_t *c)
+{
+    const kt_lower_t *L = c->L;
+    c->nbs = 0;
     for (int a = 0; a < c->nacc; a++) {
         const access_t *ac = &c->acc[a];
         int j = 0;
-        while (j < nbs && bs[j].buf != ac->buf)
+        while (j < c->nbs && c->bs[j].buf != ac->buf)
             j++;
-        if (j == nbs) {
-            if (nbs == MAX_SBUF) {
-                accbuf[a] = -1;
+        if (j == c->nbs) {
+            if (c->nbs == MAX_SBUF) {
+                c->accbuf[a] = -1;
                 continue;
             }
-            memset(&bs[j], 0, sizeof(bs[j]));
-            bs[j].buf = ac->buf;
-            nbs++;
+            memset(&c->bs[j], 0, sizeof(c->bs[j]));
+            c->bs[j].buf = ac->buf;
+            c->nbs++;
         }
-        accbuf[a] = j;
-        bs[j].read |= ac->read;
-        bs[j].write |= ac->write;
-        bs[j].nacc += ac->read + ac->write;
+        c->accbuf[a] = j;
+        c->bs[j].read |= ac->read;
+        c->bs[j].write |= ac->write;
+        c->bs[j].nacc += ac->read + ac->write;
         double rs[KT_TE_MAX_DIMS + 1];
         row_strides(&L->bufs[ac->buf], rs);
-        for (int i = 0; i < depth; i++)
-            flat[a][i] = 0;
-        for (int d = 0; d < ac->ndim && d < maxd; d++)
+        for (int i = 0; i < c->depth; i++)
+            c->flat[a][i] = 0;
+        for (int d = 0; d < ac->ndim; d++)
             for (int t = 0; t < ac->idx[d].n; t++) {
-                int it = ac->idx[d].it[t];
-                int dp = it >= 0 && it < L->niters ? c->iter_depth[it] : -1;
-                if (dp >= 0 && dp < depth)
-                    flat[a][dp] += ac->idx[d].co[t] * rs[d];
+                int dp = depth_of(c, ac->idx[d].it[t]);
+                if (dp >= 0)
+                    c->flat[a][dp] += ac->idx[d].co[t] * rs[d];
             }
     }
-    /* unique elements of each buffer at each level: loops [lvl, depth) move,
-     * the outer ones stay at 0. Levels from innermost out, incrementally. */
+}
+
+/* Distinct index values of dimension d of buffer bs[j] over its accesses,
+ * at the level swept last: the union of their ranges, within the shape. */
+static double dim_extent(const ctx_t *c, int j, int d)
+{
+    const kt_lower_buf_t *b = &c->L->bufs[c->bs[j].buf];
+    double shape = (double)(b->shape[d] > 0 ? b->shape[d] : 1);
+    double ulo = 0, uhi = 0;
+    int any = 0;
+    for (int a = 0; a < c->nacc; a++) {
+        if (c->accbuf[a] != j || d >= c->acc[a].ndim)
+            continue;
+        const lf_t *x = &c->acc[a].idx[d];
+        if (x->opaque && c->moved[a][d])
+            return shape;
+        double l = floor(c->lo[a][d]), h = floor(c->hi[a][d]);
+        if (x->cap > 0 && h - l + 1 > x->cap)
+            h = l + x->cap - 1;
+        if (!any || l < ulo)
+            ulo = l;
+        if (!any || h > uhi)
+            uhi = h;
+        any = 1;
+    }
+    double e = uhi - ulo + 1;
+    return e > shape ? shape : e < 1 ? 1 : e;
+}
+
+/* Unique elements of each buffer at each level (loops [lvl, depth) move,
+ * the outer ones stay at 0), sweeping the levels from the innermost out;
+ * ends with the ranges of level 0, the whole nest. */
+static void footprints(ctx_t *c)
+{
     for (int a = 0; a < c->nacc; a++)
         for (int d = 0; d < c->acc[a].ndim; d++) {
-            lo[a][d] = hi[a][d] = c->acc[a].idx[d].c0;
-            moved[a][d] = 0;
+            c->lo[a][d] = c->hi[a][d] = c->acc[a].idx[d].c0;
+            c->moved[a][d] = 0;
         }
-    double level_bytes[MAX_DEPTH + 1];
-    for (int lvl = depth; lvl >= 0; lvl--) {
-        if (lvl < depth) {
-            for (int a = 0; a < c->nacc; a++) {
-                const access_t *ac = &c->acc[a];
-                for (int d = 0; d < ac->ndim; d++)
-                    for (int t = 0; t < ac->idx[d].n; t++) {
-                        int it = ac->idx[d].it[t];
-                        if (it < 0 || it >= L->niters || c->iter_depth[it] != lvl)
-                            continue;
-                        double span = ac->idx[d].co[t] * (ext[lvl] - 1);
-                        if (span < 0)
-                            lo[a][d] += span;
-                        else
-                            hi[a][d] += span;
-                        moved[a][d] = 1;
-                    }
-            }
-        }
-        level_bytes[lvl] = 0;
-        for (int j = 0; j < nbs; j++) {
-            const kt_lower_buf_t *b = &L->bufs[bs[j].buf];
-            double n = 1;
-            for (int d = 0; d < b->ndim; d++) {
-                double shape = (double)(b->shape[d] > 0 ? b->shape[d] : 1);
-                double ulo = 0, uhi = 0;
-                int any = 0, full = 0;
-                for (int a = 0; a < c->nacc; a++) {
-                    if (accbuf[a] != j || d >= c->acc[a].ndim)
+    for (int lvl = c->depth; lvl >= 0; lvl--) {
+        for (int a = 0; a < c->nacc && lvl < c->depth; a++) {
+            const access_t *ac = &c->acc[a];
+            for (int d = 0; d < ac->ndim; d++)
+                for (int t = 0; t < ac->idx[d].n; t++) {
+                    if (depth_of(c, ac->idx[d].it[t]) != lvl)
                         continue;
-                    const lf_t *x = &c->acc[a].idx[d];
-                    if (x->opaque && moved[a][d])
-                        full = 1;
-                    double l = floor(lo[a][d]), h = floor(hi[a][d]);
-                    if (x->cap > 0 && h - l + 1 > x->cap)
-                        h = l + x->cap - 1;
-                    if (!any || l < ulo)
-                        ulo = l;
-                    if (!any || h > uhi)
-                        uhi = h;
-                    any = 1;
+                    double span = ac->idx[d].co[t] * (c->ext[lvl] - 1);
+                    *(span < 0 ? &c->lo[a][d] : &c->hi[a][d]) += span;
+                    c->moved[a][d] = 1;
                 }
-                double e = full ? shape : uhi - ulo + 1;
-                if (e > shape)
-                    e = shape;
-                if (e < 1)
-                    e = 1;
-                n *= e;
-            }
-            uniq[j][lvl] = n;
-            level_bytes[lvl] += n * ELEM_BYTES;
+        }
+        c->level_bytes[lvl] = 0;
+        for (int j = 0; j < c->nbs; j++) {
+            const kt_lower_buf_t *b = &c->L->bufs[c->bs[j].buf];
+            double n = 1;
+            for (int d = 0; d < b->ndim; d++)
+                n *= dim_extent(c, j, d);
+            c->uniq[j][lvl] = n;
+            c->level_bytes[lvl] += n * ELEM_BYTES;
         }
     }
+}
 
-    /* per-buffer summaries */
-    for (int j = 0; j < nbs; j++) {
-        bufsum_t *B = &bs[j];
-        const kt_lower_buf_t *b = &L->bufs[B->buf];
-        B->bytes = (double)B->nacc * trip * ELEM_BYTES;
-        B->unique = uniq[j][0] * ELEM_BYTES;
-        /* unique lines: rows of the footprint times lines per row */
-        double last = 1;
-        if (b->ndim > 0) {
-            /* extent of the last dimension in the whole-nest footprint */
-            double shape_last = (double)(b->shape[b->ndim - 1] > 0 ? b->shape[b->ndim - 1] : 1);
-            double l = 0, h = 0;
-            int any = 0, full = 0;
-            for (int a = 0; a < c->nacc; a++) {
-                if (accbuf[a] != j)
-                    continue;
-                int d = b->ndim - 1;
-                if (c->acc[a].idx[d].opaque && moved[a][d])
-                    full = 1;
-                double al = floor(lo[a][d]), ah = floor(hi[a][d]);
-                if (!any || al < l)
-                    l = al;
-                if (!any || ah > h)
-                    h = ah;
-                any = 1;
-            }
-            last = full ? shape_last : h - l + 1;
-            if (last > shape_last)
-                last = shape_last;
-            if (last < 1)
-                last = 1;
-        }
-        double rows_ = uniq[j][0] / last;
-        B->ulines = rows_ * ceil(last * ELEM_BYTES / LINE_BYTES);
-        /* lines and stride, per access */
-        B->lines = 0;
-        B->stride = 0;
-        for (int a = 0; a < c->nacc; a++) {
-            if (accbuf[a] != j)
-                continue;
-            double zero_run = 1, s = 0;
-            int i = depth - 1;
-            /* loops of extent 1 never move the address */
-            for (; i >= 0 && (ext[i] <= 1 || fabs(flat[a][i]) < 1e-12); i--)
-                zero_run *= ext[i];
-            if (i >= 0)
-                s = fabs(flat[a][i]);
-            double frac = s * ELEM_BYTES / LINE_BYTES;
-            if (frac > 1 || i < 0)
-                frac = 1;
-            double per = trip / zero_run * frac;
-            if (per < 1)
-                per = 1;
-            B->lines += per * (c->acc[a].read + c->acc[a].write);
-            if (s > 0 && (B->stride == 0 || s < B->stride))
-                B->stride = s;
-        }
-        /* the footprint is an estimate (bounding boxes, opaque indices):
-         * it can neither exceed what is accessed nor go unfetched */
-        if (B->unique > B->bytes)
-            B->unique = B->bytes;
-        if (B->lines < B->ulines)
-            B->lines = B->ulines;
-        /* reuse: the innermost loop that re-reads (its iterator moves no
-         * access of this buffer), or inside which other statements access
-         * the buffer again */
-        B->reuse_type = 2;
-        for (int i = depth - 1; i >= 0; i--) {
-            if (ext[i] <= 1)
-                continue;
-            int moves = 0;
-            for (int a = 0; a < c->nacc && !moves; a++) {
-                if (accbuf[a] != j)
-                    continue;
-                if (fabs(flat[a][i]) >= 1e-12)
-                    moves = 1;
-                const access_t *ac = &c->acc[a];
-                for (int d = 0; d < ac->ndim && !moves; d++)
-                    for (int t = 0; t < ac->idx[d].n; t++) {
-                        int it = ac->idx[d].it[t];
-                        if (it >= 0 && it < L->niters && c->iter_depth[it] == i &&
-                            (ac->idx[d].opaque || fabs(ac->idx[d].co[t]) >= 1e-12))
-                            moves = 1;
-                    }
-            }
-            if (!moves) {
-                B->reuse_type = 0;
-                B->reuse_ct = ext[i];
-                B->dis_iter = inner_prod[i + 1];
-                B->dis_bytes = level_bytes[i + 1];
-                break;
-            }
-            int node = loops[i], others = 0;
+/* Loop i moves some access of buffer bs[j]. */
+static int loop_moves(const ctx_t *c, int j, int i)
+{
+    for (int a = 0; a < c->nacc; a++) {
+        if (c->accbuf[a] != j)
+            continue;
+        if (fabs(c->flat[a][i]) >= 1e-12)
+            return 1;
+        const access_t *ac = &c->acc[a];
+        for (int d = 0; d < ac->ndim; d++)
+            for (int t = 0; t < ac->idx[d].n; t++)
+                if (depth_of(c, ac->idx[d].it[t]) == i &&
+                    (ac->idx[d].opaque || fabs(ac->idx[d].co[t]) >= 1e-12))
+                    return 1;
+    }
+    return 0;
+}
+
+/* Bytes, lines, stride and reuse of buffer bs[j] in statement k. */
+static void summarize_buffer(ctx_t *c, int k, int j)
+{
+    const kt_lower_t *L = c->L;
+    bufsum_t *B = &c->bs[j];
+    const kt_lower_buf_t *b = &L->bufs[B->buf];
+    double trip = c->inner_prod[0];
+    B->bytes = (double)B->nacc * trip * ELEM_BYTES;
+    B->unique = c->uniq[j][0] * ELEM_BYTES;
+    /* unique lines: rows of the footprint times the lines of one row */
+    double last = b->ndim > 0 ? dim_extent(c, j, b->ndim - 1) : 1;
+    B->ulines = c->uniq[j][0] / last * ceil(last * ELEM_BYTES / LINE_BYTES);
+    /* lines fetched: each access moves along its innermost moving loop */
+    for (int a = 0; a < c->nacc; a++) {
+        if (c->accbuf[a] != j)
+            continue;
+        double zero_run = 1, s = 0;
+        int i = c->depth - 1;
+        /* loops of extent 1 never move the address */
+        for (; i >= 0 && (c->ext[i] <= 1 || fabs(c->flat[a][i]) < 1e-12); i--)
+            zero_run *= c->ext[i];
+        if (i >= 0)
+            s = fabs(c->flat[a][i]);
+        double frac = i < 0 ? 1 : fmin(1, s * ELEM_BYTES / LINE_BYTES);
+        B->lines += fmax(1, trip / zero_run * frac) * (c->acc[a].read + c->acc[a].write);
+        if (s > 0 && (B->stride == 0 || s < B->stride))
+            B->stride = s;
+    }
+    /* the footprint is an estimate (bounding boxes, opaque indices): it can
+     * neither exceed what is accessed nor go unfetched */
+    B->unique = fmin(B->unique, B->bytes);
+    B->lines = fmax(B->lines, B->ulines);
+    /* reuse: the innermost loop that re-reads (its iterator moves no access
+     * of this buffer), or inside which other statements access it again */
+    B->reuse_type = 2;
+    for (int i = c->depth - 1; i >= 0; i--) {
+        if (c->ext[i] <= 1)
+            continue;
+        double ct = 0;
+        int type = -1;
+        if (!loop_moves(c, j, i)) {
+            type = 0;
+            ct = c->ext[i];
+        } else {
+            int node = c->loops[i];
             for (int o = c->node_lo[node]; o < c->node_hi[node]; o++) {
                 int s2 = c->order_stmt[o];
-                if (s2 != k && stmt_has_buf(c, s2, B->buf))
-                    others++;
+                ct += s2 != k && stmt_has_buf(c, s2, B->buf);
             }
-            if (others) {
-                B->reuse_type = 1;
-                B->reuse_ct = others;
-                B->dis_iter = inner_prod[i + 1];
-                B->dis_bytes = level_bytes[i + 1];
-                break;
-            }
+            type = ct > 0 ? 1 : -1;
+        }
+        if (type >= 0) {
+            B->reuse_type = type;
+            B->reuse_ct = ct;
+            B->dis_iter = c->inner_prod[i + 1];
+            B->dis_bytes = c->level_bytes[i + 1];
+            break;
         }
     }
-    /* the 5 buffers with the most bytes (ties: first accessed) */
+}
+
+/* The buffer blocks: the 5 buffers with the most bytes (ties: the first accessed). */
+static void buffer_features(const ctx_t *c, float *f)
+{
     int order[MAX_SBUF];
-    for (int j = 0; j < nbs; j++)
+    for (int j = 0; j < c->nbs; j++)
         order[j] = j;
-    for (int x = 1; x < nbs; x++)
-        for (int y = x; y > 0 && bs[order[y]].bytes > bs[order[y - 1]].bytes; y--) {
+    for (int x = 1; x < c->nbs; x++)
+        for (int y = x; y > 0 && c->bs[order[y]].bytes > c->bs[order[y - 1]].bytes; y--) {
             int t = order[y];
             order[y] = order[y - 1];
             order[y - 1] = t;
         }
-    for (int r = 0; r < nbs && r < KT_FEATURE_MAX_BUFS; r++) {
-        const bufsum_t *B = &bs[order[r]];
+    for (int r = 0; r < c->nbs && r < KT_FEATURE_MAX_BUFS; r++) {
+        const bufsum_t *B = &c->bs[order[r]];
         float *g = f + F_B0_ACC_READ + r * KT_FEATURE_BUF_VALUES;
         g[B->read && B->write ? B_ACC_RW : B->write ? B_ACC_WRITE : B_ACC_READ] = 1.0f;
         g[B_BYTES] = slog(B->bytes);
@@ -947,35 +921,62 @@ static double stmt_features(ctx_t *c, int k, float *f)
         g[B_ULINES_D_REUSE] = slog(B->ulines / rc);
         g[B_STRIDE] = slog(B->stride);
     }
+}
 
-    /* arithmetic-intensity curve over log2(float ops) */
+/* Arithmetic intensity (float ops per byte touched) at each loop level,
+ * sampled at 10 evenly spaced points of log2(ops) and interpolated
+ * linearly between the levels, as Ansor's curve. */
+static void intensity_curve(const ctx_t *c, float *f)
+{
     double fops = 0;
     for (int i = 0; i <= F_FLOAT_CMP; i++)
-        if (i != F_FLOAT_MAD)
+        if (i != F_FLOAT_MAD)   /* its add and mul are counted already */
             fops += c->ops[i];
-    if (fops > 0) {
-        double xs[MAX_DEPTH + 1], ys[MAX_DEPTH + 1];
-        int np = 0;
-        for (int lvl = depth; lvl >= 0; lvl--) {
-            double ops = fops * inner_prod[lvl];
-            double bytes = level_bytes[lvl] > 0 ? level_bytes[lvl] : 1;
-            xs[np] = log2(ops);
-            ys[np++] = ops / bytes;
-        }
-        double xmax = xs[np - 1];
-        int p = 0;
-        for (int i = 0; i < KT_FEATURE_CURVE; i++) {
-            double x = xmax * (i + 1) / KT_FEATURE_CURVE;
-            while (p < np - 1 && xs[p] < x - 1e-9)
-                p++;
-            double y;
-            if (p == 0 || xs[p] - xs[p - 1] < 1e-12)
-                y = ys[p];
-            else
-                y = ys[p - 1] + (ys[p] - ys[p - 1]) * (x - xs[p - 1]) / (xs[p] - xs[p - 1]);
-            f[F_CURVE0 + i] = slog(y);
-        }
+    if (fops <= 0)
+        return;
+    double xs[MAX_DEPTH + 1], ys[MAX_DEPTH + 1];
+    int np = 0;
+    for (int lvl = c->depth; lvl >= 0; lvl--) {
+        double ops = fops * c->inner_prod[lvl];
+        xs[np] = log2(ops);
+        ys[np++] = ops / (c->level_bytes[lvl] > 0 ? c->level_bytes[lvl] : 1);
     }
+    double xmax = xs[np - 1];
+    int p = 0;
+    for (int i = 0; i < KT_FEATURE_CURVE; i++) {
+        double x = xmax * (i + 1) / KT_FEATURE_CURVE;
+        while (p < np - 1 && xs[p] < x - 1e-9)
+            p++;
+        double y = p == 0 || xs[p] - xs[p - 1] < 1e-12
+                       ? ys[p]
+                       : ys[p - 1] + (ys[p] - ys[p - 1]) * (x - xs[p - 1]) / (xs[p] - xs[p - 1]);
+        f[F_CURVE0 + i] = slog(y);
+    }
+}
+
+/* The features of statement k into f (op counts stay raw, times the trip
+ * count, in c->ops for merging); returns its trip count. */
+static double stmt_features(ctx_t *c, int k, float *f)
+{
+    const kt_lower_t *L = c->L;
+    const kt_lower_stmt_t *st = &L->stmts[k];
+    memset(f, 0, sizeof(float) * KT_FEATURE_COUNT);
+    stmt_accesses(c, st);
+    if (c->rc)
+        return 0;
+    stmt_loops(c, k);
+    double trip = c->inner_prod[0];
+
+    ann_features(c, c->loops, c->depth, KT_LOOP_VECTORIZE, f + F_VEC_NUM);
+    ann_features(c, c->loops, c->depth, KT_LOOP_UNROLL, f + F_UNROLL_NUM);
+    ann_features(c, c->loops, c->depth, KT_LOOP_PARALLEL, f + F_PAR_NUM);
+
+    group_accesses(c);
+    footprints(c);
+    for (int j = 0; j < c->nbs; j++)
+        summarize_buffer(c, k, j);
+    buffer_features(c, f);
+    intensity_curve(c, f);
 
     /* allocation of the stored buffer */
     if (st->dst >= 0 && st->dst < L->nbufs) {
@@ -991,10 +992,9 @@ static double stmt_features(ctx_t *c, int k, float *f)
         }
     }
 
-    /* the rest */
     f[F_OUTER_PROD] = slog(trip);
-    f[F_NUM_LOOPS] = (float)depth;
-    const kt_sched_stage_t *e = c->st && st->stage >= 0 && st->stage < c->st->nstages
+    f[F_NUM_LOOPS] = (float)c->depth;
+    const kt_sched_stage_t *e = st->stage >= 0 && st->stage < c->st->nstages
                                     ? &c->st->stages[st->stage]
                                     : NULL;
     if (e) {
@@ -1004,8 +1004,8 @@ static double stmt_features(ctx_t *c, int k, float *f)
                       st->src_stage == st->stage);
         f[F_UNROLL_STEP] = slog(second ? e->ann2.unroll : e->ann.unroll);
     }
-    for (int i = 0; i < depth; i++)
-        c->iter_depth[L->nodes[loops[i]].iter] = -1;
+    for (int i = 0; i < c->depth; i++)
+        c->iter_depth[L->nodes[c->loops[i]].iter] = -1;
     for (int i = 0; i < NOPS; i++)
         c->ops[i] *= trip;
     return trip;
