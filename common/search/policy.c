@@ -550,9 +550,10 @@ static int draw(kt_rng_t *rng, const double *cum, int n)
 
 /* Ansor's EvolutionarySearch: score, keep the heap of the best out_size
  * unmeasured states, breed the next population by score-proportional
- * selection and mutation. pop is consumed; best receives the heap, best
- * first. */
-static int evolve(kt_search_policy_t *sp, kt_slist_t *pop, int out_size, kt_slist_t *best)
+ * selection and mutation. pop is consumed (its first nscored states carry
+ * their scores from sampling already); best receives the heap, best first. */
+static int evolve(kt_search_policy_t *sp, kt_slist_t *pop, int nscored, int out_size,
+                  kt_slist_t *best)
 {
     int iters = sp->opts.evolutionary_search_num_iters;
     if (!sp->features && iters > RANDOM_MODEL_MAX_ITERS)
@@ -573,7 +574,7 @@ static int evolve(kt_search_policy_t *sp, kt_slist_t *pop, int out_size, kt_slis
     }
     sp->stats.last_num_iters = 0;
     for (int k = 0; population > 0; k++) {
-        if ((rc = score_list(sp, now, 0)))
+        if ((rc = score_list(sp, now, k == 0 ? nscored : 0)))
             goto out;
         for (int i = 0; i < now->n; i++)
             if ((rc = heap_offer(sp, &heap, now->st[i], now->hash[i], now->score[i])))
@@ -693,6 +694,7 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     int rc = sample_init_population(sp, &pop);
     sp->stats.rounds++;
     sp->stats.last_sampled = pop.n;
+    int sampled = pop.n;   /* scored while sampling */
     if (rc == 0)
         rc = add_measured(sp, &pop);
     /* random states for eps-greedy: 3 x its share, drawn from the initial
@@ -705,7 +707,7 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     }
     sp->stats.last_random = rnd.n;
     if (rc == 0)
-        rc = evolve(sp, &pop, 2 * n, &best);
+        rc = evolve(sp, &pop, sampled, 2 * n, &best);
     if (rc == 0)
         rc = pick(sp, n, &best, &rnd, out);
     if (rc == 0 && out->n == 0)
