@@ -7,7 +7,8 @@
  * 0600 file of a private temporary directory), with the store in ./ktune.db
  * (or --db), runs the job, prints the results and stops them. The children
  * are the binaries installed next to ktune (or the build tree's ../server and
- * ../worker, or PATH), each in its own process group so that a Ctrl-C at the
+ * ../worker, or PATH), with TMPDIR set to the private directory (removed whole
+ * at the end), each in its own process group so that a Ctrl-C at the
  * terminal reaches ktune alone, which then stops them in order; they also get
  * SIGTERM should ktune die. Running the same command again resumes: the
  * tracker restarts the job left unfinished in the store (or a new job counts
@@ -15,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -640,6 +642,8 @@ static int spawn(embedded_t *e, child_t *c, const char *name, const char *bin, c
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        /* This process has no thread yet, so setenv is safe here. */
+        setenv("TMPDIR", e->dir, 1);
         dup2(fd, 1);
         dup2(fd, 2);
         execv(bin, argv);
@@ -705,11 +709,13 @@ static void stop_child(child_t *c)
     c->pid = 0;
 }
 
-static int remove_entry(const char *dir, const char *name)
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
-    char p[PATH_MAX + 64];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    return unlink(p);
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
 }
 
 static void embedded_cleanup(embedded_t *e)
@@ -719,11 +725,8 @@ static void embedded_cleanup(embedded_t *e)
     stop_child(&e->runner);
     if (!*e->dir)
         return;
-    static const char *files[] = {"token", "tracker.addr", "tracker.log", "worker.log",
-                                  "runner.log"};
-    for (size_t i = 0; i < KT_ARRAY_LEN(files); i++)
-        remove_entry(e->dir, files[i]);
-    rmdir(e->dir);
+    /* The daemons' own temporary files (TMPDIR) are in there too. */
+    nftw(e->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A fresh random token in a 0600 file. */
@@ -960,6 +963,10 @@ static int tune_embedded(const job_args_t *a, const job_msg_t *m)
     pthread_join(th, NULL);
     embedded_cleanup(&e);
     rc = atomic_load(&g_abort) ? 1 : x.rc;
+    /* The thread's SIGUSR1 may still be pending: take it before unblocking. */
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&sigs, NULL, &zero) > 0)
+        ;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return interrupted ? 1 : rc;
 }
