@@ -451,6 +451,55 @@ START_TEST(search_tiny_space_is_exhausted_then_propose_returns_zero)
 END_TEST
 
 
+START_TEST(search_shared_model_learns_from_preloaded_and_measured_states)
+{
+    kt_workload_t *w = matmul(32, 32, 32);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_model_params_t mp;
+    kt_model_params_default(&mp);
+    mp.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_t *model = kt_model_new(KT_MODEL_XGB, &mp);
+    ck_assert_ptr_nonnull(model);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", 4);   /* the shared model's kind wins */
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, model, 7);
+    ck_assert_ptr_nonnull(sp);
+    ck_assert_ptr_eq(kt_search_model(sp), model);
+
+    /* 3 preloaded records: counted on the next feedback, not before */
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_int_eq(kt_sched_sketches(dag, &p, &sk, &nsk), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 99);
+    for (int i = 0; i < 3; i++) {
+        kt_sched_state_t *st = kt_sched_sample(dag, &p, sk[0], &rng);
+        char *j = kt_sched_state_to_json(st, dag);
+        ck_assert_int_eq(kt_search_preload(sp, j, 2e-3), 0);
+        free(j);
+        kt_sched_state_free(st);
+    }
+    free_states(sk, nsk);
+    ck_assert_int_eq(kt_model_num_samples(model), 0);
+    int got = kt_search_one_round(sp, 8, synthetic_measure, NULL, NULL, NULL);
+    ck_assert_int_eq(got, 8);
+    ck_assert_int_eq(kt_model_num_samples(model), 11);
+    got = kt_search_one_round(sp, 8, synthetic_measure, NULL, NULL, NULL);
+    ck_assert_int_eq(got, 8);
+    ck_assert_int_eq(kt_model_num_samples(model), 19);
+    double t;
+    kt_search_last_times(sp, NULL, &t);
+    ck_assert(t >= 0);
+    kt_search_policy_free(sp);
+    /* the policy borrowed the model: still usable */
+    ck_assert_int_eq(kt_model_num_samples(model), 19);
+    kt_model_free(model);
+    kt_workload_free(w);
+}
+END_TEST
+
 /* Best synthetic cost after `rounds` rounds of n, and the mean cost of the
  * last round's proposals. */
 static void synthetic_run(const char *policy, uint64_t seed, int rounds, int n, double *best,
@@ -515,6 +564,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_never_proposes_measured_preloaded_or_reported_states);
     tcase_add_test(tc, search_eps_greedy_share_and_population_follow_the_options);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
+    tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);
     suite_add_tcase(s, tc);
     return s;

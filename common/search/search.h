@@ -16,7 +16,14 @@
  *
  * Candidates (kt_search_candidate_t) turn a state into what a builder and a
  * runner need: C source with its entry point and the buffer layout; the
- * reference kernel of the workload is made once per policy.
+ * reference kernel is made for each measured batch (the builder's artifact
+ * cache compiles it once).
+ *
+ * Differences from Ansor: no crossover (Ansor's released policy has none
+ * either; evolution is mutation only); parents are drawn with probability
+ * proportional to max(score, 0) (uniform when all are 0); the owned xgb
+ * model builds hist trees (exact trees keep improving the training error for
+ * thousands of rounds on some tasks: minutes per training).
  *
  * Ownership: a policy borrows its workload and (when given) a shared cost
  * model, which must outlive it; states returned by propose are the caller's
@@ -56,10 +63,13 @@ typedef struct kt_search_policy kt_search_policy_t;
  * this workload was measured already. Returns 1 yes, 0 no. */
 typedef int (*kt_search_has_measured_fn)(void *user, uint64_t state_hash);
 
-/* Create the policy of one task. params NULL = host CPU defaults. model NULL
- * = the policy owns a model of the kind its name says; else the given model
- * (a FamilySeer family model) is used and updated, with `task_id` telling the
- * model which task's costs normalize the labels. NULL + kt_err on error. */
+/* Create the policy of one task. params NULL = host CPU defaults. opts NULL
+ * = defaults. model NULL = the policy owns a model of the kind its name says
+ * (xgb: num_warmup_sample from opts, hist trees, other parameters Ansor's);
+ * else the given model (a FamilySeer family model) is used and updated, with
+ * `task_id` telling the model which task's costs normalize the labels; its
+ * kind decides whether states are scored with features. NULL + kt_err on
+ * error (unknown policy name, option out of range). */
 kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_params_t *params,
                                          const kt_search_opts_t *opts, kt_model_t *model,
                                          int task_id);
@@ -75,7 +85,9 @@ int kt_search_preload(kt_search_policy_t *sp, const char *state_json, double cos
 
 /* Up to n new states to measure, never measured before. Returns the count
  * (0: the space is exhausted after retry_search_one_round_on_empty tries)
- * or negative; *out is a malloc'd array of that many states. */
+ * or negative; *out is a malloc'd array of that many states (NULL when 0).
+ * As in Ansor, a proposed state counts as measured from now on: it is never
+ * proposed again even if its result never comes back. */
 int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out);
 
 /* Results of measured states: mean cost in seconds, <= 0 or non-finite for
@@ -125,7 +137,10 @@ typedef struct {
     kt_buf_layout_t layout;    /* kernel buffers: inputs, then outputs */
 } kt_search_candidate_t;
 
-/* The kernel of one state (entry "kt_main" unless entry is given). */
+/* The kernel of one state (entry "kt_main" unless entry is given; the
+ * emitter reserves the kt_ prefix, so an entry starting with kt_ is a small
+ * exported wrapper around the kernel). KT_EINVAL for an entry that is not a
+ * C identifier of at most 63 characters or a state that does not lower. */
 int kt_search_candidate_make(const kt_workload_t *w, const kt_sched_state_t *st,
                              const char *entry, kt_search_candidate_t *out);
 /* The workload's naive reference kernel (entry "ref_main"). */
@@ -141,12 +156,16 @@ typedef int (*kt_search_measure_fn)(void *user, const kt_workload_t *w,
 
 /* A kt_search_measure_fn on this machine: `user` is a kt_measurer_t*
  * (builder + runner); each state's candidate is built, run and checked
- * against the workload's reference kernel. */
+ * against the workload's reference kernel (a state whose source cannot be
+ * made gets INSTANTIATION_ERROR). Returns kt_measurer_measure()'s status:
+ * 0, KT_MEASURER_TOO_MANY_ERRORS (results valid; see measurer.h), or
+ * negative. */
 int kt_search_measure_local(void *user, const kt_workload_t *w, kt_sched_state_t *const *states,
                             int n, kt_measure_result_t *results);
 
-/* propose(n) + measure + feedback. Returns the number measured (0 when the
- * task is exhausted) or negative. states/results, when not NULL, receive
+/* propose(n) + measure + feedback (a result with an error counts as a
+ * failed measurement). Returns the number measured (0 when the task is
+ * exhausted) or negative. states/results, when not NULL, receive
  * the round's states and results (caller frees both arrays and their items). */
 int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn measure, void *user,
                         kt_sched_state_t ***states, kt_measure_result_t **results);
