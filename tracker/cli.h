@@ -18,8 +18,65 @@ int kt_cli_kernel(int argc, char **argv);
 int kt_cli_records(int argc, char **argv);
 int kt_cli_queue(int argc, char **argv);
 int kt_cli_tasks(int argc, char **argv);
+int kt_cli_tune(int argc, char **argv);      /* cli_tune.c */
+int kt_cli_submit(int argc, char **argv);
+int kt_cli_watch(int argc, char **argv);
+int kt_cli_status(int argc, char **argv);    /* cli_jobs.c */
+int kt_cli_cancel(int argc, char **argv);
+int kt_cli_best(int argc, char **argv);
+int kt_cli_export(int argc, char **argv);
 
 /* Print "ktune: <message>" for the current kt_err and return 1. */
 int kt_cli_fail(const char *what);
+
+/* ---- Shared by the job commands (cli_jobs.c) ---------------------------------------- */
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "ktune.pb-c.h"
+#include "rpc/rpc.h"
+#include "store/store.h"
+
+/* The store read commands use without --tracker. */
+#define KT_CLI_DEFAULT_DB "ktune.db"
+/* Deadline of one call to a tracker. */
+#define KT_CLI_DEFAULT_TIMEOUT_MS 10000
+
+/* Where a command reaches its jobs. */
+typedef struct {
+    const char *tracker;     /* HOST:PORT, or NULL: the store file */
+    const char *token_file;
+    const char *tls_ca;
+    const char *db;
+    int db_given;
+    int json;
+    int timeout_ms;          /* 0: KT_CLI_DEFAULT_TIMEOUT_MS */
+} kt_cli_conn_t;
+
+/* A client for c->tracker; NULL after printing why. */
+kt_rpc_client_t *kt_cli_connect(const char *cmd, const kt_cli_conn_t *c);
+/* Print a failed call's cause (unreachable tracker with its address,
+ * UNAUTHENTICATED, unknown job, ...) and return 1. */
+int kt_cli_rpc_fail(const char *cmd, const kt_cli_conn_t *c, const kt_rpc_status_t *st);
+/* One unary call to the tracker: 0 with *resp (free with
+ * protobuf_c_message_free_unpacked), or 1 after printing why. */
+int kt_cli_call(const char *cmd, const kt_cli_conn_t *c, const char *method,
+                const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                ProtobufCMessage **resp);
+/* The store at db for reading; NULL after printing why. */
+kt_store_t *kt_cli_open_store(const char *cmd, const char *db);
+/* A job id >= 1 from text: 0, or 2 after printing why. */
+int kt_cli_parse_id(const char *cmd, const char *what, const char *s, int64_t *out);
+/* A progress message as JSON (new reference). */
+json_t *kt_cli_progress_json(const Ktune__V1__JobProgress *p);
+/* Print j indented (consumes the reference); 0 or 1. */
+int kt_cli_print_json(json_t *j);
+/* The task scheduler table and a one-line progress bar. */
+void kt_cli_print_progress(const Ktune__V1__JobProgress *p, FILE *out);
+/* Per task: best latency, speed, trials, weight, workload key. */
+void kt_cli_print_best_summary(const Ktune__V1__JobProgress *p, FILE *out);
 
 #endif

@@ -5,9 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli.h"
 #include "codegen/codegen.h"
 #include "codegen/verify.h"
+#include "feature/feature.h"
 #include "sched/state.h"
 #include "te/workload.h"
 #include "util/err.h"
@@ -244,6 +247,98 @@ static int cmd_show(int argc, char **argv)
     return rc;
 }
 
+/* ktune kernel features --workload W --state S [--json]: the cost-model
+ * features of one state, one row per stored buffer. */
+static int cmd_features(int argc, char **argv)
+{
+    const char *wl = NULL, *state = NULL;
+    int as_json = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            as_json = 1;
+        } else if ((strcmp(argv[i], "--workload") == 0 || strcmp(argv[i], "-w") == 0) &&
+                   i + 1 < argc) {
+            wl = argv[++i];
+        } else if (strcmp(argv[i], "--state") == 0 && i + 1 < argc) {
+            state = argv[++i];
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: ktune kernel features --workload <file-or-json> --state <json-or-file> "
+                   "[--json]\n\nprints the cost-model features of one state: one row per "
+                   "buffer the loop nest stores\n(%d values; the nonzero ones by name, or all "
+                   "as JSON).\n", KT_FEATURE_COUNT);
+            return 0;
+        } else {
+            return usage_error("features: bad or incomplete option '%s'", argv[i]);
+        }
+    }
+    if (!wl || !state)
+        return usage_error("%s", "features needs --workload and --state");
+    kt_workload_t **ws;
+    double *weights;
+    int n, rc = 0;
+    if (kt_workload_load(wl, &ws, &weights, &n) != 0)
+        return kt_cli_fail("--workload");
+    const kt_dag_t *dag = n == 1 ? kt_workload_dag(ws[0]) : NULL;
+    const char *p = state;
+    while (*p == ' ' || *p == '\t' || *p == '\n')
+        p++;
+    char *text = !dag ? NULL : *p == '{' ? kt_strdup(p) : kt_file_read(state, NULL);
+    kt_sched_state_t *st = text ? kt_sched_state_from_json(text, dag, NULL) : NULL;
+    kt_lower_t *L = st ? kt_lower(dag, st) : NULL;
+    float *rows = NULL;
+    uint32_t nrows = 0;
+    int *rb = NULL;
+    if (!dag) {
+        kt_err_set(KT_EINVAL, "holds %d workloads; features takes one", n);
+        rc = kt_cli_fail("--workload");
+    } else if (!st) {
+        rc = kt_cli_fail("--state");
+    } else if (!L || kt_feature_extract_lower(dag, st, L, &rows, &nrows, &rb) != 0) {
+        rc = kt_cli_fail("extracting features");
+    }
+    json_t *out = rc || !as_json ? NULL : json_pack("{s:i, s:[], s:[]}", "count", KT_FEATURE_COUNT,
+                                                     "names", "rows");
+    for (int f = 0; out && f < KT_FEATURE_COUNT; f++)
+        json_array_append_new(json_object_get(out, "names"), json_string(kt_feature_name(f)));
+    for (uint32_t r = 0; rc == 0 && r < nrows; r++) {
+        const float *v = rows + (size_t)r * KT_FEATURE_COUNT;
+        const kt_lower_buf_t *b = &L->bufs[rb[r]];
+        json_t *vals = out ? json_array() : NULL;
+        if (!out)
+            printf("row %u: stores %s (stage %s)\n", r, b->label,
+                   kt_dag_stage(dag, b->stage)->name);
+        for (int f = 0; f < KT_FEATURE_COUNT; f++) {
+            if (vals)
+                json_array_append_new(vals, json_real(v[f]));
+            else if (v[f] != 0)
+                printf("  %-32s %.6g\n", kt_feature_name(f), v[f]);
+        }
+        if (out)
+            json_array_append_new(json_object_get(out, "rows"),
+                                  json_pack("{s:s, s:s, s:o}", "buffer", b->label, "stage",
+                                            kt_dag_stage(dag, b->stage)->name, "values", vals));
+    }
+    if (out) {
+        char *js = json_dumps(out, JSON_COMPACT);
+        if (js)
+            printf("%s\n", js);
+        else
+            rc = kt_cli_fail("printing JSON");
+        free(js);
+        json_decref(out);
+    }
+    free(rows);
+    free(rb);
+    kt_lower_free(L);
+    kt_sched_state_free(st);
+    free(text);
+    for (int i = 0; i < n; i++)
+        kt_workload_free(ws[i]);
+    free(ws);
+    free(weights);
+    return rc;
+}
+
 int kt_cli_kernel(int argc, char **argv)
 {
     if (argc < 2) {
@@ -259,5 +354,7 @@ int kt_cli_kernel(int argc, char **argv)
         return cmd_sample(argc, argv);
     if (strcmp(argv[1], "show") == 0)
         return cmd_show(argc, argv);
+    if (strcmp(argv[1], "features") == 0)
+        return cmd_features(argc, argv);
     return usage_error("unknown subcommand '%s'", argv[1]);
 }

@@ -14,6 +14,13 @@ static const kt_cli_cmd_t commands[] = {
     {"queue", "show a tracker's runners, workers and queues", kt_cli_queue},
     {"tasks", "extract a network's tuning tasks and weights", kt_cli_tasks},
     {"kernel", "sample schedules of a workload, show and verify their C kernels", kt_cli_kernel},
+    {"tune", "tune a network or workloads (own local tracker unless --tracker)", kt_cli_tune},
+    {"submit", "submit a tuning job to a tracker and print its id", kt_cli_submit},
+    {"watch", "follow a job's progress table until it ends", kt_cli_watch},
+    {"status", "show jobs, or one job's table (tracker or store file)", kt_cli_status},
+    {"cancel", "cancel a job on a tracker", kt_cli_cancel},
+    {"best", "the best records of a workload or of a job's tasks", kt_cli_best},
+    {"export", "write a job's best kernels as C, or its records as JSON", kt_cli_export},
     {NULL, NULL, NULL},
 };
 
@@ -31,7 +38,9 @@ static void usage(FILE *out)
     fprintf(out, "usage: ktune [--version] [--help] <command> [args]\n\ncommands:\n");
     for (const kt_cli_cmd_t *c = commands; c->name; c++)
         fprintf(out, "  %-10s %s\n", c->name, c->summary);
-    fprintf(out, "\nRun 'ktune <command> --help' for a command's options.\n");
+    fprintf(out, "\nRun 'ktune <command> --help' for a command's options.\n"
+                 "\nexit status: 0 success; 1 the operation failed (the message on stderr names\n"
+                 "the cause); 2 bad usage\n");
 }
 
 int main(int argc, char **argv)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "http/http.h"
+#include "jobs.h"
 #include "kt_config.h"
 #include "registry/registry.h"
 #include "tracker.h"
@@ -22,12 +23,15 @@ static void usage(FILE *out)
             "usage: ktune-tracker [options]\n"
             "\n"
             "The ktune tracker: owns jobs, the task scheduler, the runner/worker registry\n"
-            "and the record store. Runs until SIGINT or SIGTERM.\n"
+            "and the record store. Runs until SIGINT or SIGTERM; jobs still running then\n"
+            "resume from the store when a tracker starts again on it.\n"
             "\n"
             "options:\n"
             "  --listen ADDR        gRPC address to serve (default 0.0.0.0:9190; port 0 picks one)\n"
             "  --http ADDR          status page and /metrics (default " KT_HTTP_DEFAULT_BIND
             "; 'off' for none)\n"
+            "  --db PATH            record store (SQLite; created if missing; default " KT_JOBS_DEFAULT_DB ")\n"
+            "  --port-file F        once serving, write the bound gRPC address to F\n"
             "  --heartbeat-ms N     heartbeat interval given to runners and workers (default %d);\n"
             "                       a peer silent for %d intervals is dropped\n"
             "  --token-file F       shared token required from every peer and sent to runners\n"
@@ -52,9 +56,11 @@ int main(int argc, char **argv)
         {"heartbeat-ms", required_argument, 0, 'b'}, {"token-file", required_argument, 0, 't'},
         {"tls-cert", required_argument, 0, 'c'}, {"tls-key", required_argument, 0, 'k'},
         {"tls-ca", required_argument, 0, 'C'},   {"version", no_argument, 0, 'V'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},           {"db", required_argument, 0, 'd'},
+        {"port-file", required_argument, 0, 'p'}, {0, 0, 0, 0}};
     kt_tracker_opts_t to = {.listen = KT_TRACKER_DEFAULT_LISTEN, .http = KT_HTTP_DEFAULT_BIND};
     const char *token_file = getenv("KT_TOKEN_FILE");
+    const char *db = KT_JOBS_DEFAULT_DB, *port_file = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -74,6 +80,8 @@ int main(int argc, char **argv)
             break;
         }
         case 't': token_file = optarg; break;
+        case 'd': db = optarg; break;
+        case 'p': port_file = optarg; break;
         case 'c': to.tls_cert = optarg; break;
         case 'k': to.tls_key = optarg; break;
         case 'C': to.tls_ca = optarg; break;
@@ -110,8 +118,10 @@ int main(int argc, char **argv)
         memset(token, 0, strlen(token));
         free(token);
     }
-    if (!t || kt_tracker_start(t) != 0) {
+    kt_jobs_t *jobs = t ? kt_jobs_new(t, db) : NULL;
+    if (!t || !jobs || kt_tracker_start(t) != 0) {
         KT_ERROR("%s", kt_err_msg());
+        kt_jobs_free(jobs);
         kt_tracker_stop(t, 0);
         return 1;
     }
@@ -121,11 +131,32 @@ int main(int argc, char **argv)
             kt_registry_heartbeat_ms(kt_tracker_registry(t)));
     if (kt_tracker_http_port(t) > 0)
         KT_INFO("status page and /metrics on http port %d", kt_tracker_http_port(t));
+    KT_INFO("record store %s", db);
+    int rc = 0;
+    if (kt_jobs_start(jobs) != 0) {
+        KT_ERROR("resuming jobs: %s", kt_err_msg());
+        rc = 1;
+    }
+    if (rc == 0 && port_file) {
+        char line[300];
+        int n = snprintf(line, sizeof line, "%s\n", kt_tracker_address(t));
+        if (kt_file_write(port_file, line, (size_t)n) != 0) {
+            KT_ERROR("--port-file: %s", kt_err_msg());
+            rc = 1;
+        }
+    }
     int sig = 0;
-    sigwait(&sigs, &sig);
-    KT_INFO("%s: stopping (in-flight calls get %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
-            DRAIN_MS);
+    if (rc == 0) {
+        sigwait(&sigs, &sig);
+        KT_INFO("%s: stopping (in-flight calls get %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                DRAIN_MS);
+    }
+    /* Jobs first: their rounds call runners and workers through the tracker. */
+    kt_jobs_stop(jobs);
     kt_tracker_stop(t, DRAIN_MS);
+    kt_jobs_free(jobs);
+    if (rc != 0)
+        return rc;
     KT_INFO("stopped");
     return 0;
 }

@@ -1,0 +1,269 @@
+/* bench_model_quality: how well does the xgb cost model rank real kernels?
+ * For a matmul, ResNet-18's 3x3 conv2d and a MobileNet depthwise conv2d, N
+ * random distinct states are built, run on this CPU with one thread and
+ * checked by the local measurer; the xgb model (as the search uses it: per-
+ * stage features, pack-sum, hist trees) trains on 80% of the valid ones and
+ * ranks the other 20%: pairwise ranking accuracy and top-32 recall against
+ * measured throughput, with the random model's figures in the same run.
+ *
+ *   bench_model_quality [--n 1000] [--workload matmul|conv|depthwise|all]
+ *                       [--seed 1] [--min-repeat-ms 20] [--tree hist|exact|approx]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "feature/feature.h"
+#include "measure/measurer.h"
+#include "model/model.h"
+#include "search/search.h"
+#include "util/err.h"
+#include "util/rng.h"
+#include "util/util.h"
+
+#define BATCH 64
+#define TOPK 32
+
+static int nstates = 1000;
+static uint64_t seed = 1;
+static int min_repeat_ms = 20;
+static int tree = KT_MODEL_TREE_HIST;
+static const char *which = "all";
+
+static const struct {
+    const char *name, *json;
+} workloads[] = {
+    {"matmul", "{\"op\":\"matmul\",\"M\":512,\"N\":512,\"K\":512}"},
+    {"conv", "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":56,\"W\":56,\"CI\":64,\"CO\":64,\"KH\":3,"
+             "\"KW\":3,\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}"},
+    {"depthwise", "{\"op\":\"depthwise_conv2d_nhwc\",\"N\":1,\"H\":56,\"W\":56,\"C\":128,"
+                  "\"KH\":3,\"KW\":3,\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}"},
+};
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_model_quality: %s: %s\n", what, kt_err_msg());
+    exit(1);
+}
+
+/* N distinct random states of w. */
+static kt_sched_state_t **sample_states(const kt_workload_t *w, const kt_sched_params_t *p, int n)
+{
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_state_t **sk;
+    int nsk;
+    if (kt_sched_sketches(dag, p, &sk, &nsk) != 0 || nsk == 0)
+        die("sketches");
+    kt_rng_t rng;
+    kt_rng_seed(&rng, seed);
+    kt_sched_state_t **out = calloc((size_t)n, sizeof(*out));
+    uint64_t *hashes = calloc((size_t)n, sizeof(uint64_t));
+    if (!out || !hashes)
+        die("out of memory");
+    int k = 0, tries = 0;
+    while (k < n && tries++ < 100 * n) {
+        kt_sched_state_t *st = kt_sched_sample(dag, p, sk[kt_rng_below(&rng, (uint64_t)nsk)], &rng);
+        if (!st)
+            continue;
+        uint64_t h = kt_sched_state_hash(st, dag);
+        int dup = 0;
+        for (int i = 0; i < k && !dup; i++)
+            dup = hashes[i] == h;
+        if (dup) {
+            kt_sched_state_free(st);
+            continue;
+        }
+        hashes[k] = h;
+        out[k++] = st;
+    }
+    if (k < n) {
+        fprintf(stderr, "only %d distinct states\n", k);
+        exit(1);
+    }
+    for (int i = 0; i < nsk; i++)
+        kt_sched_state_free(sk[i]);
+    free(sk);
+    free(hashes);
+    return out;
+}
+
+/* Train `kind` on programs idx[0..ntrain), score idx[ntrain..n). */
+static void evaluate(const char *kind, const kt_dag_t *dag, kt_sched_state_t **st,
+                     const double *cost, const int *idx, int ntrain, int n, double *acc,
+                     double *recall, double *train_s)
+{
+    kt_model_params_t mp;
+    kt_model_params_default(&mp);
+    mp.seed = seed;
+    mp.tree_method = tree;
+    mp.num_warmup_sample = 0;   /* rank with the trained booster at once */
+    kt_model_t *m = kt_model_new(kind, &mp);
+    if (!m)
+        die("model");
+    int ntest = n - ntrain;
+    kt_sched_state_t **sel = malloc((size_t)n * sizeof(*sel));
+    double *c = malloc((size_t)n * sizeof(double));
+    uint32_t *counts = malloc((size_t)n * sizeof(uint32_t));
+    uint64_t *tasks = calloc((size_t)n, sizeof(uint64_t));
+    float *pred = malloc((size_t)ntest * sizeof(float));
+    float *truth = malloc((size_t)ntest * sizeof(float));
+    if (!sel || !c || !counts || !tasks || !pred || !truth)
+        die("out of memory");
+    for (int i = 0; i < n; i++) {
+        sel[i] = st[idx[i]];
+        c[i] = cost[idx[i]];
+    }
+    float *rows;
+    if (kt_feature_extract_batch(dag, (const kt_sched_state_t *const *)sel, n, &rows, counts))
+        die("features");
+    size_t train_rows = 0;
+    for (int i = 0; i < ntrain; i++)
+        train_rows += counts[i];
+    kt_model_batch_t tr = {.rows = rows, .nrows = counts, .nprog = (size_t)ntrain,
+                           .nfeat = KT_FEATURE_COUNT};
+    double t0 = kt_time_mono();
+    if (kt_model_update(m, &tr, c, tasks))
+        die("train");
+    *train_s = kt_time_mono() - t0;
+    kt_model_batch_t te = {.rows = rows + train_rows * KT_FEATURE_COUNT, .nrows = counts + ntrain,
+                           .nprog = (size_t)ntest, .nfeat = KT_FEATURE_COUNT};
+    if (kt_model_predict(m, &te, pred))
+        die("predict");
+    for (int i = 0; i < ntest; i++)
+        truth[i] = (float)(1.0 / c[ntrain + i]);
+    if (kt_model_pairwise_accuracy(pred, truth, (size_t)ntest, acc))
+        die("accuracy");
+    if (kt_model_topk_recall(pred, truth, (size_t)ntest, TOPK, recall))
+        die("recall");
+    free(rows);
+    free(sel);
+    free(c);
+    free(counts);
+    free(tasks);
+    free(pred);
+    free(truth);
+    kt_model_free(m);
+}
+
+static void bench(const char *name, const char *json, kt_measurer_t *m)
+{
+    kt_workload_t *w = kt_workload_parse(json);
+    if (!w)
+        die("workload");
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    kt_sched_params_default(&p);
+    p.num_cores = 1;
+    kt_sched_state_t **st = sample_states(w, &p, nstates);
+    double *cost = malloc((size_t)nstates * sizeof(double));
+    int *idx = malloc((size_t)nstates * sizeof(int));
+    kt_measure_result_t *res = calloc(BATCH, sizeof(*res));
+    if (!cost || !idx || !res)
+        die("out of memory");
+    double t0 = kt_time_mono();
+    int nvalid = 0;
+    for (int i = 0; i < nstates; i += BATCH) {
+        int k = nstates - i < BATCH ? nstates - i : BATCH;
+        if (kt_search_measure_local(m, w, st + i, k, res) < 0)
+            die("measure");
+        for (int j = 0; j < k; j++) {
+            cost[i + j] = res[j].error_no == KT_MEASURE_NO_ERROR ? res[j].mean : -1;
+            if (cost[i + j] > 0)
+                idx[nvalid++] = i + j;
+            kt_measure_result_clear(&res[j]);
+        }
+        fprintf(stderr, "  %s: %d/%d measured (%.0f s)\n", name, i + k, nstates,
+                kt_time_mono() - t0);
+    }
+    /* shuffle the valid programs, then split 80/20 */
+    kt_rng_t rng;
+    kt_rng_seed(&rng, seed + 1);
+    for (int i = nvalid - 1; i > 0; i--) {
+        int j = (int)kt_rng_below(&rng, (uint64_t)i + 1);
+        int t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+    int ntrain = nvalid * 8 / 10;
+    if (ntrain < 2 || nvalid - ntrain < 2) {
+        printf("%-10s %5d valid of %d: too few to evaluate\n", name, nvalid, nstates);
+    } else {
+        double ax, rx, tx, ar, rr, tr;
+        evaluate(KT_MODEL_XGB, dag, st, cost, idx, ntrain, nvalid, &ax, &rx, &tx);
+        evaluate(KT_MODEL_RANDOM, dag, st, cost, idx, ntrain, nvalid, &ar, &rr, &tr);
+        double lo = INFINITY, hi = 0;
+        for (int i = 0; i < nvalid; i++) {
+            lo = cost[idx[i]] < lo ? cost[idx[i]] : lo;
+            hi = cost[idx[i]] > hi ? cost[idx[i]] : hi;
+        }
+        printf("%-10s %5d/%-5d %5d/%-5d %8.3f..%-9.3f  %8.3f  %8.3f   %8.3f  %8.3f  %7.2f\n", name,
+               nvalid, nstates, ntrain, nvalid - ntrain, lo * 1e3, hi * 1e3, ax, rx, ar, rr, tx);
+        fflush(stdout);
+    }
+    for (int i = 0; i < nstates; i++)
+        kt_sched_state_free(st[i]);
+    free(st);
+    free(cost);
+    free(idx);
+    free(res);
+    kt_workload_free(w);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "usage: see the comment at the top of bench_model_quality.c\n");
+            return 2;
+        }
+        if (strcmp(a, "--n") == 0)
+            nstates = atoi(v);
+        else if (strcmp(a, "--seed") == 0)
+            seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--min-repeat-ms") == 0)
+            min_repeat_ms = atoi(v);
+        else if (strcmp(a, "--workload") == 0)
+            which = v;
+        else if (strcmp(a, "--tree") == 0)
+            tree = strcmp(v, "exact") == 0 ? KT_MODEL_TREE_EXACT
+                 : strcmp(v, "approx") == 0 ? KT_MODEL_TREE_APPROX
+                                            : KT_MODEL_TREE_HIST;
+        else {
+            fprintf(stderr, "unknown option %s\n", a);
+            return 2;
+        }
+    }
+    if (nstates < 10) {
+        fprintf(stderr, "--n must be >= 10\n");
+        return 2;
+    }
+    setenv("OMP_NUM_THREADS", "1", 1);
+    kt_builder_opts_t bo;
+    kt_builder_opts_default(&bo);
+    bo.timeout = 60;
+    kt_builder_t *b = kt_builder_new(&bo);
+    if (!b)
+        die("builder");
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.num_threads = 1;
+    ro.min_repeat_ms = min_repeat_ms;
+    ro.timeout = 20;
+    kt_runner_t *r = kt_runner_new(&ro);
+    kt_measurer_t *m = r ? kt_measurer_new(b, r, -1) : NULL;
+    if (!m)
+        die("runner");
+    printf("bench_model_quality: %d random states per workload, one thread; held-out 20%%\n"
+           "%-10s %11s %11s %20s  %8s  %8s   %8s  %8s  %7s\n",
+           nstates, "workload", "valid", "train/test", "latency ms", "xgb acc", "top32",
+           "rnd acc", "top32", "train s");
+    for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++)
+        if (strcmp(which, "all") == 0 || strcmp(which, workloads[i].name) == 0)
+            bench(workloads[i].name, workloads[i].json, m);
+    kt_measurer_free(m);
+    kt_runner_free(r);
+    kt_builder_free(b);
+    return 0;
+}

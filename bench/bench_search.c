@@ -1,0 +1,251 @@
+/* bench_search: how good are the kernels the search finds, and where does a
+ * round's time go? For matmul 512^3 and ResNet-18's 3x3 conv2d on 56x56x64
+ * (NHWC, pad 1, + bias + relu), sketch.xgb against sketch.random, several
+ * seeds: the best latency after each trial checkpoint, measured on this CPU
+ * with one thread (candidates are built, run and checked against the
+ * reference by the local measurer), and the mean wall time per round spent
+ * in search (sampling + evolution), model training and measurement.
+ *
+ *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
+ *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
+ *                [--population 2048] [--min-repeat-ms 100]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "measure/measurer.h"
+#include "search/search.h"
+#include "util/err.h"
+#include "util/util.h"
+
+#define MAX_CHECK 16
+#define MAX_SEEDS 16
+#define MAX_POL 2
+
+static int checkpoints[MAX_CHECK] = {64, 128, 256};
+static int ncheck = 3;
+static int nseeds = 3;
+static int per_round = 64;
+static int population = 2048;
+static int min_repeat_ms = 100;
+static const char *which = "all";
+static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
+static int npol = 2;
+
+static const struct {
+    const char *name, *json;
+} workloads[] = {
+    {"matmul", "{\"op\":\"matmul\",\"M\":512,\"N\":512,\"K\":512}"},
+    {"conv", "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":56,\"W\":56,\"CI\":64,\"CO\":64,\"KH\":3,"
+             "\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],\"dilation\":[1,1],"
+             "\"epilogue\":[\"bias_add\",\"relu\"]}"},
+};
+
+typedef struct {
+    double best[MAX_CHECK];              /* best cost (s) at each checkpoint */
+    double search_s, train_s, measure_s; /* totals over rounds */
+    int rounds, errors;
+} run_t;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_search: %s: %s\n", what, kt_err_msg());
+    exit(1);
+}
+
+static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, kt_measurer_t *m,
+                    run_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    kt_sched_params_t p;
+    kt_sched_params_default(&p);
+    p.num_cores = 1;
+    kt_search_opts_t o;
+    kt_search_opts_default(&o);
+    o.policy = policy;
+    o.seed = seed;
+    o.evolutionary_search_population = population;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    if (!sp)
+        die("policy");
+    int trials = 0, c = 0;
+    int max = checkpoints[ncheck - 1];
+    while (trials < max) {
+        int n = max - trials < per_round ? max - trials : per_round;
+        kt_sched_state_t **st;
+        kt_measure_result_t *res;
+        double t0 = kt_time_mono();
+        int got = kt_search_one_round(sp, n, kt_search_measure_local, m, &st, &res);
+        double wall = kt_time_mono() - t0;
+        if (got < 0)
+            die("round");
+        if (got == 0)
+            break;   /* exhausted */
+        double s, t;
+        kt_search_last_times(sp, &s, &t);
+        out->search_s += s;
+        out->train_s += t;
+        out->measure_s += wall - s - t;
+        out->rounds++;
+        for (int i = 0; i < got; i++) {
+            out->errors += res[i].error_no != KT_MEASURE_NO_ERROR;
+            kt_measure_result_clear(&res[i]);
+            kt_sched_state_free(st[i]);
+        }
+        free(st);
+        free(res);
+        trials += got;
+        double best = INFINITY;
+        kt_search_best(sp, &best, NULL);
+        while (c < ncheck && trials >= checkpoints[c])
+            out->best[c++] = best;
+        fprintf(stderr, "  %s seed %llu: %d trials, best %.3f ms (search %.2f s, train %.2f s, "
+                        "measure %.1f s)\n",
+                policy, (unsigned long long)seed, trials, best * 1e3, s, t, wall - s - t);
+    }
+    double best = INFINITY;
+    kt_search_best(sp, &best, NULL);
+    for (; c < ncheck; c++)
+        out->best[c] = best;
+    kt_search_policy_free(sp);
+}
+
+static void parse_list(const char *s, int *out, int *n, int cap)
+{
+    *n = 0;
+    while (*s && *n < cap) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0) {
+            fprintf(stderr, "bad list '%s'\n", s);
+            exit(2);
+        }
+        out[(*n)++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "usage: see the comment at the top of bench_search.c\n");
+            return 2;
+        }
+        if (strcmp(a, "--trials") == 0)
+            parse_list(v, checkpoints, &ncheck, MAX_CHECK);
+        else if (strcmp(a, "--seeds") == 0)
+            nseeds = atoi(v);
+        else if (strcmp(a, "--per-round") == 0)
+            per_round = atoi(v);
+        else if (strcmp(a, "--population") == 0)
+            population = atoi(v);
+        else if (strcmp(a, "--min-repeat-ms") == 0)
+            min_repeat_ms = atoi(v);
+        else if (strcmp(a, "--workload") == 0)
+            which = v;
+        else if (strcmp(a, "--policies") == 0) {
+            char *dup = kt_strdup(v);
+            npol = 0;
+            for (char *tok = strtok(dup, ","); tok && npol < MAX_POL; tok = strtok(NULL, ","))
+                policies[npol++] = kt_strdup(tok);   /* lives until exit */
+            free(dup);
+        } else {
+            fprintf(stderr, "unknown option %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (ncheck < 1 || nseeds < 1 || nseeds > MAX_SEEDS || per_round < 1 || population < 1 ||
+        npol < 1) {
+        fprintf(stderr, "bad options\n");
+        return 2;
+    }
+    setenv("OMP_NUM_THREADS", "1", 1);
+
+    kt_builder_opts_t bo;
+    kt_builder_opts_default(&bo);
+    bo.timeout = 60;
+    kt_builder_t *b = kt_builder_new(&bo);
+    if (!b)
+        die("builder");
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.num_threads = 1;
+    ro.min_repeat_ms = min_repeat_ms;
+    ro.timeout = 20;
+    kt_runner_t *r = kt_runner_new(&ro);
+    if (!r)
+        die("runner");
+
+    printf("bench_search: best latency (ms, mean over %d seeds; min..max) after N trials, "
+           "%d per round, population %d, one thread\n",
+           nseeds, per_round, population);
+    for (size_t wi = 0; wi < sizeof(workloads) / sizeof(workloads[0]); wi++) {
+        if (strcmp(which, "all") != 0 && strcmp(which, workloads[wi].name) != 0)
+            continue;
+        kt_workload_t *w = kt_workload_parse(workloads[wi].json);
+        if (!w)
+            die("workload");
+        double flops = kt_workload_flops(w);
+        static run_t runs[MAX_POL][MAX_SEEDS];
+        for (int pi = 0; pi < npol; pi++)
+            for (int s = 0; s < nseeds; s++) {
+                kt_measurer_t *m = kt_measurer_new(b, r, -1);
+                if (!m)
+                    die("measurer");
+                fprintf(stderr, "%s: %s seed %d\n", workloads[wi].name, policies[pi], s);
+                run_one(w, policies[pi], (uint64_t)(1000 + s), m, &runs[pi][s]);
+                kt_measurer_free(m);
+            }
+        printf("\n%s (%.0f MFLOP)\n%8s", workloads[wi].name, flops * 1e-6, "trials");
+        for (int pi = 0; pi < npol; pi++)
+            printf("  %28s", policies[pi]);
+        if (npol == 2)
+            printf("  %10s", "speedup");
+        printf("\n");
+        for (int c = 0; c < ncheck; c++) {
+            printf("%8d", checkpoints[c]);
+            double mean[MAX_POL];
+            for (int pi = 0; pi < npol; pi++) {
+                double sum = 0, lo = INFINITY, hi = 0;
+                for (int s = 0; s < nseeds; s++) {
+                    double v = runs[pi][s].best[c] * 1e3;
+                    sum += v;
+                    lo = v < lo ? v : lo;
+                    hi = v > hi ? v : hi;
+                }
+                mean[pi] = sum / nseeds;
+                printf("  %8.3f (%7.3f..%7.3f) %4.0fGF", mean[pi], lo, hi,
+                       flops / (mean[pi] * 1e-3) * 1e-9);
+            }
+            if (npol == 2)
+                printf("  %9.2fx", mean[1] / mean[0]);
+            printf("\n");
+        }
+        printf("per round (mean s):");
+        for (int pi = 0; pi < npol; pi++) {
+            double s = 0, t = 0, me = 0;
+            int rounds = 0, errors = 0;
+            for (int k = 0; k < nseeds; k++) {
+                s += runs[pi][k].search_s;
+                t += runs[pi][k].train_s;
+                me += runs[pi][k].measure_s;
+                rounds += runs[pi][k].rounds;
+                errors += runs[pi][k].errors;
+            }
+            if (rounds)
+                printf("  %s: search %.2f, train %.2f, measure %.1f (%d errors)", policies[pi],
+                       s / rounds, t / rounds, me / rounds, errors);
+        }
+        printf("\n");
+        fflush(stdout);
+        kt_workload_free(w);
+    }
+    kt_runner_free(r);
+    kt_builder_free(b);
+    return 0;
+}

@@ -1,0 +1,798 @@
+/* The sketch search policy: initial population, evolutionary search scored by
+ * the cost model, epsilon-greedy pick, feedback (ANSOR_NOTES.md, "One round
+ * of search").
+ *
+ * Crossover is not done: Ansor's released SketchPolicy does not do it either,
+ * and a child combining two parents' stages is rarely valid here (a fused or
+ * computed-at stage follows its producer's tiling), so evolution is mutation
+ * only. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "search_int.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/util.h"
+
+/* Ansor caps evolution at a few iterations when the model is random: more
+ * iterations only reshuffle random scores. */
+#define RANDOM_MODEL_MAX_ITERS 3
+/* Unchanged sampling batches before the population target is halved (Ansor). */
+#define SAMPLE_UNCHANGED_LIMIT 5
+/* Mutation attempts per population slot before the rest is filled with copies
+ * (a state space where nothing mutates would otherwise loop forever). */
+#define MUTATE_TRIES_PER_SLOT 20
+
+void kt_search_opts_default(kt_search_opts_t *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->policy = "sketch.xgb";
+    o->eps_greedy = 0.05;
+    o->sample_init_min_population = 50;
+    o->sample_init_use_measured_ratio = 0.2;
+    o->evolutionary_search_population = 2048;
+    o->evolutionary_search_num_iters = 4;
+    o->evolutionary_search_mutation_prob = 0.85;
+    o->retry_search_one_round_on_empty = 10;
+    o->num_warmup_sample = 100;
+}
+
+static int opts_check(const kt_search_opts_t *o)
+{
+    if (!(o->eps_greedy >= 0 && o->eps_greedy <= 1))
+        return kt_err_set(KT_EINVAL, "search: eps_greedy must be in [0, 1]");
+    if (o->sample_init_min_population < 1)
+        return kt_err_set(KT_EINVAL, "search: sample_init_min_population must be >= 1");
+    if (!(o->sample_init_use_measured_ratio >= 0 && o->sample_init_use_measured_ratio <= 1))
+        return kt_err_set(KT_EINVAL, "search: sample_init_use_measured_ratio must be in [0, 1]");
+    if (o->evolutionary_search_population < 1)
+        return kt_err_set(KT_EINVAL, "search: evolutionary_search_population must be >= 1");
+    if (o->evolutionary_search_num_iters < 0)
+        return kt_err_set(KT_EINVAL, "search: evolutionary_search_num_iters must be >= 0");
+    if (!(o->evolutionary_search_mutation_prob >= 0 && o->evolutionary_search_mutation_prob <= 1))
+        return kt_err_set(KT_EINVAL, "search: evolutionary_search_mutation_prob must be in [0, 1]");
+    if (o->retry_search_one_round_on_empty < 0)
+        return kt_err_set(KT_EINVAL, "search: retry_search_one_round_on_empty must be >= 0");
+    return 0;
+}
+
+kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_params_t *params,
+                                         const kt_search_opts_t *opts, kt_model_t *model,
+                                         int task_id)
+{
+    if (!w) {
+        kt_err_set(KT_EINVAL, "search: no workload");
+        return NULL;
+    }
+    kt_search_opts_t o;
+    if (opts)
+        o = *opts;
+    else
+        kt_search_opts_default(&o);
+    const char *name = o.policy ? o.policy : "sketch.xgb";
+    int xgb;
+    if (strcmp(name, "sketch.xgb") == 0) {
+        xgb = 1;
+    } else if (strcmp(name, "sketch.random") == 0) {
+        xgb = 0;
+    } else {
+        kt_err_set(KT_EINVAL, "search: unknown policy '%s' (sketch.xgb, sketch.random)", name);
+        return NULL;
+    }
+    if (opts_check(&o))
+        return NULL;
+    kt_search_policy_t *sp = calloc(1, sizeof(*sp));
+    if (!sp) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    sp->w = w;
+    sp->dag = kt_workload_dag(w);
+    if (params)
+        sp->params = *params;
+    else
+        kt_sched_params_default(&sp->params);
+    sp->opts = o;
+    snprintf(sp->name, sizeof(sp->name), "%s", name);
+    sp->opts.policy = sp->name;
+    sp->task_id = (uint64_t)(int64_t)task_id;
+    sp->best = -1;
+    kt_rng_seed(&sp->rng, o.seed);
+    if (model) {
+        sp->model = model;
+    } else {
+        kt_model_params_t mp;
+        kt_model_params_default(&mp);
+        mp.seed = o.seed;
+        mp.num_warmup_sample = o.num_warmup_sample;
+        mp.tree_method = KT_MODEL_TREE_HIST;
+        sp->model = kt_model_new(xgb ? KT_MODEL_XGB : KT_MODEL_RANDOM, &mp);
+        if (!sp->model) {
+            free(sp);
+            return NULL;
+        }
+        sp->own_model = 1;
+    }
+    /* the model's kind decides whether states need features: a shared
+     * family model may differ from what the policy's name says */
+    sp->features = strcmp(kt_model_kind(sp->model), KT_MODEL_XGB) == 0;
+    return sp;
+}
+
+void kt_search_policy_free(kt_search_policy_t *sp)
+{
+    if (!sp)
+        return;
+    if (sp->own_model)
+        kt_model_free(sp->model);
+    for (int i = 0; i < sp->nsketches; i++)
+        kt_sched_state_free(sp->sketches[i]);
+    free(sp->sketches);
+    kt_hset_free(&sp->measured);
+    for (int i = 0; i < sp->nhist; i++)
+        kt_sched_state_free(sp->hist[i].st);
+    free(sp->hist);
+    free(sp);
+}
+
+void kt_search_set_has_measured(kt_search_policy_t *sp, kt_search_has_measured_fn fn, void *user)
+{
+    if (!sp)
+        return;
+    sp->has_fn = fn;
+    sp->has_user = user;
+}
+
+void kt_search_stats(const kt_search_policy_t *sp, kt_search_stats_t *out)
+{
+    if (!out)
+        return;
+    if (!sp) {
+        memset(out, 0, sizeof(*out));
+        return;
+    }
+    *out = sp->stats;
+}
+
+kt_model_t *kt_search_model(const kt_search_policy_t *sp)
+{
+    return sp ? sp->model : NULL;
+}
+
+const kt_sched_params_t *kt_search_params(const kt_search_policy_t *sp)
+{
+    return sp ? &sp->params : NULL;
+}
+
+void kt_search_last_times(const kt_search_policy_t *sp, double *search_s, double *train_s)
+{
+    if (search_s)
+        *search_s = sp ? sp->search_s : 0;
+    if (train_s)
+        *train_s = sp ? sp->train_s : 0;
+}
+
+/* ---- history of measured states ---------------------------------------------- */
+
+static int valid_cost(double c)
+{
+    return isfinite(c) && c > 0 && c < KT_MEASURE_MAX_COST;
+}
+
+/* Record a measured state (taken over) with its cost. */
+static int hist_add(kt_search_policy_t *sp, kt_sched_state_t *st, uint64_t hash, double cost)
+{
+    if (sp->nhist == sp->caphist) {
+        int cap = sp->caphist ? sp->caphist * 2 : 64;
+        kt_measured_t *h = realloc(sp->hist, (size_t)cap * sizeof(*h));
+        if (!h) {
+            kt_sched_state_free(st);
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        sp->hist = h;
+        sp->caphist = cap;
+    }
+    if (kt_hset_add(&sp->measured, hash) < 0) {
+        kt_sched_state_free(st);
+        return KT_ENOMEM;
+    }
+    if (!valid_cost(cost))
+        cost = -1;
+    sp->hist[sp->nhist] = (kt_measured_t){.st = st, .cost = cost};
+    if (cost > 0 && (sp->best < 0 || cost < sp->hist[sp->best].cost))
+        sp->best = sp->nhist;
+    sp->nhist++;
+    return 0;
+}
+
+int kt_search_preload(kt_search_policy_t *sp, const char *state_json, double cost)
+{
+    if (!sp || !state_json)
+        return kt_err_set(KT_EINVAL, "search preload: no policy or state");
+    kt_sched_state_t *st = kt_sched_state_from_json(state_json, sp->dag, &sp->params);
+    if (!st) {
+        kt_err_prefix("search preload: ");
+        return KT_EINVAL;
+    }
+    uint64_t h = kt_sched_state_hash(st, sp->dag);
+    if (!h) {
+        kt_sched_state_free(st);
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    int rc = hist_add(sp, st, h, cost);
+    if (rc)
+        return rc;
+    sp->npending++;
+    sp->stats.preloaded++;
+    return 0;
+}
+
+int kt_search_best(const kt_search_policy_t *sp, double *cost, char **json)
+{
+    if (json)
+        *json = NULL;
+    if (!sp)
+        return kt_err_set(KT_EINVAL, "search: no policy");
+    if (sp->best < 0)
+        return kt_err_set(KT_ENOTFOUND, "search: nothing valid measured yet");
+    if (cost)
+        *cost = sp->hist[sp->best].cost;
+    if (json) {
+        *json = kt_sched_state_to_json(sp->hist[sp->best].st, sp->dag);
+        if (!*json)
+            return kt_err_code() ? kt_err_code() : KT_ENOMEM;
+    }
+    return 0;
+}
+
+int kt_search_feedback(kt_search_policy_t *sp, kt_sched_state_t *const *states,
+                       const double *costs, int n)
+{
+    if (!sp || n < 0 || (n > 0 && (!states || !costs)))
+        return kt_err_set(KT_EINVAL, "search feedback: bad arguments");
+    for (int i = 0; i < n; i++) {
+        if (!states[i] || states[i]->nstages != kt_dag_num_stages(sp->dag))
+            return kt_err_set(KT_EINVAL, "search feedback: state %d does not fit the workload", i);
+    }
+    for (int i = 0; i < n; i++) {
+        kt_sched_state_t *c = kt_sched_state_clone(states[i]);
+        uint64_t h = c ? kt_sched_state_hash(c, sp->dag) : 0;
+        if (!h) {
+            kt_sched_state_free(c);
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        int rc = hist_add(sp, c, h, costs[i]);
+        if (rc)
+            return rc;
+        sp->npending++;
+        sp->stats.measured++;
+    }
+    if (sp->npending == 0) {
+        sp->train_s = 0;
+        return 0;
+    }
+    /* the model trains on everything it has not seen: this round's results
+     * and any preloaded records (adaptive training is the model's business) */
+    double t0 = kt_time_mono();
+    int np = sp->npending, first = sp->nhist - np;
+    kt_sched_state_t **sts = malloc((size_t)np * sizeof(*sts));
+    double *cs = malloc((size_t)np * sizeof(*cs));
+    int rc = 0;
+    if (!sts || !cs) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+    } else {
+        for (int i = 0; i < np; i++) {
+            sts[i] = sp->hist[first + i].st;
+            cs[i] = sp->hist[first + i].cost;
+        }
+        rc = kt_search_train(sp, sts, cs, np);
+        if (rc == 0)
+            sp->npending = 0;
+    }
+    free(sts);
+    free(cs);
+    sp->train_s = kt_time_mono() - t0;
+    return rc;
+}
+
+/* ---- one search round ------------------------------------------------------------ */
+
+/* Whether state hash h may be proposed: not measured, preloaded or proposed
+ * before, and not measured according to the caller. Positive answers of the
+ * caller are remembered. */
+static int is_new(kt_search_policy_t *sp, uint64_t h)
+{
+    if (kt_hset_has(&sp->measured, h))
+        return 0;
+    if (sp->has_fn && sp->has_fn(sp->has_user, h)) {
+        kt_hset_add(&sp->measured, h);   /* OOM only costs a repeated question */
+        return 0;
+    }
+    return 1;
+}
+
+static int ensure_sketches(kt_search_policy_t *sp)
+{
+    if (sp->sketches)
+        return 0;
+    int rc = kt_sched_sketches(sp->dag, &sp->params, &sp->sketches, &sp->nsketches);
+    if (rc)
+        return rc;
+    if (sp->nsketches == 0)
+        return kt_err_set(KT_EINTERNAL, "search: the workload has no sketch");
+    sp->stats.nsketches = sp->nsketches;
+    return 0;
+}
+
+/* Score l->st[from..l->n) into l->score. */
+static int score_list(kt_search_policy_t *sp, kt_slist_t *l, int from)
+{
+    if (l->n <= from)
+        return 0;
+    return kt_search_score(sp, l->st + from, l->n - from, l->score + from);
+}
+
+/* Ansor's SampleInitPopulation: batches of `population` random states from
+ * random sketches until at least sample_init_min_population valid distinct
+ * ones exist (the target halves after 5 batches with nothing new). */
+static int sample_init_population(kt_search_policy_t *sp, kt_slist_t *pop)
+{
+    int target = sp->opts.sample_init_min_population;
+    int batch = sp->opts.evolutionary_search_population;
+    kt_hset_t seen = {0};
+    kt_slist_t cand = {0};
+    int unchanged = 0, rc = 0;
+    while (pop->n < target) {
+        kt_slist_clear(&cand);
+        for (int i = 0; i < batch; i++) {
+            const kt_sched_state_t *sk = sp->sketches[kt_rng_below(&sp->rng, (uint64_t)sp->nsketches)];
+            kt_sched_state_t *st = kt_sched_sample(sp->dag, &sp->params, sk, &sp->rng);
+            if (!st)
+                continue;   /* an annotation rule rejected it */
+            uint64_t h = kt_sched_state_hash(st, sp->dag);
+            if (!h) {
+                kt_sched_state_free(st);
+                rc = kt_err_set(KT_ENOMEM, "out of memory");
+                goto out;
+            }
+            int added = kt_hset_add(&seen, h);
+            if (added <= 0) {
+                kt_sched_state_free(st);
+                if (added < 0) {
+                    rc = KT_ENOMEM;
+                    goto out;
+                }
+                continue;
+            }
+            if ((rc = kt_slist_push(&cand, st, h)))
+                goto out;
+        }
+        unchanged++;
+        if ((rc = score_list(sp, &cand, 0)))
+            goto out;
+        for (int i = 0; i < cand.n; i++) {
+            if (!(cand.score[i] > -1e10f))
+                continue;   /* the model cannot score it: invalid */
+            if ((rc = kt_slist_push(pop, cand.st[i], cand.hash[i])))
+                goto out;
+            pop->score[pop->n - 1] = cand.score[i];
+            cand.st[i] = NULL;
+            unchanged = 0;
+        }
+        if (unchanged == SAMPLE_UNCHANGED_LIMIT) {
+            if (target <= 1)
+                break;   /* nothing valid comes out at all */
+            target /= 2;
+            unchanged = 0;
+        }
+    }
+out:
+    kt_slist_free(&cand);
+    kt_hset_free(&seen);
+    return rc;
+}
+
+typedef struct {
+    double cost;
+    int idx;
+} by_cost_t;
+
+static int cmp_by_cost(const void *a, const void *b)
+{
+    const by_cost_t *x = a, *y = b;
+    if (x->cost != y->cost)
+        return x->cost < y->cost ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* Add the best measured states (by throughput, i.e. lowest cost) to pop:
+ * up to sample_init_use_measured_ratio x population. */
+static int add_measured(kt_search_policy_t *sp, kt_slist_t *pop)
+{
+    int limit = (int)(sp->opts.sample_init_use_measured_ratio * sp->opts.evolutionary_search_population);
+    int nvalid = 0;
+    for (int i = 0; i < sp->nhist; i++)
+        nvalid += sp->hist[i].cost > 0;
+    int take = nvalid < limit ? nvalid : limit;
+    sp->stats.last_from_measured = 0;
+    if (take <= 0)
+        return 0;
+    by_cost_t *idx = malloc((size_t)nvalid * sizeof(*idx));
+    if (!idx)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    for (int i = 0, k = 0; i < sp->nhist; i++)
+        if (sp->hist[i].cost > 0)
+            idx[k++] = (by_cost_t){sp->hist[i].cost, i};
+    qsort(idx, (size_t)nvalid, sizeof(*idx), cmp_by_cost);
+    int rc = 0;
+    for (int i = 0; i < take && rc == 0; i++) {
+        kt_sched_state_t *c = kt_sched_state_clone(sp->hist[idx[i].idx].st);
+        uint64_t h = c ? kt_sched_state_hash(c, sp->dag) : 0;
+        if (!h) {
+            kt_sched_state_free(c);
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+            break;
+        }
+        rc = kt_slist_push(pop, c, h);
+    }
+    free(idx);
+    sp->stats.last_from_measured = take;
+    return rc;
+}
+
+/* A min-heap (by score) of the best unmeasured distinct states. */
+typedef struct {
+    kt_sched_state_t **st;
+    uint64_t *hash;
+    float *score;
+    int n, cap;
+    kt_hset_t in;
+} heap_t;
+
+static void heap_swap(heap_t *h, int i, int j)
+{
+    kt_sched_state_t *s = h->st[i];
+    h->st[i] = h->st[j];
+    h->st[j] = s;
+    uint64_t x = h->hash[i];
+    h->hash[i] = h->hash[j];
+    h->hash[j] = x;
+    float f = h->score[i];
+    h->score[i] = h->score[j];
+    h->score[j] = f;
+}
+
+static void heap_down(heap_t *h, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && h->score[l] < h->score[m])
+            m = l;
+        if (r < h->n && h->score[r] < h->score[m])
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(h, i, m);
+        i = m;
+    }
+}
+
+static void heap_up(heap_t *h, int i)
+{
+    while (i > 0 && h->score[(i - 1) / 2] > h->score[i]) {
+        heap_swap(h, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void heap_free(heap_t *h)
+{
+    for (int i = 0; i < h->n; i++)
+        kt_sched_state_free(h->st[i]);
+    free(h->st);
+    free(h->hash);
+    free(h->score);
+    kt_hset_free(&h->in);
+}
+
+/* Offer a state to the heap of capacity cap (copied when it enters). */
+static int heap_offer(kt_search_policy_t *sp, heap_t *h, const kt_sched_state_t *st, uint64_t hash,
+                      float score)
+{
+    if (!(score > -1e10f) || kt_hset_has(&h->in, hash))
+        return 0;
+    if (h->n == h->cap && !(score > h->score[0]))
+        return 0;
+    if (!is_new(sp, hash))
+        return 0;
+    kt_sched_state_t *c = kt_sched_state_clone(st);
+    if (!c || kt_hset_add(&h->in, hash) < 0) {
+        kt_sched_state_free(c);
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    if (h->n < h->cap) {
+        h->st[h->n] = c;
+        h->hash[h->n] = hash;
+        h->score[h->n] = score;
+        heap_up(h, h->n++);
+    } else {
+        kt_hset_del(&h->in, h->hash[0]);
+        kt_sched_state_free(h->st[0]);
+        h->st[0] = c;
+        h->hash[0] = hash;
+        h->score[0] = score;
+        heap_down(h, 0);
+    }
+    return 0;
+}
+
+/* Index drawn with probability proportional to weights (prefix sums cum[]). */
+static int draw(kt_rng_t *rng, const double *cum, int n)
+{
+    double total = cum[n - 1];
+    if (!(total > 0))
+        return (int)kt_rng_below(rng, (uint64_t)n);
+    double x = kt_rng_double(rng) * total;
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (cum[mid] > x)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Ansor's EvolutionarySearch: score, keep the heap of the best out_size
+ * unmeasured states, breed the next population by score-proportional
+ * selection and mutation. pop is consumed (its first nscored states carry
+ * their scores from sampling already); best receives the heap, best first. */
+static int evolve(kt_search_policy_t *sp, kt_slist_t *pop, int nscored, int out_size,
+                  kt_slist_t *best)
+{
+    int iters = sp->opts.evolutionary_search_num_iters;
+    if (!sp->features && iters > RANDOM_MODEL_MAX_ITERS)
+        iters = RANDOM_MODEL_MAX_ITERS;
+    int population = pop->n;
+    double prob = sp->opts.evolutionary_search_mutation_prob;
+    heap_t heap = {.cap = out_size};
+    heap.st = malloc((size_t)out_size * sizeof(*heap.st));
+    heap.hash = malloc((size_t)out_size * sizeof(*heap.hash));
+    heap.score = malloc((size_t)out_size * sizeof(*heap.score));
+    double *cum = malloc((size_t)(population > 0 ? population : 1) * sizeof(double));
+    kt_slist_t next = {0};
+    kt_slist_t *now = pop;
+    int rc = 0;
+    if (!heap.st || !heap.hash || !heap.score || !cum) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto out;
+    }
+    sp->stats.last_num_iters = 0;
+    for (int k = 0; population > 0; k++) {
+        if ((rc = score_list(sp, now, k == 0 ? nscored : 0)))
+            goto out;
+        for (int i = 0; i < now->n; i++)
+            if ((rc = heap_offer(sp, &heap, now->st[i], now->hash[i], now->score[i])))
+                goto out;
+        if (k == iters)
+            break;
+        sp->stats.last_num_iters = k + 1;
+        double acc = 0;
+        for (int i = 0; i < now->n; i++) {
+            float s = now->score[i];
+            acc += s > 0 && isfinite(s) ? s : 0;
+            cum[i] = acc;
+        }
+        kt_slist_clear(&next);
+        long tries = 0, max_tries = (long)population * MUTATE_TRIES_PER_SLOT;
+        while (next.n < population) {
+            const int pi = draw(&sp->rng, cum, now->n);
+            kt_sched_state_t *child = NULL;
+            uint64_t h = now->hash[pi];
+            if (kt_rng_double(&sp->rng) < prob && tries++ < max_tries) {
+                int m = kt_sched_mutate(sp->dag, &sp->params, now->st[pi], -1, &sp->rng, &child);
+                if (m < 0) {
+                    rc = m;
+                    goto out;
+                }
+                if (m == 0) {
+                    sp->stats.mutations_failed++;
+                    continue;
+                }
+                sp->stats.mutations_ok++;
+                h = kt_sched_state_hash(child, sp->dag);
+                if (!h) {
+                    kt_sched_state_free(child);
+                    rc = kt_err_set(KT_ENOMEM, "out of memory");
+                    goto out;
+                }
+            } else {
+                child = kt_sched_state_clone(now->st[pi]);
+                if (!child) {
+                    rc = kt_err_set(KT_ENOMEM, "out of memory");
+                    goto out;
+                }
+            }
+            if ((rc = kt_slist_push(&next, child, h)))
+                goto out;
+        }
+        /* swap: the next generation becomes the population */
+        kt_slist_t t = *now;
+        *now = next;
+        next = t;
+    }
+    /* heap -> best, best score first */
+    int nh = heap.n;
+    while (heap.n > 0) {
+        heap_swap(&heap, 0, heap.n - 1);
+        heap.n--;
+        heap_down(&heap, 0);
+    }
+    /* heap sort of a min-heap leaves the array in descending score order */
+    for (int i = 0; i < nh; i++) {
+        if ((rc = kt_slist_push(best, heap.st[i], heap.hash[i]))) {
+            for (int j = i + 1; j < nh; j++)
+                kt_sched_state_free(heap.st[j]);
+            goto out;
+        }
+        best->score[best->n - 1] = heap.score[i];
+        heap.st[i] = NULL;
+    }
+    sp->stats.last_best = nh;
+out:
+    heap_free(&heap);
+    free(cum);
+    kt_slist_free(&next);
+    return rc;
+}
+
+/* Ansor's PickStatesWithEpsGreedy: the first (1 - eps) x n from the best
+ * states, the rest from the random ones (each falls back on the other),
+ * never a state measured or proposed before. */
+static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd,
+                kt_slist_t *out)
+{
+    int num_random = (int)(sp->opts.eps_greedy * n);
+    int num_good = n - num_random;
+    int ob = 0, orr = 0, rc = 0;
+    sp->stats.last_picked_best = sp->stats.last_picked_random = 0;
+    while (out->n < n) {
+        int from_best;
+        if (out->n < num_good)
+            from_best = ob < best->n ? 1 : orr < rnd->n ? 0 : -1;
+        else
+            from_best = orr < rnd->n ? 0 : ob < best->n ? 1 : -1;
+        if (from_best < 0)
+            break;
+        kt_slist_t *src = from_best ? best : rnd;
+        int i = from_best ? ob++ : orr++;
+        uint64_t h = src->hash[i];
+        if (!is_new(sp, h))
+            continue;
+        if ((rc = kt_hset_add(&sp->measured, h)) < 0)
+            return rc;
+        if ((rc = kt_slist_push(out, src->st[i], h)))
+            return rc;
+        src->st[i] = NULL;
+        if (from_best)
+            sp->stats.last_picked_best++;
+        else
+            sp->stats.last_picked_random++;
+    }
+    return 0;
+}
+
+/* One round: sample, add measured, draw random states, evolve, pick. */
+static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
+{
+    kt_slist_t pop = {0}, best = {0}, rnd = {0};
+    int rc = sample_init_population(sp, &pop);
+    sp->stats.rounds++;
+    sp->stats.last_sampled = pop.n;
+    int sampled = pop.n;   /* scored while sampling */
+    if (rc == 0)
+        rc = add_measured(sp, &pop);
+    /* random states for eps-greedy: 3 x its share, drawn from the initial
+     * population before evolution consumes it */
+    int nrand = 3 * (int)(sp->opts.eps_greedy * n);
+    for (int i = 0; rc == 0 && pop.n > 0 && i < nrand; i++) {
+        int k = (int)kt_rng_below(&sp->rng, (uint64_t)pop.n);
+        kt_sched_state_t *c = kt_sched_state_clone(pop.st[k]);
+        rc = c ? kt_slist_push(&rnd, c, pop.hash[k]) : kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    sp->stats.last_random = rnd.n;
+    if (rc == 0)
+        rc = evolve(sp, &pop, sampled, 2 * n, &best);
+    if (rc == 0)
+        rc = pick(sp, n, &best, &rnd, out);
+    if (rc == 0 && out->n == 0)
+        sp->stats.empty_rounds++;
+    kt_slist_free(&pop);
+    kt_slist_free(&best);
+    kt_slist_free(&rnd);
+    return rc;
+}
+
+int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out)
+{
+    if (out)
+        *out = NULL;
+    if (!sp || !out || n < 1)
+        return kt_err_set(KT_EINVAL, "search propose: bad arguments");
+    double t0 = kt_time_mono();
+    int rc = ensure_sketches(sp);
+    kt_slist_t got = {0};
+    for (int tries = 0; rc == 0 && tries <= sp->opts.retry_search_one_round_on_empty; tries++) {
+        rc = search_round(sp, n, &got);
+        if (got.n > 0)
+            break;
+    }
+    sp->search_s = kt_time_mono() - t0;
+    if (rc) {
+        kt_slist_free(&got);
+        return rc;
+    }
+    int count = got.n;
+    if (count == 0) {
+        kt_slist_free(&got);
+        return 0;
+    }
+    *out = got.st;   /* the list's array is exactly the states */
+    got.st = NULL;
+    got.n = 0;
+    kt_slist_free(&got);
+    sp->stats.proposed += (uint64_t)count;
+    return count;
+}
+
+/* ---- local use ------------------------------------------------------------------- */
+
+int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn measure, void *user,
+                        kt_sched_state_t ***states, kt_measure_result_t **results)
+{
+    if (states)
+        *states = NULL;
+    if (results)
+        *results = NULL;
+    if (!sp || !measure)
+        return kt_err_set(KT_EINVAL, "search one round: no policy or measure function");
+    kt_sched_state_t **st = NULL;
+    int got = kt_search_propose(sp, n, &st);
+    if (got <= 0)
+        return got;
+    kt_measure_result_t *res = calloc((size_t)got, sizeof(*res));
+    double *costs = malloc((size_t)got * sizeof(*costs));
+    int rc = 0;
+    if (!res || !costs) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = measure(user, sp->w, st, got, res);
+    if (rc < 0)
+        goto out;
+    for (int i = 0; i < got; i++)
+        costs[i] = res[i].error_no == KT_MEASURE_NO_ERROR ? res[i].mean : -1;
+    rc = kt_search_feedback(sp, st, costs, got);
+out:
+    free(costs);
+    if (rc == 0 && states) {
+        *states = st;
+    } else {
+        for (int i = 0; i < got; i++)
+            kt_sched_state_free(st[i]);
+        free(st);
+    }
+    if (rc == 0 && results) {
+        *results = res;
+    } else if (res) {
+        for (int i = 0; i < got; i++)
+            kt_measure_result_clear(&res[i]);
+        free(res);
+    }
+    return rc < 0 ? rc : got;
+}

@@ -1,0 +1,173 @@
+/*
+ * The search policy of one task (Ansor's SketchPolicy): it proposes schedule
+ * states worth measuring and learns from their measured costs. It never
+ * proposes a state that was measured before (in this process, preloaded from
+ * the record store, or reported by kt_search_has_measured_fn).
+ *
+ * Policies by name, as TVM: "sketch.xgb" (default: evolutionary search scored
+ * by an XGBoost cost model over per-stage features) and "sketch.random"
+ * (random states, random model). ANSOR_NOTES.md describes one round.
+ *
+ * The policy does not measure: kt_search_propose() returns states, the caller
+ * measures them however it likes (locally with kt_search_measure_local(), or
+ * spread over remote workers and runners by the tracker) and reports the
+ * results with kt_search_feedback(). kt_search_one_round() chains the three
+ * for local use.
+ *
+ * Candidates (kt_search_candidate_t) turn a state into what a builder and a
+ * runner need: C source with its entry point and the buffer layout; the
+ * reference kernel is made for each measured batch (the builder's artifact
+ * cache compiles it once).
+ *
+ * Differences from Ansor: no crossover (Ansor's released policy has none
+ * either; evolution is mutation only); parents are drawn with probability
+ * proportional to max(score, 0) (uniform when all are 0); the owned xgb
+ * model builds hist trees (exact trees keep improving the training error for
+ * thousands of rounds on some tasks: minutes per training).
+ *
+ * Ownership: a policy borrows its workload and (when given) a shared cost
+ * model, which must outlive it; states returned by propose are the caller's
+ * (kt_sched_state_free each, then free the array). Threads: one policy is
+ * used by one thread at a time; a shared model must not be used by two
+ * policies at once (the caller serializes).
+ */
+#ifndef KT_SEARCH_SEARCH_H
+#define KT_SEARCH_SEARCH_H
+
+#include <stdint.h>
+
+#include "measure/measure.h"
+#include "model/model.h"
+#include "sched/state.h"
+#include "te/workload.h"
+
+/* Options of a policy; kt_search_opts_default() gives Ansor's defaults. */
+typedef struct {
+    const char *policy;                    /* "sketch.xgb" or "sketch.random" */
+    uint64_t seed;
+    double eps_greedy;                     /* 0.05 */
+    int sample_init_min_population;        /* 50 */
+    double sample_init_use_measured_ratio; /* 0.2 */
+    int evolutionary_search_population;    /* 2048 */
+    int evolutionary_search_num_iters;     /* 4 */
+    double evolutionary_search_mutation_prob; /* 0.85 */
+    int retry_search_one_round_on_empty;   /* 10 */
+    int num_warmup_sample;                 /* records before the xgb model is trusted: 100 */
+} kt_search_opts_t;
+
+void kt_search_opts_default(kt_search_opts_t *o);
+
+typedef struct kt_search_policy kt_search_policy_t;
+
+/* Optional: ask the caller (e.g. the record store) whether a state hash of
+ * this workload was measured already. Returns 1 yes, 0 no. */
+typedef int (*kt_search_has_measured_fn)(void *user, uint64_t state_hash);
+
+/* Create the policy of one task. params NULL = host CPU defaults. opts NULL
+ * = defaults. model NULL = the policy owns a model of the kind its name says
+ * (xgb: num_warmup_sample from opts, hist trees, other parameters Ansor's);
+ * else the given model (a FamilySeer family model) is used and updated, with
+ * `task_id` telling the model which task's costs normalize the labels; its
+ * kind decides whether states are scored with features. NULL + kt_err on
+ * error (unknown policy name, option out of range). */
+kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_params_t *params,
+                                         const kt_search_opts_t *opts, kt_model_t *model,
+                                         int task_id);
+void kt_search_policy_free(kt_search_policy_t *sp);   /* accepts NULL */
+
+void kt_search_set_has_measured(kt_search_policy_t *sp, kt_search_has_measured_fn fn, void *user);
+
+/* Resume: a state measured earlier (its JSON as stored) with its mean cost
+ * in seconds (<= 0 or non-finite: it failed). It counts as measured and
+ * trains the model on the next feedback. 0, or KT_EINVAL for a state that
+ * does not parse against this workload (skipped with a message). */
+int kt_search_preload(kt_search_policy_t *sp, const char *state_json, double cost);
+
+/* Up to n new states to measure, never measured before. Returns the count
+ * (0: the space is exhausted after retry_search_one_round_on_empty tries)
+ * or negative; *out is a malloc'd array of that many states (NULL when 0).
+ * As in Ansor, a proposed state counts as measured from now on: it is never
+ * proposed again even if its result never comes back. */
+int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out);
+
+/* Results of measured states: mean cost in seconds, <= 0 or non-finite for
+ * a failed measurement. Updates the measured set and the cost model. */
+int kt_search_feedback(kt_search_policy_t *sp, kt_sched_state_t *const *states,
+                       const double *costs, int n);
+
+/* Best measured cost (seconds) and its state JSON (malloc'd into *json when
+ * json is not NULL); KT_ENOTFOUND when nothing valid was measured. */
+int kt_search_best(const kt_search_policy_t *sp, double *cost, char **json);
+
+/* Timing of the last propose: seconds in sampling + evolution, and in model
+ * training during the last feedback (for the search-overhead benchmark). */
+void kt_search_last_times(const kt_search_policy_t *sp, double *search_s, double *train_s);
+
+/* Counters of the policy: totals since it was made, and figures of the last
+ * search round (the last try of the last propose). */
+typedef struct {
+    uint64_t rounds;            /* search rounds run (retries included) */
+    uint64_t empty_rounds;      /* of which produced nothing new */
+    uint64_t proposed;          /* states returned by propose */
+    uint64_t measured;          /* results given to feedback */
+    uint64_t preloaded;         /* states accepted by preload */
+    uint64_t mutations_ok;      /* mutations that made a new valid state */
+    uint64_t mutations_failed;  /* mutations that found nothing to change */
+    int nsketches;              /* sketches of the task */
+    int last_sampled;           /* valid distinct states sampled for the initial population */
+    int last_from_measured;     /* best measured states added to it */
+    int last_num_iters;         /* evolution iterations run */
+    int last_best;              /* unmeasured distinct states in the best-states heap */
+    int last_random;            /* random states drawn for eps-greedy */
+    int last_picked_best;       /* states proposed from the heap */
+    int last_picked_random;     /* states proposed from the random ones */
+} kt_search_stats_t;
+
+void kt_search_stats(const kt_search_policy_t *sp, kt_search_stats_t *out);
+
+/* The policy's cost model (owned or shared) and sched parameters. */
+kt_model_t *kt_search_model(const kt_search_policy_t *sp);
+const kt_sched_params_t *kt_search_params(const kt_search_policy_t *sp);
+
+/* ---- candidates: what builders and runners need ------------------------- */
+
+typedef struct {
+    char *source;              /* complete C file (malloc'd) */
+    char entry[64];            /* exported entry point */
+    kt_buf_layout_t layout;    /* kernel buffers: inputs, then outputs */
+} kt_search_candidate_t;
+
+/* The kernel of one state (entry "kt_main" unless entry is given; the
+ * emitter reserves the kt_ prefix, so an entry starting with kt_ is a small
+ * exported wrapper around the kernel). KT_EINVAL for an entry that is not a
+ * C identifier of at most 63 characters or a state that does not lower. */
+int kt_search_candidate_make(const kt_workload_t *w, const kt_sched_state_t *st,
+                             const char *entry, kt_search_candidate_t *out);
+/* The workload's naive reference kernel (entry "ref_main"). */
+int kt_search_candidate_reference(const kt_workload_t *w, kt_search_candidate_t *out);
+void kt_search_candidate_clear(kt_search_candidate_t *c);   /* accepts NULL */
+
+/* ---- local measurement --------------------------------------------------- */
+
+/* How one round is measured: fill results[i] for states[i]. */
+typedef int (*kt_search_measure_fn)(void *user, const kt_workload_t *w,
+                                    kt_sched_state_t *const *states, int n,
+                                    kt_measure_result_t *results);
+
+/* A kt_search_measure_fn on this machine: `user` is a kt_measurer_t*
+ * (builder + runner); each state's candidate is built, run and checked
+ * against the workload's reference kernel (a state whose source cannot be
+ * made gets INSTANTIATION_ERROR). Returns kt_measurer_measure()'s status:
+ * 0, KT_MEASURER_TOO_MANY_ERRORS (results valid; see measurer.h), or
+ * negative. */
+int kt_search_measure_local(void *user, const kt_workload_t *w, kt_sched_state_t *const *states,
+                            int n, kt_measure_result_t *results);
+
+/* propose(n) + measure + feedback (a result with an error counts as a
+ * failed measurement). Returns the number measured (0 when the task is
+ * exhausted) or negative. states/results, when not NULL, receive
+ * the round's states and results (caller frees both arrays and their items). */
+int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn measure, void *user,
+                        kt_sched_state_t ***states, kt_measure_result_t **results);
+
+#endif

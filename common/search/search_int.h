@@ -1,0 +1,77 @@
+/* Internals of the search policy shared by its source files. */
+#ifndef KT_SEARCH_SEARCH_INT_H
+#define KT_SEARCH_SEARCH_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "search/search.h"
+
+/* A set of state hashes. Zero-initialize; kt_hset_free releases. */
+typedef struct {
+    uint64_t *keys;
+    size_t cap, n;
+} kt_hset_t;
+
+int kt_hset_has(const kt_hset_t *s, uint64_t h);
+int kt_hset_add(kt_hset_t *s, uint64_t h);   /* 1 added, 0 present, <0 OOM */
+void kt_hset_del(kt_hset_t *s, uint64_t h);
+void kt_hset_clear(kt_hset_t *s);
+void kt_hset_free(kt_hset_t *s);
+
+/* A list of owned states with their hashes and model scores. */
+typedef struct {
+    kt_sched_state_t **st;
+    uint64_t *hash;
+    float *score;
+    int n, cap;
+} kt_slist_t;
+
+int kt_slist_push(kt_slist_t *l, kt_sched_state_t *st, uint64_t hash);  /* takes st */
+void kt_slist_clear(kt_slist_t *l);
+void kt_slist_free(kt_slist_t *l);
+
+/* One measured (or preloaded) state. */
+typedef struct {
+    kt_sched_state_t *st;
+    double cost;   /* seconds; <= 0 when the measurement failed */
+} kt_measured_t;
+
+struct kt_search_policy {
+    const kt_workload_t *w;
+    const kt_dag_t *dag;
+    kt_sched_params_t params;
+    kt_search_opts_t opts;
+    char name[32];               /* the policy's name (opts.policy is borrowed) */
+    kt_model_t *model;
+    int own_model;
+    int features;                /* 1: score with per-stage features (xgb), 0: dummy rows */
+    uint64_t task_id;
+    kt_rng_t rng;
+
+    kt_sched_state_t **sketches; /* made on the first propose */
+    int nsketches;
+
+    kt_hset_t measured;          /* measured, preloaded, or proposed already */
+    kt_measured_t *hist;         /* measured and preloaded states, in order */
+    int nhist, caphist;
+    int npending;                /* hist[nhist - npending ..] have not trained the model */
+    int best;                    /* index in hist of the lowest valid cost, -1 none */
+
+    kt_search_has_measured_fn has_fn;
+    void *has_user;
+
+    double search_s, train_s;
+    kt_search_stats_t stats;
+};
+
+/* Score n states with the policy's model (features when sp->features):
+ * scores[i] higher = better, -INFINITY for states the model cannot score. */
+int kt_search_score(kt_search_policy_t *sp, kt_sched_state_t *const *states, int n,
+                    float *scores);
+
+/* Train the model on n states and their costs (<= 0: failed). */
+int kt_search_train(kt_search_policy_t *sp, kt_sched_state_t *const *states, const double *costs,
+                    int n);
+
+#endif

@@ -1,0 +1,466 @@
+/*
+ * Suite "cli": the ktune client's job commands as a user runs them.
+ * `ktune tune` without --tracker (its own tracker, worker and runner as
+ * child processes on 127.0.0.1) finishes a small job, prints the task
+ * scheduler table and leaves no process or temporary file behind; run again,
+ * or after Ctrl-C, it resumes from the store without measuring a state
+ * twice and within the total budget; status, best and export read the store
+ * file; bad input gives a message naming the cause and exit status 1 or 2.
+ *
+ * Each test runs in its own process (Check's fork mode), which becomes a
+ * child subreaper: a daemon that ktune failed to stop would be re-parented
+ * to it and is found by waitpid(-1). Nothing asserts how fast anything is.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "util/err.h"
+#include "util/util.h"
+
+/* Upper bound of one ktune run (the machine may be slow and busy). */
+#define RUN_MS 240000
+#define MATMUL "{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}"
+
+static char base_dir[64];
+static char dir[128];
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void suite_setup(void)
+{
+    snprintf(base_dir, sizeof base_dir, "/tmp/kt_cli_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(base_dir));
+}
+
+static void suite_teardown(void)
+{
+    nftw(base_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void test_setup(void)
+{
+    snprintf(dir, sizeof dir, "%s/t%d", base_dir, (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+    ck_assert_int_eq(mkdir(tmp, 0700), 0);
+    /* Orphaned daemons come to this process, where the test sees them. */
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+typedef struct {
+    pid_t pid;
+    char out[512];
+} run_t;
+
+/* Start build-root binary `rel` with args, output to <dir>/<name>.out;
+ * TMPDIR is <dir>/tmp so ktune's temporary files can be checked. */
+static void start(run_t *r, const char *name, const char *rel, char *const args[])
+{
+    const char *root = getenv("KT_BUILD_ROOT");
+    ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");
+    static char bin[512];
+    snprintf(bin, sizeof bin, "%s/%s", root, rel);
+    char *argv[48] = {bin};
+    int argc = 1;
+    for (int i = 0; args[i] && argc < 47; i++)
+        argv[argc++] = args[i];
+    argv[argc] = NULL;
+    snprintf(r->out, sizeof r->out, "%s/%s.out", dir, name);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+    int fd = open(r->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setenv("TMPDIR", tmp, 1);
+        unsetenv("KT_TOKEN_FILE");
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fd);
+    r->pid = pid;
+}
+
+static char *output(const run_t *r)
+{
+    char *s = kt_file_read(r->out, NULL);
+    return s ? s : strdup("");
+}
+
+/* Wait for r to exit (SIGKILL after RUN_MS); its exit status, 128 + signal. */
+static int finish(run_t *r)
+{
+    int st = 0;
+    for (int waited = 0; waited < RUN_MS; waited += 20) {
+        if (waitpid(r->pid, &st, WNOHANG) == r->pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        sleep_ms(20);
+    }
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, &st, 0);
+    ck_abort_msg("%s did not finish", r->out);
+    return -1;
+}
+
+/* Run ktune to the end; its exit status and output (caller frees). */
+static int ktune(char *const args[], char **out)
+{
+    static int n;
+    char name[32];
+    snprintf(name, sizeof name, "ktune%d", n++);
+    run_t r;
+    start(&r, name, "tracker/ktune", args);
+    int rc = finish(&r);
+    *out = output(&r);
+    return rc;
+}
+
+/* No process left running (this process is their subreaper: a daemon
+ * ktune did not stop would be our child now) and no file left in ktune's
+ * TMPDIR. An orphan that is already dying (a timing child following its
+ * runner) is reaped; one still alive after a grace period fails the test. */
+static void assert_nothing_left(void)
+{
+    pid_t p = 0;
+    char name[512] = "";
+    for (int waited = 0; waited < 10000; waited += 20) {
+        int st;
+        p = waitpid(-1, &st, WNOHANG);
+        if (p == -1 && errno == ECHILD)
+            break;
+        if (p == 0)
+            sleep_ms(20);
+    }
+    if (p == 0) {
+        /* Name what is still running (the shell's parent is this process). */
+        FILE *f = popen("ps -o pid=,comm= --ppid $PPID 2>/dev/null", "r");
+        if (f) {
+            size_t n = fread(name, 1, sizeof name - 1, f);
+            name[n] = '\0';
+            pclose(f);
+        }
+    }
+    ck_assert_msg(p == -1 && errno == ECHILD, "a process was left running: %s", name);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+    int removed = rmdir(tmp) == 0;
+    if (!removed) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "ls -laR %s >&2", tmp);
+        ck_assert_int_ge(system(cmd), 0);
+    }
+    ck_assert_msg(removed, "ktune left files in %s", tmp);
+    ck_assert_int_eq(mkdir(tmp, 0700), 0);
+}
+
+typedef struct {
+    int64_t n;
+    int dups;
+} hashes_t;
+
+static int count_hash(const kt_record_t *r, void *ctx)
+{
+    (void)r;
+    ((hashes_t *)ctx)->n++;
+    return 0;
+}
+
+/* Records in the store, and how many state hashes appear more than once. */
+static hashes_t store_records(const char *db)
+{
+    kt_store_t *s = kt_store_open(db, 0);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    hashes_t h = {0};
+    ck_assert_int_eq(kt_store_foreach_record(s, NULL, count_hash, &h), 0);
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
+    for (size_t i = 0; i < l->n; i++)
+        for (size_t k = i + 1; k < l->n; k++)
+            h.dups += l->items[i].state_hash == l->items[k].state_hash &&
+                      strcmp(l->items[i].workload_key, l->items[k].workload_key) == 0;
+    kt_record_list_free(l);
+    kt_store_close(s);
+    return h;
+}
+
+static int count_lines(const char *path)
+{
+    char *s = kt_file_read(path, NULL);
+    ck_assert_msg(s != NULL, "%s", path);
+    int n = 0;
+    for (char *p = s; *p; p++)
+        n += *p == '\n';
+    free(s);
+    return n;
+}
+
+/* ---- Tests -------------------------------------------------------------------------------- */
+
+START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
+{
+    char db[256];
+    snprintf(db, sizeof db, "%s/k.db", dir);
+    char *out = NULL;
+    char *args[] = {"tune", "--workload", MATMUL, "--trials", "16", "--per-round", "8",
+                    "--min-repeat-ms", "0", "--db", db, NULL};
+    int rc = ktune(args, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "[ Task Scheduler ]") && strstr(out, "|  ID  | Latency (ms) |") &&
+                      strstr(out, "Estimated total latency:") && strstr(out, "Job 1 done") &&
+                      strstr(out, "Best kernels of job 1"),
+                  "%s", out);
+    free(out);
+    assert_nothing_left();
+    hashes_t h = store_records(db);
+    ck_assert_int_eq(h.n, 16);
+    ck_assert_int_eq(h.dups, 0);
+
+    /* status: the list and one job's table, as text and JSON. */
+    char *st_args[] = {"status", "--db", db, NULL};
+    ck_assert_int_eq(ktune(st_args, &out), 0);
+    ck_assert_msg(strstr(out, "STATE") && strstr(out, "done") && strstr(out, "sketch.xgb"), "%s",
+                  out);
+    free(out);
+    char *st1_args[] = {"status", "1", "--db", db, "--json", NULL};
+    ck_assert_int_eq(ktune(st1_args, &out), 0);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    ck_assert_msg(j != NULL, "%s: %s", jerr.text, out);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "done");
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "total_trials")), 16);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "budget")), 16);
+    json_t *t0 = json_array_get(json_object_get(j, "tasks"), 0);
+    ck_assert(json_number_value(json_object_get(t0, "latency_s")) > 0);
+    double best_s = json_number_value(json_object_get(t0, "latency_s"));
+    json_decref(j);
+    free(out);
+
+    /* best: the job's task and the workload (by its JSON) agree with status. */
+    char *b_args[] = {"best", "--workload", MATMUL, "--db", db, "--json", NULL};
+    ck_assert_int_eq(ktune(b_args, &out), 0);
+    j = json_loads(out, 0, &jerr);
+    ck_assert_msg(j != NULL, "%s", out);
+    json_t *r0 = json_array_get(json_object_get(j, "records"), 0);
+    ck_assert_double_eq_tol(json_number_value(json_object_get(r0, "mean_cost")), best_s,
+                            best_s * 1e-9);
+    json_decref(j);
+    free(out);
+    char *bj_args[] = {"best", "--job", "1", "--db", db, NULL};
+    ck_assert_int_eq(ktune(bj_args, &out), 0);
+    ck_assert_msg(strstr(out, "Latency (ms)") && strstr(out, "[64, 64]"), "%s", out);
+    free(out);
+
+    /* export: a compilable C file with its header, and the records. */
+    char exp[256];
+    snprintf(exp, sizeof exp, "%s/export", dir);
+    char *ec_args[] = {"export", "--job", "1", "--format", "c", "--out", exp, "--db", db, NULL};
+    ck_assert_int_eq(ktune(ec_args, &out), 0);
+    free(out);
+    char path[512], cmd[1200];
+    snprintf(path, sizeof path, "%s/ktune_kernels.h", exp);
+    char *h_text = kt_file_read(path, NULL);
+    ck_assert_msg(h_text && strstr(h_text, "int ktune_task0(float **bufs);") &&
+                      strstr(h_text, "bufs[2] output C float32[64][64]"),
+                  "%s", h_text ? h_text : "(none)");
+    free(h_text);
+    snprintf(cmd, sizeof cmd, "cc -std=c17 -O1 -fopenmp -c %s/ktune_task0.c -o %s/t0.o", exp,
+             exp);
+    ck_assert_int_eq(system(cmd), 0);
+    char *ej_args[] = {"export", "--job", "1", "--format", "json", "--out", exp, "--db", db,
+                       NULL};
+    ck_assert_int_eq(ktune(ej_args, &out), 0);
+    free(out);
+    snprintf(path, sizeof path, "%s/job1.jsonl", exp);
+    ck_assert_int_eq(count_lines(path), 16);
+}
+END_TEST
+
+START_TEST(cli_tune_resumes_after_ctrl_c_without_measuring_twice)
+{
+    char db[256];
+    snprintf(db, sizeof db, "%s/k.db", dir);
+    char *args[] = {"tune", "--workload", MATMUL, "--trials", "32", "--per-round", "8",
+                    "--policy", "sketch.random", "--min-repeat-ms", "0", "--db", db, NULL};
+    run_t r;
+    start(&r, "first", "tracker/ktune", args);
+    /* Ctrl-C once the first round is stored. */
+    int seen = 0;
+    for (int waited = 0; waited < RUN_MS && !seen; waited += 50) {
+        char *s = output(&r);
+        seen = strstr(s, " 8/32 trials") != NULL;
+        free(s);
+        if (!seen)
+            sleep_ms(50);
+    }
+    ck_assert_msg(seen, "no round finished");
+    ck_assert_int_eq(kill(r.pid, SIGINT), 0);
+    int rc = finish(&r);
+    char *out = output(&r);
+    ck_assert_msg(rc == 1 && strstr(out, "interrupted"), "exit %d: %s", rc, out);
+    free(out);
+    assert_nothing_left();
+    hashes_t first = store_records(db);
+    ck_assert_int_ge(first.n, 8);
+    ck_assert_int_lt(first.n, 32);
+
+    /* Again: the unfinished job resumes and ends at its budget. */
+    rc = ktune(args, &out);
+    ck_assert_msg(rc == 0 && strstr(out, "Resuming job 1") && strstr(out, "Job 1 done"),
+                  "exit %d: %s", rc, out);
+    free(out);
+    assert_nothing_left();
+    hashes_t second = store_records(db);
+    ck_assert_int_eq(second.n, 32);
+    ck_assert_int_eq(second.dups, 0);
+
+    /* And again: the stored records count; the budget is spent already. */
+    rc = ktune(args, &out);
+    ck_assert_msg(rc == 0 && strstr(out, "Job 2 done") && strstr(out, "32/32 trials"),
+                  "exit %d: %s", rc, out);
+    free(out);
+    assert_nothing_left();
+    ck_assert_int_eq(store_records(db).n, 32);
+}
+END_TEST
+
+START_TEST(cli_bad_input_names_the_cause)
+{
+    char db[256], none[256];
+    snprintf(db, sizeof db, "%s/empty.db", dir);
+    snprintf(none, sizeof none, "%s/missing.db", dir);
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    kt_store_close(s);
+    struct {
+        char *args[12];
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {{"tune", NULL}, 2, "--network NAME or --workload"},
+        {{"tune", "--workload", "{\"op\":\"matmul\",\"M\":8}", "--db", db, NULL}, 1,
+         "field 'N' is missing"},
+        {{"tune", "--workload", MATMUL, "--target", "cuda", NULL}, 2, "target cuda"},
+        {{"tune", "--workload", MATMUL, "--policy", "sketch.magic", NULL}, 2, "unknown --policy"},
+        {{"tune", "--workload", MATMUL, "--trials", "0", NULL}, 2, "--trials"},
+        {{"tune", "--workload", MATMUL, "--tracker", "127.0.0.1:1", NULL}, 1,
+         "cannot reach the tracker at 127.0.0.1:1"},
+        {{"status", "7", "--db", db, NULL}, 1, "no job 7"},
+        {{"status", "--db", none, NULL}, 1, "no store at"},
+        {{"status", "--db", db, "--tracker", "127.0.0.1:1", NULL}, 2, "not both"},
+        {{"status", "x1", "--db", db, NULL}, 2, "job id"},
+        {{"best", "--db", db, NULL}, 2, "--workload KEY or --job JOB"},
+        {{"best", "--job", "3", "--db", db, NULL}, 1, "no job 3"},
+        {{"export", "--job", "1", "--format", "pdf", "--out", dir, "--db", db, NULL}, 2,
+         "c or json"},
+        {{"cancel", "1", NULL}, 2, "--tracker"},
+        {{"watch", "1", "--tracker", "127.0.0.1:1", NULL}, 1, "cannot reach"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        int rc = ktune(cases[i].args, &out);
+        ck_assert_msg(rc == cases[i].rc && strstr(out, cases[i].msg),
+                      "case %zu (%s %s): exit %d, want %d and '%s': %s", i, cases[i].args[0],
+                      cases[i].args[1] ? cases[i].args[1] : "", rc, cases[i].rc, cases[i].msg,
+                      out);
+        free(out);
+    }
+    char *out = NULL;
+    char *help[] = {"--help", NULL};
+    ck_assert_int_eq(ktune(help, &out), 0);
+    ck_assert_msg(strstr(out, "exit status: 0 success; 1") && strstr(out, "tune"), "%s", out);
+    free(out);
+    assert_nothing_left();
+}
+END_TEST
+
+START_TEST(cli_read_commands_against_a_tracker_need_its_token)
+{
+    char tok[256], db[256], port_file[256];
+    snprintf(tok, sizeof tok, "%s/token", dir);
+    snprintf(db, sizeof db, "%s/t.db", dir);
+    snprintf(port_file, sizeof port_file, "%s/addr", dir);
+    ck_assert_int_eq(kt_file_write(tok, "cli-secret\n", 11), 0);
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--token-file", tok,
+                     "--port-file", port_file, NULL};
+    run_t tr;
+    start(&tr, "tracker", "tracker/ktune-tracker", targs);
+    char *addr = NULL;
+    for (int waited = 0; waited < RUN_MS && !addr; waited += 20) {
+        addr = kt_file_read(port_file, NULL);
+        if (!addr)
+            sleep_ms(20);
+    }
+    ck_assert_ptr_nonnull(addr);
+    addr[strcspn(addr, "\n")] = '\0';
+    char *out = NULL;
+    char *no_tok[] = {"status", "--tracker", addr, NULL};
+    ck_assert_int_eq(ktune(no_tok, &out), 1);
+    ck_assert_msg(strstr(out, "UNAUTHENTICATED") && strstr(out, addr), "%s", out);
+    free(out);
+    char *with_tok[] = {"status", "--tracker", addr, "--token-file", tok, "--json", NULL};
+    ck_assert_int_eq(ktune(with_tok, &out), 0);
+    ck_assert_msg(strstr(out, "\"jobs\": []"), "%s", out);
+    free(out);
+    char *unknown[] = {"status", "4", "--tracker", addr, "--token-file", tok, NULL};
+    ck_assert_int_eq(ktune(unknown, &out), 1);
+    ck_assert_msg(strstr(out, "no job 4"), "%s", out);
+    free(out);
+    free(addr);
+    kill(tr.pid, SIGTERM);
+    ck_assert_int_eq(finish(&tr), 0);
+    assert_nothing_left();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("jobs");
+    tcase_set_timeout(tc, 400);
+    tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(tc, test_setup, NULL);
+    tcase_add_test(tc, cli_tune_embedded_finishes_and_read_commands_use_the_store);
+    tcase_add_test(tc, cli_tune_resumes_after_ctrl_c_without_measuring_twice);
+    tcase_add_test(tc, cli_bad_input_names_the_cause);
+    tcase_add_test(tc, cli_read_commands_against_a_tracker_need_its_token);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,541 @@
+/* Suite "feature": per-store program features. Hand-checked values on a
+ * known matmul tiling; for random states of every operator family: one row
+ * per stored buffer, finite values, op counts that add up to the DAG's
+ * flops, determinism; the batch API; bad input. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/lower.h"
+#include "feature/feature.h"
+#include "sched/state.h"
+#include "te/ops.h"
+#include "util/err.h"
+#include "util/rng.h"
+
+#define FAMILY_STATES 20
+#define MAX_STATES 32
+
+static kt_sched_params_t test_params(void)
+{
+    kt_sched_params_t p;
+    kt_sched_params_default(&p);
+    p.num_cores = 8;   /* fixed: the rfactor rule depends on it */
+    return p;
+}
+
+static int fidx(const char *name)
+{
+    for (int i = 0; i < KT_FEATURE_COUNT; i++)
+        if (strcmp(kt_feature_name(i), name) == 0)
+            return i;
+    ck_abort_msg("no feature named %s", name);
+    return -1;
+}
+
+/* value `what` of described buffer b in row v */
+static float bufval(const float *v, int b, const char *what)
+{
+    char nm[64];
+    snprintf(nm, sizeof(nm), "b%d.%s", b, what);
+    return v[fidx(nm)];
+}
+
+/* log2(1 + x) back to x */
+static double unlog(float v)
+{
+    return exp2((double)v) - 1.0;
+}
+
+/* Up to n distinct valid states: sampled round-robin from the sketches,
+ * every third one mutated a few times more. */
+static int collect_states(const kt_dag_t *dag, const kt_sched_params_t *p, uint64_t seed,
+                          kt_sched_state_t **out, int n)
+{
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_msg(kt_sched_sketches(dag, p, &sk, &nsk) == 0, "%s", kt_err_msg());
+    ck_assert_int_gt(nsk, 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, seed);
+    uint64_t hashes[MAX_STATES];
+    int got = 0;
+    for (int t = 0; got < n && t < 20 * n; t++) {
+        kt_sched_state_t *st = kt_sched_sample(dag, p, sk[t % nsk], &rng);
+        ck_assert_msg(st != NULL, "%s", kt_err_msg());
+        if (t % 3 == 2) {
+            for (int m = 0; m < 4; m++) {
+                kt_sched_state_t *mu = NULL;
+                if (kt_sched_mutate(dag, p, st, -1, &rng, &mu) == 1) {
+                    kt_sched_state_free(st);
+                    st = mu;
+                }
+            }
+        }
+        uint64_t h = kt_sched_state_hash(st, dag);
+        int dup = 0;
+        for (int i = 0; i < got && !dup; i++)
+            dup = hashes[i] == h;
+        if (dup && t < 10 * n) {
+            kt_sched_state_free(st);
+            continue;
+        }
+        hashes[got] = h;
+        out[got++] = st;
+    }
+    for (int i = 0; i < nsk; i++)
+        kt_sched_state_free(sk[i]);
+    free(sk);
+    return got;
+}
+
+static void free_states(kt_sched_state_t **st, int n)
+{
+    for (int i = 0; i < n; i++)
+        kt_sched_state_free(st[i]);
+}
+
+/* Sum over rows of the float ops a flop counter counts (+ - * / min max, math calls). */
+static double float_ops(const float *rows, uint32_t nrows)
+{
+    static const char *const names[] = {"float_addsub", "float_mul", "float_div",
+                                        "float_maxmin", "float_exp", "float_math"};
+    double sum = 0;
+    for (uint32_t r = 0; r < nrows; r++)
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            sum += unlog(rows[(size_t)r * KT_FEATURE_COUNT + fidx(names[i])]);
+    return sum;
+}
+
+static int has_rfactor(const kt_sched_state_t *st)
+{
+    for (int s = 0; s < st->nstages; s++)
+        if (st->stages[s].kind == KT_SK_RFACTOR)
+            return 1;
+    return 0;
+}
+
+/* Every check that holds for any state of any DAG. */
+static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
+{
+    ck_assert_msg(dag != NULL, "%s: %s", what, kt_err_msg());
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t *st[MAX_STATES];
+    int n = collect_states(dag, &p, seed, st, FAMILY_STATES);
+    ck_assert_int_ge(n, FAMILY_STATES / 2);
+    double flops = kt_dag_flop_count(dag);
+    for (int i = 0; i < n; i++) {
+        kt_lower_t *L = kt_lower(dag, st[i]);
+        ck_assert_msg(L != NULL, "%s: %s", what, kt_err_msg());
+        float *rows = NULL;
+        uint32_t nrows = 0;
+        int *rb = NULL;
+        int rc = kt_feature_extract_lower(dag, st[i], L, &rows, &nrows, &rb);
+        ck_assert_msg(rc == 0, "%s state %d: %s", what, i, kt_err_msg());
+        /* one row per distinct stored buffer, each named once */
+        int stored = 0;
+        for (int k = 0; k < L->nstmts; k++) {
+            int dup = 0;
+            for (int j = 0; j < k && !dup; j++)
+                dup = L->stmts[j].dst == L->stmts[k].dst;
+            stored += !dup;
+        }
+        ck_assert_msg((int)nrows == stored, "%s state %d: %u rows, %d stored buffers", what, i,
+                      nrows, stored);
+        for (uint32_t r = 0; r < nrows; r++) {
+            ck_assert_int_ge(rb[r], 0);
+            ck_assert_int_lt(rb[r], L->nbufs);
+            for (uint32_t q = 0; q < r; q++)
+                ck_assert_int_ne(rb[q], rb[r]);
+        }
+        for (size_t v = 0; v < (size_t)nrows * KT_FEATURE_COUNT; v++)
+            ck_assert_msg(isfinite(rows[v]) && rows[v] >= 0, "%s state %d: %s = %g", what, i,
+                          kt_feature_name((int)(v % KT_FEATURE_COUNT)), rows[v]);
+        for (uint32_t r = 0; r < nrows; r++) {
+            const float *v = rows + (size_t)r * KT_FEATURE_COUNT;
+            /* exactly one position per annotation kind */
+            static const char *const pos[] = {"vec.pos_", "unroll.pos_", "parallel.pos_"};
+            for (int a = 0; a < 3; a++) {
+                float sum = 0;
+                for (int f = 0; f < KT_FEATURE_COUNT; f++)
+                    if (strncmp(kt_feature_name(f), pos[a], strlen(pos[a])) == 0)
+                        sum += v[f];
+                ck_assert_msg(sum == 1, "%s state %d row %u: %s* sums to %g", what, i, r, pos[a],
+                              sum);
+            }
+            /* a described buffer has one access type and one reuse type; the
+             * distinct bytes and lines never exceed the accessed ones */
+            for (int b = 0; b < KT_FEATURE_MAX_BUFS; b++) {
+#define BV(x) bufval(v, b, x)
+                float acc = BV("acc_read") + BV("acc_write") + BV("acc_rw");
+                float reuse = BV("reuse_loop_multiple_read") + BV("reuse_serial_multiple_rw") +
+                              BV("reuse_none");
+                ck_assert_msg(acc == reuse && (acc == 1 || (acc == 0 && BV("bytes") == 0)),
+                              "%s state %d row %u buffer %d: acc %g reuse %g", what, i, r, b, acc,
+                              reuse);
+                ck_assert(BV("unique_bytes") <= BV("bytes"));
+                ck_assert(BV("unique_lines") <= BV("lines"));
+#undef BV
+            }
+            /* the store itself is always described */
+            ck_assert(v[fidx("b0.acc_write")] + v[fidx("b0.acc_rw")] +
+                          v[fidx("b1.acc_write")] + v[fidx("b1.acc_rw")] + v[fidx("b2.acc_write")] +
+                          v[fidx("b2.acc_rw")] + v[fidx("b3.acc_write")] + v[fidx("b3.acc_rw")] +
+                          v[fidx("b4.acc_write")] + v[fidx("b4.acc_rw")] >= 1);
+        }
+        /* the float work of all rows is the DAG's (an rfactor adds its
+         * final combine; an inlined stage read twice is computed twice) */
+        double ops = float_ops(rows, nrows);
+        ck_assert_msg(ops >= flops * 0.999, "%s state %d: %g float ops < %g flops", what, i, ops,
+                      flops);
+        if (!has_rfactor(st[i]) && strstr(what, "gelu") == NULL)
+            ck_assert_msg(fabs(ops - flops) <= flops * 1e-3, "%s state %d: %g float ops, %g flops",
+                          what, i, ops, flops);
+        /* deterministic: the same state again gives identical rows */
+        float *again = NULL;
+        uint32_t n2 = 0;
+        ck_assert_int_eq(kt_feature_extract(dag, st[i], &again, &n2), 0);
+        ck_assert_uint_eq(n2, nrows);
+        ck_assert_int_eq(memcmp(again, rows, sizeof(float) * KT_FEATURE_COUNT * nrows), 0);
+        free(again);
+        free(rows);
+        free(rb);
+        kt_lower_free(L);
+    }
+    free_states(st, n);
+    kt_dag_free(dag);
+}
+
+static kt_conv2d_params_t conv_p(int stride, int pad)
+{
+    kt_conv2d_params_t c = kt_ops_conv2d_default();
+    c.stride[0] = c.stride[1] = stride;
+    for (int i = 0; i < 4; i++)
+        c.pad[i] = pad;
+    return c;
+}
+
+/* ---- the feature table ------------------------------------------------------ */
+
+START_TEST(feature_table_names_every_value_once)
+{
+    for (int i = 0; i < KT_FEATURE_COUNT; i++) {
+        const char *n = kt_feature_name(i), *d = kt_feature_doc(i);
+        ck_assert_ptr_nonnull(n);
+        ck_assert_ptr_nonnull(d);
+        ck_assert_int_gt((int)strlen(n), 0);
+        ck_assert_int_gt((int)strlen(d), 10);
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(strcmp(n, kt_feature_name(j)) != 0, "feature %d and %d: %s", i, j, n);
+    }
+    ck_assert_ptr_null(kt_feature_name(-1));
+    ck_assert_ptr_null(kt_feature_name(KT_FEATURE_COUNT));
+    ck_assert_ptr_null(kt_feature_doc(KT_FEATURE_COUNT));
+    ck_assert_str_eq(kt_feature_name(0), "float_mad");
+    ck_assert_str_eq(kt_feature_name(KT_FEATURE_COUNT - 1), "auto_unroll_max_step");
+}
+END_TEST
+
+/* ---- a hand-checked state ----------------------------------------------------- */
+
+/* matmul 64x64x64, i split 4x2x2x4, j 2x2x1x16, k 16x4; i.0@j.0 parallel
+ * (8 threads), j.3 vectorized (16). Lowered: C (init, register-tile
+ * copy-back) and C.reg (load, update over k). */
+static const char *MM_STATE =
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+    "{\"ann\":[2,1,0],\"kind\":\"tiled\",\"name\":\"C\","
+    "\"tile\":[[4,2,2,4],[2,2,1,16],[16,4]]}],\"version\":1}";
+
+START_TEST(feature_matmul_known_tiling_values)
+{
+    kt_dag_t *dag = kt_ops_matmul(64, 64, 64, 0, NULL, 0);
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t *st = kt_sched_state_from_json(MM_STATE, dag, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_lower_t *L = kt_lower(dag, st);
+    ck_assert_ptr_nonnull(L);
+    float *rows;
+    uint32_t nrows;
+    int *rb;
+    ck_assert_int_eq(kt_feature_extract_lower(dag, st, L, &rows, &nrows, &rb), 0);
+    ck_assert_uint_eq(nrows, 2);
+    ck_assert_str_eq(L->bufs[rb[0]].label, "C");
+    ck_assert_str_eq(L->bufs[rb[1]].label, "C.reg");
+    const float *c = rows, *reg = rows + KT_FEATURE_COUNT;
+    const double n3 = 64.0 * 64 * 64;
+
+    /* ops: 64^3 multiply-adds, all in the update of C.reg */
+    ck_assert_double_eq_tol(unlog(reg[fidx("float_mul")]), n3, 1.0);
+    ck_assert_double_eq_tol(unlog(reg[fidx("float_addsub")]), n3, 1.0);
+    ck_assert_double_eq_tol(unlog(reg[fidx("float_mad")]), n3, 1.0);
+    ck_assert_float_eq(reg[fidx("float_div")], 0);
+    ck_assert_float_eq(c[fidx("float_mul")], 0);
+    ck_assert_double_eq_tol(unlog(reg[fidx("outer_prod")]), n3, 1.0);
+    ck_assert_float_eq(reg[fidx("num_loops")], 10);   /* S0 S0 S1 S1 R0 S2 S2 R1 S3 S3 */
+
+    /* annotations: one fused parallel loop of 4*2, one vectorized of 16 */
+    ck_assert_float_eq(reg[fidx("parallel.num")], 1);
+    ck_assert_double_eq_tol(unlog(reg[fidx("parallel.prod")]), 8, 1e-4);
+    ck_assert_double_eq_tol(unlog(reg[fidx("parallel.inner")]), 8, 1e-4);
+    ck_assert_float_eq(reg[fidx("parallel.pos_outer_spatial")], 1);
+    ck_assert_float_eq(reg[fidx("vec.num")], 1);
+    ck_assert_double_eq_tol(unlog(reg[fidx("vec.prod")]), 16, 1e-4);
+    ck_assert_double_eq_tol(unlog(reg[fidx("vec.inner")]), 16, 1e-4);
+    ck_assert_float_eq(reg[fidx("vec.pos_inner_spatial")], 1);
+    ck_assert_float_eq(reg[fidx("unroll.pos_none")], 1);
+    ck_assert_float_eq(reg[fidx("auto_unroll_max_step")], 0);
+
+    /* buffers by bytes: C.reg (read and written 64^3 times), then A, B */
+    ck_assert_float_eq(reg[fidx("b0.acc_rw")], 1);
+    ck_assert_double_eq_tol(unlog(reg[fidx("b0.bytes")]), 2 * 4 * n3, 16);
+    ck_assert_double_eq_tol(unlog(reg[fidx("b0.unique_bytes")]), 4 * 4 * 16, 1e-3);
+    ck_assert_float_eq(reg[fidx("b0.reuse_loop_multiple_read")], 1);
+    ck_assert_double_eq_tol(unlog(reg[fidx("b0.reuse_ct")]), 4, 1e-4);        /* k.1 */
+    ck_assert_double_eq_tol(unlog(reg[fidx("b0.reuse_dis_iter")]), 64, 1e-3); /* i.3 * j.3 */
+    ck_assert_float_eq(reg[fidx("b1.acc_read")], 1);
+    ck_assert_double_eq_tol(unlog(reg[fidx("b1.bytes")]), 4 * n3, 8);
+    ck_assert_double_eq_tol(unlog(reg[fidx("b1.unique_bytes")]), 4 * 64 * 64, 0.1);
+    ck_assert_double_eq_tol(unlog(reg[fidx("b1.stride")]), 64, 1e-3);   /* A[i, k] along i.3 */
+    ck_assert_double_eq_tol(unlog(reg[fidx("b2.stride")]), 1, 1e-4);    /* B[k, j] along j.3 */
+    ck_assert_float_eq(reg[fidx("b1.reuse_loop_multiple_read")], 1);    /* A along j.3 */
+    ck_assert_double_eq_tol(unlog(reg[fidx("b1.reuse_ct")]), 16, 1e-3);
+    ck_assert_float_eq(reg[fidx("b3.bytes")], 0);                       /* only 3 buffers */
+
+    /* C.reg is a 4x16 local tile allocated once per (i.2, j.2) iteration */
+    ck_assert_double_eq_tol(unlog(reg[fidx("alloc_local_bytes")]), 256, 1e-2);
+    ck_assert_double_eq_tol(unlog(reg[fidx("alloc_outer_prod")]), 4 * 2 * 2 * 2 * 16 * 2, 1e-1);
+    ck_assert_float_eq(c[fidx("alloc_local_bytes")], 0);
+    ck_assert_float_eq(c[fidx("alloc_heap_bytes")], 0);   /* C is the output */
+
+    /* the intensity curve grows with the loop levels and ends at the
+     * whole statement: 2*64^3 ops over the bytes of A, B and the tile */
+    ck_assert_double_eq_tol(unlog(reg[fidx("curve.9")]), 2 * n3 / (2 * 64 * 64 * 4 + 256), 0.01);
+    ck_assert(reg[fidx("curve.0")] <= reg[fidx("curve.9")]);
+    ck_assert_float_eq(c[fidx("curve.9")], 0);   /* no float ops */
+
+    free(rows);
+    free(rb);
+    kt_lower_free(L);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
+START_TEST(feature_tilings_give_different_rows)
+{
+    kt_dag_t *dag = kt_ops_matmul(64, 64, 64, 0, NULL, 0);
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t *a = kt_sched_state_from_json(MM_STATE, dag, &p);
+    ck_assert_ptr_nonnull(a);
+    /* same structure, other inner tiles and no vectorization */
+    char *js = strdup(MM_STATE);
+    char *t = strstr(js, "[[4,2,2,4],[2,2,1,16],[16,4]]");
+    ck_assert_ptr_nonnull(t);
+    const char *nt = "[[4,2,4,2],[2,2,2,8],[4,16]] ";   /* same length, JSON space */
+    memcpy(t, nt, strlen(nt));
+    char *v = strstr(js, "[2,1,0]");
+    memcpy(v, "[1,0,0]", 7);
+    kt_sched_state_t *b = kt_sched_state_from_json(js, dag, &p);
+    ck_assert_msg(b != NULL, "%s", kt_err_msg());
+    free(js);
+    float *ra, *rb;
+    uint32_t na, nb;
+    ck_assert_int_eq(kt_feature_extract(dag, a, &ra, &na), 0);
+    ck_assert_int_eq(kt_feature_extract(dag, b, &rb, &nb), 0);
+    ck_assert_uint_eq(na, nb);
+    /* the same work, laid out differently */
+    ck_assert_double_eq_tol(float_ops(ra, na), float_ops(rb, nb), 2);
+    ck_assert_int_ne(memcmp(ra, rb, sizeof(float) * KT_FEATURE_COUNT * na), 0);
+    const float *regb = rb + KT_FEATURE_COUNT;
+    ck_assert_float_eq(regb[fidx("vec.pos_none")], 1);
+    ck_assert_float_eq(regb[fidx("parallel.num")], 1);
+    ck_assert_double_eq_tol(unlog(regb[fidx("parallel.prod")]), 4, 1e-4);
+    ck_assert_double_eq_tol(unlog(regb[fidx("b0.reuse_ct")]), 16, 1e-3);   /* k.1 is 16 now */
+    free(ra);
+    free(rb);
+    kt_sched_state_free(a);
+    kt_sched_state_free(b);
+    kt_dag_free(dag);
+}
+END_TEST
+
+/* Global average pool 7x7x512 by rfactor: the fused 7x7 reduce axes split
+ * 7 x 7 (partial results along the inner part). Each partial-sum update
+ * reads data[0, ry, rx, c] with ry, rx recovered by / and %: along the
+ * innermost loop (rx) the address moves by C = 512. */
+START_TEST(feature_rfactor_indices_follow_the_fused_axes)
+{
+    kt_dag_t *dag = kt_ops_global_avg_pool_nhwc(1, 7, 7, 512);
+    kt_sched_params_t p = test_params();
+    const char *js =
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"ann\":[4,1,64],"
+        "\"ann2\":[4,0,512],\"inner\":true,\"kind\":\"rfactor\",\"name\":\"adaptive_pool_sum\","
+        "\"split\":[7,7]},{\"ann\":[4,0,0],\"kind\":\"root\",\"name\":\"adaptive_pool_avg\"}],"
+        "\"version\":1}";
+    kt_sched_state_t *st = kt_sched_state_from_json(js, dag, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    float *rows;
+    uint32_t n;
+    ck_assert_int_eq(kt_feature_extract(dag, st, &rows, &n), 0);
+    ck_assert_uint_eq(n, 3);   /* partial sums, final sums, average */
+    const float *rf = rows;
+    /* by bytes: the partial-result buffer (read and written), then data */
+    ck_assert_float_eq(rf[fidx("b0.acc_rw")], 1);
+    ck_assert_float_eq(rf[fidx("b1.acc_read")], 1);
+    ck_assert_double_eq_tol(unlog(rf[fidx("b1.stride")]), 512, 1e-2);
+    ck_assert_double_eq_tol(unlog(rf[fidx("b1.unique_bytes")]), 7 * 7 * 512 * 4, 1);
+    ck_assert_double_eq_tol(unlog(rf[fidx("b0.unique_bytes")]), 512 * 7 * 4, 0.5);
+    ck_assert_double_eq_tol(unlog(rf[fidx("alloc_heap_bytes")]), 512 * 7 * 4, 0.5);
+    ck_assert_double_eq_tol(unlog(rf[fidx("auto_unroll_max_step")]), 64, 1e-3);
+    /* the final reduce runs in the second nest (ann2: unroll step 512) */
+    ck_assert_double_eq_tol(unlog(rows[KT_FEATURE_COUNT + fidx("auto_unroll_max_step")]), 512,
+                            1e-2);
+    ck_assert_double_eq_tol(unlog(rf[fidx("float_addsub")]), 7 * 7 * 512, 0.1);
+    ck_assert_double_eq_tol(unlog(rows[KT_FEATURE_COUNT + fidx("float_addsub")]), 7 * 512, 0.1);
+    free(rows);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
+/* ---- every operator family ----------------------------------------------------- */
+
+START_TEST(feature_matmul_family_rows_are_sound)
+{
+    check_family("matmul 64x64x64", kt_ops_matmul(64, 64, 64, 0, NULL, 0), 1);
+    check_family("matmul NT 16x24x32", kt_ops_matmul(16, 24, 32, 1, NULL, 0), 2);
+    check_family("matmul 2x3x256 (rfactor)", kt_ops_matmul(2, 3, 256, 0, NULL, 0), 3);
+    kt_epilogue_t br[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    check_family("dense+bias+relu", kt_ops_dense(16, 24, 32, br, 2), 4);
+    kt_epilogue_t gelu[] = {KT_EPI_GELU};
+    check_family("dense+gelu", kt_ops_dense(8, 12, 16, gelu, 1), 5);
+    kt_epilogue_t ar[] = {KT_EPI_ADD, KT_EPI_RELU};
+    check_family("batch_matmul+add+relu", kt_ops_batch_matmul(3, 5, 8, 7, ar, 2), 6);
+}
+END_TEST
+
+START_TEST(feature_conv_family_rows_are_sound)
+{
+    kt_conv2d_params_t s1p1 = conv_p(1, 1), s2p1 = conv_p(2, 1);
+    kt_epilogue_t br[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    check_family("conv nhwc s1 p1", kt_ops_conv2d_nhwc(1, 14, 14, 16, 32, 3, 3, &s1p1, NULL, 0), 7);
+    check_family("conv nchw s2 p1+bias+relu",
+                 kt_ops_conv2d_nchw(1, 15, 15, 8, 16, 3, 3, &s2p1, br, 2), 8);
+    kt_epilogue_t relu[] = {KT_EPI_RELU};
+    check_family("depthwise s1 p1+relu",
+                 kt_ops_depthwise_conv2d_nhwc(1, 16, 16, 32, 3, 3, &s1p1, relu, 1), 9);
+}
+END_TEST
+
+START_TEST(feature_reduction_family_rows_are_sound)
+{
+    kt_conv2d_params_t s2p1 = conv_p(2, 1);
+    check_family("max pool s2 p1", kt_ops_pool2d_nhwc(KT_POOL_MAX, 1, 16, 16, 8, 3, 3, &s2p1), 10);
+    check_family("avg pool s2 p1", kt_ops_pool2d_nhwc(KT_POOL_AVG, 1, 15, 15, 8, 3, 3, &s2p1), 11);
+    check_family("global avg pool", kt_ops_global_avg_pool_nhwc(1, 7, 7, 64), 12);
+    check_family("softmax 16x100", kt_ops_softmax(2, (int64_t[]){16, 100}), 13);
+    check_family("layer norm 8x64 affine", kt_ops_layer_norm(2, (int64_t[]){8, 64}, 1), 14);
+}
+END_TEST
+
+/* ---- batch and bad input ---------------------------------------------------------- */
+
+START_TEST(feature_batch_matches_single_and_drops_invalid)
+{
+    kt_dag_t *dag = kt_ops_matmul(32, 48, 64, 0, NULL, 0);
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t *st[MAX_STATES];
+    int n = collect_states(dag, &p, 21, st, 6);
+    ck_assert_int_ge(n, 4);
+    /* a state whose splits do not multiply to the extent cannot be lowered */
+    int tiled = -1;
+    for (int i = 0; i < n && tiled < 0; i++)
+        if (st[i]->stages[2].kind == KT_SK_TILED)
+            tiled = i;
+    ck_assert_int_ge(tiled, 0);
+    kt_sched_state_t *bad = kt_sched_state_clone(st[tiled]);
+    bad->stages[2].split[0][0] *= 3;
+    const kt_sched_state_t *batch[MAX_STATES + 2];
+    int m = 0, badi = -1;
+    for (int i = 0; i < n; i++) {
+        batch[m++] = st[i];
+        if (i == tiled)
+            batch[badi = m++] = bad;
+    }
+    float *rows;
+    uint32_t counts[MAX_STATES + 2];
+    ck_assert_int_eq(kt_feature_extract_batch(dag, batch, m, &rows, counts), 0);
+    ck_assert_uint_eq(counts[badi], 0);
+    float *single;
+    uint32_t ns;
+    ck_assert_int_ne(kt_feature_extract(dag, bad, &single, &ns), 0);
+    ck_assert_ptr_null(single);
+    size_t off = 0;
+    for (int i = 0; i < m; i++) {
+        if (batch[i] == bad)
+            continue;
+        ck_assert_int_eq(kt_feature_extract(dag, batch[i], &single, &ns), 0);
+        ck_assert_uint_eq(ns, counts[i]);
+        ck_assert_int_eq(memcmp(single, rows + off * KT_FEATURE_COUNT,
+                                sizeof(float) * KT_FEATURE_COUNT * ns),
+                         0);
+        off += ns;
+        free(single);
+    }
+    free(rows);
+    /* an empty batch has no rows */
+    ck_assert_int_eq(kt_feature_extract_batch(dag, batch, 0, &rows, counts), 0);
+    ck_assert_ptr_null(rows);
+    kt_sched_state_free(bad);
+    free_states(st, n);
+    kt_dag_free(dag);
+}
+END_TEST
+
+START_TEST(feature_extract_rejects_bad_arguments)
+{
+    kt_dag_t *dag = kt_ops_matmul(8, 8, 8, 0, NULL, 0);
+    kt_sched_state_t *st = kt_sched_state_new(dag);
+    float *rows = (float *)1;
+    uint32_t n = 7;
+    ck_assert_int_eq(kt_feature_extract(NULL, st, &rows, &n), KT_EINVAL);
+    ck_assert_int_eq(kt_feature_extract(dag, NULL, &rows, &n), KT_EINVAL);
+    ck_assert_int_eq(kt_feature_extract(dag, st, NULL, &n), KT_EINVAL);
+    ck_assert_int_eq(kt_feature_extract_batch(dag, NULL, 3, &rows, NULL), KT_EINVAL);
+    ck_assert_int_eq(kt_feature_extract_batch(dag, NULL, -1, &rows, NULL), KT_EINVAL);
+    /* a state of another DAG does not lower */
+    kt_dag_t *other = kt_ops_softmax(2, (int64_t[]){4, 8});
+    kt_sched_state_t *ost = kt_sched_state_new(other);
+    ck_assert_int_ne(kt_feature_extract(dag, ost, &rows, &n), 0);
+    ck_assert_ptr_null(rows);
+    ck_assert_uint_eq(n, 0);
+    kt_sched_state_free(ost);
+    kt_dag_free(other);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("feature");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, feature_table_names_every_value_once);
+    tcase_add_test(tc, feature_matmul_known_tiling_values);
+    tcase_add_test(tc, feature_tilings_give_different_rows);
+    tcase_add_test(tc, feature_rfactor_indices_follow_the_fused_axes);
+    tcase_add_test(tc, feature_matmul_family_rows_are_sound);
+    tcase_add_test(tc, feature_conv_family_rows_are_sound);
+    tcase_add_test(tc, feature_reduction_family_rows_are_sound);
+    tcase_add_test(tc, feature_batch_matches_single_and_drops_invalid);
+    tcase_add_test(tc, feature_extract_rejects_bad_arguments);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

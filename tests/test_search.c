@@ -1,0 +1,580 @@
+/* Suite 'search': the sketch search policy (propose / feedback / preload),
+ * candidates and local measurement. Small workloads and populations keep it
+ * fast; measured costs are synthetic except in the local-measurement test. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "measure/measurer.h"
+#include "search/search.h"
+#include "util/err.h"
+#include "util/util.h"
+
+static kt_workload_t *workload(const char *json)
+{
+    kt_workload_t *w = kt_workload_parse(json);
+    ck_assert_msg(w != NULL, "workload: %s", kt_err_msg());
+    return w;
+}
+
+static kt_workload_t *matmul(int m, int n, int k)
+{
+    char j[160];
+    snprintf(j, sizeof(j), "{\"op\":\"matmul\",\"M\":%d,\"N\":%d,\"K\":%d}", m, n, k);
+    return workload(j);
+}
+
+/* Small search options: population 64, 2 iterations. */
+static void small_opts(kt_search_opts_t *o, const char *policy, uint64_t seed)
+{
+    kt_search_opts_default(o);
+    o->policy = policy;
+    o->seed = seed;
+    o->evolutionary_search_population = 64;
+    o->evolutionary_search_num_iters = 2;
+    o->sample_init_min_population = 16;
+    o->retry_search_one_round_on_empty = 2;
+}
+
+static void one_thread_params(kt_sched_params_t *p)
+{
+    kt_sched_params_default(p);
+    p->num_cores = 1;
+}
+
+static void free_states(kt_sched_state_t **st, int n)
+{
+    for (int i = 0; i < n; i++)
+        kt_sched_state_free(st[i]);
+    free(st);
+}
+
+/* ---- synthetic measurement: cost from the tiled stage's split factors ---- */
+
+/* A cost that depends smoothly on the tile sizes of the first tiled stage:
+ * best when each spatial axis' innermost tile is 8 and its outer level
+ * moderate, the reduce axis' inner tile 4, plus a unroll preference. Every
+ * state has a finite positive cost; states without a tiled stage are slow. */
+static double synthetic_cost(const kt_sched_state_t *st)
+{
+    for (int s = 0; s < st->nstages; s++) {
+        const kt_sched_stage_t *e = &st->stages[s];
+        if (e->kind != KT_SK_TILED)
+            continue;
+        double c = 1.0;
+        for (int a = 0; a < 2; a++) {
+            c += fabs(log2((double)e->split[a][3]) - 3.0);
+            c += 0.5 * fabs(log2((double)e->split[a][2]) - 1.0);
+        }
+        c += fabs(log2((double)e->split[2][1]) - 2.0);
+        c += e->ann.unroll == 64 ? 0 : 0.5;
+        return 1e-3 * c;
+    }
+    return 1.0;
+}
+
+static int synthetic_measure(void *user, const kt_workload_t *w, kt_sched_state_t *const *states,
+                             int n, kt_measure_result_t *results)
+{
+    (void)w;
+    int *calls = user;
+    if (calls)
+        (*calls)++;
+    for (int i = 0; i < n; i++) {
+        memset(&results[i], 0, sizeof(results[i]));
+        results[i].costs = malloc(sizeof(double));
+        ck_assert_ptr_nonnull(results[i].costs);
+        results[i].costs[0] = results[i].mean = synthetic_cost(states[i]);
+        results[i].n_costs = 1;
+        results[i].number = 1;
+        results[i].error_no = KT_MEASURE_NO_ERROR;
+    }
+    return 0;
+}
+
+static void free_results(kt_measure_result_t *r, int n)
+{
+    for (int i = 0; i < n; i++)
+        kt_measure_result_clear(&r[i]);
+    free(r);
+}
+
+/* ---- has_measured callback: a fixed set of hashes ---------------------------- */
+
+typedef struct {
+    uint64_t h[64];
+    int n;
+    int asked;
+} hashset_t;
+
+static int in_set(void *user, uint64_t h)
+{
+    hashset_t *s = user;
+    s->asked++;
+    for (int i = 0; i < s->n; i++)
+        if (s->h[i] == h)
+            return 1;
+    return 0;
+}
+
+/* ---- tests ----------------------------------------------------------------- */
+
+START_TEST(search_opts_default_are_ansors)
+{
+    kt_search_opts_t o;
+    kt_search_opts_default(&o);
+    ck_assert_str_eq(o.policy, "sketch.xgb");
+    ck_assert_double_eq(o.eps_greedy, 0.05);
+    ck_assert_int_eq(o.sample_init_min_population, 50);
+    ck_assert_double_eq(o.sample_init_use_measured_ratio, 0.2);
+    ck_assert_int_eq(o.evolutionary_search_population, 2048);
+    ck_assert_int_eq(o.evolutionary_search_num_iters, 4);
+    ck_assert_double_eq(o.evolutionary_search_mutation_prob, 0.85);
+    ck_assert_int_eq(o.retry_search_one_round_on_empty, 10);
+    ck_assert_int_eq(o.num_warmup_sample, 100);
+}
+END_TEST
+
+START_TEST(search_policy_new_rejects_bad_input)
+{
+    kt_workload_t *w = matmul(16, 16, 16);
+    kt_search_opts_t o;
+    kt_search_opts_default(&o);
+    o.policy = "sketch.nope";
+    ck_assert_ptr_null(kt_search_policy_new(w, NULL, &o, NULL, 0));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "sketch.nope"));
+    kt_search_opts_default(&o);
+    o.eps_greedy = 1.5;
+    ck_assert_ptr_null(kt_search_policy_new(w, NULL, &o, NULL, 0));
+    kt_search_opts_default(&o);
+    o.evolutionary_search_population = 0;
+    ck_assert_ptr_null(kt_search_policy_new(w, NULL, &o, NULL, 0));
+    ck_assert_ptr_null(kt_search_policy_new(NULL, NULL, NULL, NULL, 0));
+    kt_search_policy_t *sp = kt_search_policy_new(w, NULL, NULL, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+    ck_assert_str_eq(kt_model_kind(kt_search_model(sp)), "xgb");
+    kt_sched_state_t **st;
+    ck_assert_int_eq(kt_search_propose(sp, 0, &st), KT_EINVAL);
+    ck_assert_int_eq(kt_search_preload(sp, "{\"stages\":[]}", 1e-3), KT_EINVAL);
+    ck_assert_int_eq(kt_search_preload(sp, "not json", 1e-3), KT_EINVAL);
+    double c;
+    ck_assert_int_eq(kt_search_best(sp, &c, NULL), KT_ENOTFOUND);
+    kt_search_policy_free(sp);
+    kt_search_policy_free(NULL);
+    kt_workload_free(w);
+}
+END_TEST
+
+START_TEST(search_candidate_layout_entry_and_reference)
+{
+    kt_workload_t *w = workload("{\"op\":\"matmul\",\"M\":8,\"N\":12,\"K\":4,"
+                                "\"epilogue\":[\"bias_add\",\"relu\"]}");
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_int_eq(kt_sched_sketches(kt_workload_dag(w), &p, &sk, &nsk), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 7);
+    kt_sched_state_t *st = kt_sched_sample(kt_workload_dag(w), &p, sk[0], &rng);
+    ck_assert_ptr_nonnull(st);
+
+    kt_search_candidate_t c;
+    ck_assert_int_eq(kt_search_candidate_make(w, st, NULL, &c), 0);
+    ck_assert_str_eq(c.entry, "kt_main");
+    ck_assert_ptr_nonnull(strstr(c.source, "int kt_main(float **"));
+    /* A [8,4], B [4,12], bias [12] in, the output [8,12] last */
+    ck_assert_int_eq(c.layout.num_bufs, 4);
+    ck_assert_int_eq(c.layout.num_outputs, 1);
+    ck_assert_int_eq(c.layout.num_elems[0], 32);
+    ck_assert_int_eq(c.layout.num_elems[1], 48);
+    ck_assert_int_eq(c.layout.num_elems[2], 12);
+    ck_assert_int_eq(c.layout.num_elems[3], 96);
+    kt_search_candidate_clear(&c);
+    ck_assert_int_eq(kt_search_candidate_make(w, st, "my_kernel", &c), 0);
+    ck_assert_str_eq(c.entry, "my_kernel");
+    ck_assert_ptr_nonnull(strstr(c.source, "int my_kernel(float **"));
+    kt_search_candidate_clear(&c);
+    ck_assert_int_eq(kt_search_candidate_make(w, st, "bad entry", &c), KT_EINVAL);
+    ck_assert_ptr_null(c.source);
+
+    ck_assert_int_eq(kt_search_candidate_reference(w, &c), 0);
+    ck_assert_str_eq(c.entry, "ref_main");
+    ck_assert_ptr_nonnull(strstr(c.source, "int ref_main(float **"));
+    ck_assert_int_eq(c.layout.num_bufs, 4);
+    kt_search_candidate_clear(&c);
+    kt_search_candidate_clear(NULL);
+
+    kt_sched_state_free(st);
+    free_states(sk, nsk);
+    kt_workload_free(w);
+}
+END_TEST
+
+START_TEST(search_one_round_measures_real_kernels_and_tracks_the_best)
+{
+    kt_workload_t *w = workload("{\"op\":\"matmul\",\"M\":16,\"N\":16,\"K\":16,"
+                                "\"epilogue\":[\"relu\"]}");
+    kt_builder_opts_t bo;
+    kt_builder_opts_default(&bo);
+    bo.timeout = 60;
+    kt_builder_t *b = kt_builder_new(&bo);
+    ck_assert_msg(b != NULL, "builder: %s", kt_err_msg());
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.number = 2;
+    ro.min_repeat_ms = 0;
+    ro.num_threads = 1;
+    kt_runner_t *r = kt_runner_new(&ro);
+    ck_assert_ptr_nonnull(r);
+    kt_measurer_t *m = kt_measurer_new(b, r, 0);
+    ck_assert_ptr_nonnull(m);
+
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", 3);
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+
+    kt_sched_state_t **st;
+    kt_measure_result_t *res;
+    int got = kt_search_one_round(sp, 4, kt_search_measure_local, m, &st, &res);
+    ck_assert_msg(got == 4, "one round: %d (%s)", got, kt_err_msg());
+    double best = INFINITY;
+    for (int i = 0; i < got; i++) {
+        ck_assert_msg(res[i].error_no == KT_MEASURE_NO_ERROR, "candidate %d: %s", i,
+                      res[i].error_msg ? res[i].error_msg : "");
+        ck_assert(res[i].mean > 0 && res[i].mean < 1);
+        ck_assert(res[i].max_error >= 0 && res[i].max_error <= 1e-4);   /* checked against the reference */
+        if (res[i].mean < best)
+            best = res[i].mean;
+    }
+    double c;
+    char *json;
+    ck_assert_int_eq(kt_search_best(sp, &c, &json), 0);
+    ck_assert_double_eq(c, best);
+    /* the best state is one of the measured ones */
+    kt_sched_state_t *bs = kt_sched_state_from_json(json, kt_workload_dag(w), &p);
+    ck_assert_ptr_nonnull(bs);
+    int found = 0;
+    for (int i = 0; i < got; i++)
+        found += kt_sched_state_equal(bs, st[i]) && res[i].mean == best;
+    ck_assert_int_eq(found, 1);
+    kt_sched_state_free(bs);
+    free(json);
+
+    kt_search_stats_t s;
+    kt_search_stats(sp, &s);
+    ck_assert_int_eq(s.proposed, 4);
+    ck_assert_int_eq(s.measured, 4);
+    kt_measurer_stats_t ms;
+    kt_measurer_stats(m, &ms);
+    ck_assert_int_eq(ms.measured, 4);
+    ck_assert_int_eq(ms.errors, 0);
+
+    free_states(st, got);
+    free_results(res, got);
+    kt_search_policy_free(sp);
+    kt_measurer_free(m);
+    kt_runner_free(r);
+    kt_builder_free(b);
+    kt_workload_free(w);
+}
+END_TEST
+
+START_TEST(search_never_proposes_measured_preloaded_or_reported_states)
+{
+    kt_workload_t *w = matmul(32, 32, 32);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", 11);
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+
+    /* 40 random states: 20 preloaded, 20 reported by the callback */
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_int_eq(kt_sched_sketches(dag, &p, &sk, &nsk), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 11);   /* the policy's seed: its first samples are these */
+    hashset_t reported = {0};
+    uint64_t preloaded[20];
+    int npre = 0;
+    for (int i = 0; i < 40; i++) {
+        kt_sched_state_t *st = kt_sched_sample(dag, &p, sk[kt_rng_below(&rng, (uint64_t)nsk)], &rng);
+        ck_assert_ptr_nonnull(st);
+        uint64_t h = kt_sched_state_hash(st, dag);
+        if (i % 2 == 0) {
+            char *j = kt_sched_state_to_json(st, dag);
+            ck_assert_int_eq(kt_search_preload(sp, j, i % 4 == 0 ? 1e-3 * (i + 1) : -1), 0);
+            preloaded[npre++] = h;
+            free(j);
+        } else {
+            reported.h[reported.n++] = h;
+        }
+        kt_sched_state_free(st);
+    }
+    free_states(sk, nsk);
+    kt_search_set_has_measured(sp, in_set, &reported);
+    double c;
+    ck_assert_int_eq(kt_search_best(sp, &c, NULL), 0);
+    ck_assert_double_eq(c, 1e-3);   /* preloaded i = 0 */
+
+    uint64_t seen[200];
+    int nseen = 0;
+    for (int round = 0; round < 5; round++) {
+        kt_sched_state_t **st;
+        int got = kt_search_propose(sp, 16, &st);
+        ck_assert_int_eq(got, 16);
+        double costs[16];
+        for (int i = 0; i < got; i++) {
+            uint64_t h = kt_sched_state_hash(st[i], dag);
+            ck_assert_int_eq(kt_sched_state_validate(dag, &p, st[i]), 0);
+            for (int k = 0; k < npre; k++)
+                ck_assert(h != preloaded[k]);
+            for (int k = 0; k < reported.n; k++)
+                ck_assert(h != reported.h[k]);
+            for (int k = 0; k < nseen; k++)
+                ck_assert(h != seen[k]);
+            seen[nseen++] = h;
+            costs[i] = synthetic_cost(st[i]);
+        }
+        /* rounds 0..3 feed back; round 4's states were proposed but not yet
+         * measured, and still never come again */
+        if (round < 4)
+            ck_assert_int_eq(kt_search_feedback(sp, st, costs, got), 0);
+        free_states(st, got);
+    }
+    ck_assert_int_gt(reported.asked, 0);
+    kt_search_stats_t s;
+    kt_search_stats(sp, &s);
+    ck_assert_int_eq(s.preloaded, 20);
+    ck_assert_int_eq(s.proposed, 80);
+    ck_assert_int_eq(s.measured, 64);
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+END_TEST
+
+START_TEST(search_eps_greedy_share_and_population_follow_the_options)
+{
+    kt_workload_t *w = matmul(64, 64, 64);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", 5);
+    o.eps_greedy = 0.25;
+    o.evolutionary_search_population = 100;
+    o.sample_init_use_measured_ratio = 0.1;
+    o.evolutionary_search_num_iters = 7;   /* a random model caps it at 3 */
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+
+    kt_search_stats_t s;
+    for (int round = 0; round < 3; round++) {
+        kt_sched_state_t **st;
+        kt_measure_result_t *res;
+        int got = kt_search_one_round(sp, 16, synthetic_measure, NULL, &st, &res);
+        ck_assert_int_eq(got, 16);
+        kt_search_stats(sp, &s);
+        /* 25% of 16 from the random states (3 x 4 drawn), the rest from the
+         * heap of the best 32 */
+        ck_assert_int_eq(s.last_random, 12);
+        ck_assert_int_eq(s.last_picked_random, 4);
+        ck_assert_int_eq(s.last_picked_best, 12);
+        ck_assert_int_eq(s.last_best, 32);
+        ck_assert_int_eq(s.last_num_iters, 3);
+        /* one batch of 100 samples, deduplicated, all valid */
+        ck_assert_int_ge(s.last_sampled, 16);
+        ck_assert_int_le(s.last_sampled, 100);
+        /* best measured states: min(10% of 100, measured so far) */
+        ck_assert_int_eq(s.last_from_measured, round == 0 ? 0 : 10);
+        free_states(st, got);
+        free_results(res, got);
+    }
+    ck_assert_int_gt(s.mutations_ok, 0);
+    ck_assert_int_gt(s.nsketches, 0);
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+END_TEST
+
+START_TEST(search_tiny_space_is_exhausted_then_propose_returns_zero)
+{
+    /* 1x1x1 matmul: no tile sizes to choose, only a handful of annotations */
+    kt_workload_t *w = matmul(1, 1, 1);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", 9);
+    o.retry_search_one_round_on_empty = 3;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+    uint64_t seen[256];
+    int nseen = 0, rounds = 0, got;
+    int calls = 0;
+    kt_sched_state_t **st;
+    kt_measure_result_t *res;
+    while ((got = kt_search_one_round(sp, 4, synthetic_measure, &calls, &st, &res)) > 0) {
+        ck_assert_int_le(++rounds, 60);
+        for (int i = 0; i < got; i++) {
+            uint64_t h = kt_sched_state_hash(st[i], dag);
+            for (int k = 0; k < nseen; k++)
+                ck_assert(h != seen[k]);
+            ck_assert_int_lt(nseen, 256);
+            seen[nseen++] = h;
+        }
+        free_states(st, got);
+        free_results(res, got);
+    }
+    ck_assert_int_eq(got, 0);
+    kt_search_stats_t s;
+    kt_search_stats(sp, &s);
+    ck_assert_int_eq(calls, rounds);
+    ck_assert_int_gt(s.proposed, 0);
+    ck_assert_int_eq(s.measured, s.proposed);
+    ck_assert_int_eq((int)s.proposed, nseen);
+    /* the last propose ran 1 + 3 rounds that found nothing */
+    ck_assert_int_ge(s.empty_rounds, 4);
+    /* and so does the next one */
+    ck_assert_int_eq(kt_search_propose(sp, 4, &st), 0);
+    ck_assert_ptr_null(st);
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+END_TEST
+
+
+START_TEST(search_shared_model_learns_from_preloaded_and_measured_states)
+{
+    kt_workload_t *w = matmul(32, 32, 32);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_model_params_t mp;
+    kt_model_params_default(&mp);
+    mp.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_t *model = kt_model_new(KT_MODEL_XGB, &mp);
+    ck_assert_ptr_nonnull(model);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", 4);   /* the shared model's kind wins */
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, model, 7);
+    ck_assert_ptr_nonnull(sp);
+    ck_assert_ptr_eq(kt_search_model(sp), model);
+
+    /* 3 preloaded records: counted on the next feedback, not before */
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_int_eq(kt_sched_sketches(dag, &p, &sk, &nsk), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 99);
+    for (int i = 0; i < 3; i++) {
+        kt_sched_state_t *st = kt_sched_sample(dag, &p, sk[0], &rng);
+        char *j = kt_sched_state_to_json(st, dag);
+        ck_assert_int_eq(kt_search_preload(sp, j, 2e-3), 0);
+        free(j);
+        kt_sched_state_free(st);
+    }
+    free_states(sk, nsk);
+    ck_assert_int_eq(kt_model_num_samples(model), 0);
+    int got = kt_search_one_round(sp, 8, synthetic_measure, NULL, NULL, NULL);
+    ck_assert_int_eq(got, 8);
+    ck_assert_int_eq(kt_model_num_samples(model), 11);
+    got = kt_search_one_round(sp, 8, synthetic_measure, NULL, NULL, NULL);
+    ck_assert_int_eq(got, 8);
+    ck_assert_int_eq(kt_model_num_samples(model), 19);
+    double t;
+    kt_search_last_times(sp, NULL, &t);
+    ck_assert(t >= 0);
+    kt_search_policy_free(sp);
+    /* the policy borrowed the model: still usable */
+    ck_assert_int_eq(kt_model_num_samples(model), 19);
+    kt_model_free(model);
+    kt_workload_free(w);
+}
+END_TEST
+
+/* Best synthetic cost after `rounds` rounds of n, and the mean cost of the
+ * last round's proposals. */
+static void synthetic_run(const char *policy, uint64_t seed, int rounds, int n, double *best,
+                          double *last_mean)
+{
+    kt_workload_t *w = matmul(64, 64, 64);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, policy, seed);
+    o.evolutionary_search_population = 256;
+    o.evolutionary_search_num_iters = 3;
+    o.num_warmup_sample = 2 * n;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+    *last_mean = 0;
+    for (int r = 0; r < rounds; r++) {
+        kt_sched_state_t **st;
+        kt_measure_result_t *res;
+        int got = kt_search_one_round(sp, n, synthetic_measure, NULL, &st, &res);
+        ck_assert_msg(got == n, "round %d: %d (%s)", r, got, kt_err_msg());
+        if (r == rounds - 1)
+            for (int i = 0; i < got; i++)
+                *last_mean += res[i].mean / got;
+        free_states(st, got);
+        free_results(res, got);
+    }
+    ck_assert_int_eq(kt_search_best(sp, best, NULL), 0);
+    if (strcmp(policy, "sketch.xgb") == 0)
+        ck_assert(kt_model_is_trained(kt_search_model(sp)));
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+
+START_TEST(search_xgb_finds_better_states_than_random_on_a_synthetic_cost)
+{
+    double bx = 0, br = 0, mx = 0, mr = 0;
+    const int seeds = 3;
+    for (int s = 0; s < seeds; s++) {
+        double b, m;
+        synthetic_run("sketch.xgb", 100 + s, 6, 16, &b, &m);
+        bx += b / seeds;
+        mx += m / seeds;
+        synthetic_run("sketch.random", 100 + s, 6, 16, &b, &m);
+        br += b / seeds;
+        mr += m / seeds;
+    }
+    ck_assert_msg(bx <= br, "best: xgb %g, random %g", bx, br);
+    ck_assert_msg(mx < mr, "last round mean: xgb %g, random %g", mx, mr);
+}
+END_TEST
+
+static Suite *search_suite(void)
+{
+    Suite *s = suite_create("search");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, search_opts_default_are_ansors);
+    tcase_add_test(tc, search_policy_new_rejects_bad_input);
+    tcase_add_test(tc, search_candidate_layout_entry_and_reference);
+    tcase_add_test(tc, search_one_round_measures_real_kernels_and_tracks_the_best);
+    tcase_add_test(tc, search_never_proposes_measured_preloaded_or_reported_states);
+    tcase_add_test(tc, search_eps_greedy_share_and_population_follow_the_options);
+    tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
+    tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
+    tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(search_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,1366 @@
+/*
+ * The job manager: jobs, their threads and their rounds. See jobs.h.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jobs_int.h"
+#include "measure/hw_params.h"
+#include "sched/state.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/util.h"
+
+/* Candidate id of the reference kernel inside a Build request. */
+#define REF_ID UINT64_MAX
+/* How often a waiting round looks at the stop flags, in milliseconds. */
+#define POLL_MS 250
+/* Attempts of one Build or Run part on peers that failed before giving up. */
+#define MAX_ATTEMPTS 20
+
+struct job_round {
+    job_round_t *next;
+    job_t *job;
+    int task, n;
+    pthread_t th;
+    int done;
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static void cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+static int job_stopping(const job_t *j)
+{
+    return atomic_load(&j->m->stopping) || atomic_load(&j->cancel) || atomic_load(&j->failed);
+}
+
+/* Record why the job fails (first reason wins) and stop it. */
+static void job_fail(job_t *j, const char *what)
+{
+    pthread_mutex_lock(&j->mu);
+    if (!j->message) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s: %s", what, kt_err_msg());
+        j->message = kt_strdup(buf);
+        KT_ERROR("job %" PRId64 " failed: %s", j->id, buf);
+    }
+    atomic_store(&j->failed, 1);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- Peers ------------------------------------------------------------------------------- */
+
+/* Runners registered under `key` and how many are free now. */
+static void key_runners(kt_registry_t *reg, const char *key, int *total, int *free_)
+{
+    *total = *free_ = 0;
+    kt_queue_info_t *q = NULL;
+    int n = 0;
+    if (kt_registry_queues(reg, &q, &n) != 0)
+        return;
+    for (int i = 0; i < n; i++)
+        if (strcmp(q[i].key, key) == 0) {
+            *total = q[i].total;
+            *free_ = q[i].free;
+        }
+    free(q);
+}
+
+/* Live workers that build `target`. */
+static int live_workers(kt_registry_t *reg, const char *target)
+{
+    kt_peer_t *p = NULL;
+    int n = 0, count = 0;
+    if (kt_registry_peers(reg, &p, &n) != 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i].role != KT_PEER_WORKER || strcmp(p[i].state, "lost") == 0)
+            continue;
+        for (int k = 0; k < p[i].n_targets; k++)
+            if (strcmp(p[i].targets[k], target) == 0) {
+                count++;
+                break;
+            }
+    }
+    kt_peer_list_free(p, n);
+    return count;
+}
+
+/* ---- One round's candidates ---------------------------------------------------------------- */
+
+typedef struct {
+    kt_sched_state_t *st;
+    char *json;
+    uint64_t hash;
+    kt_search_candidate_t cand;
+    int made;
+    int err;                  /* KT_MEASURE_*; NO_ERROR until something fails */
+    char *msg;
+    double build_s;
+    uint8_t *art;             /* built artifact (NO_ERROR after the build) */
+    size_t art_len;
+    char art_hash[17];
+    double *costs;            /* run results */
+    int ncosts;
+    double all_cost;
+    double ts;
+} cand_t;
+
+static void cand_error(cand_t *c, int err, const char *fmt, const char *arg)
+{
+    char buf[2048];
+    snprintf(buf, sizeof buf, fmt, arg ? arg : "");
+    c->err = err;
+    free(c->msg);
+    c->msg = kt_strdup(buf);
+    if (c->ts == 0)
+        c->ts = kt_time_wall();
+}
+
+static void cand_clear(cand_t *c)
+{
+    kt_sched_state_free(c->st);
+    free(c->json);
+    kt_search_candidate_clear(&c->cand);
+    free(c->msg);
+    free(c->art);
+    free(c->costs);
+}
+
+/* A part of a round sent to one peer: the candidates idx[0..n-1]. */
+typedef struct {
+    job_t *j;
+    job_task_t *t;
+    cand_t *c;
+    int *idx;
+    int n;
+    int with_ref;             /* build: add the reference kernel */
+    int rc;                   /* 0, or stopped (KT_ESTATE) */
+} part_t;
+
+/* Run fn over the parts, in threads when there are several. */
+static void run_parts(void *(*fn)(void *), part_t *parts, int n)
+{
+    pthread_t *th = n > 1 ? calloc((size_t)n, sizeof *th) : NULL;
+    int *started = n > 1 ? calloc((size_t)n, sizeof *started) : NULL;
+    for (int i = 0; i < n; i++) {
+        if (th && started && pthread_create(&th[i], NULL, fn, &parts[i]) == 0)
+            started[i] = 1;
+        else
+            fn(&parts[i]);
+    }
+    for (int i = 0; th && started && i < n; i++)
+        if (started[i])
+            pthread_join(th[i], NULL);
+    free(th);
+    free(started);
+}
+
+/* Split idx[0..n-1] into k parts of consecutive candidates (k <= n). */
+static part_t *split(job_t *j, job_task_t *t, cand_t *c, int *idx, int n, int k)
+{
+    part_t *p = calloc((size_t)k, sizeof *p);
+    if (!p)
+        return NULL;
+    for (int i = 0, at = 0; i < k; i++) {
+        int len = n / k + (i < n % k);
+        p[i] = (part_t){.j = j, .t = t, .c = c, .idx = idx + at, .n = len};
+        at += len;
+    }
+    return p;
+}
+
+static void observe_rpc(job_t *j, const char *method, double seconds)
+{
+    if (j->m->m_rpc) {
+        const char *labels[] = {method};
+        kt_metrics_observe(j->m->m_rpc, labels, seconds);
+    }
+}
+
+/* ---- Build ----------------------------------------------------------------------------------- */
+
+static void build_apply(part_t *p, const Ktune__V1__BuildResponse *resp)
+{
+    job_task_t *t = p->t;
+    int *seen = calloc((size_t)p->n, sizeof *seen);
+    for (size_t r = 0; r < resp->n_results; r++) {
+        const Ktune__V1__BuildResult *b = resp->results[r];
+        if (b->candidate_id == REF_ID) {
+            if (b->error_code == KTUNE__V1__MEASURE_ERROR__NO_ERROR && b->artifact.len > 0 &&
+                (t->ref_art = malloc(b->artifact.len))) {
+                memcpy(t->ref_art, b->artifact.data, b->artifact.len);
+                t->ref_len = b->artifact.len;
+                snprintf(t->ref_hash, sizeof t->ref_hash, "%s",
+                         b->artifact_hash ? b->artifact_hash : "");
+            } else if (b->error_code != KTUNE__V1__MEASURE_ERROR__NO_ERROR) {
+                KT_WARN("job %" PRId64 ": the reference kernel of %s did not build: %s",
+                        p->j->id, t->key, b->error_msg ? b->error_msg : "");
+            }
+            continue;
+        }
+        for (int k = 0; k < p->n; k++) {
+            cand_t *c = &p->c[p->idx[k]];
+            if ((uint64_t)p->idx[k] + 1 != b->candidate_id || (seen && seen[k]))
+                continue;
+            if (seen)
+                seen[k] = 1;
+            c->build_s = b->time_cost;
+            if (b->error_code != KTUNE__V1__MEASURE_ERROR__NO_ERROR) {
+                int e = (int)b->error_code;
+                cand_error(c, e >= 0 && e < KT_MEASURE_NUM_ERRORS ? e : KT_MEASURE_UNKNOWN_ERROR,
+                           "%s", b->error_msg);
+            } else if (!b->artifact.len || !(c->art = malloc(b->artifact.len))) {
+                cand_error(c, KT_MEASURE_UNKNOWN_ERROR, "%s", "the worker returned no artifact");
+            } else {
+                memcpy(c->art, b->artifact.data, b->artifact.len);
+                c->art_len = b->artifact.len;
+                snprintf(c->art_hash, sizeof c->art_hash, "%s",
+                         b->artifact_hash ? b->artifact_hash : "");
+            }
+            break;
+        }
+    }
+    for (int k = 0; k < p->n; k++) {
+        cand_t *c = &p->c[p->idx[k]];
+        if (c->err == KT_MEASURE_NO_ERROR && !c->art)
+            cand_error(c, KT_MEASURE_UNKNOWN_ERROR, "%s", "the worker returned no result for it");
+    }
+    free(seen);
+}
+
+static void part_fail(part_t *p, const char *why)
+{
+    for (int k = 0; k < p->n; k++) {
+        cand_t *c = &p->c[p->idx[k]];
+        if (c->err == KT_MEASURE_NO_ERROR)
+            cand_error(c, KT_MEASURE_UNKNOWN_ERROR, "%s", why);
+    }
+}
+
+static void *build_part(void *arg)
+{
+    part_t *p = arg;
+    job_t *j = p->j;
+    kt_jobs_t *m = j->m;
+    const kt_job_opts_t *o = &j->view->opts;
+    int n = p->n + (p->with_ref ? 1 : 0);
+    Ktune__V1__BuildCandidate *bc = calloc((size_t)n, sizeof *bc);
+    Ktune__V1__BuildCandidate **bcp = calloc((size_t)n, sizeof *bcp);
+    if (!bc || !bcp) {
+        part_fail(p, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < n; k++) {
+        ktune__v1__build_candidate__init(&bc[k]);
+        if (k < p->n) {
+            cand_t *c = &p->c[p->idx[k]];
+            bc[k].candidate_id = (uint64_t)p->idx[k] + 1;
+            bc[k].source = c->cand.source;
+            bc[k].entry = c->cand.entry;
+        } else {
+            bc[k].candidate_id = REF_ID;
+            bc[k].source = p->t->ref.source;
+            bc[k].entry = p->t->ref.entry;
+        }
+        bcp[k] = &bc[k];
+    }
+    Ktune__V1__BuildRequest req = KTUNE__V1__BUILD_REQUEST__INIT;
+    req.target = (char *)p->t->target;
+    req.arch = "native";
+    req.candidates = bcp;
+    req.n_candidates = (size_t)n;
+    req.timeout_ms = o->build_timeout_ms;
+    /* A worker compiles at least one at a time: the whole batch in sequence
+     * bounds the call. */
+    int deadline = (int)fmin((double)n * o->build_timeout_ms + 30000, 3600000);
+    int waiting_logged = 0;
+    for (int attempt = 0;; attempt++) {
+        if (job_stopping(j)) {
+            p->rc = KT_ESTATE;
+            break;
+        }
+        kt_lease_t lease;
+        int rc = kt_registry_acquire_worker(m->reg, p->t->target, &lease);
+        if (rc == KT_ENOTFOUND) {
+            if (!waiting_logged++)
+                KT_INFO("job %" PRId64 ": waiting for a worker that builds %s", j->id,
+                        p->t->target);
+            attempt--;
+            sleep_ms(POLL_MS);
+            continue;
+        }
+        if (rc != 0) {
+            part_fail(p, kt_err_msg());
+            break;
+        }
+        Ktune__V1__BuildResponse *resp = NULL;
+        kt_rpc_status_t st = {0};
+        double t0 = kt_time_mono();
+        rc = kt_tracker_build(m->t, lease.address, &req, deadline, &resp, &st);
+        observe_rpc(j, "Build", kt_time_mono() - t0);
+        kt_registry_release(m->reg, &lease);
+        if (rc == 0) {
+            build_apply(p, resp);
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+            break;
+        }
+        if ((rc == KT_EUNAVAIL || rc == KT_ETIMEOUT) && attempt + 1 < MAX_ATTEMPTS) {
+            KT_WARN("job %" PRId64 ": build on worker %s failed (%s); trying again", j->id,
+                    lease.peer_id, kt_err_msg());
+            sleep_ms(POLL_MS);
+            continue;
+        }
+        char why[600];
+        snprintf(why, sizeof why, "build on worker %s failed: %s", lease.peer_id, kt_err_msg());
+        part_fail(p, why);
+        break;
+    }
+out:
+    free(bc);
+    free(bcp);
+    return NULL;
+}
+
+/* ---- Run --------------------------------------------------------------------------------------- */
+
+static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp)
+{
+    for (size_t r = 0; r < resp->n_results; r++) {
+        const Ktune__V1__MeasureResult *mr = resp->results[r];
+        for (int k = 0; k < p->n; k++) {
+            cand_t *c = &p->c[p->idx[k]];
+            if ((uint64_t)p->idx[k] + 1 != mr->candidate_id || c->ts != 0)
+                continue;
+            c->ts = mr->timestamp > 0 ? mr->timestamp : kt_time_wall();
+            c->all_cost = c->build_s + (mr->all_cost >= 0 ? mr->all_cost : 0);
+            int e = (int)mr->error_code;
+            if (e != KT_MEASURE_NO_ERROR) {
+                cand_error(c, e > 0 && e < KT_MEASURE_NUM_ERRORS ? e : KT_MEASURE_UNKNOWN_ERROR,
+                           "%s", mr->error_msg);
+            } else if (mr->n_costs == 0 || !(c->costs = malloc(mr->n_costs * sizeof *c->costs))) {
+                cand_error(c, KT_MEASURE_UNKNOWN_ERROR, "%s", "the runner returned no costs");
+            } else {
+                int ok = 1;
+                for (size_t q = 0; q < mr->n_costs; q++)
+                    ok &= isfinite(mr->costs[q]) && mr->costs[q] >= 0;
+                memcpy(c->costs, mr->costs, mr->n_costs * sizeof *c->costs);
+                c->ncosts = (int)mr->n_costs;
+                if (!ok)
+                    cand_error(c, KT_MEASURE_UNKNOWN_ERROR, "%s", "the runner returned bad costs");
+            }
+            break;
+        }
+    }
+    for (int k = 0; k < p->n; k++) {
+        cand_t *c = &p->c[p->idx[k]];
+        if (c->err == KT_MEASURE_NO_ERROR && c->ncosts == 0)
+            cand_error(c, KT_MEASURE_UNKNOWN_ERROR, "%s", "the runner returned no result for it");
+    }
+}
+
+/* Wait for a runner of the job's key; 0 with *lease, or KT_ESTATE when the
+ * job stops meanwhile. */
+static int lease_runner(job_t *j, kt_lease_t *lease)
+{
+    kt_registry_t *reg = j->m->reg;
+    int64_t ticket = kt_registry_request(reg, j->view->info->job.runner_key,
+                                         j->view->info->job.priority);
+    if (ticket < 0)
+        return (int)ticket;
+    for (;;) {
+        int rc = kt_registry_wait(reg, ticket, POLL_MS, lease);
+        if (rc != KT_ETIMEOUT)
+            return rc;
+        if (job_stopping(j)) {
+            if (kt_registry_cancel(reg, ticket) == 0)
+                return kt_err_set(KT_ESTATE, "job stopped");
+            /* Granted meanwhile: collect it to give it back. */
+            if (kt_registry_wait(reg, ticket, 0, lease) == 0)
+                kt_registry_release(reg, lease);
+            return kt_err_set(KT_ESTATE, "job stopped");
+        }
+    }
+}
+
+static void *run_part(void *arg)
+{
+    part_t *p = arg;
+    job_t *j = p->j;
+    kt_jobs_t *m = j->m;
+    const kt_job_opts_t *o = &j->view->opts;
+    Ktune__V1__RunCandidate *rc_ = calloc((size_t)p->n, sizeof *rc_);
+    Ktune__V1__RunCandidate **rcp = calloc((size_t)p->n, sizeof *rcp);
+    int64_t *elems = calloc((size_t)p->n * KT_MEASURE_MAX_BUFS, sizeof *elems);
+    kt_lease_t failed[MAX_ATTEMPTS];
+    int nfailed = 0;
+    if (!rc_ || !rcp || !elems) {
+        part_fail(p, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < p->n; k++) {
+        cand_t *c = &p->c[p->idx[k]];
+        Ktune__V1__RunCandidate *r = &rc_[k];
+        ktune__v1__run_candidate__init(r);
+        r->candidate_id = (uint64_t)p->idx[k] + 1;
+        r->artifact.data = c->art;
+        r->artifact.len = c->art_len;
+        r->artifact_hash = c->art_hash;
+        r->entry = c->cand.entry;
+        int64_t *e = elems + (size_t)k * KT_MEASURE_MAX_BUFS;
+        for (int b = 0; b < c->cand.layout.num_bufs; b++)
+            e[b] = c->cand.layout.num_elems[b];
+        r->buf_elems = e;
+        r->n_buf_elems = (size_t)c->cand.layout.num_bufs;
+        r->num_outputs = c->cand.layout.num_outputs;
+        if (p->t->ref_art) {
+            r->reference.data = p->t->ref_art;
+            r->reference.len = p->t->ref_len;
+            r->reference_hash = p->t->ref_hash;
+            r->reference_entry = p->t->ref.entry;
+        }
+        rcp[k] = r;
+    }
+    Ktune__V1__MeasureOptions mo = KTUNE__V1__MEASURE_OPTIONS__INIT;
+    mo.number = o->number;
+    mo.repeat = o->repeat;
+    mo.min_repeat_ms = o->min_repeat_ms;
+    mo.cooldown_interval = o->cooldown_interval;
+    mo.enable_cpu_cache_flush = o->enable_cpu_cache_flush;
+    mo.timeout_ms = o->timeout_ms;
+    mo.check_correctness = o->check_correctness && p->t->ref_art != NULL;
+    mo.num_threads = o->num_threads;
+    Ktune__V1__RunRequest req = KTUNE__V1__RUN_REQUEST__INIT;
+    req.target = (char *)p->t->target;
+    req.candidates = rcp;
+    req.n_candidates = (size_t)p->n;
+    req.options = &mo;
+    req.seed = o->seed;
+    /* Each candidate (and the reference once) is bounded by the timeout on
+     * the runner; queueing there is not, but a runner takes one batch. */
+    int deadline = (int)fmin((double)(p->n + 1) * (o->timeout_ms + 1000) + 30000, 3600000);
+    for (int attempt = 0;; attempt++) {
+        kt_lease_t lease;
+        int rc = lease_runner(j, &lease);
+        if (rc == KT_ESTATE) {
+            p->rc = KT_ESTATE;
+            break;
+        }
+        if (rc != 0) {
+            part_fail(p, kt_err_msg());
+            break;
+        }
+        Ktune__V1__RunResponse *resp = NULL;
+        kt_rpc_status_t st = {0};
+        double t0 = kt_time_mono();
+        rc = kt_tracker_run(m->t, lease.address, &req, deadline, &resp, &st);
+        observe_rpc(j, "Run", kt_time_mono() - t0);
+        if (rc == 0) {
+            /* The results are real even if the runner was dropped meanwhile. */
+            kt_registry_release(m->reg, &lease);
+            run_apply(p, resp);
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+            break;
+        }
+        if ((rc == KT_EUNAVAIL || rc == KT_ETIMEOUT || st.code == KT_RPC_CANCELLED) &&
+            attempt + 1 < MAX_ATTEMPTS) {
+            /* Keep the lease until the part is done elsewhere, so the queue
+             * does not hand us the same failing runner again; a dropped
+             * runner's lease is gone anyway. */
+            KT_WARN("job %" PRId64 ": run of %d candidates on runner %s (%s) failed (%s); "
+                    "re-queued", j->id, p->n, lease.peer_id, lease.address, kt_err_msg());
+            failed[nfailed++] = lease;
+            sleep_ms(POLL_MS);
+            continue;
+        }
+        kt_registry_release(m->reg, &lease);
+        char why[600];
+        snprintf(why, sizeof why, "run on runner %s failed: %s", lease.peer_id, kt_err_msg());
+        part_fail(p, why);
+        break;
+    }
+out:
+    for (int i = 0; i < nfailed; i++)
+        kt_registry_release(m->reg, &failed[i]);
+    free(rc_);
+    free(rcp);
+    free(elems);
+    return NULL;
+}
+
+/* ---- Rounds ---------------------------------------------------------------------------------- */
+
+/* The latency point of the scheduler's last complete on this thread. */
+static _Thread_local struct {
+    int set;
+    int64_t trials;
+    double elapsed, latency;
+} tl_point;
+
+static void on_latency(void *user, int64_t trials, double elapsed, double est)
+{
+    job_t *j = user;
+    pthread_mutex_lock(&j->mu);
+    json_array_append_new(j->curve, json_pack("[I, o]", (json_int_t)trials,
+                                              isfinite(est) ? json_real(est) : json_null()));
+    pthread_mutex_unlock(&j->mu);
+    tl_point.set = 1;
+    tl_point.trials = trials;
+    tl_point.elapsed = elapsed;
+    tl_point.latency = est;
+}
+
+static int has_measured(void *user, uint64_t hash)
+{
+    job_task_t *t = user;
+    return t->store && kt_store_has_measured(t->store, t->key, t->target, hash) == 1;
+}
+
+/* Commit the round's records; 0 only after COMMIT. */
+static int commit(job_t *j, job_task_t *t, kt_store_t *st, cand_t *c, int n)
+{
+    kt_record_t *recs = calloc((size_t)n, sizeof *recs);
+    if (!recs)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        int ok = c[i].err == KT_MEASURE_NO_ERROR;
+        recs[i] = (kt_record_t){.workload_key = t->key,
+                                .target = t->target,
+                                .state_json = c[i].json,
+                                .state_hash = c[i].hash,
+                                .costs = ok ? c[i].costs : NULL,
+                                .ncosts = ok ? c[i].ncosts : 0,
+                                .error_code = c[i].err,
+                                .error_msg = c[i].msg,
+                                .all_cost = c[i].all_cost > 0 ? c[i].all_cost : c[i].build_s,
+                                .timestamp = c[i].ts > 0 ? c[i].ts : kt_time_wall(),
+                                .runner_key = j->view->info->job.runner_key,
+                                .job_id = j->id};
+    }
+    int rc = kt_store_put_records(st, recs, (size_t)n);
+    free(recs);
+    return rc;
+}
+
+/* The round proper; 0 (completed or aborted because the job stops) or
+ * negative (the job fails). */
+static int round_run(job_round_t *r, kt_store_t *st)
+{
+    job_t *j = r->job;
+    job_task_t *t = &j->tasks[r->task];
+    const kt_workload_t *wl = j->view->wl[r->task];
+    kt_sched_state_t **states = NULL;
+    t->store = st;
+    int n = kt_search_propose(t->policy, r->n, &states);
+    if (n < 0)
+        return n;
+    if (n == 0) {
+        free(states);
+        KT_INFO("job %" PRId64 ": task %d has no new candidates", j->id, r->task);
+        return kt_scheduler_complete(j->sched, r->task, NULL, 0);
+    }
+    cand_t *c = calloc((size_t)n, sizeof *c);
+    int *idx = calloc((size_t)n, sizeof *idx);
+    double *costs = calloc((size_t)n, sizeof *costs);
+    int rc = 0;
+    if (!c || !idx || !costs) {
+        for (int i = 0; i < n; i++)
+            kt_sched_state_free(states[i]);
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
+        c[i].st = states[i];
+    for (int i = 0; i < n; i++) {
+        if (!(c[i].json = kt_sched_state_to_json(c[i].st, kt_workload_dag(wl)))) {
+            rc = kt_err_code() ? kt_err_code() : KT_ENOMEM;
+            goto out;
+        }
+        c[i].hash = kt_sched_state_hash(c[i].st, kt_workload_dag(wl));
+        if (kt_search_candidate_make(wl, c[i].st, NULL, &c[i].cand) == 0)
+            c[i].made = 1;
+        else
+            cand_error(&c[i], KT_MEASURE_INSTANTIATION_ERROR, "%s", kt_err_msg());
+    }
+    if (!t->have_ref) {
+        if ((rc = kt_search_candidate_reference(wl, &t->ref)) != 0)
+            goto out;
+        t->have_ref = 1;
+    }
+
+    /* Build: the made candidates over the live workers (and the reference
+     * with the first part until it is built). */
+    int nb = 0;
+    for (int i = 0; i < n; i++)
+        if (c[i].made)
+            idx[nb++] = i;
+    if (nb > 0) {
+        int k = live_workers(j->m->reg, t->target);
+        k = k < 1 ? 1 : k > nb ? nb : k;
+        part_t *parts = split(j, t, c, idx, nb, k);
+        if (!parts) {
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+            goto out;
+        }
+        parts[0].with_ref = t->ref_art == NULL;
+        run_parts(build_part, parts, k);
+        int stopped = 0;
+        for (int i = 0; i < k; i++)
+            stopped |= parts[i].rc != 0;
+        free(parts);
+        if (stopped)
+            goto aborted;
+    }
+    if (!t->ref_art && j->view->opts.check_correctness)
+        for (int i = 0; i < n; i++)
+            if (c[i].err == KT_MEASURE_NO_ERROR)
+                cand_error(&c[i], KT_MEASURE_UNKNOWN_ERROR, "%s",
+                           "the reference kernel did not build, so the output cannot be checked");
+
+    /* Run: the built candidates over every free runner of the key, in
+     * batches of at most KT_JOBS_MAX_RUN_BATCH. */
+    int nr = 0;
+    for (int i = 0; i < n; i++)
+        if (c[i].err == KT_MEASURE_NO_ERROR)
+            idx[nr++] = i;
+    if (nr > 0) {
+        int total, free_;
+        key_runners(j->m->reg, j->view->info->job.runner_key, &total, &free_);
+        int k = (nr + KT_JOBS_MAX_RUN_BATCH - 1) / KT_JOBS_MAX_RUN_BATCH;
+        if (free_ > k)
+            k = free_;
+        if (k > nr)
+            k = nr;
+        part_t *parts = split(j, t, c, idx, nr, k);
+        if (!parts) {
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+            goto out;
+        }
+        run_parts(run_part, parts, k);
+        int stopped = 0;
+        for (int i = 0; i < k; i++)
+            stopped |= parts[i].rc != 0;
+        free(parts);
+        if (stopped)
+            goto aborted;
+    }
+    if (job_stopping(j))
+        goto aborted;
+
+    /* Commit, then tell the policy and the scheduler. */
+    if ((rc = commit(j, t, st, c, n)) != 0) {
+        kt_err_prefix("storing the records of task %d", r->task);
+        goto out;
+    }
+    int valid = 0;
+    for (int i = 0; i < n; i++) {
+        const char *labels[] = {kt_measure_error_name(c[i].err)};
+        if (j->m->m_measurements)
+            kt_metrics_add(j->m->m_measurements, labels, 1);
+        double mean = 0;
+        for (int q = 0; q < c[i].ncosts; q++)
+            mean += c[i].costs[q] / c[i].ncosts;
+        costs[i] = c[i].err == KT_MEASURE_NO_ERROR && mean > 0 ? mean : INFINITY;
+        valid += isfinite(costs[i]);
+        states[i] = c[i].st;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->reserved += n - r->n;
+    r->n = n;   /* what is reserved now */
+    pthread_mutex_unlock(&j->mu);
+    if ((rc = kt_search_feedback(t->policy, states, costs, n)) != 0)
+        goto out;
+    tl_point.set = 0;
+    if ((rc = kt_scheduler_complete(j->sched, r->task, costs, n)) != 0)
+        goto out;
+    r->n = 0;   /* committed: nothing to give back */
+    if (tl_point.set && isfinite(tl_point.latency) &&
+        kt_store_log_latency(st, j->id, tl_point.trials, tl_point.elapsed, tl_point.latency) != 0)
+        KT_WARN("job %" PRId64 ": %s", j->id, kt_err_msg());
+    if (j->m->m_rounds)
+        kt_metrics_add(j->m->m_rounds, NULL, 1);
+    KT_DEBUG("job %" PRId64 ": task %d round of %d done, %d valid", j->id, r->task, n, valid);
+    goto out;
+aborted:
+    rc = 0;
+    kt_scheduler_abort(j->sched, r->task);
+out:
+    if (rc != 0 && kt_scheduler_in_flight(j->sched, r->task))
+        kt_scheduler_abort(j->sched, r->task);
+    t->store = NULL;
+    if (c)
+        for (int i = 0; i < n; i++)
+            cand_clear(&c[i]);
+    free(c);
+    free(idx);
+    free(costs);
+    free(states);
+    return rc;
+}
+
+static void *round_main(void *arg)
+{
+    job_round_t *r = arg;
+    job_t *j = r->job;
+    kt_store_t *st = kt_store_open(j->m->db, 0);
+    int rc = st ? round_run(r, st) : kt_err_code();
+    if (rc != 0) {
+        kt_err_prefix("task %d", r->task);
+        job_fail(j, "round");
+        if (!st)
+            kt_scheduler_abort(j->sched, r->task);
+    }
+    kt_store_close(st);
+    pthread_mutex_lock(&j->mu);
+    j->reserved -= r->n;
+    j->in_flight--;
+    j->seq++;
+    r->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* Join the rounds that ended. Under j->mu. */
+static void reap_rounds(job_t *j)
+{
+    for (job_round_t **pp = &j->rounds; *pp;) {
+        job_round_t *r = *pp;
+        if (r->done) {
+            pthread_join(r->th, NULL);
+            *pp = r->next;
+            free(r);
+        } else {
+            pp = &r->next;
+        }
+    }
+}
+
+/* ---- The job thread ------------------------------------------------------------------------ */
+
+static void set_state(job_t *j, kt_store_t *st, const char *state)
+{
+    if (st && kt_store_set_job_state(st, j->id, state) != 0)
+        KT_WARN("job %" PRId64 ": %s", j->id, kt_err_msg());
+    pthread_mutex_lock(&j->mu);
+    snprintf(j->state, sizeof j->state, "%s", state);
+    j->seq++;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void *job_main(void *arg)
+{
+    job_t *j = arg;
+    kt_jobs_t *m = j->m;
+    kt_store_t *st = kt_store_open(m->db, 0);
+    if (!st) {
+        job_fail(j, "opening the store");
+    } else {
+        set_state(j, st, "running");
+    }
+    int done = 0;
+    const char *key = j->view->info->job.runner_key;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        reap_rounds(j);
+        int in_flight = j->in_flight;
+        pthread_mutex_unlock(&j->mu);
+        if (job_stopping(j) || done) {
+            if (in_flight == 0)
+                break;
+        } else {
+            int total, free_;
+            key_runners(m->reg, key, &total, &free_);
+            /* One round per runner measuring, plus one being searched. */
+            int limit = (total > 0 ? total : 1) + 1;
+            while (in_flight < limit && !job_stopping(j)) {
+                int task, n;
+                int rc = kt_scheduler_next(j->sched, &task, &n);
+                if (rc == KT_SCHEDULER_BUSY)
+                    break;
+                if (rc == KT_SCHEDULER_DONE) {
+                    done = 1;
+                    break;
+                }
+                if (rc < 0) {
+                    job_fail(j, "task scheduler");
+                    break;
+                }
+                job_round_t *r = calloc(1, sizeof *r);
+                pthread_mutex_lock(&j->mu);
+                int64_t left = j->view->opts.trials - j->reserved;
+                if (n > left && left > 0)
+                    n = (int)left;
+                if (r) {
+                    *r = (job_round_t){.job = j, .task = task, .n = n};
+                    j->reserved += n;
+                    j->in_flight++;
+                }
+                if (!r || pthread_create(&r->th, NULL, round_main, r) != 0) {
+                    if (r) {
+                        j->reserved -= n;
+                        j->in_flight--;
+                    }
+                    pthread_mutex_unlock(&j->mu);
+                    free(r);
+                    kt_scheduler_abort(j->sched, task);
+                    kt_err_set(KT_ENOMEM, "cannot start a round thread");
+                    job_fail(j, "dispatch");
+                    break;
+                }
+                r->next = j->rounds;
+                j->rounds = r;
+                in_flight = j->in_flight;
+                pthread_mutex_unlock(&j->mu);
+            }
+            if (done && in_flight == 0)
+                break;
+        }
+        pthread_mutex_lock(&j->mu);
+        struct timespec ts;
+        deadline_in(&ts, 1000);
+        int any_done = 0;
+        for (job_round_t *r = j->rounds; r; r = r->next)
+            any_done |= r->done;
+        if (!any_done)
+            pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        pthread_mutex_unlock(&j->mu);
+    }
+    pthread_mutex_lock(&j->mu);
+    reap_rounds(j);
+    pthread_mutex_unlock(&j->mu);
+
+    const char *final = NULL;
+    char msg[512] = "";
+    if (atomic_load(&j->failed)) {
+        final = "failed";
+    } else if (atomic_load(&j->cancel)) {
+        final = "cancelled";
+        snprintf(msg, sizeof msg, "cancelled after %lld trials",
+                 (long long)kt_scheduler_total_trials(j->sched));
+    } else if (done) {
+        final = "done";
+        snprintf(msg, sizeof msg, "%s", kt_scheduler_finish_message(j->sched));
+    }
+    if (final) {
+        pthread_mutex_lock(&j->mu);
+        if (!j->message && *msg)
+            j->message = kt_strdup(msg);
+        pthread_mutex_unlock(&j->mu);
+        set_state(j, st, final);
+        KT_INFO("job %" PRId64 " %s: %s", j->id, final, j->message ? j->message : "");
+    } else {
+        KT_INFO("job %" PRId64 " stopped with the tracker after %lld trials; it resumes when the "
+                "tracker starts again on this store", j->id,
+                (long long)kt_scheduler_total_trials(j->sched));
+    }
+    kt_store_close(st);
+    pthread_mutex_lock(&j->mu);
+    j->finished = 1;
+    j->seq++;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* ---- Loading a job --------------------------------------------------------------------------- */
+
+static void job_free(job_t *j)
+{
+    if (!j)
+        return;
+    if (j->tasks && j->view)
+        for (int i = 0; i < j->view->ntasks; i++) {
+            kt_search_policy_free(j->tasks[i].policy);
+            kt_search_candidate_clear(&j->tasks[i].ref);
+            free(j->tasks[i].ref_art);
+        }
+    free(j->tasks);
+    kt_scheduler_free(j->sched);
+    kt_job_view_free(j->view);
+    json_decref(j->curve);
+    free(j->message);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static int preload(int task, const kt_record_t *r, void *ctx)
+{
+    job_t *j = ctx;
+    double cost = r->error_code == KT_MEASURE_NO_ERROR ? r->mean_cost : -1;
+    if (kt_search_preload(j->tasks[task].policy, r->state_json, cost) != 0)
+        KT_DEBUG("job %" PRId64 ": task %d: stored state skipped: %s", j->id, task, kt_err_msg());
+    return 0;
+}
+
+/* The sched parameters of the job's runners: a registered runner of the key
+ * describes its device; else this host. */
+static void job_params(kt_jobs_t *m, const char *key, kt_sched_params_t *p)
+{
+    kt_sched_params_default(p);
+    kt_peer_t *peers = NULL;
+    int n = 0;
+    if (kt_registry_peers(m->reg, &peers, &n) != 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        const kt_peer_t *q = &peers[i];
+        if (q->role != KT_PEER_RUNNER || strcmp(q->key, key) != 0 || !q->device)
+            continue;
+        if (q->device->num_cores > 0)
+            p->num_cores = q->device->num_cores;
+        if (q->device->vector_unit_bytes > 0)
+            p->vector_bytes = q->device->vector_unit_bytes;
+        break;
+    }
+    kt_peer_list_free(peers, n);
+}
+
+/* A job from the store, with its policies preloaded and its scheduler
+ * restored from the records. */
+static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
+{
+    job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    cond_init_mono(&j->cv);
+    j->m = m;
+    j->id = id;
+    if (!(j->curve = json_array())) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (kt_job_view_load(st, id, &j->view) != 0)
+        goto fail;
+    kt_job_view_t *v = j->view;
+    snprintf(j->state, sizeof j->state, "%s", v->info->job.state);
+    job_params(m, v->info->job.runner_key, &j->params);
+    if (!(j->tasks = calloc((size_t)v->ntasks, sizeof *j->tasks))) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < v->ntasks; i++) {
+        job_task_t *t = &j->tasks[i];
+        t->key = v->info->tasks[i].workload_key;
+        t->target = v->info->job.target;
+        kt_search_opts_t so;
+        kt_search_opts_default(&so);
+        so.policy = v->info->job.policy;
+        so.seed = v->opts.seed * 1000003u + (uint64_t)i;
+        if (!(t->policy = kt_search_policy_new(v->wl[i], &j->params, &so, NULL, i))) {
+            kt_err_prefix("task %d", i);
+            goto fail;
+        }
+        kt_search_set_has_measured(t->policy, has_measured, t);
+    }
+    kt_scheduler_config_t cfg;
+    kt_scheduler_config_default(&cfg);
+    cfg.table_out = NULL;
+    cfg.max_in_flight = v->ntasks;
+    cfg.latency_log = on_latency;
+    cfg.latency_user = j;
+    if (!(j->sched = kt_job_view_scheduler(st, v, &cfg, preload, j)))
+        goto fail;
+    kt_store_latency_t *pts = NULL;
+    size_t npts = 0;
+    if (kt_store_read_latency(st, id, &pts, &npts) == 0)
+        for (size_t i = 0; i < npts; i++)
+            json_array_append_new(j->curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
+                                                      pts[i].latency));
+    free(pts);
+    j->reserved = kt_scheduler_total_trials(j->sched);
+    return j;
+fail:
+    kt_err_prefix("job %" PRId64, id);
+    job_free(j);
+    return NULL;
+}
+
+/* Add a loaded job to the manager and start its thread. */
+static int job_start(kt_jobs_t *m, job_t *j)
+{
+    pthread_mutex_lock(&m->mu);
+    if (pthread_create(&j->thread, NULL, job_main, j) != 0) {
+        pthread_mutex_unlock(&m->mu);
+        return kt_err_set(KT_ENOMEM, "cannot start the job thread");
+    }
+    j->thread_started = 1;
+    j->next = m->jobs;
+    m->jobs = j;
+    pthread_mutex_unlock(&m->mu);
+    int64_t restored = kt_scheduler_total_trials(j->sched);
+    KT_INFO("job %" PRId64 ": %d task%s, %lld trials (%lld stored), target %s, runner key %s, "
+            "%s, %s", j->id, j->view->ntasks, j->view->ntasks == 1 ? "" : "s",
+            (long long)j->view->opts.trials, (long long)restored, j->view->info->job.target,
+            j->view->info->job.runner_key, j->view->info->job.strategy,
+            j->view->info->job.policy);
+    return 0;
+}
+
+/* ---- Submit --------------------------------------------------------------------------------- */
+
+static int key_ok(const char *k)
+{
+    size_t n = strlen(k);
+    return n > 0 && n < KT_REGISTRY_KEY_MAX &&
+           strspn(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") == n;
+}
+
+int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
+{
+    if (atomic_load(&m->stopping))
+        return kt_err_set(KT_ESTATE, "the tracker is stopping; submit again when it is back");
+    if (!in || in->n_tasks == 0)
+        return kt_err_set(KT_EINVAL, "a job needs at least one task");
+    const char *target = in->target && *in->target ? in->target : "cpu";
+    if (strcmp(target, "cuda") == 0)
+        return kt_err_set(KT_EUNSUP, "target cuda: ktune cannot generate CUDA kernels yet (no "
+                                     "CUDA code generator); tune with target cpu");
+    if (strcmp(target, "cpu") != 0)
+        return kt_err_set(KT_EINVAL, "unknown target '%s' (cpu or cuda)", target);
+    const char *strategy = in->strategy && *in->strategy ? in->strategy : "gradient";
+    if (kt_scheduler_strategy_parse(strategy) < 0)
+        return kt_err_set(KT_EINVAL,
+                          "unknown strategy '%s' (gradient, round-robin or sequential)", strategy);
+    const char *policy = in->policy && *in->policy ? in->policy : "sketch.xgb";
+    if (strcmp(policy, "sketch.xgb") != 0 && strcmp(policy, "sketch.random") != 0)
+        return kt_err_set(KT_EINVAL, "unknown policy '%s' (sketch.xgb or sketch.random)", policy);
+    const char *key = in->runner_key && *in->runner_key ? in->runner_key : "cpu";
+    if (!key_ok(key))
+        return kt_err_set(KT_EINVAL, "runner key '%s': letters, digits and ._:- only", key);
+    kt_job_opts_t opts;
+    int rc = kt_job_opts_from_proto(in->options, &opts);
+    if (rc != 0)
+        return rc;
+    if (opts.trials < (int64_t)in->n_tasks)
+        return kt_err_set(KT_EINVAL,
+                          "num_measure_trials (%lld) must be at least the number of tasks (%zu)",
+                          (long long)opts.trials, in->n_tasks);
+    int n = (int)in->n_tasks;
+    kt_workload_t **wl = calloc((size_t)n, sizeof *wl);
+    kt_store_task_t *tasks = calloc((size_t)n, sizeof *tasks);
+    json_t *oj = kt_job_opts_to_json(&opts);
+    char *opts_text = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(oj);
+    if (!wl || !tasks || !opts_text) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const Ktune__V1__Task *t = in->tasks[i];
+        if (!t || !t->workload || !t->workload->json || !*t->workload->json) {
+            rc = kt_err_set(KT_EINVAL, "task %d has no workload JSON", i);
+            goto out;
+        }
+        if (t->target && *t->target && strcmp(t->target, target) != 0) {
+            rc = kt_err_set(KT_EINVAL, "task %d is for target '%s', the job for '%s'", i,
+                            t->target, target);
+            goto out;
+        }
+        if (!(t->weight >= 0) || !isfinite(t->weight)) {
+            rc = kt_err_set(KT_EINVAL, "task %d: weight must be >= 0", i);
+            goto out;
+        }
+        if (!(wl[i] = kt_workload_parse(t->workload->json))) {
+            rc = kt_err_code();
+            kt_err_prefix("task %d", i);
+            goto out;
+        }
+        for (int k = 0; k < i; k++)
+            if (strcmp(kt_workload_key(wl[k]), kt_workload_key(wl[i])) == 0) {
+                rc = kt_err_set(KT_EINVAL, "tasks %d and %d have the same workload %s", k, i,
+                                kt_workload_key(wl[i]));
+                goto out;
+            }
+        tasks[i] = (kt_store_task_t){.index = i,
+                                     .workload_key = kt_workload_key(wl[i]),
+                                     .weight = t->weight > 0 ? t->weight : 1,
+                                     .target = target};
+    }
+    kt_store_job_t job = {.created = kt_time_wall(),
+                          .state = "queued",
+                          .target = target,
+                          .runner_key = key,
+                          .strategy = strategy,
+                          .policy = policy,
+                          .options_json = opts_text,
+                          .priority = in->priority};
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; rc == 0 && i < n; i++)
+        rc = kt_store_put_workload(m->store, kt_workload_key(wl[i]), kt_workload_json(wl[i]),
+                                   kt_workload_flops(wl[i]));
+    if (rc == 0)
+        rc = kt_store_put_job(m->store, &job, tasks, n);
+    job_t *j = rc == 0 ? job_load(m, m->store, job.id) : NULL;
+    if (rc == 0 && !j) {
+        rc = kt_err_code();
+        kt_store_set_job_state(m->store, job.id, "failed");
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (rc != 0)
+        goto out;
+    if ((rc = job_start(m, j)) != 0) {
+        job_free(j);
+        goto out;
+    }
+    *id = job.id;
+out:
+    for (int i = 0; wl && i < n; i++)
+        kt_workload_free(wl[i]);
+    free(wl);
+    free(tasks);
+    free(opts_text);
+    return rc;
+}
+
+/* ---- Cancel, find ----------------------------------------------------------------------------- */
+
+job_t *kt_jobs_find(kt_jobs_t *m, int64_t id)
+{
+    pthread_mutex_lock(&m->mu);
+    job_t *j = m->jobs;
+    while (j && j->id != id)
+        j = j->next;
+    pthread_mutex_unlock(&m->mu);
+    return j;
+}
+
+int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms)
+{
+    job_t *j = kt_jobs_find(m, id);
+    if (!j) {
+        pthread_mutex_lock(&m->mu);
+        kt_store_job_info_t *info = NULL;
+        int rc = kt_store_get_job(m->store, id, &info);
+        if (rc == 0) {
+            rc = kt_err_set(KT_ESTATE, "job %lld is %s", (long long)id, info->job.state);
+            kt_store_job_info_free(info);
+        } else if (rc == KT_ENOTFOUND) {
+            kt_err_set(KT_ENOTFOUND, "no job %lld", (long long)id);
+        }
+        pthread_mutex_unlock(&m->mu);
+        return rc;
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->finished) {
+        int rc = kt_err_set(KT_ESTATE, "job %lld is %s", (long long)id, j->state);
+        pthread_mutex_unlock(&j->mu);
+        return rc;
+    }
+    atomic_store(&j->cancel, 1);
+    pthread_cond_broadcast(&j->cv);
+    struct timespec ts;
+    deadline_in(&ts, wait_ms);
+    while (!j->finished && pthread_cond_timedwait(&j->cv, &j->mu, &ts) == 0)
+        ;
+    pthread_mutex_unlock(&j->mu);
+    KT_INFO("job %lld: cancelled", (long long)id);
+    return 0;
+}
+
+/* ---- Status snapshot and metrics ------------------------------------------------------------ */
+
+json_t *kt_jobs_job_json(job_t *j)
+{
+    json_t *o = kt_scheduler_snapshot(j->sched);
+    if (!o)
+        return NULL;
+    const kt_store_job_t *sj = &j->view->info->job;
+    pthread_mutex_lock(&j->mu);
+    json_t *own = json_pack("{s:I, s:s, s:s, s:s, s:s, s:i, s:f, s:s, s:O}", "id",
+                            (json_int_t)j->id, "state", j->state, "target", sj->target, "policy",
+                            sj->policy, "runner_key", sj->runner_key, "priority", sj->priority,
+                            "created", sj->created, "message", j->message ? j->message : "",
+                            "curve", j->curve);
+    pthread_mutex_unlock(&j->mu);
+    if (!own || json_object_update(o, own) != 0) {
+        json_decref(own);
+        json_decref(o);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    json_decref(own);
+    return o;
+}
+
+static int snapshot(void *user, json_t *snap)
+{
+    kt_jobs_t *m = user;
+    json_t *jobs = json_array();
+    if (!jobs)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    pthread_mutex_lock(&m->mu);
+    job_t *list = m->jobs;
+    pthread_mutex_unlock(&m->mu);
+    /* Jobs are only ever prepended and live until kt_jobs_free. */
+    for (job_t *j = list; j; j = j->next) {
+        json_t *o = kt_jobs_job_json(j);
+        if (!o) {
+            json_decref(jobs);
+            return kt_err_code();
+        }
+        json_array_insert_new(jobs, 0, o);
+    }
+    return json_object_set_new(snap, "jobs", jobs) == 0 ? 0 : kt_err_set(KT_ENOMEM, "oom");
+}
+
+static void collect(void *user, kt_metrics_t *metrics)
+{
+    (void)metrics;
+    kt_jobs_t *m = user;
+    static const char *states[] = {"queued", "running", "done", "cancelled", "failed"};
+    int count[5] = {0};
+    pthread_mutex_lock(&m->mu);
+    for (job_t *j = m->jobs; j; j = j->next) {
+        pthread_mutex_lock(&j->mu);
+        for (int i = 0; i < 5; i++)
+            count[i] += strcmp(j->state, states[i]) == 0;
+        pthread_mutex_unlock(&j->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    for (int i = 0; i < 5; i++) {
+        const char *labels[] = {states[i]};
+        kt_metrics_set(m->m_jobs, labels, count[i]);
+    }
+}
+
+/* ---- Create / start / stop ---------------------------------------------------------------------- */
+
+kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
+{
+    kt_jobs_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    cond_init_mono(&m->cv);
+    m->t = t;
+    m->reg = kt_tracker_registry(t);
+    if (!(m->db = kt_strdup(db_path && *db_path ? db_path : KT_JOBS_DEFAULT_DB)))
+        goto fail;
+    if (!(m->store = kt_store_open(m->db, KT_STORE_CREATE))) {
+        kt_err_prefix("store %s", m->db);
+        goto fail;
+    }
+    kt_metrics_t *mx = kt_tracker_metrics(t);
+    static const char *err_l[] = {"error"}, *state_l[] = {"state"}, *method_l[] = {"method"};
+    m->m_measurements = kt_metrics_counter(mx, "measurements_total",
+                                           "Measurements committed to the store, by error code",
+                                           1, err_l);
+    m->m_rounds = kt_metrics_counter(mx, "rounds_total", "Search rounds committed", 0, NULL);
+    m->m_jobs = kt_metrics_gauge(mx, "jobs", "Jobs known to this tracker, by state", 1, state_l);
+    m->m_rpc = kt_metrics_histogram(mx, "peer_rpc_seconds",
+                                    "Duration of Build and Run calls to workers and runners", 1,
+                                    method_l, kt_metrics_latency_buckets,
+                                    kt_metrics_latency_buckets_len);
+    if (!m->m_measurements || !m->m_rounds || !m->m_jobs || !m->m_rpc ||
+        kt_metrics_add_collector(mx, collect, m) != 0 ||
+        kt_tracker_add_snapshot(t, snapshot, m) != 0 || kt_jobs_rpc_add(m) != 0)
+        goto fail;
+    return m;
+fail:
+    kt_jobs_free(m);
+    return NULL;
+}
+
+int kt_jobs_start(kt_jobs_t *m)
+{
+    static const char *resume[] = {"running", "queued"};
+    for (int s = 0; s < 2; s++) {
+        int64_t *ids = NULL;
+        size_t n = 0;
+        pthread_mutex_lock(&m->mu);
+        int rc = kt_store_list_jobs(m->store, resume[s], &ids, &n);
+        pthread_mutex_unlock(&m->mu);
+        if (rc != 0)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            pthread_mutex_lock(&m->mu);
+            job_t *j = job_load(m, m->store, ids[i]);
+            if (!j) {
+                KT_ERROR("cannot resume: %s", kt_err_msg());
+                kt_store_set_job_state(m->store, ids[i], "failed");
+            }
+            pthread_mutex_unlock(&m->mu);
+            if (j && job_start(m, j) != 0) {
+                KT_ERROR("job %" PRId64 ": %s", ids[i], kt_err_msg());
+                job_free(j);
+            } else if (j) {
+                KT_INFO("job %" PRId64 ": resumed from the store", ids[i]);
+            }
+        }
+        free(ids);
+    }
+    return 0;
+}
+
+void kt_jobs_stop(kt_jobs_t *m)
+{
+    if (!m)
+        return;
+    atomic_store(&m->stopping, 1);
+    pthread_mutex_lock(&m->mu);
+    job_t *list = m->jobs;
+    pthread_mutex_unlock(&m->mu);
+    for (job_t *j = list; j; j = j->next) {
+        pthread_mutex_lock(&j->mu);
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    }
+    for (job_t *j = list; j; j = j->next)
+        if (j->thread_started) {
+            pthread_join(j->thread, NULL);
+            j->thread_started = 0;
+        }
+}
+
+void kt_jobs_free(kt_jobs_t *m)
+{
+    if (!m)
+        return;
+    kt_jobs_stop(m);
+    for (job_t *j = m->jobs, *next; j; j = next) {
+        next = j->next;
+        job_free(j);
+    }
+    kt_store_close(m->store);
+    free(m->db);
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}

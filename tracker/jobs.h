@@ -1,0 +1,82 @@
+/*
+ * The tracker's job manager: tuning jobs from SubmitJob to their last record.
+ *
+ * A job is a set of tasks (workload + weight) on one target, tuned with a
+ * total budget of measurement trials on the runners of one device key. The
+ * job, its workloads and tasks are stored in the record store when it is
+ * submitted; every measurement becomes a record there. Each running job has a
+ * thread driving a task scheduler (common/scheduler) over its tasks, with one
+ * search policy (common/search) per task. One round of a task is:
+ *
+ *   propose n new states -> make their C candidates (+ the task's reference
+ *   kernel, built once) -> Build on workers (split over the live workers) ->
+ *   Run on runners of the job's key (split over all free runners; each part
+ *   waits for a lease in the key's queue, fairly among jobs by priority and
+ *   age) -> commit the records in one transaction -> feed the costs back to
+ *   the policy -> complete the scheduler's round.
+ *
+ * A measurement counts once its COMMIT returned: only then do the policy and
+ * the scheduler see it. Rounds of different tasks overlap (as many as the
+ * key has runners, plus one being searched), so search overlaps measurement.
+ * A part whose runner fails (dropped, unreachable, deadline) is re-queued to
+ * another runner; its states are measured once. States measured before, by
+ * this job or any other in the store, are never proposed again.
+ *
+ * Resume: on start the manager restarts every job the store lists as queued
+ * or running, restoring each task's progress from the records of its
+ * (workload, target) (job_view.h) and preloading the policies with them. A
+ * stopped manager leaves its jobs "running" in the store for that; a
+ * cancelled job is "cancelled", a finished one "done", one that hit an
+ * internal error "failed" with the reason logged and kept in memory.
+ *
+ * Served on the tracker (jobs_rpc.c): Tracker/SubmitJob, CancelJob,
+ * JobStatus, ListJobs, WatchJob (a JobProgress per completed round until the
+ * job ends or the client leaves), QueryBest and ListRecords; the status
+ * snapshot's "jobs" and job metrics.
+ *
+ * Ownership: the manager borrows the tracker (which must outlive it) and
+ * owns its jobs, store handles and threads. Threads: kt_jobs_new, start,
+ * stop and free from the tracker's main thread (stop before
+ * kt_tracker_stop); kt_jobs_submit and kt_jobs_cancel from any thread.
+ */
+#ifndef KT_TRACKER_JOBS_H
+#define KT_TRACKER_JOBS_H
+
+#include <stdint.h>
+
+#include "ktune.pb-c.h"
+#include "tracker.h"
+
+typedef struct kt_jobs kt_jobs_t;
+
+/* The store ktune-tracker uses when --db is not given. */
+#define KT_JOBS_DEFAULT_DB "ktune.db"
+/* Most candidates one Run request carries: a part stays short enough to
+ * re-queue cheaply and to let a stopping tracker finish quickly. */
+#define KT_JOBS_MAX_RUN_BATCH 16
+
+/* ---- create / start / stop ------------------------------------------------------------- */
+
+/* Open (create) the store at db_path and add the job RPCs, the snapshot
+ * function and the metrics to `t` (before kt_tracker_start). NULL + kt_err. */
+kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path);
+/* Resume the unfinished jobs of the store (after kt_tracker_start). A job
+ * that cannot be resumed is marked failed and logged; 0 or a store error. */
+int kt_jobs_start(kt_jobs_t *m);
+/* Stop every job thread (jobs stay "running" in the store), wake watchers
+ * and refuse new submissions. Accepts NULL. */
+void kt_jobs_stop(kt_jobs_t *m);
+/* Free (after kt_jobs_stop and kt_tracker_stop). Accepts NULL. */
+void kt_jobs_free(kt_jobs_t *m);
+
+/* ---- jobs ---------------------------------------------------------------------------------- */
+
+/* Validate, store and start a job; *id gets its id. KT_EINVAL naming what is
+ * wrong; KT_EUNSUP for a target ktune cannot tune yet; KT_ESTATE while
+ * stopping. */
+int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *job, int64_t *id);
+/* Cancel a job and wait up to wait_ms for its rounds to stop. KT_ENOTFOUND,
+ * KT_ESTATE when it already ended. */
+int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms);
+
+#endif

@@ -1,0 +1,87 @@
+/*
+ * Private to the job manager (jobs.c: jobs and their rounds; jobs_rpc.c:
+ * the RPC handlers). Lock order: kt_jobs_t.mu, then job_t.mu; no scheduler
+ * function is called while holding either (the scheduler's latency
+ * callback takes job_t.mu inside the scheduler's lock).
+ */
+#ifndef KT_TRACKER_JOBS_INT_H
+#define KT_TRACKER_JOBS_INT_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "http/metrics.h"
+#include "job_view.h"
+#include "jobs.h"
+#include "registry/registry.h"
+#include "scheduler/scheduler.h"
+#include "search/search.h"
+#include "store/store.h"
+
+/* One task of a running job. */
+typedef struct {
+    kt_search_policy_t *policy;
+    kt_store_t *store;           /* the store handle of the round using this task now */
+    const char *key;             /* workload key (the view's) */
+    const char *target;
+    kt_search_candidate_t ref;   /* the reference kernel (source made once) */
+    int have_ref;
+    uint8_t *ref_art;            /* its built artifact, once built */
+    size_t ref_len;
+    char ref_hash[17];
+} job_task_t;
+
+typedef struct job_round job_round_t;
+
+typedef struct job {
+    struct job *next;
+    kt_jobs_t *m;
+    int64_t id;
+    kt_job_view_t *view;          /* job row, options, workloads */
+    kt_scheduler_t *sched;
+    job_task_t *tasks;
+    kt_sched_params_t params;
+
+    pthread_t thread;
+    int thread_started;
+
+    pthread_mutex_t mu;           /* everything below */
+    pthread_cond_t cv;            /* rounds done, progress, cancel */
+    char state[16];               /* queued | running | done | cancelled | failed */
+    char *message;                /* why it ended */
+    atomic_int cancel;            /* CancelJob asked for it */
+    atomic_int failed;            /* a round hit an internal error */
+    int in_flight;                /* rounds outstanding */
+    int64_t reserved;             /* trials committed or promised to in-flight rounds */
+    uint64_t seq;                 /* bumped on every completed round and state change */
+    int finished;                 /* the thread ended (state final, or stopped) */
+    json_t *curve;                /* [[trials, latency_s or null], ...] */
+    job_round_t *rounds;          /* outstanding round threads */
+} job_t;
+
+struct kt_jobs {
+    kt_tracker_t *t;
+    kt_registry_t *reg;
+    char *db;
+    kt_store_t *store;            /* submissions; under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_t *jobs;
+    atomic_int stopping;
+    kt_metric_t *m_measurements, *m_rounds, *m_jobs, *m_rpc;
+};
+
+/* A job by id (in memory), or NULL. Under nothing; the job lives until
+ * kt_jobs_free. */
+job_t *kt_jobs_find(kt_jobs_t *m, int64_t id);
+
+/* The job's JSON for the status page and `--json` (fields of http.h's
+ * schema). New reference or NULL. */
+json_t *kt_jobs_job_json(job_t *j);
+
+/* Register the Tracker job methods on the tracker's server (jobs_rpc.c). */
+int kt_jobs_rpc_add(kt_jobs_t *m);
+
+#endif

@@ -1,0 +1,367 @@
+/*
+ * The job methods of the Tracker service: SubmitJob, CancelJob, JobStatus,
+ * ListJobs, WatchJob, QueryBest and ListRecords, translating between
+ * ktune.proto and the job manager / record store. See jobs.h.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jobs_int.h"
+#include "rpc/rpc.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/util.h"
+
+/* How long CancelJob waits for the job's rounds to stop before answering. */
+#define CANCEL_WAIT_MS 30000
+/* How often a WatchJob stream checks that its client is still there. */
+#define WATCH_POLL_MS 500
+
+static void *call_alloc(void *user, size_t size)
+{
+    return kt_rpc_call_alloc(user, size);
+}
+
+/* A read handle per call: handlers run on several threads at once. */
+static kt_store_t *open_store(kt_jobs_t *m)
+{
+    kt_store_t *s = kt_store_open(m->db, 0);
+    if (!s)
+        kt_err_prefix("store %s", m->db);
+    return s;
+}
+
+/* The progress of job `id`: live from memory, else rebuilt from the store. */
+static int job_progress(kt_jobs_t *m, int64_t id, kt_job_alloc_fn alloc, void *user,
+                        Ktune__V1__JobProgress *out, uint64_t *seq, int *finished)
+{
+    job_t *j = kt_jobs_find(m, id);
+    if (!j) {
+        if (finished)
+            *finished = 1;
+        kt_store_t *s = open_store(m);
+        if (!s)
+            return kt_err_code();
+        int rc = kt_job_view_progress_from_store(s, id, alloc, user, out);
+        kt_store_close(s);
+        if (rc == KT_ENOTFOUND)
+            kt_err_set(KT_ENOTFOUND, "no job %" PRId64, id);
+        return rc;
+    }
+    pthread_mutex_lock(&j->mu);
+    char state[16], *msg = kt_strdup(j->message ? j->message : "");
+    snprintf(state, sizeof state, "%s", j->state);
+    if (seq)
+        *seq = j->seq;
+    if (finished)
+        *finished = j->finished;
+    pthread_mutex_unlock(&j->mu);
+    int rc = msg ? kt_job_view_progress(j->view, j->sched, state, msg, alloc, user, out)
+                 : kt_err_set(KT_ENOMEM, "out of memory");
+    free(msg);
+    return rc;
+}
+
+/* ---- SubmitJob, CancelJob, JobStatus, ListJobs --------------------------------------------- */
+
+static int h_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                    void *ud)
+{
+    kt_jobs_t *m = ud;
+    const Ktune__V1__SubmitJobRequest *in = (const Ktune__V1__SubmitJobRequest *)req;
+    int64_t id = 0;
+    int rc = kt_jobs_submit(m, in->job, &id);
+    if (rc != 0) {
+        KT_INFO("SubmitJob from %s refused: %s", kt_rpc_call_peer(call), kt_err_msg());
+        return rc;
+    }
+    ((Ktune__V1__SubmitJobResponse *)resp)->job_id = id;
+    return KT_RPC_OK;
+}
+
+static int h_status(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                    void *ud)
+{
+    const Ktune__V1__JobRef *in = (const Ktune__V1__JobRef *)req;
+    return job_progress(ud, in->job_id, call_alloc, call, (Ktune__V1__JobProgress *)resp, NULL,
+                        NULL);
+}
+
+static int h_cancel(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                    void *ud)
+{
+    const Ktune__V1__JobRef *in = (const Ktune__V1__JobRef *)req;
+    int rc = kt_jobs_cancel(ud, in->job_id, CANCEL_WAIT_MS);
+    if (rc != 0)
+        return rc;
+    return job_progress(ud, in->job_id, call_alloc, call, (Ktune__V1__JobProgress *)resp, NULL,
+                        NULL);
+}
+
+static int h_list(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                  void *ud)
+{
+    kt_jobs_t *m = ud;
+    const Ktune__V1__ListJobsRequest *in = (const Ktune__V1__ListJobsRequest *)req;
+    Ktune__V1__ListJobsResponse *out = (Ktune__V1__ListJobsResponse *)resp;
+    kt_store_t *s = open_store(m);
+    if (!s)
+        return kt_err_code();
+    int64_t *ids = NULL;
+    size_t n = 0;
+    int rc = kt_store_list_jobs(s, in->state && *in->state ? in->state : NULL, &ids, &n);
+    kt_store_close(s);
+    if (rc == 0 && n > 0) {
+        Ktune__V1__JobProgress *arr = kt_rpc_call_alloc(call, n * sizeof *arr);
+        out->jobs = kt_rpc_call_alloc(call, n * sizeof *out->jobs);
+        if (!arr || !out->jobs)
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            ktune__v1__job_progress__init(&arr[i]);
+            rc = job_progress(m, ids[i], call_alloc, call, &arr[i], NULL, NULL);
+            out->jobs[i] = &arr[i];
+        }
+        if (rc == 0)
+            out->n_jobs = n;
+    }
+    free(ids);
+    return rc;
+}
+
+/* ---- WatchJob ------------------------------------------------------------------------------- */
+
+static int h_watch(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
+{
+    kt_jobs_t *m = ud;
+    int64_t id = ((const Ktune__V1__JobRef *)req)->job_id;
+    job_t *j = kt_jobs_find(m, id);
+    uint64_t last = 0;
+    int first = 1;
+    for (;;) {
+        if (j) {
+            /* Wait for the next round, the job's end or the client leaving. */
+            pthread_mutex_lock(&j->mu);
+            while (!first && j->seq == last && !j->finished && !kt_rpc_call_cancelled(call)) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_nsec += WATCH_POLL_MS * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+            }
+            pthread_mutex_unlock(&j->mu);
+        }
+        if (kt_rpc_call_cancelled(call))
+            return KT_RPC_CANCELLED;
+        kt_job_arena_t arena = {0};
+        Ktune__V1__JobProgress p = KTUNE__V1__JOB_PROGRESS__INIT;
+        int finished = 0;
+        int rc = job_progress(m, id, kt_job_arena_alloc, &arena, &p, &last, &finished);
+        if (rc == 0)
+            rc = kt_rpc_stream_send(call, &p.base);
+        kt_job_arena_clear(&arena);
+        first = 0;
+        if (rc == KT_EUNAVAIL)
+            return KT_RPC_CANCELLED;   /* the client left */
+        if (rc != 0)
+            return rc;
+        if (finished) {
+            /* A job stopped with the tracker has not ended: say so. */
+            if (j && atomic_load(&m->stopping)) {
+                pthread_mutex_lock(&j->mu);
+                int running = strcmp(j->state, "running") == 0;
+                pthread_mutex_unlock(&j->mu);
+                if (running)
+                    return kt_rpc_call_fail(call, KT_RPC_UNAVAILABLE,
+                                            "the tracker is stopping; job %" PRId64
+                                            " resumes when it starts again",
+                                            id);
+            }
+            return KT_RPC_OK;
+        }
+    }
+}
+
+/* ---- QueryBest, ListRecords ------------------------------------------------------------------ */
+
+/* A record as a proto message; strings borrowed from r unless call is set
+ * (then copied into the call's memory). */
+static int fill_record(kt_rpc_call_t *call, const kt_record_t *r, Ktune__V1__Record *o)
+{
+    ktune__v1__record__init(o);
+    o->id = r->id;
+    o->state_hash = r->state_hash;
+    o->mean_cost = r->mean_cost;
+    o->error_code = (Ktune__V1__MeasureError)r->error_code;
+    o->all_cost = r->all_cost;
+    o->timestamp = r->timestamp;
+    o->job_id = r->job_id;
+    o->n_costs = (size_t)r->ncosts;
+    if (!call) {
+        o->workload_key = (char *)r->workload_key;
+        o->target = (char *)r->target;
+        o->state_json = (char *)r->state_json;
+        o->error_msg = (char *)(r->error_msg ? r->error_msg : "");
+        o->runner_key = (char *)(r->runner_key ? r->runner_key : "");
+        o->costs = (double *)r->costs;
+        return 0;
+    }
+    o->workload_key = kt_rpc_call_strdup(call, r->workload_key);
+    o->target = kt_rpc_call_strdup(call, r->target);
+    o->state_json = kt_rpc_call_strdup(call, r->state_json);
+    o->error_msg = kt_rpc_call_strdup(call, r->error_msg ? r->error_msg : "");
+    o->runner_key = kt_rpc_call_strdup(call, r->runner_key ? r->runner_key : "");
+    if (r->ncosts > 0 && (o->costs = kt_rpc_call_alloc(call, (size_t)r->ncosts * sizeof(double))))
+        memcpy(o->costs, r->costs, (size_t)r->ncosts * sizeof(double));
+    if (!o->workload_key || !o->target || !o->state_json || !o->error_msg || !o->runner_key ||
+        (r->ncosts > 0 && !o->costs))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Append a list's records to the response. */
+static int add_records(kt_rpc_call_t *call, Ktune__V1__QueryBestResponse *out,
+                       const kt_record_list_t *l, size_t *cap)
+{
+    if (out->n_records + l->n > *cap) {
+        size_t cap2 = (out->n_records + l->n) * 2 + 4;
+        Ktune__V1__Record **arr = kt_rpc_call_alloc(call, cap2 * sizeof *arr);
+        if (!arr)
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        if (out->n_records)
+            memcpy(arr, out->records, out->n_records * sizeof *arr);
+        out->records = arr;
+        *cap = cap2;
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        Ktune__V1__Record *o = kt_rpc_call_alloc(call, sizeof *o);
+        if (!o)
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        int rc = fill_record(call, &l->items[i], o);
+        if (rc != 0)
+            return rc;
+        out->records[out->n_records++] = o;
+    }
+    return 0;
+}
+
+static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                  void *ud)
+{
+    kt_jobs_t *m = ud;
+    const Ktune__V1__QueryBestRequest *in = (const Ktune__V1__QueryBestRequest *)req;
+    Ktune__V1__QueryBestResponse *out = (Ktune__V1__QueryBestResponse *)resp;
+    int have_key = in->workload_key && *in->workload_key;
+    if (have_key == (in->job_id != 0))
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
+                                "QueryBest wants a workload key or a job id (one of them)");
+    if (in->top_k < 0 || in->top_k > 10000)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "top_k must be 0..10000");
+    int k = in->top_k > 0 ? in->top_k : 1;
+    kt_store_t *s = open_store(m);
+    if (!s)
+        return kt_err_code();
+    int rc = 0;
+    size_t cap = 0;
+    if (have_key) {
+        const char *target = in->target && *in->target ? in->target : "cpu";
+        kt_record_list_t *l = NULL;
+        rc = kt_store_top_k(s, in->workload_key, target, k, &l);
+        if (rc == 0)
+            rc = add_records(call, out, l, &cap);
+        kt_record_list_free(l);
+    } else {
+        kt_store_job_info_t *info = NULL;
+        rc = kt_store_get_job(s, in->job_id, &info);
+        if (rc == KT_ENOTFOUND)
+            kt_err_set(KT_ENOTFOUND, "no job %" PRId64, in->job_id);
+        for (int i = 0; rc == 0 && i < info->ntasks; i++) {
+            const char *target = in->target && *in->target ? in->target : info->job.target;
+            kt_record_list_t *l = NULL;
+            rc = kt_store_top_k(s, info->tasks[i].workload_key, target, k, &l);
+            if (rc == 0)
+                rc = add_records(call, out, l, &cap);
+            kt_record_list_free(l);
+        }
+        kt_store_job_info_free(info);
+    }
+    kt_store_close(s);
+    return rc;
+}
+
+typedef struct {
+    kt_rpc_call_t *call;
+    int gone;
+} stream_ctx_t;
+
+static int send_record(const kt_record_t *r, void *ctx)
+{
+    stream_ctx_t *x = ctx;
+    Ktune__V1__Record o;
+    fill_record(NULL, r, &o);
+    if (kt_rpc_stream_send(x->call, &o.base) != 0) {
+        x->gone = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static int h_records(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
+{
+    kt_jobs_t *m = ud;
+    const Ktune__V1__ListRecordsRequest *in = (const Ktune__V1__ListRecordsRequest *)req;
+    kt_store_filter_t f = {.workload_key = in->workload_key && *in->workload_key
+                                               ? in->workload_key : NULL,
+                           .target = in->target && *in->target ? in->target : NULL,
+                           .job_id = in->job_id,
+                           .valid_only = in->valid_only};
+    kt_store_t *s = open_store(m);
+    if (!s)
+        return kt_err_code();
+    stream_ctx_t x = {.call = call};
+    int rc = kt_store_foreach_record(s, &f, send_record, &x);
+    kt_store_close(s);
+    if (x.gone)
+        return KT_RPC_CANCELLED;
+    return rc;
+}
+
+/* ---- Registration --------------------------------------------------------------------------- */
+
+int kt_jobs_rpc_add(kt_jobs_t *m)
+{
+    kt_rpc_server_t *s = kt_tracker_server(m->t);
+    int rc = kt_rpc_server_add_unary(s, "/ktune.v1.Tracker/SubmitJob",
+                                     &ktune__v1__submit_job_request__descriptor,
+                                     &ktune__v1__submit_job_response__descriptor, h_submit, m);
+    if (rc == 0)
+        rc = kt_rpc_server_add_unary(s, "/ktune.v1.Tracker/CancelJob",
+                                     &ktune__v1__job_ref__descriptor,
+                                     &ktune__v1__job_progress__descriptor, h_cancel, m);
+    if (rc == 0)
+        rc = kt_rpc_server_add_unary(s, "/ktune.v1.Tracker/JobStatus",
+                                     &ktune__v1__job_ref__descriptor,
+                                     &ktune__v1__job_progress__descriptor, h_status, m);
+    if (rc == 0)
+        rc = kt_rpc_server_add_unary(s, "/ktune.v1.Tracker/ListJobs",
+                                     &ktune__v1__list_jobs_request__descriptor,
+                                     &ktune__v1__list_jobs_response__descriptor, h_list, m);
+    if (rc == 0)
+        rc = kt_rpc_server_add_stream(s, "/ktune.v1.Tracker/WatchJob",
+                                      &ktune__v1__job_ref__descriptor,
+                                      &ktune__v1__job_progress__descriptor, h_watch, m);
+    if (rc == 0)
+        rc = kt_rpc_server_add_unary(s, "/ktune.v1.Tracker/QueryBest",
+                                     &ktune__v1__query_best_request__descriptor,
+                                     &ktune__v1__query_best_response__descriptor, h_best, m);
+    if (rc == 0)
+        rc = kt_rpc_server_add_stream(s, "/ktune.v1.Tracker/ListRecords",
+                                      &ktune__v1__list_records_request__descriptor,
+                                      &ktune__v1__record__descriptor, h_records, m);
+    return rc;
+}
