@@ -455,10 +455,8 @@ START_TEST(net_json_lists_workload_weight_key_and_desc)
         ck_assert_str_eq(json_string_value(json_object_get(it, "desc")), t->tasks[i].desc);
         kt_workload_free(wl);
         free(w);
-        /* kt_workload_load reads {"workload", "weight"} items. */
-        json_object_del(it, "key");
-        json_object_del(it, "desc");
     }
+    /* kt_workload_load reads the listing as it is (--workload takes it). */
     char *loadable = json_dumps(list, JSON_COMPACT);
     kt_workload_t **ws = NULL;
     double *weights = NULL;
@@ -472,6 +470,12 @@ START_TEST(net_json_lists_workload_weight_key_and_desc)
     }
     free(ws);
     free(weights);
+    free(loadable);
+    /* A key that is not the workload's own is refused, naming the field. */
+    json_object_set_new(json_array_get(list, 1), "key", json_string("[\"0\", [1]]"));
+    loadable = json_dumps(list, JSON_COMPACT);
+    ck_assert_int_eq(kt_workload_load(loadable, &ws, &weights, &n), KT_EINVAL);
+    ck_assert_msg(strstr(kt_err_msg(), "item 1: field 'key'") != NULL, "%s", kt_err_msg());
     free(loadable);
     json_decref(list);
     free(text);

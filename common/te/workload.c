@@ -384,16 +384,23 @@ kt_workload_t *kt_workload_parse(const char *json_text)
     return w;
 }
 
+/* One list item: a workload object, or {"workload", "weight", "key", "desc"}
+ * as `ktune tasks --json` writes it. "desc" is informational; a "key" must be
+ * the workload's own key, so a list edited into inconsistency is caught. */
 static int load_item(json_t *item, size_t i, kt_workload_t **w, double *weight)
 {
     json_t *inner = json_object_get(item, "workload");
+    json_t *kv = NULL;
     *weight = 1.0;
     if (json_is_object(item) && inner) {
         const char *key;
         json_t *val;
         json_object_foreach(item, key, val) {
-            if (strcmp(key, "workload") != 0 && strcmp(key, "weight") != 0)
+            if (strcmp(key, "workload") != 0 && strcmp(key, "weight") != 0 &&
+                strcmp(key, "key") != 0 && strcmp(key, "desc") != 0)
                 return kt_err_set(KT_EINVAL, "item %zu: unknown field '%s'", i, key);
+            if ((strcmp(key, "key") == 0 || strcmp(key, "desc") == 0) && !json_is_string(val))
+                return kt_err_set(KT_EINVAL, "item %zu: field '%s' must be a string", i, key);
         }
         json_t *wv = json_object_get(item, "weight");
         if (wv) {
@@ -403,11 +410,19 @@ static int load_item(json_t *item, size_t i, kt_workload_t **w, double *weight)
                                   i);
             *weight = json_number_value(wv);
         }
+        kv = json_object_get(item, "key");
         item = inner;
     }
     *w = from_json(item);
     if (!*w)
         return kt_err_prefix("item %zu", i);
+    if (kv && strcmp(json_string_value(kv), kt_workload_key(*w)) != 0) {
+        kt_err_set(KT_EINVAL, "item %zu: field 'key' is %s but the workload's key is %s", i,
+                   json_string_value(kv), kt_workload_key(*w));
+        kt_workload_free(*w);
+        *w = NULL;
+        return KT_EINVAL;
+    }
     return KT_OK;
 }
 
