@@ -40,8 +40,6 @@ static int job_progress(kt_jobs_t *m, int64_t id, kt_job_alloc_fn alloc, void *u
         if (finished)
             *finished = 1;
         kt_store_t *s = open_store(m);
-        if (!s)
-            return kt_err_code();
         int rc = kt_job_view_progress_from_store(s, id, alloc, user, out);
         kt_jobs_store_put(m, s);
         if (rc == KT_ENOTFOUND)
@@ -105,8 +103,6 @@ static int h_list(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
     const Ktune__V1__ListJobsRequest *in = (const Ktune__V1__ListJobsRequest *)req;
     Ktune__V1__ListJobsResponse *out = (Ktune__V1__ListJobsResponse *)resp;
     kt_store_t *s = open_store(m);
-    if (!s)
-        return kt_err_code();
     int64_t *ids = NULL;
     size_t n = 0;
     int rc = kt_store_list_jobs(s, in->state && *in->state ? in->state : NULL, &ids, &n);
@@ -261,8 +257,6 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "top_k must be 0..10000");
     int k = in->top_k > 0 ? in->top_k : 1;
     kt_store_t *s = open_store(m);
-    if (!s)
-        return kt_err_code();
     int rc = 0;
     size_t cap = 0;
     if (have_key) {
