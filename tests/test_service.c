@@ -33,6 +33,7 @@
 
 #include "ktune.pb-c.h"
 #include "rpc/rpc.h"
+#include "store/store.h"
 #include "util/err.h"
 #include "util/util.h"
 
@@ -251,10 +252,19 @@ static int logged_port(const proc_t *p)
     return port;
 }
 
+/* The tracker's store: one per test directory, kept across restarts. */
+static const char *db_path(void)
+{
+    static char db[160];
+    snprintf(db, sizeof db, "%s/ktune.db", dir);
+    return db;
+}
+
 static proc_t *start_tracker(const char *listen, const char *token_file, char addr[64])
 {
     char *args[] = {"--listen", (char *)listen, "--http", "off", "--heartbeat-ms", HB_MS,
-                    token_file ? "--token-file" : NULL, (char *)token_file, NULL};
+                    "--db", (char *)db_path(), token_file ? "--token-file" : NULL,
+                    (char *)token_file, NULL};
     proc_t *t = spawn("tracker", "tracker/ktune-tracker", args, NULL);
     snprintf(addr, 64, "127.0.0.1:%d", logged_port(t));
     return t;
@@ -477,7 +487,7 @@ static char *http_get(int port, const char *path)
 START_TEST(service_cluster_registers_builds_and_runs)
 {
     char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--heartbeat-ms", HB_MS,
-                     NULL};
+                     "--db", (char *)db_path(), NULL};
     proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
     char tracker[64];
     snprintf(tracker, sizeof tracker, "127.0.0.1:%d", logged_port(tr));
@@ -775,6 +785,505 @@ START_TEST(service_runner_refuses_cuda_device_and_bad_options)
 }
 END_TEST
 
+
+/* ---- Jobs -------------------------------------------------------------------------------- */
+
+static const char *const W_TINY[] = {
+    "{\"op\":\"matmul\",\"M\":16,\"N\":16,\"K\":16}",
+    "{\"op\":\"matmul\",\"M\":8,\"N\":32,\"K\":16}",
+    "{\"op\":\"dense\",\"M\":8,\"N\":16,\"K\":32}",
+};
+
+typedef struct {
+    int trials, per_round, min_repeat_ms;
+} job_spec_t;
+
+/* SubmitJob of the first n tiny workloads (weights 1, 2, 3) for runners of
+ * key cpu-test; the job id, or -1 with *st set. */
+static int64_t submit_job(const char *tracker, const char *token, int n, const job_spec_t *js,
+                          kt_rpc_status_t *st)
+{
+    Ktune__V1__Workload wl[3];
+    Ktune__V1__Task task[3], *tp[3];
+    for (int i = 0; i < n; i++) {
+        ktune__v1__workload__init(&wl[i]);
+        wl[i].json = (char *)W_TINY[i];
+        ktune__v1__task__init(&task[i]);
+        task[i].workload = &wl[i];
+        task[i].weight = i + 1;
+        tp[i] = &task[i];
+    }
+    Ktune__V1__MeasureOptions mo = KTUNE__V1__MEASURE_OPTIONS__INIT;
+    mo.number = 2;
+    mo.repeat = 1;
+    mo.min_repeat_ms = js->min_repeat_ms;
+    mo.timeout_ms = 20000;
+    mo.check_correctness = 1;
+    Ktune__V1__TuningOptions to = KTUNE__V1__TUNING_OPTIONS__INIT;
+    to.num_measure_trials = js->trials;
+    to.num_measures_per_round = js->per_round;
+    to.measure = &mo;
+    Ktune__V1__Job job = KTUNE__V1__JOB__INIT;
+    job.tasks = tp;
+    job.n_tasks = (size_t)n;
+    job.target = "cpu";
+    job.runner_key = "cpu-test";
+    job.policy = "sketch.random";
+    job.options = &to;
+    Ktune__V1__SubmitJobRequest req = KTUNE__V1__SUBMIT_JOB_REQUEST__INIT;
+    req.job = &job;
+    kt_rpc_client_t *c = client(tracker, token);
+    ProtobufCMessage *out = NULL;
+    int rc = kt_rpc_call_unary(c, "/ktune.v1.Tracker/SubmitJob", &req.base,
+                               &ktune__v1__submit_job_response__descriptor, 30000, &out, st);
+    kt_rpc_client_free(c);
+    if (rc != 0)
+        return -1;
+    int64_t id = ((Ktune__V1__SubmitJobResponse *)out)->job_id;
+    protobuf_c_message_free_unpacked(out, NULL);
+    return id;
+}
+
+/* Follow WatchJob to its end; the last progress (caller frees), the number
+ * of messages in *n. */
+static Ktune__V1__JobProgress *watch_job(const char *tracker, int64_t id, int *n)
+{
+    kt_rpc_client_t *c = client(tracker, NULL);
+    Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
+    ref.job_id = id;
+    kt_rpc_reader_t *rd = kt_rpc_reader_open(c, "/ktune.v1.Tracker/WatchJob", &ref.base,
+                                             &ktune__v1__job_progress__descriptor, 600000);
+    ck_assert_ptr_nonnull(rd);
+    ProtobufCMessage *last = NULL, *msg = NULL;
+    *n = 0;
+    while (kt_rpc_reader_next(rd, &msg) == 1) {
+        if (last)
+            protobuf_c_message_free_unpacked(last, NULL);
+        last = msg;
+        (*n)++;
+    }
+    kt_rpc_status_t st;
+    ck_assert_msg(kt_rpc_reader_close(rd, &st) == 0, "WatchJob: %s: %s",
+                  kt_rpc_code_name(st.code), st.msg);
+    kt_rpc_client_free(c);
+    ck_assert_ptr_nonnull(last);
+    return (Ktune__V1__JobProgress *)last;
+}
+
+/* Poll JobStatus until the job has ended (the tracker may be restarting). */
+static Ktune__V1__JobProgress *wait_job_end(const char *tracker, int64_t id)
+{
+    for (int waited = 0; waited < 600000; waited += 200) {
+        kt_rpc_client_t *c = client(tracker, NULL);
+        Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
+        ref.job_id = id;
+        ProtobufCMessage *out = NULL;
+        kt_rpc_status_t st;
+        int rc = kt_rpc_call_unary(c, "/ktune.v1.Tracker/JobStatus", &ref.base,
+                                   &ktune__v1__job_progress__descriptor, 5000, &out, &st);
+        kt_rpc_client_free(c);
+        if (rc == 0) {
+            Ktune__V1__JobProgress *p = (Ktune__V1__JobProgress *)out;
+            if (strcmp(p->state, "running") != 0 && strcmp(p->state, "queued") != 0)
+                return p;
+            protobuf_c_message_free_unpacked(out, NULL);
+        }
+        sleep_ms(200);
+    }
+    ck_abort_msg("job %lld did not end", (long long)id);
+    return NULL;
+}
+
+typedef struct {
+    int64_t n;            /* records */
+    int dups;             /* (workload, state) pairs stored more than once */
+    int64_t by_error[KT_MEASURE_NUM_ERRORS];
+} stored_t;
+
+static stored_t stored_records(void)
+{
+    kt_store_t *s = kt_store_open(db_path(), 0);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
+    stored_t r = {.n = (int64_t)l->n};
+    for (size_t i = 0; i < l->n; i++) {
+        r.by_error[l->items[i].error_code]++;
+        for (size_t k = i + 1; k < l->n; k++)
+            r.dups += l->items[i].state_hash == l->items[k].state_hash &&
+                      strcmp(l->items[i].workload_key, l->items[k].workload_key) == 0;
+    }
+    kt_record_list_free(l);
+    kt_store_close(s);
+    return r;
+}
+
+/* How many times needle occurs in p's log. */
+static int log_count(const proc_t *p, const char *needle)
+{
+    char *s = log_of(p);
+    int n = 0;
+    for (const char *q = s; (q = strstr(q, needle)); q += strlen(needle))
+        n++;
+    free(s);
+    return n;
+}
+
+/* A child process of `parent` (its timing child, for a runner), or 0. */
+static pid_t child_of(pid_t parent)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ps -o pid= --ppid %d 2>/dev/null", (int)parent);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return 0;
+    int pid = 0;
+    if (fscanf(f, "%d", &pid) != 1)
+        pid = 0;
+    pclose(f);
+    return (pid_t)pid;
+}
+
+START_TEST(service_job_runs_over_workers_and_runners_and_keeps_the_best)
+{
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--heartbeat-ms", HB_MS,
+                     "--db", (char *)db_path(), NULL};
+    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
+    char tracker[64];
+    snprintf(tracker, sizeof tracker, "127.0.0.1:%d", logged_port(tr));
+    proc_t *runners[3];
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "runner%d", i + 1);
+        runners[i] = start_runner(name, tracker, NULL);
+    }
+    start_worker("worker1", tracker, NULL);
+    start_worker("worker2", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 3, 2);
+    ck_assert_msg(q != NULL, "peers did not register");
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+
+    job_spec_t js = {.trials = 192, .per_round = 16, .min_repeat_ms = 0};
+    kt_rpc_status_t st;
+    int64_t id = submit_job(tracker, NULL, 3, &js, &st);
+    ck_assert_msg(id > 0, "SubmitJob: %s: %s", kt_rpc_code_name(st.code), st.msg);
+    int msgs = 0;
+    Ktune__V1__JobProgress *p = watch_job(tracker, id, &msgs);
+    ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
+    ck_assert_int_eq(p->total_trials, 192);
+    ck_assert_int_eq(p->budget, 192);
+    ck_assert_int_ge(msgs, 2);
+    ck_assert_uint_eq(p->n_tasks, 3);
+    ck_assert_msg(strstr(p->table, "[ Task Scheduler ]"), "%s", p->table);
+    for (size_t i = 0; i < p->n_tasks; i++)
+        ck_assert_double_gt(p->tasks[i]->best_latency, 0);
+
+    /* Every trial is one stored record, every state measured once. */
+    stored_t r = stored_records();
+    ck_assert_int_eq(r.n, 192);
+    ck_assert_int_eq(r.dups, 0);
+    /* Each runner measured: the rounds are split over all free runners. */
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(log_count(runners[i], "run: batch of") > 0, "%s idle", runners[i]->log);
+
+    /* QueryBest by job: one record per task, the minimum of its workload. */
+    kt_rpc_client_t *c = client(tracker, NULL);
+    Ktune__V1__QueryBestRequest qb = KTUNE__V1__QUERY_BEST_REQUEST__INIT;
+    qb.job_id = id;
+    ProtobufCMessage *out = NULL;
+    ck_assert_int_eq(kt_rpc_call_unary(c, "/ktune.v1.Tracker/QueryBest", &qb.base,
+                                       &ktune__v1__query_best_response__descriptor, 10000, &out,
+                                       &st),
+                     0);
+    Ktune__V1__QueryBestResponse *best = (Ktune__V1__QueryBestResponse *)out;
+    ck_assert_uint_eq(best->n_records, 3);
+    kt_store_t *s = kt_store_open(db_path(), 0);
+    ck_assert_ptr_nonnull(s);
+    for (size_t i = 0; i < 3; i++) {
+        kt_store_filter_t f = {.workload_key = best->records[i]->workload_key, .valid_only = 1};
+        kt_record_list_t *l = NULL;
+        ck_assert_int_eq(kt_store_get_records(s, &f, &l), 0);
+        double min = 1e30;
+        for (size_t k = 0; k < l->n; k++)
+            if (l->items[k].mean_cost < min)
+                min = l->items[k].mean_cost;
+        kt_record_list_free(l);
+        ck_assert_double_eq(best->records[i]->mean_cost, min);
+        ck_assert_int_eq(best->records[i]->error_code, 0);
+        ck_assert_str_eq(best->records[i]->workload_key, p->tasks[i]->workload_key);
+    }
+    kt_store_close(s);
+    /* ... and by workload, top 3 in ascending order. */
+    Ktune__V1__QueryBestRequest qw = KTUNE__V1__QUERY_BEST_REQUEST__INIT;
+    qw.workload_key = best->records[0]->workload_key;
+    qw.top_k = 3;
+    ProtobufCMessage *out2 = NULL;
+    ck_assert_int_eq(kt_rpc_call_unary(c, "/ktune.v1.Tracker/QueryBest", &qw.base,
+                                       &ktune__v1__query_best_response__descriptor, 10000, &out2,
+                                       &st),
+                     0);
+    Ktune__V1__QueryBestResponse *top = (Ktune__V1__QueryBestResponse *)out2;
+    ck_assert_uint_eq(top->n_records, 3);
+    ck_assert_double_eq(top->records[0]->mean_cost, best->records[0]->mean_cost);
+    ck_assert(top->records[0]->mean_cost <= top->records[1]->mean_cost &&
+              top->records[1]->mean_cost <= top->records[2]->mean_cost);
+    protobuf_c_message_free_unpacked(out2, NULL);
+    protobuf_c_message_free_unpacked(out, NULL);
+
+    /* ListRecords streams the job's records. */
+    Ktune__V1__ListRecordsRequest lr = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
+    lr.job_id = id;
+    kt_rpc_reader_t *rd = kt_rpc_reader_open(c, "/ktune.v1.Tracker/ListRecords", &lr.base,
+                                             &ktune__v1__record__descriptor, 60000);
+    int streamed = 0;
+    ProtobufCMessage *msg = NULL;
+    while (kt_rpc_reader_next(rd, &msg) == 1) {
+        streamed++;
+        protobuf_c_message_free_unpacked(msg, NULL);
+    }
+    ck_assert_int_eq(kt_rpc_reader_close(rd, &st), 0);
+    ck_assert_int_eq(streamed, 192);
+    kt_rpc_client_free(c);
+
+    /* The status page has the job's table and curve; /metrics the counts. */
+    ck_assert(wait_log(tr, "http port ", WAIT_MS));
+    char *tl = log_of(tr);
+    int http_port = atoi(strstr(tl, "http port ") + strlen("http port "));
+    free(tl);
+    char *page = http_get(http_port, "/api/status");
+    ck_assert_msg(strstr(page, "\"curve\"") && strstr(page, "\"estimated_latency_s\"") &&
+                      strstr(page, "\"state\": \"done\""),
+                  "%s", page);
+    free(page);
+    char *metrics = http_get(http_port, "/metrics");
+    ck_assert_msg(strstr(metrics, "ktune_measurements_total{error=\"NO_ERROR\"}") &&
+                      strstr(metrics, "ktune_peer_rpc_seconds_bucket{method=\"Run\""),
+                  "%s", metrics);
+    free(metrics);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_job_survives_a_killed_runner_and_a_crashing_candidate)
+{
+    char tracker[64];
+    proc_t *tr = start_tracker("127.0.0.1:0", NULL, tracker);
+    start_worker("worker", tracker, NULL);
+    proc_t *r1 = start_runner("runner1", tracker, NULL);
+    proc_t *r2 = start_runner("runner2", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 2, 1);
+    ck_assert_ptr_nonnull(q);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    /* 50 ms per candidate at least: batches run long enough to be hit. */
+    job_spec_t js = {.trials = 48, .per_round = 24, .min_repeat_ms = 50};
+    kt_rpc_status_t st;
+    int64_t id = submit_job(tracker, NULL, 1, &js, &st);
+    ck_assert_msg(id > 0, "SubmitJob: %s", st.msg);
+
+    /* A candidate's timing child dies of SIGSEGV on runner1 ... */
+    pid_t victim = 0;
+    for (int waited = 0; waited < WAIT_MS * 4 && !victim; waited += 10) {
+        if (log_count(r1, "candidates from") > log_count(r1, "done,"))
+            victim = child_of(r1->pid);
+        if (!victim)
+            sleep_ms(10);
+    }
+    ck_assert_msg(victim > 0, "runner1 never ran a batch");
+    ck_assert_int_eq(kill(victim, SIGSEGV), 0);
+    /* ... and runner2 is killed in the middle of its second batch. */
+    int hit = 0;
+    for (int waited = 0; waited < WAIT_MS * 4 && !hit; waited += 10) {
+        hit = log_count(r2, "candidates from") >= 2 && log_count(r2, "done,") == 1;
+        if (!hit)
+            sleep_ms(10);
+    }
+    ck_assert_msg(hit, "runner2 never started a second batch");
+    kill_hard(r2);
+
+    Ktune__V1__JobProgress *p = wait_job_end(tracker, id);
+    ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
+    ck_assert_int_eq(p->total_trials, 48);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    stored_t r = stored_records();
+    ck_assert_int_eq(r.n, 48);
+    ck_assert_int_eq(r.dups, 0);
+    ck_assert_msg(r.by_error[KT_MEASURE_RUNTIME_DEVICE] + r.by_error[KT_MEASURE_UNKNOWN_ERROR] >= 1,
+                  "the crash left no record");
+    ck_assert_int_gt(r.by_error[KT_MEASURE_NO_ERROR], 0);
+    ck_assert(wait_log(tr, "re-queued", 0));
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_killed_tracker_resumes_its_job_on_restart)
+{
+    char tracker[64];
+    proc_t *tr = start_tracker("127.0.0.1:0", NULL, tracker);
+    start_worker("worker", tracker, NULL);
+    start_runner("runner", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 1, 1);
+    ck_assert_ptr_nonnull(q);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    job_spec_t js = {.trials = 32, .per_round = 8, .min_repeat_ms = 0};
+    kt_rpc_status_t st;
+    int64_t id = submit_job(tracker, NULL, 2, &js, &st);
+    ck_assert_msg(id > 0, "SubmitJob: %s", st.msg);
+    /* SIGKILL once some rounds are stored. */
+    int64_t before = 0;
+    for (int waited = 0; waited < WAIT_MS * 4 && before < 16; waited += 50) {
+        before = stored_records().n;
+        if (before < 16)
+            sleep_ms(50);
+    }
+    ck_assert_int_ge(before, 16);
+    kill_hard(tr);
+    before = stored_records().n;
+    ck_assert_int_lt(before, 32);
+
+    char again[64];
+    proc_t *tr2 = start_tracker(tracker, NULL, again);
+    ck_assert_str_eq(again, tracker);
+    Ktune__V1__JobProgress *p = wait_job_end(tracker, id);
+    ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
+    ck_assert_int_eq(p->total_trials, 32);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    stored_t r = stored_records();
+    ck_assert_int_eq(r.n, 32);
+    ck_assert_int_eq(r.dups, 0);
+    ck_assert(wait_log(tr2, "resumed from the store", 0));
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_job_rpcs_refuse_missing_or_wrong_token)
+{
+    char tok[512], tracker[64];
+    write_file("token", "job-secret\n", tok, sizeof tok);
+    start_tracker("127.0.0.1:0", tok, tracker);
+    job_spec_t js = {.trials = 8, .per_round = 8};
+    kt_rpc_status_t st;
+    ck_assert_int_eq(submit_job(tracker, NULL, 1, &js, &st), -1);
+    ck_assert_int_eq(st.code, KT_RPC_UNAUTHENTICATED);
+    ck_assert_int_eq(submit_job(tracker, "not-the-secret", 1, &js, &st), -1);
+    ck_assert_int_eq(st.code, KT_RPC_UNAUTHENTICATED);
+    /* Nothing was stored or started. */
+    kt_rpc_client_t *c = client(tracker, "job-secret");
+    Ktune__V1__ListJobsRequest lj = KTUNE__V1__LIST_JOBS_REQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    ck_assert_int_eq(kt_rpc_call_unary(c, "/ktune.v1.Tracker/ListJobs", &lj.base,
+                                       &ktune__v1__list_jobs_response__descriptor, 10000, &out,
+                                       &st),
+                     0);
+    ck_assert_uint_eq(((Ktune__V1__ListJobsResponse *)out)->n_jobs, 0);
+    protobuf_c_message_free_unpacked(out, NULL);
+    kt_rpc_client_free(c);
+    ck_assert_int_eq(stored_records().n, 0);
+    /* With the token a bad job is refused for what it is ... */
+    js.trials = 0;
+    ck_assert_int_eq(submit_job(tracker, "job-secret", 1, &js, &st), -1);
+    ck_assert_int_eq(st.code, KT_RPC_INVALID_ARGUMENT);
+    /* ... and a good one runs (waiting for peers here) until cancelled. */
+    js.trials = 8;
+    int64_t id = submit_job(tracker, "job-secret", 1, &js, &st);
+    ck_assert_msg(id > 0, "SubmitJob: %s", st.msg);
+    c = client(tracker, "job-secret");
+    Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
+    ref.job_id = id;
+    ck_assert_int_eq(kt_rpc_call_unary(c, "/ktune.v1.Tracker/CancelJob", &ref.base,
+                                       &ktune__v1__job_progress__descriptor, 30000, &out, &st),
+                     0);
+    ck_assert_str_eq(((Ktune__V1__JobProgress *)out)->state, "cancelled");
+    protobuf_c_message_free_unpacked(out, NULL);
+    ck_assert_int_ne(kt_rpc_call_unary(c, "/ktune.v1.Tracker/CancelJob", &ref.base,
+                                       &ktune__v1__job_progress__descriptor, 30000, &out, &st),
+                     0);
+    ck_assert_int_eq(st.code, KT_RPC_FAILED_PRECONDITION);
+    ref.job_id = id + 1;
+    ck_assert_int_ne(kt_rpc_call_unary(c, "/ktune.v1.Tracker/JobStatus", &ref.base,
+                                       &ktune__v1__job_progress__descriptor, 30000, &out, &st),
+                     0);
+    ck_assert_int_eq(st.code, KT_RPC_NOT_FOUND);
+    kt_rpc_client_free(c);
+    ck_assert_int_eq(stored_records().n, 0);
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_python_client_submits_a_job_and_reads_the_best)
+{
+    if (system("/usr/bin/python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1") != 0) {
+        printf("service_python_client: skipped: /usr/bin/python3 lacks grpc or grpc_tools "
+               "(python3-grpcio, python3-grpc-tools)\n");
+        return;
+    }
+    const char *src = getenv("KT_SOURCE_ROOT");
+    ck_assert_ptr_nonnull(src);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && /usr/bin/python3 -m grpc_tools.protoc -I%s/proto --python_out=. "
+             "--grpc_python_out=. ktune.proto > protoc.log 2>&1",
+             dir, src);
+    ck_assert_msg(system(cmd) == 0, "protoc failed (%s/protoc.log)", dir);
+    char tracker[64];
+    start_tracker("127.0.0.1:0", NULL, tracker);
+    start_worker("worker", tracker, NULL);
+    start_runner("runner", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 1, 1);
+    ck_assert_ptr_nonnull(q);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    const char *script =
+        "import sys, time, grpc\n"
+        "import ktune_pb2 as pb, ktune_pb2_grpc as rpc\n"
+        "stub = rpc.TrackerStub(grpc.insecure_channel(sys.argv[1]))\n"
+        "job = pb.Job(target='cpu', runner_key='cpu-test', policy='sketch.random',\n"
+        "             options=pb.TuningOptions(num_measure_trials=8,\n"
+        "                 measure=pb.MeasureOptions(number=2, repeat=1, check_correctness=True)))\n"
+        "job.tasks.add(workload=pb.Workload(json='{\"op\":\"matmul\",\"M\":8,\"N\":8,\"K\":8}'),"
+        " weight=1)\n"
+        "jid = stub.SubmitJob(pb.SubmitJobRequest(job=job), timeout=30).job_id\n"
+        "for _ in range(3000):\n"
+        "    p = stub.JobStatus(pb.JobRef(job_id=jid), timeout=10)\n"
+        "    if p.state not in ('queued', 'running'): break\n"
+        "    time.sleep(0.1)\n"
+        "best = stub.QueryBest(pb.QueryBestRequest(job_id=jid), timeout=10)\n"
+        "print('RESULT', jid, p.state, p.total_trials, len(best.records),\n"
+        "      repr(best.records[0].mean_cost), best.records[0].workload_key)\n";
+    char path[512];
+    write_file("client.py", script, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "cd %s && /usr/bin/python3 client.py %s > client.out 2>&1", dir,
+             tracker);
+    int rc = system(cmd);
+    snprintf(path, sizeof path, "%s/client.out", dir);
+    char *out = kt_file_read(path, NULL);
+    ck_assert_msg(rc == 0 && out, "client failed: %s", out ? out : "(no output)");
+    long long jid = 0;
+    int trials = 0, n = 0;
+    char state[32] = "";
+    double cost = 0;
+    const char *line = strstr(out, "RESULT ");
+    ck_assert_msg(line && sscanf(line, "RESULT %lld %31s %d %d %lf", &jid, state, &trials, &n,
+                                 &cost) == 5,
+                  "%s", out);
+    ck_assert_str_eq(state, "done");
+    ck_assert_int_eq(trials, 8);
+    ck_assert_int_eq(n, 1);
+    /* The store's best record of that workload is what Python read. */
+    kt_store_t *s = kt_store_open(db_path(), 0);
+    ck_assert_ptr_nonnull(s);
+    kt_store_job_info_t *info = NULL;
+    ck_assert_int_eq(kt_store_get_job(s, jid, &info), 0);
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_best(s, info->tasks[0].workload_key, "cpu", &l), 0);
+    ck_assert_double_eq_tol(l->items[0].mean_cost, cost, cost * 1e-12);
+    kt_record_list_free(l);
+    kt_store_job_info_free(info);
+    kt_store_close(s);
+    free(out);
+    stop_all();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("service");
@@ -789,6 +1298,16 @@ int main(void)
     tcase_add_test(tc, service_sigterm_lets_the_running_batch_finish);
     tcase_add_test(tc, service_runner_refuses_cuda_device_and_bad_options);
     suite_add_tcase(s, tc);
+    TCase *jobs = tcase_create("jobs");
+    tcase_set_timeout(jobs, 400);
+    tcase_add_unchecked_fixture(jobs, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(jobs, test_setup, NULL);
+    tcase_add_test(jobs, service_job_runs_over_workers_and_runners_and_keeps_the_best);
+    tcase_add_test(jobs, service_job_survives_a_killed_runner_and_a_crashing_candidate);
+    tcase_add_test(jobs, service_killed_tracker_resumes_its_job_on_restart);
+    tcase_add_test(jobs, service_job_rpcs_refuse_missing_or_wrong_token);
+    tcase_add_test(jobs, service_python_client_submits_a_job_and_reads_the_best);
+    suite_add_tcase(s, jobs);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);

@@ -185,6 +185,46 @@ START_TEST(store_reopen_keeps_data)
 }
 END_TEST
 
+/* Opening a second handle must not drop the POSIX locks of the first: if it
+ * did, another process closing its own handle would believe it was the last
+ * user and delete the WAL holding the first handle's commits. */
+START_TEST(store_second_handle_keeps_wal_of_first_across_processes)
+{
+    kt_store_t *a = open_new();
+    kt_store_t *b = kt_store_open(dbpath, 0);
+    ck_assert_ptr_nonnull(b);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kt_store_t *c = kt_store_open(dbpath, 0);
+        kt_store_close(c);
+        _exit(c ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    kt_record_t r = rec("wk", "cpu", 11, one_cost, 1, 0);
+    ck_assert_int_eq(kt_store_put_records(a, &r, 1), 0);
+    /* A new connection in another process must see the committed record. */
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kt_store_t *c = kt_store_open(dbpath, 0);
+        int ok = c && kt_store_has_measured(c, "wk", "cpu", 11) == 1;
+        kt_store_close(c);
+        _exit(ok ? 0 : 1);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "another process does not see the committed record");
+    kt_store_close(b);
+    kt_store_close(a);
+    kt_store_t *c = kt_store_open(dbpath, 0);
+    ck_assert_int_eq(kt_store_has_measured(c, "wk", "cpu", 11), 1);
+    kt_store_close(c);
+}
+END_TEST
+
 START_TEST(store_missing_file_needs_create_flag)
 {
     ck_assert_ptr_null(kt_store_open(dbpath, 0));
@@ -978,6 +1018,7 @@ int main(void)
     tcase_add_test(tc, store_fresh_db_is_wal_at_schema_version_1);
     tcase_add_test(tc, store_reopen_keeps_data);
     tcase_add_test(tc, store_missing_file_needs_create_flag);
+    tcase_add_test(tc, store_second_handle_keeps_wal_of_first_across_processes);
     tcase_add_test(tc, store_refuses_future_schema_version);
     tcase_add_test(tc, store_refuses_non_sqlite_file_unchanged);
     tcase_add_test(tc, store_workload_put_get_and_key_collision);

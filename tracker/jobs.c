@@ -543,7 +543,10 @@ static void on_latency(void *user, int64_t trials, double elapsed, double est)
 static int has_measured(void *user, uint64_t hash)
 {
     job_task_t *t = user;
-    return t->store && kt_store_has_measured(t->store, t->key, t->target, hash) == 1;
+    kt_store_t *s = kt_jobs_store_get(t->m);
+    int yes = kt_store_has_measured(s, t->key, t->target, hash) == 1;
+    kt_jobs_store_put(t->m, s);
+    return yes;
 }
 
 /* Commit the round's records; 0 only after COMMIT. */
@@ -573,14 +576,16 @@ static int commit(job_t *j, job_task_t *t, kt_store_t *st, cand_t *c, int n)
 }
 
 /* The round proper; 0 (completed or aborted because the job stops) or
- * negative (the job fails). */
-static int round_run(job_round_t *r, kt_store_t *st)
+ * negative (the job fails). A store handle is held only to propose (the
+ * policy asks the store what was measured) and to commit, not while
+ * waiting for workers and runners. */
+static int round_run(job_round_t *r)
 {
     job_t *j = r->job;
     job_task_t *t = &j->tasks[r->task];
     const kt_workload_t *wl = j->view->wl[r->task];
     kt_sched_state_t **states = NULL;
-    t->store = st;
+    kt_store_t *st = NULL;
     int n = kt_search_propose(t->policy, r->n, &states);
     if (n < 0)
         return n;
@@ -678,7 +683,11 @@ static int round_run(job_round_t *r, kt_store_t *st)
         goto aborted;
 
     /* Commit, then tell the policy and the scheduler. */
-    if ((rc = commit(j, t, st, c, n)) != 0) {
+    st = kt_jobs_store_get(j->m);
+    rc = commit(j, t, st, c, n);
+    kt_jobs_store_put(j->m, st);
+    st = NULL;
+    if (rc != 0) {
         kt_err_prefix("storing the records of task %d", r->task);
         goto out;
     }
@@ -704,9 +713,14 @@ static int round_run(job_round_t *r, kt_store_t *st)
     if ((rc = kt_scheduler_complete(j->sched, r->task, costs, n)) != 0)
         goto out;
     r->n = 0;   /* committed: nothing to give back */
-    if (tl_point.set && isfinite(tl_point.latency) &&
-        kt_store_log_latency(st, j->id, tl_point.trials, tl_point.elapsed, tl_point.latency) != 0)
-        KT_WARN("job %" PRId64 ": %s", j->id, kt_err_msg());
+    if (tl_point.set && isfinite(tl_point.latency)) {
+        st = kt_jobs_store_get(j->m);
+        if (kt_store_log_latency(st, j->id, tl_point.trials, tl_point.elapsed,
+                                 tl_point.latency) != 0)
+            KT_WARN("job %" PRId64 ": %s", j->id, kt_err_msg());
+        kt_jobs_store_put(j->m, st);
+        st = NULL;
+    }
     if (j->m->m_rounds)
         kt_metrics_add(j->m->m_rounds, NULL, 1);
     KT_DEBUG("job %" PRId64 ": task %d round of %d done, %d valid", j->id, r->task, n, valid);
@@ -717,7 +731,8 @@ aborted:
 out:
     if (rc != 0 && kt_scheduler_in_flight(j->sched, r->task))
         kt_scheduler_abort(j->sched, r->task);
-    t->store = NULL;
+    if (st)
+        kt_jobs_store_put(j->m, st);
     if (c)
         for (int i = 0; i < n; i++)
             cand_clear(&c[i]);
@@ -732,15 +747,11 @@ static void *round_main(void *arg)
 {
     job_round_t *r = arg;
     job_t *j = r->job;
-    kt_store_t *st = kt_store_open(j->m->db, 0);
-    int rc = st ? round_run(r, st) : kt_err_code();
+    int rc = round_run(r);
     if (rc != 0) {
         kt_err_prefix("task %d", r->task);
         job_fail(j, "round");
-        if (!st)
-            kt_scheduler_abort(j->sched, r->task);
     }
-    kt_store_close(st);
     pthread_mutex_lock(&j->mu);
     j->reserved -= r->n;
     j->in_flight--;
@@ -783,12 +794,9 @@ static void *job_main(void *arg)
 {
     job_t *j = arg;
     kt_jobs_t *m = j->m;
-    kt_store_t *st = kt_store_open(m->db, 0);
-    if (!st) {
-        job_fail(j, "opening the store");
-    } else {
-        set_state(j, st, "running");
-    }
+    kt_store_t *st = kt_jobs_store_get(m);
+    set_state(j, st, "running");
+    kt_jobs_store_put(m, st);
     int done = 0;
     const char *key = j->view->info->job.runner_key;
     for (;;) {
@@ -878,14 +886,15 @@ static void *job_main(void *arg)
         if (!j->message && *msg)
             j->message = kt_strdup(msg);
         pthread_mutex_unlock(&j->mu);
+        st = kt_jobs_store_get(m);
         set_state(j, st, final);
+        kt_jobs_store_put(m, st);
         KT_INFO("job %" PRId64 " %s: %s", j->id, final, j->message ? j->message : "");
     } else {
         KT_INFO("job %" PRId64 " stopped with the tracker after %lld trials; it resumes when the "
                 "tracker starts again on this store", j->id,
                 (long long)kt_scheduler_total_trials(j->sched));
     }
-    kt_store_close(st);
     pthread_mutex_lock(&j->mu);
     j->finished = 1;
     j->seq++;
@@ -975,6 +984,7 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     }
     for (int i = 0; i < v->ntasks; i++) {
         job_task_t *t = &j->tasks[i];
+        t->m = m;
         t->key = v->info->tasks[i].workload_key;
         t->target = v->info->job.target;
         kt_search_opts_t so;
@@ -1119,7 +1129,7 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
                           .policy = policy,
                           .options_json = opts_text,
                           .priority = in->priority};
-    pthread_mutex_lock(&m->mu);
+    pthread_mutex_lock(&m->store_mu);
     for (int i = 0; rc == 0 && i < n; i++)
         rc = kt_store_put_workload(m->store, kt_workload_key(wl[i]), kt_workload_json(wl[i]),
                                    kt_workload_flops(wl[i]));
@@ -1130,7 +1140,7 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
         rc = kt_err_code();
         kt_store_set_job_state(m->store, job.id, "failed");
     }
-    pthread_mutex_unlock(&m->mu);
+    pthread_mutex_unlock(&m->store_mu);
     if (rc != 0)
         goto out;
     if ((rc = job_start(m, j)) != 0) {
@@ -1145,6 +1155,20 @@ out:
     free(tasks);
     free(opts_text);
     return rc;
+}
+
+/* ---- Store handles ----------------------------------------------------------------------------- */
+
+kt_store_t *kt_jobs_store_get(kt_jobs_t *m)
+{
+    pthread_mutex_lock(&m->store_mu);
+    return m->store;
+}
+
+void kt_jobs_store_put(kt_jobs_t *m, kt_store_t *s)
+{
+    (void)s;
+    pthread_mutex_unlock(&m->store_mu);
 }
 
 /* ---- Cancel, find ----------------------------------------------------------------------------- */
@@ -1163,7 +1187,7 @@ int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms)
 {
     job_t *j = kt_jobs_find(m, id);
     if (!j) {
-        pthread_mutex_lock(&m->mu);
+        pthread_mutex_lock(&m->store_mu);
         kt_store_job_info_t *info = NULL;
         int rc = kt_store_get_job(m->store, id, &info);
         if (rc == 0) {
@@ -1172,7 +1196,7 @@ int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms)
         } else if (rc == KT_ENOTFOUND) {
             kt_err_set(KT_ENOTFOUND, "no job %lld", (long long)id);
         }
-        pthread_mutex_unlock(&m->mu);
+        pthread_mutex_unlock(&m->store_mu);
         return rc;
     }
     pthread_mutex_lock(&j->mu);
@@ -1269,6 +1293,13 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     }
     pthread_mutex_init(&m->mu, NULL);
     cond_init_mono(&m->cv);
+    /* Recursive: a policy may ask the store (has_measured) while a job is
+     * being loaded under the lock. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&m->store_mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     m->t = t;
     m->reg = kt_tracker_registry(t);
     if (!(m->db = kt_strdup(db_path && *db_path ? db_path : KT_JOBS_DEFAULT_DB)))
@@ -1277,6 +1308,7 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
         kt_err_prefix("store %s", m->db);
         goto fail;
     }
+
     kt_metrics_t *mx = kt_tracker_metrics(t);
     static const char *err_l[] = {"error"}, *state_l[] = {"state"}, *method_l[] = {"method"};
     m->m_measurements = kt_metrics_counter(mx, "measurements_total",
@@ -1304,19 +1336,19 @@ int kt_jobs_start(kt_jobs_t *m)
     for (int s = 0; s < 2; s++) {
         int64_t *ids = NULL;
         size_t n = 0;
-        pthread_mutex_lock(&m->mu);
+        pthread_mutex_lock(&m->store_mu);
         int rc = kt_store_list_jobs(m->store, resume[s], &ids, &n);
-        pthread_mutex_unlock(&m->mu);
+        pthread_mutex_unlock(&m->store_mu);
         if (rc != 0)
             return rc;
         for (size_t i = 0; i < n; i++) {
-            pthread_mutex_lock(&m->mu);
+            pthread_mutex_lock(&m->store_mu);
             job_t *j = job_load(m, m->store, ids[i]);
             if (!j) {
                 KT_ERROR("cannot resume: %s", kt_err_msg());
                 kt_store_set_job_state(m->store, ids[i], "failed");
             }
-            pthread_mutex_unlock(&m->mu);
+            pthread_mutex_unlock(&m->store_mu);
             if (j && job_start(m, j) != 0) {
                 KT_ERROR("job %" PRId64 ": %s", ids[i], kt_err_msg());
                 job_free(j);
@@ -1359,6 +1391,7 @@ void kt_jobs_free(kt_jobs_t *m)
         job_free(j);
     }
     kt_store_close(m->store);
+    pthread_mutex_destroy(&m->store_mu);
     free(m->db);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);

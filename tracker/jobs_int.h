@@ -23,7 +23,7 @@
 /* One task of a running job. */
 typedef struct {
     kt_search_policy_t *policy;
-    kt_store_t *store;           /* the store handle of the round using this task now */
+    kt_jobs_t *m;                /* for has_measured */
     const char *key;             /* workload key (the view's) */
     const char *target;
     kt_search_candidate_t ref;   /* the reference kernel (source made once) */
@@ -65,13 +65,26 @@ struct kt_jobs {
     kt_tracker_t *t;
     kt_registry_t *reg;
     char *db;
-    kt_store_t *store;            /* submissions; under mu */
+    /* The one store handle of the process, under store_mu. One only:
+     * kt_store_open() reads the file's header with a plain open()/close(),
+     * and a close() drops every POSIX lock this process holds on the file,
+     * including the shared lock SQLite keeps for open WAL connections; then
+     * another process closing the database takes this one for gone and
+     * deletes the WAL under it. Every use is short (no handle is held while
+     * waiting for peers or a client). */
+    kt_store_t *store;
+    pthread_mutex_t store_mu;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job_t *jobs;
     atomic_int stopping;
     kt_metric_t *m_measurements, *m_rounds, *m_jobs, *m_rpc;
 };
+
+/* Take the store handle (waits while another thread uses it) and give it
+ * back. */
+kt_store_t *kt_jobs_store_get(kt_jobs_t *m);
+void kt_jobs_store_put(kt_jobs_t *m, kt_store_t *s);
 
 /* A job by id (in memory), or NULL. Under nothing; the job lives until
  * kt_jobs_free. */

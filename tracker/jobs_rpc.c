@@ -25,13 +25,10 @@ static void *call_alloc(void *user, size_t size)
     return kt_rpc_call_alloc(user, size);
 }
 
-/* A read handle per call: handlers run on several threads at once. */
+/* A handle of the manager's pool: handlers run on several threads at once. */
 static kt_store_t *open_store(kt_jobs_t *m)
 {
-    kt_store_t *s = kt_store_open(m->db, 0);
-    if (!s)
-        kt_err_prefix("store %s", m->db);
-    return s;
+    return kt_jobs_store_get(m);
 }
 
 /* The progress of job `id`: live from memory, else rebuilt from the store. */
@@ -43,10 +40,8 @@ static int job_progress(kt_jobs_t *m, int64_t id, kt_job_alloc_fn alloc, void *u
         if (finished)
             *finished = 1;
         kt_store_t *s = open_store(m);
-        if (!s)
-            return kt_err_code();
         int rc = kt_job_view_progress_from_store(s, id, alloc, user, out);
-        kt_store_close(s);
+        kt_jobs_store_put(m, s);
         if (rc == KT_ENOTFOUND)
             kt_err_set(KT_ENOTFOUND, "no job %" PRId64, id);
         return rc;
@@ -108,12 +103,10 @@ static int h_list(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
     const Ktune__V1__ListJobsRequest *in = (const Ktune__V1__ListJobsRequest *)req;
     Ktune__V1__ListJobsResponse *out = (Ktune__V1__ListJobsResponse *)resp;
     kt_store_t *s = open_store(m);
-    if (!s)
-        return kt_err_code();
     int64_t *ids = NULL;
     size_t n = 0;
     int rc = kt_store_list_jobs(s, in->state && *in->state ? in->state : NULL, &ids, &n);
-    kt_store_close(s);
+    kt_jobs_store_put(m, s);
     if (rc == 0 && n > 0) {
         Ktune__V1__JobProgress *arr = kt_rpc_call_alloc(call, n * sizeof *arr);
         out->jobs = kt_rpc_call_alloc(call, n * sizeof *out->jobs);
@@ -264,8 +257,6 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "top_k must be 0..10000");
     int k = in->top_k > 0 ? in->top_k : 1;
     kt_store_t *s = open_store(m);
-    if (!s)
-        return kt_err_code();
     int rc = 0;
     size_t cap = 0;
     if (have_key) {
@@ -290,25 +281,8 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
         }
         kt_store_job_info_free(info);
     }
-    kt_store_close(s);
+    kt_jobs_store_put(m, s);
     return rc;
-}
-
-typedef struct {
-    kt_rpc_call_t *call;
-    int gone;
-} stream_ctx_t;
-
-static int send_record(const kt_record_t *r, void *ctx)
-{
-    stream_ctx_t *x = ctx;
-    Ktune__V1__Record o;
-    fill_record(NULL, r, &o);
-    if (kt_rpc_stream_send(x->call, &o.base) != 0) {
-        x->gone = 1;
-        return 1;
-    }
-    return 0;
 }
 
 static int h_records(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
@@ -320,14 +294,18 @@ static int h_records(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
                            .target = in->target && *in->target ? in->target : NULL,
                            .job_id = in->job_id,
                            .valid_only = in->valid_only};
+    /* Read them all first: the store is not held while a client reads. */
     kt_store_t *s = open_store(m);
-    if (!s)
-        return kt_err_code();
-    stream_ctx_t x = {.call = call};
-    int rc = kt_store_foreach_record(s, &f, send_record, &x);
-    kt_store_close(s);
-    if (x.gone)
-        return KT_RPC_CANCELLED;
+    kt_record_list_t *l = NULL;
+    int rc = kt_store_get_records(s, &f, &l);
+    kt_jobs_store_put(m, s);
+    for (size_t i = 0; rc == 0 && i < l->n; i++) {
+        Ktune__V1__Record o;
+        fill_record(NULL, &l->items[i], &o);
+        if (kt_rpc_stream_send(call, &o.base) != 0)
+            rc = KT_RPC_CANCELLED;
+    }
+    kt_record_list_free(l);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -267,41 +268,22 @@ static int pragma_int(kt_store_t *s, const char *sql, int *out)
     return ret;
 }
 
-/* Refuse anything that is not empty and does not start with SQLite's magic,
- * before SQLite sees it: then a stray file is never touched. */
-static int check_header(const char *path, int flags)
+/* Only whether the file exists: the header itself is checked by SQLite's
+ * first read in configure(). Opening the file here with open()/close()
+ * would be wrong: closing any descriptor of a file drops every POSIX lock
+ * this process holds on it, including those of SQLite connections already
+ * open on it, after which another process may delete the live WAL. */
+static int check_exists(const char *path, int flags)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) {
-            if ((flags & KT_STORE_CREATE) && !(flags & KT_STORE_READONLY))
-                return 0;
-            return kt_err_set(KT_ENOTFOUND, "%s: no such database", path);
-        }
-        return kt_err_set(KT_EIO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (stat(path, &sb) == 0)
+        return 0;
+    if (errno == ENOENT) {
+        if ((flags & KT_STORE_CREATE) && !(flags & KT_STORE_READONLY))
+            return 0;
+        return kt_err_set(KT_ENOTFOUND, "%s: no such database", path);
     }
-    static const char magic[16] = "SQLite format 3";   /* with its NUL: 16 bytes */
-    char head[16];
-    size_t got = 0;
-    while (got < sizeof head) {
-        ssize_t r = read(fd, head + got, sizeof head - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            close(fd);
-            return kt_err_set(KT_EIO, "%s: %s", path, strerror(e));
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (got == 0)
-        return 0;   /* an empty file is an empty database */
-    if (got < sizeof head || memcmp(head, magic, sizeof magic) != 0)
-        return kt_err_set(KT_EINVAL, "%s: not a SQLite database (left unchanged)", path);
-    return 0;
+    return kt_err_set(KT_EIO, "%s: %s", path, strerror(errno));
 }
 
 static int migrate(kt_store_t *s)
@@ -341,8 +323,12 @@ static int configure(kt_store_t *s, int memory)
     int version = 0;
     /* The first read of the file: SQLite reports a non-database here. */
     int rc = pragma_int(s, "PRAGMA user_version", &version);
-    if (rc != 0)
+    if (rc != 0) {
+        /* Nothing has been written yet, so a stray file is left as it was. */
+        if (sqlite3_errcode(s->db) == SQLITE_NOTADB)
+            return kt_err_set(KT_EINVAL, "not a SQLite database (left unchanged)");
         return rc;
+    }
     if (version > KT_STORE_SCHEMA_VERSION)
         return kt_err_set(KT_EUNSUP,
                           "schema version %d is newer than this ktune's (%d); use a newer ktune",
@@ -399,7 +385,7 @@ kt_store_t *kt_store_open(const char *path, int flags)
         return NULL;
     }
     int memory = strcmp(path, ":memory:") == 0;
-    if (!memory && check_header(path, flags) != 0)
+    if (!memory && check_exists(path, flags) != 0)
         return NULL;
     kt_store_t *s = calloc(1, sizeof *s);
     if (!s || !(s->path = kt_strdup(path))) {
