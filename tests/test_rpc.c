@@ -809,11 +809,22 @@ static pid_t start_daemon(const char *rel, const char *token_file, int *port, in
 {
     char bin[4096];
     bin_path(bin, sizeof bin, rel);
-    char *argv[8] = {bin, "--listen", "127.0.0.1:0", NULL};
-    if (token_file) {
-        argv[3] = "--token-file";
-        argv[4] = (char *)token_file;
+    char *argv[12] = {bin, "--listen", "127.0.0.1:0", NULL};
+    int argc = 3;
+    static char db[64];
+    if (strstr(rel, "tracker")) {
+        /* Its own store in /tmp and no HTTP port: nothing left in the cwd. */
+        snprintf(db, sizeof db, "/tmp/kt_rpc_test_%d.db", (int)getpid());
+        argv[argc++] = "--db";
+        argv[argc++] = db;
+        argv[argc++] = "--http";
+        argv[argc++] = "off";
     }
+    if (token_file) {
+        argv[argc++] = "--token-file";
+        argv[argc++] = (char *)token_file;
+    }
+    argv[argc] = NULL;
     pid_t pid = spawn(argv, fd, NULL);
     char out[4096] = "";
     ck_assert_msg(read_until(*fd, out, sizeof out, "(plaintext", 20000), "daemon said: %s", out);
@@ -832,6 +843,14 @@ static void stop_daemon(pid_t pid, int fd)
     close(fd);
     int ws = reap(pid, 20000);
     ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "daemon status %d: %s", ws, out);
+    char db[64];
+    snprintf(db, sizeof db, "/tmp/kt_rpc_test_%d.db", (int)getpid());
+    unlink(db);
+    strcat(db, "-wal");
+    unlink(db);
+    db[strlen(db) - 4] = '\0';
+    strcat(db, "-shm");
+    unlink(db);
 }
 
 START_TEST(rpc_daemons_serve_health_and_stop_on_sigterm)
