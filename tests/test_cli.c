@@ -406,6 +406,33 @@ START_TEST(cli_bad_input_names_the_cause)
 }
 END_TEST
 
+START_TEST(cli_kernel_measure_times_states_and_names_bad_input)
+{
+    char *out = NULL;
+    char *two[] = {"kernel", "measure", "--workload", MATMUL, "-n", "2", "--seed", "3",
+                   "--min-repeat-ms", "0", "--threads", "1", NULL};
+    ck_assert_msg(ktune(two, &out) == 0, "%s", out);
+    const char *at = out;
+    int timed = 0;
+    while ((at = strstr(at, " GFLOPS (number "))) {
+        timed++;
+        at++;
+    }
+    ck_assert_msg(timed == 2 && strstr(out, "2 measured, 0 failed"), "%s", out);
+    free(out);
+    char *both[] = {"kernel", "measure", "--workload", MATMUL, NULL};
+    ck_assert_int_eq(ktune(both, &out), 2);
+    ck_assert_msg(strstr(out, "exactly one of --state and -n") != NULL, "%s", out);
+    free(out);
+    char *bad[] = {"kernel", "measure", "--workload", MATMUL, "--state", "{\"stages\":[]}",
+                   NULL};
+    ck_assert_int_eq(ktune(bad, &out), 1);
+    ck_assert_msg(strstr(out, "--state") != NULL, "%s", out);
+    free(out);
+    assert_nothing_left();
+}
+END_TEST
+
 START_TEST(cli_read_commands_against_a_tracker_need_its_token)
 {
     char tok[256], db[256], port_file[256];
@@ -456,6 +483,7 @@ int main(void)
     tcase_add_test(tc, cli_tune_resumes_after_ctrl_c_without_measuring_twice);
     tcase_add_test(tc, cli_bad_input_names_the_cause);
     tcase_add_test(tc, cli_read_commands_against_a_tracker_need_its_token);
+    tcase_add_test(tc, cli_kernel_measure_times_states_and_names_bad_input);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);

@@ -15,6 +15,7 @@ typedef struct {
 /* Command groups (defined in cli_<group>.c). */
 int kt_cli_health(int argc, char **argv);
 int kt_cli_kernel(int argc, char **argv);
+int kt_cli_kernel_measure(int argc, char **argv);  /* ktune kernel measure */
 int kt_cli_records(int argc, char **argv);
 int kt_cli_queue(int argc, char **argv);
 int kt_cli_tasks(int argc, char **argv);

@@ -32,7 +32,11 @@ static void usage(FILE *out)
             "        answers with the reference kernel (max relative error <= %g) and ends\n"
             "        with 'P passed, F failed' (exit 1 if any failed).\n"
             "show    prints the C source of one state (its JSON as printed by sample), or\n"
-            "        of the naive reference kernel.\n",
+            "        of the naive reference kernel.\n"
+            "features prints the cost-model features of one state\n"
+            "        (ktune kernel features --help).\n"
+            "measure builds and times one state or N random states on this machine\n"
+            "        (ktune kernel measure --help).\n",
             KT_CODEGEN_MAX_REL_ERR);
 }
 
@@ -356,5 +360,7 @@ int kt_cli_kernel(int argc, char **argv)
         return cmd_show(argc, argv);
     if (strcmp(argv[1], "features") == 0)
         return cmd_features(argc, argv);
+    if (strcmp(argv[1], "measure") == 0)
+        return kt_cli_kernel_measure(argc, argv);
     return usage_error("unknown subcommand '%s'", argv[1]);
 }
