@@ -12,6 +12,7 @@
 #include "kt_config.h"
 #include "ktune.pb-c.h"
 #include "measure/measure.h"
+#include "measure/cuda_runner.h"
 #include "measure/hw_params.h"
 #include "measure/runner.h"
 #include "registry/registry.h"
@@ -97,6 +98,7 @@ typedef struct {
     atomic_int in_flight;     /* batches running or waiting for run_mu */
     int threads;              /* default OpenMP threads; 0 = leave OpenMP's default */
     const char *cpus;
+    int cuda_device;          /* --device cuda:N: its ordinal; -1 for the CPU */
 } runner_ctx_t;
 
 static int in_flight(void *user)
@@ -142,10 +144,24 @@ static uint64_t parse_hash(const char *s)
 }
 
 /* Why a candidate cannot be run at all, or NULL when it can. */
-static const char *candidate_problem(const Ktune__V1__RunCandidate *c, kt_run_input_t *in)
+static const char *candidate_problem(const Ktune__V1__RunCandidate *c, int cuda,
+                                     kt_run_input_t *in)
 {
     memset(in, 0, sizeof *in);
-    in->target = KT_MEASURE_TARGET_CPU;
+    in->target = cuda ? KT_MEASURE_TARGET_CUDA : KT_MEASURE_TARGET_CPU;
+    if (cuda) {
+        /* grid x, y, z, block x, y, z [, dynamic shared bytes] */
+        if (c->n_launch_dims != 6 && c->n_launch_dims != 7)
+            return "a cuda candidate needs launch_dims: grid x y z, block x y z [, shared bytes]";
+        for (size_t i = 0; i < c->n_launch_dims; i++)
+            if (c->launch_dims[i] < (i < 6 ? 1 : 0))
+                return "launch_dims must be positive";
+        for (int i = 0; i < 3; i++) {
+            in->launch.grid[i] = (unsigned)c->launch_dims[i];
+            in->launch.block[i] = (unsigned)c->launch_dims[3 + i];
+        }
+        in->launch.shared_bytes = c->n_launch_dims == 7 ? (unsigned)c->launch_dims[6] : 0;
+    }
     if (!c->artifact.data || c->artifact.len == 0)
         return "no artifact";
     if (!c->entry || !*c->entry)
@@ -194,9 +210,10 @@ static int fill_result(kt_rpc_call_t *call, uint64_t id, const kt_measure_result
 static int run_batch(kt_rpc_call_t *call, runner_ctx_t *x, const Ktune__V1__RunRequest *in,
                      Ktune__V1__RunResponse *out)
 {
-    if (in->target && *in->target && strcmp(in->target, "cpu") != 0)
+    const char *mine = x->cuda_device >= 0 ? "cuda" : "cpu";
+    if (in->target && *in->target && strcmp(in->target, mine) != 0)
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
-                                "this runner times cpu candidates, not '%s'", in->target);
+                                "this runner times %s candidates, not '%s'", mine, in->target);
     if (in->n_candidates > MAX_CANDIDATES)
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
                                 "%zu candidates in one request; at most %d", in->n_candidates,
@@ -221,7 +238,8 @@ static int run_batch(kt_rpc_call_t *call, runner_ctx_t *x, const Ktune__V1__RunR
     }
     /* A malformed candidate is its own INSTANTIATION_ERROR; the rest still run. */
     for (int i = 0; i < n; i++) {
-        const char *problem = candidate_problem(in->candidates[i], &inputs[runnable]);
+        const char *problem = candidate_problem(in->candidates[i], x->cuda_device >= 0,
+                                                &inputs[runnable]);
         if (problem) {
             kt_measure_result_set_error(&all[i], KT_MEASURE_INSTANTIATION_ERROR, "%s", problem);
             all[i].timestamp = kt_time_wall();
@@ -230,13 +248,33 @@ static int run_batch(kt_rpc_call_t *call, runner_ctx_t *x, const Ktune__V1__RunR
         }
     }
     if (runnable) {
-        kt_runner_t *runner = kt_runner_new(&ro);
+        /* A CUDA runner probes its device in a child, so this process never
+         * initialises CUDA and a faulting kernel cannot poison it. */
+        kt_cuda_runner_t *gpu = NULL;
+        kt_runner_t *runner = NULL;
+        if (x->cuda_device >= 0) {
+            kt_cuda_runner_opts_t co;
+            kt_cuda_runner_opts_default(&co);
+            co.run = ro;
+            co.run.enable_cpu_cache_flush = 0;
+            co.device = x->cuda_device;
+            if ((gpu = kt_cuda_runner_new(&co)))
+                runner = kt_cuda_runner_runner(gpu);
+        } else {
+            runner = kt_runner_new(&ro);
+        }
         if (!runner) {
-            rc = kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", kt_err_msg());
+            rc = kt_rpc_call_fail(call, x->cuda_device >= 0 ? KT_RPC_UNAVAILABLE
+                                                            : KT_RPC_INVALID_ARGUMENT,
+                                  "%s", kt_err_msg());
+            kt_cuda_runner_free(gpu);
             goto done;
         }
         rc = kt_runner_run(runner, inputs, runnable, ran);
-        kt_runner_free(runner);
+        if (gpu)
+            kt_cuda_runner_free(gpu);
+        else
+            kt_runner_free(runner);
         if (rc != 0) {
             kt_err_prefix("Run");
             goto done;
@@ -328,6 +366,8 @@ int main(int argc, char **argv)
     const char *listen = "127.0.0.1:0", *token_file = getenv("KT_TOKEN_FILE");
     const char *cert = NULL, *key = NULL, *ca = NULL, *tracker = NULL, *dev_key = "cpu";
     const char *device = "cpu", *advertise = NULL, *cpus = NULL;
+    int cuda_ordinal = -1;      /* --device cuda:N */
+    kt_hw_params_t cuda_hw;
     long threads = 0, drain_ms = DEFAULT_DRAIN_MS;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -378,10 +418,13 @@ int main(int argc, char **argv)
             fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", device);
             return 2;
         }
-        /* Timing on a GPU needs the CUDA runner of common/measure, which this
-         * build does not have. */
-        fprintf(stderr, "ktune-runner: --device %s: built without CUDA runner support\n", device);
-        return 1;
+        /* Fail at start-up, not at the first batch: no driver, no device or
+         * a bad ordinal is said here (the probe runs in a child). */
+        if (kt_cuda_device_probe((int)ordinal, NULL, 0, &cuda_hw) != 0) {
+            fprintf(stderr, "ktune-runner: --device %s: %s\n", device, kt_err_msg());
+            return 1;
+        }
+        cuda_ordinal = (int)ordinal;
     }
     /* The tracker refuses other keys; say so now rather than retry forever. */
     size_t klen = strlen(dev_key);
@@ -392,7 +435,7 @@ int main(int argc, char **argv)
                 "not '%s'\n", KT_REGISTRY_KEY_MAX, dev_key);
         return 2;
     }
-    if (strcmp(device, "cpu") != 0) {
+    if (cuda_ordinal < 0 && strcmp(device, "cpu") != 0) {
         fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", device);
         return 2;
     }
@@ -419,6 +462,7 @@ int main(int argc, char **argv)
     pthread_mutex_init(&x.run_mu, NULL);
     x.threads = threads ? (int)threads : (cpus ? cores : 0);
     x.cpus = cpus;
+    x.cuda_device = cuda_ordinal;
     int rc = 1;
     kt_peer_agent_t *agent = NULL;
     kt_rpc_server_opts_t so = {.listen = listen, .token = token, .tls_cert = cert, .tls_key = key};
@@ -430,9 +474,9 @@ int main(int argc, char **argv)
         KT_ERROR("%s", kt_err_msg());
         goto out;
     }
-    KT_INFO("ktune-runner %s listening on %s (%s%s), device cpu", KT_VERSION,
+    KT_INFO("ktune-runner %s listening on %s (%s%s), device %s", KT_VERSION,
             kt_rpc_server_address(srv), cert ? "TLS" : "plaintext",
-            token ? ", token required" : "");
+            token ? ", token required" : "", device);
     if (!token && strncmp(kt_rpc_server_address(srv), "127.", 4) != 0)
         KT_WARN("no token: anyone who reaches %s can run code on this host "
                 "(set --token-file or KT_TOKEN_FILE)", kt_rpc_server_address(srv));
@@ -445,10 +489,15 @@ int main(int argc, char **argv)
             KT_ERROR("%s", kt_err_msg());
             goto out;
         }
-        /* The host CPU as the search sees it; --cpus narrows the cores. */
+        /* The device as the search sees it: the probed GPU, or the host CPU
+         * with --cpus narrowing the cores. */
         kt_hw_params_t hw;
-        kt_hw_params_local_cpu(&hw);
-        hw.num_cores = cores;
+        if (cuda_ordinal >= 0) {
+            hw = cuda_hw;
+        } else {
+            kt_hw_params_local_cpu(&hw);
+            hw.num_cores = cores;
+        }
         Ktune__V1__DeviceInfo dev;
         kt_hw_params_to_proto(&hw, &dev);
         Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;

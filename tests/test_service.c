@@ -31,7 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kt_config.h"
 #include "ktune.pb-c.h"
+#include "measure/cuda_runner.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
 #include "util/err.h"
@@ -767,12 +769,15 @@ END_TEST
 
 START_TEST(service_runner_refuses_cuda_device_and_bad_options)
 {
-    char *args[] = {"--device", "cuda:0", NULL};
+    /* A device that does not exist fails at start-up, naming the reason. */
+    kt_hw_params_t hw;
+    int have_gpu = kt_cuda_device_probe(0, NULL, 0, &hw) == 0;
+    char *args[] = {"--device", have_gpu ? "cuda:4096" : "cuda:0", NULL};
     proc_t *r = spawn("runner", "server/ktune-runner", args, NULL);
     int ws = reap(r, WAIT_MS);
     ck_assert(WIFEXITED(ws));
     ck_assert_int_eq(WEXITSTATUS(ws), 1);
-    ck_assert(wait_log(r, "built without CUDA runner support", 0));
+    ck_assert(wait_log(r, KT_HAVE_CUDA ? "no CUDA device" : "built without CUDA", 0));
     char *bad[] = {"--device", "tpu", NULL};
     r = spawn("runner-bad", "server/ktune-runner", bad, NULL);
     ws = reap(r, WAIT_MS);
