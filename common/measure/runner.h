@@ -37,12 +37,13 @@
  * (reference hash, input seed) and child, cached) and the candidate's outputs
  * of its warm-up run are compared with it:
  *
- *     scale_o   = max(1e-3, 1e-3 * max_k |ref_o[k]|)     per output buffer o
+ *     scale_o   = max(rms_k(ref_o[k]), FLT_MIN)          per output buffer o
  *     max_error = max over outputs o, elements k of
  *                 |cand_o[k] - ref_o[k]| / max(|ref_o[k]|, scale_o)
  *
- * (so elements much smaller than their tensor's largest, where reduction
- * reordering cancels, are judged against 1e-3 of that magnitude); a NaN or
+ * (the metric of codegen/verify.h: elements much smaller than their
+ * tensor's typical magnitude, where reduction reordering cancels, are judged
+ * against that magnitude); a NaN or
  * infinity where the reference has a different value counts as infinite
  * error. max_error > tolerance is WRONG_ANSWER with the error in the message.
  * Outputs are filled with NaN before each checked run, so an element a
