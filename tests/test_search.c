@@ -502,6 +502,68 @@ END_TEST
 
 /* Best synthetic cost after `rounds` rounds of n, and the mean cost of the
  * last round's proposals. */
+START_TEST(search_model_update_from_store_trains_on_stored_records)
+{
+    kt_workload_t *w = matmul(32, 32, 32);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_store_t *st = kt_store_open(":memory:", KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_int_eq(kt_store_put_workload(st, kt_workload_key(w), kt_workload_json(w),
+                                           kt_workload_flops(w)), 0);
+    kt_sched_state_t **sk = NULL;
+    int nsk = 0;
+    ck_assert_int_eq(kt_sched_sketches(dag, &p, &sk, &nsk), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 11);
+    enum { N = 40 };
+    kt_record_t recs[N + 1];
+    char *json[N];
+    double cost[N];
+    int n = 0;
+    while (n < N) {
+        kt_sched_state_t *x = kt_sched_sample(dag, &p, sk[kt_rng_below(&rng, (uint64_t)nsk)], &rng);
+        ck_assert_ptr_nonnull(x);
+        json[n] = kt_sched_state_to_json(x, dag);
+        cost[n] = synthetic_cost(x);
+        recs[n] = (kt_record_t){.workload_key = kt_workload_key(w), .target = "cpu",
+                                .state_json = json[n],
+                                .state_hash = kt_sched_state_hash(x, dag),
+                                .costs = &cost[n], .ncosts = 1, .timestamp = 1.0 + n};
+        kt_sched_state_free(x);
+        n++;
+    }
+    /* A record whose state does not parse is skipped, not fatal. */
+    static const double one = 1.0;
+    recs[N] = (kt_record_t){.workload_key = kt_workload_key(w), .target = "cpu",
+                            .state_json = "{\"stages\":[]}", .state_hash = 1, .costs = &one,
+                            .ncosts = 1, .timestamp = 99.0};
+    ck_assert_int_eq(kt_store_put_records(st, recs, N + 1), 0);
+    kt_model_params_t mp;
+    kt_model_params_default(&mp);
+    mp.tree_method = KT_MODEL_TREE_HIST;
+    mp.num_warmup_sample = 10;
+    kt_model_t *model = kt_model_new(KT_MODEL_XGB, &mp);
+    ck_assert_ptr_nonnull(model);
+    int used = -1;
+    ck_assert_msg(kt_search_model_update_from_store(model, st, w, "cpu", 0, &used) == 0, "%s",
+                  kt_err_msg());
+    ck_assert_int_eq(used, N);
+    ck_assert_uint_eq(kt_model_num_samples(model), N);
+    ck_assert(kt_model_is_trained(model));
+    /* Another target has no records: nothing to learn, not an error. */
+    ck_assert_int_eq(kt_search_model_update_from_store(model, st, w, "cuda", 0, &used), 0);
+    ck_assert_int_eq(used, 0);
+    kt_model_free(model);
+    for (int i = 0; i < N; i++)
+        free(json[i]);
+    free_states(sk, nsk);
+    kt_store_close(st);
+    kt_workload_free(w);
+}
+END_TEST
+
 static void synthetic_run(const char *policy, uint64_t seed, int rounds, int n, double *best,
                           double *last_mean)
 {
@@ -566,6 +628,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
     tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);
+    tcase_add_test(tc, search_model_update_from_store_trains_on_stored_records);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -39,6 +39,7 @@
 #include "measure/measure.h"
 #include "model/model.h"
 #include "sched/state.h"
+#include "store/store.h"
 #include "te/workload.h"
 
 /* Options of a policy; kt_search_opts_default() gives Ansor's defaults. */
@@ -128,6 +129,16 @@ void kt_search_stats(const kt_search_policy_t *sp, kt_search_stats_t *out);
 /* The policy's cost model (owned or shared) and sched parameters. */
 kt_model_t *kt_search_model(const kt_search_policy_t *sp);
 const kt_sched_params_t *kt_search_params(const kt_search_policy_t *sp);
+
+/* ---- training from stored records ------------------------------------------ */
+
+/* Train `m` on every stored record of (workload, target) (TVM's
+ * update_from_file): states are parsed against the workload (records that do
+ * not parse are skipped), failed records count as cost +inf, all labels are
+ * normalized within `task_id`. *used (when not NULL) gets the number of
+ * records the model received. 0 or negative. */
+int kt_search_model_update_from_store(kt_model_t *m, kt_store_t *s, const kt_workload_t *w,
+                                      const char *target, uint64_t task_id, int *used);
 
 /* ---- candidates: what builders and runners need ------------------------- */
 
