@@ -70,6 +70,12 @@ static int wait_child(pid_t pid, double timeout, int *status)
 
 int kt_codegen_compile(const char *src, const char *out_so_path, char **log)
 {
+    return kt_codegen_compile_flags(src, out_so_path, NULL, log);
+}
+
+int kt_codegen_compile_flags(const char *src, const char *out_so_path, const char *cflags,
+                             char **log)
+{
     if (log)
         *log = NULL;
     if (!src || !out_so_path)
@@ -85,7 +91,8 @@ int kt_codegen_compile(const char *src, const char *out_so_path, char **log)
         const char *cc = getenv("KT_CC");
         if (!cc || !*cc)
             cc = "cc";
-        char flags[] = KT_CODEGEN_CFLAGS;
+        char flags[512];
+        snprintf(flags, sizeof(flags), "%s", cflags ? cflags : KT_CODEGEN_CFLAGS);
         char *argv[32];
         int argc = 0;
         argv[argc++] = (char *)cc;

@@ -41,6 +41,7 @@
 #include "te/te.h"
 
 #define KT_CODEGEN_CFLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c17"
+#define KT_CODEGEN_EMU_CFLAGS "-O1 -shared -fPIC -std=c17"
 #define KT_CODEGEN_MAX_REL_ERR 1e-4      /* pass threshold of the error metric */
 #define KT_CODEGEN_COMPILE_TIMEOUT 120.0 /* seconds for one compile */
 #define KT_CODEGEN_RUN_TIMEOUT 300.0     /* seconds for one checked kernel run */
@@ -55,6 +56,13 @@ typedef int (*kt_kernel_fn)(float **bufs);
  * empty; warnings do not fail. 0, or KT_EINVAL (compile error, message holds
  * the first lines of the log), KT_ETIMEOUT, KT_EIO. */
 int kt_codegen_compile(const char *src, const char *out_so_path, char **log);
+
+/* The same with other flags (blank-separated, at most 20 words; NULL:
+ * KT_CODEGEN_CFLAGS): e.g. KT_CODEGEN_EMU_CFLAGS for CPU emulations of GPU
+ * kernels, which only check answers, so a light optimization compiles them
+ * several times faster. */
+int kt_codegen_compile_flags(const char *src, const char *out_so_path, const char *cflags,
+                             char **log);
 
 /* A loaded kernel library (dlopen in this process). */
 typedef struct kt_codegen_lib kt_codegen_lib_t;
