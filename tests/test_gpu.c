@@ -897,6 +897,88 @@ START_TEST(gpu_cuda_source_has_kernels_barriers_and_shuffles)
 }
 END_TEST
 
+/* ---- the CLI ----------------------------------------------------------------------------- */
+
+/* Output of a ktune command line (stdout and stderr); *status its exit. */
+static char *ktune(const char *args, int *status)
+{
+    const char *root = getenv("KT_BUILD_ROOT");
+    ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "'%s/tracker/ktune' %s 2>&1", root, args);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        kt_sbuf_putn(&b, buf, n);
+    int st = pclose(f);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *out = kt_sbuf_take(&b);
+    return out ? out : kt_strdup("");
+}
+
+START_TEST(gpu_cli_samples_verifies_and_shows_cuda)
+{
+    int status;
+    const char *wl = "--workload '{\"op\":\"softmax\",\"shape\":[5,70]}'";
+    char args[4096];
+    snprintf(args, sizeof(args),
+             "kernel sample %s --target cuda --arch sm_80 --hw max_threads_per_block=256 -n 3 "
+             "--seed 2 --verify --print",
+             wl);
+    char *out = ktune(args, &status);
+    ck_assert_msg(status == 0, "%s", out);
+    ck_assert_msg(strstr(out, "3 passed, 0 failed") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "at most 256 threads") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "CPU emulation") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "threadIdx.x") != NULL, "%s", out);   /* --print */
+#if KT_HAVE_CUDA
+    ck_assert_msg(strstr(out, "NVRTC sm_80: ktune_kernel_k") != NULL, "%s", out);
+#endif
+    /* show the CUDA source and the emulation of the first state */
+    const char *line = strstr(out, "state 0: sketch");
+    ck_assert_ptr_nonnull(line);
+    const char *js = strchr(line, '{'), *eol = strchr(line, '\n');
+    ck_assert(js && eol && js < eol);
+    char state[2048];
+    snprintf(state, sizeof(state), "%.*s", (int)(eol - js), js);
+    snprintf(args, sizeof(args), "kernel show %s --target cuda --state '%s'", wl, state);
+    char *src = ktune(args, &status);
+    ck_assert_msg(status == 0, "%s", src);
+    ck_assert_msg(strstr(src, "// launch ktune_kernel_k0: grid (") != NULL, "%s", src);
+    ck_assert_msg(strstr(src, "extern \"C\" __global__") != NULL, "%s", src);
+    free(src);
+    snprintf(args, sizeof(args), "kernel show %s --state '%s' --emulation", wl, state);
+    src = ktune(args, &status);
+    ck_assert_msg(status == 0, "%s", src);
+    ck_assert_msg(strstr(src, "int ktune_kernel(float **kt_bufs)") != NULL, "%s", src);
+    free(src);
+    /* the state exceeds a smaller GPU's limit: refused */
+    snprintf(args, sizeof(args),
+             "kernel show %s --target cuda --hw max_threads_per_block=16 --state '%s'", wl,
+             state);
+    src = ktune(args, &status);
+    ck_assert_int_eq(status, 1);
+    ck_assert_msg(strstr(src, "threads per block") != NULL, "%s", src);
+    free(src);
+    free(out);
+    /* --arch belongs to --target cuda; unknown presets are named */
+    out = ktune("kernel sample --workload '{\"op\":\"softmax\",\"shape\":[5,70]}' --arch sm_80",
+                &status);
+    ck_assert_int_eq(status, 2);
+    free(out);
+    out = ktune("kernel sample --workload '{\"op\":\"softmax\",\"shape\":[5,70]}' --target cuda "
+                "--arch sm_42",
+                &status);
+    ck_assert_int_eq(status, 1);
+    ck_assert_msg(strstr(out, "no preset 'sm_42'") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gpu");
@@ -907,6 +989,7 @@ int main(void)
     tcase_add_test(rules, gpu_validation_rejects_broken_states);
     tcase_add_test(rules, gpu_sampled_and_mutated_states_respect_hardware_limits);
     tcase_add_test(rules, gpu_cuda_source_has_kernels_barriers_and_shuffles);
+    tcase_add_test(rules, gpu_cli_samples_verifies_and_shows_cuda);
     suite_add_tcase(s, rules);
     TCase *tc = tcase_create("families");
     tcase_set_timeout(tc, 900);

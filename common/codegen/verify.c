@@ -433,13 +433,19 @@ int kt_codegen_ref_check_so(kt_codegen_ref_t *ref, const char *so, const char *e
 int kt_codegen_ref_check(kt_codegen_ref_t *ref, const char *src, const char *entry,
                          double *max_rel_err)
 {
+    return kt_codegen_ref_check_flags(ref, src, entry, NULL, max_rel_err);
+}
+
+int kt_codegen_ref_check_flags(kt_codegen_ref_t *ref, const char *src, const char *entry,
+                               const char *cflags, double *max_rel_err)
+{
     if (max_rel_err)
         *max_rel_err = INFINITY;
     if (!ref || !src || !entry)
         return kt_err_set(KT_EINVAL, "check: no checker, source or entry");
     char path[600];
     so_path(ref, path, sizeof(path), "cand");
-    int rc = kt_codegen_compile(src, path, NULL);
+    int rc = kt_codegen_compile_flags(src, path, cflags, NULL);
     if (rc == KT_OK)
         rc = kt_codegen_ref_check_so(ref, path, entry, max_rel_err);
     unlink(path);

@@ -101,6 +101,11 @@ kt_codegen_ref_t *kt_codegen_ref_new(const kt_dag_t *dag, uint64_t seed);
 int kt_codegen_ref_check(kt_codegen_ref_t *ref, const char *src, const char *entry,
                          double *max_rel_err);
 
+/* The same with compiler flags (NULL: KT_CODEGEN_CFLAGS), e.g.
+ * KT_CODEGEN_EMU_CFLAGS for the CPU emulation of GPU kernels. */
+int kt_codegen_ref_check_flags(kt_codegen_ref_t *ref, const char *src, const char *entry,
+                               const char *cflags, double *max_rel_err);
+
 /* Run an already compiled shared object instead of source. */
 int kt_codegen_ref_check_so(kt_codegen_ref_t *ref, const char *so_path, const char *entry,
                             double *max_rel_err);
