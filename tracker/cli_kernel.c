@@ -1,9 +1,12 @@
 /* ktune kernel: sample schedules of a workload, print their loop nests and
- * C source, and verify them against the reference kernel. */
+ * C or CUDA source, and verify them against the reference kernel (CUDA: on
+ * the GPU when there is one, always through the CPU emulation of the CUDA
+ * kernels, and compiled with NVRTC). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -11,6 +14,9 @@
 #include "codegen/codegen.h"
 #include "codegen/verify.h"
 #include "feature/feature.h"
+#include "measure/cuda_runner.h"
+#include "measure/hw_params.h"
+#include "measure/nvrtc.h"
 #include "sched/state.h"
 #include "te/workload.h"
 #include "util/err.h"
@@ -22,22 +28,30 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: ktune kernel sample --workload <file-or-json> [--target cpu] [-n N]\n"
+            "usage: ktune kernel sample --workload <file-or-json> [--target cpu|cuda]\n"
+            "                           [--arch sm_XY] [--hw key=value,...] [-n N]\n"
             "                           [--seed S] [--verify] [--print]\n"
-            "       ktune kernel show --workload <file-or-json> (--state <json-or-file> | "
-            "--reference)\n"
+            "       ktune kernel show --workload <file-or-json> [--target cpu|cuda]\n"
+            "                         [--arch sm_XY] [--hw key=value,...]\n"
+            "                         (--state <json-or-file> [--emulation] | --reference)\n"
             "\n"
             "sample  draws N random schedules (states) of each workload from its sketches;\n"
             "        --print shows each loop nest, --verify compiles each and compares its\n"
             "        answers with the reference kernel (max relative error <= %g) and ends\n"
             "        with 'P passed, F failed' (exit 1 if any failed).\n"
-            "show    prints the C source of one state (its JSON as printed by sample), or\n"
-            "        of the naive reference kernel.\n"
+            "        --target cuda samples GPU states within the limits of --arch (a preset:\n"
+            "        sm_70 ... sm_90, default %s) and the --hw overrides; --verify then\n"
+            "        compiles every kernel with NVRTC for the arch, checks the CPU emulation\n"
+            "        of the CUDA kernels against the reference and, when this machine has a\n"
+            "        GPU, also runs the kernels on it.\n"
+            "show    prints the C source of one state (its JSON as printed by sample), the\n"
+            "        CUDA source of a GPU state (--emulation: its CPU emulation), or the\n"
+            "        naive reference kernel.\n"
             "features prints the cost-model features of one state\n"
             "        (ktune kernel features --help).\n"
             "measure builds and times one state or N random states on this machine\n"
             "        (ktune kernel measure --help).\n",
-            KT_CODEGEN_MAX_REL_ERR);
+            KT_CODEGEN_MAX_REL_ERR, KT_NVRTC_DEFAULT_ARCH);
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -49,10 +63,12 @@ static int usage_error(const char *fmt, const char *arg)
 }
 
 typedef struct {
-    const char *workload, *target, *state;
+    const char *workload, *target, *state, *arch, *hw;
     long n;
     uint64_t seed;
-    int verify, print, reference;
+    int verify, print, reference, emulation;
+    int target_set, cuda;
+    kt_sched_params_t params;   /* for the target, arch and overrides */
 } opts_t;
 
 static int parse_long(const char *s, long min, long *out)
@@ -80,8 +96,13 @@ static int parse_opts(int argc, char **argv, int sample, opts_t *o)
             return -1;
         } else if (strcmp(a, "--workload") == 0 || strcmp(a, "-w") == 0) {
             o->workload = v;
-        } else if (sample && strcmp(a, "--target") == 0) {
+        } else if (strcmp(a, "--target") == 0) {
             o->target = v;
+            o->target_set = 1;
+        } else if (strcmp(a, "--arch") == 0) {
+            o->arch = v;
+        } else if (strcmp(a, "--hw") == 0) {
+            o->hw = v;
         } else if (sample && strcmp(a, "-n") == 0) {
             if (v && parse_long(v, 1, &o->n))
                 return usage_error("-n needs a positive integer, not '%s'", v);
@@ -100,6 +121,8 @@ static int parse_opts(int argc, char **argv, int sample, opts_t *o)
                 o->print = 1;
             else if (!sample && strcmp(a, "--reference") == 0)
                 o->reference = 1;
+            else if (!sample && strcmp(a, "--emulation") == 0)
+                o->emulation = 1;
             else
                 return usage_error("unknown option '%s'", a);
         }
@@ -111,20 +134,199 @@ static int parse_opts(int argc, char **argv, int sample, opts_t *o)
     }
     if (!o->workload)
         return usage_error("%s", "--workload is required");
-    if (strcmp(o->target, "cpu") != 0)
-        return usage_error("target '%s' is not supported (only cpu)", o->target);
+    if (strcmp(o->target, "cpu") != 0 && strcmp(o->target, "cuda") != 0)
+        return usage_error("target '%s' is not supported (cpu or cuda)", o->target);
+    o->cuda = strcmp(o->target, "cuda") == 0;
+    if (!o->cuda && o->arch)
+        return usage_error("%s", "--arch needs --target cuda");
     if (!sample && !!o->state == o->reference)
         return usage_error("%s", "show needs exactly one of --state and --reference");
+    if (o->emulation && !o->state)
+        return usage_error("%s", "--emulation needs --state");
+    /* the schedule parameters: a preset, then the overrides */
+    kt_hw_params_t hw;
+    if (!o->cuda && !o->hw) {
+        kt_sched_params_default(&o->params);   /* this host, as before */
+        return 0;
+    }
+    if (!o->arch)
+        o->arch = KT_NVRTC_DEFAULT_ARCH;
+    if (kt_hw_params_preset(o->cuda ? o->arch : "cpu", &hw) != 0)
+        return kt_cli_fail("--arch");
+    if (o->hw && kt_hw_params_override(&hw, o->hw) != 0)
+        return kt_cli_fail("--hw");
+    if (kt_sched_params_from_hw(&hw, &o->params) != 0)
+        return kt_cli_fail("--hw");
     return 0;
 }
 
+/* ---- GPU verification ---------------------------------------------------------------- */
+
+/* What --verify of GPU states needs once per run: the GPU, if any. */
+typedef struct {
+    kt_cuda_runner_t *cr;       /* NULL: no GPU here */
+    char device_arch[KT_HW_ARCH_LEN];
+} gpu_t;
+
+static void gpu_open(gpu_t *g, uint64_t seed)
+{
+    memset(g, 0, sizeof(*g));
+    kt_cuda_runner_opts_t o;
+    kt_cuda_runner_opts_default(&o);
+    o.run.number = 1;
+    o.run.repeat = 1;
+    o.run.min_repeat_ms = 0;
+    o.run.seed = seed;
+    g->cr = kt_cuda_runner_new(&o);
+    if (!g->cr) {
+        printf("no GPU here (%s): checking answers with the CPU emulation of the CUDA "
+               "kernels\n", kt_err_msg());
+        kt_err_clear();
+        return;
+    }
+    const kt_hw_params_t *hw = kt_cuda_runner_hw_params(g->cr);
+    snprintf(g->device_arch, sizeof(g->device_arch), "%s", hw->arch);
+    printf("GPU %s (%s): running the kernels on it, and checking the CPU emulation too\n",
+           hw->name, hw->arch);
+}
+
+/* The reference kernel as a shared object's bytes (the runner's reference
+ * artifact); NULL with kt_err on failure. */
+static char *reference_so(const kt_dag_t *dag, size_t *len)
+{
+    char dir[] = "/tmp/ktune-kernel-XXXXXX";
+    if (!mkdtemp(dir)) {
+        kt_err_set(KT_EIO, "cannot create a temp directory");
+        return NULL;
+    }
+    char path[64];
+    snprintf(path, sizeof(path), "%s/ref.so", dir);
+    char *src = kt_codegen_reference_c(dag, "kt_reference");
+    char *bytes = NULL;
+    if (src && kt_codegen_compile(src, path, NULL) == 0)
+        bytes = kt_file_read(path, len);
+    free(src);
+    unlink(path);
+    rmdir(dir);
+    return bytes;
+}
+
+/* Run the kernels of cu (compiled into cubin) on the GPU against the
+ * reference; 0 with *err, or negative with kt_err. */
+static int gpu_run(gpu_t *g, const kt_dag_t *dag, const char *ref, size_t ref_len,
+                   const kt_nvrtc_result_t *cubin, const kt_codegen_cuda_t *cu, double *err)
+{
+    kt_run_input_t in;
+    memset(&in, 0, sizeof(in));
+    kt_cuda_launch_t launches[KT_RUNNER_MAX_LAUNCHES];
+    if (cu->n_launches > KT_RUNNER_MAX_LAUNCHES)
+        return kt_err_set(KT_EUNSUP, "%d kernels: the runner launches at most %d",
+                          cu->n_launches, KT_RUNNER_MAX_LAUNCHES);
+    for (int i = 0; i < cu->n_launches; i++) {
+        const kt_codegen_launch_t *l = &cu->launches[i];
+        launches[i] = (kt_cuda_launch_t){.name = l->name, .shared_bytes = 0};
+        memcpy(launches[i].grid, l->grid, sizeof(l->grid));
+        memcpy(launches[i].block, l->block, sizeof(l->block));
+    }
+    in.target = KT_MEASURE_TARGET_CUDA;
+    in.prog = (kt_artifact_t){.data = cubin->cubin, .len = cubin->cubin_len,
+                              .entry = cu->launches[0].name};
+    in.ref = (kt_artifact_t){.data = ref, .len = ref_len, .entry = "kt_reference"};
+    int nb = kt_codegen_num_bufs(dag), nout = 0;
+    in.layout.num_bufs = nb;
+    for (int i = 0; i < nb; i++) {
+        const kt_stage_t *s = kt_dag_stage(dag, kt_codegen_buf_stage(dag, i));
+        in.layout.num_elems[i] = kt_stage_numel(s);
+        nout += s->kind != KT_STAGE_PLACEHOLDER;
+    }
+    in.layout.num_outputs = nout;
+    in.launches = launches;
+    in.n_launches = cu->n_launches;
+    in.workspace_bytes = cu->workspace_bytes;
+    kt_measure_result_t res;
+    memset(&res, 0, sizeof(res));
+    int rc = kt_runner_run(kt_cuda_runner_runner(g->cr), &in, 1, &res);
+    if (rc == 0 && res.error_no != KT_MEASURE_NO_ERROR)
+        rc = kt_err_set(KT_EINVAL, "%s: %s", kt_measure_error_name(res.error_no),
+                        res.error_msg ? res.error_msg : "");
+    *err = res.max_error;
+    kt_measure_result_clear(&res);
+    return rc;
+}
+
+/* Verify one GPU state: NVRTC for the arch (errors and warnings fail), the
+ * CPU emulation against the reference, and the GPU run when there is one.
+ * Prints the state's line; returns 1 when it passed. */
+static int verify_gpu(const opts_t *o, gpu_t *g, const kt_dag_t *dag, kt_codegen_ref_t *ref,
+                      const char *ref_so, size_t ref_len, const kt_sched_state_t *st, long i)
+{
+    kt_codegen_cuda_t cu;
+    if (kt_codegen_emit_cuda(dag, st, ENTRY, &cu) != 0) {
+        printf("state %ld: FAILED: %s\n", i, kt_err_msg());
+        return 0;
+    }
+    int ok = 1;
+    kt_sbuf_t line;
+    kt_sbuf_init(&line);
+    kt_nvrtc_result_t r;
+    int rc = kt_nvrtc_compile(cu.src, o->arch, NULL, 0, &r);
+    if (rc == KT_EUNSUP) {
+        kt_sbuf_printf(&line, "; not compiled (%s)", kt_err_msg());
+    } else if (rc != 0) {
+        kt_sbuf_printf(&line, "; NVRTC %s: %s", o->arch, kt_err_msg());
+        ok = 0;
+    } else if (r.log && strstr(r.log, "warning")) {
+        kt_sbuf_printf(&line, "; NVRTC %s warns:\n%s", o->arch, r.log);
+        ok = 0;
+    } else {
+        kt_sbuf_printf(&line, "; NVRTC %s:", o->arch);
+        for (int k = 0; k < r.n_kernels; k++)
+            kt_sbuf_printf(&line, " %s %d regs %d B spilled %d B smem", r.kernels[k].name,
+                           r.kernels[k].registers, r.kernels[k].spill_store_bytes,
+                           r.kernels[k].static_smem_bytes);
+    }
+    double err = 0;
+    char *emu = kt_codegen_emit_cuda_emu(dag, st, ENTRY);
+    if (!emu || kt_codegen_ref_check_flags(ref, emu, ENTRY, KT_CODEGEN_EMU_CFLAGS, &err) != 0) {
+        printf("state %ld: FAILED: CPU emulation: %s%s\n", i, kt_err_msg(),
+               line.data ? line.data : "");
+        ok = 0;
+    } else {
+        kt_sbuf_t gl;
+        kt_sbuf_init(&gl);
+        if (g->cr && ok && rc == 0) {
+            /* the device's own architecture: a cubin runs only there */
+            kt_nvrtc_result_t dr;
+            int same = strcmp(g->device_arch, o->arch) == 0;
+            int drc = same ? 0 : kt_nvrtc_compile(cu.src, g->device_arch, NULL, 0, &dr);
+            double gerr = 0;
+            if (drc == 0 && gpu_run(g, dag, ref_so, ref_len, same ? &r : &dr, &cu, &gerr) == 0) {
+                kt_sbuf_printf(&gl, "; GPU %s max error %.3g", g->device_arch, gerr);
+            } else {
+                kt_sbuf_printf(&gl, "; GPU %s: %s", g->device_arch, kt_err_msg());
+                ok = 0;
+            }
+            if (!same && drc == 0)
+                kt_nvrtc_result_clear(&dr);
+        }
+        printf("state %ld: %s (CPU emulation: max relative error %.3g%s%s)\n", i,
+               ok ? "ok" : "FAILED", err, gl.data ? gl.data : "", line.data ? line.data : "");
+        kt_sbuf_free(&gl);
+    }
+    if (rc == 0)
+        kt_nvrtc_result_clear(&r);
+    kt_sbuf_free(&line);
+    free(emu);
+    kt_codegen_cuda_clear(&cu);
+    return ok;
+}
+
 /* Sample and optionally verify n states of one workload; adds to the counts. */
-static int sample_one(const kt_workload_t *w, const opts_t *o, kt_rng_t *rng, long *passed,
-                      long *failed)
+static int sample_one(const kt_workload_t *w, const opts_t *o, gpu_t *g, kt_rng_t *rng,
+                      long *passed, long *failed)
 {
     const kt_dag_t *dag = kt_workload_dag(w);
-    kt_sched_params_t p;
-    kt_sched_params_default(&p);
+    kt_sched_params_t p = o->params;
     kt_sched_state_t **sk = NULL;
     int nsk = 0;
     if (kt_sched_sketches(dag, &p, &sk, &nsk) != 0 || nsk == 0) {
@@ -134,11 +336,20 @@ static int sample_one(const kt_workload_t *w, const opts_t *o, kt_rng_t *rng, lo
     }
     printf("workload %s\n%s (%d sketches, %.0f flops)\n", kt_workload_key(w),
            kt_workload_json(w), nsk, kt_workload_flops(w));
+    if (o->cuda)
+        printf("target cuda %s: at most %d threads and %d bytes of shared memory per block, "
+               "vthread extent %d\n",
+               o->arch, p.max_threads_per_block, p.max_shared_memory_per_block,
+               p.max_vthread_extent);
     kt_codegen_ref_t *ref = NULL;
+    char *ref_so = NULL;
+    size_t ref_len = 0;
     int rc = 0;
     if (o->verify) {
         ref = kt_codegen_ref_new(dag, o->seed);
         if (!ref)
+            rc = kt_cli_fail("building the reference kernel");
+        if (!rc && g->cr && !(ref_so = reference_so(dag, &ref_len)))
             rc = kt_cli_fail("building the reference kernel");
     }
     for (long i = 0; rc == 0 && i < o->n; i++) {
@@ -158,7 +369,12 @@ static int sample_one(const kt_workload_t *w, const opts_t *o, kt_rng_t *rng, lo
             printf("%s", nest ? nest : "(cannot print the loop nest)\n");
             free(nest);
         }
-        if (o->verify) {
+        if (o->verify && o->cuda) {
+            if (verify_gpu(o, g, dag, ref, ref_so, ref_len, st, i))
+                (*passed)++;
+            else
+                (*failed)++;
+        } else if (o->verify) {
             double err = 0;
             char *src = kt_codegen_emit_c(dag, st, ENTRY);
             int crc = src ? kt_codegen_ref_check(ref, src, ENTRY, &err) : KT_EINVAL;
@@ -175,6 +391,7 @@ static int sample_one(const kt_workload_t *w, const opts_t *o, kt_rng_t *rng, lo
         kt_sched_state_free(st);
     }
     kt_codegen_ref_free(ref);
+    free(ref_so);
     for (int i = 0; i < nsk; i++)
         kt_sched_state_free(sk[i]);
     free(sk);
@@ -195,8 +412,21 @@ static int cmd_sample(int argc, char **argv)
     kt_rng_t rng;
     kt_rng_seed(&rng, o.seed);
     long passed = 0, failed = 0;
+    gpu_t g = {0};
+    if (o.verify && o.cuda) {
+        /* an architecture NVRTC refuses fails every state: say so once */
+        int arc = kt_nvrtc_check_arch(o.arch);
+        if (arc != 0 && arc != KT_EUNSUP) {
+            rc = kt_cli_fail("--arch");
+        } else {
+            if (arc == KT_EUNSUP)
+                printf("NVRTC unavailable (%s): kernels are not compiled\n", kt_err_msg());
+            gpu_open(&g, o.seed);
+        }
+    }
     for (int i = 0; rc == 0 && i < n; i++)
-        rc = sample_one(ws[i], &o, &rng, &passed, &failed);
+        rc = sample_one(ws[i], &o, &g, &rng, &passed, &failed);
+    kt_cuda_runner_free(g.cr);
     for (int i = 0; i < n; i++)
         kt_workload_free(ws[i]);
     free(ws);
@@ -232,13 +462,47 @@ static int cmd_show(int argc, char **argv)
         while (*p == ' ' || *p == '\t' || *p == '\n')
             p++;
         char *text = *p == '{' ? kt_strdup(p) : kt_file_read(o.state, NULL);
-        kt_sched_state_t *st = text ? kt_sched_state_from_json(text, kt_workload_dag(ws[0]), NULL)
-                                    : NULL;
+        const kt_dag_t *dag = kt_workload_dag(ws[0]);
+        kt_sched_state_t *st = text ? kt_sched_state_from_json(text, dag, &o.params) : NULL;
         free(text);
-        if (!st)
+        kt_codegen_cuda_t cu = {0};
+        if (!st) {
             rc = kt_cli_fail("--state");
-        else if (!(src = kt_codegen_emit_c(kt_workload_dag(ws[0]), st, ENTRY)))
-            rc = kt_cli_fail("generating C");
+        } else if (st->target == KT_SCHED_TARGET_CUDA && o.target_set && !o.cuda) {
+            kt_err_set(KT_EINVAL, "the state is for target cuda");
+            rc = kt_cli_fail("--state");
+        } else if (st->target != KT_SCHED_TARGET_CUDA && (o.cuda || o.emulation)) {
+            kt_err_set(KT_EINVAL, "the state is for target cpu");
+            rc = kt_cli_fail("--state");
+        } else if (st->target != KT_SCHED_TARGET_CUDA) {
+            if (!(src = kt_codegen_emit_c(dag, st, ENTRY)))
+                rc = kt_cli_fail("generating C");
+        } else if (o.emulation) {
+            if (!(src = kt_codegen_emit_cuda_emu(dag, st, ENTRY)))
+                rc = kt_cli_fail("generating the CPU emulation");
+        } else if (kt_codegen_emit_cuda(dag, st, ENTRY, &cu) != 0) {
+            rc = kt_cli_fail("generating CUDA");
+        } else {
+            /* the launches first, as comments the source keeps compiling with */
+            kt_sbuf_t b;
+            kt_sbuf_init(&b);
+            for (int k = 0; k < cu.n_launches; k++)
+                kt_sbuf_printf(&b, "// launch %s: grid (%u, %u, %u), block (%u, %u, %u), %u bytes "
+                                   "of shared memory (stage %s)\n",
+                               cu.launches[k].name, cu.launches[k].grid[0], cu.launches[k].grid[1],
+                               cu.launches[k].grid[2], cu.launches[k].block[0],
+                               cu.launches[k].block[1], cu.launches[k].block[2],
+                               cu.launches[k].smem_bytes,
+                               kt_dag_stage(dag, cu.launches[k].stage)->name);
+            if (cu.workspace_bytes)
+                kt_sbuf_printf(&b, "// workspace: %zu bytes, passed last to every kernel\n",
+                               cu.workspace_bytes);
+            kt_sbuf_puts(&b, cu.src);
+            src = kt_sbuf_take(&b);
+            if (!src)
+                rc = kt_cli_fail("generating CUDA");
+        }
+        kt_codegen_cuda_clear(&cu);
         kt_sched_state_free(st);
     }
     if (src)

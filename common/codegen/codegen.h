@@ -63,4 +63,65 @@ char *kt_codegen_emit_c(const kt_dag_t *dag, const struct kt_sched_state *st, co
 int kt_codegen_emit_c_into(const kt_dag_t *dag, const struct kt_sched_state *st,
                            const char *entry, kt_sbuf_t *b);
 
+/* ---- GPU states (lower_gpu.c, emit_cuda.c, emit_cuda_emu.c) -------------------------
+ *
+ * CUDA: one `extern "C" __global__` kernel per kernel of the state
+ * (kt_sched_gpu_kernels), named <entry>_k0, <entry>_k1, ... and launched in
+ * that order, each with the calling convention of measure/runner.h's CUDA
+ * path: the DAG's placeholders, then its outputs (kt_codegen_num_bufs order)
+ * as float pointers, then, when the program has intermediates, a float
+ * workspace pointer (workspace_bytes, zeroed or not: every intermediate is
+ * written before it is read). Static shared memory only (dynamic 0), at most
+ * the state's limit. The source needs no header (NVRTC) and compiles for
+ * sm_75 and newer.
+ *
+ * CPU emulation: the same lowered kernels as C with the calling convention
+ * above (int entry(float **bufs), workspace malloc'd), run block by block;
+ * within a block each barrier-free region runs for every thread before the
+ * next region starts, per-thread registers are arrays indexed by the thread,
+ * shared memory is one array per block, and warp shuffles are emulated per
+ * warp with __shfl_down_sync's semantics. Indices, guards and barrier
+ * placement are the CUDA kernel's, printed by the same code, so the verify
+ * harness (verify.h) checking the emulation against the reference checks
+ * the CUDA kernel's indexing. Outputs, workspace, shared memory and
+ * registers start as NaN, so a read of anything not written shows. */
+
+#define KT_CODEGEN_KERNEL_NAME 128
+
+/* One kernel launch. */
+typedef struct {
+    char name[KT_CODEGEN_KERNEL_NAME];   /* <entry>_k<i> */
+    int stage;                           /* the DAG stage it computes */
+    unsigned grid[3], block[3];          /* y and z are 1 */
+    unsigned smem_bytes;                 /* static shared memory it declares */
+} kt_codegen_launch_t;
+
+typedef struct {
+    char *src;                        /* CUDA C++ source (kt_codegen_emit_cuda only) */
+    kt_codegen_launch_t *launches;    /* in launch order */
+    int n_launches;
+    size_t workspace_bytes;           /* 0: the kernels take no workspace argument */
+} kt_codegen_cuda_t;
+
+/* The definitions every CUDA file starts with (helpers kt_codegen_expr_c's
+ * output calls, INFINITY/NAN without headers). */
+void kt_codegen_preamble_cuda(kt_sbuf_t *out);
+
+/* CUDA source (preamble included) and launches of a GPU state. 0, or
+ * negative with a message (not a GPU state, invalid state, bad entry). */
+int kt_codegen_emit_cuda(const kt_dag_t *dag, const struct kt_sched_state *st, const char *entry,
+                         kt_codegen_cuda_t *out);
+/* The kernels only, appended to b (several states in one NVRTC program:
+ * distinct entries); meta (may be NULL) receives launches and workspace. */
+int kt_codegen_emit_cuda_into(const kt_dag_t *dag, const struct kt_sched_state *st,
+                              const char *entry, kt_sbuf_t *b, kt_codegen_cuda_t *meta);
+void kt_codegen_cuda_clear(kt_codegen_cuda_t *c);   /* accepts NULL */
+
+/* The CPU emulation: a whole C file (kt_codegen_preamble_c first), or the
+ * functions only (static kernels <entry>_k<i>, then int entry(float **)). */
+char *kt_codegen_emit_cuda_emu(const kt_dag_t *dag, const struct kt_sched_state *st,
+                               const char *entry);
+int kt_codegen_emit_cuda_emu_into(const kt_dag_t *dag, const struct kt_sched_state *st,
+                                  const char *entry, kt_sbuf_t *b);
+
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "codegen_int.h"
 #include "lower.h"
 #include "util/err.h"
 
@@ -137,7 +138,8 @@ static int is_ident_char(char ch)
  * this statement) with `repl`: the consumer of a tiled stage reads the local
  * tile instead of the stage's global buffer, and every such load is at the
  * consumer's own index (checked when the sketch was derived). */
-static void replace_loads(const char *text, const char *name, const char *repl, kt_sbuf_t *b)
+void kt_codegen_replace_loads(const char *text, const char *name, const char *repl,
+                              kt_sbuf_t *b)
 {
     size_t nl = strlen(name);
     const char *p = text;
@@ -188,7 +190,8 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
             kt_sbuf_t repl;
             kt_sbuf_init(&repl);
             access_c(e->L, s->src, s->src_idx, &repl);
-            replace_loads(text.data, kt_dag_stage(e->dag, s->src_stage)->name, repl.data, b);
+            kt_codegen_replace_loads(text.data, kt_dag_stage(e->dag, s->src_stage)->name,
+                                     repl.data, b);
             kt_sbuf_free(&repl);
         } else {
             kt_sbuf_puts(b, text.data);
@@ -231,6 +234,8 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
         access_c(e->L, s->src, s->src_idx, b);
         if (s->kind == KT_STMT_COMBINE && is_max)
             kt_sbuf_puts(b, ")");
+        break;
+    default:   /* GPU statements never occur in CPU programs */
         break;
     }
     kt_sbuf_puts(b, ";\n");
@@ -376,6 +381,8 @@ int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, cons
 {
     if (!dag || !st || !b)
         return kt_err_set(KT_EINVAL, "emit: missing DAG, state or buffer");
+    if (st->target != KT_SCHED_TARGET_CPU)
+        return kt_err_set(KT_EINVAL, "emit: C needs a CPU state (GPU states: emit CUDA)");
     int rc = check_entry(dag, entry);
     if (rc)
         return rc;

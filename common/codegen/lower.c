@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "codegen_int.h"
 #include "lower.h"
 #include "util/err.h"
 
@@ -649,11 +650,16 @@ void kt_lower_free(kt_lower_t *l)
     free(l->iters);
     free(l->stmts);
     free(l->bufs);
+    free(l->kernels);
+    free(l->guards);
+    free(l->subs);
     free(l);
 }
 
 kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st)
 {
+    if (st && st->target == KT_SCHED_TARGET_CUDA)
+        return kt_lower_gpu(dag, st);
     /* Structure only: lowering is correct whatever the split bounds were. */
     kt_sched_params_t p;
     kt_sched_params_default(&p);

@@ -70,6 +70,12 @@ static int wait_child(pid_t pid, double timeout, int *status)
 
 int kt_codegen_compile(const char *src, const char *out_so_path, char **log)
 {
+    return kt_codegen_compile_flags(src, out_so_path, NULL, log);
+}
+
+int kt_codegen_compile_flags(const char *src, const char *out_so_path, const char *cflags,
+                             char **log)
+{
     if (log)
         *log = NULL;
     if (!src || !out_so_path)
@@ -85,7 +91,8 @@ int kt_codegen_compile(const char *src, const char *out_so_path, char **log)
         const char *cc = getenv("KT_CC");
         if (!cc || !*cc)
             cc = "cc";
-        char flags[] = KT_CODEGEN_CFLAGS;
+        char flags[512];
+        snprintf(flags, sizeof(flags), "%s", cflags ? cflags : KT_CODEGEN_CFLAGS);
         char *argv[32];
         int argc = 0;
         argv[argc++] = (char *)cc;
@@ -426,13 +433,19 @@ int kt_codegen_ref_check_so(kt_codegen_ref_t *ref, const char *so, const char *e
 int kt_codegen_ref_check(kt_codegen_ref_t *ref, const char *src, const char *entry,
                          double *max_rel_err)
 {
+    return kt_codegen_ref_check_flags(ref, src, entry, NULL, max_rel_err);
+}
+
+int kt_codegen_ref_check_flags(kt_codegen_ref_t *ref, const char *src, const char *entry,
+                               const char *cflags, double *max_rel_err)
+{
     if (max_rel_err)
         *max_rel_err = INFINITY;
     if (!ref || !src || !entry)
         return kt_err_set(KT_EINVAL, "check: no checker, source or entry");
     char path[600];
     so_path(ref, path, sizeof(path), "cand");
-    int rc = kt_codegen_compile(src, path, NULL);
+    int rc = kt_codegen_compile_flags(src, path, cflags, NULL);
     if (rc == KT_OK)
         rc = kt_codegen_ref_check_so(ref, path, entry, max_rel_err);
     unlink(path);

@@ -41,6 +41,7 @@
 #include "te/te.h"
 
 #define KT_CODEGEN_CFLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c17"
+#define KT_CODEGEN_EMU_CFLAGS "-O1 -shared -fPIC -std=c17"
 #define KT_CODEGEN_MAX_REL_ERR 1e-4      /* pass threshold of the error metric */
 #define KT_CODEGEN_COMPILE_TIMEOUT 120.0 /* seconds for one compile */
 #define KT_CODEGEN_RUN_TIMEOUT 300.0     /* seconds for one checked kernel run */
@@ -55,6 +56,13 @@ typedef int (*kt_kernel_fn)(float **bufs);
  * empty; warnings do not fail. 0, or KT_EINVAL (compile error, message holds
  * the first lines of the log), KT_ETIMEOUT, KT_EIO. */
 int kt_codegen_compile(const char *src, const char *out_so_path, char **log);
+
+/* The same with other flags (blank-separated, at most 20 words; NULL:
+ * KT_CODEGEN_CFLAGS): e.g. KT_CODEGEN_EMU_CFLAGS for CPU emulations of GPU
+ * kernels, which only check answers, so a light optimization compiles them
+ * several times faster. */
+int kt_codegen_compile_flags(const char *src, const char *out_so_path, const char *cflags,
+                             char **log);
 
 /* A loaded kernel library (dlopen in this process). */
 typedef struct kt_codegen_lib kt_codegen_lib_t;
@@ -92,6 +100,11 @@ kt_codegen_ref_t *kt_codegen_ref_new(const kt_dag_t *dag, uint64_t seed);
  * returned non-zero, KT_ETIMEOUT when it ran too long. */
 int kt_codegen_ref_check(kt_codegen_ref_t *ref, const char *src, const char *entry,
                          double *max_rel_err);
+
+/* The same with compiler flags (NULL: KT_CODEGEN_CFLAGS), e.g.
+ * KT_CODEGEN_EMU_CFLAGS for the CPU emulation of GPU kernels. */
+int kt_codegen_ref_check_flags(kt_codegen_ref_t *ref, const char *src, const char *entry,
+                               const char *cflags, double *max_rel_err);
 
 /* Run an already compiled shared object instead of source. */
 int kt_codegen_ref_check_so(kt_codegen_ref_t *ref, const char *so_path, const char *entry,

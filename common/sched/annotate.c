@@ -11,7 +11,7 @@
 /* ---- split factors ------------------------------------------------------ */
 
 /* Prime factorization by trial division; extents are at most 2^30. */
-static int factorize(int64_t n, int64_t *primes, int *exps)
+int kt_sched_factorize(int64_t n, int64_t *primes, int *exps)
 {
     int k = 0;
     for (int64_t d = 2; d * d <= n; d += (d == 2 ? 1 : 2)) {
@@ -46,7 +46,7 @@ static void random_composition(int e, int nlev, int *parts, kt_rng_t *rng)
         pos[i] = pos[j];
         pos[j] = t;
     }
-    int bars[KT_SCHED_SPATIAL_LEVELS];
+    int bars[KT_SCHED_MAX_LEVELS];
     for (int i = 0; i < nlev - 1; i++)
         bars[i] = pos[i];
     for (int i = 1; i < nlev - 1; i++)   /* sort the few bars */
@@ -67,15 +67,15 @@ static void random_composition(int e, int nlev, int *parts, kt_rng_t *rng)
  * exact factorizations whose innermost factor is at most max_inner
  * (rejection from the unconstrained uniform draw, which is a product of
  * independent compositions of every prime's exponent). */
-static void sample_split(int64_t extent, int nlev, int max_inner, kt_rng_t *rng, int32_t *out)
+void kt_sched_sample_split(int64_t extent, int nlev, int max_inner, kt_rng_t *rng, int32_t *out)
 {
     int64_t primes[32];
     int exps[32];
-    int k = factorize(extent, primes, exps);
+    int k = kt_sched_factorize(extent, primes, exps);
     for (int attempt = 0; attempt < 64; attempt++) {
-        int64_t f[KT_SCHED_SPATIAL_LEVELS] = {1, 1, 1, 1};
+        int64_t f[KT_SCHED_MAX_LEVELS] = {1, 1, 1, 1, 1};
         for (int i = 0; i < k; i++) {
-            int parts[KT_SCHED_SPATIAL_LEVELS];
+            int parts[KT_SCHED_MAX_LEVELS];
             random_composition(exps[i], nlev, parts, rng);
             for (int l = 0; l < nlev; l++)
                 for (int x = 0; x < parts[l]; x++)
@@ -188,6 +188,8 @@ kt_sched_state_t *kt_sched_sample(const kt_dag_t *dag, const kt_sched_params_t *
         kt_err_set(KT_EINVAL, "sample: sketch does not match the DAG");
         return NULL;
     }
+    if (sketch->target == KT_SCHED_TARGET_CUDA)
+        return kt_sched_gpu_sample(dag, p, sketch, rng);
     kt_sched_state_t *st = kt_sched_state_clone(sketch);
     if (!st)
         return NULL;
@@ -199,14 +201,14 @@ kt_sched_state_t *kt_sched_sample(const kt_dag_t *dag, const kt_sched_params_t *
         const kt_stage_t *ss = kt_dag_stage(dag, s);
         if (e->kind == KT_SK_TILED) {
             for (int a = 0; a < ss->ndim; a++)
-                sample_split(ss->shape[a], KT_SCHED_SPATIAL_LEVELS, p->max_innermost_split_factor,
-                             rng, e->split[a]);
+                kt_sched_sample_split(ss->shape[a], KT_SCHED_SPATIAL_LEVELS,
+                                      p->max_innermost_split_factor, rng, e->split[a]);
             for (int r = 0; r < ss->nreduce; r++)
-                sample_split(ss->reduce_ext[r], KT_SCHED_REDUCE_LEVELS,
-                             p->max_innermost_split_factor, rng, e->split[ss->ndim + r]);
+                kt_sched_sample_split(ss->reduce_ext[r], KT_SCHED_REDUCE_LEVELS,
+                                      p->max_innermost_split_factor, rng, e->split[ss->ndim + r]);
         } else if (e->kind == KT_SK_RFACTOR) {
-            sample_split(kt_sched_reduce_len(ss), 2, p->max_innermost_split_factor, rng,
-                         e->split[0]);
+            kt_sched_sample_split(kt_sched_reduce_len(ss), 2, p->max_innermost_split_factor, rng,
+                                  e->split[0]);
         }
     }
 
@@ -275,7 +277,7 @@ static int mutate_tile(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched
     for (int attempt = 0; attempt < 8; attempt++) {
         split_ref_t r = cand[kt_rng_below(rng, (uint64_t)nc)];
         int32_t *f = st->stages[r.stage].split[r.axis];
-        int src_c[KT_SCHED_SPATIAL_LEVELS], ns = 0;
+        int src_c[KT_SCHED_MAX_LEVELS], ns = 0;
         for (int l = 0; l < r.nlev; l++)
             if (f[l] > 1)
                 src_c[ns++] = l;
@@ -287,7 +289,7 @@ static int mutate_tile(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched
             dst++;
         int64_t primes[32];
         int exps[32];
-        int k = factorize(f[src], primes, exps);
+        int k = kt_sched_factorize(f[src], primes, exps);
         int64_t q = primes[kt_rng_below(rng, (uint64_t)k)];
         if (dst == r.nlev - 1 && f[dst] * q > p->max_innermost_split_factor)
             continue;
@@ -403,6 +405,8 @@ int kt_sched_mutate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sc
         return kt_err_set(KT_EINVAL, "mutate: state does not match the DAG");
     if (rule >= KT_MUT__COUNT)
         return kt_err_set(KT_EINVAL, "mutate: no rule %d", rule);
+    if (st->target == KT_SCHED_TARGET_CUDA)
+        return kt_sched_gpu_mutate(dag, p, st, rule, rng, out);
     if (rule < 0) {
         double x = kt_rng_double(rng), acc = 0;
         rule = KT_MUT__COUNT - 1;

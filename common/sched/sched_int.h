@@ -4,6 +4,8 @@
 #ifndef KT_SCHED_INT_H
 #define KT_SCHED_INT_H
 
+#include <jansson.h>
+
 #include "state.h"
 
 /* Non-inlined stages that read stage s, looking through stages inlined in st.
@@ -33,5 +35,37 @@ int64_t kt_sched_reduce_len(const kt_stage_t *s);
 
 /* Is v one of kt_sched_unroll_steps. */
 int kt_sched_unroll_ok(int v);
+
+/* Prime factorization of n (<= 2^30): k distinct primes and exponents. */
+int kt_sched_factorize(int64_t n, int64_t *primes, int *exps);
+
+/* Factors of `extent` over nlev (<= KT_SCHED_MAX_LEVELS) levels, uniform
+ * over the exact factorizations whose innermost factor is <= max_inner. */
+void kt_sched_sample_split(int64_t extent, int nlev, int max_inner, kt_rng_t *rng, int32_t *out);
+
+/* ---- GPU (sketch_gpu.c, annotate_gpu.c, serial_gpu.c) -------------------------- */
+
+int kt_sched_gpu_sketches(const kt_dag_t *dag, const kt_sched_params_t *p,
+                          kt_sched_state_t ***out, int *n);
+kt_sched_state_t *kt_sched_gpu_sample(const kt_dag_t *dag, const kt_sched_params_t *p,
+                                      const kt_sched_state_t *sketch, kt_rng_t *rng);
+int kt_sched_gpu_mutate(const kt_dag_t *dag, const kt_sched_params_t *p,
+                        const kt_sched_state_t *st, int rule, kt_rng_t *rng,
+                        kt_sched_state_t **out);
+/* p: limits to check (its target is ignored; NULL: kt_sched_params_default_gpu). */
+int kt_sched_gpu_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
+                          const kt_sched_state_t *st);
+/* Producers of tiled stage s that the add-cache-read rule stages in shared
+ * memory (bit mask of stage indices). */
+uint32_t kt_sched_gpu_stageable(const kt_dag_t *dag, const kt_sched_state_t *st, int s);
+/* The single elementwise-matched consumer of s that is still a plain
+ * (ROOT) stage, or -1. */
+int kt_sched_matched_consumer(const kt_dag_t *dag, const kt_sched_state_t *st, int s);
+
+/* JSON of a GPU state (canonical text, malloc'd) and parsing of the root
+ * object of one (validated with p). */
+char *kt_sched_gpu_to_json(const kt_sched_state_t *st, const kt_dag_t *dag);
+kt_sched_state_t *kt_sched_gpu_from_json(const json_t *root, const kt_dag_t *dag,
+                                         const kt_sched_params_t *p);
 
 #endif

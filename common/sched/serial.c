@@ -79,6 +79,8 @@ char *kt_sched_state_to_json(const kt_sched_state_t *st, const kt_dag_t *dag)
         kt_err_set(KT_EINVAL, "state JSON: state does not match the DAG");
         return NULL;
     }
+    if (st->target == KT_SCHED_TARGET_CUDA)
+        return kt_sched_gpu_to_json(st, dag);
     json_t *arr = json_array();
     int ok = arr != NULL;
     for (int s = 0; ok && s < st->nstages; s++) {
@@ -158,8 +160,8 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
     if (!json_is_string(name) || strcmp(json_string_value(name), ss->name) != 0)
         return kt_err_set(KT_EINVAL, "state JSON: stage %d: name must be '%s'", s, ss->name);
     int kind = kt_sched_kind_parse(json_string_value(json_object_get(o, "kind")));
-    if (kind < 0)
-        return perr(s, "missing or unknown kind", NULL);
+    if (kind < 0 || kind > KT_SK_RFACTOR)
+        return perr(s, "missing or unknown kind (CPU state)", NULL);
     memset(e, 0, sizeof(*e));
     e->kind = (int8_t)kind;
     e->fuse = -1;
@@ -294,6 +296,16 @@ kt_sched_state_t *kt_sched_state_from_json(const char *text, const kt_dag_t *dag
         return NULL;
     }
     kt_sched_state_t *st = NULL;
+    const json_t *target = json_is_object(root) ? json_object_get(root, "target") : NULL;
+    if (target) {
+        /* Only GPU states name their target; CPU ones are the original form. */
+        if (json_is_string(target) && strcmp(json_string_value(target), "cuda") == 0)
+            st = kt_sched_gpu_from_json(root, dag, p);
+        else
+            perr(-1, "unknown \"target\" (want \"cuda\", or none for CPU)", NULL);
+        json_decref(root);
+        return st;
+    }
     const json_t *ver = json_object_get(root, "version");
     const json_t *stages = json_object_get(root, "stages");
     int n = kt_dag_num_stages(dag);

@@ -49,8 +49,7 @@ static int needs_rfactor(const kt_dag_t *dag, const kt_sched_params_t *p, int s)
     return red > 1 && red > p->num_cores;
 }
 
-/* The single elementwise-matched consumer of s, or -1. */
-static int matched_consumer(const kt_dag_t *dag, const kt_sched_state_t *st, int s)
+int kt_sched_matched_consumer(const kt_dag_t *dag, const kt_sched_state_t *st, int s)
 {
     int cons[KT_TE_MAX_STAGES];
     if (kt_sched_eff_consumers(dag, st, s, cons) != 1)
@@ -99,7 +98,7 @@ static void derive(sketch_ctx_t *c, kt_sched_state_t *st, int s)
         }
     }
 
-    int consumer = mlt ? matched_consumer(dag, st, s) : -1;
+    int consumer = mlt ? kt_sched_matched_consumer(dag, st, s) : -1;
 
     /* add-cache-write, then multi-level-tiling-with-fusion on the cache stage
      * (its consumer is the copy-out); the unchanged state goes on. */
@@ -171,6 +170,8 @@ int kt_sched_sketches(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_
     }
     *out = NULL;
     *n = 0;
+    if (p->target == KT_SCHED_TARGET_CUDA)
+        return kt_sched_gpu_sketches(dag, p, out, n);
     kt_sched_state_t *init = kt_sched_state_new(dag);
     if (!init)
         return kt_err_code() ? kt_err_code() : KT_ENOMEM;

@@ -8,6 +8,7 @@
 #include "util/util.h"
 
 const int kt_sched_unroll_steps[4] = {0, 16, 64, 512};
+const int kt_sched_gpu_unroll_steps[5] = {0, 16, 64, 512, 1024};
 
 int kt_sched_unroll_ok(int v)
 {
@@ -32,6 +33,49 @@ void kt_sched_params_default(kt_sched_params_t *p)
         p->vector_bytes = 16;
     p->max_innermost_split_factor = 64;
     p->max_vectorize_size = 16;
+    p->target = KT_SCHED_TARGET_CPU;
+    p->max_threads_per_block = 1024;
+    p->max_shared_memory_per_block = 48 * 1024;
+    p->max_vthread_extent = 8;
+    p->warp_size = 32;
+}
+
+void kt_sched_params_default_gpu(kt_sched_params_t *p)
+{
+    kt_sched_params_default(p);
+    p->target = KT_SCHED_TARGET_CUDA;
+    p->num_cores = 132;
+    p->vector_bytes = 16;
+}
+
+int kt_sched_params_from_hw(const kt_hw_params_t *hw, kt_sched_params_t *p)
+{
+    if (!hw || !p)
+        return kt_err_set(KT_EINVAL, "schedule parameters: no hardware parameters");
+    if (strcmp(hw->target, "cpu") == 0) {
+        kt_sched_params_default(p);
+        if (hw->num_cores > 0)
+            p->num_cores = hw->num_cores;
+        if (hw->vector_unit_bytes > 0)
+            p->vector_bytes = hw->vector_unit_bytes;
+        return 0;
+    }
+    if (strcmp(hw->target, "cuda") != 0)
+        return kt_err_set(KT_EINVAL, "schedule parameters: unknown target '%s'", hw->target);
+    if (hw->max_threads_per_block < 1 || hw->max_shared_memory_per_block < 0 ||
+        hw->max_vthread_extent < 1 || hw->warp_size < 1)
+        return kt_err_set(KT_EINVAL,
+                          "schedule parameters: GPU '%s' needs positive max_threads_per_block, "
+                          "max_vthread_extent and warp_size",
+                          hw->arch);
+    kt_sched_params_default_gpu(p);
+    p->num_cores = hw->num_cores > 0 ? hw->num_cores : p->num_cores;
+    p->vector_bytes = hw->vector_unit_bytes > 0 ? hw->vector_unit_bytes : p->vector_bytes;
+    p->max_threads_per_block = hw->max_threads_per_block;
+    p->max_shared_memory_per_block = hw->max_shared_memory_per_block;
+    p->max_vthread_extent = hw->max_vthread_extent;
+    p->warp_size = hw->warp_size;
+    return 0;
 }
 
 /* ---- objects --------------------------------------------------------------- */
@@ -39,6 +83,7 @@ void kt_sched_params_default(kt_sched_params_t *p)
 static const char *const kind_names[] = {
     [KT_SK_INPUT] = "input", [KT_SK_ROOT] = "root",   [KT_SK_INLINE] = "inline",
     [KT_SK_TILED] = "tiled", [KT_SK_FUSED] = "fused", [KT_SK_RFACTOR] = "rfactor",
+    [KT_SK_XREDUCE] = "xreduce",
 };
 
 const char *kt_sched_kind_name(int kind)
@@ -111,14 +156,15 @@ static int ann_equal(const kt_sched_ann_t *a, const kt_sched_ann_t *b)
 
 int kt_sched_state_equal(const kt_sched_state_t *a, const kt_sched_state_t *b)
 {
-    if (!a || !b || a->nstages != b->nstages)
+    if (!a || !b || a->nstages != b->nstages || a->target != b->target)
         return 0;
     for (int i = 0; i < a->nstages; i++) {
         const kt_sched_stage_t *x = &a->stages[i], *y = &b->stages[i];
         if (x->kind != y->kind || x->fuse != y->fuse || x->cache_write != y->cache_write ||
             x->level != y->level || x->rf_inner != y->rf_inner || x->at_stage != y->at_stage ||
             x->at_depth != y->at_depth || !ann_equal(&x->ann, &y->ann) ||
-            !ann_equal(&x->ann2, &y->ann2) || memcmp(x->split, y->split, sizeof(x->split)) != 0)
+            !ann_equal(&x->ann2, &y->ann2) || memcmp(x->split, y->split, sizeof(x->split)) != 0 ||
+            x->threads != y->threads || x->smem != y->smem || x->vec != y->vec)
             return 0;
     }
     return 1;
@@ -334,6 +380,8 @@ int kt_sched_nest(const kt_dag_t *dag, const kt_sched_state_t *st, int stage, in
     const kt_stage_t *s = kt_dag_stage(dag, stage);
     if (!s || !st || stage >= st->nstages || nest < 0 || nest > 1)
         return 0;
+    if (st->target != KT_SCHED_TARGET_CPU)
+        return 0;   /* GPU kernels are described by kt_sched_gpu_kernels */
     const kt_sched_stage_t *e = &st->stages[stage];
     int nd = s->ndim, nr = s->nreduce;
     switch (e->kind) {
@@ -494,7 +542,7 @@ static int check_split(const kt_stage_t *ss, int s, const int32_t *f, int nlev, 
         return kt_err_set(KT_EINVAL,
                           "invalid state: stage %d '%s': innermost split factor %d exceeds %d", s,
                           ss->name, f[nlev - 1], max_inner);
-    for (int l = nlev; l < KT_SCHED_SPATIAL_LEVELS; l++)
+    for (int l = nlev; l < KT_SCHED_MAX_LEVELS; l++)
         if (f[l] != 0)
             return bad(s, ss, "split factor beyond the axis' levels", NULL);
     return 0;
@@ -513,6 +561,10 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
     int n = kt_dag_num_stages(dag);
     if (st->nstages != n)
         return kt_err_set(KT_EINVAL, "invalid state: %d stages, the DAG has %d", st->nstages, n);
+    if (st->target == KT_SCHED_TARGET_CUDA)
+        return kt_sched_gpu_validate(dag, p, st);
+    if (st->target != KT_SCHED_TARGET_CPU)
+        return kt_err_set(KT_EINVAL, "invalid state: unknown target %d", st->target);
     for (int s = 0; s < n; s++) {
         const kt_stage_t *ss = kt_dag_stage(dag, s);
         const kt_sched_stage_t *e = &st->stages[s];
@@ -534,9 +586,11 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
             return bad(s, ss, "rf_inner set on a stage that is not rfactor", NULL);
         if (e->kind != KT_SK_ROOT && (e->at_stage != -1 || e->at_depth != 0))
             return bad(s, ss, "compute location set on a stage that is not a plain nest", NULL);
+        if (e->threads || e->smem || e->vec)
+            return bad(s, ss, "GPU annotations on a CPU state", NULL);
         if (e->kind != KT_SK_TILED && e->kind != KT_SK_RFACTOR)
             for (int a = 0; a < KT_SCHED_MAX_AXES; a++)
-                for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++)
+                for (int l = 0; l < KT_SCHED_MAX_LEVELS; l++)
                     if (e->split[a][l] != 0)
                         return bad(s, ss, "split factors on a stage that is not split", NULL);
         switch (e->kind) {
@@ -569,7 +623,7 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
                     return rc;
             }
             for (int a = nd + nr; a < KT_SCHED_MAX_AXES; a++)
-                for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++)
+                for (int l = 0; l < KT_SCHED_MAX_LEVELS; l++)
                     if (e->split[a][l] != 0)
                         return bad(s, ss, "split factors for an axis that does not exist", NULL);
             if (e->cache_write != 0 && e->cache_write != 1)
@@ -608,7 +662,7 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
                     return rc;
             }
             for (int a = 1; a < KT_SCHED_MAX_AXES; a++)
-                for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++)
+                for (int l = 0; l < KT_SCHED_MAX_LEVELS; l++)
                     if (e->split[a][l] != 0)
                         return bad(s, ss, "rfactor has a single split", NULL);
             if (e->rf_inner != 0 && e->rf_inner != 1)

@@ -14,6 +14,11 @@
  * generated code never needs bounds checks. The loop nest a state stands
  * for is built by common/codegen/lower.h; kt_sched_state_print() shows it.
  *
+ * GPU states (target KT_SCHED_TARGET_CUDA, made when the parameters name
+ * that target) follow Ansor's GPU rules instead; see "GPU states" below.
+ * Every function here takes both kinds and dispatches on the state's (or,
+ * for kt_sched_sketches, the parameters') target.
+ *
  * Ownership: states are single malloc'd blocks (kt_sched_state_free, which
  * accepts NULL); kt_sched_state_clone copies. Returned strings are malloc'd
  * and owned by the caller. Every function only reads its inputs (the DAG and
@@ -25,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "measure/hw_params.h"
 #include "te/te.h"
 #include "util/rng.h"
 
@@ -33,6 +39,15 @@
 #define KT_SCHED_MAX_AXES (KT_TE_MAX_DIMS + KT_TE_MAX_REDUCE)  /* axes of one stage */
 #define KT_SCHED_SPATIAL_LEVELS 4   /* "SSRSRS": spatial axes split in 4 levels */
 #define KT_SCHED_REDUCE_LEVELS 2    /* ... and reduce axes in 2 */
+#define KT_SCHED_GPU_SPATIAL_LEVELS 5   /* GPU "SSSRRSRS": spatial axes in 5 levels */
+#define KT_SCHED_GPU_REDUCE_LEVELS 3    /* ... and reduce axes in 3 */
+#define KT_SCHED_MAX_LEVELS 5       /* split factors stored per axis */
+
+/* What a state is scheduled for. */
+typedef enum {
+    KT_SCHED_TARGET_CPU = 0,
+    KT_SCHED_TARGET_CUDA = 1,
+} kt_sched_target_t;
 
 typedef struct {
     int num_cores;                   /* parallel threads (Ansor's num_cores) */
@@ -41,11 +56,29 @@ typedef struct {
                                         vectorize rule is bounded by max_vectorize_size) */
     int max_innermost_split_factor;  /* innermost tile factor bound (64) */
     int max_vectorize_size;          /* longest vectorized loop when sampling (16) */
+    /* GPU (target cuda; TVM's HardwareParams). num_cores is the SM count there. */
+    int target;                      /* kt_sched_target_t of the sketches made */
+    int max_threads_per_block;
+    int max_shared_memory_per_block; /* bytes */
+    int max_vthread_extent;
+    int warp_size;
 } kt_sched_params_t;
 
 /* CPU defaults for this host: cores from sysconf, vector width from the CPU's
- * AVX-512 / AVX2 support, 64 and 16 for the two bounds. */
+ * AVX-512 / AVX2 support, 64 and 16 for the two bounds; target CPU and the
+ * GPU limits of kt_sched_params_default_gpu (unused for CPU states). */
 void kt_sched_params_default(kt_sched_params_t *p);
+
+/* GPU defaults (the sm_90 preset of measure/hw_params.h: 132 SMs, 1024
+ * threads and 48 KiB shared memory per block, vthread extent 8, warp 32),
+ * target cuda. */
+void kt_sched_params_default_gpu(kt_sched_params_t *p);
+
+/* Parameters for the hardware hw describes (a preset or a runner's device,
+ * with any --hw overrides): target, cores and, for cuda, the block limits;
+ * CPU bounds as kt_sched_params_default. 0, or KT_EINVAL for an unknown
+ * target or a GPU without positive limits. */
+int kt_sched_params_from_hw(const kt_hw_params_t *hw, kt_sched_params_t *p);
 
 /* ---- the state ------------------------------------------------------------ */
 
@@ -56,6 +89,7 @@ typedef enum {
     KT_SK_TILED,      /* multi-level tiled "SSRSRS" */
     KT_SK_FUSED,      /* elementwise consumer of a tiled stage, follows its tiling */
     KT_SK_RFACTOR,    /* reduction split into partial results and a final reduce */
+    KT_SK_XREDUCE,    /* GPU: cross-thread reduction, one block per output element */
 } kt_sched_kind_t;
 
 /* Annotations of one loop nest. */
@@ -68,23 +102,33 @@ typedef struct {
 typedef struct {
     int8_t kind;         /* kt_sched_kind_t */
     /* sketch */
-    int8_t fuse;         /* TILED: consumer computed at (FUSED) or -1; FUSED: its producer */
+    int8_t fuse;         /* TILED, XREDUCE: consumer computed at (FUSED) or -1; FUSED: its
+                            producer */
     int8_t cache_write;  /* TILED: accumulate in a local cache stage, copy out at `level` */
-    int8_t level;        /* TILED with fuse or cache_write: tile level 1 or 2 it is computed at */
+    int8_t level;        /* TILED with fuse or cache_write: tile level 1 or 2 it is computed at
+                            (GPU: always 3, the register tile) */
     int8_t rf_inner;     /* RFACTOR: 1 when the partial-result axis is the inner split part */
     /* annotations */
     int8_t at_stage;     /* ROOT: consumer stage it is computed at, -1 at root */
     int8_t at_depth;     /* ROOT with at_stage: inside the consumer's first at_depth loops */
     /* TILED: split[a][l] = factor of axis a (spatial first, then reduce) at
-     * level l, outermost first; 4 levels for spatial, 2 for reduce axes.
+     * level l, outermost first; 4 levels for spatial, 2 for reduce axes
+     * (GPU: 5 and 3). Unused entries are 0.
      * RFACTOR: split[0][0..1] = outer and inner part of all reduce axes fused. */
-    int32_t split[KT_SCHED_MAX_AXES][KT_SCHED_SPATIAL_LEVELS];
-    kt_sched_ann_t ann;  /* the stage's own nest (RFACTOR: the partial nest) */
+    int32_t split[KT_SCHED_MAX_AXES][KT_SCHED_MAX_LEVELS];
+    kt_sched_ann_t ann;  /* the stage's own nest (RFACTOR: the partial nest; GPU: only
+                            unroll is used) */
     kt_sched_ann_t ann2; /* TILED+cache_write: copy-out nest; RFACTOR: final nest */
+    /* GPU only (0 on CPU) */
+    int32_t threads;     /* ROOT, XREDUCE: threads per block */
+    uint32_t smem;       /* TILED: bit p = producer stage p is staged in shared memory */
+    int8_t vec;          /* TILED with smem: consecutive elements each thread fetches per
+                            step of the cooperative fetch (1, 2 or 4) */
 } kt_sched_stage_t;
 
 typedef struct kt_sched_state {
     int nstages;                 /* = kt_dag_num_stages */
+    int target;                  /* kt_sched_target_t */
     kt_sched_stage_t stages[];   /* one per DAG stage, same order */
 } kt_sched_state_t;
 
@@ -114,9 +158,12 @@ int kt_sched_sketches(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_
 kt_sched_state_t *kt_sched_sample(const kt_dag_t *dag, const kt_sched_params_t *p,
                                   const kt_sched_state_t *sketch, kt_rng_t *rng);
 
-/* Mutation rules and Ansor's CPU weights. */
+/* Mutation rules and Ansor's CPU weights (GPU: tile size 0.90, auto-unroll
+ * 0.10; the other two rules find nothing to change on GPU states). */
 typedef enum {
-    KT_MUT_TILE_SIZE = 0,   /* 0.90: move a prime factor between two levels of a split */
+    KT_MUT_TILE_SIZE = 0,   /* 0.90: move a prime factor between two levels of a split
+                               (GPU: also another thread count of a plain or
+                               cross-thread-reduction kernel) */
     KT_MUT_AUTO_UNROLL,     /* 0.04: another auto-unroll max step */
     KT_MUT_COMPUTE_LOC,     /* 0.05: another compute location */
     KT_MUT_PARALLEL,        /* 0.01: another number of fused parallel loops */
@@ -124,13 +171,15 @@ typedef enum {
 } kt_sched_mut_t;
 
 /* Apply one mutation (rule < 0: drawn by the weights above). Returns 1 and a
- * new valid state in *out, 0 when the rule found nothing to change (*out
- * NULL), or negative on error. */
+ * new valid state in *out, 0 when the rule found nothing to change or the
+ * change broke validity (GPU: exceeded a hardware limit of p) (*out NULL),
+ * or negative on error. */
 int kt_sched_mutate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sched_state_t *st,
                     int rule, kt_rng_t *rng, kt_sched_state_t **out);
 
 /* Auto-unroll max steps the sampler and mutator choose from. */
 extern const int kt_sched_unroll_steps[4];   /* {0, 16, 64, 512} */
+extern const int kt_sched_gpu_unroll_steps[5];   /* {0, 16, 64, 512, 1024} */
 
 /* ---- validity --------------------------------------------------------------- */
 
@@ -172,19 +221,26 @@ typedef struct {
 } kt_sched_nest_t;
 
 /* Fill *out for nest `nest` of stage `stage`; returns 1, or 0 when the
- * stage has no such nest (inputs, inlined stages, nest 1 of most kinds). */
+ * stage has no such nest (inputs, inlined stages, nest 1 of most kinds, any
+ * stage of a GPU state: see kt_sched_gpu_kernels). */
 int kt_sched_nest(const kt_dag_t *dag, const kt_sched_state_t *st, int stage, int nest,
                   kt_sched_nest_t *out);
 
 /* ---- serialization, hashing, printing --------------------------------------- */
 
 /* Canonical compact JSON (sorted keys, only the fields of each stage's
- * kind), e.g. {"stages":[{"kind":"input","name":"A"}, ...],"version":1}. */
+ * kind), e.g. {"stages":[{"kind":"input","name":"A"}, ...],"version":1}.
+ * GPU states add "target":"cuda" and "launches": one object per kernel in
+ * launch order, {"block":[T,1,1],"grid":[G,1,1],"smem":bytes,"stage":name},
+ * and their stages carry GPU keys ("threads", "unroll", "smem", "vec"). */
 char *kt_sched_state_to_json(const kt_sched_state_t *st, const kt_dag_t *dag);
 
 /* Parse and validate against the DAG and parameters (p NULL: host
- * defaults). NULL with a message on malformed JSON, names that do not match
- * the DAG, or an invalid state; never crashes on any input. */
+ * defaults; a GPU state is checked against p's GPU limits when p's target is
+ * cuda, else against kt_sched_params_default_gpu). The launches of a GPU
+ * state must match the ones its schedule implies. NULL with a message on
+ * malformed JSON, names that do not match the DAG, or an invalid state;
+ * never crashes on any input. */
 kt_sched_state_t *kt_sched_state_from_json(const char *json, const kt_dag_t *dag,
                                            const kt_sched_params_t *p);
 
@@ -211,5 +267,77 @@ int kt_sched_always_inline(const kt_dag_t *dag, int s);
 
 /* Bit mask of the stages inlined in st. */
 uint64_t kt_sched_inline_mask(const kt_sched_state_t *st);
+
+/* ---- GPU states ----------------------------------------------------------------
+ *
+ * Sketch rules (Ansor's GPU order, from the output backwards): add-cache-read
+ * (folded into the tiled stage: `smem` names the producers staged in shared
+ * memory), always-inline (every inlinable stage, padding included),
+ * cross-thread-reduction, add-cache-write / multi-level-tiling-with-fusion
+ * (the register tile, level 3), skip-stage. Each compute stage that is not
+ * inlined or fused becomes one kernel, launched in stage order:
+ *
+ * - TILED ("SSSRRSRS"): spatial levels S0 -> blockIdx.x, S1 -> vthread,
+ *   S2 -> threadIdx.x (each fused over all axes), S3 and S4 the register
+ *   tile; reduce levels R0 (outer, a shared-memory step), R1, R2. Per R0
+ *   step all threads of the block cooperatively fetch the box of every
+ *   staged producer it reads (barriers before and after), then accumulate in
+ *   registers; the fused consumer (or the copy-out) runs on the register tile.
+ * - XREDUCE: one block per output element, `threads` threads each reduce a
+ *   strided part of the fused reduce axes, then warp shuffles and shared
+ *   memory combine them; a fused elementwise consumer runs on thread 0.
+ * - ROOT: all spatial axes fused, split into blocks of `threads` threads
+ *   (the last block guarded); reduce loops run serially in each thread.
+ *
+ * Annotation: split factors from exact factorizations (innermost factor at
+ * most max_innermost_split_factor), thread counts, the fetch vector length,
+ * auto-unroll from kt_sched_gpu_unroll_steps. A state is valid only when
+ * every kernel is within the parameters' limits: threads per block, vthread
+ * extent, static shared memory per block, and KT_SCHED_GPU_MAX_LOCAL
+ * accumulator floats per thread; sampling and mutation never return one
+ * that is not. */
+
+/* Per-thread register tile bound: not a hardware limit but keeps generated
+ * kernels (and their compile times) sane; spills beyond it are pointless. */
+#define KT_SCHED_GPU_MAX_LOCAL 1024
+/* Threads of a cross-thread reduction are multiples of this (CUDA's warp). */
+#define KT_SCHED_GPU_WARP 32
+
+/* One kernel of a GPU state. */
+typedef struct {
+    int stage;            /* the stage it computes (its fused consumer too) */
+    int kind;             /* KT_SK_TILED, KT_SK_XREDUCE or KT_SK_ROOT */
+    int64_t grid;         /* blocks (blockIdx.x) */
+    int64_t threads;      /* threads per block (threadIdx.x) */
+    int64_t vthreads;     /* virtual threads per thread (TILED; else 1) */
+    int64_t smem_bytes;   /* static shared memory per block */
+    int64_t local_elems;  /* accumulator floats per thread */
+} kt_sched_gpu_kernel_t;
+
+/* The kernels of GPU state st in launch order into out (capacity
+ * KT_TE_MAX_STAGES); returns their count (structure only: call
+ * kt_sched_state_validate for the limits), or KT_EINVAL for a CPU state. */
+int kt_sched_gpu_kernels(const kt_dag_t *dag, const kt_sched_state_t *st,
+                         kt_sched_gpu_kernel_t *out);
+
+/* How stage s reads producer p when p can be staged in shared memory: p is
+ * read exactly once by s (looking through the stages in inline_mask, which
+ * must not read p themselves), at indices linear in s's axes with
+ * non-negative coefficients and no constant: index d = sum_a coef[d][a] *
+ * axis a (spatial axes first, then reduce axes). */
+typedef struct {
+    int ndim;   /* p's rank */
+    int64_t coef[KT_TE_MAX_DIMS][KT_SCHED_MAX_AXES];
+} kt_sched_access_t;
+
+/* 1 and *acc when the read qualifies, else 0. */
+int kt_sched_gpu_access(const kt_dag_t *dag, uint64_t inline_mask, int s, int p,
+                        kt_sched_access_t *acc);
+
+/* Extent along each dimension of the box of p a TILED stage reads in one
+ * R0 step: sum_a coef[d][a] * (t_a - 1) + 1, where t_a is the product of
+ * axis a's split factors below level 0. Returns the element count. */
+int64_t kt_sched_gpu_box(const kt_sched_stage_t *e, const kt_stage_t *s,
+                         const kt_sched_access_t *acc, int64_t *box);
 
 #endif
