@@ -395,7 +395,8 @@ START_TEST(gpu_conv2d_nhwc_states_compile_and_emulate)
 {
     kt_conv2d_params_t s1p1 = conv_p(1, 1, 1), s2p1 = conv_p(2, 1, 1), d2 = conv_p(1, 2, 2),
                        none = conv_p(1, 0, 1);
-    FAMILY("conv2d nhwc", {"conv nhwc s1 p1", kt_ops_conv2d_nhwc(1, 7, 7, 3, 8, 3, 3, &s1p1, NULL, 0)},
+    FAMILY("conv2d nhwc",
+           {"conv nhwc s1 p1", kt_ops_conv2d_nhwc(1, 7, 7, 3, 8, 3, 3, &s1p1, NULL, 0)},
            {"conv nhwc s2 p1 +bias+relu",
             kt_ops_conv2d_nhwc(2, 9, 7, 4, 6, 3, 3, &s2p1, EPI_BIAS_RELU, 2)},
            {"conv nhwc dilation 2", kt_ops_conv2d_nhwc(1, 9, 9, 2, 5, 3, 3, &d2, NULL, 0)},
@@ -406,7 +407,8 @@ END_TEST
 START_TEST(gpu_conv2d_nchw_states_compile_and_emulate)
 {
     kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), d2 = conv_p(1, 2, 2);
-    FAMILY("conv2d nchw", {"conv nchw s2 p1", kt_ops_conv2d_nchw(1, 9, 7, 4, 6, 3, 3, &s2p1, NULL, 0)},
+    FAMILY("conv2d nchw",
+           {"conv nchw s2 p1", kt_ops_conv2d_nchw(1, 9, 7, 4, 6, 3, 3, &s2p1, NULL, 0)},
            {"conv nchw dilation 2 +relu",
             kt_ops_conv2d_nchw(1, 8, 8, 3, 4, 3, 3, &d2, EPI_RELU, 1)});
 }
@@ -812,6 +814,101 @@ START_TEST(gpu_sampled_and_mutated_states_respect_hardware_limits)
 }
 END_TEST
 
+START_TEST(gpu_mutation_follows_gpu_rules_and_weights)
+{
+    kt_sched_params_t p = gpu_params("sm_90", NULL);
+    kt_dag_t *mm = kt_ops_matmul(128, 96, 64, 0, NULL, 0);
+    kt_sched_state_t *st = sample_first(mm, &p, 0, 21);
+    int c = stage_index(mm, "C");
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 8);
+    kt_sched_state_t *out = NULL;
+    /* compute location and parallel are CPU rules */
+    ck_assert_int_eq(kt_sched_mutate(mm, &p, st, KT_MUT_COMPUTE_LOC, &rng, &out), 0);
+    ck_assert_int_eq(kt_sched_mutate(mm, &p, st, KT_MUT_PARALLEL, &rng, &out), 0);
+    int tile = 0, unroll = 0, saw1024 = 0;
+    for (int i = 0; i < 2000; i++) {
+        int r = kt_sched_mutate(mm, &p, st, -1, &rng, &out);
+        ck_assert_int_ge(r, 0);
+        if (r == 0)
+            continue;
+        ck_assert_int_eq(kt_sched_state_validate(mm, &p, out), 0);
+        const kt_sched_stage_t *a = &st->stages[c], *b = &out->stages[c];
+        int split_changed = memcmp(a->split, b->split, sizeof(a->split)) != 0;
+        int unroll_changed = a->ann.unroll != b->ann.unroll;
+        ck_assert_int_eq(split_changed + unroll_changed, 1);
+        tile += split_changed;
+        unroll += unroll_changed;
+        saw1024 |= b->ann.unroll == 1024;
+        /* a tile-size move keeps every product */
+        for (int ax = 0; split_changed && ax < 3; ax++) {
+            int64_t pa = 1, pb = 1;
+            for (int l = 0; l < KT_SCHED_MAX_LEVELS; l++) {
+                pa *= a->split[ax][l] ? a->split[ax][l] : 1;
+                pb *= b->split[ax][l] ? b->split[ax][l] : 1;
+            }
+            ck_assert_int_eq(pa, pb);
+        }
+        kt_sched_state_free(out);
+    }
+    /* weights 0.90 / 0.10 (a fixed seed: no flakiness) */
+    ck_assert_int_gt(tile + unroll, 1500);
+    double share = (double)tile / (tile + unroll);
+    ck_assert_msg(share > 0.85 && share < 0.95, "tile-size share %g", share);
+    ck_assert(saw1024);
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
+}
+END_TEST
+
+/* Corrupted GPU state JSON (digits changed, characters dropped) is refused
+ * or, when accepted, valid: never a crash. */
+START_TEST(gpu_state_json_survives_corruption)
+{
+    kt_sched_params_t p = gpu_params("sm_90", NULL);
+    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1);
+    kt_dag_t *dags[] = {kt_ops_conv2d_nhwc(1, 9, 9, 4, 8, 3, 3, &s2p1, EPI_BIAS_RELU, 2),
+                        kt_ops_softmax(2, (int64_t[]){6, 40})};
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 77);
+    int accepted = 0;
+    for (size_t d = 0; d < KT_ARRAY_LEN(dags); d++) {
+        kt_sched_state_t *st = sample_first(dags[d], &p, 0, 31 + d);
+        char *j = kt_sched_state_to_json(st, dags[d]);
+        size_t len = strlen(j);
+        for (int i = 0; i < 1500; i++) {
+            char *t = kt_strdup(j);
+            size_t at = (size_t)kt_rng_below(&rng, len);
+            switch (kt_rng_below(&rng, 3)) {
+            case 0:
+                t[at] = (char)('0' + kt_rng_below(&rng, 10));
+                break;
+            case 1:
+                memmove(t + at, t + at + 1, len - at);
+                break;
+            default:
+                t[at] = "{}[],:\"x-1"[kt_rng_below(&rng, 10)];
+                break;
+            }
+            kt_sched_state_t *b = kt_sched_state_from_json(t, dags[d], &p);
+            if (b) {
+                accepted++;
+                ck_assert_int_eq(kt_sched_state_validate(dags[d], &p, b), 0);
+                kt_codegen_cuda_t cu;
+                ck_assert_int_eq(kt_codegen_emit_cuda(dags[d], b, "k", &cu), 0);
+                kt_codegen_cuda_clear(&cu);
+                kt_sched_state_free(b);
+            }
+            free(t);
+        }
+        free(j);
+        kt_sched_state_free(st);
+        kt_dag_free(dags[d]);
+    }
+    ck_assert_int_gt(accepted, 0);   /* some digit changes give other valid states */
+}
+END_TEST
+
 /* ---- emitted code ---------------------------------------------------------------------- */
 
 START_TEST(gpu_cuda_source_has_kernels_barriers_and_shuffles)
@@ -839,6 +936,8 @@ START_TEST(gpu_cuda_source_has_kernels_barriers_and_shuffles)
                                          "*__restrict__ B, float *__restrict__ T_relu)"));
     ck_assert_ptr_nonnull(strstr(cu.src, "__shared__ __align__(16) float kt_A_sh[256];"));
     ck_assert_ptr_nonnull(strstr(cu.src, "__syncthreads();"));
+    /* vec 2: A's rows and box origins are even, one float2 per thread and step */
+    ck_assert_ptr_nonnull(strstr(cu.src, "*(float2 *)&kt_A_sh["));
     ck_assert_ptr_nonnull(strstr(cu.src, "float kt_C_local[8];"));
     ck_assert_ptr_nonnull(strstr(cu.src, "(int)threadIdx.x"));
     /* the relu epilogue reads the register tile */
@@ -987,6 +1086,8 @@ int main(void)
     tcase_add_test(rules, gpu_sketches_follow_ansor_gpu_rules);
     tcase_add_test(rules, gpu_state_json_records_target_and_launches);
     tcase_add_test(rules, gpu_validation_rejects_broken_states);
+    tcase_add_test(rules, gpu_mutation_follows_gpu_rules_and_weights);
+    tcase_add_test(rules, gpu_state_json_survives_corruption);
     tcase_add_test(rules, gpu_sampled_and_mutated_states_respect_hardware_limits);
     tcase_add_test(rules, gpu_cuda_source_has_kernels_barriers_and_shuffles);
     tcase_add_test(rules, gpu_cli_samples_verifies_and_shows_cuda);

@@ -30,6 +30,8 @@ typedef struct {
     uint8_t *used;     /* iterators some printed expression reads */
     int thread;        /* THREAD iterator of the kernel being printed, -1 outside */
     int64_t threads;   /* its extent */
+    int zero_iter;     /* CUDA, inside a VECTORIZE fetch loop: its iterator, printed as 0 */
+    int vec;           /* ... and its width: FETCH copies float2/float4 */
 } kt_gpu_emit_t;
 
 /* Fill e->used (malloc'd, freed by the caller). 0 or KT_ENOMEM. */

@@ -57,11 +57,17 @@ int kt_gpu_emit_mark_used(kt_gpu_emit_t *e)
 
 /* ---- indices ---------------------------------------------------------------------------- */
 
+/* Printed iterators: live, and not the one a vector access fixes at 0. */
+static int shown(const kt_gpu_emit_t *e, int it)
+{
+    return live(e->L, it) && it != e->zero_iter;
+}
+
 static void terms(kt_gpu_emit_t *e, const kt_lower_index_t *x, int wide, kt_sbuf_t *b, int *n)
 {
     const kt_lower_t *L = e->L;
     for (int t = 0; t < x->nterms; t++) {
-        if (!live(L, x->iter[t]) || x->coef[t] == 0)
+        if (!shown(e, x->iter[t]) || x->coef[t] == 0)
             continue;
         if ((*n)++)
             kt_sbuf_puts(b, " + ");
@@ -138,7 +144,7 @@ static void flat(kt_gpu_emit_t *e, int buf, const kt_lower_index_t *idx, kt_sbuf
             continue;
         }
         for (int t = 0; t < x->nterms; t++) {
-            if (!live(L, x->iter[t]))
+            if (!shown(e, x->iter[t]))
                 continue;
             int k = 0;
             while (k < n && iters[k] != x->iter[t])
@@ -303,6 +309,12 @@ void kt_gpu_emit_stmt(kt_gpu_emit_t *e, int si, int depth)
         kt_gpu_emit_access(e, s->src, s->src_idx, b);
         break;
     case KT_STMT_FETCH:
+        if (e->vec > 1 && s->src >= 0) {
+            /* a vector load and store of the group starting here */
+            kt_sbuf_printf(b, "*(float%d *)&%s = *(const float%d *)&", e->vec, dst.data, e->vec);
+            kt_gpu_emit_access(e, s->src, s->src_idx, b);
+            break;
+        }
         kt_sbuf_printf(b, "%s = ", dst.data);
         fetch_value(e, s, b);
         break;
@@ -427,8 +439,14 @@ void kt_codegen_preamble_cuda(kt_sbuf_t *out)
         "#endif\n"
         "__device__ __forceinline__ float kt_maxf(float a, float b) { return a > b ? a : b; }\n"
         "__device__ __forceinline__ float kt_minf(float a, float b) { return a < b ? a : b; }\n"
-        "__device__ __forceinline__ long long kt_maxi(long long a, long long b) { return a > b ? a : b; }\n"
-        "__device__ __forceinline__ long long kt_mini(long long a, long long b) { return a < b ? a : b; }\n"
+        "__device__ __forceinline__ long long kt_maxi(long long a, long long b)\n"
+        "{\n"
+        "    return a > b ? a : b;\n"
+        "}\n"
+        "__device__ __forceinline__ long long kt_mini(long long a, long long b)\n"
+        "{\n"
+        "    return a < b ? a : b;\n"
+        "}\n"
         "__device__ __forceinline__ long long kt_floordiv(long long a, long long b)\n"
         "{\n"
         "    long long q = a / b;\n"
@@ -522,6 +540,19 @@ static void cuda_node(kt_gpu_emit_t *e, int x, int depth)
             cuda_list(e, nd->child, depth);
             return;
         }
+        if (nd->ann == KT_LOOP_VECTORIZE && it->extent > 1) {
+            /* the whole group by one thread: iteration 0 with vector types */
+            kt_sbuf_indent(b, depth);
+            kt_sbuf_puts(b, "{\n");
+            e->zero_iter = nd->iter;
+            e->vec = (int)it->extent;
+            cuda_list(e, nd->child, depth + 1);
+            e->zero_iter = -1;
+            e->vec = 0;
+            kt_sbuf_indent(b, depth);
+            kt_sbuf_puts(b, "}\n");
+            return;
+        }
         if (it->extent <= 1) {
             kt_sbuf_indent(b, depth);
             kt_sbuf_puts(b, "{\n");
@@ -600,7 +631,7 @@ int kt_codegen_emit_cuda_into(const kt_dag_t *dag, const struct kt_sched_state *
     kt_lower_t *L = kt_lower(dag, st);
     if (!L)
         return kt_err_code() ? kt_err_code() : KT_EINVAL;
-    kt_gpu_emit_t e = {.dag = dag, .L = L, .entry = entry, .thread = -1};
+    kt_gpu_emit_t e = {.dag = dag, .L = L, .entry = entry, .thread = -1, .zero_iter = -1};
     rc = kt_gpu_emit_mark_used(&e);
     if (meta && !rc) {
         meta->launches = calloc((size_t)L->nkernels + 1, sizeof(*meta->launches));

@@ -343,7 +343,8 @@ int kt_codegen_emit_cuda_emu_into(const kt_dag_t *dag, const struct kt_sched_sta
     kt_lower_t *L = kt_lower(dag, st);
     if (!L)
         return kt_err_code() ? kt_err_code() : KT_EINVAL;
-    kt_gpu_emit_t e = {.dag = dag, .L = L, .entry = entry, .emu = 1, .thread = -1};
+    kt_gpu_emit_t e = {.dag = dag, .L = L, .entry = entry, .emu = 1, .thread = -1,
+                       .zero_iter = -1};
     rc = kt_gpu_emit_mark_used(&e);
     int k = 0;
     for (int x = L->first; x >= 0 && !rc; x = L->nodes[x].next, k++) {

@@ -52,7 +52,9 @@
 typedef enum {
     KT_LOOP_SERIAL = 0,
     KT_LOOP_PARALLEL,   /* fused with the neighbouring PARALLEL loops, run by threads */
-    KT_LOOP_VECTORIZE,  /* fused with the neighbouring VECTORIZE loops, SIMD */
+    KT_LOOP_VECTORIZE,  /* fused with the neighbouring VECTORIZE loops, SIMD (GPU: the
+                           elements of a fetch one thread copies with one float2/float4
+                           load and store) */
     KT_LOOP_UNROLL,     /* fully unrolled */
     KT_LOOP_BLOCK,      /* GPU: one block per iteration (blockIdx.x) */
     KT_LOOP_THREAD,     /* GPU: one thread per iteration (threadIdx.x) */

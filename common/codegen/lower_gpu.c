@@ -291,7 +291,8 @@ static int64_t mark_unroll(g_t *c, int node, int64_t max_step, int *ok)
     int64_t total = ext > 0 && steps > ((int64_t)1 << 40) / ext ? (int64_t)1 << 40 : steps * ext;
     if (nd->ann == KT_LOOP_SERIAL && all && total <= max_step)
         nd->ann = KT_LOOP_UNROLL;
-    *ok = nd->ann == KT_LOOP_UNROLL || (nd->ann == KT_LOOP_VTHREAD && all);
+    *ok = nd->ann == KT_LOOP_UNROLL ||
+          ((nd->ann == KT_LOOP_VTHREAD || nd->ann == KT_LOOP_VECTORIZE) && all);
     return total;
 }
 
@@ -728,6 +729,17 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
         if (fe.src < 0 && !((c->L->inline_mask >> x->p) & 1u))
             c->rc = kt_err_set(KT_EINTERNAL, "lowering: no buffer for '%s'", ps->name);
         add_stmt(c, body, &fe);
+        /* One vector load and store per thread and step when the vec
+         * elements are contiguous in both buffers and every group starts
+         * on a multiple of vec: a global buffer whose rows and box origin
+         * are multiples of vec (buffers are 256-byte aligned). */
+        int last = ps->ndim - 1, vload = vec > 1 && fe.src >= 0 && last >= 0 &&
+                                          x->box[last] % vec == 0 && ps->shape[last] % vec == 0;
+        for (int t = 0; vload && t < fe.src_idx[last].nterms; t++)
+            if (fe.src_idx[last].iter[t] != cd[last] && fe.src_idx[last].coef[t] % vec != 0)
+                vload = 0;
+        if (vload)
+            c->L->nodes[vn].ann = KT_LOOP_VECTORIZE;
         unroll(c, fn, e->ann.unroll);
     }
     if (nstg > 0)

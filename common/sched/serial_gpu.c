@@ -9,7 +9,11 @@
 
 #define KT_SCHED_JSON_VERSION 1
 
-static json_t *dims3(int64_t x) { return json_pack("[III]", (json_int_t)x, (json_int_t)1, (json_int_t)1); }
+/* [x, 1, 1]: launches use the x dimension only. */
+static json_t *dims3(int64_t x)
+{
+    return json_pack("[III]", (json_int_t)x, (json_int_t)1, (json_int_t)1);
+}
 
 static json_t *launches_json(const kt_dag_t *dag, const kt_sched_state_t *st)
 {
