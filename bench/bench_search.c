@@ -182,11 +182,6 @@ int main(int argc, char **argv)
     ro.num_threads = 1;
     ro.min_repeat_ms = min_repeat_ms;
     ro.timeout = 20;
-    /* The runner's default (1e-4 against 1e-3 of the largest output) rejects
-     * most correct kernels whose reductions sum hundreds of terms in another
-     * order (float32 rounding alone reaches 3e-4 on the conv2d); a wrong
-     * element is off by far more than 1e-2. */
-    ro.tolerance = 1e-2;
     kt_runner_t *r = kt_runner_new(&ro);
     if (!r)
         die("runner");
