@@ -394,8 +394,8 @@ static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp)
 static int lease_runner(job_t *j, kt_lease_t *lease)
 {
     kt_registry_t *reg = j->m->reg;
-    int64_t ticket = kt_registry_request(reg, j->view->info->job.runner_key,
-                                         j->view->info->job.priority);
+    int64_t ticket = kt_registry_request_for(reg, j->view->info->job.runner_key,
+                                             j->view->info->job.priority, j->id);
     if (ticket < 0)
         return (int)ticket;
     for (;;) {
