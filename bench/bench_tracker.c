@@ -1,13 +1,23 @@
-/* Tracker dispatch benchmark: the same tuning job (one 64x64x64 matmul,
- * sketch.random, 96 trials in rounds of 48, every candidate timed for at
- * least 50 ms) on a local ktune-tracker with one worker and 1, then 2, then
- * 3 runners, all as processes of this build tree on 127.0.0.1. Prints the
- * wall time, trials per second and the speed-up over one runner: the
- * tracker splits every round over all free runners, so measurement time
- * should shrink with each runner until compiling (one worker) dominates.
- * Usage: bench_tracker [trials] */
+/* Tracker dispatch benchmark (SIMULATION). A real ktune-tracker process
+ * runs one tuning job (8 small matmul/dense tasks, sketch.random) while
+ * this process plays every peer: N fake runners and one fake worker, each
+ * an in-process gRPC server registered through the usual peer agent. The
+ * fake worker answers Build at once with a placeholder artifact; a fake
+ * runner answers Run with analytic costs (a deterministic function of the
+ * artifact hash) after sleeping a simulated measurement time per candidate.
+ * Nothing is compiled or timed for real, so what is measured is the
+ * tracker: search, code generation, splitting rounds, leasing runners, the
+ * RPCs and committing records.
+ *
+ * For N = 1, 8, 64 and 256 runners it prints the throughput
+ * (measurements/s), the added latency per round (wall time beyond the
+ * simulated runner time spread over N runners, per round) and the scaling
+ * efficiency, throughput at N / (N x throughput at 1).
+ * Usage: bench_tracker [trials [sim_ms_per_candidate]] (default 512, 5). */
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +27,19 @@
 #include <unistd.h>
 
 #include "ktune.pb-c.h"
+#include "registry/registry.h"
 #include "rpc/rpc.h"
 #include "util/err.h"
+#include "util/log.h"
 #include "util/util.h"
 
-#define MAX_RUNNERS 3
+#define MAX_RUNNERS 256
+#define TASKS 8
 
 static char dir[64], bin_dir[1024];
+static int sim_ms = 5;
+static atomic_long sim_busy_us;   /* simulated runner time handed out */
+static atomic_long measured;      /* candidates answered */
 
 static pid_t spawn(const char *rel, char *const args[], const char *log)
 {
@@ -53,8 +69,135 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* One run with `runners` runners; wall seconds, or a negative value. */
-static double run_once(int runners, int trials)
+/* ---- Fake peers ------------------------------------------------------------------------ */
+
+static int h_build(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                   void *ud)
+{
+    (void)ud;
+    const Ktune__V1__BuildRequest *in = (const Ktune__V1__BuildRequest *)req;
+    Ktune__V1__BuildResponse *out = (Ktune__V1__BuildResponse *)resp;
+    size_t n = in->n_candidates;
+    Ktune__V1__BuildResult *arr = kt_rpc_call_alloc(call, (n + 1) * sizeof *arr);
+    out->results = kt_rpc_call_alloc(call, (n + 1) * sizeof *out->results);
+    if (!arr || !out->results)
+        return KT_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        ktune__v1__build_result__init(&arr[i]);
+        arr[i].candidate_id = in->candidates[i]->candidate_id;
+        /* The placeholder artifact differs per source, so costs differ too. */
+        uint64_t h = kt_hash64(in->candidates[i]->source, strlen(in->candidates[i]->source));
+        uint64_t *art = kt_rpc_call_alloc(call, sizeof *art);
+        char *hex = kt_rpc_call_alloc(call, 17);
+        if (!art || !hex)
+            return KT_ENOMEM;
+        *art = h;
+        snprintf(hex, 17, "%016llx", (unsigned long long)h);
+        arr[i].artifact.data = (uint8_t *)art;
+        arr[i].artifact.len = sizeof *art;
+        arr[i].artifact_hash = hex;
+        out->results[i] = &arr[i];
+    }
+    out->n_results = n;
+    return KT_RPC_OK;
+}
+
+static int h_run(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                 void *ud)
+{
+    (void)ud;
+    const Ktune__V1__RunRequest *in = (const Ktune__V1__RunRequest *)req;
+    Ktune__V1__RunResponse *out = (Ktune__V1__RunResponse *)resp;
+    size_t n = in->n_candidates;
+    Ktune__V1__MeasureResult *arr = kt_rpc_call_alloc(call, (n + 1) * sizeof *arr);
+    out->results = kt_rpc_call_alloc(call, (n + 1) * sizeof *out->results);
+    double *costs = kt_rpc_call_alloc(call, (n + 1) * sizeof *costs);
+    if (!arr || !out->results || !costs)
+        return KT_ENOMEM;
+    sleep_ms(sim_ms * (int)n);   /* the simulated measurement */
+    atomic_fetch_add(&sim_busy_us, (long)sim_ms * 1000 * (long)n);
+    atomic_fetch_add(&measured, (long)n);
+    for (size_t i = 0; i < n; i++) {
+        const Ktune__V1__RunCandidate *c = in->candidates[i];
+        uint64_t h = c->artifact.len ? kt_hash64(c->artifact.data, c->artifact.len) : 0;
+        /* Analytic cost: 10 to 110 us, fixed by the artifact. */
+        costs[i] = 1e-5 * (1 + (double)(h % 1000) / 100.0);
+        ktune__v1__measure_result__init(&arr[i]);
+        arr[i].candidate_id = c->candidate_id;
+        arr[i].costs = &costs[i];
+        arr[i].n_costs = 1;
+        arr[i].all_cost = sim_ms * 1e-3;
+        arr[i].timestamp = kt_time_wall();
+        out->results[i] = &arr[i];
+    }
+    out->n_results = n;
+    return KT_RPC_OK;
+}
+
+typedef struct {
+    kt_rpc_server_t *srv;
+    kt_peer_agent_t *agent;
+} fake_t;
+
+/* A fake peer: its server on 127.0.0.1 and its registration agent. */
+static int fake_start(fake_t *f, const char *tracker, int runner)
+{
+    kt_rpc_server_opts_t so = {.listen = "127.0.0.1:0", .threads = runner ? 1 : 8};
+    if (!(f->srv = kt_rpc_server_new(&so)))
+        return -1;
+    int rc = runner ? kt_rpc_server_add_unary(f->srv, "/ktune.v1.Runner/Run",
+                                              &ktune__v1__run_request__descriptor,
+                                              &ktune__v1__run_response__descriptor, h_run, NULL)
+                    : kt_rpc_server_add_unary(f->srv, "/ktune.v1.Worker/Build",
+                                              &ktune__v1__build_request__descriptor,
+                                              &ktune__v1__build_response__descriptor, h_build,
+                                              NULL);
+    if (rc != 0 || kt_rpc_server_start(f->srv) != 0)
+        return -1;
+    char *targets[] = {"cpu"};
+    Ktune__V1__DeviceInfo dev = KTUNE__V1__DEVICE_INFO__INIT;
+    dev.target = "cpu";
+    dev.name = "simulated runner";
+    dev.num_cores = 1;
+    Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
+    me.role = runner ? "runner" : "worker";
+    me.address = (char *)kt_rpc_server_address(f->srv);
+    me.key = "sim";
+    me.device = runner ? &dev : NULL;
+    me.capacity = runner ? 1 : 64;
+    me.targets = runner ? NULL : targets;
+    me.n_targets = runner ? 0 : 1;
+    kt_peer_agent_opts_t ao = {.tracker = tracker, .self = &me};
+    return (f->agent = kt_peer_agent_start(&ao)) ? 0 : -1;
+}
+
+static void fake_stop(fake_t *f)
+{
+    kt_peer_agent_stop(f->agent);
+    kt_rpc_server_stop(f->srv, 0);
+}
+
+/* ---- One run ------------------------------------------------------------------------- */
+
+typedef struct {
+    double wall, busy;   /* seconds: the job, and the simulated runner time */
+    long measured;
+    int rounds;
+} result_t;
+
+static const char *const WORKLOADS[TASKS] = {
+    "{\"op\":\"matmul\",\"M\":16,\"N\":16,\"K\":16}",
+    "{\"op\":\"matmul\",\"M\":32,\"N\":16,\"K\":16}",
+    "{\"op\":\"matmul\",\"M\":16,\"N\":32,\"K\":16}",
+    "{\"op\":\"matmul\",\"M\":32,\"N\":32,\"K\":16}",
+    "{\"op\":\"dense\",\"M\":8,\"N\":16,\"K\":32}",
+    "{\"op\":\"dense\",\"M\":16,\"N\":16,\"K\":32}",
+    "{\"op\":\"dense\",\"M\":8,\"N\":32,\"K\":32}",
+    "{\"op\":\"dense\",\"M\":16,\"N\":32,\"K\":32}",
+};
+
+/* One run with `runners` fake runners; 0 with *out, or -1. */
+static int run_once(int runners, int trials, result_t *out)
 {
     char db[128], addr_file[128], log[160];
     snprintf(db, sizeof db, "%s/r%d.db", dir, runners);
@@ -62,102 +205,124 @@ static double run_once(int runners, int trials)
     snprintf(log, sizeof log, "%s/tracker%d.log", dir, runners);
     char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--port-file",
                      addr_file, NULL};
-    pid_t pids[2 + MAX_RUNNERS];
-    int np = 0;
-    pids[np++] = spawn("tracker/ktune-tracker", targs, log);
+    pid_t tracker = spawn("tracker/ktune-tracker", targs, log);
     char *addr = NULL;
     for (int i = 0; i < 3000 && !(addr = kt_file_read(addr_file, NULL)); i++)
         sleep_ms(10);
     if (!addr) {
         fprintf(stderr, "bench_tracker: the tracker did not start (%s)\n", log);
+        kill(tracker, SIGKILL);
+        waitpid(tracker, NULL, 0);
         return -1;
     }
     addr[strcspn(addr, "\n")] = '\0';
-    char *wargs[] = {"--tracker", addr, NULL};
-    snprintf(log, sizeof log, "%s/worker%d.log", dir, runners);
-    pids[np++] = spawn("worker/ktune-worker", wargs, log);
-    for (int r = 0; r < runners; r++) {
-        char *rargs[] = {"--tracker", addr, "--key", "bench", NULL};
-        snprintf(log, sizeof log, "%s/runner%d-%d.log", dir, runners, r);
-        pids[np++] = spawn("server/ktune-runner", rargs, log);
-    }
-    kt_rpc_client_t *c = kt_rpc_client_new(addr, NULL);
-    /* Wait for the peers, then submit and poll. */
-    for (int i = 0; i < 600; i++) {
-        Ktune__V1__QueueStatusRequest q = KTUNE__V1__QUEUE_STATUS_REQUEST__INIT;
-        ProtobufCMessage *out = NULL;
-        if (kt_rpc_call_unary(c, "/ktune.v1.Tracker/QueueStatus", &q.base,
-                              &ktune__v1__queue_status_response__descriptor, 5000, &out,
-                              NULL) == 0) {
-            int n = (int)((Ktune__V1__QueueStatusResponse *)out)->n_peers;
-            protobuf_c_message_free_unpacked(out, NULL);
-            if (n == runners + 1)
-                break;
+    fake_t *fakes = calloc((size_t)runners + 1, sizeof *fakes);
+    int nf = 0, rc = -1;
+    for (; fakes && nf <= runners; nf++)
+        if (fake_start(&fakes[nf], addr, nf < runners) != 0) {
+            fprintf(stderr, "bench_tracker: fake peer %d: %s\n", nf, kt_err_msg());
+            nf++;
+            goto out;
         }
-        sleep_ms(100);
+    kt_rpc_client_t *c = kt_rpc_client_new(addr, NULL);
+    int peers = 0;
+    for (int i = 0; i < 600 && peers != runners + 1; i++) {
+        Ktune__V1__QueueStatusRequest q = KTUNE__V1__QUEUE_STATUS_REQUEST__INIT;
+        ProtobufCMessage *qs = NULL;
+        if (kt_rpc_call_unary(c, "/ktune.v1.Tracker/QueueStatus", &q.base,
+                              &ktune__v1__queue_status_response__descriptor, 5000, &qs,
+                              NULL) == 0) {
+            peers = (int)((Ktune__V1__QueueStatusResponse *)qs)->n_peers;
+            protobuf_c_message_free_unpacked(qs, NULL);
+        }
+        if (peers != runners + 1)
+            sleep_ms(100);
     }
-    Ktune__V1__Workload wl = KTUNE__V1__WORKLOAD__INIT;
-    wl.json = "{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}";
-    Ktune__V1__Task task = KTUNE__V1__TASK__INIT, *tp = &task;
-    task.workload = &wl;
-    task.weight = 1;
+    Ktune__V1__Workload wl[TASKS];
+    Ktune__V1__Task task[TASKS], *tp[TASKS];
+    for (int i = 0; i < TASKS; i++) {
+        ktune__v1__workload__init(&wl[i]);
+        wl[i].json = (char *)WORKLOADS[i];
+        ktune__v1__task__init(&task[i]);
+        task[i].workload = &wl[i];
+        task[i].weight = 1;
+        tp[i] = &task[i];
+    }
     Ktune__V1__MeasureOptions mo = KTUNE__V1__MEASURE_OPTIONS__INIT;
-    mo.min_repeat_ms = 50;
-    mo.check_correctness = 1;
+    mo.number = 1;
+    mo.repeat = 1;
     Ktune__V1__TuningOptions to = KTUNE__V1__TUNING_OPTIONS__INIT;
     to.num_measure_trials = trials;
-    to.num_measures_per_round = trials / 2;
+    to.num_measures_per_round = 64;
     to.measure = &mo;
     Ktune__V1__Job job = KTUNE__V1__JOB__INIT;
-    job.tasks = &tp;
-    job.n_tasks = 1;
-    job.runner_key = "bench";
+    job.tasks = tp;
+    job.n_tasks = TASKS;
+    job.runner_key = "sim";
     job.policy = "sketch.random";
+    job.strategy = "round-robin";
     job.options = &to;
     Ktune__V1__SubmitJobRequest req = KTUNE__V1__SUBMIT_JOB_REQUEST__INIT;
     req.job = &job;
-    ProtobufCMessage *out = NULL;
-    double t0 = kt_time_mono(), wall = -1;
-    if (kt_rpc_call_unary(c, "/ktune.v1.Tracker/SubmitJob", &req.base,
-                          &ktune__v1__submit_job_response__descriptor, 30000, &out, NULL) != 0) {
+    ProtobufCMessage *resp = NULL;
+    atomic_store(&sim_busy_us, 0);
+    atomic_store(&measured, 0);
+    double t0 = kt_time_mono();
+    if (peers != runners + 1) {
+        fprintf(stderr, "bench_tracker: only %d of %d peers registered\n", peers, runners + 1);
+    } else if (kt_rpc_call_unary(c, "/ktune.v1.Tracker/SubmitJob", &req.base,
+                                 &ktune__v1__submit_job_response__descriptor, 30000, &resp,
+                                 NULL) != 0) {
         fprintf(stderr, "bench_tracker: SubmitJob: %s\n", kt_err_msg());
     } else {
         Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
-        ref.job_id = ((Ktune__V1__SubmitJobResponse *)out)->job_id;
-        protobuf_c_message_free_unpacked(out, NULL);
-        for (;;) {
-            ProtobufCMessage *p = NULL;
-            if (kt_rpc_call_unary(c, "/ktune.v1.Tracker/JobStatus", &ref.base,
-                                  &ktune__v1__job_progress__descriptor, 5000, &p, NULL) == 0) {
-                const char *state = ((Ktune__V1__JobProgress *)p)->state;
-                int end = strcmp(state, "running") != 0 && strcmp(state, "queued") != 0;
-                if (end && strcmp(state, "done") == 0)
-                    wall = kt_time_mono() - t0;
-                else if (end)
-                    fprintf(stderr, "bench_tracker: job %s\n", state);
-                protobuf_c_message_free_unpacked(p, NULL);
-                if (end)
-                    break;
-            }
-            sleep_ms(100);
+        ref.job_id = ((Ktune__V1__SubmitJobResponse *)resp)->job_id;
+        protobuf_c_message_free_unpacked(resp, NULL);
+        /* WatchJob sends one message per completed round. */
+        kt_rpc_reader_t *rd = kt_rpc_reader_open(c, "/ktune.v1.Tracker/WatchJob", &ref.base,
+                                                 &ktune__v1__job_progress__descriptor, 600000);
+        ProtobufCMessage *msg = NULL;
+        char state[32] = "";
+        int n = 0;
+        while (rd && kt_rpc_reader_next(rd, &msg) == 1) {
+            snprintf(state, sizeof state, "%s", ((Ktune__V1__JobProgress *)msg)->state);
+            protobuf_c_message_free_unpacked(msg, NULL);
+            n++;
+        }
+        out->wall = kt_time_mono() - t0;
+        if (rd)
+            kt_rpc_reader_close(rd, NULL);
+        if (strcmp(state, "done") != 0) {
+            fprintf(stderr, "bench_tracker: job ended %s\n", *state ? state : "unwatched");
+        } else {
+            out->busy = (double)atomic_load(&sim_busy_us) * 1e-6;
+            out->measured = atomic_load(&measured);
+            out->rounds = n > 1 ? n - 1 : 1;   /* less the final state message */
+            rc = 0;
         }
     }
     kt_rpc_client_free(c);
+out:
+    for (int i = 0; i < nf; i++)
+        fake_stop(&fakes[i]);
+    kill(tracker, SIGTERM);
+    waitpid(tracker, NULL, 0);
+    free(fakes);
     free(addr);
-    for (int i = 0; i < np; i++)
-        kill(pids[i], SIGTERM);
-    for (int i = 0; i < np; i++)
-        waitpid(pids[i], NULL, 0);
-    return wall;
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
-    int trials = argc > 1 ? atoi(argv[1]) : 96;
-    if (trials < 2) {
-        fprintf(stderr, "usage: bench_tracker [trials >= 2]\n");
+    int trials = argc > 1 ? atoi(argv[1]) : 512;
+    if (argc > 2)
+        sim_ms = atoi(argv[2]);
+    if (trials < TASKS || sim_ms < 0) {
+        fprintf(stderr, "usage: bench_tracker [trials >= %d [sim_ms_per_candidate >= 0]]\n",
+                TASKS);
         return 2;
     }
+    kt_log_set_level(KT_LOG_WARN);
     ssize_t n = readlink("/proc/self/exe", bin_dir, sizeof bin_dir - 1);
     if (n <= 0)
         return 1;
@@ -166,19 +331,29 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "/tmp/kt_bench_tracker_XXXXXX");
     if (!mkdtemp(dir))
         return 1;
-    printf("tracker dispatch: %d trials of a 64x64x64 matmul, 1 worker, N runners\n", trials);
-    printf("%8s  %10s  %10s  %8s\n", "runners", "wall (s)", "trials/s", "speed-up");
+    printf("SIMULATION: tracker dispatch with in-process fake runners (analytic costs, %d ms of\n"
+           "simulated measurement per candidate) and a fake worker (no compiles); a real\n"
+           "ktune-tracker: %d trials over %d tasks, rounds of 64, sketch.random\n",
+           sim_ms, trials, TASKS);
+    printf("%8s  %9s  %10s  %14s  %15s  %10s\n", "runners", "wall (s)", "measured",
+           "measurements/s", "added ms/round", "efficiency");
+    static const int counts[] = {1, 8, 64, MAX_RUNNERS};
     double base = 0;
     int rc = 0;
-    for (int r = 1; r <= MAX_RUNNERS; r++) {
-        double w = run_once(r, trials);
-        if (w <= 0) {
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        int r = counts[i];
+        result_t res = {0};
+        if (run_once(r, trials, &res) != 0) {
             rc = 1;
             break;
         }
+        double tput = res.measured / res.wall;
         if (r == 1)
-            base = w;
-        printf("%8d  %10.2f  %10.2f  %7.2fx\n", r, w, trials / w, base / w);
+            base = tput;
+        /* Beyond the simulated runner time spread over the runners. */
+        double added = (res.wall - res.busy / r) / res.rounds * 1e3;
+        printf("%8d  %9.2f  %10ld  %14.1f  %15.1f  %9.1f%%\n", r, res.wall, res.measured, tput,
+               added, 100.0 * tput / (r * base));
         fflush(stdout);
     }
     char cmd[128];

@@ -143,13 +143,35 @@ static uint64_t parse_hash(const char *s)
     return *end ? 0 : h;
 }
 
-/* Why a candidate cannot be run at all, or NULL when it can. */
+/* Why a candidate cannot be run at all, or NULL when it can. launches
+ * (KT_RUNNER_MAX_LAUNCHES entries) holds a multi-kernel candidate's list. */
 static const char *candidate_problem(const Ktune__V1__RunCandidate *c, int cuda,
-                                     kt_run_input_t *in)
+                                     kt_run_input_t *in, kt_cuda_launch_t *launches)
 {
     memset(in, 0, sizeof *in);
     in->target = cuda ? KT_MEASURE_TARGET_CUDA : KT_MEASURE_TARGET_CPU;
-    if (cuda) {
+    if (cuda && c->n_launch_names > 0) {
+        /* Several kernels: 7 values each (grid x y z, block x y z, shared bytes). */
+        if (c->n_launch_names > KT_RUNNER_MAX_LAUNCHES)
+            return "too many launches (at most 16)";
+        if (c->n_launch_dims != 7 * c->n_launch_names)
+            return "launch_dims must hold 7 values per launch name";
+        for (size_t l = 0; l < c->n_launch_names; l++) {
+            const int32_t *d = c->launch_dims + 7 * l;
+            if (!c->launch_names[l] || !*c->launch_names[l])
+                return "a launch has no kernel name";
+            for (int i = 0; i < 7; i++)
+                if (d[i] < (i < 6 ? 1 : 0))
+                    return "launch_dims must be positive";
+            launches[l] = (kt_cuda_launch_t){
+                .name = c->launch_names[l],
+                .grid = {(unsigned)d[0], (unsigned)d[1], (unsigned)d[2]},
+                .block = {(unsigned)d[3], (unsigned)d[4], (unsigned)d[5]},
+                .shared_bytes = (unsigned)d[6]};
+        }
+        in->launches = launches;
+        in->n_launches = (int)c->n_launch_names;
+    } else if (cuda) {
         /* grid x, y, z, block x, y, z [, dynamic shared bytes] */
         if (c->n_launch_dims != 6 && c->n_launch_dims != 7)
             return "a cuda candidate needs launch_dims: grid x y z, block x y z [, shared bytes]";
@@ -161,6 +183,11 @@ static const char *candidate_problem(const Ktune__V1__RunCandidate *c, int cuda,
             in->launch.block[i] = (unsigned)c->launch_dims[3 + i];
         }
         in->launch.shared_bytes = c->n_launch_dims == 7 ? (unsigned)c->launch_dims[6] : 0;
+    }
+    if (cuda) {
+        if (c->workspace_bytes < 0 || c->workspace_bytes > ((int64_t)1 << 40))
+            return "workspace_bytes out of range";
+        in->workspace_bytes = (size_t)c->workspace_bytes;
     }
     if (!c->artifact.data || c->artifact.len == 0)
         return "no artifact";
@@ -229,17 +256,19 @@ static int run_batch(kt_rpc_call_t *call, runner_ctx_t *x, const Ktune__V1__RunR
     kt_measure_result_t *ran = calloc((size_t)n, sizeof *ran);   /* runnable ones, in order */
     kt_measure_result_t *all = calloc((size_t)n, sizeof *all);   /* one per candidate */
     int *which = calloc((size_t)n, sizeof *which);               /* runnable -> candidate */
+    kt_cuda_launch_t *launches = calloc((size_t)n * KT_RUNNER_MAX_LAUNCHES, sizeof *launches);
     Ktune__V1__MeasureResult *arr = kt_rpc_call_alloc(call, (size_t)n * sizeof *arr);
     out->results = kt_rpc_call_alloc(call, (size_t)n * sizeof *out->results);
     int rc = 0, runnable = 0;
-    if (!inputs || !ran || !all || !which || !arr || !out->results) {
+    if (!inputs || !ran || !all || !which || !launches || !arr || !out->results) {
         rc = kt_err_set(KT_ENOMEM, "Run: out of memory");
         goto done;
     }
     /* A malformed candidate is its own INSTANTIATION_ERROR; the rest still run. */
     for (int i = 0; i < n; i++) {
-        const char *problem = candidate_problem(in->candidates[i], x->cuda_device >= 0,
-                                                &inputs[runnable]);
+        const char *problem =
+            candidate_problem(in->candidates[i], x->cuda_device >= 0, &inputs[runnable],
+                              launches + (size_t)runnable * KT_RUNNER_MAX_LAUNCHES);
         if (problem) {
             kt_measure_result_set_error(&all[i], KT_MEASURE_INSTANTIATION_ERROR, "%s", problem);
             all[i].timestamp = kt_time_wall();
@@ -306,6 +335,7 @@ done:
     free(all);
     free(inputs);
     free(which);
+    free(launches);
     return rc;
 }
 

@@ -26,7 +26,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kt_config.h"
+#include "measure/nvrtc.h"
+#include "sched/state.h"
 #include "store/store.h"
+#include "te/workload.h"
+#include "util/rng.h"
 #include "util/err.h"
 #include "util/util.h"
 
@@ -356,6 +361,87 @@ START_TEST(cli_tune_resumes_after_ctrl_c_without_measuring_twice)
 }
 END_TEST
 
+/* A cuda job's store (one task, one record of a sampled GPU state) exports
+ * as .cu kernels and a header with their launches; NVRTC compiles them. */
+START_TEST(cli_export_cuda_writes_kernels_and_launches)
+{
+    char db[256], exp[256];
+    snprintf(db, sizeof db, "%s/cuda.db", dir);
+    snprintf(exp, sizeof exp, "%s/export-cuda", dir);
+    kt_workload_t *w = kt_workload_parse(MATMUL);
+    ck_assert_ptr_nonnull(w);
+    kt_sched_params_t p;
+    kt_sched_params_default_gpu(&p);
+    kt_sched_state_t **sk = NULL;
+    int nsk = 0;
+    ck_assert_int_eq(kt_sched_sketches(kt_workload_dag(w), &p, &sk, &nsk), 0);
+    ck_assert_int_gt(nsk, 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 3);
+    kt_sched_state_t *st = kt_sched_sample(kt_workload_dag(w), &p, sk[0], &rng);
+    ck_assert_ptr_nonnull(st);
+    char *json = kt_sched_state_to_json(st, kt_workload_dag(w));
+    ck_assert_ptr_nonnull(json);
+
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(kt_store_put_workload(s, kt_workload_key(w), kt_workload_json(w),
+                                           kt_workload_flops(w)), 0);
+    kt_store_task_t task = {.index = 0, .workload_key = kt_workload_key(w), .weight = 1,
+                            .target = "cuda"};
+    kt_store_job_t job = {.created = kt_time_wall(), .state = "done", .target = "cuda",
+                          .runner_key = "cuda", .strategy = "gradient", .policy = "sketch.xgb",
+                          .options_json = "{\"num_measure_trials\":8}"};
+    ck_assert_int_eq(kt_store_put_job(s, &job, &task, 1), 0);
+    double cost = 1e-5;
+    kt_record_t rec = {.workload_key = kt_workload_key(w), .target = "cuda", .state_json = json,
+                       .state_hash = kt_sched_state_hash(st, kt_workload_dag(w)), .costs = &cost,
+                       .ncosts = 1, .all_cost = 0.1, .timestamp = kt_time_wall(),
+                       .runner_key = "cuda", .job_id = job.id};
+    ck_assert_int_eq(kt_store_put_records(s, &rec, 1), 0);
+    kt_store_close(s);
+
+    char jid[32];
+    snprintf(jid, sizeof jid, "%lld", (long long)job.id);
+    char *args[] = {"export", "--job", jid, "--format", "cuda", "--out", exp, "--db", db, NULL};
+    char *out = NULL;
+    ck_assert_msg(ktune(args, &out) == 0, "%s", out);
+    free(out);
+    char path[512];
+    snprintf(path, sizeof path, "%s/ktune_kernels.h", exp);
+    size_t len = 0;
+    char *h = kt_file_read(path, &len);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_ptr_nonnull(strstr(h, "ktune_task0_k0<<<dim3("));
+    ck_assert_ptr_nonnull(strstr(h, "static const ktune_launch_t ktune_task0_launches[]"));
+    ck_assert_ptr_nonnull(strstr(h, "ktune_task0_WORKSPACE_BYTES"));
+    free(h);
+    snprintf(path, sizeof path, "%s/ktune_task0.cu", exp);
+    char *cu = kt_file_read(path, &len);
+    ck_assert_ptr_nonnull(cu);
+    ck_assert_ptr_nonnull(strstr(cu, "__global__"));
+#if KT_HAVE_CUDA
+    kt_nvrtc_result_t r;
+    ck_assert_msg(kt_nvrtc_compile(cu, NULL, NULL, 0, &r) == 0, "%s", kt_err_msg());
+    ck_assert_ptr_nonnull(kt_nvrtc_result_kernel(&r, "ktune_task0_k0"));
+    kt_nvrtc_result_clear(&r);
+#else
+    printf("SKIP: built without CUDA (NVRTC compile of the exported kernels)\n");
+#endif
+    free(cu);
+    /* The same job as C is refused: its states are GPU schedules. */
+    char *cargs[] = {"export", "--job", jid, "--format", "c", "--out", exp, "--db", db, NULL};
+    ck_assert_int_eq(ktune(cargs, &out), 1);
+    free(out);
+    free(json);
+    kt_sched_state_free(st);
+    for (int i = 0; i < nsk; i++)
+        kt_sched_state_free(sk[i]);
+    free(sk);
+    kt_workload_free(w);
+}
+END_TEST
+
 START_TEST(cli_bad_input_names_the_cause)
 {
     char db[256], none[256];
@@ -372,7 +458,7 @@ START_TEST(cli_bad_input_names_the_cause)
         {{"tune", NULL}, 2, "--network NAME or --workload"},
         {{"tune", "--workload", "{\"op\":\"matmul\",\"M\":8}", "--db", db, NULL}, 1,
          "field 'N' is missing"},
-        {{"tune", "--workload", MATMUL, "--target", "cuda", NULL}, 2, "target cuda"},
+        {{"tune", "--workload", MATMUL, "--target", "tpu", NULL}, 2, "unknown --target"},
         {{"tune", "--workload", MATMUL, "--policy", "sketch.magic", NULL}, 2, "unknown --policy"},
         {{"tune", "--workload", MATMUL, "--trials", "0", NULL}, 2, "--trials"},
         {{"tune", "--workload", MATMUL, "--tracker", "127.0.0.1:1", NULL}, 1,
@@ -384,7 +470,7 @@ START_TEST(cli_bad_input_names_the_cause)
         {{"best", "--db", db, NULL}, 2, "--workload KEY or --job JOB"},
         {{"best", "--job", "3", "--db", db, NULL}, 1, "no job 3"},
         {{"export", "--job", "1", "--format", "pdf", "--out", dir, "--db", db, NULL}, 2,
-         "c or json"},
+         "c, cuda or json"},
         {{"cancel", "1", NULL}, 2, "--tracker"},
         {{"watch", "1", "--tracker", "127.0.0.1:1", NULL}, 1, "cannot reach"},
     };
@@ -482,6 +568,7 @@ int main(void)
     tcase_add_test(tc, cli_tune_embedded_finishes_and_read_commands_use_the_store);
     tcase_add_test(tc, cli_tune_resumes_after_ctrl_c_without_measuring_twice);
     tcase_add_test(tc, cli_bad_input_names_the_cause);
+    tcase_add_test(tc, cli_export_cuda_writes_kernels_and_launches);
     tcase_add_test(tc, cli_read_commands_against_a_tracker_need_its_token);
     tcase_add_test(tc, cli_kernel_measure_times_states_and_names_bad_input);
     suite_add_tcase(s, tc);

@@ -343,6 +343,50 @@ START_TEST(registry_queue_serves_higher_priority_first_and_fifo_within)
 }
 END_TEST
 
+/* Two owners (jobs) with many tickets each at one priority: a single runner
+ * alternates between them however their tickets arrived; two runners go one
+ * to each; a higher priority still goes first; unowned tickets stay FIFO. */
+START_TEST(registry_queue_shares_runners_fairly_among_owners)
+{
+    kt_registry_t *r = new_registry();
+    int64_t t[9];
+    int64_t owner[9] = {7, 7, 7, 7, 9, 9, 9, 9, 5};
+    int prio[9] = {0, 0, 0, 0, 0, 0, 0, 0, 2};
+    for (int i = 0; i < 9; i++)   /* owner 7's four tickets all come first */
+        ck_assert_int_gt(t[i] = kt_registry_request_for(r, "cpu", prio[i], owner[i]), 0);
+    char id[KT_REGISTRY_ID_MAX];
+    add_runner(r, "cpu", "127.0.0.1:5001", 1, NULL, id);
+    /* The priority-2 ticket first, then owners 7 and 9 in turn, each FIFO. */
+    const int want[9] = {8, 0, 4, 1, 5, 2, 6, 3, 7};
+    for (int k = 0; k < 9; k++) {
+        kt_lease_t l;
+        int who = granted_one(r, t, 9, &l);
+        ck_assert_msg(who == want[k], "lease %d went to ticket %d, not %d", k, who, want[k]);
+        t[who] = 0;
+        ck_assert_int_eq(kt_registry_release(r, &l), 0);
+    }
+    /* Two runners and a backlog of owner 7 before owner 9 asks: the second
+     * runner freed goes to 9, which holds none, not to 7's older ticket. */
+    add_runner(r, "cpu", "127.0.0.1:5002", 1, NULL, id);
+    int64_t a[3], b;
+    for (int i = 0; i < 3; i++)
+        a[i] = kt_registry_request_for(r, "cpu", 0, 7);
+    b = kt_registry_request_for(r, "cpu", 0, 9);
+    kt_lease_t l0, l1, l2;
+    ck_assert_int_eq(kt_registry_wait(r, a[0], 0, &l0), 0);
+    ck_assert_int_eq(kt_registry_wait(r, a[1], 0, &l1), 0);
+    ck_assert_int_eq(kt_registry_release(r, &l1), 0);
+    ck_assert_int_eq(kt_registry_wait(r, a[2], 0, &l2), KT_ETIMEOUT);
+    ck_assert_int_eq(kt_registry_wait(r, b, 0, &l1), 0);
+    ck_assert_int_eq(kt_registry_release(r, &l0), 0);
+    ck_assert_int_eq(kt_registry_wait(r, a[2], 0, &l2), 0);
+    ck_assert_int_eq(kt_registry_release(r, &l1), 0);
+    ck_assert_int_eq(kt_registry_release(r, &l2), 0);
+    ck_assert_int_eq(queue_of(r, "cpu").pending, 0);
+    kt_registry_free(r);
+}
+END_TEST
+
 START_TEST(registry_leases_respect_capacity_and_release_frees_a_slot)
 {
     kt_registry_t *r = new_registry();
@@ -719,6 +763,7 @@ int main(void)
     tcase_add_test(tc, registry_three_missed_intervals_drop_a_peer);
     tcase_add_test(tc, registry_accepts_old_ids_after_a_restart);
     tcase_add_test(tc, registry_queue_serves_higher_priority_first_and_fifo_within);
+    tcase_add_test(tc, registry_queue_shares_runners_fairly_among_owners);
     tcase_add_test(tc, registry_leases_respect_capacity_and_release_frees_a_slot);
     tcase_add_test(tc, registry_lease_on_a_dropped_runner_is_reported);
     tcase_add_test(tc, registry_wait_blocks_until_a_runner_is_released);

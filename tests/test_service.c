@@ -355,6 +355,18 @@ static Ktune__V1__QueueStatusResponse *wait_peers(const char *tracker, const cha
     return NULL;
 }
 
+/* A tracker with one worker and one runner, both registered. */
+static proc_t *start_small_cluster(char tracker[64])
+{
+    proc_t *tr = start_tracker("127.0.0.1:0", NULL, tracker);
+    start_worker("worker", tracker, NULL);
+    start_runner("runner", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 1, 1);
+    ck_assert_ptr_nonnull(q);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    return tr;
+}
+
 /* The n-th peer of a role. */
 static const Ktune__V1__PeerInfo *peer(const Ktune__V1__QueueStatusResponse *q, const char *role,
                                        int n)
@@ -801,6 +813,8 @@ static const char *const W_TINY[] = {
 
 typedef struct {
     int trials, per_round, min_repeat_ms;
+    int first;            /* first of the tiny workloads */
+    const char *target;   /* NULL = cpu (runner key cpu-test); cuda: key "" (the default) */
 } job_spec_t;
 
 /* SubmitJob of the first n tiny workloads (weights 1, 2, 3) for runners of
@@ -812,7 +826,7 @@ static int64_t submit_job(const char *tracker, const char *token, int n, const j
     Ktune__V1__Task task[3], *tp[3];
     for (int i = 0; i < n; i++) {
         ktune__v1__workload__init(&wl[i]);
-        wl[i].json = (char *)W_TINY[i];
+        wl[i].json = (char *)W_TINY[js->first + i];
         ktune__v1__task__init(&task[i]);
         task[i].workload = &wl[i];
         task[i].weight = i + 1;
@@ -831,8 +845,8 @@ static int64_t submit_job(const char *tracker, const char *token, int n, const j
     Ktune__V1__Job job = KTUNE__V1__JOB__INIT;
     job.tasks = tp;
     job.n_tasks = (size_t)n;
-    job.target = "cpu";
-    job.runner_key = "cpu-test";
+    job.target = (char *)(js->target ? js->target : "cpu");
+    job.runner_key = js->target ? "" : "cpu-test";
     job.policy = "sketch.random";
     job.options = &to;
     Ktune__V1__SubmitJobRequest req = KTUNE__V1__SUBMIT_JOB_REQUEST__INIT;
@@ -1124,12 +1138,7 @@ END_TEST
 START_TEST(service_killed_tracker_resumes_its_job_on_restart)
 {
     char tracker[64];
-    proc_t *tr = start_tracker("127.0.0.1:0", NULL, tracker);
-    start_worker("worker", tracker, NULL);
-    start_runner("runner", tracker, NULL);
-    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 1, 1);
-    ck_assert_ptr_nonnull(q);
-    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    proc_t *tr = start_small_cluster(tracker);
     job_spec_t js = {.trials = 32, .per_round = 8, .min_repeat_ms = 0};
     kt_rpc_status_t st;
     int64_t id = submit_job(tracker, NULL, 2, &js, &st);
@@ -1157,6 +1166,128 @@ START_TEST(service_killed_tracker_resumes_its_job_on_restart)
     ck_assert_int_eq(r.n, 32);
     ck_assert_int_eq(r.dups, 0);
     ck_assert(wait_log(tr2, "resumed from the store", 0));
+    stop_all();
+}
+END_TEST
+
+/* Two jobs on the one runner of their key: the registry alternates its
+ * leases between them, so both make progress while both run: in commit
+ * order, each job's records start before the other's end. */
+START_TEST(service_two_jobs_share_a_runner_fairly)
+{
+    char tracker[64];
+    start_small_cluster(tracker);
+    kt_rpc_status_t st;
+    job_spec_t a = {.trials = 16, .per_round = 4, .first = 0};
+    job_spec_t b = {.trials = 16, .per_round = 4, .first = 1};
+    int64_t ids[2] = {submit_job(tracker, NULL, 1, &a, &st), 0};
+    ck_assert_msg(ids[0] > 0, "SubmitJob: %s", st.msg);
+    ids[1] = submit_job(tracker, NULL, 1, &b, &st);
+    ck_assert_msg(ids[1] > 0, "SubmitJob: %s", st.msg);
+    for (int i = 0; i < 2; i++) {
+        Ktune__V1__JobProgress *p = wait_job_end(tracker, ids[i]);
+        ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
+        ck_assert_int_eq(p->total_trials, 16);
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+    }
+    kt_store_t *s = kt_store_open(db_path(), 0);
+    ck_assert_ptr_nonnull(s);
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
+    ck_assert_uint_eq(l->n, 32);
+    /* Record ids follow commit order. */
+    int64_t first[2] = {INT64_MAX, INT64_MAX}, last[2] = {0, 0};
+    for (size_t i = 0; i < l->n; i++) {
+        int k = l->items[i].job_id == ids[1];
+        ck_assert(l->items[i].job_id == ids[k]);
+        if (l->items[i].id < first[k])
+            first[k] = l->items[i].id;
+        if (l->items[i].id > last[k])
+            last[k] = l->items[i].id;
+    }
+    kt_record_list_free(l);
+    kt_store_close(s);
+    ck_assert_msg(first[1] < last[0] && first[0] < last[1],
+                  "one job ran before the other: records %lld..%lld and %lld..%lld",
+                  (long long)first[0], (long long)last[0], (long long)first[1],
+                  (long long)last[1]);
+    stop_all();
+}
+END_TEST
+
+/* A cuda job is accepted and waits, queued and saying so, while no runner
+ * of its key exists; the worker builds CUDA candidates with NVRTC. */
+START_TEST(service_cuda_job_waits_for_a_runner_and_workers_build_cuda)
+{
+    char tracker[64];
+    start_tracker("127.0.0.1:0", NULL, tracker);
+    proc_t *w = start_worker("worker", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 0, 1);
+    ck_assert_ptr_nonnull(q);
+    char waddr[64];
+    snprintf(waddr, sizeof waddr, "%s", peer(q, "worker", 0)->address);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    (void)w;
+    static const char *CU = "extern \"C\" __global__ void k(float *a) { a[threadIdx.x] = 1; }\n";
+    Ktune__V1__BuildCandidate cand = KTUNE__V1__BUILD_CANDIDATE__INIT, *cp = &cand;
+    cand.candidate_id = 1;
+    cand.source = (char *)CU;
+    cand.entry = "k";
+    Ktune__V1__BuildRequest req = KTUNE__V1__BUILD_REQUEST__INIT;
+    req.target = "cuda";
+    req.arch = "sm_80";
+    req.candidates = &cp;
+    req.n_candidates = 1;
+    kt_rpc_client_t *c = client(waddr, NULL);
+    ProtobufCMessage *out = NULL;
+    kt_rpc_status_t st;
+    int rc = kt_rpc_call_unary(c, "/ktune.v1.Worker/Build", &req.base,
+                               &ktune__v1__build_response__descriptor, 60000, &out, &st);
+    kt_rpc_client_free(c);
+#if KT_HAVE_CUDA
+    ck_assert_msg(rc == 0, "Build: %s", st.msg);
+    const Ktune__V1__BuildResult *br = ((Ktune__V1__BuildResponse *)out)->results[0];
+    ck_assert_msg(br->error_code == 0, "%s", br->error_msg);
+    ck_assert_uint_gt(br->artifact.len, 0);
+    protobuf_c_message_free_unpacked(out, NULL);
+#else
+    ck_assert_int_eq(st.code, KT_RPC_UNIMPLEMENTED);
+    printf("SKIP: built without CUDA (NVRTC build on the worker)\n");
+    (void)rc;
+#endif
+    job_spec_t js = {.trials = 8, .per_round = 4, .target = "cuda"};
+    int64_t id = submit_job(tracker, NULL, 1, &js, &st);
+    ck_assert_msg(id > 0, "SubmitJob: %s", st.msg);
+    Ktune__V1__JobProgress *p = NULL;
+    for (int waited = 0; waited < WAIT_MS; waited += 100) {
+        c = client(tracker, NULL);
+        Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
+        ref.job_id = id;
+        out = NULL;
+        kt_rpc_call_unary(c, "/ktune.v1.Tracker/JobStatus", &ref.base,
+                          &ktune__v1__job_progress__descriptor, 5000, &out, &st);
+        kt_rpc_client_free(c);
+        p = (Ktune__V1__JobProgress *)out;
+        if (p && strstr(p->message, "waiting for a runner of key 'cuda'"))
+            break;
+        if (p)
+            protobuf_c_message_free_unpacked(out, NULL);
+        p = NULL;
+        sleep_ms(100);
+    }
+    ck_assert_ptr_nonnull(p);
+    ck_assert_str_eq(p->state, "queued");
+    ck_assert_str_eq(p->target, "cuda");
+    ck_assert_str_eq(p->runner_key, "cuda");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    char idarg[32];
+    snprintf(idarg, sizeof idarg, "%lld", (long long)id);
+    char *cargs[] = {"cancel", idarg, "--tracker", tracker, NULL};
+    char text[4096];
+    ck_assert_int_eq(run_cli(cargs, text, sizeof text, NULL), 0);
+    p = wait_job_end(tracker, id);
+    ck_assert_str_eq(p->state, "cancelled");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
     stop_all();
 }
 END_TEST
@@ -1231,12 +1362,7 @@ START_TEST(service_python_client_submits_a_job_and_reads_the_best)
              dir, src);
     ck_assert_msg(system(cmd) == 0, "protoc failed (%s/protoc.log)", dir);
     char tracker[64];
-    start_tracker("127.0.0.1:0", NULL, tracker);
-    start_worker("worker", tracker, NULL);
-    start_runner("runner", tracker, NULL);
-    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 1, 1);
-    ck_assert_ptr_nonnull(q);
-    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    start_small_cluster(tracker);
     const char *script =
         "import sys, time, grpc\n"
         "import ktune_pb2 as pb, ktune_pb2_grpc as rpc\n"
@@ -1311,6 +1437,8 @@ int main(void)
     tcase_add_test(jobs, service_job_survives_a_killed_runner_and_a_crashing_candidate);
     tcase_add_test(jobs, service_killed_tracker_resumes_its_job_on_restart);
     tcase_add_test(jobs, service_job_rpcs_refuse_missing_or_wrong_token);
+    tcase_add_test(jobs, service_two_jobs_share_a_runner_fairly);
+    tcase_add_test(jobs, service_cuda_job_waits_for_a_runner_and_workers_build_cuda);
     tcase_add_test(jobs, service_python_client_submits_a_job_and_reads_the_best);
     suite_add_tcase(s, jobs);
     SRunner *sr = srunner_create(s);

@@ -766,12 +766,59 @@ static int write_text(const char *path, const char *text)
     return 0;
 }
 
-/* One .c per task's best state plus ktune_kernels.h. */
-static int export_c(const read_args_t *a, const job_tasks_t *jt, const best_t *b)
+/* The CUDA kernels of one GPU state as DIR/<entry>.cu; their launches
+ * (grid, block, shared memory, workspace) go into the header h. */
+static int export_cuda_one(const read_args_t *a, const kt_dag_t *dag, const kt_sched_state_t *st,
+                           const char *entry, kt_sbuf_t *h)
+{
+    if (st->target != KT_SCHED_TARGET_CUDA)
+        return kt_err_set(KT_EINVAL, "the best state is a CPU schedule (use --format c)");
+    kt_codegen_cuda_t cu;
+    if (kt_codegen_emit_cuda(dag, st, entry, &cu) != 0)
+        return kt_err_code();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.cu", a->out, entry);
+    int rc = kt_file_write(path, cu.src, strlen(cu.src));
+    kt_sbuf_printf(h, " * launches, in order, each kernel taking the buffers above as float *%s:\n",
+                   cu.workspace_bytes ? ", then the workspace" : "");
+    for (int l = 0; l < cu.n_launches; l++) {
+        const kt_codegen_launch_t *q = &cu.launches[l];
+        kt_sbuf_printf(h, " *   %s<<<dim3(%u, %u, %u), dim3(%u, %u, %u), 0>>> (%u bytes static shared)\n",
+                       q->name, q->grid[0], q->grid[1], q->grid[2], q->block[0], q->block[1],
+                       q->block[2], q->smem_bytes);
+    }
+    kt_sbuf_printf(h, " */\nstatic const ktune_launch_t %s_launches[] = {\n", entry);
+    for (int l = 0; l < cu.n_launches; l++) {
+        const kt_codegen_launch_t *q = &cu.launches[l];
+        kt_sbuf_printf(h, "    {\"%s\", {%u, %u, %u}, {%u, %u, %u}, 0},\n", q->name, q->grid[0],
+                       q->grid[1], q->grid[2], q->block[0], q->block[1], q->block[2]);
+    }
+    kt_sbuf_printf(h, "};\n#define %s_NUM_LAUNCHES %d\n#define %s_WORKSPACE_BYTES %zu\n\n", entry,
+                   cu.n_launches, entry, cu.workspace_bytes);
+    kt_codegen_cuda_clear(&cu);
+    return rc;
+}
+
+/* One .c (or, cuda, .cu) per task's best state plus ktune_kernels.h. */
+static int export_c(const read_args_t *a, const job_tasks_t *jt, const best_t *b, int cuda)
 {
     kt_sbuf_t h;
     kt_sbuf_init(&h);
-    kt_sbuf_printf(&h,
+    if (cuda)
+        kt_sbuf_printf(&h,
+                       "/* CUDA kernels of ktune job %" PRId64 ": the best measured schedule of\n"
+                       " * each task. ktune_task<i>.cu holds extern \"C\" __global__ kernels\n"
+                       " * taking float pointers: the buffers listed, inputs first, then\n"
+                       " * outputs, dense row-major float32, then (when WORKSPACE_BYTES > 0) a\n"
+                       " * scratch buffer of that size. Launch them in the order listed with the\n"
+                       " * dimensions given (dynamic shared memory 0). They compile with NVRTC or\n"
+                       " * nvcc for sm_75 and newer and need no header. */\n"
+                       "#ifndef KTUNE_KERNELS_H\n#define KTUNE_KERNELS_H\n\n"
+                       "typedef struct {\n    const char *kernel;\n    unsigned grid[3], block[3];\n"
+                       "    unsigned dynamic_shared_bytes;\n} ktune_launch_t;\n\n",
+                       a->job);
+    else
+        kt_sbuf_printf(&h,
                    "/* Kernels of ktune job %" PRId64 ": the best measured schedule of each task.\n"
                    " * Each entry point takes float **bufs: the buffers listed, inputs first,\n"
                    " * then outputs, dense row-major float32; it returns 0, or -1 when an\n"
@@ -781,7 +828,10 @@ static int export_c(const read_args_t *a, const job_tasks_t *jt, const best_t *b
                    a->job);
     int written = 0, rc = 0;
     kt_sched_params_t params;
-    kt_sched_params_default(&params);
+    if (cuda)
+        kt_sched_params_default_gpu(&params);
+    else
+        kt_sched_params_default(&params);
     for (int i = 0; i < jt->n && rc == 0; i++) {
         const kt_record_t *best = NULL;
         for (size_t k = 0; k < b->n; k++)
@@ -807,13 +857,15 @@ static int export_c(const read_args_t *a, const job_tasks_t *jt, const best_t *b
         char entry[64];
         snprintf(entry, sizeof entry, "ktune_task%d", i);
         kt_search_candidate_t cand = {0};
-        if (!st || kt_search_candidate_make(w, st, entry, &cand) != 0) {
+        if (!st || (!cuda && kt_search_candidate_make(w, st, entry, &cand) != 0) ||
+            (cuda && st->target != KT_SCHED_TARGET_CUDA &&
+             kt_err_set(KT_EINVAL, "the best state is a CPU schedule (use --format c)"))) {
             fprintf(stderr, "ktune export: task %d: %s\n", i, kt_err_msg());
             rc = 1;
         } else {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s.c", a->out, entry);
-            rc = write_text(path, cand.source);
+            rc = cuda ? 0 : write_text(path, cand.source);
             kt_sbuf_printf(&h, "/* Task %d (%s, weight %g): %.4f ms measured (record %" PRId64
                                ").\n * workload: %s\n * buffers:\n",
                            i, kt_workload_op(w), jt->weight[i], best->mean_cost * 1e3, best->id,
@@ -826,7 +878,12 @@ static int export_c(const read_args_t *a, const job_tasks_t *jt, const best_t *b
                     kt_sbuf_printf(&h, "%s%lld", d ? "][" : "", (long long)s->shape[d]);
                 kt_sbuf_puts(&h, "]\n");
             }
-            kt_sbuf_printf(&h, " */\nint %s(float **bufs);\n\n", entry);
+            if (!cuda) {
+                kt_sbuf_printf(&h, " */\nint %s(float **bufs);\n\n", entry);
+            } else if (export_cuda_one(a, dag, st, entry, &h) != 0) {
+                fprintf(stderr, "ktune export: task %d: %s\n", i, kt_err_msg());
+                rc = 1;
+            }
             written++;
         }
         kt_search_candidate_clear(&cand);
@@ -934,12 +991,15 @@ int kt_cli_export(int argc, char **argv)
     read_args_t a;
     int rc = parse_read("export", argc, argv, allowed, &a);
     if (rc < 0) {
-        printf("usage: ktune export --job JOB --format c|json --out DIR\n"
+        printf("usage: ktune export --job JOB --format c|cuda|json --out DIR\n"
                "                    [--tracker HOST:PORT | --db PATH]\n"
                "\n"
                "  c     one compilable C file per task with its best schedule\n"
                "        (DIR/ktune_task<i>.c, entry ktune_task<i>) and DIR/ktune_kernels.h\n"
                "        listing the entry points with their buffers (order and shapes)\n"
+               "  cuda  for a cuda job: DIR/ktune_task<i>.cu with the kernels of each task's\n"
+               "        best GPU schedule and DIR/ktune_kernels.h listing buffers, kernels\n"
+               "        and launch dimensions (grid, block, shared memory, workspace)\n"
                "  json  every record of the job's tasks as JSON lines (DIR/job<JOB>.jsonl;\n"
                "        the format of `ktune records export`, RECORDS.md)\n"
                "DIR is created when missing.\n"
@@ -958,9 +1018,9 @@ int kt_cli_export(int argc, char **argv)
         fprintf(stderr, "ktune export: --job, --format and --out are required\n");
         return 2;
     }
-    int as_c = strcmp(a.format, "c") == 0;
-    if (!as_c && strcmp(a.format, "json") != 0) {
-        fprintf(stderr, "ktune export: --format is c or json, not '%s'\n", a.format);
+    int as_c = strcmp(a.format, "c") == 0, as_cuda = strcmp(a.format, "cuda") == 0;
+    if (!as_c && !as_cuda && strcmp(a.format, "json") != 0) {
+        fprintf(stderr, "ktune export: --format is c, cuda or json, not '%s'\n", a.format);
         return 2;
     }
     if (mkdir(a.out, 0777) != 0 && errno != EEXIST) {
@@ -970,11 +1030,11 @@ int kt_cli_export(int argc, char **argv)
     job_tasks_t jt;
     if (job_tasks_get(&a, &jt))
         return 1;
-    if (as_c) {
+    if (as_c || as_cuda) {
         best_t b;
         rc = gather_best("export", &a, NULL, 1, &b);
         if (rc == 0)
-            rc = export_c(&a, &jt, &b);
+            rc = export_c(&a, &jt, &b, as_cuda);
         best_free(&b);
     } else {
         rc = export_json(&a, &jt, a.target ? a.target : jt.target);

@@ -82,14 +82,20 @@ typedef struct {
     unsigned long long seed;
 } job_args_t;
 
+/* The runners' key: --key, else the target's name (cpu, cuda). */
+static const char *runner_key(const job_args_t *a)
+{
+    return a->key ? a->key : a->target ? a->target : "cpu";
+}
+
 static const char *JOB_HELP =
     "  --network NAME        a built-in network (resnet-18, resnet-50, mobilenet-v2,\n"
     "                        bert-base, ...; see ktune tasks); --batch N (default 1)\n"
     "  --workload FILE|JSON  one workload object, or a list of workloads or of\n"
     "                        {\"workload\": {...}, \"weight\": W}, inline or in a file\n"
-    "  --target T            cpu (default); cuda is refused until ktune emits CUDA\n"
+    "  --target T            cpu (default) or cuda (runners with --device cuda:N)\n"
     "  --trials N            total measurement trials (default 64 per task)\n"
-    "  --key KEY             device key of the runners to use (default cpu)\n"
+    "  --key KEY             device key of the runners to use (default: the target)\n"
     "  --strategy S          task scheduler: gradient (default), round-robin, sequential\n"
     "  --policy P            sketch.xgb (default) or sketch.random\n"
     "  --per-round N         measurements per round (default 64, at most trials/tasks)\n"
@@ -215,12 +221,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         return 2;
     }
     /* The tracker checks these too; saying so here spares starting daemons. */
-    if (a->target && strcmp(a->target, "cuda") == 0) {
-        fprintf(stderr, "ktune %s: target cuda: ktune cannot generate CUDA kernels yet (no CUDA "
-                        "code generator); tune with --target cpu\n", cmd);
-        return 2;
-    }
-    if (a->target && strcmp(a->target, "cpu") != 0) {
+    if (a->target && strcmp(a->target, "cpu") != 0 && strcmp(a->target, "cuda") != 0) {
         fprintf(stderr, "ktune %s: unknown --target '%s' (cpu or cuda)\n", cmd, a->target);
         return 2;
     }
@@ -328,7 +329,7 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
     m->job.tasks = m->taskp;
     m->job.n_tasks = (size_t)t->n;
     m->job.target = (char *)(a->target ? a->target : "cpu");
-    m->job.runner_key = (char *)(a->key ? a->key : "cpu");
+    m->job.runner_key = (char *)runner_key(a);
     m->job.strategy = (char *)(a->strategy ? a->strategy : "");
     m->job.policy = (char *)(a->policy ? a->policy : "");
     m->job.priority = a->priority;
@@ -796,9 +797,12 @@ static int embedded_start(embedded_t *e, const job_args_t *a)
     }
     char *wargs[] = {"--tracker", e->addr, "--listen", "127.0.0.1:0", "--token-file", e->token,
                      NULL};
+    /* A cuda job gets the first GPU (a runner without one stops at once,
+     * saying why). */
+    int cuda = a->target && strcmp(a->target, "cuda") == 0;
     char *rargs[] = {"--tracker", e->addr, "--listen", "127.0.0.1:0", "--key",
-                     (char *)(a->key ? a->key : "cpu"), "--token-file", e->token, "--drain-ms",
-                     "5000", NULL};
+                     (char *)runner_key(a), "--device", cuda ? "cuda:0" : "cpu", "--token-file",
+                     e->token, "--drain-ms", "5000", NULL};
     if (spawn(e, &e->worker, "ktune-worker", worker_bin, wargs) ||
         spawn(e, &e->runner, "ktune-runner", runner_bin, rargs))
         return 1;

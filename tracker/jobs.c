@@ -2,6 +2,7 @@
  * The job manager: jobs, their threads and their rounds. See jobs.h.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,8 +10,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen/codegen.h"
 #include "jobs_int.h"
 #include "measure/hw_params.h"
+#include "measure/runner.h"
 #include "sched/state.h"
 #include "util/err.h"
 #include "util/log.h"
@@ -78,6 +81,28 @@ static void job_fail(job_t *j, const char *what)
     pthread_mutex_unlock(&j->mu);
 }
 
+/* Say what the job waits for (shown as its message while it runs), or
+ * nothing (fmt NULL). */
+static void job_note(job_t *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void job_note(job_t *j, const char *fmt, ...)
+{
+    pthread_mutex_lock(&j->mu);
+    char before = j->waiting[0];
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->waiting, sizeof j->waiting, fmt, ap);
+        va_end(ap);
+    } else {
+        j->waiting[0] = 0;
+    }
+    if (before != j->waiting[0]) {
+        j->seq++;
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
 /* ---- Peers ------------------------------------------------------------------------------- */
 
 /* Runners registered under `key` and how many are free now. */
@@ -134,6 +159,7 @@ typedef struct {
     int ncosts;
     double all_cost;
     double ts;
+    kt_codegen_cuda_t cu;     /* cuda: the kernels' launches and workspace (src moved out) */
 } cand_t;
 
 static void cand_error(cand_t *c, int err, const char *fmt, const char *arg)
@@ -155,6 +181,7 @@ static void cand_clear(cand_t *c)
     free(c->msg);
     free(c->art);
     free(c->costs);
+    kt_codegen_cuda_clear(&c->cu);
 }
 
 /* A part of a round sent to one peer: the candidates idx[0..n-1]. */
@@ -165,6 +192,8 @@ typedef struct {
     int *idx;
     int n;
     int with_ref;             /* build: add the reference kernel */
+    const char *target;       /* build: what the request compiles for (the reference: cpu) */
+    const char *arch;         /* build: -march, or the GPU's sm_XY for cuda */
     int rc;                   /* 0, or stopped (KT_ESTATE) */
 } part_t;
 
@@ -194,7 +223,13 @@ static part_t *split(job_t *j, job_task_t *t, cand_t *c, int *idx, int n, int k)
         return NULL;
     for (int i = 0, at = 0; i < k; i++) {
         int len = n / k + (i < n % k);
-        p[i] = (part_t){.j = j, .t = t, .c = c, .idx = idx + at, .n = len};
+        p[i] = (part_t){.j = j,
+                        .t = t,
+                        .c = c,
+                        .idx = idx + at,
+                        .n = len,
+                        .target = t->target,
+                        .arch = j->cuda ? j->arch : "native"};
         at += len;
     }
     return p;
@@ -296,8 +331,8 @@ static void *build_part(void *arg)
         bcp[k] = &bc[k];
     }
     Ktune__V1__BuildRequest req = KTUNE__V1__BUILD_REQUEST__INIT;
-    req.target = (char *)p->t->target;
-    req.arch = "native";
+    req.target = (char *)p->target;
+    req.arch = (char *)p->arch;
     req.candidates = bcp;
     req.n_candidates = (size_t)n;
     req.timeout_ms = o->build_timeout_ms;
@@ -311,11 +346,11 @@ static void *build_part(void *arg)
             break;
         }
         kt_lease_t lease;
-        int rc = kt_registry_acquire_worker(m->reg, p->t->target, &lease);
+        int rc = kt_registry_acquire_worker(m->reg, p->target, &lease);
         if (rc == KT_ENOTFOUND) {
             if (!waiting_logged++)
                 KT_INFO("job %" PRId64 ": waiting for a worker that builds %s", j->id,
-                        p->t->target);
+                        p->target);
             attempt--;
             sleep_ms(POLL_MS);
             continue;
@@ -394,14 +429,21 @@ static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp)
 static int lease_runner(job_t *j, kt_lease_t *lease)
 {
     kt_registry_t *reg = j->m->reg;
-    int64_t ticket = kt_registry_request(reg, j->view->info->job.runner_key,
-                                         j->view->info->job.priority);
+    int64_t ticket = kt_registry_request_for(reg, j->view->info->job.runner_key,
+                                             j->view->info->job.priority, j->id);
     if (ticket < 0)
         return (int)ticket;
     for (;;) {
         int rc = kt_registry_wait(reg, ticket, POLL_MS, lease);
-        if (rc != KT_ETIMEOUT)
+        if (rc != KT_ETIMEOUT) {
+            job_note(j, NULL);
             return rc;
+        }
+        int total, free_;
+        key_runners(reg, j->view->info->job.runner_key, &total, &free_);
+        if (total == 0)
+            job_note(j, "waiting for a runner of key '%s' (none registered)",
+                     j->view->info->job.runner_key);
         if (job_stopping(j)) {
             if (kt_registry_cancel(reg, ticket) == 0)
                 return kt_err_set(KT_ESTATE, "job stopped");
@@ -422,9 +464,13 @@ static void *run_part(void *arg)
     Ktune__V1__RunCandidate *rc_ = calloc((size_t)p->n, sizeof *rc_);
     Ktune__V1__RunCandidate **rcp = calloc((size_t)p->n, sizeof *rcp);
     int64_t *elems = calloc((size_t)p->n * KT_MEASURE_MAX_BUFS, sizeof *elems);
+    /* cuda: 7 launch values and a kernel name per launch of each candidate */
+    size_t nl = j->cuda ? (size_t)p->n * KT_RUNNER_MAX_LAUNCHES : 1;
+    int32_t *dims = calloc(nl * 7, sizeof *dims);
+    char **names = calloc(nl, sizeof *names);
     kt_lease_t failed[MAX_ATTEMPTS];
     int nfailed = 0;
-    if (!rc_ || !rcp || !elems) {
+    if (!rc_ || !rcp || !elems || !dims || !names) {
         part_fail(p, "out of memory");
         goto out;
     }
@@ -443,6 +489,24 @@ static void *run_part(void *arg)
         r->buf_elems = e;
         r->n_buf_elems = (size_t)c->cand.layout.num_bufs;
         r->num_outputs = c->cand.layout.num_outputs;
+        if (j->cuda) {
+            int32_t *d = dims + (size_t)k * KT_RUNNER_MAX_LAUNCHES * 7;
+            char **nm = names + (size_t)k * KT_RUNNER_MAX_LAUNCHES;
+            for (int l = 0; l < c->cu.n_launches; l++) {
+                const kt_codegen_launch_t *cl = &c->cu.launches[l];
+                nm[l] = (char *)cl->name;
+                for (int q = 0; q < 3; q++) {
+                    d[7 * l + q] = (int32_t)cl->grid[q];
+                    d[7 * l + 3 + q] = (int32_t)cl->block[q];
+                }
+                d[7 * l + 6] = 0;   /* static shared memory only */
+            }
+            r->launch_names = nm;
+            r->n_launch_names = (size_t)c->cu.n_launches;
+            r->launch_dims = d;
+            r->n_launch_dims = (size_t)c->cu.n_launches * 7;
+            r->workspace_bytes = (int64_t)c->cu.workspace_bytes;
+        }
         if (p->t->ref_art) {
             r->reference.data = p->t->ref_art;
             r->reference.len = p->t->ref_len;
@@ -515,6 +579,8 @@ out:
     free(rc_);
     free(rcp);
     free(elems);
+    free(dims);
+    free(names);
     return NULL;
 }
 
@@ -575,6 +641,22 @@ static int commit(job_t *j, job_task_t *t, kt_store_t *st, cand_t *c, int n)
     return rc;
 }
 
+/* The CUDA kernels of a GPU state: source, the first kernel as entry (the
+ * builder checks it exists), the launches and the reference's buffers. */
+static int cand_make_cuda(const kt_workload_t *wl, const job_task_t *t, cand_t *c)
+{
+    if (kt_codegen_emit_cuda(kt_workload_dag(wl), c->st, "cand", &c->cu) != 0)
+        return kt_err_code() ? kt_err_code() : KT_EINVAL;
+    if (c->cu.n_launches < 1 || c->cu.n_launches > KT_RUNNER_MAX_LAUNCHES)
+        return kt_err_set(KT_EINVAL, "%d kernels in one candidate (1 to %d)", c->cu.n_launches,
+                          KT_RUNNER_MAX_LAUNCHES);
+    c->cand.source = c->cu.src;
+    c->cu.src = NULL;
+    snprintf(c->cand.entry, sizeof c->cand.entry, "%.63s", c->cu.launches[0].name);
+    c->cand.layout = t->ref.layout;
+    return 0;
+}
+
 /* The round proper; 0 (completed or aborted because the job stops) or
  * negative (the job fails). A store handle is held only to propose (the
  * policy asks the store what was measured) and to commit, not while
@@ -606,21 +688,22 @@ static int round_run(job_round_t *r)
     }
     for (int i = 0; i < n; i++)
         c[i].st = states[i];
+    if (!t->have_ref) {
+        if ((rc = kt_search_candidate_reference(wl, &t->ref)) != 0)
+            goto out;
+        t->have_ref = 1;
+    }
     for (int i = 0; i < n; i++) {
         if (!(c[i].json = kt_sched_state_to_json(c[i].st, kt_workload_dag(wl)))) {
             rc = kt_err_code() ? kt_err_code() : KT_ENOMEM;
             goto out;
         }
         c[i].hash = kt_sched_state_hash(c[i].st, kt_workload_dag(wl));
-        if (kt_search_candidate_make(wl, c[i].st, NULL, &c[i].cand) == 0)
+        if ((j->cuda ? cand_make_cuda(wl, t, &c[i]) : kt_search_candidate_make(wl, c[i].st, NULL,
+                                                                              &c[i].cand)) == 0)
             c[i].made = 1;
         else
             cand_error(&c[i], KT_MEASURE_INSTANTIATION_ERROR, "%s", kt_err_msg());
-    }
-    if (!t->have_ref) {
-        if ((rc = kt_search_candidate_reference(wl, &t->ref)) != 0)
-            goto out;
-        t->have_ref = 1;
     }
 
     /* Build: the made candidates over the live workers (and the reference
@@ -637,7 +720,18 @@ static int round_run(job_round_t *r)
             rc = kt_err_set(KT_ENOMEM, "out of memory");
             goto out;
         }
-        parts[0].with_ref = t->ref_art == NULL;
+        if (j->cuda && !t->ref_art) {
+            /* The reference is checked on the runner's CPU: a C build of its own. */
+            part_t ref = {.j = j, .t = t, .c = c, .idx = idx, .n = 0, .with_ref = 1,
+                          .target = "cpu", .arch = "native"};
+            build_part(&ref);
+            if (ref.rc != 0) {
+                free(parts);
+                goto aborted;
+            }
+        } else {
+            parts[0].with_ref = t->ref_art == NULL;
+        }
         run_parts(build_part, parts, k);
         int stopped = 0;
         for (int i = 0; i < k; i++)
@@ -779,6 +873,8 @@ static void reap_rounds(job_t *j)
 
 /* ---- The job thread ------------------------------------------------------------------------ */
 
+static int job_arch(job_t *j);
+
 static void set_state(job_t *j, kt_store_t *st, const char *state)
 {
     if (st && kt_store_set_job_state(st, j->id, state) != 0)
@@ -794,11 +890,25 @@ static void *job_main(void *arg)
 {
     job_t *j = arg;
     kt_jobs_t *m = j->m;
+    const char *key = j->view->info->job.runner_key;
+    /* Queued until the key has a runner: nothing can be measured before, and
+     * a cuda job's builds need the GPU's arch. */
+    for (;;) {
+        int total, free_;
+        key_runners(m->reg, key, &total, &free_);
+        if (job_stopping(j) || (total > 0 && (!j->cuda || job_arch(j))))
+            break;
+        job_note(j, total == 0 ? "waiting for a runner of key '%s' (none registered)"
+                               : "waiting for a runner of key '%s' that describes its GPU",
+                 key);
+        sleep_ms(POLL_MS);
+    }
+    job_note(j, NULL);
     kt_store_t *st = kt_jobs_store_get(m);
-    set_state(j, st, "running");
+    if (!job_stopping(j))
+        set_state(j, st, "running");
     kt_jobs_store_put(m, st);
     int done = 0;
-    const char *key = j->view->info->job.runner_key;
     for (;;) {
         pthread_mutex_lock(&j->mu);
         reap_rounds(j);
@@ -956,6 +1066,48 @@ static void job_params(kt_jobs_t *m, const char *key, kt_sched_params_t *p)
     kt_peer_list_free(peers, n);
 }
 
+/* The device of a registered cuda runner of `key` (a copy), or 0. */
+static int key_gpu(kt_jobs_t *m, const char *key, kt_hw_params_t *hw)
+{
+    kt_peer_t *peers = NULL;
+    int n = 0, found = 0;
+    if (kt_registry_peers(m->reg, &peers, &n) != 0)
+        return 0;
+    for (int i = 0; i < n && !found; i++) {
+        const kt_peer_t *q = &peers[i];
+        found = q->role == KT_PEER_RUNNER && strcmp(q->key, key) == 0 && q->device &&
+                q->device->target && strcmp(q->device->target, "cuda") == 0 &&
+                kt_hw_params_from_proto(q->device, hw) == 0;
+    }
+    kt_peer_list_free(peers, n);
+    return found;
+}
+
+/* The GPU limits a cuda job searches within: those of a registered runner
+ * of its key, else the GPU defaults (sm_90's limits, which every GPU since
+ * sm_70 meets), the arch then learnt from the first runner (job_arch). */
+static void job_params_gpu(job_t *j)
+{
+    kt_hw_params_t hw;
+    const char *key = j->view->info->job.runner_key;
+    if (key_gpu(j->m, key, &hw) && kt_sched_params_from_hw(&hw, &j->params) == 0) {
+        snprintf(j->arch, sizeof j->arch, "%s", hw.arch);
+        return;
+    }
+    kt_sched_params_default_gpu(&j->params);
+    KT_INFO("job %" PRId64 ": no cuda runner of key %s yet: searching within the default GPU "
+            "limits", j->id, key);
+}
+
+/* 1 once the cuda job knows the arch its kernels are built for. */
+static int job_arch(job_t *j)
+{
+    kt_hw_params_t hw;
+    if (!j->arch[0] && key_gpu(j->m, j->view->info->job.runner_key, &hw))
+        snprintf(j->arch, sizeof j->arch, "%s", hw.arch);
+    return j->arch[0] != 0;
+}
+
 /* A job from the store, with its policies preloaded and its scheduler
  * restored from the records. */
 static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
@@ -978,6 +1130,8 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     kt_job_view_t *v = j->view;
     snprintf(j->state, sizeof j->state, "%s", v->info->job.state);
     job_params(m, v->info->job.runner_key, &j->params);
+    if ((j->cuda = strcmp(v->info->job.target, "cuda") == 0))
+        job_params_gpu(j);
     if (!(j->tasks = calloc((size_t)v->ntasks, sizeof *j->tasks))) {
         kt_err_set(KT_ENOMEM, "out of memory");
         goto fail;
@@ -1057,10 +1211,7 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
     if (!in || in->n_tasks == 0)
         return kt_err_set(KT_EINVAL, "a job needs at least one task");
     const char *target = in->target && *in->target ? in->target : "cpu";
-    if (strcmp(target, "cuda") == 0)
-        return kt_err_set(KT_EUNSUP, "target cuda: ktune cannot generate CUDA kernels yet (no "
-                                     "CUDA code generator); tune with target cpu");
-    if (strcmp(target, "cpu") != 0)
+    if (strcmp(target, "cpu") != 0 && strcmp(target, "cuda") != 0)
         return kt_err_set(KT_EINVAL, "unknown target '%s' (cpu or cuda)", target);
     const char *strategy = in->strategy && *in->strategy ? in->strategy : "gradient";
     if (kt_scheduler_strategy_parse(strategy) < 0)
@@ -1072,6 +1223,8 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
     const char *key = in->runner_key && *in->runner_key ? in->runner_key : "cpu";
     if (!key_ok(key))
         return kt_err_set(KT_EINVAL, "runner key '%s': letters, digits and ._:- only", key);
+    if (strcmp(target, "cuda") == 0 && !(in->runner_key && *in->runner_key))
+        key = "cuda";   /* the CPU runners' default key cannot time CUDA kernels */
     kt_job_opts_t opts;
     int rc = kt_job_opts_from_proto(in->options, &opts);
     if (rc != 0)
@@ -1228,7 +1381,8 @@ json_t *kt_jobs_job_json(job_t *j)
     json_t *own = json_pack("{s:I, s:s, s:s, s:s, s:s, s:i, s:f, s:s, s:O}", "id",
                             (json_int_t)j->id, "state", j->state, "target", sj->target, "policy",
                             sj->policy, "runner_key", sj->runner_key, "priority", sj->priority,
-                            "created", sj->created, "message", j->message ? j->message : "",
+                            "created", sj->created, "message",
+                            j->message ? j->message : j->waiting,
                             "curve", j->curve);
     pthread_mutex_unlock(&j->mu);
     if (!own || json_object_update(o, own) != 0) {

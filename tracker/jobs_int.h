@@ -43,6 +43,8 @@ typedef struct job {
     kt_scheduler_t *sched;
     job_task_t *tasks;
     kt_sched_params_t params;
+    int cuda;                     /* target cuda: CUDA candidates, CPU reference */
+    char arch[32];                /* cuda: sm_XY of the key's runners ("" until one is known) */
 
     pthread_t thread;
     int thread_started;
@@ -51,6 +53,7 @@ typedef struct job {
     pthread_cond_t cv;            /* rounds done, progress, cancel */
     char state[16];               /* queued | running | done | cancelled | failed */
     char *message;                /* why it ended */
+    char waiting[256];            /* what it waits for now ("" when nothing) */
     atomic_int cancel;            /* CancelJob asked for it */
     atomic_int failed;            /* a round hit an internal error */
     int in_flight;                /* rounds outstanding */

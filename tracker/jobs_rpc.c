@@ -47,7 +47,7 @@ static int job_progress(kt_jobs_t *m, int64_t id, kt_job_alloc_fn alloc, void *u
         return rc;
     }
     pthread_mutex_lock(&j->mu);
-    char state[16], *msg = kt_strdup(j->message ? j->message : "");
+    char state[16], *msg = kt_strdup(j->message ? j->message : j->waiting);
     snprintf(state, sizeof state, "%s", j->state);
     if (seq)
         *seq = j->seq;

@@ -66,6 +66,7 @@ typedef struct {
     kt_builder_t *b;
     int timeout_ms;
     char march[64];
+    int cuda;                 /* march is a CUDA arch */
     uint64_t last_use;
 } builder_slot_t;
 
@@ -85,12 +86,13 @@ static int in_flight(void *user)
 
 /* The builder for (timeout, march), made on first use; the least recently
  * used one is replaced when all slots are taken. Under x->mu. */
-static kt_builder_t *builder_for(worker_ctx_t *x, int timeout_ms, const char *march)
+static kt_builder_t *builder_for(worker_ctx_t *x, int timeout_ms, const char *march, int cuda)
 {
     builder_slot_t *victim = &x->slots[0];
     for (int i = 0; i < MAX_BUILDERS; i++) {
         builder_slot_t *s = &x->slots[i];
-        if (s->b && s->timeout_ms == timeout_ms && strcmp(s->march, march) == 0) {
+        if (s->b && s->timeout_ms == timeout_ms && s->cuda == cuda &&
+            strcmp(s->march, march) == 0) {
             s->last_use = ++x->uses;
             return s->b;
         }
@@ -101,7 +103,12 @@ static kt_builder_t *builder_for(worker_ctx_t *x, int timeout_ms, const char *ma
     kt_builder_opts_default(&o);
     o.n_parallel = x->jobs;
     o.timeout = timeout_ms / 1000.0;
-    o.march = march;
+    /* A CUDA request's arch is the GPU's (sm_XY, for NVRTC); its CPU
+     * compiles (none in such a request) keep the default. */
+    if (cuda)
+        o.cuda_arch = strcmp(march, "native") == 0 ? NULL : march;
+    else
+        o.march = march;
     o.cache_dir = x->cache_dir;
     kt_builder_t *b = kt_builder_new(&o);
     if (!b)
@@ -109,6 +116,7 @@ static kt_builder_t *builder_for(worker_ctx_t *x, int timeout_ms, const char *ma
     kt_builder_free(victim->b);
     victim->b = b;
     victim->timeout_ms = timeout_ms;
+    victim->cuda = cuda;
     snprintf(victim->march, sizeof victim->march, "%s", march);
     victim->last_use = ++x->uses;
     return b;
@@ -201,7 +209,7 @@ static int build_batch(kt_rpc_call_t *call, worker_ctx_t *x, const Ktune__V1__Bu
             inputs[i].source = c->source;
     }
     /* The builder's timeout is per build; 0 keeps its default (15 s). */
-    kt_builder_t *b = builder_for(x, in->timeout_ms, march);
+    kt_builder_t *b = builder_for(x, in->timeout_ms, march, target == KT_MEASURE_TARGET_CUDA);
     if (!b) {
         rc = kt_err_prefix("Build");
         goto done;

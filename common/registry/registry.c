@@ -37,6 +37,7 @@ typedef struct {
     int64_t id;
     char key[KT_REGISTRY_KEY_MAX];
     int priority;
+    int64_t owner;                   /* who asked (a job); 0 = nobody in particular */
     uint64_t lease;                  /* 0 while pending */
 } ticket_t;
 
@@ -46,8 +47,17 @@ typedef struct {
     char peer_id[KT_REGISTRY_ID_MAX];
     char address[KT_REGISTRY_ADDR_MAX];
     char key[KT_REGISTRY_KEY_MAX];
+    int64_t owner;                   /* the ticket's owner (runner leases) */
     int lost;                        /* its peer was dropped */
 } lease_t;
+
+/* When an owner of a key's tickets was last granted a runner, for the
+ * round-robin among owners of equal priority. */
+typedef struct {
+    char key[KT_REGISTRY_KEY_MAX];
+    int64_t owner;
+    uint64_t last;                   /* grant sequence number */
+} served_t;
 
 /* A peer dropped under the lock, reported to the callbacks after it. */
 typedef struct {
@@ -69,6 +79,9 @@ struct kt_registry {
     int n_tickets, cap_tickets;
     lease_t *leases;
     int n_leases, cap_leases;
+    served_t *served;
+    int n_served, cap_served;
+    uint64_t grants;                 /* runner grants so far: the clock of served_t.last */
 
     uint64_t next_peer, next_lease;
     int64_t next_ticket;
@@ -286,22 +299,84 @@ static peer_t *pick_runner(const kt_registry_t *r, const char *key, double now)
     return best;
 }
 
-/* The pending ticket of `key` to serve next: highest priority, then oldest
- * (the array is in arrival order). */
+/* Runner leases of `key` that `owner` holds now (granted, collected or not). */
+static int held_by(const kt_registry_t *r, const char *key, int64_t owner)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_leases; i++) {
+        const lease_t *l = &r->leases[i];
+        n += l->role == KT_PEER_RUNNER && !l->lost && l->owner == owner &&
+             strcmp(l->key, key) == 0;
+    }
+    return n;
+}
+
+static uint64_t last_served(const kt_registry_t *r, const char *key, int64_t owner)
+{
+    for (int i = 0; i < r->n_served; i++)
+        if (r->served[i].owner == owner && strcmp(r->served[i].key, key) == 0)
+            return r->served[i].last;
+    return 0;
+}
+
+/* The pending ticket of `key` to serve next: highest priority; among the
+ * owners at that priority, fair share: the one holding the fewest runners
+ * of the key, then the one served least recently; within an owner the
+ * oldest ticket (the array is in arrival order). With one owner this is
+ * TVM's order (higher first, FIFO within a priority). */
 static ticket_t *next_ticket(kt_registry_t *r, const char *key)
 {
     ticket_t *best = NULL;
+    int best_held = 0;
+    uint64_t best_last = 0;
     for (int i = 0; i < r->n_tickets; i++) {
         ticket_t *t = &r->tickets[i];
         if (t->lease || strcmp(t->key, key) != 0)
             continue;
-        if (!best || t->priority > best->priority)
+        if (best && t->priority < best->priority)
+            continue;
+        if (best && t->priority == best->priority && t->owner == best->owner)
+            continue;   /* an older ticket of the same owner is already the candidate */
+        int held = held_by(r, key, t->owner);
+        uint64_t last = last_served(r, key, t->owner);
+        if (!best || t->priority > best->priority || held < best_held ||
+            (held == best_held && last < best_last)) {
             best = t;
+            best_held = held;
+            best_last = last;
+        }
     }
     return best;
 }
 
-static int new_lease(kt_registry_t *r, peer_t *p, const char *key, uint64_t *id)
+/* Remember that `owner` was just served on `key`. The table forgets owners
+ * with nothing pending or held once it grows, so it stays small. */
+static void note_served(kt_registry_t *r, const char *key, int64_t owner)
+{
+    uint64_t now = ++r->grants;
+    for (int i = 0; i < r->n_served; i++)
+        if (r->served[i].owner == owner && strcmp(r->served[i].key, key) == 0) {
+            r->served[i].last = now;
+            return;
+        }
+    if (r->n_served >= 64)
+        for (int i = r->n_served - 1; i >= 0; i--) {
+            served_t *e = &r->served[i];
+            int live = held_by(r, e->key, e->owner) > 0;
+            for (int k = 0; !live && k < r->n_tickets; k++)
+                live = r->tickets[k].owner == e->owner && strcmp(r->tickets[k].key, e->key) == 0;
+            if (!live)
+                r->served[i] = r->served[--r->n_served];
+        }
+    if (grow((void **)&r->served, &r->cap_served, r->n_served + 1, sizeof *r->served) != 0)
+        return;   /* out of memory: this owner just loses its place in the rotation */
+    served_t *e = &r->served[r->n_served++];
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->owner = owner;
+    e->last = now;
+}
+
+static int new_lease(kt_registry_t *r, peer_t *p, const char *key, int64_t owner, uint64_t *id)
 {
     int rc = grow((void **)&r->leases, &r->cap_leases, r->n_leases + 1, sizeof *r->leases);
     if (rc)
@@ -313,6 +388,7 @@ static int new_lease(kt_registry_t *r, peer_t *p, const char *key, uint64_t *id)
     memcpy(l->peer_id, p->id, sizeof l->peer_id);
     memcpy(l->address, p->address, sizeof l->address);
     snprintf(l->key, sizeof l->key, "%s", key);
+    l->owner = owner;
     p->leased++;
     p->last_lease = l->id;
     r->stats.leases++;
@@ -333,9 +409,10 @@ static void dispatch(kt_registry_t *r, const char *key)
         if (!p)
             break;
         uint64_t id;
-        if (new_lease(r, p, key, &id) != 0)
+        if (new_lease(r, p, key, t->owner, &id) != 0)
             break;   /* out of memory: the ticket stays pending */
         t->lease = id;
+        note_served(r, key, t->owner);
         granted = 1;
     }
     if (granted)
@@ -453,6 +530,7 @@ void kt_registry_free(kt_registry_t *r)
     free(r->peers);
     free(r->tickets);
     free(r->leases);
+    free(r->served);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -680,6 +758,11 @@ int kt_registry_sweep(kt_registry_t *r, double now, char ***ids)
 
 int64_t kt_registry_request(kt_registry_t *r, const char *key, int priority)
 {
+    return kt_registry_request_for(r, key, priority, 0);
+}
+
+int64_t kt_registry_request_for(kt_registry_t *r, const char *key, int priority, int64_t owner)
+{
     if (!r || !word_ok(key, KT_REGISTRY_KEY_MAX))
         return kt_err_set(KT_EINVAL, "request: malformed device key '%s'", key ? key : "");
     pthread_mutex_lock(&r->mu);
@@ -691,6 +774,7 @@ int64_t kt_registry_request(kt_registry_t *r, const char *key, int priority)
         t->id = id = ++r->next_ticket;
         snprintf(t->key, sizeof t->key, "%s", key);
         t->priority = priority;
+        t->owner = owner;
         dispatch(r, key);
     }
     pthread_mutex_unlock(&r->mu);
@@ -814,7 +898,7 @@ int kt_registry_acquire_worker(kt_registry_t *r, const char *target, kt_lease_t 
     uint64_t id;
     if (!best)
         rc = kt_err_set(KT_ENOTFOUND, "acquire: no live worker builds '%s'", target);
-    else if ((rc = new_lease(r, best, target, &id)) == 0)
+    else if ((rc = new_lease(r, best, target, 0, &id)) == 0)
         lease_export(find_lease(r, id, NULL), out);
     pthread_mutex_unlock(&r->mu);
     return rc;

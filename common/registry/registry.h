@@ -10,7 +10,10 @@
  * caller asks for a runner of a key with a priority and gets a ticket; a free
  * runner of that key is leased to the oldest ticket of the highest priority
  * (higher first, FIFO within a priority); the caller releases the lease when
- * its batch is done. It holds no sockets: the tracker's RPC handlers feed it
+ * its batch is done. Tickets may name an owner (a job): at equal priority
+ * the runners of a key are then shared fairly among owners (the owner
+ * holding the fewest of them goes first, then the one served least
+ * recently, so two busy jobs alternate), FIFO within an owner. It holds no sockets: the tracker's RPC handlers feed it
  * (tracker/registry_service.c) and a timer calls kt_registry_sweep().
  *
  *   Ids. A new peer gets "<role>-<n>" ("runner-3"). A peer that registers
@@ -188,6 +191,9 @@ double kt_registry_now(const kt_registry_t *r);
  * key. The ticket waits in the key's queue even while no runner of the key
  * is registered. */
 int64_t kt_registry_request(kt_registry_t *r, const char *key, int priority);
+/* The same for `owner` (a job id; 0 = no owner, all such tickets one FIFO
+ * group): fair share among owners of equal priority, see above. */
+int64_t kt_registry_request_for(kt_registry_t *r, const char *key, int priority, int64_t owner);
 /* Collect the ticket's lease, waiting up to timeout_ms (0: just look).
  * 0 with *out filled (the ticket is consumed); KT_ETIMEOUT while it still
  * waits; KT_ENOTFOUND for an unknown, cancelled or consumed ticket. */
