@@ -8,11 +8,19 @@
  *
  *   bench_model_quality [--n 1000] [--workload matmul|conv|depthwise|all]
  *                       [--seed 1] [--min-repeat-ms 20] [--tree hist|exact|approx]
- *                       [--cache FILE] [--weight-by-label 0|1]
+ *                       [--cache FILE] [--weight-by-label 0|1] [--dump FILE]
+ *                       [--remeasure K] [--repeat 3]
  *
  * --cache keeps every measurement as a JSON line {"workload", "state",
  * "cost"} (cost -1 = failed) and reuses them in later runs, so the model can
  * be compared on the same measured programs without measuring again.
+ * A program's cost is the fastest of its --repeat repeats (the mean carries
+ * the load of other processes on a shared machine).
+ * --remeasure K measures the first K valid programs again and prints the
+ * pairwise accuracy of the second measurement against the first: the noise
+ * ceiling of any model on this machine in its current state.
+ * --dump writes the valid programs' feature rows as CSV (workload, program,
+ * cost in seconds, then the KT_FEATURE_COUNT values) for offline analysis.
  */
 #include <jansson.h>
 #include <math.h>
@@ -37,6 +45,9 @@ static int min_repeat_ms = 20;
 static int tree = KT_MODEL_TREE_HIST;
 static const char *which = "all";
 static const char *cache_path;
+static const char *dump_path;
+static int remeasure;
+static int repeat = 3;
 static int weight_by_label = -1;   /* -1: the model's default */
 
 static const struct {
@@ -214,6 +225,72 @@ static void cache_append(const char *name, const kt_dag_t *dag, kt_sched_state_t
     fclose(f);
 }
 
+static void dump(const char *name, const kt_dag_t *dag, kt_sched_state_t **st, const double *cost,
+                 const int *idx, int n)
+{
+    FILE *f = fopen(dump_path, "a");
+    if (!f)
+        die("opening the dump file");
+    for (int i = 0; i < n; i++) {
+        float *rows;
+        uint32_t nrows;
+        if (kt_feature_extract(dag, st[idx[i]], &rows, &nrows))
+            die("features");
+        for (uint32_t r = 0; r < nrows; r++) {
+            fprintf(f, "%s,%d,%.9g", name, idx[i], cost[idx[i]]);
+            for (int k = 0; k < KT_FEATURE_COUNT; k++)
+                fprintf(f, ",%.6g", rows[r * KT_FEATURE_COUNT + k]);
+            fputc('\n', f);
+        }
+        free(rows);
+    }
+    fclose(f);
+}
+
+/* The cost of a program: the fastest of its repeats. On a shared machine the
+ * mean of the repeats carries other processes' load; the minimum is the
+ * kernel's own speed with the least interference. -1 when it failed. */
+static double best_cost(const kt_measure_result_t *r)
+{
+    if (r->error_no != KT_MEASURE_NO_ERROR || r->n_costs < 1)
+        return -1;
+    double c = r->costs[0];
+    for (int i = 1; i < r->n_costs; i++)
+        c = r->costs[i] < c ? r->costs[i] : c;
+    return c > 0 ? c : -1;
+}
+
+static void noise_ceiling(const char *name, const kt_workload_t *w, kt_sched_state_t **st,
+                          const double *cost, const int *idx, int n, kt_measurer_t *m)
+{
+    kt_sched_state_t **sel = malloc((size_t)n * sizeof(*sel));
+    kt_measure_result_t *res = calloc((size_t)n, sizeof(*res));
+    float *again = malloc((size_t)n * sizeof(float)), *first = malloc((size_t)n * sizeof(float));
+    if (!sel || !res || !again || !first)
+        die("out of memory");
+    for (int i = 0; i < n; i++)
+        sel[i] = st[idx[i]];
+    if (kt_search_measure_local(m, w, sel, n, res) < 0)
+        die("measure");
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (best_cost(&res[i]) > 0) {
+            first[k] = (float)(1.0 / cost[idx[i]]);
+            again[k++] = (float)(1.0 / best_cost(&res[i]));
+        }
+        kt_measure_result_clear(&res[i]);
+    }
+    double acc = NAN;
+    if (k >= 2 && kt_model_pairwise_accuracy(again, first, (size_t)k, &acc))
+        die("accuracy");
+    printf("%-10s noise ceiling: a second measurement of %d programs orders %.3f of pairs "
+           "as the first\n", name, k, acc);
+    free(sel);
+    free(res);
+    free(again);
+    free(first);
+}
+
 static void bench(const char *name, const char *json, kt_measurer_t *m)
 {
     kt_workload_t *w = kt_workload_parse(json);
@@ -267,7 +344,7 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
             if (kt_search_measure_local(m, w, st + i, n, res) < 0)
                 die("measure");
             for (int j = 0; j < n; j++) {
-                cost[i + j] = res[j].error_no == KT_MEASURE_NO_ERROR ? res[j].mean : -1;
+                cost[i + j] = best_cost(&res[j]);
                 kt_measure_result_clear(&res[j]);
             }
             cache_append(name, dag, st + i, cost + i, n);
@@ -281,6 +358,10 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
     for (int i = 0; i < nstates; i++)
         if (cost[i] > 0)
             idx[nvalid++] = i;
+    if (dump_path)
+        dump(name, dag, st, cost, idx, nvalid);
+    if (remeasure > 0)
+        noise_ceiling(name, w, st, cost, idx, remeasure < nvalid ? remeasure : nvalid, m);
     /* shuffle the valid programs, then split 80/20 */
     kt_rng_t rng;
     kt_rng_seed(&rng, seed + 1);
@@ -333,6 +414,12 @@ int main(int argc, char **argv)
             which = v;
         else if (strcmp(a, "--cache") == 0)
             cache_path = v;
+        else if (strcmp(a, "--dump") == 0)
+            dump_path = v;
+        else if (strcmp(a, "--remeasure") == 0)
+            remeasure = atoi(v);
+        else if (strcmp(a, "--repeat") == 0)
+            repeat = atoi(v);
         else if (strcmp(a, "--weight-by-label") == 0)
             weight_by_label = atoi(v);
         else if (strcmp(a, "--tree") == 0)
@@ -359,6 +446,7 @@ int main(int argc, char **argv)
     kt_runner_opts_default(&ro);
     ro.num_threads = 1;
     ro.min_repeat_ms = min_repeat_ms;
+    ro.repeat = repeat > 0 ? repeat : 1;
     ro.timeout = 20;
     kt_runner_t *r = kt_runner_new(&ro);
     kt_measurer_t *m = r ? kt_measurer_new(b, r, -1) : NULL;
