@@ -403,6 +403,43 @@ START_TEST(family_resume_trains_family_models_on_preloaded_records)
 }
 END_TEST
 
+START_TEST(family_model_keep_tasks_drops_other_tasks_and_retrains)
+{
+    /* two tasks, one feature: task 7's rows say fast when x is large */
+    float rows[8] = {1, 2, 3, 4, 1, 2, 3, 4};
+    uint32_t nrows[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    double costs[8] = {4, 3, 2, 1, 1, 2, 3, 4};
+    uint64_t tasks[8] = {7, 7, 7, 7, 9, 9, 9, 9};
+    kt_model_params_t mp;
+    kt_model_params_default(&mp);
+    mp.num_warmup_sample = 0;
+    mp.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &mp);
+    ck_assert_ptr_nonnull(m);
+    kt_model_batch_t b = {.rows = rows, .nrows = nrows, .nprog = 8, .nfeat = 1};
+    ck_assert_int_eq(kt_model_update(m, &b, costs, tasks), 0);
+    unsigned trained = kt_model_num_trainings(m);
+    uint64_t keep = 7;
+    ck_assert_int_eq(kt_model_keep_tasks(m, &keep, 1), 0);
+    ck_assert_uint_eq(kt_model_num_samples(m), 4);
+    ck_assert_uint_eq(kt_model_num_trainings(m), trained + 1);
+    float sc[8];
+    kt_model_batch_t q = {.rows = rows, .nrows = nrows, .nprog = 4, .nfeat = 1};
+    ck_assert_int_eq(kt_model_predict(m, &q, sc), 0);
+    ck_assert_msg(sc[3] > sc[0], "task 7 alone: x=4 (%g) beats x=1 (%g)", sc[3], sc[0]);
+    /* keeping what is there changes nothing; keeping nothing forgets the booster */
+    ck_assert_int_eq(kt_model_keep_tasks(m, &keep, 1), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), trained + 1);
+    ck_assert_int_eq(kt_model_keep_tasks(m, NULL, 0), 0);
+    ck_assert_uint_eq(kt_model_num_samples(m), 0);
+    ck_assert_int_eq(kt_model_is_trained(m), 0);
+    kt_model_free(m);
+    kt_model_t *r = kt_model_new(KT_MODEL_RANDOM, NULL);
+    ck_assert_int_eq(kt_model_keep_tasks(r, &keep, 1), KT_EINVAL);
+    kt_model_free(r);
+}
+END_TEST
+
 static Suite *family_suite(void)
 {
     Suite *s = suite_create("family");
@@ -414,6 +451,7 @@ static Suite *family_suite(void)
     tcase_add_test(tc, family_models_train_on_all_records_in_warmup_then_on_their_family);
     tcase_add_test(tc, family_foresee_scores_the_other_tasks_of_the_family);
     tcase_add_test(tc, family_resume_trains_family_models_on_preloaded_records);
+    tcase_add_test(tc, family_model_keep_tasks_drops_other_tasks_and_retrains);
     suite_add_tcase(s, tc);
     return s;
 }
