@@ -224,7 +224,10 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  * They join the initial population of k's next search round (scored again by
  * the then current model), so what the family learned from task i steers
  * where k's evolution starts, without measuring anything for k. A later pass
- * replaces the kept states; a round consumes them.
+ * replaces the kept states; a round consumes them. A pass scores about
+ * foresee_population x (1 + foresee_num_iters) states, so a measured round of
+ * a family of F tasks costs F - 1 passes besides its own search (hence the
+ * small defaults).
  *
  * Ownership: kt_search_family_new borrows the workloads (they must outlive
  * it) and owns its policies and models; kt_search_family_free releases them
