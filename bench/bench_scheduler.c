@@ -1,15 +1,44 @@
-/* Task scheduler benchmark on an analytic network: 24 tasks whose best cost
+/* bench_scheduler: the task scheduler and FamilySeer on ResNet-18.
+ *
+ * Default mode: the built-in ResNet-18 (batch 1, NHWC; optionally its first
+ * K tasks) tuned on this CPU with one thread (every candidate built, run and
+ * checked against the reference by the local measurer) for a total of N
+ * trials, three times: gradient + sketch.xgb, round-robin + sketch.xgb and
+ * gradient + sketch.xgb.family-op. Prints the estimated total latency
+ * (sum of weight x best latency; "-" while some task has no valid
+ * measurement) after 25%, 50% and 100% of the trials.
+ *
+ *   bench_scheduler [--trials 1000] [--tasks K] [--per-round 16]
+ *                   [--population 2048] [--min-repeat-ms 100] [--seed 0]
+ *   bench_scheduler --analytic
+ *
+ * --per-round defaults to 16, not TVM's 64: with 23 tasks and 1,000 trials,
+ * 64 is reduced to 43 per round and the warm-up pass alone takes 989 trials,
+ * leaving the strategies nothing to choose. The full default run takes hours
+ * on one core; --trials and --tasks shorten it.
+ *
+ * --analytic: the former analytic mode. 24 synthetic tasks whose best cost
  * after r rounds follows base * (1 + amp * exp(-r / tau)), with weights and
- * similarity groups like a CNN's. Prints, for the same budget, the estimated
+ * similarity groups like a CNN's; prints, for the same budget, the estimated
  * total latency reached by each strategy (ratio against round-robin), the
  * trials each needs to come within 5% of the gradient strategy's final
- * latency, and the scheduler's own cost per decision. */
+ * latency, and the scheduler's own cost per decision (no search, no
+ * measurement: a second or so). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "measure/measurer.h"
+#include "net/net.h"
 #include "scheduler/scheduler.h"
+#include "search/search.h"
+#include "util/err.h"
+#include "util/sbuf.h"
 #include "util/util.h"
+
+/* ---- analytic mode ------------------------------------------------------------- */
+
 
 #define NT 24
 #define PER_ROUND 64
@@ -91,7 +120,7 @@ static double run(kt_scheduler_strategy_t st, net_t *n, double target, double *s
     return est;
 }
 
-int main(void)
+static int analytic_main(void)
 {
     net_t n;
     double secs[3];
@@ -115,5 +144,247 @@ int main(void)
                kt_scheduler_strategy_name(st[i]), lat[i] * 1e3, lat[i] / lat[0], when,
                secs[i] / rounds * 1e6);
     }
+    return 0;
+}
+
+/* ---- ResNet-18 on this CPU ------------------------------------------------------- */
+
+#define NCHECK 3
+#define NCONF 3
+
+static const struct {
+    const char *name;
+    kt_scheduler_strategy_t strategy;
+    const char *policy;
+} confs[NCONF] = {
+    {"gradient + sketch.xgb", KT_SCHEDULER_GRADIENT, "sketch.xgb"},
+    {"round-robin + sketch.xgb", KT_SCHEDULER_ROUND_ROBIN, "sketch.xgb"},
+    {"gradient + sketch.xgb.family-op", KT_SCHEDULER_GRADIENT, "sketch.xgb.family-op"},
+};
+
+typedef struct {
+    kt_search_family_t *fam;
+    kt_measurer_t *measurer;
+    const char *conf;
+    int64_t check[NCHECK];   /* trial counts of the checkpoints */
+    double lat[NCHECK];      /* estimated latency when first reached; NAN not yet */
+    int errors;
+} real_t;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_scheduler: %s: %s\n", what, kt_err_msg());
+    exit(1);
+}
+
+static int real_round(void *user, int task, int n, double *costs)
+{
+    real_t *r = user;
+    kt_sched_state_t **st = NULL;
+    kt_measure_result_t *res = NULL;
+    int got = kt_search_family_one_round(r->fam, task, n, kt_search_measure_local, r->measurer,
+                                         &st, &res);
+    if (got < 0)
+        return got;
+    for (int i = 0; i < got; i++) {
+        if (res[i].error_no == KT_MEASURE_NO_ERROR) {
+            costs[i] = res[i].mean;
+        } else {
+            costs[i] = INFINITY;
+            r->errors++;
+            fprintf(stderr, "    task %d: candidate error %s: %.200s\n", task,
+                    kt_measure_error_name(res[i].error_no),
+                    res[i].error_msg ? res[i].error_msg : "");
+        }
+        kt_measure_result_clear(&res[i]);
+        kt_sched_state_free(st[i]);
+    }
+    free(st);
+    free(res);
+    return got;
+}
+
+static void real_latency(void *user, int64_t trials, double elapsed, double est)
+{
+    real_t *r = user;
+    for (int c = 0; c < NCHECK; c++)
+        if (isnan(r->lat[c]) && trials >= r->check[c])
+            r->lat[c] = est;
+    fprintf(stderr, "  %s: %lld trials, %.0f s, estimated latency %.3f ms\n", r->conf,
+            (long long)trials, elapsed, est * 1e3);
+}
+
+/* The operator tags of the compute stages joined by '_' (the tracker's
+ * similarity tag). */
+static char *similarity_tag(const kt_workload_t *w)
+{
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    for (int i = 0; i < kt_dag_num_stages(dag); i++) {
+        const kt_stage_t *st = kt_dag_stage(dag, i);
+        if (st->kind == KT_STAGE_COMPUTE && st->tag && *st->tag)
+            kt_sbuf_printf(&b, "%s%s", b.len ? "_" : "", st->tag);
+    }
+    kt_sbuf_puts(&b, "");
+    return kt_sbuf_take(&b);
+}
+
+static void print_lat(double v)
+{
+    if (isnan(v) || !isfinite(v))
+        printf("  %10s", "-");
+    else
+        printf("  %10.3f", v * 1e3);
+}
+
+int main(int argc, char **argv)
+{
+    int64_t trials = 1000;
+    int ntasks = 0, per_round = 16, population = 2048, min_repeat_ms = 100;
+    uint64_t seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--analytic") == 0)
+            return analytic_main();
+        const char *v = i + 1 < argc ? argv[++i] : NULL;
+        if (!v) {
+            fprintf(stderr, "usage: see the comment at the top of bench_scheduler.c\n");
+            return 2;
+        }
+        if (strcmp(a, "--trials") == 0)
+            trials = atoll(v);
+        else if (strcmp(a, "--tasks") == 0)
+            ntasks = atoi(v);
+        else if (strcmp(a, "--per-round") == 0)
+            per_round = atoi(v);
+        else if (strcmp(a, "--population") == 0)
+            population = atoi(v);
+        else if (strcmp(a, "--min-repeat-ms") == 0)
+            min_repeat_ms = atoi(v);
+        else if (strcmp(a, "--seed") == 0)
+            seed = strtoull(v, NULL, 10);
+        else {
+            fprintf(stderr, "unknown option %s\n", a);
+            return 2;
+        }
+    }
+    if (trials < 1 || ntasks < 0 || per_round < 1 || population < 1 || min_repeat_ms < 0) {
+        fprintf(stderr, "bad options\n");
+        return 2;
+    }
+    setenv("OMP_NUM_THREADS", "1", 1);
+
+    kt_net_t *net = kt_net_builtin("resnet-18", 1, 0);
+    kt_net_tasks_t *ts = net ? kt_net_extract(net, KT_NET_NHWC) : NULL;
+    if (!ts)
+        die("resnet-18");
+    int n = ntasks > 0 && ntasks < ts->ntasks ? ntasks : ts->ntasks;
+    const kt_workload_t **wl = calloc((size_t)n, sizeof *wl);
+    kt_scheduler_task_t *tasks = calloc((size_t)n, sizeof *tasks);
+    char **tags = calloc((size_t)n, sizeof *tags);
+    if (!wl || !tasks || !tags)
+        die("out of memory");
+    for (int i = 0; i < n; i++) {
+        wl[i] = ts->tasks[i].wl;
+        if (!(tags[i] = similarity_tag(wl[i])))
+            die("out of memory");
+        tasks[i] = (kt_scheduler_task_t){.weight = ts->tasks[i].weight,
+                                         .flops = kt_workload_flops(wl[i]),
+                                         .similarity_tag = tags[i],
+                                         .workload_key = kt_workload_key(wl[i])};
+    }
+
+    kt_builder_opts_t bo;
+    kt_builder_opts_default(&bo);
+    bo.timeout = 60;
+    kt_builder_t *b = kt_builder_new(&bo);
+    if (!b)
+        die("builder");
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.num_threads = 1;
+    ro.min_repeat_ms = min_repeat_ms;
+    ro.timeout = 20;
+    ro.tolerance = 1e-2;   /* as bench_search: reordered float reductions of correct kernels */
+    kt_runner_t *r = kt_runner_new(&ro);
+    if (!r)
+        die("runner");
+    kt_sched_params_t sp;
+    kt_sched_params_default(&sp);
+    sp.num_cores = 1;
+
+    real_t runs[NCONF];
+    double secs[NCONF];
+    int64_t done[NCONF];
+    for (int c = 0; c < NCONF; c++) {
+        real_t *x = &runs[c];
+        memset(x, 0, sizeof *x);
+        x->conf = confs[c].name;
+        for (int k = 0; k < NCHECK; k++) {
+            x->check[k] = trials * (k + 1 == NCHECK ? 4 : k + 1) / 4;
+            x->lat[k] = NAN;
+        }
+        kt_search_opts_t so;
+        kt_search_opts_default(&so);
+        so.policy = confs[c].policy;
+        so.seed = seed;
+        so.evolutionary_search_population = population;
+        if (!(x->fam = kt_search_family_new(wl, n, &sp, &so)))
+            die(confs[c].name);
+        if (!(x->measurer = kt_measurer_new(b, r, -1)))
+            die("measurer");
+        kt_scheduler_config_t cfg;
+        kt_scheduler_config_default(&cfg);
+        cfg.strategy = confs[c].strategy;
+        cfg.num_measure_trials = trials;
+        cfg.num_measures_per_round = per_round;
+        cfg.seed = seed;
+        cfg.table_out = NULL;
+        cfg.latency_log = real_latency;
+        cfg.latency_user = x;
+        kt_scheduler_t *s = kt_scheduler_new(tasks, n, &cfg);
+        if (!s)
+            die("scheduler");
+        fprintf(stderr, "%s: %d tasks, %lld trials, %d per round\n", confs[c].name, n,
+                (long long)trials, kt_scheduler_measures_per_round(s));
+        kt_scheduler_tuner_t tu = {.search_round = real_round, .user = x};
+        double t0 = kt_time_mono();
+        if (kt_scheduler_run(s, &tu) < 0)
+            die(confs[c].name);
+        secs[c] = kt_time_mono() - t0;
+        done[c] = kt_scheduler_total_trials(s);
+        for (int k = 0; k < NCHECK; k++)   /* the run ended early: its final figure */
+            if (isnan(x->lat[k]))
+                x->lat[k] = kt_scheduler_estimated_latency(s);
+        if (*kt_scheduler_finish_message(s))
+            fprintf(stderr, "%s: %s\n", confs[c].name, kt_scheduler_finish_message(s));
+        kt_scheduler_free(s);
+        kt_measurer_free(x->measurer);
+        kt_search_family_free(x->fam);
+    }
+
+    printf("ResNet-18 (batch 1, NHWC, %d of %d tasks) on this CPU, one thread: estimated total "
+           "latency (ms) after N trials, %d per round at most, population %d, seed %llu\n",
+           n, ts->ntasks, per_round, population, (unsigned long long)seed);
+    printf("%-34s", "configuration");
+    for (int k = 0; k < NCHECK; k++)
+        printf("  %10lld", (long long)runs[0].check[k]);
+    printf("  %8s  %8s  %6s\n", "trials", "time (s)", "errors");
+    for (int c = 0; c < NCONF; c++) {
+        printf("%-34s", confs[c].name);
+        for (int k = 0; k < NCHECK; k++)
+            print_lat(runs[c].lat[k]);
+        printf("  %8lld  %8.0f  %6d\n", (long long)done[c], secs[c], runs[c].errors);
+    }
+    kt_runner_free(r);
+    kt_builder_free(b);
+    for (int i = 0; i < n; i++)
+        free(tags[i]);
+    free(tags);
+    free(tasks);
+    free(wl);
+    kt_net_tasks_free(ts);
+    kt_net_free(net);
     return 0;
 }

@@ -40,6 +40,7 @@
 #include "net/net.h"
 #include "rpc/rpc.h"
 #include "scheduler/scheduler.h"
+#include "search/search.h"
 #include "te/workload.h"
 #include "util/err.h"
 #include "util/util.h"
@@ -97,7 +98,10 @@ static const char *JOB_HELP =
     "  --trials N            total measurement trials (default 64 per task)\n"
     "  --key KEY             device key of the runners to use (default: the target)\n"
     "  --strategy S          task scheduler: gradient (default), round-robin, sequential\n"
-    "  --policy P            sketch.xgb (default) or sketch.random\n"
+    "  --policy P            sketch.xgb (default), sketch.random, or FamilySeer's\n"
+    "                        sketch.xgb.family-op (one cost model per anchor operator,\n"
+    "                        foresee tuning), sketch.xgb.family-hash (per operator\n"
+    "                        sequence), sketch.xgb.family-none (one model per task)\n"
     "  --per-round N         measurements per round (default 64, at most trials/tasks)\n"
     "  --early-stopping N    stop a task after N trials without improvement\n"
     "  --seed S              random seed of the search and the input data (default 0)\n"
@@ -230,10 +234,12 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
                         "sequential)\n", cmd, a->strategy);
         return 2;
     }
-    if (a->policy && strcmp(a->policy, "sketch.xgb") != 0 &&
-        strcmp(a->policy, "sketch.random") != 0) {
-        fprintf(stderr, "ktune %s: unknown --policy '%s' (sketch.xgb or sketch.random)\n", cmd,
-                a->policy);
+    if (a->policy && kt_search_policy_check(a->policy) != 0) {
+        fprintf(stderr, "ktune %s: unknown --policy '%s' (", cmd, a->policy);
+        const char *const *names = kt_search_policy_names();
+        for (int i = 0; names[i]; i++)
+            fprintf(stderr, "%s%s", i ? ", " : "", names[i]);
+        fprintf(stderr, ")\n");
         return 2;
     }
     return 0;

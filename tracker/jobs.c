@@ -668,7 +668,7 @@ static int round_run(job_round_t *r)
     const kt_workload_t *wl = j->view->wl[r->task];
     kt_sched_state_t **states = NULL;
     kt_store_t *st = NULL;
-    int n = kt_search_propose(t->policy, r->n, &states);
+    int n = kt_search_family_propose(j->fam, r->task, r->n, &states);
     if (n < 0)
         return n;
     if (n == 0) {
@@ -801,7 +801,7 @@ static int round_run(job_round_t *r)
     j->reserved += n - r->n;
     r->n = n;   /* what is reserved now */
     pthread_mutex_unlock(&j->mu);
-    if ((rc = kt_search_feedback(t->policy, states, costs, n)) != 0)
+    if ((rc = kt_search_family_feedback(j->fam, r->task, states, costs, n)) != 0)
         goto out;
     tl_point.set = 0;
     if ((rc = kt_scheduler_complete(j->sched, r->task, costs, n)) != 0)
@@ -1021,11 +1021,11 @@ static void job_free(job_t *j)
         return;
     if (j->tasks && j->view)
         for (int i = 0; i < j->view->ntasks; i++) {
-            kt_search_policy_free(j->tasks[i].policy);
             kt_search_candidate_clear(&j->tasks[i].ref);
             free(j->tasks[i].ref_art);
         }
     free(j->tasks);
+    kt_search_family_free(j->fam);
     kt_scheduler_free(j->sched);
     kt_job_view_free(j->view);
     json_decref(j->curve);
@@ -1136,19 +1136,21 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
         kt_err_set(KT_ENOMEM, "out of memory");
         goto fail;
     }
+    /* One policy per task (task i's seed: seed * 1000003 + i); the family
+     * policies share a cost model per family. */
+    kt_search_opts_t so;
+    kt_search_opts_default(&so);
+    so.policy = v->info->job.policy;
+    so.seed = v->opts.seed;
+    if (!(j->fam = kt_search_family_new((const kt_workload_t *const *)v->wl, v->ntasks,
+                                        &j->params, &so)))
+        goto fail;
     for (int i = 0; i < v->ntasks; i++) {
         job_task_t *t = &j->tasks[i];
         t->m = m;
         t->key = v->info->tasks[i].workload_key;
         t->target = v->info->job.target;
-        kt_search_opts_t so;
-        kt_search_opts_default(&so);
-        so.policy = v->info->job.policy;
-        so.seed = v->opts.seed * 1000003u + (uint64_t)i;
-        if (!(t->policy = kt_search_policy_new(v->wl[i], &j->params, &so, NULL, i))) {
-            kt_err_prefix("task %d", i);
-            goto fail;
-        }
+        t->policy = kt_search_family_policy(j->fam, i);
         kt_search_set_has_measured(t->policy, has_measured, t);
     }
     kt_scheduler_config_t cfg;
@@ -1218,8 +1220,8 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
         return kt_err_set(KT_EINVAL,
                           "unknown strategy '%s' (gradient, round-robin or sequential)", strategy);
     const char *policy = in->policy && *in->policy ? in->policy : "sketch.xgb";
-    if (strcmp(policy, "sketch.xgb") != 0 && strcmp(policy, "sketch.random") != 0)
-        return kt_err_set(KT_EINVAL, "unknown policy '%s' (sketch.xgb or sketch.random)", policy);
+    if (kt_search_policy_check(policy) != 0)
+        return kt_err_code();
     const char *key = in->runner_key && *in->runner_key ? in->runner_key : "cpu";
     if (!key_ok(key))
         return kt_err_set(KT_EINVAL, "runner key '%s': letters, digits and ._:- only", key);

@@ -22,7 +22,7 @@
 
 /* One task of a running job. */
 typedef struct {
-    kt_search_policy_t *policy;
+    kt_search_policy_t *policy;  /* borrowed from the job's family object */
     kt_jobs_t *m;                /* for has_measured */
     const char *key;             /* workload key (the view's) */
     const char *target;
@@ -42,6 +42,7 @@ typedef struct job {
     kt_job_view_t *view;          /* job row, options, workloads */
     kt_scheduler_t *sched;
     job_task_t *tasks;
+    kt_search_family_t *fam;      /* the tasks' policies (and FamilySeer's shared models) */
     kt_sched_params_t params;
     int cuda;                     /* target cuda: CUDA candidates, CPU reference */
     char arch[32];                /* cuda: sm_XY of the key's runners ("" until one is known) */

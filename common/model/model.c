@@ -205,6 +205,8 @@ static int samples_add(kt_model_t *m, const kt_model_batch_t *b, size_t nrow, co
     return KT_OK;
 }
 
+static int retrain(kt_model_t *m);
+
 static int cost_ok(double c)
 {
     return isfinite(c) && c > 0;
@@ -277,10 +279,17 @@ int kt_model_update(kt_model_t *m, const kt_model_batch_t *batch, const double *
     if (m->nrows_total == 0)
         return KT_OK;   /* only invalid programs so far: nothing to fit */
 
-    float *labels = malloc(m->nsamples * sizeof *labels);
+    return retrain(m);
+}
+
+/* Train a fresh booster on everything the model holds now (labels
+ * renormalized); shared by update and keep_tasks. */
+static int retrain(kt_model_t *m)
+{
+    float *labels = malloc((m->nsamples ? m->nsamples : 1) * sizeof *labels);
     if (!labels)
         return kt_err_set(KT_ENOMEM, "training: out of memory");
-    rc = labels_compute(m, labels);
+    int rc = labels_compute(m, labels);
     if (rc == KT_OK)
         rc = kt_model_xgb_train(m, labels);
     free(labels);
@@ -289,6 +298,44 @@ int kt_model_update(kt_model_t *m, const kt_model_batch_t *batch, const double *
     m->last_train_size = m->nsamples;
     m->ntrain++;
     return KT_OK;
+}
+
+int kt_model_keep_tasks(kt_model_t *m, const uint64_t *tasks, size_t ntasks)
+{
+    if (!m || (ntasks > 0 && !tasks))
+        return kt_err_set(KT_EINVAL, "keep tasks: bad arguments");
+    if (m->kind != KT_MODEL_KIND_XGB)
+        return kt_err_set(KT_EINVAL, "keep tasks: a %s model keeps no samples", kt_model_kind(m));
+    size_t ns = 0, nr = 0;
+    for (size_t i = 0; i < m->nsamples; i++) {
+        kt_model_sample_t s = m->samples[i];
+        int keep = 0;
+        for (size_t k = 0; k < ntasks && !keep; k++)
+            keep = s.task == tasks[k];
+        if (!keep)
+            continue;
+        if (s.nrows > 0 && s.row != nr)   /* rows only move towards the front */
+            memmove(m->rows + nr * m->nfeat, m->rows + s.row * m->nfeat,
+                    (size_t)s.nrows * m->nfeat * sizeof(float));
+        s.row = nr;
+        nr += s.nrows;
+        m->samples[ns++] = s;
+    }
+    if (ns == m->nsamples)
+        return KT_OK;
+    m->nsamples = ns;
+    m->nrows_total = nr;
+    /* the booster learned from dropped samples: replace it now, or forget it */
+    if (m->bst) {
+        XGBoosterFree(m->bst);
+        m->bst = NULL;
+        m->nrounds = 0;
+    }
+    m->warmup_off = 0;
+    m->last_train_size = 0;
+    if (nr == 0)
+        return KT_OK;
+    return retrain(m);
 }
 
 int kt_model_is_trained(const kt_model_t *m)

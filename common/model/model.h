@@ -112,6 +112,14 @@ int kt_model_update(kt_model_t *m, const kt_model_batch_t *batch, const double *
  * for invalid programs. 0 or negative KT_E*. */
 int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores);
 
+/* Drop every sample whose task id is not in tasks[0..ntasks) (FamilySeer:
+ * a family model that trained on all tasks during the warm-up keeps only its
+ * family's samples afterwards). When something was dropped, the booster is
+ * retrained at once on what is left (or forgotten when nothing is left; a
+ * loaded model's warm-up bypass ends too). "xgb" models only (a random model
+ * keeps no samples): KT_EINVAL otherwise. 0 or negative KT_E*. */
+int kt_model_keep_tasks(kt_model_t *m, const uint64_t *tasks, size_t ntasks);
+
 /* ---- files ---- */
 int kt_model_save(const kt_model_t *m, const char *path);
 /* NULL with a message when the file is missing, truncated or corrupt. */

@@ -39,6 +39,9 @@ void kt_search_opts_default(kt_search_opts_t *o)
     o->evolutionary_search_mutation_prob = 0.85;
     o->retry_search_one_round_on_empty = 10;
     o->num_warmup_sample = 100;
+    o->foresee_population = 256;
+    o->foresee_num_iters = 2;
+    o->foresee_keep = 64;
 }
 
 static int opts_check(const kt_search_opts_t *o)
@@ -57,6 +60,11 @@ static int opts_check(const kt_search_opts_t *o)
         return kt_err_set(KT_EINVAL, "search: evolutionary_search_mutation_prob must be in [0, 1]");
     if (o->retry_search_one_round_on_empty < 0)
         return kt_err_set(KT_EINVAL, "search: retry_search_one_round_on_empty must be >= 0");
+    if (o->num_warmup_sample < 0)
+        return kt_err_set(KT_EINVAL, "search: num_warmup_sample must be >= 0");
+    if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
+        return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
+                                     "foresee_num_iters >= 0");
     return 0;
 }
 
@@ -79,6 +87,10 @@ kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_
         xgb = 1;
     } else if (strcmp(name, "sketch.random") == 0) {
         xgb = 0;
+    } else if (kt_search_policy_check(name) == 0) {
+        kt_err_set(KT_EINVAL, "search: policy '%s' groups a job's tasks into families: make its "
+                              "policies with kt_search_family_new", name);
+        return NULL;
     } else {
         kt_err_set(KT_EINVAL, "search: unknown policy '%s' (sketch.xgb, sketch.random)", name);
         return NULL;
@@ -133,6 +145,7 @@ void kt_search_policy_free(kt_search_policy_t *sp)
         kt_sched_state_free(sp->sketches[i]);
     free(sp->sketches);
     kt_hset_free(&sp->measured);
+    kt_slist_free(&sp->foresight);
     for (int i = 0; i < sp->nhist; i++)
         kt_sched_state_free(sp->hist[i].st);
     free(sp->hist);
@@ -339,10 +352,8 @@ static int score_list(kt_search_policy_t *sp, kt_slist_t *l, int from)
 /* Ansor's SampleInitPopulation: batches of `population` random states from
  * random sketches until at least sample_init_min_population valid distinct
  * ones exist (the target halves after 5 batches with nothing new). */
-static int sample_init_population(kt_search_policy_t *sp, kt_slist_t *pop)
+static int sample_population(kt_search_policy_t *sp, kt_slist_t *pop, int target, int batch)
 {
-    int target = sp->opts.sample_init_min_population;
-    int batch = sp->opts.evolutionary_search_population;
     kt_hset_t seen = {0};
     kt_slist_t cand = {0};
     int unchanged = 0, rc = 0;
@@ -396,6 +407,12 @@ out:
     return rc;
 }
 
+static int sample_init_population(kt_search_policy_t *sp, kt_slist_t *pop)
+{
+    return sample_population(sp, pop, sp->opts.sample_init_min_population,
+                             sp->opts.evolutionary_search_population);
+}
+
 typedef struct {
     double cost;
     int idx;
@@ -411,9 +428,9 @@ static int cmp_by_cost(const void *a, const void *b)
 
 /* Add the best measured states (by throughput, i.e. lowest cost) to pop:
  * up to sample_init_use_measured_ratio x population. */
-static int add_measured(kt_search_policy_t *sp, kt_slist_t *pop)
+static int add_measured(kt_search_policy_t *sp, kt_slist_t *pop, int population)
 {
-    int limit = (int)(sp->opts.sample_init_use_measured_ratio * sp->opts.evolutionary_search_population);
+    int limit = (int)(sp->opts.sample_init_use_measured_ratio * population);
     int nvalid = 0;
     for (int i = 0; i < sp->nhist; i++)
         nvalid += sp->hist[i].cost > 0;
@@ -552,10 +569,9 @@ static int draw(kt_rng_t *rng, const double *cum, int n)
  * unmeasured states, breed the next population by score-proportional
  * selection and mutation. pop is consumed (its first nscored states carry
  * their scores from sampling already); best receives the heap, best first. */
-static int evolve(kt_search_policy_t *sp, kt_slist_t *pop, int nscored, int out_size,
+static int evolve(kt_search_policy_t *sp, kt_slist_t *pop, int nscored, int iters, int out_size,
                   kt_slist_t *best)
 {
-    int iters = sp->opts.evolutionary_search_num_iters;
     if (!sp->features && iters > RANDOM_MODEL_MAX_ITERS)
         iters = RANDOM_MODEL_MAX_ITERS;
     int population = pop->n;
@@ -696,7 +712,19 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     sp->stats.last_sampled = pop.n;
     int sampled = pop.n;   /* scored while sampling */
     if (rc == 0)
-        rc = add_measured(sp, &pop);
+        rc = add_measured(sp, &pop, sp->opts.evolutionary_search_population);
+    /* states a foresee pass of the family liked join the population (they
+     * are scored again with the current model) */
+    sp->stats.last_from_foresight = 0;
+    for (int i = 0; rc == 0 && i < sp->foresight.n; i++) {
+        if (!sp->foresight.st[i])
+            continue;
+        rc = kt_slist_push(&pop, sp->foresight.st[i], sp->foresight.hash[i]);
+        sp->foresight.st[i] = NULL;
+        sp->stats.last_from_foresight += rc == 0;
+    }
+    kt_slist_clear(&sp->foresight);
+    sp->stats.foresight = 0;
     /* random states for eps-greedy: 3 x its share, drawn from the initial
      * population before evolution consumes it */
     int nrand = 3 * (int)(sp->opts.eps_greedy * n);
@@ -707,7 +735,7 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     }
     sp->stats.last_random = rnd.n;
     if (rc == 0)
-        rc = evolve(sp, &pop, sampled, 2 * n, &best);
+        rc = evolve(sp, &pop, sampled, sp->opts.evolutionary_search_num_iters, 2 * n, &best);
     if (rc == 0)
         rc = pick(sp, n, &best, &rnd, out);
     if (rc == 0 && out->n == 0)
@@ -750,7 +778,51 @@ int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out)
     return count;
 }
 
+/* ---- foresee (FamilySeer) ----------------------------------------------------------- */
+
+int kt_search_foresee(kt_search_policy_t *sp)
+{
+    if (!sp)
+        return kt_err_set(KT_EINVAL, "foresee: no policy");
+    int rc = ensure_sketches(sp);
+    if (rc)
+        return rc;
+    /* a pass is not one of the task's rounds: keep the round figures */
+    kt_search_stats_t saved = sp->stats;
+    int population = sp->opts.foresee_population;
+    int target = sp->opts.sample_init_min_population < population
+                     ? sp->opts.sample_init_min_population : population;
+    kt_slist_t pop = {0}, best = {0};
+    rc = sample_population(sp, &pop, target, population);
+    int sampled = pop.n;
+    if (rc == 0)
+        rc = add_measured(sp, &pop, population);
+    if (rc == 0)
+        rc = evolve(sp, &pop, sampled, sp->opts.foresee_num_iters, sp->opts.foresee_keep, &best);
+    kt_slist_free(&pop);
+    sp->stats = saved;
+    if (rc) {
+        kt_slist_free(&best);
+        return rc;
+    }
+    kt_slist_free(&sp->foresight);
+    sp->foresight = best;
+    sp->stats.foresee_passes++;
+    sp->stats.foresight = best.n;
+    return 0;
+}
+
 /* ---- local use ------------------------------------------------------------------- */
+
+static int plain_propose(void *ctx, int n, kt_sched_state_t ***out)
+{
+    return kt_search_propose(ctx, n, out);
+}
+
+static int plain_feedback(void *ctx, kt_sched_state_t *const *states, const double *costs, int n)
+{
+    return kt_search_feedback(ctx, states, costs, n);
+}
 
 int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn measure, void *user,
                         kt_sched_state_t ***states, kt_measure_result_t **results)
@@ -759,10 +831,24 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
         *states = NULL;
     if (results)
         *results = NULL;
-    if (!sp || !measure)
+    if (!sp)
+        return kt_err_set(KT_EINVAL, "search one round: no policy or measure function");
+    kt_search_round_ops_t ops = {.propose = plain_propose, .feedback = plain_feedback, .ctx = sp};
+    return kt_search_round_run(sp->w, &ops, n, measure, user, states, results);
+}
+
+int kt_search_round_run(const kt_workload_t *w, const kt_search_round_ops_t *ops, int n,
+                        kt_search_measure_fn measure, void *user, kt_sched_state_t ***states,
+                        kt_measure_result_t **results)
+{
+    if (states)
+        *states = NULL;
+    if (results)
+        *results = NULL;
+    if (!measure)
         return kt_err_set(KT_EINVAL, "search one round: no policy or measure function");
     kt_sched_state_t **st = NULL;
-    int got = kt_search_propose(sp, n, &st);
+    int got = ops->propose(ops->ctx, n, &st);
     if (got <= 0)
         return got;
     kt_measure_result_t *res = calloc((size_t)got, sizeof(*res));
@@ -772,12 +858,12 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
         rc = kt_err_set(KT_ENOMEM, "out of memory");
         goto out;
     }
-    rc = measure(user, sp->w, st, got, res);
+    rc = measure(user, w, st, got, res);
     if (rc < 0)
         goto out;
     for (int i = 0; i < got; i++)
         costs[i] = res[i].error_no == KT_MEASURE_NO_ERROR ? res[i].mean : -1;
-    rc = kt_search_feedback(sp, st, costs, got);
+    rc = ops->feedback(ops->ctx, st, costs, got);
 out:
     free(costs);
     if (rc == 0 && states) {

@@ -55,6 +55,12 @@ int kt_search_score(kt_search_policy_t *sp, kt_sched_state_t *const *states, int
 int kt_search_train(kt_search_policy_t *sp, kt_sched_state_t *const *states, const double *costs,
                     int n)
 {
+    return kt_search_train_model(sp, sp->model, states, costs, n);
+}
+
+int kt_search_train_model(kt_search_policy_t *sp, kt_model_t *m, kt_sched_state_t *const *states,
+                          const double *costs, int n)
+{
     if (n <= 0)
         return 0;
     float *rows = NULL;
@@ -74,7 +80,7 @@ int kt_search_train(kt_search_policy_t *sp, kt_sched_state_t *const *states, con
     rc = make_batch(sp, states, n, &rows, counts, &nfeat);
     if (rc == 0) {
         kt_model_batch_t b = {.rows = rows, .nrows = counts, .nprog = (size_t)n, .nfeat = nfeat};
-        rc = kt_model_update(sp->model, &b, cs, tasks);
+        rc = kt_model_update(m, &b, cs, tasks);
     }
 out:
     free(rows);

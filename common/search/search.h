@@ -7,6 +7,9 @@
  * Policies by name, as TVM: "sketch.xgb" (default: evolutionary search scored
  * by an XGBoost cost model over per-stage features) and "sketch.random"
  * (random states, random model). ANSOR_NOTES.md describes one round.
+ * FamilySeer's "sketch.xgb.family-op", "sketch.xgb.family-hash" and
+ * "sketch.xgb.family-none" need the policies of all of a job's tasks at once:
+ * they are made by kt_search_family_new() (see "task families" below).
  *
  * The policy does not measure: kt_search_propose() returns states, the caller
  * measures them however it likes (locally with kt_search_measure_local(), or
@@ -54,6 +57,10 @@ typedef struct {
     double evolutionary_search_mutation_prob; /* 0.85 */
     int retry_search_one_round_on_empty;   /* 10 */
     int num_warmup_sample;                 /* records before the xgb model is trusted: 100 */
+    /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
+    int foresee_population;                /* states sampled per pass: 256 */
+    int foresee_num_iters;                 /* evolution iterations per pass: 2 */
+    int foresee_keep;                      /* best states kept to seed the next round: 64 */
 } kt_search_opts_t;
 
 void kt_search_opts_default(kt_search_opts_t *o);
@@ -122,6 +129,9 @@ typedef struct {
     int last_random;            /* random states drawn for eps-greedy */
     int last_picked_best;       /* states proposed from the heap */
     int last_picked_random;     /* states proposed from the random ones */
+    uint64_t foresee_passes;    /* foresee passes run for this task by its family */
+    int foresight;              /* states kept by the last pass, waiting for the next round */
+    int last_from_foresight;    /* foresight states that seeded the last round's population */
 } kt_search_stats_t;
 
 void kt_search_stats(const kt_search_policy_t *sp, kt_search_stats_t *out);
@@ -180,5 +190,108 @@ int kt_search_measure_local(void *user, const kt_workload_t *w, kt_sched_state_t
  * the round's states and results (caller frees both arrays and their items). */
 int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn measure, void *user,
                         kt_sched_state_t ***states, kt_measure_result_t **results);
+
+/* ---- task families (FamilySeer) ------------------------------------------------ */
+
+/*
+ * The policies of all the tasks of one tuning job, made from one policy name.
+ * For "sketch.xgb" and "sketch.random" it is n independent policies (each
+ * with its own model), nothing more. For the family policies the tasks are
+ * grouped into families and each family has ONE xgb model shared by its
+ * tasks' policies (FamilySeer, seed 001):
+ *
+ * - "sketch.xgb.family-op": family = the task's anchor operator, read from the
+ *   DAG (kt_search_family_anchor): conv2d tasks with any epilogue share one,
+ *   dense another, each pool kind its own.
+ * - "sketch.xgb.family-hash": family = hash of the DAG's operator sequence
+ *   (every stage's kind, tag and reduction, shapes left out): conv2d + bias +
+ *   relu and conv2d + bias + add + relu are two families.
+ * - "sketch.xgb.family-none": one family (one model) per task.
+ *
+ * Training. Warm-up lasts until every task has been measured once (measured
+ * or preloaded): meanwhile EVERY family model trains on every record of every
+ * task (the review's suggestion in seed 001: the same data Ansor's single
+ * model would see). When the last task gets its first record, each family
+ * model drops the other families' samples (kt_model_keep_tasks) and from then
+ * on trains on its family's records only. Labels are normalized per task
+ * (task id = index in the job).
+ *
+ * Foresee tuning. After task i's feedback has trained its family's model, the
+ * model (once it predicts with its booster, not random scores) runs a small
+ * search for every OTHER task k of the family: foresee_population sampled
+ * states plus k's best measured ones, foresee_num_iters evolution iterations,
+ * and the foresee_keep best-scored unmeasured states are kept by k's policy.
+ * They join the initial population of k's next search round (scored again by
+ * the then current model), so what the family learned from task i steers
+ * where k's evolution starts, without measuring anything for k. A later pass
+ * replaces the kept states; a round consumes them. A pass scores about
+ * foresee_population x (1 + foresee_num_iters) states, so a measured round of
+ * a family of F tasks costs F - 1 passes besides its own search (hence the
+ * small defaults).
+ *
+ * Ownership: kt_search_family_new borrows the workloads (they must outlive
+ * it) and owns its policies and models; kt_search_family_free releases them
+ * (accepts NULL). Threads: for the family policies every propose, feedback
+ * and sync takes the family's mutex (models and foresee passes are shared
+ * between tasks); the plain policies take none, so different tasks may be
+ * searched at once. Preload (kt_search_preload on kt_search_family_policy())
+ * before the first propose, from one thread.
+ */
+typedef struct kt_search_family kt_search_family_t;
+
+/* Names of every policy kt_search_family_new accepts, NULL-terminated. */
+const char *const *kt_search_policy_names(void);
+/* 0 when `name` is a known policy; KT_EINVAL with a message listing them. */
+int kt_search_policy_check(const char *name);
+
+/* The anchor operator of a DAG (the tag family-op groups by): the first stage
+ * with data reuse (conv, dense, matmul, depthwise conv), else the first
+ * reduction (pools, softmax, norms), else the output stage. A string of the
+ * DAG (valid while it lives); NULL for a DAG without compute stages. */
+const char *kt_search_family_anchor(const kt_dag_t *dag);
+/* Hash of the DAG's operator sequence (the family-hash key). */
+uint64_t kt_search_family_op_hash(const kt_dag_t *dag);
+
+/* Policies for n tasks. opts->policy names the policy (NULL = "sketch.xgb");
+ * task i's seed is opts->seed * 1000003 + i. Family models are xgb models
+ * with opts->num_warmup_sample and hist trees. NULL + kt_err on a bad name or
+ * option. */
+kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
+                                         const kt_sched_params_t *params,
+                                         const kt_search_opts_t *opts);
+void kt_search_family_free(kt_search_family_t *f);
+
+int kt_search_family_num_tasks(const kt_search_family_t *f);
+/* Task i's policy (borrowed): for preload, has_measured, best, stats. */
+kt_search_policy_t *kt_search_family_policy(const kt_search_family_t *f, int task);
+
+/* Number of families (0 for the plain policies), the family of a task (-1
+ * for plain policies or a bad index), a family's key ("conv2d_nhwc" for
+ * family-op, 16 hex digits for family-hash, "task<i>" for family-none), its
+ * tasks (n written to *ntasks, at most cap into out) and its model. */
+int kt_search_family_count(const kt_search_family_t *f);
+int kt_search_family_of(const kt_search_family_t *f, int task);
+const char *kt_search_family_key(const kt_search_family_t *f, int family);
+int kt_search_family_tasks(const kt_search_family_t *f, int family, int *out, int cap,
+                           int *ntasks);
+kt_model_t *kt_search_family_model(const kt_search_family_t *f, int family);
+/* 1 once every task has been measured once (family models train on their
+ * own family's records only from then on). */
+int kt_search_family_warmup_done(const kt_search_family_t *f);
+
+/* kt_search_propose / kt_search_feedback for task i, plus the family work
+ * described above (sync, cross-training during warm-up, foresee passes). */
+int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_state_t ***out);
+int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t *const *states,
+                              const double *costs, int n);
+/* Train the family models on what was preloaded or fed to the policies but
+ * not yet given to them (a resumed job) and end the warm-up when every task
+ * has records. Propose and feedback call it; 0 or negative. */
+int kt_search_family_sync(kt_search_family_t *f);
+
+/* kt_search_one_round through the family (local measurement). */
+int kt_search_family_one_round(kt_search_family_t *f, int task, int n,
+                               kt_search_measure_fn measure, void *user,
+                               kt_sched_state_t ***states, kt_measure_result_t **results);
 
 #endif

@@ -58,6 +58,8 @@ struct kt_search_policy {
     int npending;                /* hist[nhist - npending ..] have not trained the model */
     int best;                    /* index in hist of the lowest valid cost, -1 none */
 
+    kt_slist_t foresight;        /* kept by the last foresee pass, best first */
+
     kt_search_has_measured_fn has_fn;
     void *has_user;
 
@@ -73,5 +75,26 @@ int kt_search_score(kt_search_policy_t *sp, kt_sched_state_t *const *states, int
 /* Train the model on n states and their costs (<= 0: failed). */
 int kt_search_train(kt_search_policy_t *sp, kt_sched_state_t *const *states, const double *costs,
                     int n);
+/* The same into another model `m` (features of this policy's workload, its
+ * task id): FamilySeer's warm-up gives a task's records to every family. */
+int kt_search_train_model(kt_search_policy_t *sp, kt_model_t *m, kt_sched_state_t *const *states,
+                          const double *costs, int n);
+
+/* FamilySeer's foresee pass: a small search scored by the policy's (family)
+ * model whose best unmeasured states replace sp->foresight. The policy's
+ * round statistics are left as they were; foresee_passes counts it. */
+int kt_search_foresee(kt_search_policy_t *sp);
+
+/* One local round through propose/feedback functions (a plain policy or a
+ * family member): propose, measure, feedback. */
+typedef struct {
+    int (*propose)(void *ctx, int n, kt_sched_state_t ***out);
+    int (*feedback)(void *ctx, kt_sched_state_t *const *states, const double *costs, int n);
+    void *ctx;
+} kt_search_round_ops_t;
+
+int kt_search_round_run(const kt_workload_t *w, const kt_search_round_ops_t *ops, int n,
+                        kt_search_measure_fn measure, void *user, kt_sched_state_t ***states,
+                        kt_measure_result_t **results);
 
 #endif

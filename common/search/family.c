@@ -1,0 +1,465 @@
+/* FamilySeer (seed 001): a job's task policies grouped into families that
+ * share one xgb cost model, warm-up training on every record, then per-family
+ * training, and foresee passes for the other members of a measured task's
+ * family. search.h ("task families") states the behaviour. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "search_int.h"
+#include "util/err.h"
+#include "util/sbuf.h"
+#include "util/util.h"
+
+typedef enum { FAM_PLAIN = 0, FAM_OP, FAM_HASH, FAM_NONE } fam_kind_t;
+
+static const char *const policy_names[] = {
+    "sketch.xgb", "sketch.random", "sketch.xgb.family-op", "sketch.xgb.family-hash",
+    "sketch.xgb.family-none", NULL,
+};
+
+struct kt_search_family {
+    int n;
+    fam_kind_t kind;
+    kt_search_policy_t **pol;
+    int *fam;            /* family of each task; -1 for plain policies */
+    int nfam;
+    char **keys;         /* per family */
+    kt_model_t **models; /* per family, owned */
+    int *fed;            /* per task: hist entries already given to the other families */
+    char *exhausted;     /* per task: proposed nothing (counts as tried for the warm-up) */
+    int warm_done;
+    pthread_mutex_t mu;
+};
+
+const char *const *kt_search_policy_names(void)
+{
+    return policy_names;
+}
+
+static int kind_of(const char *name, fam_kind_t *out)
+{
+    static const fam_kind_t kinds[] = {FAM_PLAIN, FAM_PLAIN, FAM_OP, FAM_HASH, FAM_NONE};
+    for (int i = 0; policy_names[i]; i++)
+        if (name && strcmp(name, policy_names[i]) == 0) {
+            *out = kinds[i];
+            return 0;
+        }
+    return kt_err_set(KT_EINVAL,
+                      "unknown policy '%s' (sketch.xgb, sketch.random, sketch.xgb.family-op, "
+                      "sketch.xgb.family-hash or sketch.xgb.family-none)",
+                      name ? name : "(null)");
+}
+
+int kt_search_policy_check(const char *name)
+{
+    fam_kind_t k;
+    return kind_of(name, &k);
+}
+
+/* ---- family keys from the DAG -------------------------------------------------- */
+
+static const char *stage_tag(const kt_stage_t *s)
+{
+    return s->tag && *s->tag ? s->tag : s->name;
+}
+
+const char *kt_search_family_anchor(const kt_dag_t *dag)
+{
+    if (!dag)
+        return NULL;
+    int n = kt_dag_num_stages(dag), reduction = -1, output = -1;
+    for (int i = 0; i < n; i++) {
+        const kt_stage_t *s = kt_dag_stage(dag, i);
+        if (s->kind != KT_STAGE_COMPUTE)
+            continue;
+        /* the stage Ansor tiles multi-level is what the task is about */
+        if (kt_dag_has_data_reuse(dag, i))
+            return stage_tag(s);
+        if (reduction < 0 && kt_dag_is_reduction(dag, i))
+            reduction = i;
+        if (output < 0 && s->is_output)
+            output = i;
+    }
+    int a = reduction >= 0 ? reduction : output;
+    return a >= 0 ? stage_tag(kt_dag_stage(dag, a)) : NULL;
+}
+
+uint64_t kt_search_family_op_hash(const kt_dag_t *dag)
+{
+    if (!dag)
+        return 0;
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    for (int i = 0; i < kt_dag_num_stages(dag); i++) {
+        const kt_stage_t *s = kt_dag_stage(dag, i);
+        if (s->kind == KT_STAGE_PLACEHOLDER)
+            kt_sbuf_puts(&b, "placeholder;");
+        else
+            kt_sbuf_printf(&b, "%s/%d/%d;", stage_tag(s), (int)s->rop, s->nreduce);
+    }
+    uint64_t h = kt_hash64(b.data ? b.data : "", b.len);
+    kt_sbuf_free(&b);
+    return h;
+}
+
+/* ---- create / free --------------------------------------------------------------- */
+
+void kt_search_family_free(kt_search_family_t *f)
+{
+    if (!f)
+        return;
+    for (int i = 0; i < f->n && f->pol; i++)
+        kt_search_policy_free(f->pol[i]);
+    for (int g = 0; g < f->nfam; g++) {
+        if (f->keys)
+            free(f->keys[g]);
+        if (f->models)
+            kt_model_free(f->models[g]);
+    }
+    free(f->pol);
+    free(f->fam);
+    free(f->keys);
+    free(f->models);
+    free(f->fed);
+    free(f->exhausted);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+/* The family key of one task. */
+static char *task_key(fam_kind_t kind, const kt_workload_t *w, int task)
+{
+    char buf[64];
+    if (kind == FAM_OP) {
+        const char *a = kt_search_family_anchor(kt_workload_dag(w));
+        if (!a) {
+            kt_err_set(KT_EINVAL, "task %d: the DAG has no compute stage", task);
+            return NULL;
+        }
+        snprintf(buf, sizeof buf, "%s", a);
+    } else if (kind == FAM_HASH) {
+        snprintf(buf, sizeof buf, "%016" PRIx64, kt_search_family_op_hash(kt_workload_dag(w)));
+    } else {
+        snprintf(buf, sizeof buf, "task%d", task);
+    }
+    char *k = kt_strdup(buf);
+    if (!k)
+        kt_err_set(KT_ENOMEM, "out of memory");
+    return k;
+}
+
+/* Assign families (first appearance order) and make one model each. */
+static int make_families(kt_search_family_t *f, const kt_workload_t *const *wl,
+                         const kt_search_opts_t *o)
+{
+    f->keys = calloc((size_t)f->n, sizeof *f->keys);
+    f->models = calloc((size_t)f->n, sizeof *f->models);
+    if (!f->keys || !f->models)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    for (int i = 0; i < f->n; i++) {
+        char *k = task_key(f->kind, wl[i], i);
+        if (!k)
+            return kt_err_code() ? kt_err_code() : KT_ENOMEM;
+        int g = 0;
+        while (g < f->nfam && strcmp(f->keys[g], k) != 0)
+            g++;
+        if (g < f->nfam) {
+            free(k);
+        } else {
+            kt_model_params_t mp;
+            kt_model_params_default(&mp);
+            mp.seed = o->seed * 1000003u + (uint64_t)g;
+            mp.num_warmup_sample = o->num_warmup_sample;
+            mp.tree_method = KT_MODEL_TREE_HIST;
+            f->keys[g] = k;
+            f->nfam++;   /* the key is ours now, even if the model fails */
+            if (!(f->models[g] = kt_model_new(KT_MODEL_XGB, &mp)))
+                return kt_err_code();
+        }
+        f->fam[i] = g;
+    }
+    return 0;
+}
+
+kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
+                                         const kt_sched_params_t *params,
+                                         const kt_search_opts_t *opts)
+{
+    if (!wl || n < 1) {
+        kt_err_set(KT_EINVAL, "search family: no tasks");
+        return NULL;
+    }
+    kt_search_opts_t o;
+    if (opts)
+        o = *opts;
+    else
+        kt_search_opts_default(&o);
+    const char *name = o.policy ? o.policy : "sketch.xgb";
+    fam_kind_t kind;
+    if (kind_of(name, &kind))
+        return NULL;
+    kt_search_family_t *f = calloc(1, sizeof *f);
+    if (!f) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&f->mu, NULL);
+    f->n = n;
+    f->kind = kind;
+    f->pol = calloc((size_t)n, sizeof *f->pol);
+    f->fam = calloc((size_t)n, sizeof *f->fam);
+    f->fed = calloc((size_t)n, sizeof *f->fed);
+    f->exhausted = calloc((size_t)n, 1);
+    if (!f->pol || !f->fam || !f->fed || !f->exhausted) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!wl[i]) {
+            kt_err_set(KT_EINVAL, "search family: task %d has no workload", i);
+            goto fail;
+        }
+        f->fam[i] = -1;
+    }
+    if (kind != FAM_PLAIN && make_families(f, wl, &o) != 0)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        kt_search_opts_t so = o;
+        so.policy = kind == FAM_PLAIN ? name : "sketch.xgb";
+        so.seed = o.seed * 1000003u + (uint64_t)i;
+        kt_model_t *m = kind == FAM_PLAIN ? NULL : f->models[f->fam[i]];
+        if (!(f->pol[i] = kt_search_policy_new(wl[i], params, &so, m, i))) {
+            kt_err_prefix("task %d", i);
+            goto fail;
+        }
+    }
+    return f;
+fail:
+    kt_search_family_free(f);
+    return NULL;
+}
+
+/* ---- queries ----------------------------------------------------------------------- */
+
+int kt_search_family_num_tasks(const kt_search_family_t *f)
+{
+    return f ? f->n : 0;
+}
+
+kt_search_policy_t *kt_search_family_policy(const kt_search_family_t *f, int task)
+{
+    return f && task >= 0 && task < f->n ? f->pol[task] : NULL;
+}
+
+int kt_search_family_count(const kt_search_family_t *f)
+{
+    return f ? f->nfam : 0;
+}
+
+int kt_search_family_of(const kt_search_family_t *f, int task)
+{
+    return f && task >= 0 && task < f->n ? f->fam[task] : -1;
+}
+
+const char *kt_search_family_key(const kt_search_family_t *f, int family)
+{
+    return f && family >= 0 && family < f->nfam ? f->keys[family] : NULL;
+}
+
+int kt_search_family_tasks(const kt_search_family_t *f, int family, int *out, int cap,
+                           int *ntasks)
+{
+    if (!f || family < 0 || family >= f->nfam || cap < 0 || (cap > 0 && !out))
+        return kt_err_set(KT_EINVAL, "search family: bad family %d", family);
+    int k = 0;
+    for (int i = 0; i < f->n; i++)
+        if (f->fam[i] == family) {
+            if (k < cap)
+                out[k] = i;
+            k++;
+        }
+    if (ntasks)
+        *ntasks = k;
+    return 0;
+}
+
+kt_model_t *kt_search_family_model(const kt_search_family_t *f, int family)
+{
+    return f && family >= 0 && family < f->nfam ? f->models[family] : NULL;
+}
+
+int kt_search_family_warmup_done(const kt_search_family_t *f)
+{
+    return f ? f->warm_done : 0;
+}
+
+/* ---- training ------------------------------------------------------------------------ */
+
+/* Give task k's records not yet shared to every other family's model. */
+static int share_records(kt_search_family_t *f, int k)
+{
+    kt_search_policy_t *sp = f->pol[k];
+    int from = f->fed[k], np = sp->nhist - from;
+    if (np <= 0)
+        return 0;
+    kt_sched_state_t **sts = malloc((size_t)np * sizeof *sts);
+    double *cs = malloc((size_t)np * sizeof *cs);
+    int rc = 0;
+    if (!sts || !cs) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+    } else {
+        for (int i = 0; i < np; i++) {
+            sts[i] = sp->hist[from + i].st;
+            cs[i] = sp->hist[from + i].cost;
+        }
+        for (int g = 0; g < f->nfam && rc == 0; g++)
+            if (g != f->fam[k])
+                rc = kt_search_train_model(sp, f->models[g], sts, cs, np);
+        if (rc == 0)
+            f->fed[k] = sp->nhist;
+    }
+    free(sts);
+    free(cs);
+    return rc;
+}
+
+/* The warm-up is over: each family model keeps its family's samples only. */
+static int end_warmup(kt_search_family_t *f)
+{
+    uint64_t *ids = malloc((size_t)f->n * sizeof *ids);
+    if (!ids)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    int rc = 0;
+    for (int g = 0; g < f->nfam && rc == 0; g++) {
+        size_t k = 0;
+        for (int i = 0; i < f->n; i++)
+            if (f->fam[i] == g)
+                ids[k++] = f->pol[i]->task_id;
+        rc = kt_model_keep_tasks(f->models[g], ids, k);
+    }
+    free(ids);
+    if (rc == 0)
+        f->warm_done = 1;
+    return rc;
+}
+
+/* sync under the mutex. */
+static int sync_locked(kt_search_family_t *f)
+{
+    int rc = 0;
+    /* preloaded (or otherwise untrained) records of any task train its
+     * family's model now, not only at that task's next feedback */
+    for (int k = 0; k < f->n && rc == 0; k++)
+        if (f->pol[k]->npending > 0)
+            rc = kt_search_feedback(f->pol[k], NULL, NULL, 0);
+    if (rc || f->warm_done)
+        return rc;
+    int all = 1;
+    for (int k = 0; k < f->n; k++)
+        all &= f->pol[k]->nhist > 0 || f->exhausted[k];
+    if (all)   /* sharing now would be dropped at once */
+        return end_warmup(f);
+    for (int k = 0; k < f->n && rc == 0; k++)
+        rc = share_records(f, k);
+    return rc;
+}
+
+int kt_search_family_sync(kt_search_family_t *f)
+{
+    if (!f)
+        return kt_err_set(KT_EINVAL, "search family: none");
+    if (f->kind == FAM_PLAIN)
+        return 0;
+    pthread_mutex_lock(&f->mu);
+    int rc = sync_locked(f);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+/* ---- propose / feedback --------------------------------------------------------------- */
+
+static int task_check(const kt_search_family_t *f, int task)
+{
+    if (!f || task < 0 || task >= f->n)
+        return kt_err_set(KT_EINVAL, "search family: no task %d", task);
+    return 0;
+}
+
+int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_state_t ***out)
+{
+    if (out)
+        *out = NULL;
+    int rc = task_check(f, task);
+    if (rc)
+        return rc;
+    if (f->kind == FAM_PLAIN)
+        return kt_search_propose(f->pol[task], n, out);
+    pthread_mutex_lock(&f->mu);
+    rc = sync_locked(f);
+    if (rc == 0)
+        rc = kt_search_propose(f->pol[task], n, out);
+    if (rc == 0 && !f->exhausted[task]) {
+        /* a task with nothing to measure must not hold the warm-up forever */
+        f->exhausted[task] = 1;
+        int src = sync_locked(f);
+        rc = src < 0 ? src : 0;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t *const *states,
+                              const double *costs, int n)
+{
+    int rc = task_check(f, task);
+    if (rc)
+        return rc;
+    if (f->kind == FAM_PLAIN)
+        return kt_search_feedback(f->pol[task], states, costs, n);
+    pthread_mutex_lock(&f->mu);
+    rc = kt_search_feedback(f->pol[task], states, costs, n);
+    if (rc == 0)
+        rc = sync_locked(f);
+    /* Foresee: the family model just learned from this task; let it pick
+     * starting points for the family's other tasks. Random scores would
+     * pick nothing worth keeping, so only a trained model does it. */
+    int g = f->fam[task];
+    if (rc == 0 && n > 0 && kt_model_is_trained(f->models[g]))
+        for (int k = 0; k < f->n && rc == 0; k++)
+            if (k != task && f->fam[k] == g)
+                rc = kt_search_foresee(f->pol[k]);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+typedef struct {
+    kt_search_family_t *f;
+    int task;
+} round_ctx_t;
+
+static int ctx_propose(void *ctx, int n, kt_sched_state_t ***out)
+{
+    round_ctx_t *c = ctx;
+    return kt_search_family_propose(c->f, c->task, n, out);
+}
+
+static int ctx_feedback(void *ctx, kt_sched_state_t *const *states, const double *costs, int n)
+{
+    round_ctx_t *c = ctx;
+    return kt_search_family_feedback(c->f, c->task, states, costs, n);
+}
+
+int kt_search_family_one_round(kt_search_family_t *f, int task, int n,
+                               kt_search_measure_fn measure, void *user,
+                               kt_sched_state_t ***states, kt_measure_result_t **results)
+{
+    int rc = task_check(f, task);
+    if (rc)
+        return rc;
+    round_ctx_t c = {f, task};
+    kt_search_round_ops_t ops = {.propose = ctx_propose, .feedback = ctx_feedback, .ctx = &c};
+    return kt_search_round_run(f->pol[task]->w, &ops, n, measure, user, states, results);
+}

@@ -1,0 +1,466 @@
+/* Suite 'family': FamilySeer's task families (kt_search_family_t): grouping
+ * by anchor operator and by operator sequence, the family models' training
+ * data during and after the warm-up, foresee passes, resume, policy names.
+ * Costs are synthetic (no kernel is built), populations small. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/net.h"
+#include "search/search.h"
+#include "util/err.h"
+
+static kt_workload_t *workload(const char *json)
+{
+    kt_workload_t *w = kt_workload_parse(json);
+    ck_assert_msg(w != NULL, "workload: %s", kt_err_msg());
+    return w;
+}
+
+static kt_workload_t *matmul(int m, int n, int k)
+{
+    char j[160];
+    snprintf(j, sizeof j, "{\"op\":\"matmul\",\"M\":%d,\"N\":%d,\"K\":%d}", m, n, k);
+    return workload(j);
+}
+
+static kt_workload_t *conv(int hw, int ci, int co, const char *epilogue)
+{
+    char j[400];
+    snprintf(j, sizeof j,
+             "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":%d,\"W\":%d,\"CI\":%d,\"CO\":%d,\"KH\":3,"
+             "\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],\"dilation\":[1,1],\"epilogue\":[%s]}",
+             hw, hw, ci, co, epilogue);
+    return workload(j);
+}
+
+static kt_workload_t *dense(int m, int n, int k)
+{
+    char j[200];
+    snprintf(j, sizeof j, "{\"op\":\"dense\",\"M\":%d,\"N\":%d,\"K\":%d,\"epilogue\":[\"relu\"]}",
+             m, n, k);
+    return workload(j);
+}
+
+/* Small searches: population 32, 1 iteration, foresee passes of 32 keeping 8. */
+static void small_opts(kt_search_opts_t *o, const char *policy, int warmup)
+{
+    kt_search_opts_default(o);
+    o->policy = policy;
+    o->seed = 11;
+    o->evolutionary_search_population = 32;
+    o->evolutionary_search_num_iters = 1;
+    o->sample_init_min_population = 8;
+    o->retry_search_one_round_on_empty = 1;
+    o->num_warmup_sample = warmup;
+    o->foresee_population = 32;
+    o->foresee_num_iters = 1;
+    o->foresee_keep = 8;
+}
+
+static void params(kt_sched_params_t *p)
+{
+    kt_sched_params_default(p);
+    p->num_cores = 1;
+}
+
+/* Propose n states of task t, give them costs that vary with the state
+ * (so the model has something to fit), return how many were measured. */
+static int round_of(kt_search_family_t *f, const kt_workload_t *const *wl, int t, int n)
+{
+    kt_sched_state_t **st = NULL;
+    int got = kt_search_family_propose(f, t, n, &st);
+    ck_assert_msg(got > 0, "task %d: propose %d: %s", t, got, kt_err_msg());
+    double *costs = malloc((size_t)got * sizeof *costs);
+    ck_assert_ptr_nonnull(costs);
+    for (int i = 0; i < got; i++)
+        costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], kt_workload_dag(wl[t])) % 7);
+    ck_assert_int_eq(kt_search_family_feedback(f, t, st, costs, got), 0);
+    for (int i = 0; i < got; i++)
+        kt_sched_state_free(st[i]);
+    free(st);
+    free(costs);
+    return got;
+}
+
+static size_t samples(const kt_search_family_t *f, int family)
+{
+    return kt_model_num_samples(kt_search_family_model(f, family));
+}
+
+START_TEST(family_policy_names_are_checked_with_clear_errors)
+{
+    const char *const *names = kt_search_policy_names();
+    int n = 0;
+    for (; names[n]; n++)
+        ck_assert_int_eq(kt_search_policy_check(names[n]), 0);
+    ck_assert_int_eq(n, 5);
+    ck_assert_int_eq(kt_search_policy_check("sketch.xgb.family-op"), 0);
+    ck_assert_int_eq(kt_search_policy_check("sketch.xgb.family_op"), KT_EINVAL);
+    ck_assert_msg(strstr(kt_err_msg(), "unknown policy 'sketch.xgb.family_op'") &&
+                      strstr(kt_err_msg(), "sketch.xgb.family-hash"),
+                  "%s", kt_err_msg());
+    ck_assert_int_eq(kt_search_policy_check(NULL), KT_EINVAL);
+
+    kt_workload_t *w = matmul(16, 16, 16);
+    const kt_workload_t *wl[1] = {w};
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.xgb.family-ops", 0);
+    ck_assert_ptr_null(kt_search_family_new(wl, 1, NULL, &o));
+    ck_assert_msg(strstr(kt_err_msg(), "unknown policy 'sketch.xgb.family-ops'"), "%s",
+                  kt_err_msg());
+    o.policy = "sketch.xgb";
+    ck_assert_ptr_null(kt_search_family_new(wl, 0, NULL, &o));
+    /* a single policy cannot be a family policy: the message says where to go */
+    o.policy = "sketch.xgb.family-op";
+    ck_assert_ptr_null(kt_search_policy_new(w, NULL, &o, NULL, 0));
+    ck_assert_msg(strstr(kt_err_msg(), "kt_search_family_new"), "%s", kt_err_msg());
+    o.foresee_keep = 0;
+    ck_assert_ptr_null(kt_search_family_new(wl, 1, NULL, &o));
+    ck_assert_msg(strstr(kt_err_msg(), "foresee"), "%s", kt_err_msg());
+    kt_workload_free(w);
+}
+END_TEST
+
+START_TEST(family_op_groups_resnet18_tasks_by_anchor_operator)
+{
+    kt_net_t *net = kt_net_builtin("resnet-18", 1, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_tasks_t *ts = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_ptr_nonnull(ts);
+    int n = ts->ntasks;
+    ck_assert_int_ge(n, 5);
+    const kt_workload_t **wl = calloc((size_t)n, sizeof *wl);
+    ck_assert_ptr_nonnull(wl);
+    for (int i = 0; i < n; i++)
+        wl[i] = ts->tasks[i].wl;
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.xgb.family-op", 100);
+    kt_search_family_t *f = kt_search_family_new(wl, n, NULL, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+
+    /* the expected anchor of each task, from its operator */
+    int conv_family = -1, nconv = 0;
+    int seen[8] = {0};
+    for (int i = 0; i < n; i++) {
+        const char *op = kt_workload_op(wl[i]);
+        const char *want = NULL;
+        if (strcmp(op, "conv2d_nhwc") == 0)
+            want = "conv2d_nhwc";
+        else if (strcmp(op, "dense") == 0)
+            want = "dense";
+        else if (strcmp(op, "pool2d") == 0)
+            want = "pool_max";   /* ResNet's only pool2d is the max pool */
+        else if (strcmp(op, "global_avg_pool") == 0)
+            want = "global_pool_sum";
+        else if (strcmp(op, "softmax") == 0)
+            want = "softmax_max";
+        ck_assert_msg(want != NULL, "unexpected op %s", op);
+        ck_assert_str_eq(kt_search_family_anchor(kt_workload_dag(wl[i])), want);
+        int g = kt_search_family_of(f, i);
+        ck_assert_int_ge(g, 0);
+        ck_assert_str_eq(kt_search_family_key(f, g), want);
+        if (strcmp(want, "conv2d_nhwc") == 0) {
+            if (conv_family < 0)
+                conv_family = g;
+            ck_assert_int_eq(g, conv_family);   /* every conv2d, whatever its epilogue */
+            nconv++;
+        } else {
+            ck_assert_int_ne(g, conv_family);
+            ck_assert_int_lt(g, 8);
+            ck_assert_int_eq(seen[g], 0);        /* one task per other family in ResNet-18 */
+            seen[g] = 1;
+        }
+    }
+    ck_assert_int_ge(nconv, 10);
+    ck_assert_int_eq(kt_search_family_count(f), 5);   /* conv2d, max pool, global pool, dense, softmax */
+    int members[64], nm = 0;
+    ck_assert_int_eq(kt_search_family_tasks(f, conv_family, members, 64, &nm), 0);
+    ck_assert_int_eq(nm, nconv);
+    /* one model per family, shared by its tasks' policies */
+    for (int i = 0; i < n; i++)
+        ck_assert_ptr_eq(kt_search_model(kt_search_family_policy(f, i)),
+                         kt_search_family_model(f, kt_search_family_of(f, i)));
+    kt_search_family_free(f);
+
+    /* family-hash: the conv2d tasks split by epilogue (bias+relu, add, none,
+     * add+bias+relu), identical sequences share one family */
+    o.policy = "sketch.xgb.family-hash";
+    f = kt_search_family_new(wl, n, NULL, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_search_family_count(f), 4 + 4);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < n; k++) {
+            int same = kt_search_family_op_hash(kt_workload_dag(wl[i])) ==
+                       kt_search_family_op_hash(kt_workload_dag(wl[k]));
+            ck_assert_int_eq(kt_search_family_of(f, i) == kt_search_family_of(f, k), same);
+        }
+    kt_search_family_free(f);
+
+    o.policy = "sketch.xgb.family-none";
+    f = kt_search_family_new(wl, n, NULL, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_search_family_count(f), n);
+    ck_assert_str_eq(kt_search_family_key(f, 3), "task3");
+    kt_search_family_free(f);
+    free(wl);
+    kt_net_tasks_free(ts);
+    kt_net_free(net);
+}
+END_TEST
+
+START_TEST(family_hash_groups_identical_operator_sequences)
+{
+    kt_workload_t *w[5] = {
+        conv(14, 8, 8, "\"bias_add\",\"relu\""),
+        conv(7, 16, 8, "\"bias_add\",\"relu\""),   /* other shapes, same sequence */
+        conv(14, 8, 8, "\"bias_add\",\"add\",\"relu\""),
+        matmul(32, 32, 32),
+        matmul(64, 16, 8),
+    };
+    const kt_workload_t *wl[5] = {w[0], w[1], w[2], w[3], w[4]};
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.xgb.family-hash", 100);
+    kt_search_family_t *f = kt_search_family_new(wl, 5, NULL, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_search_family_count(f), 3);
+    ck_assert_int_eq(kt_search_family_of(f, 0), kt_search_family_of(f, 1));
+    ck_assert_int_ne(kt_search_family_of(f, 0), kt_search_family_of(f, 2));
+    ck_assert_int_eq(kt_search_family_of(f, 3), kt_search_family_of(f, 4));
+    ck_assert_int_ne(kt_search_family_of(f, 2), kt_search_family_of(f, 3));
+    ck_assert_uint_eq(strlen(kt_search_family_key(f, 0)), 16);
+    kt_search_family_free(f);
+
+    /* by anchor operator the three convolutions are one family */
+    o.policy = "sketch.xgb.family-op";
+    f = kt_search_family_new(wl, 5, NULL, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_search_family_count(f), 2);
+    ck_assert_int_eq(kt_search_family_of(f, 0), kt_search_family_of(f, 2));
+    ck_assert_str_eq(kt_search_family_key(f, kt_search_family_of(f, 3)), "matmul");
+    kt_search_family_free(f);
+
+    /* plain policies: no families, a model each */
+    o.policy = "sketch.xgb";
+    f = kt_search_family_new(wl, 5, NULL, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_search_family_count(f), 0);
+    ck_assert_int_eq(kt_search_family_of(f, 0), -1);
+    ck_assert_ptr_ne(kt_search_model(kt_search_family_policy(f, 3)),
+                     kt_search_model(kt_search_family_policy(f, 4)));
+    kt_search_family_free(f);
+    for (int i = 0; i < 5; i++)
+        kt_workload_free(w[i]);
+}
+END_TEST
+
+START_TEST(family_models_train_on_all_records_in_warmup_then_on_their_family)
+{
+    kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    kt_sched_params_t p;
+    params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.xgb.family-op", 1000);   /* random scores: no foresee here */
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    int gm = kt_search_family_of(f, 0), gd = kt_search_family_of(f, 2);
+    ck_assert_int_eq(kt_search_family_of(f, 1), gm);
+    ck_assert_int_ne(gm, gd);
+
+    /* warm-up: every record goes to both models */
+    int a = round_of(f, wl, 0, 6);
+    ck_assert_uint_eq(samples(f, gm), (size_t)a);
+    ck_assert_uint_eq(samples(f, gd), (size_t)a);
+    int b = round_of(f, wl, 2, 5);
+    ck_assert_uint_eq(samples(f, gm), (size_t)(a + b));
+    ck_assert_uint_eq(samples(f, gd), (size_t)(a + b));
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 0);
+
+    /* task 1's first records end the warm-up: each model keeps its family's */
+    int c = round_of(f, wl, 1, 4);
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 1);
+    ck_assert_uint_eq(samples(f, gm), (size_t)(a + c));
+    ck_assert_uint_eq(samples(f, gd), (size_t)b);
+
+    /* afterwards: a task's records reach its family's model only */
+    int d = round_of(f, wl, 0, 3);
+    ck_assert_uint_eq(samples(f, gm), (size_t)(a + c + d));
+    ck_assert_uint_eq(samples(f, gd), (size_t)b);
+    int e = round_of(f, wl, 2, 3);
+    ck_assert_uint_eq(samples(f, gm), (size_t)(a + c + d));
+    ck_assert_uint_eq(samples(f, gd), (size_t)(b + e));
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+}
+END_TEST
+
+START_TEST(family_foresee_scores_the_other_tasks_of_the_family)
+{
+    kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    kt_sched_params_t p;
+    params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.xgb.family-op", 0);   /* the model is trusted at once */
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    round_of(f, wl, 0, 8);
+    ck_assert(kt_model_is_trained(kt_search_family_model(f, kt_search_family_of(f, 0))));
+    kt_search_stats_t s0, s1, s2;
+    kt_search_stats(kt_search_family_policy(f, 0), &s0);
+    kt_search_stats(kt_search_family_policy(f, 1), &s1);
+    kt_search_stats(kt_search_family_policy(f, 2), &s2);
+    ck_assert_uint_eq(s0.foresee_passes, 0);   /* not for the measured task itself */
+    ck_assert_uint_eq(s1.foresee_passes, 1);   /* its family's other task */
+    ck_assert_uint_eq(s2.foresee_passes, 0);   /* another family */
+    ck_assert_int_gt(s1.foresight, 0);
+    ck_assert_int_le(s1.foresight, o.foresee_keep);
+    ck_assert_uint_eq(s1.rounds, 0);           /* a pass is not a round of the task */
+    ck_assert_uint_eq(s1.proposed, 0);
+
+    /* the kept states seed task 1's next round, and are used up by it */
+    int kept = s1.foresight;
+    round_of(f, wl, 1, 4);
+    kt_search_stats(kt_search_family_policy(f, 1), &s1);
+    ck_assert_int_eq(s1.last_from_foresight, kept);
+    ck_assert_int_eq(s1.foresight, 0);
+    /* task 1's feedback foresees for task 0 in turn */
+    kt_search_stats(kt_search_family_policy(f, 0), &s0);
+    ck_assert_uint_eq(s0.foresee_passes, 1);
+    ck_assert_int_gt(s0.foresight, 0);
+    kt_search_family_free(f);
+
+    /* family-none: no other member, no pass */
+    o.policy = "sketch.xgb.family-none";
+    f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    round_of(f, wl, 0, 6);
+    for (int i = 0; i < 3; i++) {
+        kt_search_stats(kt_search_family_policy(f, i), &s0);
+        ck_assert_uint_eq(s0.foresee_passes, 0);
+    }
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+}
+END_TEST
+
+START_TEST(family_resume_trains_family_models_on_preloaded_records)
+{
+    kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    kt_sched_params_t p;
+    params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.xgb.family-op", 1000);
+    /* a first run measures every task once */
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    char *json[3];
+    double cost[3];
+    for (int t = 0; t < 3; t++) {
+        round_of(f, wl, t, 4);
+        /* its best state stands for the store's records of the task */
+        ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, t), &cost[t], &json[t]), 0);
+    }
+    kt_search_family_free(f);
+
+    /* resumed: preloads train the family models at the first sync */
+    f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    for (int t = 0; t < 3; t++) {
+        ck_assert_int_eq(kt_search_preload(kt_search_family_policy(f, t), json[t], cost[t]), 0);
+        free(json[t]);
+    }
+    int gm = kt_search_family_of(f, 0), gd = kt_search_family_of(f, 2);
+    ck_assert_uint_eq(samples(f, gm), 0);
+    ck_assert_int_eq(kt_search_family_sync(f), 0);
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 1);   /* every task has records */
+    ck_assert_uint_eq(samples(f, gm), 2);
+    ck_assert_uint_eq(samples(f, gd), 1);
+    /* a stored state is never proposed again */
+    kt_sched_state_t **st = NULL;
+    int n = kt_search_family_propose(f, 2, 4, &st);
+    ck_assert_int_gt(n, 0);
+    double best;
+    char *bj = NULL;
+    ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, 2), &best, &bj), 0);
+    for (int i = 0; i < n; i++) {
+        char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w[2]));
+        ck_assert_str_ne(j, bj);
+        free(j);
+        kt_sched_state_free(st[i]);
+    }
+    free(st);
+    free(bj);
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+}
+END_TEST
+
+START_TEST(family_model_keep_tasks_drops_other_tasks_and_retrains)
+{
+    /* two tasks, one feature: task 7's rows say fast when x is large */
+    float rows[8] = {1, 2, 3, 4, 1, 2, 3, 4};
+    uint32_t nrows[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    double costs[8] = {4, 3, 2, 1, 1, 2, 3, 4};
+    uint64_t tasks[8] = {7, 7, 7, 7, 9, 9, 9, 9};
+    kt_model_params_t mp;
+    kt_model_params_default(&mp);
+    mp.num_warmup_sample = 0;
+    mp.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &mp);
+    ck_assert_ptr_nonnull(m);
+    kt_model_batch_t b = {.rows = rows, .nrows = nrows, .nprog = 8, .nfeat = 1};
+    ck_assert_int_eq(kt_model_update(m, &b, costs, tasks), 0);
+    unsigned trained = kt_model_num_trainings(m);
+    uint64_t keep = 7;
+    ck_assert_int_eq(kt_model_keep_tasks(m, &keep, 1), 0);
+    ck_assert_uint_eq(kt_model_num_samples(m), 4);
+    ck_assert_uint_eq(kt_model_num_trainings(m), trained + 1);
+    float sc[8];
+    kt_model_batch_t q = {.rows = rows, .nrows = nrows, .nprog = 4, .nfeat = 1};
+    ck_assert_int_eq(kt_model_predict(m, &q, sc), 0);
+    ck_assert_msg(sc[3] > sc[0], "task 7 alone: x=4 (%g) beats x=1 (%g)", sc[3], sc[0]);
+    /* keeping what is there changes nothing; keeping nothing forgets the booster */
+    ck_assert_int_eq(kt_model_keep_tasks(m, &keep, 1), 0);
+    ck_assert_uint_eq(kt_model_num_trainings(m), trained + 1);
+    ck_assert_int_eq(kt_model_keep_tasks(m, NULL, 0), 0);
+    ck_assert_uint_eq(kt_model_num_samples(m), 0);
+    ck_assert_int_eq(kt_model_is_trained(m), 0);
+    kt_model_free(m);
+    kt_model_t *r = kt_model_new(KT_MODEL_RANDOM, NULL);
+    ck_assert_int_eq(kt_model_keep_tasks(r, &keep, 1), KT_EINVAL);
+    kt_model_free(r);
+}
+END_TEST
+
+static Suite *family_suite(void)
+{
+    Suite *s = suite_create("family");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, family_policy_names_are_checked_with_clear_errors);
+    tcase_add_test(tc, family_op_groups_resnet18_tasks_by_anchor_operator);
+    tcase_add_test(tc, family_hash_groups_identical_operator_sequences);
+    tcase_add_test(tc, family_models_train_on_all_records_in_warmup_then_on_their_family);
+    tcase_add_test(tc, family_foresee_scores_the_other_tasks_of_the_family);
+    tcase_add_test(tc, family_resume_trains_family_models_on_preloaded_records);
+    tcase_add_test(tc, family_model_keep_tasks_drops_other_tasks_and_retrains);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(family_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
