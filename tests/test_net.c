@@ -732,6 +732,7 @@ START_TEST(net_file_fuses_new_epilogues_and_reports_the_rest)
         "{\"name\":\"th\",\"op\":\"tanh\"},"
         "{\"name\":\"sc2\",\"op\":\"scale\"},"
         "{\"name\":\"cl\",\"op\":\"clip\",\"min\":-1.5,\"max\":2},"
+        "{\"name\":\"cr\",\"op\":\"relu\"},"
         "{\"name\":\"ex\",\"op\":\"elementwise\",\"fn\":\"exp\"},"
         "{\"name\":\"p\",\"op\":\"avg_pool\",\"kernel\":2,\"stride\":2,\"inputs\":[\"s\"]},"
         "{\"name\":\"pb\",\"op\":\"batch_norm\"},"
@@ -750,10 +751,11 @@ START_TEST(net_file_fuses_new_epilogues_and_reports_the_rest)
                 "\"KH\":3,\"KW\":3,\"groups\":2,\"epilogue\":[\"sigmoid\"]}", ln);
         /* Depthwise with multiplier 2; the per-channel scale right after it
          * folds into its weights; the scalar scale after relu + tanh stays a
-         * multiply; the exp has no epilogue. */
+         * multiply; clip(-1.5, 2) + relu is clip(0, 2); the exp has no
+         * epilogue. */
         exp_add(&e, "{\"op\":\"depthwise_conv2d_%s\",\"N\":1,\"H\":8,\"W\":8,\"C\":8,\"KH\":3,"
                 "\"KW\":3,\"multiplier\":2,\"padding\":[1,1],\"epilogue\":[\"relu\",\"tanh\","
-                "\"multiply_scalar\",{\"op\":\"clip\",\"min\":-1.5,\"max\":2}]}", ln);
+                "\"multiply_scalar\",{\"op\":\"clip\",\"min\":0,\"max\":2}]}", ln);
         /* A pool's batch norm is a multiply and a bias (no conv follows). */
         exp_add(&e, "{\"op\":\"pool2d%s\",\"kind\":\"avg\",\"N\":1,\"H\":6,\"W\":6,\"C\":8,"
                 "\"KH\":2,\"KW\":2,\"stride\":[2,2],\"epilogue\":[\"multiply\",\"bias_add\"]}",
@@ -905,6 +907,41 @@ START_TEST(net_onnx_cnn_matches_its_network_file)
         }
         kt_net_tasks_free(f);
     }
+}
+END_TEST
+
+/* relu6 (Clip), sigmoid, tanh, depthwise with a multiplier, grouped conv and
+ * a relu after a pool: every layer in a task, in both layouts. */
+START_TEST(net_onnx_mobile_cnn_matches_its_network_file)
+{
+    char *p = model("mobile.onnx");
+    if (!p)
+        return;
+    for (int lay = 0; lay < 2; lay++) {
+        const char *ln = lay ? "nchw" : "nhwc";
+        kt_net_tasks_t *f = file_tasks("tests/net/mobile.json", (kt_net_layout_t)lay);
+        kt_net_tasks_t *t = onnx_tasks(p, (kt_net_layout_t)lay);
+        same_tasks(t, f, "mobile.onnx");
+        ck_assert_int_eq(t->nissues, 0);
+        ck_assert_int_eq(f->nissues, 0);
+        expect_t e = {0};
+        exp_conv(&e, ln, 1, 32, 3, 16, 3, 2, 1, "bias_add,relu6");
+        exp_add(&e, "{\"op\":\"depthwise_conv2d_%s\",\"N\":1,\"H\":16,\"W\":16,\"C\":16,"
+                "\"multiplier\":2,\"KH\":3,\"KW\":3,\"padding\":[1,1],\"epilogue\":"
+                "[\"bias_add\",\"relu6\"]}", ln);
+        exp_add(&e, "{\"op\":\"group_conv2d_%s\",\"N\":1,\"H\":16,\"W\":16,\"CI\":32,\"CO\":32,"
+                "\"groups\":4,\"KH\":3,\"KW\":3,\"padding\":[1,1],\"epilogue\":[\"bias_add\","
+                "\"sigmoid\"]}", ln);
+        exp_maxpool(&e, ln, 1, 16, 32, 2, 2, 0, "\"relu\"");
+        exp_conv(&e, ln, 1, 8, 32, 16, 1, 1, 0, "bias_add,tanh");
+        exp_gap(&e, ln, 1, 8, 16, "");
+        exp_dense(&e, 1, 10, 16, "\"bias_add\"");
+        check_tasks(t, &e, ln);
+        exp_free(&e);
+        kt_net_tasks_free(t);
+        kt_net_tasks_free(f);
+    }
+    free(p);
 }
 END_TEST
 
@@ -1152,6 +1189,7 @@ int main(void)
     tcase_add_unchecked_fixture(to, onnx_setup, onnx_teardown);
     tcase_add_test(to, net_onnx_cnn_matches_its_network_file);
     tcase_add_test(to, net_onnx_transformer_block_matches_its_network_file);
+    tcase_add_test(to, net_onnx_mobile_cnn_matches_its_network_file);
     tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
     tcase_add_test(to, net_onnx_folds_shape_arithmetic_and_infers_shape_ops);

@@ -225,6 +225,13 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
         int ok = 1;
         switch (C->op) {
         case NET_RELU:
+            if (g->nepi > 0 && g->epi[g->nepi - 1].op == KT_EPI_CLIP) {
+                /* relu(clip(x, lo, hi)) is clip(x, max(lo, 0), max(hi, 0)). */
+                kt_epi_t *l = &g->epi[g->nepi - 1];
+                l->lo = l->lo > 0 ? l->lo : 0.0;
+                l->hi = l->hi > 0 ? l->hi : 0.0;
+                break;
+            }
             ok = push_epi(g, KT_EPI_RELU);
             break;
         case NET_GELU:
@@ -237,6 +244,12 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
             ok = push_epi(g, KT_EPI_TANH);
             break;
         case NET_CLIP:
+            if (g->nepi > 0 && g->epi[g->nepi - 1].op == KT_EPI_RELU && C->lo <= 0 && C->hi >= 0) {
+                /* clip(relu(x), lo <= 0, hi) is clip(x, 0, hi): PyTorch
+                 * exports relu6 as Relu then Clip(max = 6). */
+                g->epi[g->nepi - 1] = (kt_epi_t){.op = KT_EPI_CLIP, .lo = 0.0, .hi = C->hi};
+                break;
+            }
             if ((ok = push_epi(g, KT_EPI_CLIP))) {
                 g->epi[g->nepi - 1].lo = C->lo;
                 g->epi[g->nepi - 1].hi = C->hi;
