@@ -451,28 +451,25 @@ START_TEST(gpu_softmax_and_layer_norm_states_compile_and_emulate)
 }
 END_TEST
 
-/* Epilogues and window operators networks need beyond the basic ones. */
-START_TEST(gpu_network_epilogue_states_compile_and_emulate)
+/* Epilogues and window operators networks need beyond the basic ones, one
+ * shape each (as codegen_network_op_states_match_reference). */
+START_TEST(gpu_network_op_states_compile_and_emulate)
 {
     kt_conv2d_params_t s1p1 = conv_p(1, 1, 1), s2p1 = conv_p(2, 1, 1);
-    FAMILY("network epilogues",
+    FAMILY("network ops",
            {"dense+multiply+bias+clip", kt_ops_dense_ex(5, 12, 16, EPI_MUL_BIAS_CLIP, 3)},
            {"conv+sigmoid+scale+tanh", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 6, 6, 4, 4, 3, 3, 0, &s1p1,
                                                      EPI_SIG_SCALE_TANH, 3)},
-           {"max pool+bias+relu6", kt_ops_pool2d(KT_LAYOUT_NHWC, KT_POOL_MAX, 1, 9, 9, 4, 3, 3,
-                                                 &s2p1, EPI_BIAS_RELU6, 2)});
-    FAMILY("grouped and NCHW windows",
-           {"group conv nhwc g2 +bias+relu", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 7, 7, 4, 6, 3, 3, 2,
-                                                          &s1p1, EPI_X_BIAS_RELU, 2)},
+           {"group conv nchw g2 s2 +bias+relu", kt_ops_conv2d(KT_LAYOUT_NCHW, 1, 9, 7, 4, 6, 3, 3,
+                                                             2, &s2p1, EPI_X_BIAS_RELU, 2)},
            {"depthwise nchw x2 +bias+relu6", kt_ops_depthwise_conv2d(KT_LAYOUT_NCHW, 1, 8, 8, 4, 2,
                                                                      3, 3, &s1p1, EPI_BIAS_RELU6, 2)},
-           {"avg pool nchw s2 p1 +relu", kt_ops_pool2d(KT_LAYOUT_NCHW, KT_POOL_AVG, 1, 9, 9, 5, 3,
-                                                       3, &s2p1, EPI_X_BIAS_RELU + 1, 1)},
-           {"global avg pool nchw +bias+relu", kt_ops_global_avg_pool(KT_LAYOUT_NCHW, 2, 5, 7, 6,
-                                                                      EPI_X_BIAS_RELU, 2)});
+           {"max pool nchw +bias+relu6", kt_ops_pool2d(KT_LAYOUT_NCHW, KT_POOL_MAX, 1, 9, 9, 4, 3,
+                                                       3, &s2p1, EPI_BIAS_RELU6, 2)},
+           {"global avg pool nchw +relu", kt_ops_global_avg_pool(KT_LAYOUT_NCHW, 2, 5, 7, 6,
+                                                                 EPI_X_BIAS_RELU + 1, 1)});
 }
 END_TEST
-
 
 /* ---- sketches, JSON, validity, limits ------------------------------------------------- */
 
@@ -1132,7 +1129,7 @@ int main(void)
     tcase_add_test(tc, gpu_depthwise_states_compile_and_emulate);
     tcase_add_test(tc, gpu_pool_states_compile_and_emulate);
     tcase_add_test(tc, gpu_softmax_and_layer_norm_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_network_epilogue_states_compile_and_emulate);
+    tcase_add_test(tc, gpu_network_op_states_compile_and_emulate);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
