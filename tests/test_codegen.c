@@ -192,6 +192,13 @@ static const kt_epilogue_t EPI_GELU[] = {KT_EPI_GELU};
 static const kt_epilogue_t EPI_ADD_RELU[] = {KT_EPI_ADD, KT_EPI_RELU};
 static const kt_epilogue_t EPI_ALL[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU, KT_EPI_ADD, KT_EPI_GELU};
 static const kt_epilogue_t EPI_BIAS_GELU[] = {KT_EPI_BIAS_ADD, KT_EPI_GELU};
+static const kt_epi_t EPI_MUL_BIAS_CLIP[] = {
+    {.op = KT_EPI_MULTIPLY}, {.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_CLIP, .lo = -0.25, .hi = 0.5}};
+static const kt_epi_t EPI_SIG_SCALE_TANH[] = {
+    {.op = KT_EPI_SIGMOID}, {.op = KT_EPI_MULTIPLY_SCALAR}, {.op = KT_EPI_TANH}};
+static const kt_epi_t EPI_BIAS_RELU6[] = {{.op = KT_EPI_BIAS_ADD},
+                                          {.op = KT_EPI_CLIP, .lo = 0, .hi = 6}};
+static const kt_epi_t EPI_X_BIAS_RELU[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_RELU}};
 
 START_TEST(codegen_matmul_states_match_reference)
 {
@@ -272,6 +279,27 @@ START_TEST(codegen_softmax_and_layer_norm_states_match_reference)
            {"softmax 2x3x10", kt_ops_softmax(3, (int64_t[]){2, 3, 10})});
     FAMILY({"layer norm 4x24 affine", kt_ops_layer_norm(2, (int64_t[]){4, 24}, 1)},
            {"layer norm 3x2x17", kt_ops_layer_norm(3, (int64_t[]){3, 2, 17}, 0)});
+}
+END_TEST
+
+/* The epilogues and window operators networks need beyond the basic ones,
+ * one shape each: clip (relu6), sigmoid, tanh, multiply (per channel and
+ * scalar), epilogues after pools, grouped conv, depthwise with a channel
+ * multiplier, NCHW pools. */
+START_TEST(codegen_network_op_states_match_reference)
+{
+    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1), s2p1 = conv_p(2, 1, 1);
+    FAMILY({"dense+multiply+bias+clip", kt_ops_dense_ex(5, 12, 16, EPI_MUL_BIAS_CLIP, 3)},
+           {"conv+sigmoid+scale+tanh", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 6, 6, 4, 4, 3, 3, 0, &s1p1,
+                                                     EPI_SIG_SCALE_TANH, 3)},
+           {"group conv nchw g2 s2 +bias+relu", kt_ops_conv2d(KT_LAYOUT_NCHW, 1, 9, 7, 4, 6, 3, 3,
+                                                             2, &s2p1, EPI_X_BIAS_RELU, 2)},
+           {"depthwise nchw x2 +bias+relu6", kt_ops_depthwise_conv2d(KT_LAYOUT_NCHW, 1, 8, 8, 4, 2,
+                                                                     3, 3, &s1p1, EPI_BIAS_RELU6, 2)},
+           {"max pool nchw +bias+relu6", kt_ops_pool2d(KT_LAYOUT_NCHW, KT_POOL_MAX, 1, 9, 9, 4, 3,
+                                                       3, &s2p1, EPI_BIAS_RELU6, 2)},
+           {"global avg pool nchw +relu", kt_ops_global_avg_pool(KT_LAYOUT_NCHW, 2, 5, 7, 6,
+                                                                 EPI_X_BIAS_RELU + 1, 1)});
 }
 END_TEST
 
@@ -408,6 +436,7 @@ int main(void)
     tcase_add_test(tc, codegen_depthwise_states_match_reference);
     tcase_add_test(tc, codegen_pool_states_match_reference);
     tcase_add_test(tc, codegen_softmax_and_layer_norm_states_match_reference);
+    tcase_add_test(tc, codegen_network_op_states_match_reference);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -39,10 +39,29 @@ static const char *const forms[] = {
     "{\"op\": \"matmul\", \"M\": 64, \"N\": 32, \"K\": 16, \"layout\": \"NT\"}",
     "{\"op\": \"conv2d_nhwc\", \"N\": 1, \"H\": 9, \"W\": 9, \"CI\": 3, \"CO\": 8, \"KH\": 3, "
     "\"KW\": 3, \"padding\": [1, 0, 2, 1]}",
+    "{\"op\": \"group_conv2d_nhwc\", \"N\": 1, \"H\": 14, \"W\": 14, \"CI\": 64, \"CO\": 128, "
+    "\"KH\": 3, \"KW\": 3, \"groups\": 4, \"padding\": [1, 1], \"epilogue\": [\"bias_add\", "
+    "\"relu6\"]}",
+    "{\"op\": \"group_conv2d_nchw\", \"N\": 1, \"H\": 14, \"W\": 14, \"CI\": 64, \"CO\": 64, "
+    "\"KH\": 3, \"KW\": 3, \"groups\": 32, \"stride\": [2, 2]}",
+    "{\"op\": \"depthwise_conv2d_nchw\", \"N\": 1, \"H\": 56, \"W\": 56, \"C\": 32, \"KH\": 3, "
+    "\"KW\": 3, \"multiplier\": 2, \"padding\": [1, 1], \"epilogue\": [\"bias_add\", "
+    "{\"op\": \"clip\", \"min\": 0, \"max\": 6}]}",
+    "{\"op\": \"pool2d_nchw\", \"kind\": \"avg\", \"N\": 1, \"H\": 56, \"W\": 56, \"C\": 64, "
+    "\"KH\": 3, \"KW\": 3, \"stride\": [2, 2], \"padding\": [1, 1], \"epilogue\": [\"relu\"]}",
+    "{\"op\": \"global_avg_pool_nchw\", \"N\": 1, \"H\": 7, \"W\": 7, \"C\": 512, "
+    "\"epilogue\": [\"sigmoid\", \"multiply_scalar\"]}",
+    "{\"op\": \"dense\", \"M\": 4, \"N\": 64, \"K\": 32, \"epilogue\": [\"multiply\", "
+    "\"bias_add\", \"tanh\", {\"op\": \"clip\", \"min\": -0.25, \"max\": 0.5}]}",
+    "{\"op\": \"pool2d\", \"kind\": \"max\", \"N\": 1, \"H\": 112, \"W\": 112, \"C\": 64, "
+    "\"KH\": 3, \"KW\": 3, \"stride\": [2, 2], \"padding\": [1, 1], \"epilogue\": "
+    "[\"bias_add\", \"relu\"]}",
 };
 static const char *const form_ops[] = {
     "matmul", "dense", "batch_matmul", "conv2d_nhwc", "conv2d_nchw", "depthwise_conv2d_nhwc",
     "pool2d", "pool2d", "global_avg_pool", "softmax", "layer_norm", "matmul", "conv2d_nhwc",
+    "group_conv2d_nhwc", "group_conv2d_nchw", "depthwise_conv2d_nchw", "pool2d_nchw",
+    "global_avg_pool_nchw", "dense", "pool2d",
 };
 
 #define MATMUL512_KEY \
@@ -170,8 +189,28 @@ START_TEST(workload_errors_name_the_field)
         {"{\"op\": \"matmul\", \"M\": -3, \"N\": 5, \"K\": 5}", "'M'"},
         {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"Kk\": 5}", "'Kk'"},
         {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"layout\": \"TN\"}", "'layout'"},
-        {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": [\"tanh\"]}",
+        {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": [\"swish\"]}",
          "'epilogue[0]'"},
+        {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": [\"relu\", \"clip\"]}",
+         "'epilogue[1]'"},
+        {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": [{\"op\": \"clip\", "
+         "\"min\": 6, \"max\": 0}]}", "min <= max"},
+        {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": [{\"op\": \"clip\", "
+         "\"min\": 0}]}", "'epilogue[0]': clip needs numbers"},
+        {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": [{\"op\": \"clip\", "
+         "\"min\": 0, \"max\": 1e39}]}", "finite"},
+        {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": [{\"op\": \"clip\", "
+         "\"min\": 0, \"max\": 6, \"lo\": 1}]}", "unknown field 'lo'"},
+        {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": [{\"op\": \"relu\"}]}",
+         "'epilogue[0]'"},
+        {"{\"op\": \"group_conv2d_nhwc\", \"N\": 1, \"H\": 4, \"W\": 4, \"CI\": 6, \"CO\": 4, "
+         "\"KH\": 3, \"KW\": 3, \"groups\": 4}", "'groups'"},
+        {"{\"op\": \"group_conv2d_nchw\", \"N\": 1, \"H\": 4, \"W\": 4, \"CI\": 6, \"CO\": 4, "
+         "\"KH\": 3, \"KW\": 3}", "'groups'"},
+        {"{\"op\": \"depthwise_conv2d_nchw\", \"N\": 1, \"H\": 4, \"W\": 4, \"C\": 2, \"KH\": 3, "
+         "\"KW\": 3, \"multiplier\": 0}", "'multiplier'"},
+        {"{\"op\": \"global_avg_pool_nchw\", \"N\": 1, \"H\": 7, \"W\": 7, \"C\": 2, "
+         "\"epilogue\": [\"gelu\", 3]}", "'epilogue[1]'"},
         {"{\"op\": \"matmul\", \"M\": 5, \"N\": 5, \"K\": 5, \"epilogue\": \"relu\"}",
          "'epilogue'"},
         {"{\"op\": \"conv2d_nhwc\", \"N\": 1, \"H\": 4, \"W\": 4, \"CI\": 2, \"CO\": 2, \"KH\": 5, "
@@ -208,6 +247,73 @@ START_TEST(workload_errors_name_the_field)
         ck_assert_int_eq(kt_err_code(), KT_EINVAL);
         ck_assert_msg(strstr(kt_err_msg(), cases[i][1]) != NULL, "case %zu: '%s' lacks %s", i,
                       kt_err_msg(), cases[i][1]);
+    }
+}
+END_TEST
+
+START_TEST(workload_new_epilogues_and_ops_keep_old_canonical_json)
+{
+    /* Pools took epilogues and depthwise a multiplier after workloads were
+     * stored: their defaults stay out of the canonical JSON. */
+    kt_workload_t *a = kt_workload_parse(forms[6]);
+    ck_assert_str_eq(kt_workload_json(a),
+                     "{\"C\":64,\"H\":112,\"KH\":3,\"KW\":3,\"N\":1,\"W\":112,\"kind\":\"max\","
+                     "\"op\":\"pool2d\",\"padding\":[1,1],\"stride\":[2,2]}");
+    kt_workload_t *b = kt_workload_parse(
+        "{\"op\":\"pool2d\",\"kind\":\"max\",\"N\":1,\"H\":112,\"W\":112,\"C\":64,\"KH\":3,"
+        "\"KW\":3,\"stride\":[2,2],\"padding\":[1,1],\"epilogue\":[]}");
+    ck_assert_str_eq(kt_workload_json(a), kt_workload_json(b));
+    ck_assert_str_eq(kt_workload_key(a), kt_workload_key(b));
+    kt_workload_free(b);
+    b = kt_workload_parse(forms[KT_ARRAY_LEN(forms) - 1]);   /* the same pool + bias + relu */
+    ck_assert_ptr_nonnull(strstr(kt_workload_json(b), "\"epilogue\":[\"bias_add\",\"relu\"]"));
+    ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
+    kt_workload_free(a);
+    kt_workload_free(b);
+    a = kt_workload_parse(forms[5]);
+    b = kt_workload_parse(
+        "{\"op\": \"depthwise_conv2d_nhwc\", \"N\": 1, \"H\": 112, \"W\": 112, \"C\": 32, "
+        "\"KH\": 3, \"KW\": 3, \"padding\": [1, 1], \"multiplier\": 1}");
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_null(strstr(kt_workload_json(a), "multiplier"));
+    ck_assert_str_eq(kt_workload_json(a), kt_workload_json(b));
+    ck_assert_str_eq(kt_workload_key(a), kt_workload_key(b));
+    kt_workload_free(b);
+    b = kt_workload_parse(
+        "{\"op\": \"depthwise_conv2d_nhwc\", \"N\": 1, \"H\": 112, \"W\": 112, \"C\": 32, "
+        "\"KH\": 3, \"KW\": 3, \"padding\": [1, 1], \"multiplier\": 2}");
+    ck_assert_ptr_nonnull(strstr(kt_workload_json(b), "\"multiplier\":2"));
+    ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
+    kt_workload_free(a);
+    kt_workload_free(b);
+    /* relu6 is clip 0..6; clip's canonical form is the object. */
+    a = kt_workload_parse("{\"op\":\"dense\",\"M\":2,\"N\":3,\"K\":4,\"epilogue\":[\"relu6\"]}");
+    b = kt_workload_parse("{\"op\":\"dense\",\"M\":2,\"N\":3,\"K\":4,\"epilogue\":[{\"max\":6.0,"
+                          "\"op\":\"clip\",\"min\":0}]}");
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_str_eq(kt_workload_json(a),
+                     "{\"K\":4,\"M\":2,\"N\":3,\"epilogue\":[{\"max\":6.0,\"min\":0.0,\"op\":"
+                     "\"clip\"}],\"op\":\"dense\"}");
+    ck_assert_str_eq(kt_workload_json(a), kt_workload_json(b));
+    ck_assert_str_eq(kt_workload_key(a), kt_workload_key(b));
+    char *text = kt_dag_to_text(kt_workload_dag(a));
+    ck_assert_msg(strstr(text, "T_clip(ax0, ax1) = max(min(T_dense[ax0, ax1], 6f), 0f)") != NULL,
+                  "%s", text);
+    free(text);
+    kt_workload_free(b);
+    b = kt_workload_parse("{\"op\":\"dense\",\"M\":2,\"N\":3,\"K\":4,\"epilogue\":[{\"op\":"
+                          "\"clip\",\"min\":0,\"max\":5.5}]}");
+    ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
+    kt_workload_free(a);
+    kt_workload_free(b);
+    /* The plain-kind constructors refuse clip: it has no bounds there. */
+    ck_assert_ptr_null(kt_ops_matmul(4, 4, 4, 0, (kt_epilogue_t[]){KT_EPI_CLIP}, 1));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "clip needs bounds"));
+    for (int e = 0; e < KT_EPI__COUNT; e++) {
+        kt_epilogue_t back;
+        ck_assert_int_eq(kt_ops_epilogue_parse(kt_ops_epilogue_name((kt_epilogue_t)e), &back), 0);
+        ck_assert_int_eq(back, e);
     }
 }
 END_TEST
@@ -958,6 +1064,174 @@ START_TEST(check_accepts_right_and_rejects_wrong_kernels)
 }
 END_TEST
 
+static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
+static double clampd(double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+START_TEST(reference_new_epilogues_are_right)
+{
+    enum { M = 3, N = 5, K = 7 };
+    /* dense * scale[j] + bias[j], clip(-0.3, 0.4): bufs data, weight, scale, bias, out. */
+    kt_epi_t e1[] = {{.op = KT_EPI_MULTIPLY}, {.op = KT_EPI_BIAS_ADD},
+                     {.op = KT_EPI_CLIP, .lo = -0.3, .hi = 0.4}};
+    kt_dag_t *d = kt_ops_dense_ex(M, N, K, e1, 3);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    ran_t r;
+    run_reference(d, &r);
+    double want[M * N];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (double)r.bufs[0][i * K + k] * r.bufs[1][j * K + k];
+            want[i * N + j] = clampd(s * r.bufs[2][j] + r.bufs[3][j], (float)-0.3, (float)0.4);
+        }
+    assert_close(r.bufs[4], want, M * N);
+    ran_free(d, &r);
+    kt_dag_free(d);
+
+    /* matmul, sigmoid, * scale[0], tanh: bufs A, B, scale, out. */
+    kt_epi_t e2[] = {{.op = KT_EPI_SIGMOID}, {.op = KT_EPI_MULTIPLY_SCALAR}, {.op = KT_EPI_TANH}};
+    d = kt_ops_matmul_ex(M, N, K, 0, e2, 3);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    run_reference(d, &r);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (double)r.bufs[0][i * K + k] * r.bufs[1][k * N + j];
+            want[i * N + j] = tanh(sigmoid(s) * r.bufs[2][0]);
+        }
+    assert_close(r.bufs[3], want, M * N);
+    ran_free(d, &r);
+    kt_dag_free(d);
+}
+END_TEST
+
+/* Grouped / multiplier convolution in plain C, layout-aware:
+ * output channel co reads input channels (co / og)*ig + rc, or for a
+ * depthwise multiplier M channel co / M with weight [.., co / M, co % M]. */
+static void conv_grouped_plain(int nchw, const float *x, const float *w, double *y, int H, int W,
+                               int CI, int CO, int groups, int mult, int K, int S, int P, int OH,
+                               int OW)
+{
+    int ig = CI / groups, og = CO / groups;
+    for (int co = 0; co < CO; co++)
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                double s = 0;
+                for (int kh = 0; kh < K; kh++)
+                    for (int kw = 0; kw < K; kw++) {
+                        int h = oh * S - P + kh, ww = ow * S - P + kw;
+                        if (h < 0 || h >= H || ww < 0 || ww >= W)
+                            continue;
+                        for (int rc = 0; rc < (mult ? 1 : ig); rc++) {
+                            int c = mult ? co / mult : (co / og) * ig + rc;
+                            double xv = nchw ? x[(c * H + h) * W + ww] : x[(h * W + ww) * CI + c];
+                            double wv;
+                            if (mult)
+                                wv = nchw ? w[((co / mult * mult + co % mult) * K + kh) * K + kw]
+                                          : w[((kh * K + kw) * CI + co / mult) * mult + co % mult];
+                            else
+                                wv = nchw ? w[((co * ig + rc) * K + kh) * K + kw]
+                                          : w[((kh * K + kw) * ig + rc) * CO + co];
+                            s += xv * wv;
+                        }
+                    }
+                y[nchw ? (co * OH + oh) * OW + ow : (oh * OW + ow) * CO + co] = s;
+            }
+}
+
+START_TEST(reference_grouped_and_multiplier_convs_are_right)
+{
+    /* 7x7, 3x3, stride 2, pad 1: OH = (7+2-3)/2+1 = 4. */
+    enum { H = 7, W = 7, OH = 4, OW = 4, CI = 6, CO = 4, G = 2, C = 3, MU = 2 };
+    kt_conv2d_params_t p = {{2, 2}, {1, 1, 1, 1}, {1, 1}};
+    static double y[OH * OW * CI * MU];
+    for (int nchw = 0; nchw < 2; nchw++) {
+        kt_layout_t lay = nchw ? KT_LAYOUT_NCHW : KT_LAYOUT_NHWC;
+        kt_dag_t *d = kt_ops_conv2d(lay, 1, H, W, CI, CO, 3, 3, G, &p, NULL, 0);
+        ck_assert_msg(d != NULL, "%s", kt_err_msg());
+        ck_assert_str_eq(kt_dag_stage(d, kt_codegen_buf_stage(d, 2))->name,
+                         nchw ? "group_conv2d_nchw" : "group_conv2d_nhwc");
+        ran_t r;
+        run_reference(d, &r);
+        conv_grouped_plain(nchw, r.bufs[0], r.bufs[1], y, H, W, CI, CO, G, 0, 3, 2, 1, OH, OW);
+        assert_close(r.bufs[2], y, OH * OW * CO);
+        ran_free(d, &r);
+        kt_dag_free(d);
+
+        d = kt_ops_depthwise_conv2d(lay, 1, H, W, C, MU, 3, 3, &p, NULL, 0);
+        ck_assert_msg(d != NULL, "%s", kt_err_msg());
+        run_reference(d, &r);
+        conv_grouped_plain(nchw, r.bufs[0], r.bufs[1], y, H, W, C, C * MU, C, MU, 3, 2, 1, OH, OW);
+        assert_close(r.bufs[2], y, OH * OW * C * MU);
+        ran_free(d, &r);
+        kt_dag_free(d);
+
+        /* Multiplier 1 in NCHW: one weight per channel. */
+        d = kt_ops_depthwise_conv2d(lay, 1, H, W, C, 1, 3, 3, &p, NULL, 0);
+        run_reference(d, &r);
+        conv_grouped_plain(nchw, r.bufs[0], r.bufs[1], y, H, W, C, C, C, 1, 3, 2, 1, OH, OW);
+        assert_close(r.bufs[2], y, OH * OW * C);
+        ran_free(d, &r);
+        kt_dag_free(d);
+    }
+}
+END_TEST
+
+START_TEST(reference_nchw_pools_with_epilogues_are_right)
+{
+    enum { C = 2, H = 5, W = 5, OH = 3, OW = 3 };
+    kt_conv2d_params_t p = {{2, 2}, {1, 1, 1, 1}, {1, 1}};
+    kt_epi_t br[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_RELU}};
+    for (int kind = 0; kind < 2; kind++) {
+        /* bufs: data, bias, out */
+        kt_dag_t *d = kt_ops_pool2d(KT_LAYOUT_NCHW, kind ? KT_POOL_AVG : KT_POOL_MAX, 1, H, W, C,
+                                    3, 3, &p, br, 2);
+        ck_assert_msg(d != NULL, "%s", kt_err_msg());
+        ran_t r;
+        run_reference(d, &r);
+        double y[C * OH * OW];
+        for (int c = 0; c < C; c++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    double acc = kind ? 0 : -INFINITY;
+                    int cnt = 0;
+                    for (int kh = 0; kh < 3; kh++)
+                        for (int kw = 0; kw < 3; kw++) {
+                            int h = oh * 2 - 1 + kh, w = ow * 2 - 1 + kw;
+                            if (h < 0 || h >= H || w < 0 || w >= W)
+                                continue;
+                            double v = r.bufs[0][(c * H + h) * W + w];
+                            acc = kind ? acc + v : fmax(acc, v);
+                            cnt++;
+                        }
+                    double v = (kind ? acc / cnt : acc) + r.bufs[1][c];
+                    y[(c * OH + oh) * OW + ow] = v > 0 ? v : 0;
+                }
+        assert_close(r.bufs[2], y, C * OH * OW);
+        ran_free(d, &r);
+        kt_dag_free(d);
+    }
+    /* global average NCHW + sigmoid: out [2, 5, 1, 1]. */
+    kt_epi_t sg[] = {{.op = KT_EPI_SIGMOID}};
+    kt_dag_t *d = kt_ops_global_avg_pool(KT_LAYOUT_NCHW, 2, 3, 4, 5, sg, 1);
+    ran_t r;
+    run_reference(d, &r);
+    double g[2 * 5];
+    for (int n = 0; n < 2; n++)
+        for (int c = 0; c < 5; c++) {
+            double s = 0;
+            for (int i = 0; i < 12; i++)
+                s += r.bufs[0][(n * 5 + c) * 12 + i];
+            g[n * 5 + c] = sigmoid(s / 12);
+        }
+    assert_close(r.bufs[1], g, 10);
+    ran_free(d, &r);
+    kt_dag_free(d);
+}
+END_TEST
+
 START_TEST(compile_returns_the_log)
 {
     char so[] = "/tmp/kt_te_soXXXXXX";
@@ -992,6 +1266,7 @@ int main(void)
     tcase_add_test(tw, workload_keys_see_reduce_extents);
     tcase_add_test(tw, workload_errors_name_the_field);
     tcase_add_test(tw, workload_load_reads_lists_files_and_weights);
+    tcase_add_test(tw, workload_new_epilogues_and_ops_keep_old_canonical_json);
     suite_add_tcase(s, tw);
     TCase *td = tcase_create("dag");
     tcase_add_test(td, dag_text_of_matmul_is_golden);
@@ -1009,6 +1284,9 @@ int main(void)
     tcase_add_test(tr, reference_conv2d_nchw_and_depthwise_are_right);
     tcase_add_test(tr, reference_pools_are_right);
     tcase_add_test(tr, reference_softmax_and_layer_norm_are_right);
+    tcase_add_test(tr, reference_new_epilogues_are_right);
+    tcase_add_test(tr, reference_grouped_and_multiplier_convs_are_right);
+    tcase_add_test(tr, reference_nchw_pools_with_epilogues_are_right);
     tcase_add_test(tr, reference_floor_division_handles_negative_indices);
     tcase_add_test(tr, rel_err_metric_is_as_documented);
     tcase_add_test(tr, check_accepts_right_and_rejects_wrong_kernels);

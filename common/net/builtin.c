@@ -91,6 +91,18 @@ static int b_simple(bld_t *b, net_op_t op, const char *label, int x, const char 
     return fin(b, add(b, op, label, &x, 1, &l, "%s", name));
 }
 
+/* relu6: clip to [0, 6]. */
+static int b_relu6(bld_t *b, int x, const char *name)
+{
+    net_layer_t *l;
+    int i = add(b, NET_CLIP, "clip", &x, 1, &l, "%s", name);
+    if (l) {
+        l->lo = 0.0;
+        l->hi = 6.0;
+    }
+    return fin(b, i);
+}
+
 static int b_add(bld_t *b, int x, int y, const char *name)
 {
     net_layer_t *l;
@@ -242,7 +254,7 @@ static kt_net_t *resnet(int layers, int64_t batch)
  * t > 1, depthwise 3x3 + bn + relu6, project 1x1 + bn, residual add when the
  * stride is 1 and the channels match), conv 1x1 to 1280 + bn + relu6, global
  * average pool, flatten, dense 1000 + bias, softmax (as the relay.testing
- * networks end). relu6 is the elementwise op "clip". */
+ * networks end). relu6 is clip 0..6. */
 
 static kt_net_t *mobilenet_v2(int64_t batch)
 {
@@ -258,7 +270,7 @@ static kt_net_t *mobilenet_v2(int64_t batch)
     int x = b_input(&b, "data", 4, shape);
     x = b_conv(&b, x, 32, 3, 2, 1, 1, 0, "conv0");
     x = b_simple(&b, NET_BATCH_NORM, NULL, x, "conv0_bn");
-    x = b_simple(&b, NET_ELEMWISE, "clip", x, "conv0_relu6");
+    x = b_relu6(&b, x, "conv0_relu6");
     int64_t cin = 32;
     int blk = 0;
     for (int g = 0; g < 7; g++)
@@ -271,14 +283,14 @@ static kt_net_t *mobilenet_v2(int64_t batch)
                 snprintf(n, sizeof(n), "block%d_expand_bn", blk);
                 x = b_simple(&b, NET_BATCH_NORM, NULL, x, n);
                 snprintf(n, sizeof(n), "block%d_expand_relu6", blk);
-                x = b_simple(&b, NET_ELEMWISE, "clip", x, n);
+                x = b_relu6(&b, x, n);
             }
             snprintf(n, sizeof(n), "block%d_dw", blk);
             x = b_conv(&b, x, hid, 3, s, 1, hid, 0, n);
             snprintf(n, sizeof(n), "block%d_dw_bn", blk);
             x = b_simple(&b, NET_BATCH_NORM, NULL, x, n);
             snprintf(n, sizeof(n), "block%d_dw_relu6", blk);
-            x = b_simple(&b, NET_ELEMWISE, "clip", x, n);
+            x = b_relu6(&b, x, n);
             snprintf(n, sizeof(n), "block%d_project", blk);
             x = b_conv(&b, x, c, 1, 1, 0, 1, 0, n);
             snprintf(n, sizeof(n), "block%d_project_bn", blk);
@@ -291,7 +303,7 @@ static kt_net_t *mobilenet_v2(int64_t batch)
         }
     x = b_conv(&b, x, 1280, 1, 1, 0, 1, 0, "conv_last");
     x = b_simple(&b, NET_BATCH_NORM, NULL, x, "conv_last_bn");
-    x = b_simple(&b, NET_ELEMWISE, "clip", x, "conv_last_relu6");
+    x = b_relu6(&b, x, "conv_last_relu6");
     x = b_simple(&b, NET_GLOBAL_POOL, NULL, x, "pool");
     x = b_shape(&b, x, NET_SHAPE_FLATTEN, 0, NULL, 1, "flatten", "flatten");
     x = b_dense(&b, x, 1000, 1, "fc");

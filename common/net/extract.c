@@ -109,8 +109,10 @@ static anchor_t anchor_kind(const net_layer_t *l, const kt_net_t *net)
 {
     switch (l->op) {
     case NET_CONV2D: {
+        /* groups = input channels is depthwise (with a channel multiplier when
+         * the outputs are a multiple); other groups are a grouped conv2d. */
         int64_t ci = net->layers[l->in[0]].out.d[1];
-        return l->groups > 1 && l->groups == ci && l->channels == ci ? A_DEPTHWISE : A_CONV;
+        return l->groups > 1 && l->groups == ci && l->channels % ci == 0 ? A_DEPTHWISE : A_CONV;
     }
     case NET_DENSE: return A_DENSE;
     case NET_MATMUL: return A_MATMUL;
@@ -136,7 +138,8 @@ static const char *anchor_te_name(anchor_t a)
 static int is_elementwise(net_op_t op)
 {
     return op == NET_BATCH_NORM || op == NET_BIAS_ADD || op == NET_SCALE || op == NET_ADD ||
-           op == NET_RELU || op == NET_GELU || op == NET_ELEMWISE;
+           op == NET_RELU || op == NET_GELU || op == NET_CLIP || op == NET_SIGMOID ||
+           op == NET_TANH || op == NET_ELEMWISE;
 }
 
 static int same_shape(const net_shape_t *a, const net_shape_t *b)
@@ -174,18 +177,18 @@ static int folds_forward(const ex_t *e, int c, int scalar, int chan)
 }
 
 typedef struct {
-    kt_epilogue_t epi[KT_OPS_MAX_EPILOGUE];
+    kt_epi_t epi[KT_OPS_MAX_EPILOGUE];
     int nepi;
     kt_sbuf_t desc;
 } group_t;
 
 static int push_epi(group_t *g, kt_epilogue_t x)
 {
-    if (x == KT_EPI_BIAS_ADD && g->nepi > 0 && g->epi[g->nepi - 1] == KT_EPI_BIAS_ADD)
+    if (x == KT_EPI_BIAS_ADD && g->nepi > 0 && g->epi[g->nepi - 1].op == KT_EPI_BIAS_ADD)
         return 1;   /* two constant shifts in a row are one bias */
     if (g->nepi == KT_OPS_MAX_EPILOGUE)
         return 0;
-    g->epi[g->nepi++] = x;
+    g->epi[g->nepi++] = (kt_epi_t){.op = x};
     return 1;
 }
 
@@ -195,10 +198,13 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
 {
     const kt_net_t *net = e->net;
     const net_layer_t *A = &net->layers[a];
-    const int can_epi = kind == A_CONV || kind == A_DEPTHWISE || kind == A_DENSE ||
-                        kind == A_MATMUL;
+    /* te's softmax and layer norm take no epilogue (TVM fuses none into
+     * their reductions either); every other anchor does. */
+    const int can_epi = kind != A_SOFTMAX && kind != A_LN;
     const int const_weights = kind == A_CONV || kind == A_DEPTHWISE || kind == A_DENSE;
-    const int chan = kind == A_CONV || kind == A_DEPTHWISE ? 1 : A->out.ndim - 1;
+    const int chan = kind == A_CONV || kind == A_DEPTHWISE || kind == A_POOL || kind == A_GPOOL
+                         ? 1
+                         : A->out.ndim - 1;
     if (A->bias)
         push_epi(g, KT_EPI_BIAS_ADD);
     int tail = a;
@@ -215,14 +221,39 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
                          anchor_te_name(kind), anchor_te_name(kind));
         int only_bias = 1;
         for (int k = 0; k < g->nepi; k++)
-            only_bias &= g->epi[k] == KT_EPI_BIAS_ADD;
+            only_bias &= g->epi[k].op == KT_EPI_BIAS_ADD;
         int ok = 1;
         switch (C->op) {
         case NET_RELU:
+            if (g->nepi > 0 && g->epi[g->nepi - 1].op == KT_EPI_CLIP) {
+                /* relu(clip(x, lo, hi)) is clip(x, max(lo, 0), max(hi, 0)). */
+                kt_epi_t *l = &g->epi[g->nepi - 1];
+                l->lo = l->lo > 0 ? l->lo : 0.0;
+                l->hi = l->hi > 0 ? l->hi : 0.0;
+                break;
+            }
             ok = push_epi(g, KT_EPI_RELU);
             break;
         case NET_GELU:
             ok = push_epi(g, KT_EPI_GELU);
+            break;
+        case NET_SIGMOID:
+            ok = push_epi(g, KT_EPI_SIGMOID);
+            break;
+        case NET_TANH:
+            ok = push_epi(g, KT_EPI_TANH);
+            break;
+        case NET_CLIP:
+            if (g->nepi > 0 && g->epi[g->nepi - 1].op == KT_EPI_RELU && C->lo <= 0 && C->hi >= 0) {
+                /* clip(relu(x), lo <= 0, hi) is clip(x, 0, hi): PyTorch
+                 * exports relu6 as Relu then Clip(max = 6). */
+                g->epi[g->nepi - 1] = (kt_epi_t){.op = KT_EPI_CLIP, .lo = 0.0, .hi = C->hi};
+                break;
+            }
+            if ((ok = push_epi(g, KT_EPI_CLIP))) {
+                g->epi[g->nepi - 1].lo = C->lo;
+                g->epi[g->nepi - 1].hi = C->hi;
+            }
             break;
         case NET_BIAS_ADD:
             if (!C->scalar && C->axis != chan)
@@ -237,12 +268,14 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
                 return issue(e, KT_NET_NOT_FUSED, C, "a per-channel %s along axis %d, not the "
                              "task's channel axis %d: te has no epilogue for it",
                              C->op == NET_SCALE ? "scale" : "batch norm", C->axis, chan);
+            /* The scale folds into the task's weights or forward into the
+             * next convolution where it can (TVM's FoldScaleAxis), else it
+             * stays a multiply (as TVM's "add, multiply, add, relu" tasks). */
             if (!(const_weights && only_bias) &&
                 !folds_forward(e, c, C->op == NET_SCALE && C->scalar, chan))
-                return issue(e, KT_NET_NOT_FUSED, C, "its scale folds neither into the task's "
-                             "weights (a relu or add comes first) nor into a following "
-                             "convolution, and te has no multiply epilogue");
-            if (C->op == NET_BATCH_NORM)
+                ok = push_epi(g, C->op == NET_SCALE && C->scalar ? KT_EPI_MULTIPLY_SCALAR
+                                                                 : KT_EPI_MULTIPLY);
+            if (ok && C->op == NET_BATCH_NORM)
                 ok = push_epi(g, KT_EPI_BIAS_ADD);
             break;
         case NET_ADD: {
@@ -303,22 +336,15 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
         return NULL;
     }
     const char *why = NULL;
-    char buf[160];
     switch (kind) {
     case A_CONV:
         if (A->groups > 1) {
-            int64_t ci = x->d[1];
-            if (A->groups == ci)
-                snprintf(buf, sizeof(buf), "depthwise convolution with channel multiplier %lld: "
-                         "te's depthwise_conv2d has multiplier 1 only",
-                         (long long)(A->channels / ci));
-            else
-                snprintf(buf, sizeof(buf), "grouped convolution (groups=%lld): te has no "
-                         "grouped conv2d", (long long)A->groups);
-            why = buf;
-            break;
+            json_object_set_new(w, "op", json_string(nhwc ? "group_conv2d_nhwc"
+                                                          : "group_conv2d_nchw"));
+            set_int(w, "groups", A->groups);
+        } else {
+            json_object_set_new(w, "op", json_string(nhwc ? "conv2d_nhwc" : "conv2d_nchw"));
         }
-        json_object_set_new(w, "op", json_string(nhwc ? "conv2d_nhwc" : "conv2d_nchw"));
         set_int(w, "N", x->d[0]);
         set_int(w, "H", x->d[2]);
         set_int(w, "W", x->d[3]);
@@ -329,11 +355,10 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
         set_window(w, A, 1);
         break;
     case A_DEPTHWISE:
-        if (!nhwc) {
-            why = "te has no NCHW depthwise conv2d (extract with layout NHWC)";
-            break;
-        }
-        json_object_set_new(w, "op", json_string("depthwise_conv2d_nhwc"));
+        json_object_set_new(w, "op", json_string(nhwc ? "depthwise_conv2d_nhwc"
+                                                      : "depthwise_conv2d_nchw"));
+        if (A->channels != x->d[1])
+            set_int(w, "multiplier", A->channels / x->d[1]);
         set_int(w, "N", x->d[0]);
         set_int(w, "H", x->d[2]);
         set_int(w, "W", x->d[3]);
@@ -375,11 +400,7 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
         break;
     }
     case A_POOL:
-        if (!nhwc) {
-            why = "te has no NCHW pool2d (extract with layout NHWC)";
-            break;
-        }
-        json_object_set_new(w, "op", json_string("pool2d"));
+        json_object_set_new(w, "op", json_string(nhwc ? "pool2d" : "pool2d_nchw"));
         json_object_set_new(w, "kind", json_string(A->pool_max ? "max" : "avg"));
         set_int(w, "N", x->d[0]);
         set_int(w, "H", x->d[2]);
@@ -390,11 +411,8 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
         set_window(w, A, 0);
         break;
     case A_GPOOL:
-        if (!nhwc) {
-            why = "te has no NCHW global_avg_pool (extract with layout NHWC)";
-            break;
-        }
-        json_object_set_new(w, "op", json_string("global_avg_pool"));
+        json_object_set_new(w, "op", json_string(nhwc ? "global_avg_pool"
+                                                      : "global_avg_pool_nchw"));
         set_int(w, "N", x->d[0]);
         set_int(w, "H", x->d[2]);
         set_int(w, "W", x->d[3]);
@@ -417,10 +435,15 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
         *rc = issue(e, KT_NET_UNSUPPORTED, A, "%s", why);
         return NULL;
     }
-    if (kind == A_CONV || kind == A_DEPTHWISE || kind == A_DENSE || kind == A_MATMUL) {
+    if (kind != A_SOFTMAX && kind != A_LN) {
         json_t *ep = json_array();
-        for (int k = 0; k < g->nepi; k++)
-            json_array_append_new(ep, json_string(kt_ops_epilogue_name(g->epi[k])));
+        for (int k = 0; k < g->nepi; k++) {
+            const kt_epi_t *x = &g->epi[k];
+            json_array_append_new(ep, x->op == KT_EPI_CLIP
+                                          ? json_pack("{s:s, s:f, s:f}", "op", "clip", "min",
+                                                      x->lo, "max", x->hi)
+                                          : json_string(kt_ops_epilogue_name(x->op)));
+        }
         json_object_set_new(w, "epilogue", ep);
     }
     return w;

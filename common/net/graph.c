@@ -1,4 +1,5 @@
 /* The layer-graph IR: building, shape inference, accessors (net_int.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@ static const char *const op_names[NET__OP_COUNT] = {
     [NET_MATMUL] = "matmul",     [NET_BATCH_NORM] = "batch_norm", [NET_BIAS_ADD] = "bias_add",
     [NET_SCALE] = "scale",       [NET_ADD] = "add",               [NET_RELU] = "relu",
     [NET_GELU] = "gelu",         [NET_ELEMWISE] = "elementwise",  [NET_POOL] = "pool",
+    [NET_CLIP] = "clip",         [NET_SIGMOID] = "sigmoid",       [NET_TANH] = "tanh",
     [NET_GLOBAL_POOL] = "global_avg_pool", [NET_SOFTMAX] = "softmax",
     [NET_LAYER_NORM] = "layer_norm",       [NET_SHAPE] = "shape",
     [NET_UNSUPPORTED] = "unsupported",
@@ -460,8 +462,15 @@ int net_layer_finish(kt_net_t *net, int i)
             return broadcast(x, &net->layers[l->in[1]].out, o) || check_dims("inputs", o);
         *o = *x;
         return KT_OK;
+    case NET_CLIP:
+        if (!isfinite(l->lo) || !isfinite(l->hi) || l->lo > l->hi)
+            return kt_err_set(KT_EINVAL, "field 'min': clip bounds must be finite with min <= "
+                              "max");
+        /* fall through */
     case NET_RELU:
     case NET_GELU:
+    case NET_SIGMOID:
+    case NET_TANH:
         if (need_inputs(l, 1, 1))
             return KT_EINVAL;
         *o = *x;

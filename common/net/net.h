@@ -1,19 +1,21 @@
 /*
  * Networks and their tuning tasks. A network is a small graph of layers
- * (conv2d, dense, matmul, batch norm, bias add, relu, gelu, residual add,
- * pooling, softmax, layer norm and shape-only ops such as reshape) whose
- * shapes are inferred when it is built. It comes from the built-in model zoo,
- * a JSON network file (NETWORKS.md) or an ONNX model; it never holds weight
- * values, only their shapes.
+ * (conv2d, dense, matmul, batch norm, bias add, scale, relu, gelu, clip,
+ * sigmoid, tanh, residual add, pooling, softmax, layer norm and shape-only ops
+ * such as reshape) whose shapes are inferred when it is built. It comes from
+ * the built-in model zoo, a JSON network file (NETWORKS.md) or an ONNX model;
+ * it never holds weight values, only their shapes.
  *
  * kt_net_extract() partitions a network into tuning tasks as TVM's
- * auto_scheduler.extract_tasks does: each anchor operator (conv2d, depthwise
- * conv2d, dense, matmul, batch_matmul, pool, global pool, softmax, layer norm)
- * becomes one task together with the elementwise layers TVM would fuse after
- * it and te can express as epilogues (bias add and batch norm folded to
- * "bias_add", "relu", "gelu", residual "add"); identical workloads (same
- * workload key) are merged and their weight is the number of appearances.
- * Shape-only layers and stand-alone elementwise layers produce no task (TVM's
+ * auto_scheduler.extract_tasks does: each anchor operator (conv2d, grouped
+ * and depthwise conv2d, dense, matmul, batch_matmul, pool, global pool,
+ * softmax, layer norm) becomes one task together with the elementwise layers
+ * TVM would fuse after it (all but softmax and layer norm take them) and te
+ * can express as epilogues (bias add and folded batch norm shifts as
+ * "bias_add", unfoldable scales as "multiply", relu, gelu, clip (relu6),
+ * sigmoid, tanh, residual "add"); identical workloads (same workload key)
+ * are merged and their weight is the number of appearances. Shape-only
+ * layers and stand-alone elementwise layers produce no task (TVM's
  * include_simple_tasks=False). Tasks are listed in order of first appearance
  * in the network's topological layer order. What cannot be expressed is
  * listed as issues, never silently dropped: layers te has no operator for
@@ -22,7 +24,8 @@
  *
  * Layouts: 4-D activations are held as [N, C, H, W] inside a network (the
  * ONNX and PyTorch convention); the layout given to kt_net_extract() only
- * selects which te operators the tasks use (conv2d_nhwc or conv2d_nchw...).
+ * selects which te operators the tasks use (conv2d_nhwc or conv2d_nchw...);
+ * every anchor exists in both layouts.
  *
  * Ownership: constructors return a kt_net_t the caller frees with
  * kt_net_free(); kt_net_extract() returns a kt_net_tasks_t (tasks, their

@@ -29,6 +29,9 @@ typedef enum {
     NET_ADD,          /* sum of two activations (numpy broadcasting) */
     NET_RELU,
     NET_GELU,         /* erf form */
+    NET_CLIP,         /* clamp to [lo, hi] (relu6 is clip 0..6) */
+    NET_SIGMOID,
+    NET_TANH,
     NET_ELEMWISE,     /* any other elementwise op (label says which); no te epilogue */
     NET_POOL,         /* 2-D max or average pool */
     NET_GLOBAL_POOL,  /* global average pool over H, W */
@@ -73,6 +76,7 @@ typedef struct {
     int axis;            /* bias_add, scale, softmax, flatten, concat (negative counts from the end) */
     int scalar;          /* scale: a scalar rather than a vector */
     int affine;          /* layer norm: gamma and beta */
+    double lo, hi;       /* clip: bounds (finite, lo <= hi) */
     net_shape_kind_t shape_kind;
     int ntarget;
     int64_t target[KT_NET_MAX_DIMS];

@@ -1,4 +1,5 @@
 /* JSON network files (format in NETWORKS.md) -> layer graph (net.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,18 @@ static int get_int(rd_t *r, const char *name, int64_t lo, int64_t hi, int64_t df
         return kt_err_set(KT_EINVAL, "field '%s' must be an integer in %lld..%lld", name,
                           (long long)lo, (long long)hi);
     *out = json_integer_value(v);
+    return KT_OK;
+}
+
+/* A required finite number. */
+static int get_num(rd_t *r, const char *name, double *out)
+{
+    json_t *v = field(r, name);
+    if (!v)
+        return kt_err_set(KT_EINVAL, "field '%s' is missing", name);
+    if (!json_is_number(v) || !isfinite(json_number_value(v)))
+        return kt_err_set(KT_EINVAL, "field '%s' must be a finite number", name);
+    *out = json_number_value(v);
     return KT_OK;
 }
 
@@ -160,9 +173,10 @@ static const fop_t fops[] = {
     {"add", NET_ADD, NULL, 2, 2},
     {"relu", NET_RELU, NULL, 1, 1},
     {"gelu", NET_GELU, NULL, 1, 1},
-    {"relu6", NET_ELEMWISE, "clip", 1, 1},
-    {"sigmoid", NET_ELEMWISE, "sigmoid", 1, 1},
-    {"tanh", NET_ELEMWISE, "tanh", 1, 1},
+    {"relu6", NET_CLIP, "clip", 1, 1},
+    {"clip", NET_CLIP, "clip", 1, 1},
+    {"sigmoid", NET_SIGMOID, NULL, 1, 1},
+    {"tanh", NET_TANH, NULL, 1, 1},
     {"mul", NET_ELEMWISE, "mul", 2, 2},
     {"elementwise", NET_ELEMWISE, NULL, 1, 2},
     {"max_pool", NET_POOL, "max_pool", 1, 1},
@@ -223,6 +237,13 @@ static int read_attrs(rd_t *r, const fop_t *f, net_layer_t *l, int input_rank)
         return KT_OK;
     case NET_LAYER_NORM:
         return get_bool(r, "affine", 1, &l->affine) ? KT_EINVAL : KT_OK;
+    case NET_CLIP:
+        if (strcmp(f->name, "relu6") == 0) {
+            l->lo = 0.0;
+            l->hi = 6.0;
+            return KT_OK;
+        }
+        return get_num(r, "min", &l->lo) || get_num(r, "max", &l->hi) ? KT_EINVAL : KT_OK;
     case NET_ELEMWISE:
         if (!f->label) {
             json_t *fn = field(r, "fn");

@@ -3,6 +3,7 @@
  * for their shapes; small constants (shapes, axes, scalars) are read and
  * folded so the Shape -> Gather -> Concat -> Reshape chains exporters write
  * resolve to plain reshapes. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -786,7 +787,20 @@ static int h_clip(nd_t *d)
     }
     if (lo == 0.0 && isinf(hi) && hi > 0)
         return simple(d, NET_RELU, "Clip");   /* clip(x, 0, inf) is relu, exactly */
-    return simple(d, NET_ELEMWISE, "clip");
+    if (isnan(lo) || isnan(hi) || lo > hi)
+        return unsup(d, "clip bounds must satisfy min <= max");
+    /* te's clip takes finite bounds: an open side is the float32 extreme,
+     * the same on every finite input. */
+    int x, rc = in_layer(d, 0, &x);
+    if (rc)
+        return rc;
+    net_layer_t *l;
+    int i = new_layer(d, NULL, NET_CLIP, "clip", &x, 1, &l);
+    if (i >= 0) {
+        l->lo = isinf(lo) ? -FLT_MAX : lo;
+        l->hi = isinf(hi) ? FLT_MAX : hi;
+    }
+    return finish_out(d, i, 0);
 }
 
 /* ---- normalization, softmax ----------------------------------------------------- */
@@ -1687,7 +1701,7 @@ static void match_gelu(imp_t *im, int e)
 static int unary_elementwise(const char *op)
 {
     static const char *const ops[] = {
-        "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Softplus",
+        "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Softplus",
         "Softsign", "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Floor",
         "Ceil", "Round", "Sin", "Cos", "Sign", "Mish", "ThresholdedRelu", "Not",
     };
@@ -1713,6 +1727,10 @@ static int dispatch(nd_t *d, const char *op)
         return simple(d, NET_RELU, "Relu");
     if (!strcmp(op, "Clip"))
         return h_clip(d);
+    if (!strcmp(op, "Sigmoid"))
+        return simple(d, NET_SIGMOID, "sigmoid");
+    if (!strcmp(op, "Tanh"))
+        return simple(d, NET_TANH, "tanh");
     if (!strcmp(op, "Gelu")) {
         char buf[16];
         const char *ap = attr_str(d->n, "approximate", buf, sizeof(buf));

@@ -9,7 +9,9 @@
 
 static const char *const epi_names[KT_EPI__COUNT] = {
     [KT_EPI_BIAS_ADD] = "bias_add", [KT_EPI_RELU] = "relu", [KT_EPI_ADD] = "add",
-    [KT_EPI_GELU] = "gelu",
+    [KT_EPI_GELU] = "gelu", [KT_EPI_CLIP] = "clip", [KT_EPI_SIGMOID] = "sigmoid",
+    [KT_EPI_TANH] = "tanh", [KT_EPI_MULTIPLY] = "multiply",
+    [KT_EPI_MULTIPLY_SCALAR] = "multiply_scalar",
 };
 
 const char *kt_ops_epilogue_name(kt_epilogue_t e)
@@ -24,8 +26,8 @@ int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out)
             *out = (kt_epilogue_t)i;
             return KT_OK;
         }
-    return kt_err_set(KT_EINVAL, "unknown epilogue '%s' (expected bias_add, relu, add or gelu)",
-                      name ? name : "");
+    return kt_err_set(KT_EINVAL, "unknown epilogue '%s' (expected bias_add, relu, add, gelu, "
+                      "clip, sigmoid, tanh, multiply or multiply_scalar)", name ? name : "");
 }
 
 kt_conv2d_params_t kt_ops_conv2d_default(void)
@@ -94,9 +96,24 @@ static int check_dim(const char *field, int64_t v)
 
 static const char *const ax4[] = {"ax0", "ax1", "ax2", "ax3", "ax4", "ax5", "ax6", "ax7"};
 
+/* Plain kinds to parameterized epilogues; clip needs bounds, so it is refused. */
+static int epi_from_kinds(const kt_epilogue_t *kinds, int n, kt_epi_t *out)
+{
+    if (n < 0 || n > KT_OPS_MAX_EPILOGUE || (n > 0 && !kinds))
+        return kt_err_set(KT_EINVAL, "field 'epilogue' has more than %d entries",
+                          KT_OPS_MAX_EPILOGUE);
+    for (int i = 0; i < n; i++) {
+        if (kinds[i] == KT_EPI_CLIP)
+            return kt_err_set(KT_EINVAL, "field 'epilogue[%d]': clip needs bounds (use the "
+                              "kt_epi_t form)", i);
+        out[i] = (kt_epi_t){.op = kinds[i]};
+    }
+    return KT_OK;
+}
+
 /* Append the epilogue stages after stage `last`; returns the new last stage
- * or negative. chan: the axis bias_add broadcasts over. */
-static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epilogue_t *epi, int nepi)
+ * or negative. chan: the axis bias_add and multiply broadcast over. */
+static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epi_t *epi, int nepi)
 {
     if (nepi < 0 || nepi > KT_OPS_MAX_EPILOGUE || (nepi > 0 && !epi))
         return kt_err_set(KT_EINVAL, "field 'epilogue' has more than %d entries",
@@ -107,39 +124,67 @@ static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epilogue_t *e
     memcpy(shape, out->shape, sizeof(shape));
     for (int e = 0; e < nepi; e++) {
         char name[KT_TE_MAX_NAME], pname[KT_TE_MAX_NAME];
-        int ph = -1;
+        int ph = -1, needs_ph = 1;
+        const int64_t one = 1;
         kt_expr_t *x = NULL, *body = NULL;
-        switch (epi[e]) {
-        case KT_EPI_BIAS_ADD: {
+        kt_epilogue_t op = epi[e].op;
+        switch (op) {
+        case KT_EPI_BIAS_ADD:
             unique_name(d, "bias", pname);
             ph = kt_dag_placeholder(d, pname, 1, &shape[chan]);
             unique_name(d, "T_bias_add", name);
             break;
-        }
         case KT_EPI_ADD:
             unique_name(d, "residual", pname);
             ph = kt_dag_placeholder(d, pname, n, shape);
             unique_name(d, "T_add", name);
             break;
-        case KT_EPI_RELU:
-            unique_name(d, "T_relu", name);
+        case KT_EPI_MULTIPLY:
+        case KT_EPI_MULTIPLY_SCALAR:
+            unique_name(d, "scale", pname);
+            ph = kt_dag_placeholder(d, pname, 1, op == KT_EPI_MULTIPLY ? &shape[chan] : &one);
+            unique_name(d, "T_multiply", name);
             break;
+        case KT_EPI_CLIP: {
+            double lo = (double)(float)epi[e].lo, hi = (double)(float)epi[e].hi;
+            if (!isfinite(lo) || !isfinite(hi) || lo > hi)
+                return kt_err_set(KT_EINVAL, "field 'epilogue[%d]': clip bounds must be finite "
+                                  "with min <= max", e);
+            unique_name(d, "T_clip", name);
+            needs_ph = 0;
+            break;
+        }
+        case KT_EPI_RELU:
         case KT_EPI_GELU:
-            unique_name(d, "T_gelu", name);
+        case KT_EPI_SIGMOID:
+        case KT_EPI_TANH:
+            unique_name(d, op == KT_EPI_RELU      ? "T_relu"
+                           : op == KT_EPI_GELU    ? "T_gelu"
+                           : op == KT_EPI_SIGMOID ? "T_sigmoid"
+                                                  : "T_tanh",
+                        name);
+            needs_ph = 0;
             break;
         default:
-            return kt_err_set(KT_EINVAL, "field 'epilogue': bad entry %d", (int)epi[e]);
+            return kt_err_set(KT_EINVAL, "field 'epilogue': bad entry %d", (int)op);
         }
-        if ((epi[e] == KT_EPI_BIAS_ADD || epi[e] == KT_EPI_ADD) && ph < 0)
+        if (needs_ph && ph < 0)
             return ph;
         int s = kt_dag_compute(d, name, "elemwise", n, shape, ax4, 0, NULL, NULL, KT_RED_NONE);
         if (s < 0)
             return s;
         x = load_identity(d, last, n);
-        switch (epi[e]) {
-        case KT_EPI_BIAS_ADD: {
+        switch (op) {
+        case KT_EPI_BIAS_ADD:
+        case KT_EPI_MULTIPLY: {
             int c = chan;
-            body = add(d, x, load_axes(d, ph, 1, &c));
+            kt_expr_t *v = load_axes(d, ph, 1, &c);
+            body = op == KT_EPI_BIAS_ADD ? add(d, x, v) : mul(d, x, v);
+            break;
+        }
+        case KT_EPI_MULTIPLY_SCALAR: {
+            int c = -1;
+            body = mul(d, x, load_axes(d, ph, 1, &c));
             break;
         }
         case KT_EPI_ADD:
@@ -147,6 +192,17 @@ static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epilogue_t *e
             break;
         case KT_EPI_RELU:
             body = kt_ex_bin(d, KT_EX_MAX, x, cf(d, 0.0));
+            break;
+        case KT_EPI_CLIP:
+            body = kt_ex_bin(d, KT_EX_MAX, kt_ex_bin(d, KT_EX_MIN, x, cf(d, epi[e].hi)),
+                             cf(d, epi[e].lo));
+            break;
+        case KT_EPI_SIGMOID:
+            body = div_f(d, cf(d, 1.0),
+                         add(d, cf(d, 1.0), kt_ex_call(d, KT_FN_EXP, sub(d, cf(d, 0.0), x))));
+            break;
+        case KT_EPI_TANH:
+            body = kt_ex_call(d, KT_FN_TANH, x);
             break;
         default: {
             kt_expr_t *x2 = load_identity(d, last, n);
@@ -176,8 +232,8 @@ static kt_dag_t *finish(kt_dag_t *d, int rc)
 
 /* ---- matmul family -------------------------------------------------------- */
 
-kt_dag_t *kt_ops_matmul(int64_t M, int64_t N, int64_t K, int b_transposed,
-                        const kt_epilogue_t *epi, int nepi)
+kt_dag_t *kt_ops_matmul_ex(int64_t M, int64_t N, int64_t K, int b_transposed,
+                           const kt_epi_t *epi, int nepi)
 {
     if (check_dim("M", M) || check_dim("N", N) || check_dim("K", K))
         return NULL;
@@ -202,7 +258,7 @@ kt_dag_t *kt_ops_matmul(int64_t M, int64_t N, int64_t K, int b_transposed,
     return finish(d, rc ? rc : add_epilogues(d, c, 1, epi, nepi));
 }
 
-kt_dag_t *kt_ops_dense(int64_t M, int64_t N, int64_t K, const kt_epilogue_t *epi, int nepi)
+kt_dag_t *kt_ops_dense_ex(int64_t M, int64_t N, int64_t K, const kt_epi_t *epi, int nepi)
 {
     if (check_dim("M", M) || check_dim("N", N) || check_dim("K", K))
         return NULL;
@@ -221,8 +277,8 @@ kt_dag_t *kt_ops_dense(int64_t M, int64_t N, int64_t K, const kt_epilogue_t *epi
     return finish(d, rc ? rc : add_epilogues(d, c, 1, epi, nepi));
 }
 
-kt_dag_t *kt_ops_batch_matmul(int64_t B, int64_t M, int64_t N, int64_t K,
-                              const kt_epilogue_t *epi, int nepi)
+kt_dag_t *kt_ops_batch_matmul_ex(int64_t B, int64_t M, int64_t N, int64_t K,
+                                 const kt_epi_t *epi, int nepi)
 {
     if (check_dim("B", B) || check_dim("M", M) || check_dim("N", N) || check_dim("K", K))
         return NULL;
@@ -239,6 +295,33 @@ kt_dag_t *kt_ops_batch_matmul(int64_t B, int64_t M, int64_t N, int64_t K,
     int ia[3] = {0, 1, 3}, ib[3] = {0, 3, 2};
     int rc = kt_dag_set_body(d, c, mul(d, load_axes(d, a, 3, ia), load_axes(d, b, 3, ib)));
     return finish(d, rc ? rc : add_epilogues(d, c, 2, epi, nepi));
+}
+
+/* The plain-kind wrappers: convert, then build. */
+#define WITH_KINDS(kinds, n, call)                                                  \
+    do {                                                                          \
+        kt_epi_t ex_[KT_OPS_MAX_EPILOGUE];                                        \
+        if (epi_from_kinds(kinds, n, ex_))                                        \
+            return NULL;                                                          \
+        const kt_epi_t *epi_ = ex_;                                               \
+        return call;                                                              \
+    } while (0)
+
+kt_dag_t *kt_ops_matmul(int64_t M, int64_t N, int64_t K, int b_transposed,
+                        const kt_epilogue_t *epi, int nepi)
+{
+    WITH_KINDS(epi, nepi, kt_ops_matmul_ex(M, N, K, b_transposed, epi_, nepi));
+}
+
+kt_dag_t *kt_ops_dense(int64_t M, int64_t N, int64_t K, const kt_epilogue_t *epi, int nepi)
+{
+    WITH_KINDS(epi, nepi, kt_ops_dense_ex(M, N, K, epi_, nepi));
+}
+
+kt_dag_t *kt_ops_batch_matmul(int64_t B, int64_t M, int64_t N, int64_t K,
+                              const kt_epilogue_t *epi, int nepi)
+{
+    WITH_KINDS(epi, nepi, kt_ops_batch_matmul_ex(B, M, N, K, epi_, nepi));
 }
 
 /* ---- windows: conv, depthwise, pool --------------------------------------- */
@@ -316,29 +399,70 @@ static kt_expr_t *win(kt_dag_t *d, int axis, int64_t stride, int raxis, int64_t 
     return add(d, scaled(d, axis, stride), scaled(d, raxis, dil));
 }
 
-static kt_dag_t *conv2d(int nchw, int64_t N, int64_t H, int64_t W, int64_t CI, int64_t CO,
-                        int64_t KH, int64_t KW, const kt_conv2d_params_t *pp,
-                        const kt_epilogue_t *epi, int nepi)
+/* Window output sizes of a conv-like operator with its field checks. */
+static int conv_out(int64_t H, int64_t W, int64_t KH, int64_t KW, const kt_conv2d_params_t *p,
+                    int64_t *OH, int64_t *OW)
+{
+    if (check_params(p) ||
+        window_out("H", "KH", H, p->pad[0], p->pad[2], KH, p->stride[0], p->dilation[0], OH) ||
+        window_out("W", "KW", W, p->pad[1], p->pad[3], KW, p->stride[1], p->dilation[1], OW))
+        return KT_EINVAL;
+    return KT_OK;
+}
+
+/* 4-D shape in the layout from n, c, h, w. */
+static void shape4(int nchw, int64_t n, int64_t c, int64_t h, int64_t w, int64_t *out)
+{
+    int64_t a[4] = {n, h, w, c}, b[4] = {n, c, h, w};
+    memcpy(out, nchw ? b : a, 4 * sizeof(int64_t));
+}
+
+/* floordiv(axis, m)*k, printed without the trivial parts. */
+static kt_expr_t *group_base(kt_dag_t *d, int axis, int64_t m, int64_t k)
+{
+    kt_expr_t *g = m == 1 ? ax(d, axis) : kt_ex_bin(d, KT_EX_FLOORDIV, ax(d, axis), ci(d, m));
+    return k == 1 ? g : mul(d, g, ci(d, k));
+}
+
+kt_dag_t *kt_ops_conv2d(kt_layout_t layout, int64_t N, int64_t H, int64_t W, int64_t CI,
+                        int64_t CO, int64_t KH, int64_t KW, int64_t groups,
+                        const kt_conv2d_params_t *pp, const kt_epi_t *epi, int nepi)
 {
     kt_conv2d_params_t p = pp ? *pp : kt_ops_conv2d_default();
-    if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("CI", CI) ||
-        check_dim("CO", CO) || check_dim("KH", KH) || check_dim("KW", KW) || check_params(&p))
+    const int nchw = layout == KT_LAYOUT_NCHW;
+    if (layout != KT_LAYOUT_NHWC && !nchw) {
+        kt_err_set(KT_EINVAL, "bad layout %d", (int)layout);
         return NULL;
+    }
+    if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("CI", CI) ||
+        check_dim("CO", CO) || check_dim("KH", KH) || check_dim("KW", KW))
+        return NULL;
+    const int grouped = groups != 0;
+    if (grouped && (groups < 1 || groups > KT_TE_MAX_EXTENT || CI % groups || CO % groups)) {
+        kt_err_set(KT_EINVAL, "field 'groups' must be a positive divisor of CI and CO "
+                   "(got %lld for CI %lld, CO %lld)", (long long)groups, (long long)CI,
+                   (long long)CO);
+        return NULL;
+    }
+    const int64_t ig = grouped ? CI / groups : CI, og = grouped ? CO / groups : CO;
     int64_t OH = 0, OW = 0;
-    if (window_out("H", "KH", H, p.pad[0], p.pad[2], KH, p.stride[0], p.dilation[0], &OH) ||
-        window_out("W", "KW", W, p.pad[1], p.pad[3], KW, p.stride[1], p.dilation[1], &OW))
+    if (conv_out(H, W, KH, KW, &p, &OH, &OW))
         return NULL;
     kt_dag_t *d = kt_dag_new();
     if (!d)
         return NULL;
     int64_t sd[4], sw[4], so[4];
+    shape4(nchw, N, CI, H, W, sd);
+    shape4(nchw, N, CO, OH, OW, so);
     if (nchw) {
-        int64_t a[4] = {N, CI, H, W}, b[4] = {CO, CI, KH, KW}, c[4] = {N, CO, OH, OW};
-        memcpy(sd, a, sizeof(sd)), memcpy(sw, b, sizeof(sw)), memcpy(so, c, sizeof(so));
+        int64_t b[4] = {CO, ig, KH, KW};
+        memcpy(sw, b, sizeof(sw));
     } else {
-        int64_t a[4] = {N, H, W, CI}, b[4] = {KH, KW, CI, CO}, c[4] = {N, OH, OW, CO};
-        memcpy(sd, a, sizeof(sd)), memcpy(sw, b, sizeof(sw)), memcpy(so, c, sizeof(so));
+        int64_t b[4] = {KH, KW, ig, CO};
+        memcpy(sw, b, sizeof(sw));
     }
+    char name[KT_TE_MAX_NAME];
+    snprintf(name, sizeof(name), "%sconv2d_%s", grouped ? "group_" : "", nchw ? "nchw" : "nhwc");
     int data = kt_dag_placeholder(d, "data", 4, sd);
     if (data < 0)
         return finish(d, data);
@@ -350,23 +474,25 @@ static kt_dag_t *conv2d(int nchw, int64_t N, int64_t H, int64_t W, int64_t CI, i
     if (nchw) {
         /* axes nn ff yy xx | rc ry rx = 0 1 2 3 | 4 5 6 */
         static const char *const an[] = {"nn", "ff", "yy", "xx"}, *const rn[] = {"rc", "ry", "rx"};
-        int64_t rext[3] = {CI, KH, KW};
-        out = kt_dag_compute(d, "conv2d_nchw", "conv2d_nchw", 4, so, an, 3, rext, rn, KT_RED_SUM);
+        int64_t rext[3] = {ig, KH, KW};
+        out = kt_dag_compute(d, name, name, 4, so, an, 3, rext, rn, KT_RED_SUM);
         if (out < 0)
             return finish(d, out);
-        kt_expr_t *di[4] = {ax(d, 0), ax(d, 4), win(d, 2, p.stride[0], 5, p.dilation[0]),
+        kt_expr_t *chan = grouped ? add(d, group_base(d, 1, og, ig), ax(d, 4)) : ax(d, 4);
+        kt_expr_t *di[4] = {ax(d, 0), chan, win(d, 2, p.stride[0], 5, p.dilation[0]),
                             win(d, 3, p.stride[1], 6, p.dilation[1])};
         int wi[4] = {1, 4, 5, 6};
         rc = kt_dag_set_body(d, out, mul(d, kt_ex_load(d, pad, 4, di), load_axes(d, wt, 4, wi)));
     } else {
         /* axes nn yy xx ff | ry rx rc = 0 1 2 3 | 4 5 6 */
         static const char *const an[] = {"nn", "yy", "xx", "ff"}, *const rn[] = {"ry", "rx", "rc"};
-        int64_t rext[3] = {KH, KW, CI};
-        out = kt_dag_compute(d, "conv2d_nhwc", "conv2d_nhwc", 4, so, an, 3, rext, rn, KT_RED_SUM);
+        int64_t rext[3] = {KH, KW, ig};
+        out = kt_dag_compute(d, name, name, 4, so, an, 3, rext, rn, KT_RED_SUM);
         if (out < 0)
             return finish(d, out);
+        kt_expr_t *chan = grouped ? add(d, group_base(d, 3, og, ig), ax(d, 6)) : ax(d, 6);
         kt_expr_t *di[4] = {ax(d, 0), win(d, 1, p.stride[0], 4, p.dilation[0]),
-                            win(d, 2, p.stride[1], 5, p.dilation[1]), ax(d, 6)};
+                            win(d, 2, p.stride[1], 5, p.dilation[1]), chan};
         int wi[4] = {4, 5, 6, 3};
         rc = kt_dag_set_body(d, out, mul(d, kt_ex_load(d, pad, 4, di), load_axes(d, wt, 4, wi)));
     }
@@ -377,49 +503,86 @@ kt_dag_t *kt_ops_conv2d_nhwc(int64_t N, int64_t H, int64_t W, int64_t CI, int64_
                              int64_t KH, int64_t KW, const kt_conv2d_params_t *p,
                              const kt_epilogue_t *epi, int nepi)
 {
-    return conv2d(0, N, H, W, CI, CO, KH, KW, p, epi, nepi);
+    WITH_KINDS(epi, nepi,
+               kt_ops_conv2d(KT_LAYOUT_NHWC, N, H, W, CI, CO, KH, KW, 0, p, epi_, nepi));
 }
 
 kt_dag_t *kt_ops_conv2d_nchw(int64_t N, int64_t H, int64_t W, int64_t CI, int64_t CO,
                              int64_t KH, int64_t KW, const kt_conv2d_params_t *p,
                              const kt_epilogue_t *epi, int nepi)
 {
-    return conv2d(1, N, H, W, CI, CO, KH, KW, p, epi, nepi);
+    WITH_KINDS(epi, nepi,
+               kt_ops_conv2d(KT_LAYOUT_NCHW, N, H, W, CI, CO, KH, KW, 0, p, epi_, nepi));
 }
 
-kt_dag_t *kt_ops_depthwise_conv2d_nhwc(int64_t N, int64_t H, int64_t W, int64_t C, int64_t KH,
-                                       int64_t KW, const kt_conv2d_params_t *pp,
-                                       const kt_epilogue_t *epi, int nepi)
+kt_dag_t *kt_ops_depthwise_conv2d(kt_layout_t layout, int64_t N, int64_t H, int64_t W,
+                                  int64_t C, int64_t M, int64_t KH, int64_t KW,
+                                  const kt_conv2d_params_t *pp, const kt_epi_t *epi, int nepi)
 {
     kt_conv2d_params_t p = pp ? *pp : kt_ops_conv2d_default();
+    const int nchw = layout == KT_LAYOUT_NCHW;
+    if (layout != KT_LAYOUT_NHWC && !nchw) {
+        kt_err_set(KT_EINVAL, "bad layout %d", (int)layout);
+        return NULL;
+    }
     if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("C", C) ||
-        check_dim("KH", KH) || check_dim("KW", KW) || check_params(&p))
+        check_dim("multiplier", M) || check_dim("KH", KH) || check_dim("KW", KW) ||
+        check_dim("C*multiplier", C * M))
         return NULL;
     int64_t OH = 0, OW = 0;
-    if (window_out("H", "KH", H, p.pad[0], p.pad[2], KH, p.stride[0], p.dilation[0], &OH) ||
-        window_out("W", "KW", W, p.pad[1], p.pad[3], KW, p.stride[1], p.dilation[1], &OW))
+    if (conv_out(H, W, KH, KW, &p, &OH, &OW))
         return NULL;
     kt_dag_t *d = kt_dag_new();
     if (!d)
         return NULL;
-    int64_t sd[4] = {N, H, W, C}, sw[4] = {KH, KW, C, 1}, so[4] = {N, OH, OW, C};
+    int64_t sd[4], so[4];
+    shape4(nchw, N, C, H, W, sd);
+    shape4(nchw, N, C * M, OH, OW, so);
+    int64_t sw[4] = {KH, KW, C, M};
+    if (nchw) {
+        int64_t b[4] = {C, M, KH, KW};
+        memcpy(sw, b, sizeof(sw));
+    }
     int data = kt_dag_placeholder(d, "data", 4, sd);
     if (data < 0)
         return finish(d, data);
-    int pad = add_pad(d, data, 1, &p, 0.0);
+    int pad = add_pad(d, data, nchw ? 2 : 1, &p, 0.0);
     int wt = kt_dag_placeholder(d, "weight", 4, sw);
-    /* axes b i j c | di dj = 0 1 2 3 | 4 5 */
-    static const char *const an[] = {"b", "i", "j", "c"}, *const rn[] = {"di", "dj"};
+    /* axes b c i j (NCHW) or b i j c (NHWC) | di dj = 4 5 */
+    static const char *const an_nhwc[] = {"b", "i", "j", "c"}, *const an_nchw[] = {"b", "c", "i", "j"};
+    static const char *const rn[] = {"di", "dj"};
     int64_t rext[2] = {KH, KW};
-    int out = kt_dag_compute(d, "depthwise_conv2d_nhwc", "depthwise_conv2d_nhwc", 4, so, an, 2,
-                             rext, rn, KT_RED_SUM);
+    const char *name = nchw ? "depthwise_conv2d_nchw" : "depthwise_conv2d_nhwc";
+    int out = kt_dag_compute(d, name, name, 4, so, nchw ? an_nchw : an_nhwc, 2, rext, rn,
+                             KT_RED_SUM);
     if (pad < 0 || wt < 0 || out < 0)
         return finish(d, -1);
-    kt_expr_t *di[4] = {ax(d, 0), win(d, 1, p.stride[0], 4, p.dilation[0]),
-                        win(d, 2, p.stride[1], 5, p.dilation[1]), ax(d, 3)};
-    int wi[4] = {4, 5, 3, -1};
-    int rc = kt_dag_set_body(d, out, mul(d, kt_ex_load(d, pad, 4, di), load_axes(d, wt, 4, wi)));
-    return finish(d, rc ? rc : add_epilogues(d, out, 3, epi, nepi));
+    const int ca = nchw ? 1 : 3, ha = nchw ? 2 : 1;
+    /* Multiplier 1 keeps the plain indices (and so the existing keys). */
+    kt_expr_t *cin = group_base(d, ca, M, 1);
+    kt_expr_t *mi = M == 1 ? ci(d, 0) : kt_ex_bin(d, KT_EX_FLOORMOD, ax(d, ca), ci(d, M));
+    kt_expr_t *hx = win(d, ha, p.stride[0], 4, p.dilation[0]);
+    kt_expr_t *wx = win(d, ha + 1, p.stride[1], 5, p.dilation[1]);
+    kt_expr_t *di[4], *wi[4];
+    if (nchw) {
+        kt_expr_t *a[4] = {ax(d, 0), cin, hx, wx};
+        kt_expr_t *b[4] = {group_base(d, ca, M, 1), mi, ax(d, 4), ax(d, 5)};
+        memcpy(di, a, sizeof(di)), memcpy(wi, b, sizeof(wi));
+    } else {
+        kt_expr_t *a[4] = {ax(d, 0), hx, wx, cin};
+        kt_expr_t *b[4] = {ax(d, 4), ax(d, 5), group_base(d, ca, M, 1), mi};
+        memcpy(di, a, sizeof(di)), memcpy(wi, b, sizeof(wi));
+    }
+    int rc = kt_dag_set_body(d, out, mul(d, kt_ex_load(d, pad, 4, di), kt_ex_load(d, wt, 4, wi)));
+    return finish(d, rc ? rc : add_epilogues(d, out, ca, epi, nepi));
+}
+
+kt_dag_t *kt_ops_depthwise_conv2d_nhwc(int64_t N, int64_t H, int64_t W, int64_t C, int64_t KH,
+                                       int64_t KW, const kt_conv2d_params_t *p,
+                                       const kt_epilogue_t *epi, int nepi)
+{
+    WITH_KINDS(epi, nepi,
+               kt_ops_depthwise_conv2d(KT_LAYOUT_NHWC, N, H, W, C, 1, KH, KW, p, epi_, nepi));
 }
 
 /* Elements of a pool window inside the input along one axis:
@@ -432,10 +595,16 @@ static kt_expr_t *inside(kt_dag_t *d, int axis, int64_t s, int64_t plo, int64_t 
     return sub(d, end, kt_ex_bin(d, KT_EX_MAX, start2, ci(d, 0)));
 }
 
-kt_dag_t *kt_ops_pool2d_nhwc(kt_pool_kind_t kind, int64_t N, int64_t H, int64_t W, int64_t C,
-                             int64_t KH, int64_t KW, const kt_conv2d_params_t *pp)
+kt_dag_t *kt_ops_pool2d(kt_layout_t layout, kt_pool_kind_t kind, int64_t N, int64_t H,
+                        int64_t W, int64_t C, int64_t KH, int64_t KW,
+                        const kt_conv2d_params_t *pp, const kt_epi_t *epi, int nepi)
 {
     kt_conv2d_params_t p = pp ? *pp : kt_ops_conv2d_default();
+    const int nchw = layout == KT_LAYOUT_NCHW;
+    if (layout != KT_LAYOUT_NHWC && !nchw) {
+        kt_err_set(KT_EINVAL, "bad layout %d", (int)layout);
+        return NULL;
+    }
     if (kind != KT_POOL_MAX && kind != KT_POOL_AVG) {
         kt_err_set(KT_EINVAL, "field 'kind' must be \"max\" or \"avg\"");
         return NULL;
@@ -458,11 +627,14 @@ kt_dag_t *kt_ops_pool2d_nhwc(kt_pool_kind_t kind, int64_t N, int64_t H, int64_t 
     kt_dag_t *d = kt_dag_new();
     if (!d)
         return NULL;
-    int64_t sd[4] = {N, H, W, C}, so[4] = {N, OH, OW, C};
+    int64_t sd[4], so[4];
+    shape4(nchw, N, C, H, W, sd);
+    shape4(nchw, N, C, OH, OW, so);
+    const int ha = nchw ? 2 : 1, ca = nchw ? 1 : 3;
     int data = kt_dag_placeholder(d, "data", 4, sd);
     if (data < 0)
         return finish(d, data);
-    int pad = add_pad(d, data, 1, &p, kind == KT_POOL_MAX ? -INFINITY : 0.0);
+    int pad = add_pad(d, data, ha, &p, kind == KT_POOL_MAX ? -INFINITY : 0.0);
     static const char *const rn[] = {"rv0", "rv1"};
     int64_t rext[2] = {KH, KW};
     int red = kt_dag_compute(d, kind == KT_POOL_MAX ? "pool_max" : "pool_sum",
@@ -471,33 +643,53 @@ kt_dag_t *kt_ops_pool2d_nhwc(kt_pool_kind_t kind, int64_t N, int64_t H, int64_t 
     if (pad < 0 || red < 0)
         return finish(d, -1);
     /* axes ax0..ax3 | rv0 rv1 = 0..3 | 4 5 */
-    kt_expr_t *di[4] = {ax(d, 0), win(d, 1, p.stride[0], 4, 1), win(d, 2, p.stride[1], 5, 1),
-                        ax(d, 3)};
+    kt_expr_t *di[4] = {ax(d, 0), ax(d, 1), ax(d, 2), ax(d, 3)};
+    di[ha] = win(d, ha, p.stride[0], 4, 1);
+    di[ha + 1] = win(d, ha + 1, p.stride[1], 5, 1);
     int rc = kt_dag_set_body(d, red, kt_ex_load(d, pad, 4, di));
-    if (rc || kind == KT_POOL_MAX)
+    if (rc)
         return finish(d, rc);
-    int avg = kt_dag_compute(d, "pool_avg", "pool_avg", 4, so, ax4, 0, NULL, NULL, KT_RED_NONE);
-    if (avg < 0)
-        return finish(d, avg);
-    kt_expr_t *count;
-    if (p.pad[0] == 0 && p.pad[1] == 0 && p.pad[2] == 0 && p.pad[3] == 0)
-        count = cf(d, (double)(KH * KW));   /* every window lies inside the input */
-    else
-        count = kt_ex_cast(d, KT_DT_F32,
-                           mul(d, inside(d, 1, p.stride[0], p.pad[0], KH, H),
-                               inside(d, 2, p.stride[1], p.pad[1], KW, W)));
-    rc = kt_dag_set_body(d, avg, div_f(d, load_identity(d, red, 4), count));
-    return finish(d, rc);
+    int last = red;
+    if (kind == KT_POOL_AVG) {
+        last = kt_dag_compute(d, "pool_avg", "pool_avg", 4, so, ax4, 0, NULL, NULL, KT_RED_NONE);
+        if (last < 0)
+            return finish(d, last);
+        kt_expr_t *count;
+        if (p.pad[0] == 0 && p.pad[1] == 0 && p.pad[2] == 0 && p.pad[3] == 0)
+            count = cf(d, (double)(KH * KW));   /* every window lies inside the input */
+        else
+            count = kt_ex_cast(d, KT_DT_F32,
+                               mul(d, inside(d, ha, p.stride[0], p.pad[0], KH, H),
+                                   inside(d, ha + 1, p.stride[1], p.pad[1], KW, W)));
+        rc = kt_dag_set_body(d, last, div_f(d, load_identity(d, red, 4), count));
+        if (rc)
+            return finish(d, rc);
+    }
+    return finish(d, add_epilogues(d, last, ca, epi, nepi));
 }
 
-kt_dag_t *kt_ops_global_avg_pool_nhwc(int64_t N, int64_t H, int64_t W, int64_t C)
+kt_dag_t *kt_ops_pool2d_nhwc(kt_pool_kind_t kind, int64_t N, int64_t H, int64_t W, int64_t C,
+                             int64_t KH, int64_t KW, const kt_conv2d_params_t *p)
 {
+    return kt_ops_pool2d(KT_LAYOUT_NHWC, kind, N, H, W, C, KH, KW, p, NULL, 0);
+}
+
+kt_dag_t *kt_ops_global_avg_pool(kt_layout_t layout, int64_t N, int64_t H, int64_t W, int64_t C,
+                                 const kt_epi_t *epi, int nepi)
+{
+    const int nchw = layout == KT_LAYOUT_NCHW;
+    if (layout != KT_LAYOUT_NHWC && !nchw) {
+        kt_err_set(KT_EINVAL, "bad layout %d", (int)layout);
+        return NULL;
+    }
     if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("C", C))
         return NULL;
     kt_dag_t *d = kt_dag_new();
     if (!d)
         return NULL;
-    int64_t sd[4] = {N, H, W, C}, so[4] = {N, 1, 1, C}, rext[2] = {H, W};
+    int64_t sd[4], so[4], rext[2] = {H, W};
+    shape4(nchw, N, C, H, W, sd);
+    shape4(nchw, N, C, 1, 1, so);
     int data = kt_dag_placeholder(d, "data", 4, sd);
     static const char *const rn[] = {"rv0", "rv1"};
     int sum = kt_dag_compute(d, "adaptive_pool_sum", "global_pool_sum", 4, so, ax4, 2, rext, rn,
@@ -506,11 +698,16 @@ kt_dag_t *kt_ops_global_avg_pool_nhwc(int64_t N, int64_t H, int64_t W, int64_t C
                              KT_RED_NONE);
     if (data < 0 || sum < 0 || avg < 0)
         return finish(d, -1);
-    int di[4] = {0, 4, 5, 3};
-    int rc = kt_dag_set_body(d, sum, load_axes(d, data, 4, di));
+    int di_nhwc[4] = {0, 4, 5, 3}, di_nchw[4] = {0, 1, 4, 5};
+    int rc = kt_dag_set_body(d, sum, load_axes(d, data, 4, nchw ? di_nchw : di_nhwc));
     if (!rc)
         rc = kt_dag_set_body(d, avg, div_f(d, load_identity(d, sum, 4), cf(d, (double)(H * W))));
-    return finish(d, rc);
+    return finish(d, rc ? rc : add_epilogues(d, avg, nchw ? 1 : 3, epi, nepi));
+}
+
+kt_dag_t *kt_ops_global_avg_pool_nhwc(int64_t N, int64_t H, int64_t W, int64_t C)
+{
+    return kt_ops_global_avg_pool(KT_LAYOUT_NHWC, N, H, W, C, NULL, 0);
 }
 
 /* ---- normalizations over the last axis ------------------------------------- */

@@ -24,11 +24,26 @@
  * - layer norm over the last axis: T_ln_mean, T_ln_var (biased, two-pass),
  *   T_layer_norm = (x - mean) * rsqrt(var + 1e-5) [* gamma + beta]; gamma
  *   and beta [D] are placeholders when `affine` is set. Rank >= 2.
+ * - depthwise conv2d NCHW: data [N, C, H, W], weight [C, M, KH, KW], out
+ *   [N, C*M, OH, OW] (TVM's depthwise_conv2d_nchw). With a channel
+ *   multiplier M > 1 output channel c reads input channel c / M and weight
+ *   [.., c / M, c % M] (NHWC weight [KH, KW, C, M]); with M = 1 the DAG is
+ *   the plain one above (no floordiv), so existing keys are unchanged.
+ * - group conv2d (TVM's group_conv2d_nhwc / group_conv2d_nchw): CI and CO
+ *   divisible by `groups`; NHWC weight [KH, KW, CI/groups, CO], NCHW weight
+ *   [CO, CI/groups, KH, KW]; output channel ff reads input channels
+ *   (ff / (CO/groups)) * (CI/groups) + rc.
+ * - pool2d and global avg pool NCHW: as NHWC with the channel axis 1
+ *   (global: out [N, C, 1, 1]).
  * - epilogues, each one elementwise stage on the previous output, in order:
  *   bias_add (placeholder "bias" [C] over the channel axis: the last axis,
  *   axis 1 for NCHW), relu (max(x, 0)), add (placeholder "residual" of the
- *   output's shape), gelu (x * 0.5 * (1 + erf(x / sqrt 2))). Repeated
- *   epilogues get names with a suffix (T_relu_1).
+ *   output's shape), gelu (x * 0.5 * (1 + erf(x / sqrt 2))), clip
+ *   (max(min(x, hi), lo), TVM's clip; relu6 is clip(0, 6)), sigmoid
+ *   (1 / (1 + exp(0 - x))), tanh, multiply (placeholder "scale" [C] over the
+ *   channel axis) and multiply_scalar (placeholder "scale" [1]). Repeated
+ *   epilogues get names with a suffix (T_relu_1). Pools and global pools
+ *   take epilogues too (TVM fuses e.g. bias + relu after a max pool).
  *
  * Every constructor returns a finalized DAG (caller frees with kt_dag_free),
  * or NULL with kt_err naming the offending parameter by its workload JSON
@@ -47,16 +62,34 @@ typedef enum {
     KT_EPI_RELU,          /* max(x, 0) */
     KT_EPI_ADD,           /* + residual[same index] */
     KT_EPI_GELU,          /* erf form */
+    KT_EPI_CLIP,          /* max(min(x, hi), lo): needs bounds, so only in kt_epi_t lists */
+    KT_EPI_SIGMOID,       /* 1 / (1 + exp(-x)) */
+    KT_EPI_TANH,          /* tanh(x) */
+    KT_EPI_MULTIPLY,      /* * scale[channel] */
+    KT_EPI_MULTIPLY_SCALAR, /* * scale[0] */
     KT_EPI__COUNT
 } kt_epilogue_t;
+
+/* One epilogue with its parameters: the form every *_ex / layout-generic
+ * constructor takes. lo and hi are the bounds of KT_EPI_CLIP (finite,
+ * lo <= hi, rounded to float32 as the kernel uses them); other epilogues
+ * ignore them. */
+typedef struct {
+    kt_epilogue_t op;
+    double lo, hi;
+} kt_epi_t;
 
 #define KT_OPS_MAX_EPILOGUE 8   /* epilogues per operator */
 #define KT_OPS_LN_EPS 1e-5      /* layer norm epsilon */
 
-/* "bias_add", "relu", "add", "gelu"; NULL for a bad value. */
+/* "bias_add", "relu", "add", "gelu", "clip", "sigmoid", "tanh", "multiply",
+ * "multiply_scalar"; NULL for a bad value. */
 const char *kt_ops_epilogue_name(kt_epilogue_t e);
 /* Name to enum; 0, or KT_EINVAL for an unknown name. */
 int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out);
+
+/* Activation layout of the convolution and pool constructors that take one. */
+typedef enum { KT_LAYOUT_NHWC = 0, KT_LAYOUT_NCHW } kt_layout_t;
 
 /* Window parameters of conv2d and pool2d. */
 typedef struct {
@@ -86,6 +119,30 @@ kt_dag_t *kt_ops_conv2d_nchw(int64_t N, int64_t H, int64_t W, int64_t CI, int64_
 kt_dag_t *kt_ops_depthwise_conv2d_nhwc(int64_t N, int64_t H, int64_t W, int64_t C, int64_t KH,
                                        int64_t KW, const kt_conv2d_params_t *p,
                                        const kt_epilogue_t *epi, int nepi);
+
+/* ---- the same with parameterized epilogues, and the layout-generic forms ---
+ * The functions above take plain epilogue kinds (KT_EPI_CLIP is refused
+ * there: it needs bounds) and build exactly what these build. */
+
+kt_dag_t *kt_ops_matmul_ex(int64_t M, int64_t N, int64_t K, int b_transposed,
+                           const kt_epi_t *epi, int nepi);
+kt_dag_t *kt_ops_dense_ex(int64_t M, int64_t N, int64_t K, const kt_epi_t *epi, int nepi);
+kt_dag_t *kt_ops_batch_matmul_ex(int64_t B, int64_t M, int64_t N, int64_t K,
+                                 const kt_epi_t *epi, int nepi);
+/* groups = 0: plain conv2d_nhwc / conv2d_nchw; groups >= 1: group_conv2d_*
+ * (TVM's grouped operator, also for groups = 1). */
+kt_dag_t *kt_ops_conv2d(kt_layout_t layout, int64_t N, int64_t H, int64_t W, int64_t CI,
+                        int64_t CO, int64_t KH, int64_t KW, int64_t groups,
+                        const kt_conv2d_params_t *p, const kt_epi_t *epi, int nepi);
+/* C input channels, channel multiplier M (output channels C*M). */
+kt_dag_t *kt_ops_depthwise_conv2d(kt_layout_t layout, int64_t N, int64_t H, int64_t W,
+                                  int64_t C, int64_t M, int64_t KH, int64_t KW,
+                                  const kt_conv2d_params_t *p, const kt_epi_t *epi, int nepi);
+kt_dag_t *kt_ops_pool2d(kt_layout_t layout, kt_pool_kind_t kind, int64_t N, int64_t H,
+                        int64_t W, int64_t C, int64_t KH, int64_t KW,
+                        const kt_conv2d_params_t *p, const kt_epi_t *epi, int nepi);
+kt_dag_t *kt_ops_global_avg_pool(kt_layout_t layout, int64_t N, int64_t H, int64_t W, int64_t C,
+                                 const kt_epi_t *epi, int nepi);
 
 /* ---- other operators ----------------------------------------------------- */
 

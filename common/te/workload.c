@@ -2,6 +2,7 @@
 #include "workload.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,27 +118,74 @@ static int get_window(reader_t *r, int dilation, kt_conv2d_params_t *p)
     return KT_OK;
 }
 
-static int get_epilogue(reader_t *r, kt_epilogue_t *epi, int *nepi)
+/* One clip entry {"op": "clip", "min": lo, "max": hi}; canonical: the same
+ * object with float32-rounded bounds (what the kernel uses). */
+static int get_clip(json_t *e, size_t i, kt_epi_t *out, json_t **canon)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(e, key, val) {
+        if (strcmp(key, "op") != 0 && strcmp(key, "min") != 0 && strcmp(key, "max") != 0)
+            return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': unknown field '%s'", i, key);
+    }
+    json_t *op = json_object_get(e, "op"), *lo = json_object_get(e, "min"),
+           *hi = json_object_get(e, "max");
+    if (!json_is_string(op) || strcmp(json_string_value(op), "clip") != 0)
+        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': an object entry must be "
+                          "{\"op\": \"clip\", \"min\": x, \"max\": y}", i);
+    if (!json_is_number(lo) || !json_is_number(hi))
+        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': clip needs numbers 'min' and 'max'",
+                          i);
+    out->op = KT_EPI_CLIP;
+    out->lo = (double)(float)json_number_value(lo);
+    out->hi = (double)(float)json_number_value(hi);
+    if (!isfinite(out->lo) || !isfinite(out->hi) || out->lo > out->hi)
+        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': clip bounds must be finite float32 "
+                          "values with min <= max", i);
+    *canon = json_pack("{s:s, s:f, s:f}", "op", "clip", "min", out->lo, "max", out->hi);
+    return KT_OK;
+}
+
+/* `omit_empty`: leave an empty list out of the canonical JSON (the pools,
+ * whose canonical JSON had no epilogue field before they took one). */
+static int get_epilogue(reader_t *r, kt_epi_t *epi, int *nepi, int omit_empty)
 {
     mark(r, "epilogue");
     *nepi = 0;
     json_t *v = json_object_get(r->obj, "epilogue");
     json_t *canon = json_array();
     json_object_set_new(r->canon, "epilogue", canon);
-    if (!v)
+    if (!v || (omit_empty && json_is_array(v) && json_array_size(v) == 0)) {
+        if (omit_empty)
+            json_object_del(r->canon, "epilogue");
         return KT_OK;
+    }
     if (!json_is_array(v))
         return kt_err_set(KT_EINVAL, "field 'epilogue' must be an array of names");
     if (json_array_size(v) > KT_OPS_MAX_EPILOGUE)
         return kt_err_set(KT_EINVAL, "field 'epilogue' has more than %d entries",
                           KT_OPS_MAX_EPILOGUE);
     for (size_t i = 0; i < json_array_size(v); i++) {
-        json_t *e = json_array_get(v, i);
-        if (!json_is_string(e) || kt_ops_epilogue_parse(json_string_value(e), &epi[i]) != 0)
+        json_t *e = json_array_get(v, i), *c = NULL;
+        if (json_is_object(e)) {
+            int rc = get_clip(e, i, &epi[i], &c);
+            if (rc)
+                return rc;
+        } else if (json_is_string(e) && strcmp(json_string_value(e), "relu6") == 0) {
+            epi[i] = (kt_epi_t){.op = KT_EPI_CLIP, .lo = 0.0, .hi = 6.0};
+            c = json_pack("{s:s, s:f, s:f}", "op", "clip", "min", 0.0, "max", 6.0);
+        } else if (!json_is_string(e) ||
+                   kt_ops_epilogue_parse(json_string_value(e), &epi[i].op) != 0 ||
+                   epi[i].op == KT_EPI_CLIP) {
             return kt_err_set(KT_EINVAL,
                               "field 'epilogue[%zu]' must be one of \"bias_add\", \"relu\", "
-                              "\"add\", \"gelu\"", i);
-        json_array_append_new(canon, json_string(json_string_value(e)));
+                              "\"add\", \"gelu\", \"sigmoid\", \"tanh\", \"multiply\", "
+                              "\"multiply_scalar\", \"relu6\" or {\"op\": \"clip\", \"min\": x, "
+                              "\"max\": y}", i);
+        } else {
+            c = json_string(json_string_value(e));
+        }
+        json_array_append_new(canon, c);
     }
     *nepi = (int)json_array_size(v);
     return KT_OK;
@@ -214,61 +262,97 @@ static int reject_unknown(reader_t *r)
 
 static const char *const op_names[] = {
     "matmul", "dense", "batch_matmul", "conv2d_nhwc", "conv2d_nchw", "depthwise_conv2d_nhwc",
-    "pool2d", "global_avg_pool", "softmax", "layer_norm",
+    "pool2d", "global_avg_pool", "softmax", "layer_norm", "group_conv2d_nhwc",
+    "group_conv2d_nchw", "depthwise_conv2d_nchw", "pool2d_nchw", "global_avg_pool_nchw",
 };
+
+enum {
+    OP_MATMUL = 0, OP_DENSE, OP_BATCH_MATMUL, OP_CONV_NHWC, OP_CONV_NCHW, OP_DW_NHWC, OP_POOL,
+    OP_GPOOL, OP_SOFTMAX, OP_LN, OP_GCONV_NHWC, OP_GCONV_NCHW, OP_DW_NCHW, OP_POOL_NCHW,
+    OP_GPOOL_NCHW,
+};
+
+/* An optional positive integer, written to the canonical JSON only when it
+ * differs from the default (so adding it kept existing canonical JSON). */
+static int get_opt_int(reader_t *r, const char *field, int64_t dflt, int64_t *out)
+{
+    if (!json_object_get(r->obj, field)) {
+        mark(r, field);
+        *out = dflt;
+        return KT_OK;
+    }
+    int rc = get_int(r, field, out);
+    if (rc == KT_OK && *out == dflt)
+        json_object_del(r->canon, field);
+    return rc;
+}
 
 static kt_dag_t *build(reader_t *r, int op)
 {
-    kt_epilogue_t epi[KT_OPS_MAX_EPILOGUE];
+    kt_epi_t epi[KT_OPS_MAX_EPILOGUE];
     int nepi = 0, choice = 0, ndim = 0, affine = 1;
-    int64_t B, M, N, K, H, W, C, CI, CO, KH, KW, shape[KT_TE_MAX_DIMS];
+    int64_t B, M, N, K, H, W, C, CI, CO, KH, KW, G, shape[KT_TE_MAX_DIMS];
     kt_conv2d_params_t p;
     static const char *const layouts[] = {"NN", "NT"}, *const kinds[] = {"max", "avg"};
+    const kt_layout_t lay = op == OP_CONV_NCHW || op == OP_GCONV_NCHW || op == OP_DW_NCHW ||
+                                    op == OP_POOL_NCHW || op == OP_GPOOL_NCHW
+                                ? KT_LAYOUT_NCHW
+                                : KT_LAYOUT_NHWC;
     switch (op) {
-    case 0:
+    case OP_MATMUL:
         if (get_int(r, "M", &M) || get_int(r, "N", &N) || get_int(r, "K", &K) ||
-            get_choice(r, "layout", layouts, 2, 0, &choice) || get_epilogue(r, epi, &nepi) ||
+            get_choice(r, "layout", layouts, 2, 0, &choice) || get_epilogue(r, epi, &nepi, 0) ||
             reject_unknown(r))
             return NULL;
-        return kt_ops_matmul(M, N, K, choice, epi, nepi);
-    case 1:
+        return kt_ops_matmul_ex(M, N, K, choice, epi, nepi);
+    case OP_DENSE:
         if (get_int(r, "M", &M) || get_int(r, "N", &N) || get_int(r, "K", &K) ||
-            get_epilogue(r, epi, &nepi) || reject_unknown(r))
+            get_epilogue(r, epi, &nepi, 0) || reject_unknown(r))
             return NULL;
-        return kt_ops_dense(M, N, K, epi, nepi);
-    case 2:
+        return kt_ops_dense_ex(M, N, K, epi, nepi);
+    case OP_BATCH_MATMUL:
         if (get_int(r, "B", &B) || get_int(r, "M", &M) || get_int(r, "N", &N) ||
-            get_int(r, "K", &K) || get_epilogue(r, epi, &nepi) || reject_unknown(r))
+            get_int(r, "K", &K) || get_epilogue(r, epi, &nepi, 0) || reject_unknown(r))
             return NULL;
-        return kt_ops_batch_matmul(B, M, N, K, epi, nepi);
-    case 3:
-    case 4:
+        return kt_ops_batch_matmul_ex(B, M, N, K, epi, nepi);
+    case OP_CONV_NHWC:
+    case OP_CONV_NCHW:
+    case OP_GCONV_NHWC:
+    case OP_GCONV_NCHW: {
+        const int grouped = op == OP_GCONV_NHWC || op == OP_GCONV_NCHW;
+        G = 0;
         if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||
             get_int(r, "CI", &CI) || get_int(r, "CO", &CO) || get_int(r, "KH", &KH) ||
-            get_int(r, "KW", &KW) || get_window(r, 1, &p) || get_epilogue(r, epi, &nepi) ||
-            reject_unknown(r))
+            get_int(r, "KW", &KW) || (grouped && get_int(r, "groups", &G)) ||
+            get_window(r, 1, &p) || get_epilogue(r, epi, &nepi, 0) || reject_unknown(r))
             return NULL;
-        return op == 3 ? kt_ops_conv2d_nhwc(N, H, W, CI, CO, KH, KW, &p, epi, nepi)
-                       : kt_ops_conv2d_nchw(N, H, W, CI, CO, KH, KW, &p, epi, nepi);
-    case 5:
+        return kt_ops_conv2d(lay, N, H, W, CI, CO, KH, KW, G, &p, epi, nepi);
+    }
+    case OP_DW_NHWC:
+    case OP_DW_NCHW:
         if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||
             get_int(r, "C", &C) || get_int(r, "KH", &KH) || get_int(r, "KW", &KW) ||
-            get_window(r, 1, &p) || get_epilogue(r, epi, &nepi) || reject_unknown(r))
+            get_opt_int(r, "multiplier", 1, &M) || get_window(r, 1, &p) ||
+            get_epilogue(r, epi, &nepi, 0) || reject_unknown(r))
             return NULL;
-        return kt_ops_depthwise_conv2d_nhwc(N, H, W, C, KH, KW, &p, epi, nepi);
-    case 6:
+        return kt_ops_depthwise_conv2d(lay, N, H, W, C, M, KH, KW, &p, epi, nepi);
+    case OP_POOL:
+    case OP_POOL_NCHW:
         if (get_choice(r, "kind", kinds, 2, -1, &choice) || get_int(r, "N", &N) ||
             get_int(r, "H", &H) || get_int(r, "W", &W) || get_int(r, "C", &C) ||
             get_int(r, "KH", &KH) || get_int(r, "KW", &KW) || get_window(r, 0, &p) ||
+            get_epilogue(r, epi, &nepi, op == OP_POOL) || reject_unknown(r))
+            return NULL;
+        return kt_ops_pool2d(lay, choice ? KT_POOL_AVG : KT_POOL_MAX, N, H, W, C, KH, KW, &p, epi,
+                             nepi);
+    case OP_GPOOL:
+    case OP_GPOOL_NCHW:
+        if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||
+            get_int(r, "C", &C) || get_epilogue(r, epi, &nepi, op == OP_GPOOL) ||
             reject_unknown(r))
             return NULL;
-        return kt_ops_pool2d_nhwc(choice ? KT_POOL_AVG : KT_POOL_MAX, N, H, W, C, KH, KW, &p);
-    case 7:
-        if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||
-            get_int(r, "C", &C) || reject_unknown(r))
-            return NULL;
-        return kt_ops_global_avg_pool_nhwc(N, H, W, C);
-    case 8:
+        return kt_ops_global_avg_pool(lay, N, H, W, C, epi, nepi);
+    case OP_SOFTMAX:
         if (get_shape(r, shape, &ndim) || reject_unknown(r))
             return NULL;
         return kt_ops_softmax(ndim, shape);
@@ -326,8 +410,9 @@ static kt_workload_t *from_json(json_t *obj)
             op = (int)i;
     if (op < 0) {
         kt_err_set(KT_EINVAL, "field 'op': unknown op %s%s%s (expected matmul, dense, "
-                   "batch_matmul, conv2d_nhwc, conv2d_nchw, depthwise_conv2d_nhwc, pool2d, "
-                   "global_avg_pool, softmax or layer_norm)",
+                   "batch_matmul, conv2d_nhwc, conv2d_nchw, group_conv2d_nhwc, group_conv2d_nchw, "
+                   "depthwise_conv2d_nhwc, depthwise_conv2d_nchw, pool2d, pool2d_nchw, "
+                   "global_avg_pool, global_avg_pool_nchw, softmax or layer_norm)",
                    json_is_string(opv) ? "'" : "",
                    json_is_string(opv) ? json_string_value(opv) : "(not a string)",
                    json_is_string(opv) ? "'" : "");

@@ -9,19 +9,28 @@
  *   dense         M N K, epilogue
  *   batch_matmul  B M N K, epilogue
  *   conv2d_nhwc, conv2d_nchw  N H W CI CO KH KW, stride, padding, dilation, epilogue
- *   depthwise_conv2d_nhwc     N H W C KH KW, stride, padding, dilation, epilogue
- *   pool2d        kind "max"|"avg", N H W C KH KW, stride, padding
- *   global_avg_pool  N H W C
+ *   group_conv2d_nhwc, group_conv2d_nchw  as conv2d plus groups (divides CI and CO)
+ *   depthwise_conv2d_nhwc, depthwise_conv2d_nchw  N H W C KH KW, multiplier
+ *                 (default 1: C*multiplier output channels), stride, padding,
+ *                 dilation, epilogue
+ *   pool2d, pool2d_nchw  kind "max"|"avg", N H W C KH KW, stride, padding, epilogue
+ *   global_avg_pool, global_avg_pool_nchw  N H W C, epilogue
  *   softmax       shape [d0, ..., dn] (rank 2..8)
  *   layer_norm    shape, affine true|false (default true: gamma, beta)
  * stride and dilation are [h, w] (default [1, 1]); padding is [h, w] or
- * [top, left, bottom, right] (default [0, 0]); epilogue is a list of
- * "bias_add", "relu", "add", "gelu" (default []). Unknown fields, wrong
- * types, duplicate keys and shapes whose output would be empty are errors
- * naming the field.
+ * [top, left, bottom, right] (default [0, 0]); epilogue is a list (default
+ * []) whose entries are "bias_add", "relu", "add", "gelu", "sigmoid",
+ * "tanh", "multiply" (per channel), "multiply_scalar", or a clip object
+ * {"op": "clip", "min": x, "max": y} (finite, min <= max; "relu6" is short
+ * for clip 0..6). Unknown fields, wrong types, duplicate keys and shapes
+ * whose output would be empty are errors naming the field.
  *
  * Canonical JSON: compact, sorted keys, every default filled in, padding in
- * its 2-value form when symmetric; two spellings of one workload give the
+ * its 2-value form when symmetric, clip as the object with float32-rounded
+ * bounds. Two fields added later are written only when they differ from
+ * their default, so every older workload keeps its canonical JSON: a
+ * depthwise "multiplier" of 1 and an empty "epilogue" of pool2d and
+ * global_avg_pool; two spellings of one workload give the
  * same canonical JSON and key. Key: ["<32 hex digits>", [shape], ...] where
  * the hash is XXH3-128 of kt_dag_hash_text() (high 64 bits first) and the
  * shapes are the DAG's placeholders in stage order, then its outputs, as in

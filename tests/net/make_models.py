@@ -6,6 +6,10 @@ From PyTorch (python3-torch), exported with torch.onnx.export, random weights:
                opset 17: the exporter folds the batch norms into the convolutions
   cnn_bn.onnx  the same CNN at opset 11 with its BatchNormalization nodes kept
                and the global pool written as a mean over H and W (ReduceMean)
+  mobile.onnx  conv + batch norm + ReLU6, depthwise conv with channel
+               multiplier 2 + batch norm + ReLU6, grouped conv + sigmoid, max
+               pool + relu, conv + tanh, global average pool, linear (opset 17:
+               batch norms folded, ReLU6 exported as Clip(0, 6))
   block.onnx   a transformer encoder block (scaled Q, K, V projections,
                softmax attention, output projection + residual, layer norm,
                GELU feed-forward + residual, layer norm)
@@ -20,7 +24,8 @@ Hand-built with onnx.helper (python3-onnx):
 
 Each model is written only when its library imports; OUTDIR/made lists the
 files written. Exit status 77 when neither library is available.
-The equivalent network files are cnn.json and block.json next to this script.
+The equivalent network files are cnn.json, mobile.json and block.json next to
+this script.
 """
 import math
 import os
@@ -72,6 +77,25 @@ if torch is not None:
                 y = nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
             return self.fc(y)
 
+    class Mobile(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False)
+            self.b1 = nn.BatchNorm2d(16)
+            self.dw = nn.Conv2d(16, 32, 3, padding=1, groups=16, bias=False)
+            self.b2 = nn.BatchNorm2d(32)
+            self.g = nn.Conv2d(32, 32, 3, padding=1, groups=4)
+            self.c4 = nn.Conv2d(32, 16, 1)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):
+            y = nn.functional.relu6(self.b1(self.c1(x)))
+            y = nn.functional.relu6(self.b2(self.dw(y)))
+            y = torch.sigmoid(self.g(y))
+            y = torch.relu(nn.functional.max_pool2d(y, 2))
+            y = torch.tanh(self.c4(y))
+            return self.fc(nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
+
     class Block(nn.Module):
         def __init__(self, d=64, heads=4):
             super().__init__()
@@ -114,6 +138,11 @@ if torch is not None:
     export(cnn, torch.randn(1, 3, 32, 32), "cnn_bn.onnx", opset=11,
            training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
     export(Block(), torch.randn(1, 12, 64), "block.onnx")
+    mobile = Mobile()
+    for bn in (mobile.b1, mobile.b2):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    export(mobile, torch.randn(1, 3, 32, 32), "mobile.onnx")
 
 if onnx is not None:
     import random
