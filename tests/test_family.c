@@ -186,11 +186,12 @@ START_TEST(family_op_groups_resnet18_tasks_by_anchor_operator)
     kt_search_family_free(f);
 
     /* family-hash: the conv2d tasks split by epilogue (bias+relu, add, none,
-     * add+bias+relu), identical sequences share one family */
+     * add+bias+relu, and the last unit's add+multiply+bias+relu), identical
+     * sequences share one family */
     o.policy = "sketch.xgb.family-hash";
     f = kt_search_family_new(wl, n, NULL, &o);
     ck_assert_msg(f != NULL, "%s", kt_err_msg());
-    ck_assert_int_eq(kt_search_family_count(f), 4 + 4);
+    ck_assert_int_eq(kt_search_family_count(f), 5 + 4);
     for (int i = 0; i < n; i++)
         for (int k = 0; k < n; k++) {
             int same = kt_search_family_op_hash(kt_workload_dag(wl[i])) ==

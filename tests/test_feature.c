@@ -234,7 +234,8 @@ START_TEST(feature_table_names_every_value_once)
     ck_assert_ptr_null(kt_feature_name(KT_FEATURE_COUNT));
     ck_assert_ptr_null(kt_feature_doc(KT_FEATURE_COUNT));
     ck_assert_str_eq(kt_feature_name(0), "float_mad");
-    ck_assert_str_eq(kt_feature_name(KT_FEATURE_COUNT - 1), "auto_unroll_max_step");
+    ck_assert_str_eq(kt_feature_name(155), "auto_unroll_max_step");   /* Ansor's set ends here */
+    ck_assert_str_eq(kt_feature_name(KT_FEATURE_COUNT - 1), "reduce.inner_extent");
 }
 END_TEST
 
@@ -315,9 +316,51 @@ START_TEST(feature_matmul_known_tiling_values)
     ck_assert(reg[fidx("curve.0")] <= reg[fidx("curve.9")]);
     ck_assert_float_eq(c[fidx("curve.9")], 0);   /* no float ops */
 
+    /* innermost loop j.3 (16): C.reg and B step by one element, A stays;
+     * the accumulator tile inside k.1 is i.3 x j.3 = 4 x 16 */
+    ck_assert_double_eq_tol(unlog(reg[fidx("inner.extent")]), 16, 1e-3);
+    ck_assert_float_eq(reg[fidx("inner.reduce")], 0);
+    ck_assert_float_eq(reg[fidx("inner.contig")], 2);
+    ck_assert_float_eq(reg[fidx("inner.invariant")], 1);
+    ck_assert_float_eq(reg[fidx("inner.strided")], 0);
+    ck_assert_double_eq_tol(unlog(reg[fidx("reg.tile")]), 64, 1e-3);
+    ck_assert_float_eq(reg[fidx("reg.loops")], 2);
+    ck_assert_double_eq_tol(unlog(reg[fidx("reduce.inner_extent")]), 4, 1e-4);
+
     free(rows);
     free(rb);
     kt_lower_free(L);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
+/* The same matmul with j.3 = 1: the innermost loop is i.3, along which A
+ * steps by a row (strided), the 4x1 register tile by one element and B
+ * stays. */
+START_TEST(feature_innermost_loop_strides)
+{
+    kt_dag_t *dag = kt_ops_matmul(64, 64, 64, 0, NULL, 0);
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t *st = kt_sched_state_from_json(
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+        "{\"ann\":[0,0,0],\"kind\":\"tiled\",\"name\":\"C\","
+        "\"tile\":[[4,2,2,4],[2,2,16,1],[16,4]]}],\"version\":1}", dag, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    float *rows;
+    uint32_t nrows;
+    ck_assert_int_eq(kt_feature_extract(dag, st, &rows, &nrows), 0);
+    const float *reg = NULL;
+    for (uint32_t r = 0; r < nrows; r++)
+        if (rows[r * KT_FEATURE_COUNT + fidx("float_mad")] > 0)
+            reg = rows + (size_t)r * KT_FEATURE_COUNT;
+    ck_assert_ptr_nonnull(reg);
+    ck_assert_double_eq_tol(unlog(reg[fidx("inner.extent")]), 4, 1e-4);
+    ck_assert_float_eq(reg[fidx("inner.reduce")], 0);
+    ck_assert_float_eq(reg[fidx("inner.invariant")], 1);   /* B[k, j] */
+    ck_assert_float_eq(reg[fidx("inner.contig")], 1);      /* the tile */
+    ck_assert_float_eq(reg[fidx("inner.strided")], 1);     /* A[i, k] */
+    free(rows);
     kt_sched_state_free(st);
     kt_dag_free(dag);
 }
@@ -525,6 +568,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, feature_table_names_every_value_once);
     tcase_add_test(tc, feature_matmul_known_tiling_values);
+    tcase_add_test(tc, feature_innermost_loop_strides);
     tcase_add_test(tc, feature_tilings_give_different_rows);
     tcase_add_test(tc, feature_rfactor_indices_follow_the_fused_axes);
     tcase_add_test(tc, feature_matmul_family_rows_are_sound);

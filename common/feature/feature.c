@@ -121,7 +121,21 @@
     X(F_ALLOC_PROD, "alloc_prod", "bytes allocated over the whole run: size times alloc_outer_prod (log)") \
     X(F_OUTER_PROD, "outer_prod", "trip count: product of the extents of the loops around the statement (log)") \
     X(F_NUM_LOOPS, "num_loops", "number of loops around the statement")                       \
-    X(F_UNROLL_STEP, "auto_unroll_max_step", "auto-unroll max step of the statement's loop nest (log)")
+    X(F_UNROLL_STEP, "auto_unroll_max_step", "auto-unroll max step of the statement's loop nest (log)") \
+    X(F_INNER_EXTENT, "inner.extent",                                                         \
+      "extent of the innermost loop (of extent > 1) around the statement: what the C "       \
+      "compiler vectorizes whether or not it is annotated (log)")                              \
+    X(F_INNER_REDUCE, "inner.reduce", "1 when that innermost loop is a reduction loop")      \
+    X(F_INNER_CONTIG, "inner.contig", "accesses whose address steps by one element in the innermost loop") \
+    X(F_INNER_INVARIANT, "inner.invariant", "accesses whose address does not move in the innermost loop") \
+    X(F_INNER_STRIDED, "inner.strided",                                                       \
+      "accesses whose address steps by more than one element in the innermost loop "         \
+      "(they defeat vectorization)")                                                           \
+    X(F_REG_TILE, "reg.tile",                                                                 \
+      "product of the extents of the loops inside the innermost reduction loop: the "        \
+      "accumulator tile a reduction updates per reduction step (log)")                        \
+    X(F_REG_LOOPS, "reg.loops", "number of loops of extent > 1 inside the innermost reduction loop") \
+    X(F_REDUCE_INNER_EXTENT, "reduce.inner_extent", "extent of the innermost reduction loop (log)")
 
 #define AS_ENUM(id, name, doc) id,
 enum { FEATURE_LIST(AS_ENUM) F__COUNT };
@@ -954,6 +968,48 @@ static void intensity_curve(const ctx_t *c, float *f)
     }
 }
 
+/* The innermost loop and the accumulator tile: gcc vectorizes an innermost
+ * loop whose accesses are contiguous or invariant even when the schedule
+ * does not annotate it, and the tile inside the innermost reduction loop is
+ * what stays in registers. Ansor's features leave both implicit. */
+static void inner_features(const ctx_t *c, float *f)
+{
+    const kt_lower_t *L = c->L;
+    int in = c->depth - 1;
+    while (in >= 0 && c->ext[in] <= 1)
+        in--;
+    if (in >= 0) {
+        f[F_INNER_EXTENT] = slog(c->ext[in]);
+        f[F_INNER_REDUCE] = L->iters[L->nodes[c->loops[in]].iter].reduce ? 1.0f : 0.0f;
+        int contig = 0, inv = 0, strided = 0;
+        for (int a = 0; a < c->nacc; a++) {
+            if (c->accbuf[a] < 0)
+                continue;   /* not grouped: no address steps */
+            double s = fabs(c->flat[a][in]);
+            if (s < 1e-12)
+                inv++;
+            else if (fabs(s - 1) < 1e-12)
+                contig++;
+            else
+                strided++;
+        }
+        f[F_INNER_CONTIG] = (float)contig;
+        f[F_INNER_INVARIANT] = (float)inv;
+        f[F_INNER_STRIDED] = (float)strided;
+    }
+    int rd = c->depth - 1;
+    while (rd >= 0 && !(c->ext[rd] > 1 && L->iters[L->nodes[c->loops[rd]].iter].reduce))
+        rd--;
+    if (rd >= 0) {
+        int loops = 0;
+        for (int i = rd + 1; i < c->depth; i++)
+            loops += c->ext[i] > 1;
+        f[F_REG_TILE] = slog(c->inner_prod[rd + 1]);
+        f[F_REG_LOOPS] = (float)loops;
+        f[F_REDUCE_INNER_EXTENT] = slog(c->ext[rd]);
+    }
+}
+
 /* The features of statement k into f (op counts stay raw, times the trip
  * count, in c->ops for merging); returns its trip count. */
 static double stmt_features(ctx_t *c, int k, float *f)
@@ -977,6 +1033,7 @@ static double stmt_features(ctx_t *c, int k, float *f)
         summarize_buffer(c, k, j);
     buffer_features(c, f);
     intensity_curve(c, f);
+    inner_features(c, f);
 
     /* allocation of the stored buffer */
     if (st->dst >= 0 && st->dst < L->nbufs) {

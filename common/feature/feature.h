@@ -13,6 +13,10 @@
  *   [139,149)  arithmetic-intensity curve (10 points)
  *   [149,153)  allocation: local and heap bytes, enclosing-loop product
  *   [153,156)  outer-loop product, number of loops, auto-unroll max step
+ *   [156,164)  the innermost loop (extent, reduction, accesses that are
+ *              contiguous / invariant / strided in it) and the accumulator
+ *              tile inside the innermost reduction loop (size, loops, and
+ *              that loop's extent)
  *
  * Rows come in program order of each buffer's first store. Statements that
  * store the same buffer (a reduction's init and update, a register tile's
@@ -39,7 +43,7 @@
 #include "sched/state.h"
 #include "te/te.h"
 
-#define KT_FEATURE_COUNT 156      /* values per row */
+#define KT_FEATURE_COUNT 164      /* values per row */
 #define KT_FEATURE_MAX_BUFS 5     /* buffers described per row */
 #define KT_FEATURE_BUF_VALUES 18  /* values per described buffer */
 #define KT_FEATURE_CURVE 10       /* points of the arithmetic-intensity curve */
