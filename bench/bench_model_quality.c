@@ -9,7 +9,7 @@
  *   bench_model_quality [--n 1000] [--workload matmul|conv|depthwise|all]
  *                       [--seed 1] [--min-repeat-ms 20] [--tree hist|exact|approx]
  *                       [--cache FILE] [--weight-by-label 0|1] [--dump FILE]
- *                       [--remeasure K] [--repeat 3]
+ *                       [--remeasure K] [--repeat 3] [--timer wall|cpu]
  *
  * --cache keeps every measurement as a JSON line {"workload", "state",
  * "cost"} (cost -1 = failed) and reuses them in later runs, so the model can
@@ -41,6 +41,7 @@
 
 static int nstates = 1000;
 static uint64_t seed = 1;
+static int timer = KT_RUNNER_TIMER_WALL;
 static int min_repeat_ms = 20;
 static int tree = KT_MODEL_TREE_HIST;
 static const char *which = "all";
@@ -408,6 +409,8 @@ int main(int argc, char **argv)
             nstates = atoi(v);
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--timer") == 0)
+            timer = strcmp(v, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
         else if (strcmp(a, "--min-repeat-ms") == 0)
             min_repeat_ms = atoi(v);
         else if (strcmp(a, "--workload") == 0)
@@ -445,6 +448,7 @@ int main(int argc, char **argv)
     kt_runner_opts_t ro;
     kt_runner_opts_default(&ro);
     ro.num_threads = 1;
+    ro.timer = timer;
     ro.min_repeat_ms = min_repeat_ms;
     ro.repeat = repeat > 0 ? repeat : 1;
     ro.timeout = 20;

@@ -8,7 +8,9 @@
  *
  *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
- *                [--population 2048] [--min-repeat-ms 100]
+ *                [--population 2048] [--min-repeat-ms 100] [--timer wall|cpu]
+ *
+ * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@ static int ncheck = 3;
 static int nseeds = 3;
 static int per_round = 64;
 static int population = 2048;
+static int timer = KT_RUNNER_TIMER_WALL;
 static int min_repeat_ms = 100;
 static const char *which = "all";
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
@@ -148,6 +151,8 @@ int main(int argc, char **argv)
             per_round = atoi(v);
         else if (strcmp(a, "--population") == 0)
             population = atoi(v);
+        else if (strcmp(a, "--timer") == 0)
+            timer = strcmp(v, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
         else if (strcmp(a, "--min-repeat-ms") == 0)
             min_repeat_ms = atoi(v);
         else if (strcmp(a, "--workload") == 0)
@@ -180,6 +185,7 @@ int main(int argc, char **argv)
     kt_runner_opts_t ro;
     kt_runner_opts_default(&ro);
     ro.num_threads = 1;
+    ro.timer = timer;
     ro.min_repeat_ms = min_repeat_ms;
     ro.timeout = 20;
     kt_runner_t *r = kt_runner_new(&ro);

@@ -75,6 +75,14 @@ static const char *VADD_FORK_SEGV =
     "  return 0;\n"
     "}\n";
 
+/* Sleeps 20 ms per run: wall time, but almost no CPU time. */
+static const char *VADD_SLEEP =
+    "#include <time.h>\n"
+    "int vadd(float **b) {\n"
+    "  (void)b; struct timespec ts = {0, 20000000}; nanosleep(&ts, 0);\n"
+    "  return 0;\n"
+    "}\n";
+
 static const char *VADD_FAILS =
     "int vadd(float **b) { (void)b; return -1; }\n";
 
@@ -518,6 +526,50 @@ START_TEST(runner_grows_number_until_a_repeat_lasts_min_repeat_ms)
 }
 END_TEST
 
+START_TEST(runner_cpu_timer_leaves_out_time_off_the_cpu)
+{
+    kt_builder_t *b = new_builder(30, NULL);
+    kt_build_result_t art = {0};
+    build_ok(b, VADD_SLEEP, "vadd", &art);
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.number = 2;
+    ro.repeat = 2;
+    ro.min_repeat_ms = 0;
+    ro.num_threads = 1;
+    kt_run_input_t in = {.target = KT_MEASURE_TARGET_CPU,
+                         .prog = {art.artifact, art.artifact_len, art.artifact_hash, "vadd"},
+                         .layout = layout3(N)};
+    kt_measure_result_t wall = {0}, cpu = {0};
+    kt_runner_t *r = kt_runner_new(&ro);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(kt_runner_run(r, &in, 1, &wall), 0);
+    kt_runner_free(r);
+    ro.timer = KT_RUNNER_TIMER_CPU;
+    r = kt_runner_new(&ro);
+    ck_assert_msg(r != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_runner_run(r, &in, 1, &cpu), 0);
+    kt_runner_free(r);
+    ck_assert_int_eq(wall.error_no, 0);
+    ck_assert_int_eq(cpu.error_no, 0);
+    /* a sleeping run lasts its 20 ms but spends microseconds of CPU */
+    ck_assert_msg(wall.mean >= 0.020, "wall %.6g s", wall.mean);
+    ck_assert_msg(cpu.mean < 0.010, "cpu %.6g s", cpu.mean);
+    kt_measure_result_clear(&wall);
+    kt_measure_result_clear(&cpu);
+
+    /* the CPU time of several threads adds up: refused */
+    ro.num_threads = 2;
+    ck_assert_ptr_null(kt_runner_new(&ro));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "num_threads 1"));
+    ro.num_threads = 1;
+    ro.timer = 7;
+    ck_assert_ptr_null(kt_runner_new(&ro));
+    kt_build_result_clear(&art);
+    kt_builder_free(b);
+}
+END_TEST
+
 START_TEST(runner_runs_shared_reference_once_per_batch)
 {
     /* The reference appends a byte to a file each time it runs. */
@@ -782,6 +834,7 @@ int main(void)
     tcase_add_test(tc, runner_grows_number_until_a_repeat_lasts_min_repeat_ms);
     tcase_add_test(tc, runner_runs_shared_reference_once_per_batch);
     tcase_add_test(tc, runner_reports_hanging_reference_once_and_skips_it_after);
+    tcase_add_test(tc, runner_cpu_timer_leaves_out_time_off_the_cpu);
     tcase_add_test(tc, runner_sees_crash_while_a_forked_helper_keeps_the_socket_open);
     tcase_add_test(tc, runner_pins_threads_and_rejects_bad_cpu_list);
     tcase_add_test(tc, measurer_reports_too_many_errors_in_a_row);

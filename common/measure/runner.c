@@ -102,6 +102,15 @@ kt_runner_t *kt_runner_new(const kt_runner_opts_t *o)
         kt_err_set(KT_EINVAL, "runner: options must not be negative");
         return NULL;
     }
+    if (o->timer != KT_RUNNER_TIMER_WALL && o->timer != KT_RUNNER_TIMER_CPU) {
+        kt_err_set(KT_EINVAL, "runner: unknown timer %d (wall or cpu)", o->timer);
+        return NULL;
+    }
+    if (o->timer == KT_RUNNER_TIMER_CPU && o->num_threads != 1) {
+        kt_err_set(KT_EINVAL, "runner: the cpu timer needs num_threads 1 (the CPU time of "
+                              "several threads adds up)");
+        return NULL;
+    }
     kt_runner_t *r = calloc(1, sizeof *r);
     if (!r) {
         kt_err_set(KT_ENOMEM, "out of memory");
@@ -410,10 +419,13 @@ static void flush_cache(void)
     __asm__ __volatile__("" : : "r"(buf) : "memory");
 }
 
-static double mono(void)
+/* The clock runs are timed with (set in the child from the options). */
+static clockid_t run_clock = CLOCK_MONOTONIC;
+
+static double run_time(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(run_clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -463,15 +475,15 @@ static int exec_timed(exec_t *x, float **bufs, int number, int flush, double *du
     if (flush) {
         for (int k = 0; k < number && rc == 0; k++) {
             flush_cache();
-            double t0 = mono();
+            double t0 = run_time();
             rc = x->fn(bufs);
-            *dur += mono() - t0;
+            *dur += run_time() - t0;
         }
     } else {
-        double t0 = mono();
+        double t0 = run_time();
         for (int k = 0; k < number && rc == 0; k++)
             rc = x->fn(bufs);
-        *dur = mono() - t0;
+        *dur = run_time() - t0;
     }
     if (rc != 0) {
         snprintf(err, n, "the kernel returned %d", rc);
@@ -604,6 +616,7 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
         }
     }
 
+    run_clock = o->timer == KT_RUNNER_TIMER_CPU ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
     cr->costs = calloc((size_t)o->repeat, sizeof *cr->costs);
     if (!cr->costs)
         CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "out of memory for %d costs", o->repeat);

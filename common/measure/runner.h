@@ -90,7 +90,17 @@ typedef struct {
     int check_correctness;      /* compare with the reference when one is given (default 1) */
     double tolerance;           /* max_error allowed; 0 = KT_RUNNER_DEFAULT_TOLERANCE */
     uint64_t seed;              /* input seed */
+    int timer;                  /* KT_RUNNER_TIMER_WALL (default) or _CPU */
 } kt_runner_opts_t;
+
+/* How a run is timed. WALL (as TVM) is the elapsed monotonic time. CPU is
+ * the CPU time the measuring process spent: on a machine shared with other
+ * work, time the kernel was preempted is left out, so the ranking of
+ * candidates stays stable under load (cache interference remains). CPU needs
+ * num_threads == 1 (the time of several threads adds up) and CPU kernels
+ * (a GPU kernel's time is wall time on the device). */
+#define KT_RUNNER_TIMER_WALL 0
+#define KT_RUNNER_TIMER_CPU 1
 
 /* A built artifact, borrowed. */
 typedef struct {
