@@ -24,13 +24,16 @@ static void measure_usage(FILE *out)
             "                            (--state <json-or-file> | -n N) [--seed S]\n"
             "                            [--number N] [--repeat N] [--min-repeat-ms N]\n"
             "                            [--threads N] [--timeout-ms N] [--no-check]\n"
+            "                            [--timer wall|cpu]\n"
             "\n"
             "Builds one state (or N random states drawn from the workload's sketches),\n"
             "times each in an isolated child process as a runner does (one discarded\n"
             "warm-up, `number` runs per repeat, `repeat` repeats, number raised until a\n"
             "repeat lasts min-repeat-ms; defaults 3, 1, 100), checks its answers against\n"
             "the reference kernel unless --no-check, and prints per candidate its mean\n"
-            "cost, GFLOPS and error code.\n"
+            "cost, GFLOPS and error code. --timer cpu times runs by CPU time, which\n"
+            "leaves out time the kernel was preempted (a shared machine); it needs\n"
+            "--threads 1.\n"
             "\n"
             "exit status: 0 every candidate measured without error; 1 some candidate\n"
             "failed (its error is printed) or the measurement could not run; 2 bad usage\n");
@@ -105,7 +108,7 @@ static int pick_states(const kt_workload_t *w, const char *state, long n, uint64
 
 int kt_cli_kernel_measure(int argc, char **argv)
 {
-    const char *workload = NULL, *target = "cpu", *state = NULL;
+    const char *workload = NULL, *target = "cpu", *state = NULL, *timer = "wall";
     long n = 0, seed = 0, number = 0, repeat = 0, min_repeat_ms = 100, threads = 0,
          timeout_ms = 10000;
     int check = 1;
@@ -138,6 +141,10 @@ int kt_cli_kernel_measure(int argc, char **argv)
             rc = int_arg(a, v, 0, &min_repeat_ms);
         } else if (strcmp(a, "--threads") == 0) {
             rc = int_arg(a, v, 1, &threads);
+        } else if (strcmp(a, "--timer") == 0) {
+            if (strcmp(v, "wall") != 0 && strcmp(v, "cpu") != 0)
+                return measure_usage_error("--timer must be wall or cpu, not '%s'", v);
+            timer = v;
         } else if (strcmp(a, "--timeout-ms") == 0) {
             rc = int_arg(a, v, 1, &timeout_ms);
         } else {
@@ -182,6 +189,7 @@ int kt_cli_kernel_measure(int argc, char **argv)
     ro.repeat = (int)repeat;
     ro.min_repeat_ms = (int)min_repeat_ms;
     ro.num_threads = (int)threads;
+    ro.timer = strcmp(timer, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
     ro.timeout = (double)timeout_ms / 1000.0;
     ro.check_correctness = check;
     ro.seed = (uint64_t)seed;
