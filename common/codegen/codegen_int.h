@@ -20,6 +20,11 @@ typedef struct kt_lower_ctx {
     int gbuf[KT_TE_MAX_STAGES];   /* global (input/output/heap) buffer of each stage, or -1 */
 } kt_lower_ctx_t;
 
+/* Start building into L (empty): no stage has a buffer yet but the
+ * kernel's arguments, the DAG's placeholders and outputs (INPUT / OUTPUT
+ * buffers in kt_codegen_num_bufs order). */
+void kt_lower_ctx_init(kt_lower_ctx_t *c, const kt_dag_t *dag, const kt_sched_state_t *st,
+                       kt_lower_t *L);
 /* Make room for element n of *p (capacity *cap). 0, or -1 (rc set). */
 int kt_lower_grow(kt_lower_ctx_t *c, void **p, int *cap, int n, size_t elem);
 /* The empty index (0, div 1, no modulo). */

@@ -80,9 +80,9 @@ static int64_t buf_numel(const kt_lower_buf_t *bf)
 /* Row-major flat index, in long long where the buffer needs it. */
 static void flat(kt_gpu_emit_t *e, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
 {
+    int wide = buf_numel(&e->L->bufs[buf]) > INT32_MAX;
     kt_codegen_index_style_t st = {.L = e->L, .hide = e->zero_iter,
-                                   .cast = buf_numel(&e->L->bufs[buf]) > INT32_MAX ? "(long long)" : "",
-                                   .suffix = ""};
+                                   .cast = wide ? "(long long)" : "", .suffix = ""};
     kt_codegen_flat_index(&st, buf, idx, b);
 }
 

@@ -281,17 +281,18 @@ static void lower_tiled(ctx_t *c, int s, int parent, int (*bound)[KT_SCHED_SPATI
     kt_lower_stmt_t leaf = kt_lower_stmt_new(KT_STMT_UPDATE, s);
     for (int a = 0; a < nd; a++)
         for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++)
-            kt_lower_idx_add(c, &leaf.axis[a], it[a][l], tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
+            kt_lower_idx_add(c, &leaf.axis[a], it[a][l],
+                             tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
     for (int r = 0; r < nr; r++)
         for (int l = 0; l < KT_SCHED_REDUCE_LEVELS; l++)
             kt_lower_idx_add(c, &leaf.axis[nd + r], it[nd + r][l],
-                    tile_stride(e, nd + r, l, KT_SCHED_REDUCE_LEVELS));
+                             tile_stride(e, nd + r, l, KT_SCHED_REDUCE_LEVELS));
     if (local >= 0) {
         leaf.dst = local;
         for (int a = 0; a < nd; a++)
             for (int l = L0; l < KT_SCHED_SPATIAL_LEVELS; l++)
                 kt_lower_idx_add(c, &leaf.dst_idx[a], it[a][l],
-                        tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
+                                 tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
     } else {
         leaf.dst = c->gbuf[s];
         for (int a = 0; a < nd; a++)
@@ -379,10 +380,11 @@ static void lower_consumer(ctx_t *c, int t, int cons, int parent)
             rest[lp->axis] = iters[i];
     }
     kt_lower_stmt_t leaf = kt_lower_stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
-                                    cons >= 0 ? cons : t);
+                                             cons >= 0 ? cons : t);
     for (int a = 0; a < nd; a++) {
         for (int l = 0; l < L0; l++)
-            kt_lower_idx_add(c, &leaf.axis[a], ca.it[a][l], tile_stride(te, a, l, KT_SCHED_SPATIAL_LEVELS));
+            kt_lower_idx_add(c, &leaf.axis[a], ca.it[a][l],
+                             tile_stride(te, a, l, KT_SCHED_SPATIAL_LEVELS));
         kt_lower_idx_add(c, &leaf.axis[a], rest[a], 1);
         leaf.dst_idx[a] = leaf.axis[a];
         kt_lower_idx_add(c, &leaf.src_idx[a], rest[a], 1);
@@ -542,18 +544,8 @@ kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st)
     }
     L->first = -1;
     L->inline_mask = kt_sched_inline_mask(st);
-    ctx_t c = {.dag = dag, .st = st, .L = L};
-    for (int s = 0; s < n; s++)
-        c.gbuf[s] = -1;
-    int nb = kt_codegen_num_bufs(dag);
-    for (int i = 0; i < nb; i++) {
-        int s = kt_codegen_buf_stage(dag, i);
-        const kt_stage_t *ss = kt_dag_stage(dag, s);
-        c.gbuf[s] = kt_lower_new_buf(&c, ss->kind == KT_STAGE_PLACEHOLDER ? KT_BUF_INPUT : KT_BUF_OUTPUT, s,
-                            ss->name, ss->name, ss->ndim, ss->shape);
-        if (c.gbuf[s] >= 0)
-            L->bufs[c.gbuf[s]].arg = i;
-    }
+    ctx_t c;
+    kt_lower_ctx_init(&c, dag, st, L);
     for (int s = 0; s < n; s++) {
         const kt_stage_t *ss = kt_dag_stage(dag, s);
         const kt_sched_stage_t *e = &st->stages[s];

@@ -152,3 +152,23 @@ int kt_lower_add_stmt(kt_lower_ctx_t *c, int parent, const kt_lower_stmt_t *s)
     kt_lower_append(c, parent, n);
     return id;
 }
+
+void kt_lower_ctx_init(kt_lower_ctx_t *c, const kt_dag_t *dag, const kt_sched_state_t *st,
+                       kt_lower_t *L)
+{
+    memset(c, 0, sizeof(*c));
+    c->dag = dag;
+    c->st = st;
+    c->L = L;
+    for (int s = 0; s < KT_TE_MAX_STAGES; s++)
+        c->gbuf[s] = -1;
+    int nb = kt_codegen_num_bufs(dag);
+    for (int i = 0; i < nb; i++) {
+        int s = kt_codegen_buf_stage(dag, i);
+        const kt_stage_t *ss = kt_dag_stage(dag, s);
+        kt_buf_kind_t kind = ss->kind == KT_STAGE_PLACEHOLDER ? KT_BUF_INPUT : KT_BUF_OUTPUT;
+        c->gbuf[s] = kt_lower_new_buf(c, kind, s, ss->name, ss->name, ss->ndim, ss->shape);
+        if (c->gbuf[s] >= 0)
+            L->bufs[c->gbuf[s]].arg = i;
+    }
+}

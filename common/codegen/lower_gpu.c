@@ -380,7 +380,7 @@ static void lower_xreduce(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
     int g0 = guard(c, tn, idx1(c, t), 1);
     int cons = e->fuse;
     kt_lower_stmt_t out = kt_lower_stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
-                                   cons >= 0 ? cons : s);
+                                            cons >= 0 ? cons : s);
     for (int a = 0; a < ss->ndim; a++) {
         out.axis[a] = idx1(c, ax[a]);
         out.dst_idx[a] = out.axis[a];
@@ -587,7 +587,7 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
             for (int r = 0; r < nr; r++)
                 if (x->acc.coef[d][nd + r])
                     kt_lower_idx_add(c, &co, r0[r],
-                            x->acc.coef[d][nd + r] * level_stride(e, nd + r, 0, RL));
+                                     x->acc.coef[d][nd + r] * level_stride(e, nd + r, 0, RL));
             kt_lower_idx_add(c, &co, cd[d], 1);
             fe.axis[d] = co;
             fe.src_idx[d] = co;
@@ -669,7 +669,7 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
         return;
     int cons = e->fuse;
     kt_lower_stmt_t out = kt_lower_stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
-                                   cons >= 0 ? cons : s);
+                                            cons >= 0 ? cons : s);
     spatial_axes(&tl, s0, s2, out.axis);
     for (int a = 0; a < nd; a++)
         out.dst_idx[a] = out.axis[a];
@@ -708,18 +708,8 @@ kt_lower_t *kt_lower_gpu(const kt_dag_t *dag, const kt_sched_state_t *st)
     L->first = -1;
     L->target = KT_SCHED_TARGET_CUDA;
     L->inline_mask = kt_sched_inline_mask(st);
-    g_t c = {.dag = dag, .st = st, .L = L};
-    for (int s = 0; s < n; s++)
-        c.gbuf[s] = -1;
-    int nb = kt_codegen_num_bufs(dag);
-    for (int i = 0; i < nb; i++) {
-        int s = kt_codegen_buf_stage(dag, i);
-        const kt_stage_t *ss = kt_dag_stage(dag, s);
-        c.gbuf[s] = kt_lower_new_buf(&c, ss->kind == KT_STAGE_PLACEHOLDER ? KT_BUF_INPUT : KT_BUF_OUTPUT, s,
-                            ss->name, ss->name, ss->ndim, ss->shape);
-        if (c.gbuf[s] >= 0)
-            L->bufs[c.gbuf[s]].arg = i;
-    }
+    g_t c;
+    kt_lower_ctx_init(&c, dag, st, L);
     /* Intermediates that are stored live in the workspace, 256-byte aligned. */
     for (int s = 0; s < n; s++) {
         const kt_stage_t *ss = kt_dag_stage(dag, s);
