@@ -23,8 +23,10 @@
 #include "util/rng.h"
 #include "util/util.h"
 
+#include "states_harness.h"
+
 #define FAMILY_STATES 50   /* random states checked per operator family */
-#define MAX_STATES 64
+#define MAX_STATES KT_TEST_MAX_STATES
 
 static kt_sched_params_t test_params(void)
 {
@@ -32,98 +34,6 @@ static kt_sched_params_t test_params(void)
     kt_sched_params_default(&p);
     p.num_cores = 8;   /* fixed: the rfactor rule depends on it */
     return p;
-}
-
-static kt_conv2d_params_t conv_p(int stride, int pad, int dil)
-{
-    kt_conv2d_params_t c = kt_ops_conv2d_default();
-    c.stride[0] = c.stride[1] = stride;
-    for (int i = 0; i < 4; i++)
-        c.pad[i] = pad;
-    c.dilation[0] = c.dilation[1] = dil;
-    return c;
-}
-
-/* Up to n distinct valid states: sampled round-robin from the sketches,
- * every third one mutated a few times more. A small space may repeat. */
-static int collect_states(const kt_dag_t *dag, const kt_sched_params_t *p, uint64_t seed,
-                          kt_sched_state_t **out, int n)
-{
-    kt_sched_state_t **sk;
-    int nsk;
-    ck_assert_msg(kt_sched_sketches(dag, p, &sk, &nsk) == 0, "%s", kt_err_msg());
-    ck_assert_int_gt(nsk, 0);
-    kt_rng_t rng;
-    kt_rng_seed(&rng, seed);
-    uint64_t hashes[MAX_STATES];
-    int got = 0;
-    for (int t = 0; got < n && t < 20 * n; t++) {
-        kt_sched_state_t *st = kt_sched_sample(dag, p, sk[t % nsk], &rng);
-        ck_assert_msg(st != NULL, "%s", kt_err_msg());
-        if (t % 3 == 2) {
-            for (int m = 0; m < 4; m++) {
-                kt_sched_state_t *mu = NULL;
-                if (kt_sched_mutate(dag, p, st, -1, &rng, &mu) == 1) {
-                    kt_sched_state_free(st);
-                    st = mu;
-                }
-            }
-        }
-        uint64_t h = kt_sched_state_hash(st, dag);
-        int dup = 0;
-        for (int i = 0; i < got && !dup; i++)
-            dup = hashes[i] == h;
-        if (dup && t < 10 * n) {
-            kt_sched_state_free(st);
-            continue;
-        }
-        hashes[got] = h;
-        out[got++] = st;
-    }
-    for (int i = 0; i < nsk; i++)
-        kt_sched_state_free(sk[i]);
-    free(sk);
-    return got;
-}
-
-/* Emit n states into two C files (half each, distinct entry names) and
- * compile both at once, one in a child process: the machine has 2 cores. */
-static void compile_halves(const char *what, const kt_dag_t *dag, kt_sched_state_t **st, int n,
-                           const char *dir)
-{
-    for (int half = 0; half < 2; half++) {
-        kt_sbuf_t src;
-        kt_sbuf_init(&src);
-        kt_codegen_preamble_c(&src);
-        for (int i = half; i < n; i += 2) {
-            char entry[32];
-            snprintf(entry, sizeof(entry), "cand_%d", i);
-            int rc = kt_codegen_emit_c_into(dag, st[i], entry, &src);
-            ck_assert_msg(rc == 0, "%s: emit %d: %s", what, i, kt_err_msg());
-        }
-        char path[256];
-        snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
-        ck_assert_int_eq(kt_file_write(path, src.data, src.len), 0);
-        kt_sbuf_free(&src);
-    }
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    int half = pid == 0 ? 1 : 0;
-    char path[256], so[256];
-    snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
-    snprintf(so, sizeof(so), "%s/k%d.so", dir, half);
-    char *text = kt_file_read(path, NULL);
-    char *log = NULL;
-    int rc = text ? kt_codegen_compile(text, so, &log) : -1;
-    free(text);
-    if (pid == 0)
-        _exit(rc == 0 ? 0 : 1);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    ck_assert_msg(rc == 0, "%s: compile: %s\n%s", what, kt_err_msg(), log ? log : "");
-    free(log);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: compile of half 1 failed",
-                  what);
 }
 
 /* Emit, compile and check n random states of one DAG against the
@@ -134,40 +44,10 @@ static void check_dag(const char *what, kt_dag_t *dag, int n, uint64_t seed)
     ck_assert_int_le(n, MAX_STATES);
     kt_sched_params_t p = test_params();
     kt_sched_state_t *st[MAX_STATES];
-    int got = collect_states(dag, &p, seed, st, n);
+    int got = kt_test_collect_states(dag, &p, seed, st, n);
     ck_assert_int_eq(got, n);
 
-    char dir[] = "/tmp/kt_test_codegen_XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    compile_halves(what, dag, st, n, dir);
-    kt_codegen_ref_t *ref = kt_codegen_ref_new(dag, seed);
-    ck_assert_msg(ref != NULL, "%s: reference: %s", what, kt_err_msg());
-    int bad = -1;
-    char msg[512] = "";
-    double bad_err = 0;
-    for (int i = 0; i < n && bad < 0; i++) {
-        char entry[32], so[256];
-        snprintf(entry, sizeof(entry), "cand_%d", i);
-        snprintf(so, sizeof(so), "%s/k%d.so", dir, i % 2);
-        if (kt_codegen_ref_check_so(ref, so, entry, &bad_err) != 0) {
-            bad = i;
-            snprintf(msg, sizeof(msg), "%s", kt_err_msg());
-        }
-    }
-    kt_codegen_ref_free(ref);
-    for (int half = 0; half < 2; half++) {
-        char path[256];
-        snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
-        unlink(path);
-        snprintf(path, sizeof(path), "%s/k%d.so", dir, half);
-        unlink(path);
-    }
-    rmdir(dir);
-    if (bad >= 0) {
-        char *j = kt_sched_state_to_json(st[bad], dag);
-        char *pr = kt_sched_state_print(dag, st[bad]);
-        ck_abort_msg("%s: state %d fails (%s, err %g)\n%s\n%s", what, bad, msg, bad_err, j, pr);
-    }
+    kt_test_check_states(what, dag, st, n, seed, "cand", kt_codegen_emit_c_into, NULL);
     for (int i = 0; i < n; i++)
         kt_sched_state_free(st[i]);
     kt_dag_free(dag);
@@ -224,7 +104,7 @@ END_TEST
 
 START_TEST(codegen_epilogue_states_match_reference)
 {
-    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1);
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
     FAMILY({"matmul+bias+relu+add+gelu", kt_ops_matmul(9, 10, 11, 0, EPI_ALL, 4)},
            {"matmul+bias+relu", kt_ops_matmul(12, 20, 8, 0, EPI_BIAS_RELU, 2)},
            {"conv+bias+gelu", kt_ops_conv2d_nhwc(1, 6, 6, 4, 4, 3, 3, &s1p1, EPI_BIAS_GELU, 2)});
@@ -233,8 +113,8 @@ END_TEST
 
 START_TEST(codegen_conv2d_nhwc_states_match_reference)
 {
-    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1), s2p1 = conv_p(2, 1, 1), d2 = conv_p(1, 2, 2),
-                       none = conv_p(1, 0, 1);
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1),
+                       d2 = kt_test_conv_p(1, 2, 2), none = kt_test_conv_p(1, 0, 1);
     FAMILY({"conv nhwc s1 p1", kt_ops_conv2d_nhwc(1, 7, 7, 3, 8, 3, 3, &s1p1, NULL, 0)},
            {"conv nhwc s2 p1 +bias+relu",
             kt_ops_conv2d_nhwc(2, 9, 7, 4, 6, 3, 3, &s2p1, EPI_BIAS_RELU, 2)},
@@ -245,7 +125,7 @@ END_TEST
 
 START_TEST(codegen_conv2d_nchw_states_match_reference)
 {
-    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), d2 = conv_p(1, 2, 2);
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), d2 = kt_test_conv_p(1, 2, 2);
     FAMILY({"conv nchw s2 p1", kt_ops_conv2d_nchw(1, 9, 7, 4, 6, 3, 3, &s2p1, NULL, 0)},
            {"conv nchw dilation 2 +relu",
             kt_ops_conv2d_nchw(1, 8, 8, 3, 4, 3, 3, &d2, EPI_RELU, 1)});
@@ -254,7 +134,7 @@ END_TEST
 
 START_TEST(codegen_depthwise_states_match_reference)
 {
-    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), s1p1 = conv_p(1, 1, 1);
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), s1p1 = kt_test_conv_p(1, 1, 1);
     FAMILY({"depthwise s1 p1 +relu",
             kt_ops_depthwise_conv2d_nhwc(1, 8, 8, 8, 3, 3, &s1p1, EPI_RELU, 1)},
            {"depthwise s2 p1", kt_ops_depthwise_conv2d_nhwc(2, 7, 9, 4, 3, 3, &s2p1, NULL, 0)});
@@ -263,7 +143,8 @@ END_TEST
 
 START_TEST(codegen_pool_states_match_reference)
 {
-    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), s1p1 = conv_p(1, 1, 1), s1p0 = conv_p(1, 0, 1);
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), s1p1 = kt_test_conv_p(1, 1, 1),
+                       s1p0 = kt_test_conv_p(1, 0, 1);
     FAMILY({"max pool s2 p1", kt_ops_pool2d_nhwc(KT_POOL_MAX, 1, 9, 9, 4, 3, 3, &s2p1)},
            {"max pool s1 p0", kt_ops_pool2d_nhwc(KT_POOL_MAX, 2, 6, 5, 3, 2, 2, &s1p0)});
     FAMILY({"avg pool s1 p1", kt_ops_pool2d_nhwc(KT_POOL_AVG, 2, 7, 7, 3, 3, 3, &s1p1)},
@@ -332,15 +213,24 @@ START_TEST(codegen_lowering_has_local_tiles_and_annotations)
     ck_assert_int_eq(L->bufs[local].shape[1], 16);
     ck_assert_int_eq(L->bufs[reg].shape[0], 4);
     ck_assert_int_eq(L->bufs[reg].shape[1], 4);
+    int copies = 0;
     for (int i = 0; i < L->nnodes; i++) {
         if (L->nodes[i].kind != KT_NODE_LOOP)
             continue;
         par += L->nodes[i].ann == KT_LOOP_PARALLEL;
         vec += L->nodes[i].ann == KT_LOOP_VECTORIZE;
         unr += L->nodes[i].ann == KT_LOOP_UNROLL;
+        /* the register tile's load and store loops are unrolled fully */
+        const char *lab = L->iters[L->nodes[i].iter].label;
+        size_t n = strlen(lab);
+        if (n > 3 && (strcmp(lab + n - 3, ".ld") == 0 || strcmp(lab + n - 3, ".st") == 0)) {
+            ck_assert_msg(L->nodes[i].ann == KT_LOOP_UNROLL, "%s is not unrolled", lab);
+            copies++;
+        }
     }
     ck_assert_int_eq(par, 2);
-    ck_assert_int_ge(vec, 3);   /* the update, its init, register load and store */
+    ck_assert_int_ge(vec, 2);   /* the update and its init */
+    ck_assert_int_eq(copies, 4);   /* i.3 and j.3, for the load and the store */
     ck_assert_int_gt(unr, 0);
     ck_assert(L->uses_parallel);
     kt_lower_free(L);
@@ -349,6 +239,8 @@ START_TEST(codegen_lowering_has_local_tiles_and_annotations)
     ck_assert_ptr_nonnull(src);
     ck_assert_ptr_nonnull(strstr(src, "#pragma omp parallel for schedule(static) collapse(2)"));
     ck_assert_ptr_nonnull(strstr(src, "#pragma omp simd"));
+    /* the builders' -std=c17 turns contraction off; kernels turn it back on */
+    ck_assert_ptr_nonnull(strstr(src, "fp-contract=fast"));
     ck_assert_ptr_nonnull(strstr(src, "float kt_C_local[128]"));
     ck_assert_ptr_nonnull(strstr(src, "float kt_C_reg[16]"));
     ck_assert_ptr_nonnull(strstr(src, "const float *restrict A = kt_bufs[0];"));

@@ -15,6 +15,8 @@
 #include "util/err.h"
 #include "util/rng.h"
 
+#include "states_harness.h"
+
 #define FAMILY_STATES 20
 #define MAX_STATES 32
 
@@ -49,48 +51,6 @@ static double unlog(float v)
     return exp2((double)v) - 1.0;
 }
 
-/* Up to n distinct valid states: sampled round-robin from the sketches,
- * every third one mutated a few times more. */
-static int collect_states(const kt_dag_t *dag, const kt_sched_params_t *p, uint64_t seed,
-                          kt_sched_state_t **out, int n)
-{
-    kt_sched_state_t **sk;
-    int nsk;
-    ck_assert_msg(kt_sched_sketches(dag, p, &sk, &nsk) == 0, "%s", kt_err_msg());
-    ck_assert_int_gt(nsk, 0);
-    kt_rng_t rng;
-    kt_rng_seed(&rng, seed);
-    uint64_t hashes[MAX_STATES];
-    int got = 0;
-    for (int t = 0; got < n && t < 20 * n; t++) {
-        kt_sched_state_t *st = kt_sched_sample(dag, p, sk[t % nsk], &rng);
-        ck_assert_msg(st != NULL, "%s", kt_err_msg());
-        if (t % 3 == 2) {
-            for (int m = 0; m < 4; m++) {
-                kt_sched_state_t *mu = NULL;
-                if (kt_sched_mutate(dag, p, st, -1, &rng, &mu) == 1) {
-                    kt_sched_state_free(st);
-                    st = mu;
-                }
-            }
-        }
-        uint64_t h = kt_sched_state_hash(st, dag);
-        int dup = 0;
-        for (int i = 0; i < got && !dup; i++)
-            dup = hashes[i] == h;
-        if (dup && t < 10 * n) {
-            kt_sched_state_free(st);
-            continue;
-        }
-        hashes[got] = h;
-        out[got++] = st;
-    }
-    for (int i = 0; i < nsk; i++)
-        kt_sched_state_free(sk[i]);
-    free(sk);
-    return got;
-}
-
 static void free_states(kt_sched_state_t **st, int n)
 {
     for (int i = 0; i < n; i++)
@@ -123,7 +83,7 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
     ck_assert_msg(dag != NULL, "%s: %s", what, kt_err_msg());
     kt_sched_params_t p = test_params();
     kt_sched_state_t *st[MAX_STATES];
-    int n = collect_states(dag, &p, seed, st, FAMILY_STATES);
+    int n = kt_test_collect_states(dag, &p, seed, st, FAMILY_STATES);
     ck_assert_int_ge(n, FAMILY_STATES / 2);
     double flops = kt_dag_flop_count(dag);
     for (int i = 0; i < n; i++) {
@@ -206,15 +166,6 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
     }
     free_states(st, n);
     kt_dag_free(dag);
-}
-
-static kt_conv2d_params_t conv_p(int stride, int pad)
-{
-    kt_conv2d_params_t c = kt_ops_conv2d_default();
-    c.stride[0] = c.stride[1] = stride;
-    for (int i = 0; i < 4; i++)
-        c.pad[i] = pad;
-    return c;
 }
 
 /* ---- the feature table ------------------------------------------------------ */
@@ -461,7 +412,7 @@ END_TEST
 
 START_TEST(feature_conv_family_rows_are_sound)
 {
-    kt_conv2d_params_t s1p1 = conv_p(1, 1), s2p1 = conv_p(2, 1);
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1);
     kt_epilogue_t br[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
     check_family("conv nhwc s1 p1", kt_ops_conv2d_nhwc(1, 14, 14, 16, 32, 3, 3, &s1p1, NULL, 0), 7);
     check_family("conv nchw s2 p1+bias+relu",
@@ -474,7 +425,7 @@ END_TEST
 
 START_TEST(feature_reduction_family_rows_are_sound)
 {
-    kt_conv2d_params_t s2p1 = conv_p(2, 1);
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1);
     check_family("max pool s2 p1", kt_ops_pool2d_nhwc(KT_POOL_MAX, 1, 16, 16, 8, 3, 3, &s2p1), 10);
     check_family("avg pool s2 p1", kt_ops_pool2d_nhwc(KT_POOL_AVG, 1, 15, 15, 8, 3, 3, &s2p1), 11);
     check_family("global avg pool", kt_ops_global_avg_pool_nhwc(1, 7, 7, 64), 12);
@@ -490,7 +441,7 @@ START_TEST(feature_batch_matches_single_and_drops_invalid)
     kt_dag_t *dag = kt_ops_matmul(32, 48, 64, 0, NULL, 0);
     kt_sched_params_t p = test_params();
     kt_sched_state_t *st[MAX_STATES];
-    int n = collect_states(dag, &p, 21, st, 6);
+    int n = kt_test_collect_states(dag, &p, 21, st, 6);
     ck_assert_int_ge(n, 4);
     /* a state whose splits do not multiply to the extent cannot be lowered */
     int tiled = -1;

@@ -31,8 +31,10 @@
 #include "util/rng.h"
 #include "util/util.h"
 
+#include "states_harness.h"
+
 #define FAMILY_STATES 50   /* random states checked per operator family */
-#define MAX_STATES 64
+#define MAX_STATES KT_TEST_MAX_STATES
 #define OPT_STATES 2       /* per family, also compiled with full optimization */
 #define NVRTC_FAST "-G"
 
@@ -48,64 +50,12 @@ static kt_sched_params_t gpu_params(const char *preset, const char *override)
     return p;
 }
 
-static kt_conv2d_params_t conv_p(int stride, int pad, int dil)
-{
-    kt_conv2d_params_t c = kt_ops_conv2d_default();
-    c.stride[0] = c.stride[1] = stride;
-    for (int i = 0; i < 4; i++)
-        c.pad[i] = pad;
-    c.dilation[0] = c.dilation[1] = dil;
-    return c;
-}
-
 static int stage_index(const kt_dag_t *dag, const char *name)
 {
     for (int i = 0; i < kt_dag_num_stages(dag); i++)
         if (strcmp(kt_dag_stage(dag, i)->name, name) == 0)
             return i;
     return -1;
-}
-
-/* Up to n distinct valid states: sampled round-robin from the sketches,
- * every third one mutated a few times more. A small space may repeat. */
-static int collect_states(const kt_dag_t *dag, const kt_sched_params_t *p, uint64_t seed,
-                          kt_sched_state_t **out, int n)
-{
-    kt_sched_state_t **sk;
-    int nsk;
-    ck_assert_msg(kt_sched_sketches(dag, p, &sk, &nsk) == 0, "%s", kt_err_msg());
-    ck_assert_int_gt(nsk, 0);
-    kt_rng_t rng;
-    kt_rng_seed(&rng, seed);
-    uint64_t hashes[MAX_STATES];
-    int got = 0;
-    for (int t = 0; got < n && t < 20 * n; t++) {
-        kt_sched_state_t *st = kt_sched_sample(dag, p, sk[t % nsk], &rng);
-        ck_assert_msg(st != NULL, "%s", kt_err_msg());
-        if (t % 3 == 2) {
-            for (int m = 0; m < 4; m++) {
-                kt_sched_state_t *mu = NULL;
-                if (kt_sched_mutate(dag, p, st, -1, &rng, &mu) == 1) {
-                    kt_sched_state_free(st);
-                    st = mu;
-                }
-            }
-        }
-        uint64_t h = kt_sched_state_hash(st, dag);
-        int dup = 0;
-        for (int i = 0; i < got && !dup; i++)
-            dup = hashes[i] == h;
-        if (dup && t < 10 * n) {
-            kt_sched_state_free(st);
-            continue;
-        }
-        hashes[got] = h;
-        out[got++] = st;
-    }
-    for (int i = 0; i < nsk; i++)
-        kt_sched_state_free(sk[i]);
-    free(sk);
-    return got;
 }
 
 /* ---- one operator family ---------------------------------------------------------- */
@@ -131,46 +81,6 @@ static void family_init(family_t *f)
     kt_codegen_preamble_cuda(&f->cuda_opt);
 }
 
-/* Emit the emulations of n states into two C files (half each, distinct
- * entries) and compile both at once, one in a child process. */
-static void compile_emulations(const char *what, const kt_dag_t *dag, kt_sched_state_t **st, int n,
-                               const char *dir)
-{
-    for (int half = 0; half < 2; half++) {
-        kt_sbuf_t src;
-        kt_sbuf_init(&src);
-        kt_codegen_preamble_c(&src);
-        for (int i = half; i < n; i += 2) {
-            char entry[32];
-            snprintf(entry, sizeof(entry), "emu_%d", i);
-            int rc = kt_codegen_emit_cuda_emu_into(dag, st[i], entry, &src);
-            ck_assert_msg(rc == 0, "%s: emulation %d: %s", what, i, kt_err_msg());
-        }
-        char path[256];
-        snprintf(path, sizeof(path), "%s/e%d.c", dir, half);
-        ck_assert_int_eq(kt_file_write(path, src.data, src.len), 0);
-        kt_sbuf_free(&src);
-    }
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    int half = pid == 0 ? 1 : 0;
-    char path[256], so[256];
-    snprintf(path, sizeof(path), "%s/e%d.c", dir, half);
-    snprintf(so, sizeof(so), "%s/e%d.so", dir, half);
-    char *text = kt_file_read(path, NULL);
-    char *log = NULL;
-    int rc = text ? kt_codegen_compile_flags(text, so, KT_CODEGEN_EMU_CFLAGS, &log) : -1;
-    free(text);
-    if (pid == 0)
-        _exit(rc == 0 ? 0 : 1);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    ck_assert_msg(rc == 0, "%s: compile: %s\n%s", what, kt_err_msg(), log ? log : "");
-    free(log);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "%s: compile of emulation half 1 failed", what);
-}
-
 /* Register-tile floats of a state's largest kernel: the optimizer's cost. */
 static int64_t tile_cost(const kt_dag_t *dag, const kt_sched_state_t *st)
 {
@@ -191,41 +101,11 @@ static void check_shape(family_t *f, const char *what, kt_dag_t *dag, int n, uin
     ck_assert_int_le(n, MAX_STATES);
     kt_sched_params_t p = gpu_params("sm_90", NULL);
     kt_sched_state_t *st[MAX_STATES];
-    int got = collect_states(dag, &p, seed, st, n);
+    int got = kt_test_collect_states(dag, &p, seed, st, n);
     ck_assert_int_eq(got, n);
 
-    char dir[] = "/tmp/kt_test_gpu_XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    compile_emulations(what, dag, st, n, dir);
-    kt_codegen_ref_t *ref = kt_codegen_ref_new(dag, seed);
-    ck_assert_msg(ref != NULL, "%s: reference: %s", what, kt_err_msg());
-    int bad = -1;
-    char msg[512] = "";
-    double bad_err = 0;
-    for (int i = 0; i < n && bad < 0; i++) {
-        char entry[32], so[256];
-        snprintf(entry, sizeof(entry), "emu_%d", i);
-        snprintf(so, sizeof(so), "%s/e%d.so", dir, i % 2);
-        if (kt_codegen_ref_check_so(ref, so, entry, &bad_err) != 0) {
-            bad = i;
-            snprintf(msg, sizeof(msg), "%s", kt_err_msg());
-        }
-    }
-    kt_codegen_ref_free(ref);
-    for (int half = 0; half < 2; half++) {
-        char path[256];
-        snprintf(path, sizeof(path), "%s/e%d.c", dir, half);
-        unlink(path);
-        snprintf(path, sizeof(path), "%s/e%d.so", dir, half);
-        unlink(path);
-    }
-    rmdir(dir);
-    if (bad >= 0) {
-        char *j = kt_sched_state_to_json(st[bad], dag);
-        char *pr = kt_sched_state_print(dag, st[bad]);
-        ck_abort_msg("%s: state %d: emulation fails (%s, err %g)\n%s\n%s", what, bad, msg,
-                     bad_err, j, pr);
-    }
+    kt_test_check_states(what, dag, st, n, seed, "emu", kt_codegen_emit_cuda_emu_into,
+                         KT_CODEGEN_EMU_CFLAGS);
 
     /* the CUDA kernels, and the cheapest states once more for -O3 */
     int cheap[OPT_STATES];
@@ -391,7 +271,7 @@ END_TEST
 
 START_TEST(gpu_epilogue_states_compile_and_emulate)
 {
-    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1);
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
     FAMILY("epilogues", {"matmul+bias+relu+add+gelu", kt_ops_matmul(9, 10, 11, 0, EPI_ALL, 4)},
            {"matmul+bias+relu", kt_ops_matmul(12, 20, 8, 0, EPI_BIAS_RELU, 2)},
            {"conv+bias+gelu", kt_ops_conv2d_nhwc(1, 6, 6, 4, 4, 3, 3, &s1p1, EPI_BIAS_GELU, 2)});
@@ -400,8 +280,8 @@ END_TEST
 
 START_TEST(gpu_conv2d_nhwc_states_compile_and_emulate)
 {
-    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1), s2p1 = conv_p(2, 1, 1), d2 = conv_p(1, 2, 2),
-                       none = conv_p(1, 0, 1);
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1),
+                       d2 = kt_test_conv_p(1, 2, 2), none = kt_test_conv_p(1, 0, 1);
     FAMILY("conv2d nhwc",
            {"conv nhwc s1 p1", kt_ops_conv2d_nhwc(1, 7, 7, 3, 8, 3, 3, &s1p1, NULL, 0)},
            {"conv nhwc s2 p1 +bias+relu",
@@ -413,7 +293,7 @@ END_TEST
 
 START_TEST(gpu_conv2d_nchw_states_compile_and_emulate)
 {
-    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), d2 = conv_p(1, 2, 2);
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), d2 = kt_test_conv_p(1, 2, 2);
     FAMILY("conv2d nchw",
            {"conv nchw s2 p1", kt_ops_conv2d_nchw(1, 9, 7, 4, 6, 3, 3, &s2p1, NULL, 0)},
            {"conv nchw dilation 2 +relu",
@@ -423,7 +303,7 @@ END_TEST
 
 START_TEST(gpu_depthwise_states_compile_and_emulate)
 {
-    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), s1p1 = conv_p(1, 1, 1);
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), s1p1 = kt_test_conv_p(1, 1, 1);
     FAMILY("depthwise", {"depthwise s1 p1 +relu",
                          kt_ops_depthwise_conv2d_nhwc(1, 8, 8, 8, 3, 3, &s1p1, EPI_RELU, 1)},
            {"depthwise s2 p1", kt_ops_depthwise_conv2d_nhwc(2, 7, 9, 4, 3, 3, &s2p1, NULL, 0)});
@@ -432,7 +312,8 @@ END_TEST
 
 START_TEST(gpu_pool_states_compile_and_emulate)
 {
-    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1), s1p1 = conv_p(1, 1, 1), s1p0 = conv_p(1, 0, 1);
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), s1p1 = kt_test_conv_p(1, 1, 1),
+                       s1p0 = kt_test_conv_p(1, 0, 1);
     FAMILY("max pool", {"max pool s2 p1", kt_ops_pool2d_nhwc(KT_POOL_MAX, 1, 9, 9, 4, 3, 3, &s2p1)},
            {"max pool s1 p0", kt_ops_pool2d_nhwc(KT_POOL_MAX, 2, 6, 5, 3, 2, 2, &s1p0)});
     FAMILY("avg pool", {"avg pool s1 p1", kt_ops_pool2d_nhwc(KT_POOL_AVG, 2, 7, 7, 3, 3, 3, &s1p1)},
@@ -520,7 +401,7 @@ START_TEST(gpu_sketches_follow_ansor_gpu_rules)
 
     /* conv + bias + relu: padding and bias inlined, relu (the output) fused,
      * the padded input staged */
-    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1);
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
     kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 9, 9, 8, 16, 3, 3, &s1p1, EPI_BIAS_RELU, 2);
     sk = sketches(cv, &p, &n);
     ck_assert_int_eq(n, 1);
@@ -742,7 +623,7 @@ END_TEST
 /* Big enough workloads that unconstrained tiles would break every limit. */
 static int limit_dags(kt_dag_t **d)
 {
-    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1);
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
     int n = 0;
     d[n++] = kt_ops_matmul(512, 512, 512, 0, NULL, 0);
     d[n++] = kt_ops_conv2d_nhwc(1, 56, 56, 64, 64, 3, 3, &s1p1, EPI_BIAS_RELU, 2);
@@ -892,7 +773,7 @@ END_TEST
 START_TEST(gpu_state_json_survives_corruption)
 {
     kt_sched_params_t p = gpu_params("sm_90", NULL);
-    kt_conv2d_params_t s2p1 = conv_p(2, 1, 1);
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1);
     kt_dag_t *dags[] = {kt_ops_conv2d_nhwc(1, 9, 9, 4, 8, 3, 3, &s2p1, EPI_BIAS_RELU, 2),
                         kt_ops_softmax(2, (int64_t[]){6, 40})};
     kt_rng_t rng;

@@ -10,6 +10,8 @@
 #include "util/err.h"
 #include "util/rng.h"
 
+#include "states_harness.h"
+
 /* Fixed parameters: sketch rules depend on the core count (rfactor). */
 static kt_sched_params_t params16(void)
 {
@@ -25,21 +27,11 @@ static kt_sched_params_t params16(void)
 static const kt_epilogue_t EPI_RELU[] = {KT_EPI_RELU};
 static const kt_epilogue_t EPI_BIAS_RELU[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
 
-static kt_conv2d_params_t conv_p(int stride, int pad, int dil)
-{
-    kt_conv2d_params_t c = kt_ops_conv2d_default();
-    c.stride[0] = c.stride[1] = stride;
-    for (int i = 0; i < 4; i++)
-        c.pad[i] = pad;
-    c.dilation[0] = c.dilation[1] = dil;
-    return c;
-}
-
 /* A set of DAGs covering every sketch rule. */
 static int make_dags(kt_dag_t **d)
 {
     int n = 0;
-    kt_conv2d_params_t c1 = conv_p(1, 1, 1), c2 = conv_p(2, 1, 1);
+    kt_conv2d_params_t c1 = kt_test_conv_p(1, 1, 1), c2 = kt_test_conv_p(2, 1, 1);
     d[n++] = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
     d[n++] = kt_ops_matmul(7, 13, 17, 0, EPI_RELU, 1);
     d[n++] = kt_ops_matmul(4, 4, 4096, 0, NULL, 0);   /* rfactor on a tiled stage */
@@ -82,7 +74,7 @@ START_TEST(sched_sketch_counts_match_ansor)
     kt_sched_params_t p = params16();
     kt_sched_state_t **sk;
     int n;
-    kt_conv2d_params_t c1 = conv_p(1, 1, 1);
+    kt_conv2d_params_t c1 = kt_test_conv_p(1, 1, 1);
 
     /* matmul: cache-write fused at level 1 and 2, plus plain tiling. */
     kt_dag_t *mm = kt_ops_matmul(512, 512, 512, 0, NULL, 0);

@@ -7,12 +7,69 @@
 #include "codegen.h"
 #include "lower.h"
 
+/* ---- lowering building blocks (lower_build.c), shared by lower.c and lower_gpu.c ---- */
+
+/* The program being built and the capacities of its arrays; rc holds the
+ * first error (every helper does nothing once it is set). */
+typedef struct kt_lower_ctx {
+    const kt_dag_t *dag;
+    const kt_sched_state_t *st;
+    kt_lower_t *L;
+    int cap_nodes, cap_iters, cap_stmts, cap_bufs, cap_guards, cap_subs, cap_kernels;
+    int rc;
+    int gbuf[KT_TE_MAX_STAGES];   /* global (input/output/heap) buffer of each stage, or -1 */
+} kt_lower_ctx_t;
+
+/* Start building into L (empty): no stage has a buffer yet but the
+ * kernel's arguments, the DAG's placeholders and outputs (INPUT / OUTPUT
+ * buffers in kt_codegen_num_bufs order). */
+void kt_lower_ctx_init(kt_lower_ctx_t *c, const kt_dag_t *dag, const kt_sched_state_t *st,
+                       kt_lower_t *L);
+/* Make room for element n of *p (capacity *cap). 0, or -1 (rc set). */
+int kt_lower_grow(kt_lower_ctx_t *c, void **p, int *cap, int n, size_t elem);
+/* The empty index (0, div 1, no modulo). */
+kt_lower_index_t kt_lower_idx_none(void);
+/* x += coef * iter (terms of one iterator merged; iter < 0 or coef 0: no-op). */
+void kt_lower_idx_add(kt_lower_ctx_t *c, kt_lower_index_t *x, int iter, int64_t coef);
+/* A new iterator / buffer / detached node; its id, or -1. */
+int kt_lower_new_iter(kt_lower_ctx_t *c, int stage, const char *label, int64_t extent, int reduce);
+int kt_lower_new_buf(kt_lower_ctx_t *c, kt_buf_kind_t kind, int stage, const char *name,
+                     const char *label, int ndim, const int64_t *shape);
+int kt_lower_new_node(kt_lower_ctx_t *c, kt_node_kind_t kind);
+/* Link node as the last child of parent (-1: the top level). */
+void kt_lower_append(kt_lower_ctx_t *c, int parent, int node);
+/* A statement with no indices set (dst, src, src_stage -1). */
+kt_lower_stmt_t kt_lower_stmt_new(kt_stmt_kind_t kind, int stage);
+/* Store s and append a STMT node for it under parent; the statement id or -1. */
+int kt_lower_add_stmt(kt_lower_ctx_t *c, int parent, const kt_lower_stmt_t *s);
+
 /* Lowering of a GPU state (lower_gpu.c); kt_lower() dispatches to it. */
 kt_lower_t *kt_lower_gpu(const kt_dag_t *dag, const kt_sched_state_t *st);
 
 /* Append text to b with every load `name[...]` replaced by repl (the
  * bracketed index skipped, nested brackets included). */
 void kt_codegen_replace_loads(const char *text, const char *name, const char *repl, kt_sbuf_t *b);
+
+/* ---- index printing (emit_c.c), shared by the C and CUDA emitters ----------------- */
+
+/* How indices print: iterators of extent 1 and `hide` (-1: none) print as
+ * 0, every other one as cast + name, constants with suffix. */
+typedef struct {
+    const kt_lower_t *L;
+    int hide;
+    const char *cast;     /* "" or "(long long)" */
+    const char *suffix;   /* "LL" or "" */
+} kt_codegen_index_style_t;
+
+/* One index: (sum)/div%mod, fully parenthesized where div or mod apply. */
+void kt_codegen_index(const kt_codegen_index_style_t *st, const kt_lower_index_t *x, kt_sbuf_t *b);
+/* Row-major flat index of buffer buf at per-dimension indices idx; affine
+ * dimensions merge into one sum with one coefficient per iterator. */
+void kt_codegen_flat_index(const kt_codegen_index_style_t *st, int buf,
+                           const kt_lower_index_t *idx, kt_sbuf_t *b);
+/* Validate an entry name: a C identifier of at most 100 characters, not a
+ * stage name, not starting with kt_. 0 or KT_EINVAL. */
+int kt_codegen_check_entry(const kt_dag_t *dag, const char *entry);
 
 /* ---- GPU emission shared by emit_cuda.c and emit_cuda_emu.c ------------------- */
 
@@ -54,7 +111,5 @@ void kt_gpu_emit_for(kt_gpu_emit_t *e, int node, int depth);
 void kt_gpu_emit_params(kt_gpu_emit_t *e, kt_sbuf_t *b);
 /* Declarations of the workspace buffers `text` uses (pointers into kt_ws). */
 void kt_gpu_emit_heap_decls(kt_gpu_emit_t *e, const char *text, int depth, kt_sbuf_t *b);
-/* Validate an entry name (a C identifier, not a stage, not kt_...). */
-int kt_gpu_emit_check_entry(const kt_dag_t *dag, const char *entry);
 
 #endif

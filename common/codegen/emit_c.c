@@ -7,7 +7,9 @@
  * printed (their variable contributes nothing to any index). Local tiles
  * are stack arrays (heap when larger than KT_LOWER_LOCAL_STACK_BYTES), so
  * register tiles of a tiled stage are plain local arrays GCC can keep in
- * registers. */
+ * registers. The kernel is wrapped in GCC pragmas: 512-bit vectors, no loop
+ * unswitching, and floating-point contraction (multiply-adds become FMAs
+ * even under the builders' -std=c17). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,50 +26,60 @@ typedef struct {
     int rc;
 } emit_t;
 
-/* ---- indices ------------------------------------------------------------------ */
+/* ---- indices (shared with the CUDA emitters) ------------------------------------ */
 
-static int live_iter(const kt_lower_t *L, int it) { return L->iters[it].extent > 1; }
+static int live_iter(const kt_lower_t *L, int it) { return it >= 0 && L->iters[it].extent > 1; }
 
-static void index_c(const kt_lower_t *L, const kt_lower_index_t *x, kt_sbuf_t *b)
+static int shown(const kt_codegen_index_style_t *st, int it)
+{
+    return live_iter(st->L, it) && it != st->hide;
+}
+
+/* Print name or cast name, then *coef with the style's constant suffix. */
+static void term(const kt_codegen_index_style_t *st, int it, int64_t coef, kt_sbuf_t *b)
+{
+    kt_sbuf_printf(b, "%s%s", st->cast, st->L->iters[it].name);
+    if (coef != 1)
+        kt_sbuf_printf(b, "*%lld%s", (long long)coef, st->suffix);
+}
+
+void kt_codegen_index(const kt_codegen_index_style_t *st, const kt_lower_index_t *x, kt_sbuf_t *b)
 {
     kt_sbuf_t s;
     kt_sbuf_init(&s);
     int n = 0;
     for (int t = 0; t < x->nterms; t++) {
-        if (!live_iter(L, x->iter[t]) || x->coef[t] == 0)
+        if (!shown(st, x->iter[t]) || x->coef[t] == 0)
             continue;
         if (n++)
             kt_sbuf_puts(&s, " + ");
-        if (x->coef[t] == 1)
-            kt_sbuf_puts(&s, L->iters[x->iter[t]].name);
-        else
-            kt_sbuf_printf(&s, "%s*%lldLL", L->iters[x->iter[t]].name, (long long)x->coef[t]);
+        term(st, x->iter[t], x->coef[t], &s);
     }
     if (n == 0)
-        kt_sbuf_puts(&s, "0LL");
+        kt_sbuf_printf(&s, "0%s", st->suffix);
     if (x->div > 1 || x->mod > 0) {
         kt_sbuf_printf(b, "((%s)", s.data);
         if (x->div > 1)
-            kt_sbuf_printf(b, " / %lldLL", (long long)x->div);
+            kt_sbuf_printf(b, " / %lld%s", (long long)x->div, st->suffix);
         if (x->mod > 0)
-            kt_sbuf_printf(b, " %% %lldLL", (long long)x->mod);
+            kt_sbuf_printf(b, " %% %lld%s", (long long)x->mod, st->suffix);
         kt_sbuf_puts(b, ")");
     } else {
-        kt_sbuf_puts(b, s.data ? s.data : "0LL");
+        kt_sbuf_puts(b, s.data ? s.data : "0");
     }
     if (s.failed)
         b->failed = 1;
     kt_sbuf_free(&s);
 }
 
-/* Row-major flat index of buffer `buf` at the per-dimension indices; affine
- * dimensions are merged into one sum with one coefficient per iterator. */
-static void flat_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
+void kt_codegen_flat_index(const kt_codegen_index_style_t *st, int buf,
+                           const kt_lower_index_t *idx, kt_sbuf_t *b)
 {
-    const kt_lower_buf_t *bf = &L->bufs[buf];
+    const kt_lower_buf_t *bf = &st->L->bufs[buf];
     int64_t stride[KT_TE_MAX_DIMS + 1];
     for (int d = bf->ndim - 1; d >= 0; d--)
         stride[d] = d == bf->ndim - 1 ? 1 : stride[d + 1] * bf->shape[d + 1];
+    /* merged terms may exceed one index's capacity */
     int iters[KT_LOWER_MAX_TERMS * (KT_TE_MAX_DIMS + 1)];
     int64_t coef[KT_LOWER_MAX_TERMS * (KT_TE_MAX_DIMS + 1)];
     int n = 0, parts = 0;
@@ -78,13 +90,13 @@ static void flat_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, kt
         if (x->div > 1 || x->mod > 0) {
             if (parts++)
                 kt_sbuf_puts(&nonaff, " + ");
-            index_c(L, x, &nonaff);
+            kt_codegen_index(st, x, &nonaff);
             if (stride[d] != 1)
-                kt_sbuf_printf(&nonaff, "*%lldLL", (long long)stride[d]);
+                kt_sbuf_printf(&nonaff, "*%lld%s", (long long)stride[d], st->suffix);
             continue;
         }
         for (int t = 0; t < x->nterms; t++) {
-            if (!live_iter(L, x->iter[t]))
+            if (!shown(st, x->iter[t]))
                 continue;
             int k = 0;
             while (k < n && iters[k] != x->iter[t])
@@ -102,10 +114,7 @@ static void flat_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, kt
             continue;
         if (printed++)
             kt_sbuf_puts(b, " + ");
-        if (coef[k] == 1)
-            kt_sbuf_puts(b, L->iters[iters[k]].name);
-        else
-            kt_sbuf_printf(b, "%s*%lldLL", L->iters[iters[k]].name, (long long)coef[k]);
+        term(st, iters[k], coef[k], b);
     }
     if (parts) {
         if (printed++)
@@ -119,10 +128,18 @@ static void flat_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, kt
     kt_sbuf_free(&nonaff);
 }
 
+/* C kernels: 64-bit constants, every live iterator shown. */
+static void index_c(const kt_lower_t *L, const kt_lower_index_t *x, kt_sbuf_t *b)
+{
+    kt_codegen_index_style_t st = {.L = L, .hide = -1, .cast = "", .suffix = "LL"};
+    kt_codegen_index(&st, x, b);
+}
+
 static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
 {
+    kt_codegen_index_style_t st = {.L = L, .hide = -1, .cast = "", .suffix = "LL"};
     kt_sbuf_printf(b, "%s[", L->bufs[buf].name);
-    flat_c(L, buf, idx, b);
+    kt_codegen_flat_index(&st, buf, idx, b);
     kt_sbuf_puts(b, "]");
 }
 
@@ -361,9 +378,9 @@ static void emit_list(emit_t *e, int first, int depth, int in_par, int in_vec)
 
 /* ---- the kernel ----------------------------------------------------------------- */
 
-static int check_entry(const kt_dag_t *dag, const char *entry)
+int kt_codegen_check_entry(const kt_dag_t *dag, const char *entry)
 {
-    if (!entry || !*entry || strlen(entry) > 200)
+    if (!entry || !*entry || strlen(entry) > 100)
         return kt_err_set(KT_EINVAL, "emit: entry name missing or too long");
     for (const char *c = entry; *c; c++)
         if (!is_ident_char(*c) || (c == entry && *c >= '0' && *c <= '9'))
@@ -383,7 +400,7 @@ int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, cons
         return kt_err_set(KT_EINVAL, "emit: missing DAG, state or buffer");
     if (st->target != KT_SCHED_TARGET_CPU)
         return kt_err_set(KT_EINVAL, "emit: C needs a CPU state (GPU states: emit CUDA)");
-    int rc = check_entry(dag, entry);
+    int rc = kt_codegen_check_entry(dag, entry);
     if (rc)
         return rc;
     kt_lower_t *L = kt_lower(dag, st);
@@ -392,11 +409,16 @@ int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, cons
     /* GCC tunes AVX-512 CPUs for 256-bit vectors by default; tiled kernels
      * want full-width registers (no effect without AVX-512). GCC 12 at -O3
      * miscompiles padding selects (loop unswitching + if-conversion write
-     * wrong values), so unswitching is off for kernels. */
+     * wrong values), so unswitching is off for kernels. The builders compile
+     * with -std=c17, which turns floating-point contraction off: every
+     * multiply-add would be a vmulps and a vaddps, half the peak and a longer
+     * dependency chain, so kernels contract as LLVM does for TVM. */
     kt_sbuf_puts(b, "#if defined(__GNUC__) && !defined(__clang__)\n"
                     "#pragma GCC push_options\n"
                     "#pragma GCC target(\"prefer-vector-width=512\")\n"
-                    "#pragma GCC optimize(\"no-unswitch-loops\")\n"
+                    "#pragma GCC optimize(\"no-unswitch-loops\", \"fp-contract=fast\")\n"
+                    "#elif defined(__clang__)\n"
+                    "#pragma clang fp contract(fast)\n"
                     "#endif\n");
     kt_sbuf_printf(b, "int %s(float **kt_bufs)\n{\n", entry);
     int nheap = 0;

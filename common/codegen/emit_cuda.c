@@ -57,51 +57,11 @@ int kt_gpu_emit_mark_used(kt_gpu_emit_t *e)
 
 /* ---- indices ---------------------------------------------------------------------------- */
 
-/* Printed iterators: live, and not the one a vector access fixes at 0. */
-static int shown(const kt_gpu_emit_t *e, int it)
-{
-    return live(e->L, it) && it != e->zero_iter;
-}
-
-static void terms(kt_gpu_emit_t *e, const kt_lower_index_t *x, int wide, kt_sbuf_t *b, int *n)
-{
-    const kt_lower_t *L = e->L;
-    for (int t = 0; t < x->nterms; t++) {
-        if (!shown(e, x->iter[t]) || x->coef[t] == 0)
-            continue;
-        if ((*n)++)
-            kt_sbuf_puts(b, " + ");
-        const char *nm = L->iters[x->iter[t]].name;
-        if (wide)
-            kt_sbuf_printf(b, "(long long)%s", nm);
-        else
-            kt_sbuf_puts(b, nm);
-        if (x->coef[t] != 1)
-            kt_sbuf_printf(b, "*%lld", (long long)x->coef[t]);
-    }
-}
-
 static void index_wide(kt_gpu_emit_t *e, const kt_lower_index_t *x, int wide, kt_sbuf_t *b)
 {
-    kt_sbuf_t s;
-    kt_sbuf_init(&s);
-    int n = 0;
-    terms(e, x, wide, &s, &n);
-    if (n == 0)
-        kt_sbuf_puts(&s, "0");
-    if (x->div > 1 || x->mod > 0) {
-        kt_sbuf_printf(b, "((%s)", s.data);
-        if (x->div > 1)
-            kt_sbuf_printf(b, " / %lld", (long long)x->div);
-        if (x->mod > 0)
-            kt_sbuf_printf(b, " %% %lld", (long long)x->mod);
-        kt_sbuf_puts(b, ")");
-    } else {
-        kt_sbuf_puts(b, s.data ? s.data : "0");
-    }
-    if (s.failed)
-        b->failed = 1;
-    kt_sbuf_free(&s);
+    kt_codegen_index_style_t st = {.L = e->L, .hide = e->zero_iter,
+                                   .cast = wide ? "(long long)" : "", .suffix = ""};
+    kt_codegen_index(&st, x, b);
 }
 
 void kt_gpu_emit_index(kt_gpu_emit_t *e, const kt_lower_index_t *x, kt_sbuf_t *b)
@@ -117,69 +77,13 @@ static int64_t buf_numel(const kt_lower_buf_t *bf)
     return n;
 }
 
-/* Row-major flat index; affine dimensions merge into one sum. */
+/* Row-major flat index, in long long where the buffer needs it. */
 static void flat(kt_gpu_emit_t *e, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
 {
-    const kt_lower_t *L = e->L;
-    const kt_lower_buf_t *bf = &L->bufs[buf];
-    int wide = buf_numel(bf) > INT32_MAX;
-    int64_t stride[KT_TE_MAX_DIMS + 1];
-    for (int d = bf->ndim - 1; d >= 0; d--)
-        stride[d] = d == bf->ndim - 1 ? 1 : stride[d + 1] * bf->shape[d + 1];
-    int n = 0;
-    kt_sbuf_t nonaff;
-    kt_sbuf_init(&nonaff);
-    int parts = 0;
-    /* merged terms may exceed one index's capacity: print them as we go */
-    int iters[KT_LOWER_MAX_TERMS * (KT_TE_MAX_DIMS + 1)];
-    int64_t coef[KT_LOWER_MAX_TERMS * (KT_TE_MAX_DIMS + 1)];
-    for (int d = 0; d < bf->ndim; d++) {
-        const kt_lower_index_t *x = &idx[d];
-        if (x->div > 1 || x->mod > 0) {
-            if (parts++)
-                kt_sbuf_puts(&nonaff, " + ");
-            index_wide(e, x, wide, &nonaff);
-            if (stride[d] != 1)
-                kt_sbuf_printf(&nonaff, "*%lld", (long long)stride[d]);
-            continue;
-        }
-        for (int t = 0; t < x->nterms; t++) {
-            if (!shown(e, x->iter[t]))
-                continue;
-            int k = 0;
-            while (k < n && iters[k] != x->iter[t])
-                k++;
-            if (k == n) {
-                iters[n] = x->iter[t];
-                coef[n++] = 0;
-            }
-            coef[k] += x->coef[t] * stride[d];
-        }
-    }
-    int printed = 0;
-    for (int k = 0; k < n; k++) {
-        if (coef[k] == 0)
-            continue;
-        if (printed++)
-            kt_sbuf_puts(b, " + ");
-        const char *nm = L->iters[iters[k]].name;
-        if (wide)
-            kt_sbuf_printf(b, "(long long)%s", nm);
-        else
-            kt_sbuf_puts(b, nm);
-        if (coef[k] != 1)
-            kt_sbuf_printf(b, "*%lld", (long long)coef[k]);
-    }
-    if (parts) {
-        if (printed++)
-            kt_sbuf_puts(b, " + ");
-        kt_sbuf_puts(b, nonaff.data);
-    }
-    if (!printed)
-        kt_sbuf_puts(b, "0");
-    if (nonaff.failed)
-        b->failed = 1;
-    kt_sbuf_free(&nonaff);
+    int wide = buf_numel(&e->L->bufs[buf]) > INT32_MAX;
+    kt_codegen_index_style_t st = {.L = e->L, .hide = e->zero_iter,
+                                   .cast = wide ? "(long long)" : "", .suffix = ""};
+    kt_codegen_flat_index(&st, buf, idx, b);
 }
 
 void kt_gpu_emit_access(kt_gpu_emit_t *e, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
@@ -410,21 +314,6 @@ void kt_gpu_emit_heap_decls(kt_gpu_emit_t *e, const char *text, int depth, kt_sb
     }
 }
 
-int kt_gpu_emit_check_entry(const kt_dag_t *dag, const char *entry)
-{
-    if (!entry || !*entry || strlen(entry) > 100)
-        return kt_err_set(KT_EINVAL, "emit: entry name missing or too long");
-    for (const char *c = entry; *c; c++)
-        if (!is_ident_char(*c) || (c == entry && *c >= '0' && *c <= '9'))
-            return kt_err_set(KT_EINVAL, "emit: entry '%s' is not a C identifier", entry);
-    if (strncmp(entry, "kt_", 3) == 0)
-        return kt_err_set(KT_EINVAL, "emit: entry '%s' uses the reserved prefix kt_", entry);
-    for (int i = 0; i < kt_dag_num_stages(dag); i++)
-        if (strcmp(kt_dag_stage(dag, i)->name, entry) == 0)
-            return kt_err_set(KT_EINVAL, "emit: entry '%s' is a stage name", entry);
-    return 0;
-}
-
 /* ---- CUDA ------------------------------------------------------------------------------- */
 
 void kt_codegen_preamble_cuda(kt_sbuf_t *out)
@@ -625,7 +514,7 @@ int kt_codegen_emit_cuda_into(const kt_dag_t *dag, const struct kt_sched_state *
         return kt_err_set(KT_EINVAL, "emit: missing DAG, state or buffer");
     if (st->target != KT_SCHED_TARGET_CUDA)
         return kt_err_set(KT_EINVAL, "emit: CUDA needs a GPU state (target cuda)");
-    int rc = kt_gpu_emit_check_entry(dag, entry);
+    int rc = kt_codegen_check_entry(dag, entry);
     if (rc)
         return rc;
     kt_lower_t *L = kt_lower(dag, st);

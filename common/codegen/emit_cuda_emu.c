@@ -337,7 +337,7 @@ int kt_codegen_emit_cuda_emu_into(const kt_dag_t *dag, const struct kt_sched_sta
         return kt_err_set(KT_EINVAL, "emulation: missing DAG, state or buffer");
     if (st->target != KT_SCHED_TARGET_CUDA)
         return kt_err_set(KT_EINVAL, "emulation: needs a GPU state (target cuda)");
-    int rc = kt_gpu_emit_check_entry(dag, entry);
+    int rc = kt_codegen_check_entry(dag, entry);
     if (rc)
         return rc;
     kt_lower_t *L = kt_lower(dag, st);

@@ -9,156 +9,11 @@
 #include "lower.h"
 #include "util/err.h"
 
-typedef struct {
-    const kt_dag_t *dag;
-    const kt_sched_state_t *st;
-    kt_lower_t *L;
-    int cap_nodes, cap_iters, cap_stmts, cap_bufs;
-    int rc;
-    int gbuf[KT_TE_MAX_STAGES];   /* global (input/output/heap) buffer of each stage, or -1 */
-} ctx_t;
+typedef kt_lower_ctx_t ctx_t;
 
 const char *kt_lower_identity_c(kt_reduce_t rop)
 {
     return rop == KT_RED_MAX ? "(-INFINITY)" : "0.0f";
-}
-
-static int grow(ctx_t *c, void **p, int *cap, int n, size_t elem)
-{
-    if (c->rc)
-        return -1;
-    if (n < *cap)
-        return 0;
-    int ncap = *cap ? *cap * 2 : 16;
-    void *np = realloc(*p, (size_t)ncap * elem);
-    if (!np) {
-        c->rc = kt_err_set(KT_ENOMEM, "lowering: out of memory");
-        return -1;
-    }
-    *p = np;
-    *cap = ncap;
-    return 0;
-}
-
-/* ---- building blocks --------------------------------------------------------- */
-
-static int new_iter(ctx_t *c, int stage, const char *label, int64_t extent, int reduce)
-{
-    kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->iters, &c->cap_iters, L->niters, sizeof(*L->iters)))
-        return 0;
-    int id = L->niters++;
-    kt_lower_iter_t *it = &L->iters[id];
-    memset(it, 0, sizeof(*it));
-    snprintf(it->label, sizeof(it->label), "%s", label);
-    /* C name: the label's identifier characters plus the unique id, so two
-     * iterators never collide whatever the axis names are. */
-    char clean[KT_LOWER_NAME];
-    size_t k = 0;
-    for (const char *p = label; *p && k < 40; p++)
-        clean[k++] = ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                      (*p >= '0' && *p <= '9'))
-                         ? *p
-                         : '_';
-    clean[k] = '\0';
-    snprintf(it->name, sizeof(it->name), "kt_%.40s_%d", clean, id);
-    it->extent = extent;
-    it->stage = stage;
-    it->reduce = reduce;
-    return id;
-}
-
-static int new_node(ctx_t *c, kt_node_kind_t kind)
-{
-    kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->nodes, &c->cap_nodes, L->nnodes, sizeof(*L->nodes)))
-        return -1;
-    int id = L->nnodes++;
-    kt_lower_node_t *n = &L->nodes[id];
-    memset(n, 0, sizeof(*n));
-    n->kind = kind;
-    n->iter = n->stmt = n->buf = -1;
-    n->child = n->next = -1;
-    return id;
-}
-
-static void append(ctx_t *c, int parent, int node)
-{
-    kt_lower_t *L = c->L;
-    if (node < 0)
-        return;
-    int *link = parent < 0 ? &L->first : &L->nodes[parent].child;
-    while (*link >= 0)
-        link = &L->nodes[*link].next;
-    *link = node;
-}
-
-static int new_buf(ctx_t *c, kt_buf_kind_t kind, int stage, const char *name, const char *label,
-                   int ndim, const int64_t *shape)
-{
-    kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->bufs, &c->cap_bufs, L->nbufs, sizeof(*L->bufs)))
-        return -1;
-    int id = L->nbufs++;
-    kt_lower_buf_t *b = &L->bufs[id];
-    memset(b, 0, sizeof(*b));
-    snprintf(b->name, sizeof(b->name), "%s", name);
-    snprintf(b->label, sizeof(b->label), "%s", label);
-    b->kind = kind;
-    b->stage = stage;
-    b->arg = -1;
-    b->ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        b->shape[d] = shape[d];
-    return id;
-}
-
-static kt_lower_index_t idx_none(void)
-{
-    kt_lower_index_t x;
-    memset(&x, 0, sizeof(x));
-    x.div = 1;
-    return x;
-}
-
-static void idx_add(ctx_t *c, kt_lower_index_t *x, int iter, int64_t coef)
-{
-    if (x->nterms >= KT_LOWER_MAX_TERMS) {
-        if (!c->rc)
-            c->rc = kt_err_set(KT_EINTERNAL, "lowering: index with too many terms");
-        return;
-    }
-    x->iter[x->nterms] = iter;
-    x->coef[x->nterms++] = coef;
-}
-
-static kt_lower_stmt_t stmt_new(kt_stmt_kind_t kind, int stage)
-{
-    kt_lower_stmt_t s;
-    memset(&s, 0, sizeof(s));
-    s.kind = kind;
-    s.stage = stage;
-    s.dst = s.src = s.src_stage = -1;
-    for (int a = 0; a < KT_SCHED_MAX_AXES; a++)
-        s.axis[a] = idx_none();
-    for (int d = 0; d <= KT_TE_MAX_DIMS; d++)
-        s.dst_idx[d] = s.src_idx[d] = idx_none();
-    return s;
-}
-
-static int add_stmt_node(ctx_t *c, int parent, const kt_lower_stmt_t *s)
-{
-    kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->stmts, &c->cap_stmts, L->nstmts, sizeof(*L->stmts)))
-        return -1;
-    int id = L->nstmts++;
-    L->stmts[id] = *s;
-    int n = new_node(c, KT_NODE_STMT);
-    if (n < 0)
-        return -1;
-    L->nodes[n].stmt = id;
-    append(c, parent, n);
-    return n;
 }
 
 static void remap_idx(kt_lower_index_t *x, int from, int to)
@@ -226,30 +81,37 @@ typedef void (*attach_fn)(ctx_t *c, int loop_i, int node, void *arg);
  * load and store around the innermost reduce loops), holding statement s
  * with those loops' iterators renamed to the copies. */
 static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const int *iters,
-                       const int *anns, int from, const kt_lower_stmt_t *stmt, const char *suffix)
+                       const int *anns, int from, const kt_lower_stmt_t *stmt, const char *suffix,
+                       int unroll)
 {
     kt_lower_stmt_t s = *stmt;
     int cur = parent;
-    for (int j = from + 1; j < nest->nloops; j++) {
+    for (int j = from + 1; j < nest->nloops && !c->rc; j++) {
         if (nest->loops[j].reduce)
             continue;
         const kt_lower_iter_t *orig = &c->L->iters[iters[j]];
         char label[KT_LOWER_NAME];
         snprintf(label, sizeof(label), "%.50s.%s", orig->label, suffix);
-        int it = new_iter(c, orig->stage, label, orig->extent, 0);
-        int node = new_node(c, KT_NODE_LOOP);
+        int it = kt_lower_new_iter(c, orig->stage, label, orig->extent, 0);
+        int node = kt_lower_new_node(c, KT_NODE_LOOP);
         if (c->rc || node < 0)
             return;
         c->L->nodes[node].iter = it;
-        c->L->nodes[node].ann = anns[j] == KT_LOOP_VECTORIZE ? KT_LOOP_VECTORIZE : KT_LOOP_SERIAL;
-        append(c, cur, node);
+        /* The register tile's load and store are unrolled fully: GCC then
+         * moves the block with full-width vector moves straight between
+         * registers and the accumulator, where a simd loop goes through a
+         * stack copy in half-width pieces (twice as slow on short R1 runs). */
+        c->L->nodes[node].ann = unroll            ? KT_LOOP_UNROLL
+                                : anns[j] == KT_LOOP_VECTORIZE ? KT_LOOP_VECTORIZE
+                                                               : KT_LOOP_SERIAL;
+        kt_lower_append(c, cur, node);
         cur = node;
         for (int d = 0; d <= KT_TE_MAX_DIMS; d++) {
             remap_idx(&s.dst_idx[d], iters[j], it);
             remap_idx(&s.src_idx[d], iters[j], it);
         }
     }
-    add_stmt_node(c, cur, &s);
+    kt_lower_add_stmt(c, cur, &s);
 }
 
 /* Register tile of a tiled nest: the accumulator block of the innermost
@@ -288,31 +150,31 @@ static void build(ctx_t *c, int parent, int stage, const kt_sched_nest_t *nest, 
     int cur = parent, rt_parent = -2;
     for (int i = 0; i < nest->nloops && !c->rc; i++) {
         if (i == first_reduce && init)
-            build_copy(c, cur, nest, iters, anns, first_reduce, init, "init");
+            build_copy(c, cur, nest, iters, anns, first_reduce, init, "init", 0);
         if (rt && i == rt->first) {
-            int an = new_node(c, KT_NODE_ALLOC);
+            int an = kt_lower_new_node(c, KT_NODE_ALLOC);
             if (an < 0)
                 return;
             L->nodes[an].buf = rt->buf;
-            append(c, cur, an);
-            build_copy(c, cur, nest, iters, anns, i, &rt->load, "ld");
+            kt_lower_append(c, cur, an);
+            build_copy(c, cur, nest, iters, anns, i, &rt->load, "ld", 1);
             rt_parent = cur;
         }
-        int node = new_node(c, KT_NODE_LOOP);
+        int node = kt_lower_new_node(c, KT_NODE_LOOP);
         if (node < 0)
             return;
         L->nodes[node].iter = iters[i];
         L->nodes[node].ann = (kt_loop_ann_t)anns[i];
-        append(c, cur, node);
+        kt_lower_append(c, cur, node);
         if (nest->loops[i].attach && attach)
             attach(c, i, node, arg);
         cur = node;
     }
     if (init && first_reduce < 0)
-        add_stmt_node(c, cur, init);
-    add_stmt_node(c, cur, leaf);
+        kt_lower_add_stmt(c, cur, init);
+    kt_lower_add_stmt(c, cur, leaf);
     if (rt_parent != -2)
-        build_copy(c, rt_parent, nest, iters, anns, rt->first, &rt->store, "st");
+        build_copy(c, rt_parent, nest, iters, anns, rt->first, &rt->store, "st", 1);
     if (ann->unroll > 0 && !c->rc) {
         int x = before < 0 ? (parent < 0 ? L->first : L->nodes[parent].child)
                            : L->nodes[before].next;
@@ -367,12 +229,12 @@ static void lower_root(ctx_t *c, int s, int parent, const int *bound)
     for (int i = 0; i < nest.nloops; i++) {
         char label[KT_LOWER_NAME];
         axis_label(ss, nest.loops[i].axis, 0, 0, label, sizeof(label));
-        iters[i] = new_iter(c, s, label, nest.loops[i].extent, nest.loops[i].reduce);
+        iters[i] = kt_lower_new_iter(c, s, label, nest.loops[i].extent, nest.loops[i].reduce);
         ra.axis_iter[nest.loops[i].axis] = iters[i];
     }
-    kt_lower_stmt_t leaf = stmt_new(ss->nreduce ? KT_STMT_UPDATE : KT_STMT_COMPUTE, s);
+    kt_lower_stmt_t leaf = kt_lower_stmt_new(ss->nreduce ? KT_STMT_UPDATE : KT_STMT_COMPUTE, s);
     for (int a = 0; a < ss->ndim + ss->nreduce; a++)
-        idx_add(c, &leaf.axis[a], ra.axis_iter[a], 1);
+        kt_lower_idx_add(c, &leaf.axis[a], ra.axis_iter[a], 1);
     leaf.dst = c->gbuf[s];
     for (int a = 0; a < ss->ndim; a++)
         leaf.dst_idx[a] = leaf.axis[a];
@@ -413,23 +275,24 @@ static void lower_tiled(ctx_t *c, int s, int parent, int (*bound)[KT_SCHED_SPATI
         const kt_sched_loop_t *lp = &nest.loops[i];
         char label[KT_LOWER_NAME];
         axis_label(ss, lp->axis, lp->level, 1, label, sizeof(label));
-        iters[i] = new_iter(c, s, label, lp->extent, lp->reduce);
+        iters[i] = kt_lower_new_iter(c, s, label, lp->extent, lp->reduce);
         it[lp->axis][lp->level] = iters[i];
     }
-    kt_lower_stmt_t leaf = stmt_new(KT_STMT_UPDATE, s);
+    kt_lower_stmt_t leaf = kt_lower_stmt_new(KT_STMT_UPDATE, s);
     for (int a = 0; a < nd; a++)
         for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++)
-            idx_add(c, &leaf.axis[a], it[a][l], tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
+            kt_lower_idx_add(c, &leaf.axis[a], it[a][l],
+                             tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
     for (int r = 0; r < nr; r++)
         for (int l = 0; l < KT_SCHED_REDUCE_LEVELS; l++)
-            idx_add(c, &leaf.axis[nd + r], it[nd + r][l],
-                    tile_stride(e, nd + r, l, KT_SCHED_REDUCE_LEVELS));
+            kt_lower_idx_add(c, &leaf.axis[nd + r], it[nd + r][l],
+                             tile_stride(e, nd + r, l, KT_SCHED_REDUCE_LEVELS));
     if (local >= 0) {
         leaf.dst = local;
         for (int a = 0; a < nd; a++)
             for (int l = L0; l < KT_SCHED_SPATIAL_LEVELS; l++)
-                idx_add(c, &leaf.dst_idx[a], it[a][l],
-                        tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
+                kt_lower_idx_add(c, &leaf.dst_idx[a], it[a][l],
+                                 tile_stride(e, a, l, KT_SCHED_SPATIAL_LEVELS));
     } else {
         leaf.dst = c->gbuf[s];
         for (int a = 0; a < nd; a++)
@@ -453,12 +316,12 @@ static void lower_tiled(ctx_t *c, int s, int parent, int (*bound)[KT_SCHED_SPATI
         char name[KT_LOWER_NAME], label[KT_LOWER_NAME];
         snprintf(name, sizeof(name), "kt_%s_reg", ss->name);
         snprintf(label, sizeof(label), "%s.reg", ss->name);
-        rt.buf = new_buf(c, KT_BUF_LOCAL, s, name, label, nd, s3ext);
-        rt.load = stmt_new(KT_STMT_COPY, s);
-        rt.store = stmt_new(KT_STMT_COPY, s);
+        rt.buf = kt_lower_new_buf(c, KT_BUF_LOCAL, s, name, label, nd, s3ext);
+        rt.load = kt_lower_stmt_new(KT_STMT_COPY, s);
+        rt.store = kt_lower_stmt_new(KT_STMT_COPY, s);
         for (int a = 0; a < nd; a++) {
-            kt_lower_index_t reg = idx_none();
-            idx_add(c, &reg, it[a][3], 1);
+            kt_lower_index_t reg = kt_lower_idx_none();
+            kt_lower_idx_add(c, &reg, it[a][3], 1);
             rt.load.dst_idx[a] = rt.store.src_idx[a] = reg;
             rt.load.src_idx[a] = rt.store.dst_idx[a] = leaf.dst_idx[a];
         }
@@ -480,11 +343,11 @@ static void cons_attach(ctx_t *c, int loop_i, int node, void *arg)
 {
     (void)loop_i;
     cons_attach_t *ca = arg;
-    int an = new_node(c, KT_NODE_ALLOC);
+    int an = kt_lower_new_node(c, KT_NODE_ALLOC);
     if (an < 0)
         return;
     c->L->nodes[an].buf = ca->local;
-    append(c, node, an);
+    kt_lower_append(c, node, an);
     lower_tiled(c, ca->tiled, node, ca->it, ca->local);
 }
 
@@ -505,25 +368,26 @@ static void lower_consumer(ctx_t *c, int t, int cons, int parent)
     snprintf(name, sizeof(name), "kt_%s_local", ts->name);
     snprintf(label, sizeof(label), "%s.local", ts->name);
     cons_attach_t ca = {.tiled = t};
-    ca.local = new_buf(c, KT_BUF_LOCAL, t, name, label, nd, tile);
+    ca.local = kt_lower_new_buf(c, KT_BUF_LOCAL, t, name, label, nd, tile);
     int iters[KT_SCHED_MAX_LOOPS], rest[KT_TE_MAX_DIMS];
     for (int i = 0; i < nest.nloops; i++) {
         const kt_sched_loop_t *lp = &nest.loops[i];
         axis_label(cs, lp->axis, lp->level, 1, label, sizeof(label));
-        iters[i] = new_iter(c, cons >= 0 ? cons : t, label, lp->extent, 0);
+        iters[i] = kt_lower_new_iter(c, cons >= 0 ? cons : t, label, lp->extent, 0);
         if (lp->level < L0)
             ca.it[lp->axis][lp->level] = iters[i];
         else
             rest[lp->axis] = iters[i];
     }
-    kt_lower_stmt_t leaf = stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
-                                    cons >= 0 ? cons : t);
+    kt_lower_stmt_t leaf = kt_lower_stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
+                                             cons >= 0 ? cons : t);
     for (int a = 0; a < nd; a++) {
         for (int l = 0; l < L0; l++)
-            idx_add(c, &leaf.axis[a], ca.it[a][l], tile_stride(te, a, l, KT_SCHED_SPATIAL_LEVELS));
-        idx_add(c, &leaf.axis[a], rest[a], 1);
+            kt_lower_idx_add(c, &leaf.axis[a], ca.it[a][l],
+                             tile_stride(te, a, l, KT_SCHED_SPATIAL_LEVELS));
+        kt_lower_idx_add(c, &leaf.axis[a], rest[a], 1);
         leaf.dst_idx[a] = leaf.axis[a];
-        idx_add(c, &leaf.src_idx[a], rest[a], 1);
+        kt_lower_idx_add(c, &leaf.src_idx[a], rest[a], 1);
     }
     leaf.dst = c->gbuf[cons >= 0 ? cons : t];
     leaf.src = ca.local;
@@ -555,7 +419,7 @@ static void lower_rfactor(ctx_t *c, int s, int parent)
     shape[nd] = F;
     snprintf(name, sizeof(name), "kt_%s_rf", ss->name);
     snprintf(label, sizeof(label), "%s.rf", ss->name);
-    int rf = new_buf(c, KT_BUF_HEAP, s, name, label, nd + 1, shape);
+    int rf = kt_lower_new_buf(c, KT_BUF_HEAP, s, name, label, nd + 1, shape);
 
     /* partial results: rf[s.., f] = reduce over the other part */
     kt_sched_nest_t nest;
@@ -567,27 +431,27 @@ static void lower_rfactor(ctx_t *c, int s, int parent)
             axis_label(ss, lp->axis, 0, 0, label, sizeof(label));
         else
             snprintf(label, sizeof(label), "%.40s.%d", rname, lp->level);
-        iters[i] = new_iter(c, s, label, lp->extent, lp->reduce);
+        iters[i] = kt_lower_new_iter(c, s, label, lp->extent, lp->reduce);
         if (lp->axis == nd)
             *(lp->level ? &ki : &ko) = iters[i];
     }
-    kt_lower_stmt_t leaf = stmt_new(KT_STMT_UPDATE, s);
+    kt_lower_stmt_t leaf = kt_lower_stmt_new(KT_STMT_UPDATE, s);
     for (int a = 0; a < nd; a++) {
-        idx_add(c, &leaf.axis[a], iters[a], 1);
+        kt_lower_idx_add(c, &leaf.axis[a], iters[a], 1);
         leaf.dst_idx[a] = leaf.axis[a];
     }
     int64_t inner = 1;
     for (int r = nr - 1; r >= 0; r--) {
         kt_lower_index_t *x = &leaf.axis[nd + r];
-        idx_add(c, x, ko, KI);
-        idx_add(c, x, ki, 1);
+        kt_lower_idx_add(c, x, ko, KI);
+        kt_lower_idx_add(c, x, ki, 1);
         if (nr > 1) {
             x->div = inner;
             x->mod = ss->reduce_ext[r];
         }
         inner *= ss->reduce_ext[r];
     }
-    idx_add(c, &leaf.dst_idx[nd], e->rf_inner ? ki : ko, 1);
+    kt_lower_idx_add(c, &leaf.dst_idx[nd], e->rf_inner ? ki : ko, 1);
     leaf.dst = rf;
     kt_lower_stmt_t init = leaf;
     init.kind = KT_STMT_INIT;
@@ -601,14 +465,14 @@ static void lower_rfactor(ctx_t *c, int s, int parent)
             axis_label(ss, lp->axis, 0, 0, label, sizeof(label));
         else
             snprintf(label, sizeof(label), "%.40s.%d.v", rname, lp->level);
-        iters[i] = new_iter(c, s, label, lp->extent, lp->reduce);
+        iters[i] = kt_lower_new_iter(c, s, label, lp->extent, lp->reduce);
     }
-    kt_lower_stmt_t fin = stmt_new(KT_STMT_COMBINE, s);
+    kt_lower_stmt_t fin = kt_lower_stmt_new(KT_STMT_COMBINE, s);
     for (int a = 0; a < nd; a++) {
-        idx_add(c, &fin.dst_idx[a], iters[a], 1);
-        idx_add(c, &fin.src_idx[a], iters[a], 1);
+        kt_lower_idx_add(c, &fin.dst_idx[a], iters[a], 1);
+        kt_lower_idx_add(c, &fin.src_idx[a], iters[a], 1);
     }
-    idx_add(c, &fin.src_idx[nd], iters[nd], 1);
+    kt_lower_idx_add(c, &fin.src_idx[nd], iters[nd], 1);
     fin.dst = c->gbuf[s];
     fin.src = rf;
     kt_lower_stmt_t finit = fin;
@@ -680,25 +544,15 @@ kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st)
     }
     L->first = -1;
     L->inline_mask = kt_sched_inline_mask(st);
-    ctx_t c = {.dag = dag, .st = st, .L = L};
-    for (int s = 0; s < n; s++)
-        c.gbuf[s] = -1;
-    int nb = kt_codegen_num_bufs(dag);
-    for (int i = 0; i < nb; i++) {
-        int s = kt_codegen_buf_stage(dag, i);
-        const kt_stage_t *ss = kt_dag_stage(dag, s);
-        c.gbuf[s] = new_buf(&c, ss->kind == KT_STAGE_PLACEHOLDER ? KT_BUF_INPUT : KT_BUF_OUTPUT, s,
-                            ss->name, ss->name, ss->ndim, ss->shape);
-        if (c.gbuf[s] >= 0)
-            L->bufs[c.gbuf[s]].arg = i;
-    }
+    ctx_t c;
+    kt_lower_ctx_init(&c, dag, st, L);
     for (int s = 0; s < n; s++) {
         const kt_stage_t *ss = kt_dag_stage(dag, s);
         const kt_sched_stage_t *e = &st->stages[s];
         if (c.gbuf[s] >= 0 || ss->kind != KT_STAGE_COMPUTE || e->kind == KT_SK_INLINE ||
             (e->kind == KT_SK_TILED && e->fuse >= 0))
             continue;
-        c.gbuf[s] = new_buf(&c, KT_BUF_HEAP, s, ss->name, ss->name, ss->ndim, ss->shape);
+        c.gbuf[s] = kt_lower_new_buf(&c, KT_BUF_HEAP, s, ss->name, ss->name, ss->ndim, ss->shape);
     }
     for (int s = 0; s < n && !c.rc; s++) {
         const kt_sched_stage_t *e = &st->stages[s];

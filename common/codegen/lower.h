@@ -27,7 +27,8 @@
  *   the accumulator block of the innermost spatial loops (level 3) is copied
  *   into a small local array before those reduce loops and back after them,
  *   so the block stays in registers (LLVM's store motion does this for TVM;
- *   GCC does not after unrolling).
+ *   GCC does not after unrolling). Both copies are UNROLL loops throughout,
+ *   so GCC moves the block with full-width vector moves.
  *
  * GPU states (target cuda) lower to a list of kernels, see "GPU programs"
  * below; the CPU form above is unchanged for CPU states.

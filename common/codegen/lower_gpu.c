@@ -10,105 +10,19 @@
 #include "lower.h"
 #include "util/err.h"
 
-typedef struct {
-    const kt_dag_t *dag;
-    const kt_sched_state_t *st;
-    kt_lower_t *L;
-    int cap_nodes, cap_iters, cap_stmts, cap_bufs, cap_guards, cap_subs, cap_kernels;
-    int rc;
-    int gbuf[KT_TE_MAX_STAGES];
-} g_t;
-
-static int grow(g_t *c, void **p, int *cap, int n, size_t elem)
-{
-    if (c->rc)
-        return -1;
-    if (n < *cap)
-        return 0;
-    int ncap = *cap ? *cap * 2 : 16;
-    void *np = realloc(*p, (size_t)ncap * elem);
-    if (!np) {
-        c->rc = kt_err_set(KT_ENOMEM, "lowering: out of memory");
-        return -1;
-    }
-    *p = np;
-    *cap = ncap;
-    return 0;
-}
-
-static kt_lower_index_t idx_none(void)
-{
-    kt_lower_index_t x;
-    memset(&x, 0, sizeof(x));
-    x.div = 1;
-    return x;
-}
-
-static void idx_add(g_t *c, kt_lower_index_t *x, int iter, int64_t coef)
-{
-    if (iter < 0 || coef == 0)
-        return;
-    for (int t = 0; t < x->nterms; t++)
-        if (x->iter[t] == iter) {
-            x->coef[t] += coef;
-            return;
-        }
-    if (x->nterms >= KT_LOWER_MAX_TERMS) {
-        if (!c->rc)
-            c->rc = kt_err_set(KT_EINTERNAL, "lowering: index with too many terms");
-        return;
-    }
-    x->iter[x->nterms] = iter;
-    x->coef[x->nterms++] = coef;
-}
+typedef kt_lower_ctx_t g_t;
 
 static kt_lower_index_t idx1(g_t *c, int iter)
 {
-    kt_lower_index_t x = idx_none();
-    idx_add(c, &x, iter, 1);
+    kt_lower_index_t x = kt_lower_idx_none();
+    kt_lower_idx_add(c, &x, iter, 1);
     return x;
 }
 
 static int new_node(g_t *c, kt_node_kind_t kind, int parent)
 {
-    kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->nodes, &c->cap_nodes, L->nnodes, sizeof(*L->nodes)))
-        return -1;
-    int id = L->nnodes++;
-    kt_lower_node_t *n = &L->nodes[id];
-    memset(n, 0, sizeof(*n));
-    n->kind = kind;
-    n->iter = n->stmt = n->buf = n->kernel = n->guard = -1;
-    n->child = n->next = -1;
-    int *link = parent < 0 ? &L->first : &L->nodes[parent].child;
-    while (*link >= 0)
-        link = &L->nodes[*link].next;
-    *link = id;
-    return id;
-}
-
-static int new_iter(g_t *c, int stage, const char *label, int64_t extent, int reduce)
-{
-    kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->iters, &c->cap_iters, L->niters, sizeof(*L->iters)))
-        return -1;
-    int id = L->niters++;
-    kt_lower_iter_t *it = &L->iters[id];
-    memset(it, 0, sizeof(*it));
-    snprintf(it->label, sizeof(it->label), "%s", label);
-    char clean[KT_LOWER_NAME];
-    size_t k = 0;
-    for (const char *p = label; *p && k < 40; p++)
-        clean[k++] = ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                      (*p >= '0' && *p <= '9'))
-                         ? *p
-                         : '_';
-    clean[k] = '\0';
-    snprintf(it->name, sizeof(it->name), "kt_%.40s_%d", clean, id);
-    it->extent = extent;
-    it->stage = stage;
-    it->reduce = reduce;
-    it->def = idx_none();
+    int id = kt_lower_new_node(c, kind);
+    kt_lower_append(c, parent, id);
     return id;
 }
 
@@ -116,7 +30,7 @@ static int new_iter(g_t *c, int stage, const char *label, int64_t extent, int re
 static int loop(g_t *c, int parent, int stage, const char *label, int64_t extent,
                 kt_loop_ann_t ann, int reduce, int *iter)
 {
-    int it = new_iter(c, stage, label, extent, reduce);
+    int it = kt_lower_new_iter(c, stage, label, extent, reduce);
     int n = it < 0 ? -1 : new_node(c, KT_NODE_LOOP, parent);
     if (n < 0) {
         *iter = -1;
@@ -132,7 +46,7 @@ static int loop(g_t *c, int parent, int stage, const char *label, int64_t extent
 static int let(g_t *c, int parent, int stage, const char *label, kt_lower_index_t def,
                int64_t extent)
 {
-    int it = new_iter(c, stage, label, extent, 0);
+    int it = kt_lower_new_iter(c, stage, label, extent, 0);
     int n = it < 0 ? -1 : new_node(c, KT_NODE_LET, parent);
     if (n < 0)
         return -1;
@@ -159,7 +73,7 @@ static int let_digit(g_t *c, int parent, int stage, const char *label, int x, in
 static int guard(g_t *c, int parent, kt_lower_index_t idx, int64_t bound)
 {
     kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->guards, &c->cap_guards, L->nguards, sizeof(*L->guards)))
+    if (kt_lower_grow(c, (void **)&L->guards, &c->cap_guards, L->nguards, sizeof(*L->guards)))
         return -1;
     int g = L->nguards++;
     L->guards[g].idx = idx;
@@ -170,26 +84,6 @@ static int guard(g_t *c, int parent, kt_lower_index_t idx, int64_t bound)
     return n;
 }
 
-static int new_buf(g_t *c, kt_buf_kind_t kind, int stage, const char *name, const char *label,
-                   int ndim, const int64_t *shape)
-{
-    kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->bufs, &c->cap_bufs, L->nbufs, sizeof(*L->bufs)))
-        return -1;
-    int id = L->nbufs++;
-    kt_lower_buf_t *b = &L->bufs[id];
-    memset(b, 0, sizeof(*b));
-    snprintf(b->name, sizeof(b->name), "%s", name);
-    snprintf(b->label, sizeof(b->label), "%s", label);
-    b->kind = kind;
-    b->stage = stage;
-    b->arg = -1;
-    b->ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        b->shape[d] = shape[d];
-    return id;
-}
-
 static void alloc(g_t *c, int parent, int buf)
 {
     int n = new_node(c, KT_NODE_ALLOC, parent);
@@ -197,37 +91,10 @@ static void alloc(g_t *c, int parent, int buf)
         c->L->nodes[n].buf = buf;
 }
 
-static kt_lower_stmt_t stmt_new(kt_stmt_kind_t kind, int stage)
-{
-    kt_lower_stmt_t s;
-    memset(&s, 0, sizeof(s));
-    s.kind = kind;
-    s.stage = stage;
-    s.dst = s.src = s.src_stage = -1;
-    for (int a = 0; a < KT_SCHED_MAX_AXES; a++)
-        s.axis[a] = idx_none();
-    for (int d = 0; d <= KT_TE_MAX_DIMS; d++)
-        s.dst_idx[d] = s.src_idx[d] = idx_none();
-    return s;
-}
-
-static int add_stmt(g_t *c, int parent, const kt_lower_stmt_t *s)
-{
-    kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->stmts, &c->cap_stmts, L->nstmts, sizeof(*L->stmts)))
-        return -1;
-    int id = L->nstmts++;
-    L->stmts[id] = *s;
-    int n = new_node(c, KT_NODE_STMT, parent);
-    if (n >= 0)
-        L->nodes[n].stmt = id;
-    return id;
-}
-
 static void add_sub(g_t *c, int stmt, int stage, int buf, const kt_lower_index_t *idx, int ndim)
 {
     kt_lower_t *L = c->L;
-    if (stmt < 0 || grow(c, (void **)&L->subs, &c->cap_subs, L->nsubs, sizeof(*L->subs)))
+    if (stmt < 0 || kt_lower_grow(c, (void **)&L->subs, &c->cap_subs, L->nsubs, sizeof(*L->subs)))
         return;
     kt_lower_sub_t *x = &L->subs[L->nsubs++];
     memset(x, 0, sizeof(*x));
@@ -237,13 +104,13 @@ static void add_sub(g_t *c, int stmt, int stage, int buf, const kt_lower_index_t
     for (int d = 0; d < ndim; d++)
         x->idx[d] = idx[d];
     for (int d = ndim; d <= KT_TE_MAX_DIMS; d++)
-        x->idx[d] = idx_none();
+        x->idx[d] = kt_lower_idx_none();
 }
 
 static int new_kernel(g_t *c, const kt_sched_gpu_kernel_t *k)
 {
     kt_lower_t *L = c->L;
-    if (grow(c, (void **)&L->kernels, &c->cap_kernels, L->nkernels, sizeof(*L->kernels)))
+    if (kt_lower_grow(c, (void **)&L->kernels, &c->cap_kernels, L->nkernels, sizeof(*L->kernels)))
         return -1;
     int id = L->nkernels++;
     L->kernels[id] = (kt_lower_kernel_t){.stage = k->stage, .grid = k->grid,
@@ -400,23 +267,23 @@ static void lower_root(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
     int tn = loop(c, bn, s, "threadIdx.x", T, KT_LOOP_THREAD, 0, &t);
     if (c->rc)
         return;
-    kt_lower_index_t gi = idx_none();
-    idx_add(c, &gi, b, T);
-    idx_add(c, &gi, t, 1);
+    kt_lower_index_t gi = kt_lower_idx_none();
+    kt_lower_idx_add(c, &gi, b, T);
+    kt_lower_idx_add(c, &gi, t, 1);
     int i = let(c, tn, s, label, gi, G * T);
     int body = G * T != S ? guard(c, tn, idx1(c, i), S) : tn;
     int ax[KT_SCHED_MAX_AXES];
     unflatten(c, body, s, ss, 0, ss->ndim, ss->shape, i, ax);
     if (c->rc)
         return;
-    kt_lower_stmt_t leaf = stmt_new(ss->nreduce ? KT_STMT_UPDATE : KT_STMT_COMPUTE, s);
+    kt_lower_stmt_t leaf = kt_lower_stmt_new(ss->nreduce ? KT_STMT_UPDATE : KT_STMT_COMPUTE, s);
     for (int a = 0; a < ss->ndim; a++) {
         leaf.axis[a] = idx1(c, ax[a]);
         leaf.dst_idx[a] = leaf.axis[a];
     }
     leaf.dst = c->gbuf[s];
     if (ss->nreduce == 0) {
-        add_stmt(c, body, &leaf);
+        kt_lower_add_stmt(c, body, &leaf);
         return;
     }
     /* Reductions accumulate in a register, then store once. */
@@ -424,11 +291,11 @@ static void lower_root(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
     snprintf(name, sizeof(name), "kt_%s_acc", ss->name);
     snprintf(blabel, sizeof(blabel), "%s.local", ss->name);
     int64_t one = 1;
-    int acc = new_buf(c, KT_BUF_LOCAL, s, name, blabel, 1, &one);
+    int acc = kt_lower_new_buf(c, KT_BUF_LOCAL, s, name, blabel, 1, &one);
     alloc(c, body, acc);
-    kt_lower_stmt_t init = stmt_new(KT_STMT_INIT, s);
+    kt_lower_stmt_t init = kt_lower_stmt_new(KT_STMT_INIT, s);
     init.dst = acc;
-    add_stmt(c, body, &init);
+    kt_lower_add_stmt(c, body, &init);
     int cur = body, first = -1;
     for (int r = 0; r < ss->nreduce; r++) {
         int it;
@@ -440,14 +307,14 @@ static void lower_root(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
     }
     leaf.dst = acc;
     for (int a = 0; a < ss->ndim; a++)
-        leaf.dst_idx[a] = idx_none();
-    add_stmt(c, cur, &leaf);
-    kt_lower_stmt_t out = stmt_new(KT_STMT_COPY, s);
+        leaf.dst_idx[a] = kt_lower_idx_none();
+    kt_lower_add_stmt(c, cur, &leaf);
+    kt_lower_stmt_t out = kt_lower_stmt_new(KT_STMT_COPY, s);
     out.dst = c->gbuf[s];
     for (int a = 0; a < ss->ndim; a++)
         out.dst_idx[a] = idx1(c, ax[a]);
     out.src = acc;
-    add_stmt(c, body, &out);
+    kt_lower_add_stmt(c, body, &out);
     unroll(c, first, e->ann.unroll);
 }
 
@@ -465,7 +332,7 @@ static void lower_xreduce(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
         int64_t nw = T / KT_SCHED_GPU_WARP;
         snprintf(name, sizeof(name), "kt_%s_red", ss->name);
         snprintf(label, sizeof(label), "%s.red_buf", ss->name);
-        red = new_buf(c, KT_BUF_SHARED, s, name, label, 1, &nw);
+        red = kt_lower_new_buf(c, KT_BUF_SHARED, s, name, label, 1, &nw);
         alloc(c, kn, red);
     }
     int b, t;
@@ -480,40 +347,40 @@ static void lower_xreduce(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
     snprintf(name, sizeof(name), "kt_%s_part", ss->name);
     snprintf(label, sizeof(label), "%s.local", ss->name);
     int64_t one = 1;
-    int part = new_buf(c, KT_BUF_LOCAL, s, name, label, 1, &one);
+    int part = kt_lower_new_buf(c, KT_BUF_LOCAL, s, name, label, 1, &one);
     alloc(c, tn, part);
-    kt_lower_stmt_t init = stmt_new(KT_STMT_INIT, s);
+    kt_lower_stmt_t init = kt_lower_stmt_new(KT_STMT_INIT, s);
     init.dst = part;
-    add_stmt(c, tn, &init);
+    kt_lower_add_stmt(c, tn, &init);
     int ko;
     snprintf(label, sizeof(label), "%s.rf.outer", ss->name);
     int kon = loop(c, tn, s, label, KO, KT_LOOP_SERIAL, 1, &ko);
     if (c->rc)
         return;
-    kt_lower_index_t kd = idx_none();
-    idx_add(c, &kd, ko, T);
-    idx_add(c, &kd, t, 1);
+    kt_lower_index_t kd = kt_lower_idx_none();
+    kt_lower_idx_add(c, &kd, ko, T);
+    kt_lower_idx_add(c, &kd, t, 1);
     snprintf(label, sizeof(label), "%s.rf", ss->name);
     int kk = let(c, kon, s, label, kd, KO * T);
     int body = KO * T != K ? guard(c, kon, idx1(c, kk), K) : kon;
     int rx[KT_TE_MAX_REDUCE];
     unflatten(c, body, s, ss, ss->ndim, ss->nreduce, ss->reduce_ext, kk, rx);
-    kt_lower_stmt_t upd = stmt_new(KT_STMT_UPDATE, s);
+    kt_lower_stmt_t upd = kt_lower_stmt_new(KT_STMT_UPDATE, s);
     for (int a = 0; a < ss->ndim; a++)
         upd.axis[a] = idx1(c, ax[a]);
     for (int r = 0; r < ss->nreduce; r++)
         upd.axis[ss->ndim + r] = idx1(c, rx[r]);
     upd.dst = part;
-    add_stmt(c, body, &upd);
+    kt_lower_add_stmt(c, body, &upd);
     unroll(c, kon, e->ann.unroll);
-    kt_lower_stmt_t all = stmt_new(KT_STMT_ALLREDUCE, s);
+    kt_lower_stmt_t all = kt_lower_stmt_new(KT_STMT_ALLREDUCE, s);
     all.dst = part;
     all.src = red;
-    add_stmt(c, tn, &all);
+    kt_lower_add_stmt(c, tn, &all);
     int g0 = guard(c, tn, idx1(c, t), 1);
     int cons = e->fuse;
-    kt_lower_stmt_t out = stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
-                                   cons >= 0 ? cons : s);
+    kt_lower_stmt_t out = kt_lower_stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
+                                            cons >= 0 ? cons : s);
     for (int a = 0; a < ss->ndim; a++) {
         out.axis[a] = idx1(c, ax[a]);
         out.dst_idx[a] = out.axis[a];
@@ -521,7 +388,7 @@ static void lower_xreduce(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
     out.dst = c->gbuf[cons >= 0 ? cons : s];
     out.src = part;
     out.src_stage = s;
-    add_stmt(c, g0, &out);
+    kt_lower_add_stmt(c, g0, &out);
 }
 
 /* ---- TILED: multi-level tiling with shared memory --------------------------------- */
@@ -578,10 +445,10 @@ static void tile_idx(tile_t *t, kt_lower_index_t *idx)
 {
     const kt_sched_stage_t *e = t->e;
     for (int a = 0; a < t->ss->ndim; a++) {
-        idx[a] = idx_none();
-        idx_add(t->c, &idx[a], t->s1[a], (int64_t)e->split[a][3] * e->split[a][4]);
-        idx_add(t->c, &idx[a], t->it3[a], e->split[a][4]);
-        idx_add(t->c, &idx[a], t->it4[a], 1);
+        idx[a] = kt_lower_idx_none();
+        kt_lower_idx_add(t->c, &idx[a], t->s1[a], (int64_t)e->split[a][3] * e->split[a][4]);
+        kt_lower_idx_add(t->c, &idx[a], t->it3[a], e->split[a][4]);
+        kt_lower_idx_add(t->c, &idx[a], t->it4[a], 1);
     }
 }
 
@@ -591,12 +458,12 @@ static void spatial_axes(tile_t *t, const int *s0, const int *s2, kt_lower_index
     const kt_sched_stage_t *e = t->e;
     const int SL = KT_SCHED_GPU_SPATIAL_LEVELS;
     for (int a = 0; a < t->ss->ndim; a++) {
-        axis[a] = idx_none();
-        idx_add(t->c, &axis[a], s0[a], level_stride(e, a, 0, SL));
-        idx_add(t->c, &axis[a], t->s1[a], level_stride(e, a, 1, SL));
-        idx_add(t->c, &axis[a], s2[a], level_stride(e, a, 2, SL));
-        idx_add(t->c, &axis[a], t->it3[a], level_stride(e, a, 3, SL));
-        idx_add(t->c, &axis[a], t->it4[a], 1);
+        axis[a] = kt_lower_idx_none();
+        kt_lower_idx_add(t->c, &axis[a], s0[a], level_stride(e, a, 0, SL));
+        kt_lower_idx_add(t->c, &axis[a], t->s1[a], level_stride(e, a, 1, SL));
+        kt_lower_idx_add(t->c, &axis[a], s2[a], level_stride(e, a, 2, SL));
+        kt_lower_idx_add(t->c, &axis[a], t->it3[a], level_stride(e, a, 3, SL));
+        kt_lower_idx_add(t->c, &axis[a], t->it4[a], 1);
     }
 }
 
@@ -628,7 +495,7 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
         const kt_stage_t *ps = kt_dag_stage(dag, p);
         snprintf(name, sizeof(name), "kt_%s_sh", ps->name);
         snprintf(label, sizeof(label), "%s.shared", ps->name);
-        x->buf = new_buf(c, KT_BUF_SHARED, p, name, label, ps->ndim, x->box);
+        x->buf = kt_lower_new_buf(c, KT_BUF_SHARED, p, name, label, ps->ndim, x->box);
         alloc(c, kn, x->buf);
         smem += (x->n * (int64_t)sizeof(float) + 15) & ~(int64_t)15;
         nstg++;
@@ -656,16 +523,16 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
         tile[a] = (int64_t)e->split[a][1] * e->split[a][3] * e->split[a][4];
     snprintf(name, sizeof(name), "kt_%s_local", ss->name);
     snprintf(label, sizeof(label), "%s.local", ss->name);
-    int acc = new_buf(c, KT_BUF_LOCAL, s, name, label, nd, tile);
+    int acc = kt_lower_new_buf(c, KT_BUF_LOCAL, s, name, label, nd, tile);
     alloc(c, tn, acc);
 
     /* init */
     tile_t tl = {.c = c, .s = s, .ss = ss, .e = e, .vthreads = k->vthreads};
     int top, node = nest_tile(&tl, tn, 0, &top);
-    kt_lower_stmt_t init = stmt_new(KT_STMT_INIT, s);
+    kt_lower_stmt_t init = kt_lower_stmt_new(KT_STMT_INIT, s);
     init.dst = acc;
     tile_idx(&tl, init.dst_idx);
-    add_stmt(c, node, &init);
+    kt_lower_add_stmt(c, node, &init);
     unroll(c, top, e->ann.unroll);
 
     /* R0: uniform loops around the fetch and the compute */
@@ -692,10 +559,10 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
         int vn = loop(c, fn, x->p, label, vec, vec > 1 ? KT_LOOP_UNROLL : KT_LOOP_SERIAL, 0, &vv);
         if (c->rc)
             return;
-        kt_lower_index_t id = idx_none();
-        idx_add(c, &id, f, T * vec);
-        idx_add(c, &id, t, vec);
-        idx_add(c, &id, vv, 1);
+        kt_lower_index_t id = kt_lower_idx_none();
+        kt_lower_idx_add(c, &id, f, T * vec);
+        kt_lower_idx_add(c, &id, t, vec);
+        kt_lower_idx_add(c, &id, vv, 1);
         snprintf(label, sizeof(label), "%s.shared.i", ps->name);
         int ii = let(c, vn, x->p, label, id, F * T * vec);
         int body = F * T * vec != x->n ? guard(c, vn, idx1(c, ii), x->n) : vn;
@@ -709,26 +576,26 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
             }
             bstride *= x->box[d];
         }
-        kt_lower_stmt_t fe = stmt_new(KT_STMT_FETCH, x->p);
+        kt_lower_stmt_t fe = kt_lower_stmt_new(KT_STMT_FETCH, x->p);
         fe.dst = x->buf;
         for (int d = 0; d < ps->ndim; d++) {
             fe.dst_idx[d] = idx1(c, cd[d]);
-            kt_lower_index_t co = idx_none();
+            kt_lower_index_t co = kt_lower_idx_none();
             for (int a = 0; a < nd; a++)
                 if (x->acc.coef[d][a])
-                    idx_add(c, &co, s0[a], x->acc.coef[d][a] * level_stride(e, a, 0, SL));
+                    kt_lower_idx_add(c, &co, s0[a], x->acc.coef[d][a] * level_stride(e, a, 0, SL));
             for (int r = 0; r < nr; r++)
                 if (x->acc.coef[d][nd + r])
-                    idx_add(c, &co, r0[r],
-                            x->acc.coef[d][nd + r] * level_stride(e, nd + r, 0, RL));
-            idx_add(c, &co, cd[d], 1);
+                    kt_lower_idx_add(c, &co, r0[r],
+                                     x->acc.coef[d][nd + r] * level_stride(e, nd + r, 0, RL));
+            kt_lower_idx_add(c, &co, cd[d], 1);
             fe.axis[d] = co;
             fe.src_idx[d] = co;
         }
         fe.src = (c->L->inline_mask >> x->p) & 1u ? -1 : c->gbuf[x->p];
         if (fe.src < 0 && !((c->L->inline_mask >> x->p) & 1u))
             c->rc = kt_err_set(KT_EINTERNAL, "lowering: no buffer for '%s'", ps->name);
-        add_stmt(c, body, &fe);
+        kt_lower_add_stmt(c, body, &fe);
         /* One vector load and store per thread and step when the vec
          * elements are contiguous in both buffers and every group starts
          * on a multiple of vec: a global buffer whose rows and box origin
@@ -758,38 +625,38 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
         first = top;
     if (c->rc)
         return;
-    kt_lower_stmt_t upd = stmt_new(KT_STMT_UPDATE, s);
+    kt_lower_stmt_t upd = kt_lower_stmt_new(KT_STMT_UPDATE, s);
     upd.dst = acc;
     tile_idx(&tl, upd.dst_idx);
     spatial_axes(&tl, s0, s2, upd.axis);
     for (int r = 0; r < nr; r++) {
         kt_lower_index_t *x = &upd.axis[nd + r];
-        idx_add(c, x, r0[r], level_stride(e, nd + r, 0, RL));
-        idx_add(c, x, r1[r], level_stride(e, nd + r, 1, RL));
-        idx_add(c, x, tl.r2[r], 1);
+        kt_lower_idx_add(c, x, r0[r], level_stride(e, nd + r, 0, RL));
+        kt_lower_idx_add(c, x, r1[r], level_stride(e, nd + r, 1, RL));
+        kt_lower_idx_add(c, x, tl.r2[r], 1);
     }
-    int us = add_stmt(c, node, &upd);
+    int us = kt_lower_add_stmt(c, node, &upd);
     for (int i = 0; i < nstg && !c->rc; i++) {
         /* the box index: each coordinate minus the box origin */
         staged_t *x = &stg[i];
         kt_lower_index_t bi[KT_TE_MAX_DIMS + 1];
         for (int d = 0; d < x->acc.ndim; d++) {
-            bi[d] = idx_none();
+            bi[d] = kt_lower_idx_none();
             for (int a = 0; a < nd; a++) {
                 int64_t cf = x->acc.coef[d][a];
                 if (!cf)
                     continue;
-                idx_add(c, &bi[d], tl.s1[a], cf * level_stride(e, a, 1, SL));
-                idx_add(c, &bi[d], s2[a], cf * level_stride(e, a, 2, SL));
-                idx_add(c, &bi[d], tl.it3[a], cf * level_stride(e, a, 3, SL));
-                idx_add(c, &bi[d], tl.it4[a], cf);
+                kt_lower_idx_add(c, &bi[d], tl.s1[a], cf * level_stride(e, a, 1, SL));
+                kt_lower_idx_add(c, &bi[d], s2[a], cf * level_stride(e, a, 2, SL));
+                kt_lower_idx_add(c, &bi[d], tl.it3[a], cf * level_stride(e, a, 3, SL));
+                kt_lower_idx_add(c, &bi[d], tl.it4[a], cf);
             }
             for (int r = 0; r < nr; r++) {
                 int64_t cf = x->acc.coef[d][nd + r];
                 if (!cf)
                     continue;
-                idx_add(c, &bi[d], r1[r], cf * level_stride(e, nd + r, 1, RL));
-                idx_add(c, &bi[d], tl.r2[r], cf);
+                kt_lower_idx_add(c, &bi[d], r1[r], cf * level_stride(e, nd + r, 1, RL));
+                kt_lower_idx_add(c, &bi[d], tl.r2[r], cf);
             }
         }
         add_sub(c, us, x->p, x->buf, bi, x->acc.ndim);
@@ -801,8 +668,8 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
     if (c->rc)
         return;
     int cons = e->fuse;
-    kt_lower_stmt_t out = stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
-                                   cons >= 0 ? cons : s);
+    kt_lower_stmt_t out = kt_lower_stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
+                                            cons >= 0 ? cons : s);
     spatial_axes(&tl, s0, s2, out.axis);
     for (int a = 0; a < nd; a++)
         out.dst_idx[a] = out.axis[a];
@@ -810,7 +677,7 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
     out.src = acc;
     out.src_stage = s;
     tile_idx(&tl, out.src_idx);
-    add_stmt(c, node, &out);
+    kt_lower_add_stmt(c, node, &out);
 }
 
 /* ---- entry ---------------------------------------------------------------------------- */
@@ -841,18 +708,8 @@ kt_lower_t *kt_lower_gpu(const kt_dag_t *dag, const kt_sched_state_t *st)
     L->first = -1;
     L->target = KT_SCHED_TARGET_CUDA;
     L->inline_mask = kt_sched_inline_mask(st);
-    g_t c = {.dag = dag, .st = st, .L = L};
-    for (int s = 0; s < n; s++)
-        c.gbuf[s] = -1;
-    int nb = kt_codegen_num_bufs(dag);
-    for (int i = 0; i < nb; i++) {
-        int s = kt_codegen_buf_stage(dag, i);
-        const kt_stage_t *ss = kt_dag_stage(dag, s);
-        c.gbuf[s] = new_buf(&c, ss->kind == KT_STAGE_PLACEHOLDER ? KT_BUF_INPUT : KT_BUF_OUTPUT, s,
-                            ss->name, ss->name, ss->ndim, ss->shape);
-        if (c.gbuf[s] >= 0)
-            L->bufs[c.gbuf[s]].arg = i;
-    }
+    g_t c;
+    kt_lower_ctx_init(&c, dag, st, L);
     /* Intermediates that are stored live in the workspace, 256-byte aligned. */
     for (int s = 0; s < n; s++) {
         const kt_stage_t *ss = kt_dag_stage(dag, s);
@@ -860,7 +717,7 @@ kt_lower_t *kt_lower_gpu(const kt_dag_t *dag, const kt_sched_state_t *st)
         if (c.gbuf[s] >= 0 || ss->kind != KT_STAGE_COMPUTE || e->kind == KT_SK_INLINE ||
             ((e->kind == KT_SK_TILED || e->kind == KT_SK_XREDUCE) && e->fuse >= 0))
             continue;
-        c.gbuf[s] = new_buf(&c, KT_BUF_HEAP, s, ss->name, ss->name, ss->ndim, ss->shape);
+        c.gbuf[s] = kt_lower_new_buf(&c, KT_BUF_HEAP, s, ss->name, ss->name, ss->ndim, ss->shape);
         if (c.gbuf[s] >= 0) {
             L->bufs[c.gbuf[s]].offset = L->workspace;
             L->workspace += (kt_stage_numel(ss) + 63) & ~(int64_t)63;

@@ -43,6 +43,26 @@ int kt_sched_factorize(int64_t n, int64_t *primes, int *exps);
  * over the exact factorizations whose innermost factor is <= max_inner. */
 void kt_sched_sample_split(int64_t extent, int nlev, int max_inner, kt_rng_t *rng, int32_t *out);
 
+/* ---- sketch derivation (sketch.c, shared with sketch_gpu.c) ------------------- */
+
+/* The sketches derived so far: each rule application that completes a state
+ * pushes a copy; rc holds the first error (then pushes do nothing). */
+typedef struct {
+    const kt_dag_t *dag;
+    const kt_sched_params_t *p;
+    kt_sched_state_t **v;
+    int n, cap;
+    int rc;
+} kt_sched_sketch_ctx_t;
+
+void kt_sched_sketch_push(kt_sched_sketch_ctx_t *c, const kt_sched_state_t *st);
+
+/* Apply finish (may be NULL) to every sketch and hand them to *out / *n, or
+ * free them all and return c->rc when derivation failed. */
+int kt_sched_sketch_done(kt_sched_sketch_ctx_t *c,
+                         void (*finish)(const kt_dag_t *dag, kt_sched_state_t *st),
+                         kt_sched_state_t ***out, int *n);
+
 /* ---- GPU (sketch_gpu.c, annotate_gpu.c, serial_gpu.c) -------------------------- */
 
 int kt_sched_gpu_sketches(const kt_dag_t *dag, const kt_sched_params_t *p,

@@ -6,15 +6,7 @@
 #include "sched_int.h"
 #include "util/err.h"
 
-typedef struct {
-    const kt_dag_t *dag;
-    const kt_sched_params_t *p;
-    kt_sched_state_t **v;
-    int n, cap;
-    int rc;
-} sketch_ctx_t;
-
-static void push(sketch_ctx_t *c, const kt_sched_state_t *st)
+void kt_sched_sketch_push(kt_sched_sketch_ctx_t *c, const kt_sched_state_t *st)
 {
     if (c->rc)
         return;
@@ -34,6 +26,23 @@ static void push(sketch_ctx_t *c, const kt_sched_state_t *st)
         return;
     }
     c->v[c->n++] = cl;
+}
+
+int kt_sched_sketch_done(kt_sched_sketch_ctx_t *c,
+                         void (*finish)(const kt_dag_t *dag, kt_sched_state_t *st),
+                         kt_sched_state_t ***out, int *n)
+{
+    for (int i = 0; i < c->n && !c->rc && finish; i++)
+        finish(c->dag, c->v[i]);
+    if (c->rc) {
+        for (int i = 0; i < c->n; i++)
+            kt_sched_state_free(c->v[i]);
+        free(c->v);
+        return c->rc;
+    }
+    *out = c->v;
+    *n = c->n;
+    return 0;
 }
 
 /* Ansor's NeedsRfactor: reductions whose spatial part offers too little
@@ -59,12 +68,12 @@ int kt_sched_matched_consumer(const kt_dag_t *dag, const kt_sched_state_t *st, i
     return kt_sched_elementwise_matched(dag, st, s, cons[0]) ? cons[0] : -1;
 }
 
-static void derive(sketch_ctx_t *c, kt_sched_state_t *st, int s)
+static void derive(kt_sched_sketch_ctx_t *c, kt_sched_state_t *st, int s)
 {
     if (c->rc)
         return;
     if (s < 0) {
-        push(c, st);
+        kt_sched_sketch_push(c, st);
         return;
     }
     const kt_dag_t *dag = c->dag;
@@ -175,18 +184,8 @@ int kt_sched_sketches(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_
     kt_sched_state_t *init = kt_sched_state_new(dag);
     if (!init)
         return kt_err_code() ? kt_err_code() : KT_ENOMEM;
-    sketch_ctx_t c = {.dag = dag, .p = p};
+    kt_sched_sketch_ctx_t c = {.dag = dag, .p = p};
     derive(&c, init, kt_dag_num_stages(dag) - 1);
     kt_sched_state_free(init);
-    for (int i = 0; i < c.n && !c.rc; i++)
-        trivial_splits(dag, c.v[i]);
-    if (c.rc) {
-        for (int i = 0; i < c.n; i++)
-            kt_sched_state_free(c.v[i]);
-        free(c.v);
-        return c.rc;
-    }
-    *out = c.v;
-    *n = c.n;
-    return 0;
+    return kt_sched_sketch_done(&c, trivial_splits, out, n);
 }

@@ -6,36 +6,6 @@
 #include "sched_int.h"
 #include "util/err.h"
 
-typedef struct {
-    const kt_dag_t *dag;
-    const kt_sched_params_t *p;
-    kt_sched_state_t **v;
-    int n, cap;
-    int rc;
-} gctx_t;
-
-static void push(gctx_t *c, const kt_sched_state_t *st)
-{
-    if (c->rc)
-        return;
-    if (c->n == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 8;
-        kt_sched_state_t **v = realloc(c->v, (size_t)cap * sizeof(*v));
-        if (!v) {
-            c->rc = kt_err_set(KT_ENOMEM, "out of memory");
-            return;
-        }
-        c->v = v;
-        c->cap = cap;
-    }
-    kt_sched_state_t *cl = kt_sched_state_clone(st);
-    if (!cl) {
-        c->rc = KT_ENOMEM;
-        return;
-    }
-    c->v[c->n++] = cl;
-}
-
 /* Ansor's cross-thread-reduction condition: a stage that needs multi-level
  * tiling but has too little spatial parallelism for the SMs, or any other
  * reduction longer than a warp. */
@@ -51,12 +21,12 @@ static int needs_cross_thread(const kt_dag_t *dag, const kt_sched_params_t *p, i
     return red > p->warp_size;
 }
 
-static void derive(gctx_t *c, kt_sched_state_t *st, int s)
+static void derive(kt_sched_sketch_ctx_t *c, kt_sched_state_t *st, int s)
 {
     if (c->rc)
         return;
     if (s < 0) {
-        push(c, st);
+        kt_sched_sketch_push(c, st);
         return;
     }
     const kt_dag_t *dag = c->dag;
@@ -158,18 +128,8 @@ int kt_sched_gpu_sketches(const kt_dag_t *dag, const kt_sched_params_t *p,
     if (!init)
         return kt_err_code() ? kt_err_code() : KT_ENOMEM;
     init->target = KT_SCHED_TARGET_CUDA;
-    gctx_t c = {.dag = dag, .p = p};
+    kt_sched_sketch_ctx_t c = {.dag = dag, .p = p};
     derive(&c, init, kt_dag_num_stages(dag) - 1);
     kt_sched_state_free(init);
-    for (int i = 0; i < c.n && !c.rc; i++)
-        finish(dag, c.v[i]);
-    if (c.rc) {
-        for (int i = 0; i < c.n; i++)
-            kt_sched_state_free(c.v[i]);
-        free(c.v);
-        return c.rc;
-    }
-    *out = c.v;
-    *n = c.n;
-    return 0;
+    return kt_sched_sketch_done(&c, finish, out, n);
 }

@@ -1,0 +1,166 @@
+/*
+ * Shared by the suites that compile many schedule states and check them
+ * (codegen, gpu, feature, sched): conv2d parameters, a varied set of random
+ * states of one DAG, and the emit / compile / compare-with-the-reference
+ * harness. Header-only (static inline) so each suite includes what it uses.
+ * Ownership: states from kt_test_collect_states belong to the caller.
+ */
+#ifndef KT_TESTS_STATES_HARNESS_H
+#define KT_TESTS_STATES_HARNESS_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+#include "codegen/verify.h"
+#include "sched/state.h"
+#include "te/ops.h"
+#include "util/err.h"
+#include "util/rng.h"
+#include "util/sbuf.h"
+#include "util/util.h"
+
+#define KT_TEST_MAX_STATES 64
+
+static inline kt_conv2d_params_t kt_test_conv_p(int stride, int pad, int dil)
+{
+    kt_conv2d_params_t c = kt_ops_conv2d_default();
+    c.stride[0] = c.stride[1] = stride;
+    for (int i = 0; i < 4; i++)
+        c.pad[i] = pad;
+    c.dilation[0] = c.dilation[1] = dil;
+    return c;
+}
+
+/* Up to n (<= KT_TEST_MAX_STATES) distinct valid states: sampled
+ * round-robin from the sketches, every third one mutated a few times more.
+ * A small space may repeat. */
+static inline int kt_test_collect_states(const kt_dag_t *dag, const kt_sched_params_t *p,
+                                         uint64_t seed, kt_sched_state_t **out, int n)
+{
+    ck_assert_int_le(n, KT_TEST_MAX_STATES);
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_msg(kt_sched_sketches(dag, p, &sk, &nsk) == 0, "%s", kt_err_msg());
+    ck_assert_int_gt(nsk, 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, seed);
+    uint64_t hashes[KT_TEST_MAX_STATES];
+    int got = 0;
+    for (int t = 0; got < n && t < 20 * n; t++) {
+        kt_sched_state_t *st = kt_sched_sample(dag, p, sk[t % nsk], &rng);
+        ck_assert_msg(st != NULL, "%s", kt_err_msg());
+        if (t % 3 == 2) {
+            for (int m = 0; m < 4; m++) {
+                kt_sched_state_t *mu = NULL;
+                if (kt_sched_mutate(dag, p, st, -1, &rng, &mu) == 1) {
+                    kt_sched_state_free(st);
+                    st = mu;
+                }
+            }
+        }
+        uint64_t h = kt_sched_state_hash(st, dag);
+        int dup = 0;
+        for (int i = 0; i < got && !dup; i++)
+            dup = hashes[i] == h;
+        if (dup && t < 10 * n) {
+            kt_sched_state_free(st);
+            continue;
+        }
+        hashes[got] = h;
+        out[got++] = st;
+    }
+    for (int i = 0; i < nsk; i++)
+        kt_sched_state_free(sk[i]);
+    free(sk);
+    return got;
+}
+
+/* Appends the function of state st named entry to b (kt_codegen_emit_c_into
+ * or kt_codegen_emit_cuda_emu_into). */
+typedef int (*kt_test_emit_fn)(const kt_dag_t *dag, const kt_sched_state_t *st,
+                               const char *entry, kt_sbuf_t *b);
+
+/* Emit n states (entries <prefix>_<i>) into two C files, half each, compile
+ * both at once (one in a child process: the machine has 2 cores) with
+ * cflags (NULL: the tuning flags), run each against the reference kernel
+ * and fail the test naming the first state that disagrees. */
+static inline void kt_test_check_states(const char *what, const kt_dag_t *dag,
+                                        kt_sched_state_t **st, int n, uint64_t seed,
+                                        const char *prefix, kt_test_emit_fn emit,
+                                        const char *cflags)
+{
+    char dir[] = "/tmp/kt_test_states_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    for (int half = 0; half < 2; half++) {
+        kt_sbuf_t src;
+        kt_sbuf_init(&src);
+        kt_codegen_preamble_c(&src);
+        for (int i = half; i < n; i += 2) {
+            char entry[32];
+            snprintf(entry, sizeof(entry), "%s_%d", prefix, i);
+            int rc = emit(dag, st[i], entry, &src);
+            ck_assert_msg(rc == 0, "%s: emit %d: %s", what, i, kt_err_msg());
+        }
+        char path[256];
+        snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
+        ck_assert_int_eq(kt_file_write(path, src.data, src.len), 0);
+        kt_sbuf_free(&src);
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    int half = pid == 0 ? 1 : 0;
+    char path[256], so[256];
+    snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
+    snprintf(so, sizeof(so), "%s/k%d.so", dir, half);
+    char *text = kt_file_read(path, NULL);
+    char *log = NULL;
+    int rc = text ? kt_codegen_compile_flags(text, so, cflags, &log) : -1;
+    free(text);
+    if (pid == 0) {
+        if (rc)
+            fprintf(stderr, "%s: compile of half 1: %s\n%s\n", what, kt_err_msg(),
+                    log ? log : "");
+        _exit(rc == 0 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ck_assert_msg(rc == 0, "%s: compile: %s\n%s", what, kt_err_msg(), log ? log : "");
+    free(log);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: compile of half 1 failed",
+                  what);
+
+    kt_codegen_ref_t *ref = kt_codegen_ref_new(dag, seed);
+    ck_assert_msg(ref != NULL, "%s: reference: %s", what, kt_err_msg());
+    int bad = -1;
+    char msg[512] = "";
+    double bad_err = 0;
+    for (int i = 0; i < n && bad < 0; i++) {
+        char entry[32];
+        snprintf(entry, sizeof(entry), "%s_%d", prefix, i);
+        snprintf(so, sizeof(so), "%s/k%d.so", dir, i % 2);
+        if (kt_codegen_ref_check_so(ref, so, entry, &bad_err) != 0) {
+            bad = i;
+            snprintf(msg, sizeof(msg), "%s", kt_err_msg());
+        }
+    }
+    kt_codegen_ref_free(ref);
+    for (half = 0; half < 2; half++) {
+        snprintf(path, sizeof(path), "%s/k%d.c", dir, half);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/k%d.so", dir, half);
+        unlink(path);
+    }
+    rmdir(dir);
+    if (bad >= 0) {
+        char *j = kt_sched_state_to_json(st[bad], dag);
+        char *pr = kt_sched_state_print(dag, st[bad]);
+        ck_abort_msg("%s: state %d fails (%s, err %g)\n%s\n%s", what, bad, msg, bad_err, j, pr);
+    }
+}
+
+#endif
