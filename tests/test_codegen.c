@@ -169,7 +169,7 @@ END_TEST
  * multiplier, NCHW pools. */
 START_TEST(codegen_network_op_states_match_reference)
 {
-    kt_conv2d_params_t s1p1 = conv_p(1, 1, 1), s2p1 = conv_p(2, 1, 1);
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1);
     FAMILY({"dense+multiply+bias+clip", kt_ops_dense_ex(5, 12, 16, EPI_MUL_BIAS_CLIP, 3)},
            {"conv+sigmoid+scale+tanh", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 6, 6, 4, 4, 3, 3, 0, &s1p1,
                                                      EPI_SIG_SCALE_TANH, 3)},
