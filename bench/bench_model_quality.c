@@ -10,10 +10,14 @@
  *                       [--seed 1] [--min-repeat-ms 20] [--tree hist|exact|approx]
  *                       [--cache FILE] [--weight-by-label 0|1] [--dump FILE]
  *                       [--remeasure K] [--repeat 3] [--timer wall|cpu]
+ *                       [--folds 5|1]
  *
  * --cache keeps every measurement as a JSON line {"workload", "state",
  * "cost"} (cost -1 = failed) and reuses them in later runs, so the model can
  * be compared on the same measured programs without measuring again.
+ * --folds 5 (default) repeats the 80/20 split five times, each fifth held out
+ * once, and prints the means (one split of a few hundred programs varies by
+ * several points); --folds 1 is a single split.
  * A program's cost is the fastest of its --repeat repeats (the mean carries
  * the load of other processes on a shared machine).
  * --remeasure K measures the first K valid programs again and prints the
@@ -49,6 +53,7 @@ static const char *cache_path;
 static const char *dump_path;
 static int remeasure;
 static int repeat = 3;
+static int folds = 5;
 static int weight_by_label = -1;   /* -1: the model's default */
 
 static const struct {
@@ -372,13 +377,36 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
         idx[i] = idx[j];
         idx[j] = t;
     }
-    int ntrain = nvalid * 8 / 10;
+    int ntrain = nvalid - nvalid / 5;
     if (ntrain < 2 || nvalid - ntrain < 2) {
         printf("%-10s %5d valid of %d: too few to evaluate\n", name, nvalid, nstates);
     } else {
-        double ax, rx, tx, ar, rr, tr;
-        evaluate(KT_MODEL_XGB, dag, st, cost, idx, ntrain, nvalid, &ax, &rx, &tx);
-        evaluate(KT_MODEL_RANDOM, dag, st, cost, idx, ntrain, nvalid, &ar, &rr, &tr);
+        /* Each fold holds out its own fifth (folds > 1: every fifth in
+         * turn); the figures are the folds' means. */
+        double ax = 0, rx = 0, tx = 0, ar = 0, rr = 0, tr = 0;
+        int *perm = malloc((size_t)nvalid * sizeof(int));
+        if (!perm)
+            die("out of memory");
+        for (int f = 0; f < folds; f++) {
+            int lo = (int)((long)nvalid * f / folds), hi = (int)((long)nvalid * (f + 1) / folds);
+            if (folds == 1) {
+                lo = ntrain;
+                hi = nvalid;
+            }
+            int k = 0;
+            for (int i = 0; i < nvalid; i++)
+                if (i < lo || i >= hi)
+                    perm[k++] = idx[i];
+            int nt = k;
+            for (int i = lo; i < hi; i++)
+                perm[k++] = idx[i];
+            double a, r, t;
+            evaluate(KT_MODEL_XGB, dag, st, cost, perm, nt, nvalid, &a, &r, &t);
+            ax += a / folds, rx += r / folds, tx += t / folds;
+            evaluate(KT_MODEL_RANDOM, dag, st, cost, perm, nt, nvalid, &a, &r, &t);
+            ar += a / folds, rr += r / folds, tr += t / folds;
+        }
+        free(perm);
         double lo = INFINITY, hi = 0;
         for (int i = 0; i < nvalid; i++) {
             lo = cost[idx[i]] < lo ? cost[idx[i]] : lo;
@@ -423,6 +451,8 @@ int main(int argc, char **argv)
             remeasure = atoi(v);
         else if (strcmp(a, "--repeat") == 0)
             repeat = atoi(v);
+        else if (strcmp(a, "--folds") == 0)
+            folds = atoi(v) == 1 ? 1 : 5;
         else if (strcmp(a, "--weight-by-label") == 0)
             weight_by_label = atoi(v);
         else if (strcmp(a, "--tree") == 0)
