@@ -43,7 +43,7 @@
 #include "sched/state.h"
 #include "te/te.h"
 
-#define KT_FEATURE_COUNT 164      /* values per row */
+#define KT_FEATURE_COUNT 178      /* values per row */
 #define KT_FEATURE_MAX_BUFS 5     /* buffers described per row */
 #define KT_FEATURE_BUF_VALUES 18  /* values per described buffer */
 #define KT_FEATURE_CURVE 10       /* points of the arithmetic-intensity curve */
