@@ -117,11 +117,53 @@ static int has_rfactor(const kt_sched_state_t *st)
     return 0;
 }
 
-/* Every check that holds for any state of any DAG. */
-static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
+static int has_xreduce(const kt_sched_state_t *st)
+{
+    for (int s = 0; s < st->nstages; s++)
+        if (st->stages[s].kind == KT_SK_XREDUCE)
+            return 1;
+    return 0;
+}
+
+/* The GPU features: 0 in CPU rows; in GPU rows those of a launch of the
+ * state (threads, blocks, shared memory as its kt_sched_gpu_kernels). */
+static void check_gpu_values(const char *what, int i, const kt_dag_t *dag,
+                             const kt_sched_state_t *st, const float *v)
+{
+    int first = fidx("gpu.blockIdx.x_len");
+    if (st->target != KT_SCHED_TARGET_CUDA) {
+        for (int f = first; f < KT_FEATURE_COUNT; f++)
+            ck_assert_msg(v[f] == 0, "%s state %d: CPU row has %s = %g", what, i,
+                          kt_feature_name(f), v[f]);
+        return;
+    }
+    kt_sched_gpu_kernel_t ks[KT_TE_MAX_STAGES];
+    int nk = kt_sched_gpu_kernels(dag, st, ks), match = 0;
+    ck_assert_int_gt(nk, 0);
+    for (int k = 0; k < nk && !match; k++)
+        match = fabs(unlog(v[fidx("gpu.threads_per_block")]) - (double)ks[k].threads) < 1e-2 &&
+                fabs(unlog(v[fidx("gpu.blocks")]) - (double)ks[k].grid) < 1e-2 * ks[k].grid &&
+                fabs(unlog(v[fidx("gpu.smem_bytes")]) - (double)ks[k].smem_bytes) <
+                    1e-3 * ks[k].smem_bytes + 1e-2 &&
+                fabs(unlog(v[fidx("gpu.vthread_len")]) - (double)ks[k].vthreads) < 1e-2;
+    ck_assert_msg(match, "%s state %d: the row's launch is none of the state's", what, i);
+    ck_assert_float_eq(v[fidx("gpu.blockIdx.x_len")], v[fidx("gpu.blocks")]);
+    ck_assert_float_eq(v[fidx("gpu.threadIdx.x_len")], v[fidx("gpu.threads_per_block")]);
+    ck_assert_float_eq(v[fidx("gpu.blockIdx.y_len")], 0);
+    ck_assert_float_eq(v[fidx("gpu.threadIdx.z_len")], 0);
+    float wu = v[fidx("gpu.warp_util")];
+    ck_assert_msg(wu > 0 && wu <= 1, "%s state %d: warp_util %g", what, i, wu);
+    float vec = v[fidx("gpu.fetch_vec")];
+    ck_assert(vec == 0 || vec == 1 || vec == 2 || vec == 4);
+    ck_assert(v[fidx("parallel.num")] == 0);   /* GPU loops bind blocks and threads */
+}
+
+/* Every check that holds for any state of any DAG, CPU or GPU (p). */
+static void check_family_p(const char *what, kt_dag_t *dag, uint64_t seed,
+                           const kt_sched_params_t *pp)
 {
     ck_assert_msg(dag != NULL, "%s: %s", what, kt_err_msg());
-    kt_sched_params_t p = test_params();
+    kt_sched_params_t p = *pp;
     kt_sched_state_t *st[MAX_STATES];
     int n = collect_states(dag, &p, seed, st, FAMILY_STATES);
     ck_assert_int_ge(n, FAMILY_STATES / 2);
@@ -179,6 +221,7 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
                 ck_assert(BV("unique_lines") <= BV("lines"));
 #undef BV
             }
+            check_gpu_values(what, i, dag, st[i], v);
             /* the store itself is always described */
             ck_assert(v[fidx("b0.acc_write")] + v[fidx("b0.acc_rw")] +
                           v[fidx("b1.acc_write")] + v[fidx("b1.acc_rw")] + v[fidx("b2.acc_write")] +
@@ -190,7 +233,9 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
         double ops = float_ops(rows, nrows);
         ck_assert_msg(ops >= flops * 0.999, "%s state %d: %g float ops < %g flops", what, i, ops,
                       flops);
-        if (!has_rfactor(st[i]) && strstr(what, "gelu") == NULL)
+        /* exact unless a final combine (rfactor, cross-thread reduction)
+         * or an inlined stage computed twice adds work */
+        if (!has_rfactor(st[i]) && !has_xreduce(st[i]) && strstr(what, "gelu") == NULL)
             ck_assert_msg(fabs(ops - flops) <= flops * 1e-3, "%s state %d: %g float ops, %g flops",
                           what, i, ops, flops);
         /* deterministic: the same state again gives identical rows */
@@ -206,6 +251,19 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
     }
     free_states(st, n);
     kt_dag_free(dag);
+}
+
+static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
+{
+    kt_sched_params_t p = test_params();
+    check_family_p(what, dag, seed, &p);
+}
+
+static void check_gpu_family(const char *what, kt_dag_t *dag, uint64_t seed)
+{
+    kt_sched_params_t p;
+    kt_sched_params_default_gpu(&p);
+    check_family_p(what, dag, seed, &p);
 }
 
 static kt_conv2d_params_t conv_p(int stride, int pad)
@@ -484,6 +542,50 @@ START_TEST(feature_reduction_family_rows_are_sound)
 }
 END_TEST
 
+/* ---- GPU states ---------------------------------------------------------------------- */
+
+START_TEST(feature_gpu_matmul_family_rows_are_sound)
+{
+    check_gpu_family("gpu matmul 64x64x64", kt_ops_matmul(64, 64, 64, 0, NULL, 0), 31);
+    check_gpu_family("gpu matmul NT 16x24x32", kt_ops_matmul(16, 24, 32, 1, NULL, 0), 32);
+    check_gpu_family("gpu matmul 2x3x256", kt_ops_matmul(2, 3, 256, 0, NULL, 0), 33);
+    kt_epilogue_t br[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    check_gpu_family("gpu dense+bias+relu", kt_ops_dense(16, 24, 32, br, 2), 34);
+    kt_epilogue_t gelu[] = {KT_EPI_GELU};
+    check_gpu_family("gpu dense+gelu 1x8x64", kt_ops_dense(1, 8, 64, gelu, 1), 35);
+    kt_epilogue_t ar[] = {KT_EPI_ADD, KT_EPI_RELU};
+    check_gpu_family("gpu batch_matmul+add+relu", kt_ops_batch_matmul(3, 5, 8, 7, ar, 2), 36);
+}
+END_TEST
+
+START_TEST(feature_gpu_conv_family_rows_are_sound)
+{
+    kt_conv2d_params_t s1p1 = conv_p(1, 1), s2p1 = conv_p(2, 1);
+    kt_epilogue_t br[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    check_gpu_family("gpu conv nhwc s1 p1",
+                     kt_ops_conv2d_nhwc(1, 14, 14, 16, 32, 3, 3, &s1p1, NULL, 0), 37);
+    check_gpu_family("gpu conv nchw s2 p1+bias+relu",
+                     kt_ops_conv2d_nchw(1, 15, 15, 8, 16, 3, 3, &s2p1, br, 2), 38);
+    kt_epilogue_t relu[] = {KT_EPI_RELU};
+    check_gpu_family("gpu depthwise s1 p1+relu",
+                     kt_ops_depthwise_conv2d_nhwc(1, 16, 16, 32, 3, 3, &s1p1, relu, 1), 39);
+}
+END_TEST
+
+START_TEST(feature_gpu_reduction_family_rows_are_sound)
+{
+    kt_conv2d_params_t s2p1 = conv_p(2, 1);
+    check_gpu_family("gpu max pool s2 p1",
+                     kt_ops_pool2d_nhwc(KT_POOL_MAX, 1, 16, 16, 8, 3, 3, &s2p1), 40);
+    check_gpu_family("gpu avg pool s2 p1",
+                     kt_ops_pool2d_nhwc(KT_POOL_AVG, 1, 15, 15, 8, 3, 3, &s2p1), 41);
+    check_gpu_family("gpu global avg pool", kt_ops_global_avg_pool_nhwc(1, 7, 7, 64), 42);
+    check_gpu_family("gpu softmax 16x100", kt_ops_softmax(2, (int64_t[]){16, 100}), 43);
+    check_gpu_family("gpu layer norm 8x64 affine", kt_ops_layer_norm(2, (int64_t[]){8, 64}, 1),
+                     44);
+}
+END_TEST
+
 /* ---- batch and bad input ---------------------------------------------------------- */
 
 START_TEST(feature_batch_matches_single_and_drops_invalid)
@@ -575,6 +677,9 @@ int main(void)
     tcase_add_test(tc, feature_matmul_family_rows_are_sound);
     tcase_add_test(tc, feature_conv_family_rows_are_sound);
     tcase_add_test(tc, feature_reduction_family_rows_are_sound);
+    tcase_add_test(tc, feature_gpu_matmul_family_rows_are_sound);
+    tcase_add_test(tc, feature_gpu_conv_family_rows_are_sound);
+    tcase_add_test(tc, feature_gpu_reduction_family_rows_are_sound);
     tcase_add_test(tc, feature_batch_matches_single_and_drops_invalid);
     tcase_add_test(tc, feature_extract_rejects_bad_arguments);
     suite_add_tcase(s, tc);
