@@ -586,6 +586,129 @@ START_TEST(feature_gpu_reduction_family_rows_are_sound)
 }
 END_TEST
 
+/* matmul 64x64x64 on the GPU: i split 2x2x2x4x2, j 2x2x16x1x1, k 2x16x2;
+ * A and B staged in shared memory, 2 elements per fetch step, unroll 512.
+ * Blocks 2*2, threads 2*16, vthreads 2*2; boxes A 32x32 and B 32x32 floats;
+ * register tile (2*4*2) x 2 floats. */
+static const char *GPU_MM_STATE =
+    "{\"launches\":[{\"block\":[32,1,1],\"grid\":[4,1,1],\"smem\":8192,\"stage\":\"C\"}],"
+    "\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+    "{\"cache_write\":true,\"kind\":\"tiled\",\"level\":3,\"name\":\"C\",\"smem\":[\"A\",\"B\"],"
+    "\"tile\":[[2,2,2,4,2],[2,2,16,1,1],[2,16,2]],\"unroll\":512,\"vec\":2}],"
+    "\"target\":\"cuda\",\"version\":1}";
+
+START_TEST(feature_gpu_matmul_known_launch_values)
+{
+    kt_dag_t *dag = kt_ops_matmul(64, 64, 64, 0, NULL, 0);
+    kt_sched_params_t p;
+    kt_sched_params_default_gpu(&p);
+    kt_sched_state_t *st = kt_sched_state_from_json(GPU_MM_STATE, dag, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_lower_t *L = kt_lower(dag, st);
+    ck_assert_ptr_nonnull(L);
+    float *rows;
+    uint32_t nrows;
+    int *rb;
+    ck_assert_int_eq(kt_feature_extract_lower(dag, st, L, &rows, &nrows, &rb), 0);
+    /* the accumulator (init first), the two boxes, the copy-out */
+    ck_assert_uint_eq(nrows, 4);
+    ck_assert_str_eq(L->bufs[rb[0]].label, "C.local");
+    ck_assert_str_eq(L->bufs[rb[1]].label, "A.shared");
+    ck_assert_str_eq(L->bufs[rb[2]].label, "B.shared");
+    ck_assert_str_eq(L->bufs[rb[3]].label, "C");
+    const double n3 = 64.0 * 64 * 64;
+    for (uint32_t r = 0; r < nrows; r++) {
+        const float *v = rows + (size_t)r * KT_FEATURE_COUNT;
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.blockIdx.x_len")]), 4, 1e-4);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.blocks")]), 4, 1e-4);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.threadIdx.x_len")]), 32, 1e-3);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.threads_per_block")]), 32, 1e-3);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.vthread_len")]), 4, 1e-4);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.smem_bytes")]), 8192, 0.1);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.local_bytes")]), 32 * 4, 1e-2);
+        ck_assert_float_eq(v[fidx("gpu.fetch_vec")], 2);
+        ck_assert_float_eq(v[fidx("gpu.warp_util")], 1);
+        /* a barrier before and after the fetch of each of the 2 k.0 steps */
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.barriers")]), 4, 1e-4);
+        ck_assert_double_eq_tol(unlog(v[fidx("auto_unroll_max_step")]), 512, 0.1);
+        ck_assert_float_eq(v[fidx("parallel.num")], 0);
+    }
+    const float *acc = rows, *fa = rows + KT_FEATURE_COUNT, *out = rows + 3 * KT_FEATURE_COUNT;
+    /* the update: every multiply-add once, over all blocks, threads, vthreads */
+    ck_assert_double_eq_tol(unlog(acc[fidx("float_mad")]), n3, 1);
+    ck_assert_double_eq_tol(unlog(acc[fidx("outer_prod")]), n3, 1);
+    /* 4 blocks x 2 steps x a 32x32 box of A, fetched 2 elements (one float2) at a time */
+    ck_assert_double_eq_tol(unlog(fa[fidx("outer_prod")]), 4 * 2 * 1024, 0.1);
+    ck_assert_float_eq(fa[fidx("vec.num")], 1);
+    ck_assert_double_eq_tol(unlog(fa[fidx("vec.prod")]), 2, 1e-4);
+    ck_assert_float_eq(fa[fidx("vec.pos_inner_spatial")], 1);
+    /* the box is written and A read contiguously along the vector */
+    ck_assert_float_eq(fa[fidx("inner.contig")], 2);
+    ck_assert_double_eq_tol(unlog(fa[fidx("b0.stride")]), 1, 1e-4);
+    ck_assert_double_eq_tol(unlog(fa[fidx("b1.stride")]), 1, 1e-4);
+    ck_assert_double_eq_tol(unlog(fa[fidx("b0.unique_bytes")]), 1024 * 4, 0.1);
+    ck_assert_double_eq_tol(unlog(fa[fidx("b1.unique_bytes")]), 64 * 64 * 4, 1);
+    /* the copy-out writes every element of C once */
+    ck_assert_double_eq_tol(unlog(out[fidx("outer_prod")]), 4096, 0.1);
+    ck_assert_double_eq_tol(unlog(out[fidx("b0.unique_bytes")]), 4096 * 4, 1);
+    free(rows);
+    free(rb);
+    kt_lower_free(L);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
+/* A cross-thread reduction (matmul 2x3x256, 96 threads per output): each
+ * thread reduces ceil(256/96) = 3 strided elements, the last step guarded,
+ * and only thread 0 stores; guards scale the trip counts. */
+START_TEST(feature_gpu_cross_thread_reduction_counts_guarded_work)
+{
+    kt_dag_t *dag = kt_ops_matmul(2, 3, 256, 0, NULL, 0);
+    kt_sched_params_t p;
+    kt_sched_params_default_gpu(&p);
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_int_eq(kt_sched_sketches(dag, &p, &sk, &nsk), 0);
+    kt_sched_state_t *st = NULL;
+    for (int i = 0; i < nsk && !st; i++)
+        if (sk[i]->stages[2].kind == KT_SK_XREDUCE)
+            st = kt_sched_state_clone(sk[i]);
+    free_states(sk, nsk);
+    free(sk);
+    ck_assert_ptr_nonnull(st);
+    st->stages[2].threads = 96;
+    st->stages[2].ann.unroll = 0;
+    ck_assert_msg(kt_sched_state_validate(dag, &p, st) == 0, "%s", kt_err_msg());
+    kt_sched_gpu_kernel_t ks[KT_TE_MAX_STAGES];
+    ck_assert_int_eq(kt_sched_gpu_kernels(dag, st, ks), 1);
+    float *rows;
+    uint32_t nrows;
+    ck_assert_int_eq(kt_feature_extract(dag, st, &rows, &nrows), 0);
+    ck_assert_uint_eq(nrows, 2);   /* the per-thread partial, C */
+    const float *part = rows, *c = rows + KT_FEATURE_COUNT;
+    /* 6 outputs x 256 products; the all-reduce adds one combine per thread */
+    ck_assert_double_eq_tol(unlog(part[fidx("float_mul")]), 6 * 256, 0.1);
+    ck_assert_double_eq_tol(unlog(part[fidx("float_addsub")]), 6 * 256 + 6 * 96, 0.1);
+    ck_assert_double_eq_tol(unlog(part[fidx("outer_prod")]), 6 * 256, 0.1);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.blocks")]), 6, 1e-4);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.threads_per_block")]), 96, 1e-3);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.local_bytes")]), 4, 1e-4);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.smem_bytes")]), (double)ks[0].smem_bytes, 1e-2);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.vthread_len")]), 1, 1e-4);
+    ck_assert_float_eq(part[fidx("gpu.fetch_vec")], 0);
+    ck_assert_float_eq(part[fidx("gpu.barriers")], 0);
+    ck_assert_float_eq(part[fidx("gpu.warp_util")], 1);
+    /* one store per output */
+    ck_assert_double_eq_tol(unlog(c[fidx("outer_prod")]), 6, 1e-3);
+    ck_assert_float_eq(c[fidx("b0.acc_write")], 1);
+    ck_assert_double_eq_tol(unlog(c[fidx("b0.bytes")]), 6 * 4, 1e-2);
+    free(rows);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
 /* ---- batch and bad input ---------------------------------------------------------- */
 
 START_TEST(feature_batch_matches_single_and_drops_invalid)
@@ -677,6 +800,8 @@ int main(void)
     tcase_add_test(tc, feature_matmul_family_rows_are_sound);
     tcase_add_test(tc, feature_conv_family_rows_are_sound);
     tcase_add_test(tc, feature_reduction_family_rows_are_sound);
+    tcase_add_test(tc, feature_gpu_matmul_known_launch_values);
+    tcase_add_test(tc, feature_gpu_cross_thread_reduction_counts_guarded_work);
     tcase_add_test(tc, feature_gpu_matmul_family_rows_are_sound);
     tcase_add_test(tc, feature_gpu_conv_family_rows_are_sound);
     tcase_add_test(tc, feature_gpu_reduction_family_rows_are_sound);
