@@ -519,6 +519,44 @@ START_TEST(cli_kernel_measure_times_states_and_names_bad_input)
 }
 END_TEST
 
+/* A GPU state of MATMUL (4 blocks of 32 threads, 8192 bytes of shared memory). */
+#define MATMUL_GPU_STATE                                                                     \
+    "{\"launches\":[{\"block\":[32,1,1],\"grid\":[4,1,1],\"smem\":8192,\"stage\":\"C\"}],"  \
+    "\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"      \
+    "{\"cache_write\":true,\"kind\":\"tiled\",\"level\":3,\"name\":\"C\",\"smem\":[\"A\",\"B\"],"    \
+    "\"tile\":[[2,2,2,4,2],[2,2,16,1,1],[2,16,2]],\"unroll\":512,\"vec\":2}],"              \
+    "\"target\":\"cuda\",\"version\":1}"
+
+START_TEST(cli_kernel_features_of_a_gpu_state_follow_the_target)
+{
+    char *out = NULL;
+    char *gpu[] = {"kernel", "features", "--workload", MATMUL, "--state", MATMUL_GPU_STATE,
+                   "--target", "cuda", "--arch", "sm_80", NULL};
+    ck_assert_msg(ktune(gpu, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "row 1: stores A.shared") && strstr(out, "gpu.threads_per_block") &&
+                      strstr(out, "gpu.smem_bytes"),
+                  "%s", out);
+    free(out);
+    /* the launch exceeds a block limit set with --hw */
+    char *small[] = {"kernel", "features", "--workload", MATMUL, "--state", MATMUL_GPU_STATE,
+                     "--target", "cuda", "--hw", "max_shared_memory_per_block=4096", NULL};
+    ck_assert_int_eq(ktune(small, &out), 1);
+    ck_assert_msg(strstr(out, "shared memory") != NULL, "%s", out);
+    free(out);
+    char *cpu[] = {"kernel", "features", "--workload", MATMUL, "--state", MATMUL_GPU_STATE,
+                   "--target", "cpu", NULL};
+    ck_assert_int_eq(ktune(cpu, &out), 1);
+    ck_assert_msg(strstr(out, "a cuda state, but --target cpu") != NULL, "%s", out);
+    free(out);
+    char *arch[] = {"kernel", "features", "--workload", MATMUL, "--state", MATMUL_GPU_STATE,
+                    "--arch", "sm_80", NULL};
+    ck_assert_int_eq(ktune(arch, &out), 2);
+    ck_assert_msg(strstr(out, "--arch needs --target cuda") != NULL, "%s", out);
+    free(out);
+    assert_nothing_left();
+}
+END_TEST
+
 START_TEST(cli_read_commands_against_a_tracker_need_its_token)
 {
     char tok[256], db[256], port_file[256];
@@ -571,6 +609,7 @@ int main(void)
     tcase_add_test(tc, cli_export_cuda_writes_kernels_and_launches);
     tcase_add_test(tc, cli_read_commands_against_a_tracker_need_its_token);
     tcase_add_test(tc, cli_kernel_measure_times_states_and_names_bad_input);
+    tcase_add_test(tc, cli_kernel_features_of_a_gpu_state_follow_the_target);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);

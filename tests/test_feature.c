@@ -77,11 +77,53 @@ static int has_rfactor(const kt_sched_state_t *st)
     return 0;
 }
 
-/* Every check that holds for any state of any DAG. */
-static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
+static int has_xreduce(const kt_sched_state_t *st)
+{
+    for (int s = 0; s < st->nstages; s++)
+        if (st->stages[s].kind == KT_SK_XREDUCE)
+            return 1;
+    return 0;
+}
+
+/* The GPU features: 0 in CPU rows; in GPU rows those of a launch of the
+ * state (threads, blocks, shared memory as its kt_sched_gpu_kernels). */
+static void check_gpu_values(const char *what, int i, const kt_dag_t *dag,
+                             const kt_sched_state_t *st, const float *v)
+{
+    int first = fidx("gpu.blockIdx.x_len");
+    if (st->target != KT_SCHED_TARGET_CUDA) {
+        for (int f = first; f < KT_FEATURE_COUNT; f++)
+            ck_assert_msg(v[f] == 0, "%s state %d: CPU row has %s = %g", what, i,
+                          kt_feature_name(f), v[f]);
+        return;
+    }
+    kt_sched_gpu_kernel_t ks[KT_TE_MAX_STAGES];
+    int nk = kt_sched_gpu_kernels(dag, st, ks), match = 0;
+    ck_assert_int_gt(nk, 0);
+    for (int k = 0; k < nk && !match; k++)
+        match = fabs(unlog(v[fidx("gpu.threads_per_block")]) - (double)ks[k].threads) < 1e-2 &&
+                fabs(unlog(v[fidx("gpu.blocks")]) - (double)ks[k].grid) < 1e-2 * ks[k].grid &&
+                fabs(unlog(v[fidx("gpu.smem_bytes")]) - (double)ks[k].smem_bytes) <
+                    1e-3 * ks[k].smem_bytes + 1e-2 &&
+                fabs(unlog(v[fidx("gpu.vthread_len")]) - (double)ks[k].vthreads) < 1e-2;
+    ck_assert_msg(match, "%s state %d: the row's launch is none of the state's", what, i);
+    ck_assert_float_eq(v[fidx("gpu.blockIdx.x_len")], v[fidx("gpu.blocks")]);
+    ck_assert_float_eq(v[fidx("gpu.threadIdx.x_len")], v[fidx("gpu.threads_per_block")]);
+    ck_assert_float_eq(v[fidx("gpu.blockIdx.y_len")], 0);
+    ck_assert_float_eq(v[fidx("gpu.threadIdx.z_len")], 0);
+    float wu = v[fidx("gpu.warp_util")];
+    ck_assert_msg(wu > 0 && wu <= 1, "%s state %d: warp_util %g", what, i, wu);
+    float vec = v[fidx("gpu.fetch_vec")];
+    ck_assert(vec == 0 || vec == 1 || vec == 2 || vec == 4);
+    ck_assert(v[fidx("parallel.num")] == 0);   /* GPU loops bind blocks and threads */
+}
+
+/* Every check that holds for any state of any DAG, CPU or GPU (p). */
+static void check_family_p(const char *what, kt_dag_t *dag, uint64_t seed,
+                           const kt_sched_params_t *pp)
 {
     ck_assert_msg(dag != NULL, "%s: %s", what, kt_err_msg());
-    kt_sched_params_t p = test_params();
+    kt_sched_params_t p = *pp;
     kt_sched_state_t *st[MAX_STATES];
     int n = kt_test_collect_states(dag, &p, seed, st, FAMILY_STATES);
     ck_assert_int_ge(n, FAMILY_STATES / 2);
@@ -139,6 +181,7 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
                 ck_assert(BV("unique_lines") <= BV("lines"));
 #undef BV
             }
+            check_gpu_values(what, i, dag, st[i], v);
             /* the store itself is always described */
             ck_assert(v[fidx("b0.acc_write")] + v[fidx("b0.acc_rw")] +
                           v[fidx("b1.acc_write")] + v[fidx("b1.acc_rw")] + v[fidx("b2.acc_write")] +
@@ -150,7 +193,9 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
         double ops = float_ops(rows, nrows);
         ck_assert_msg(ops >= flops * 0.999, "%s state %d: %g float ops < %g flops", what, i, ops,
                       flops);
-        if (!has_rfactor(st[i]) && strstr(what, "gelu") == NULL)
+        /* exact unless a final combine (rfactor, cross-thread reduction)
+         * or an inlined stage computed twice adds work */
+        if (!has_rfactor(st[i]) && !has_xreduce(st[i]) && strstr(what, "gelu") == NULL)
             ck_assert_msg(fabs(ops - flops) <= flops * 1e-3, "%s state %d: %g float ops, %g flops",
                           what, i, ops, flops);
         /* deterministic: the same state again gives identical rows */
@@ -166,6 +211,19 @@ static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
     }
     free_states(st, n);
     kt_dag_free(dag);
+}
+
+static void check_family(const char *what, kt_dag_t *dag, uint64_t seed)
+{
+    kt_sched_params_t p = test_params();
+    check_family_p(what, dag, seed, &p);
+}
+
+static void check_gpu_family(const char *what, kt_dag_t *dag, uint64_t seed)
+{
+    kt_sched_params_t p;
+    kt_sched_params_default_gpu(&p);
+    check_family_p(what, dag, seed, &p);
 }
 
 /* ---- the feature table ------------------------------------------------------ */
@@ -186,7 +244,8 @@ START_TEST(feature_table_names_every_value_once)
     ck_assert_ptr_null(kt_feature_doc(KT_FEATURE_COUNT));
     ck_assert_str_eq(kt_feature_name(0), "float_mad");
     ck_assert_str_eq(kt_feature_name(155), "auto_unroll_max_step");   /* Ansor's set ends here */
-    ck_assert_str_eq(kt_feature_name(KT_FEATURE_COUNT - 1), "reduce.inner_extent");
+    ck_assert_str_eq(kt_feature_name(163), "reduce.inner_extent");   /* CPU features end here */
+    ck_assert_str_eq(kt_feature_name(KT_FEATURE_COUNT - 1), "gpu.barriers");
 }
 END_TEST
 
@@ -434,6 +493,173 @@ START_TEST(feature_reduction_family_rows_are_sound)
 }
 END_TEST
 
+/* ---- GPU states ---------------------------------------------------------------------- */
+
+START_TEST(feature_gpu_matmul_family_rows_are_sound)
+{
+    check_gpu_family("gpu matmul 64x64x64", kt_ops_matmul(64, 64, 64, 0, NULL, 0), 31);
+    check_gpu_family("gpu matmul NT 16x24x32", kt_ops_matmul(16, 24, 32, 1, NULL, 0), 32);
+    check_gpu_family("gpu matmul 2x3x256", kt_ops_matmul(2, 3, 256, 0, NULL, 0), 33);
+    kt_epilogue_t br[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    check_gpu_family("gpu dense+bias+relu", kt_ops_dense(16, 24, 32, br, 2), 34);
+    kt_epilogue_t gelu[] = {KT_EPI_GELU};
+    check_gpu_family("gpu dense+gelu 1x8x64", kt_ops_dense(1, 8, 64, gelu, 1), 35);
+    kt_epilogue_t ar[] = {KT_EPI_ADD, KT_EPI_RELU};
+    check_gpu_family("gpu batch_matmul+add+relu", kt_ops_batch_matmul(3, 5, 8, 7, ar, 2), 36);
+}
+END_TEST
+
+START_TEST(feature_gpu_conv_family_rows_are_sound)
+{
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1);
+    kt_epilogue_t br[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    check_gpu_family("gpu conv nhwc s1 p1",
+                     kt_ops_conv2d_nhwc(1, 14, 14, 16, 32, 3, 3, &s1p1, NULL, 0), 37);
+    check_gpu_family("gpu conv nchw s2 p1+bias+relu",
+                     kt_ops_conv2d_nchw(1, 15, 15, 8, 16, 3, 3, &s2p1, br, 2), 38);
+    kt_epilogue_t relu[] = {KT_EPI_RELU};
+    check_gpu_family("gpu depthwise s1 p1+relu",
+                     kt_ops_depthwise_conv2d_nhwc(1, 16, 16, 32, 3, 3, &s1p1, relu, 1), 39);
+}
+END_TEST
+
+START_TEST(feature_gpu_reduction_family_rows_are_sound)
+{
+    kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1);
+    check_gpu_family("gpu max pool s2 p1",
+                     kt_ops_pool2d_nhwc(KT_POOL_MAX, 1, 16, 16, 8, 3, 3, &s2p1), 40);
+    check_gpu_family("gpu avg pool s2 p1",
+                     kt_ops_pool2d_nhwc(KT_POOL_AVG, 1, 15, 15, 8, 3, 3, &s2p1), 41);
+    check_gpu_family("gpu global avg pool", kt_ops_global_avg_pool_nhwc(1, 7, 7, 64), 42);
+    check_gpu_family("gpu softmax 16x100", kt_ops_softmax(2, (int64_t[]){16, 100}), 43);
+    check_gpu_family("gpu layer norm 8x64 affine", kt_ops_layer_norm(2, (int64_t[]){8, 64}, 1),
+                     44);
+}
+END_TEST
+
+/* matmul 64x64x64 on the GPU: i split 2x2x2x4x2, j 2x2x16x1x1, k 2x16x2;
+ * A and B staged in shared memory, 2 elements per fetch step, unroll 512.
+ * Blocks 2*2, threads 2*16, vthreads 2*2; boxes A 32x32 and B 32x32 floats;
+ * register tile (2*4*2) x 2 floats. */
+static const char *GPU_MM_STATE =
+    "{\"launches\":[{\"block\":[32,1,1],\"grid\":[4,1,1],\"smem\":8192,\"stage\":\"C\"}],"
+    "\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+    "{\"cache_write\":true,\"kind\":\"tiled\",\"level\":3,\"name\":\"C\",\"smem\":[\"A\",\"B\"],"
+    "\"tile\":[[2,2,2,4,2],[2,2,16,1,1],[2,16,2]],\"unroll\":512,\"vec\":2}],"
+    "\"target\":\"cuda\",\"version\":1}";
+
+START_TEST(feature_gpu_matmul_known_launch_values)
+{
+    kt_dag_t *dag = kt_ops_matmul(64, 64, 64, 0, NULL, 0);
+    kt_sched_params_t p;
+    kt_sched_params_default_gpu(&p);
+    kt_sched_state_t *st = kt_sched_state_from_json(GPU_MM_STATE, dag, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_lower_t *L = kt_lower(dag, st);
+    ck_assert_ptr_nonnull(L);
+    float *rows;
+    uint32_t nrows;
+    int *rb;
+    ck_assert_int_eq(kt_feature_extract_lower(dag, st, L, &rows, &nrows, &rb), 0);
+    /* the accumulator (init first), the two boxes, the copy-out */
+    ck_assert_uint_eq(nrows, 4);
+    ck_assert_str_eq(L->bufs[rb[0]].label, "C.local");
+    ck_assert_str_eq(L->bufs[rb[1]].label, "A.shared");
+    ck_assert_str_eq(L->bufs[rb[2]].label, "B.shared");
+    ck_assert_str_eq(L->bufs[rb[3]].label, "C");
+    const double n3 = 64.0 * 64 * 64;
+    for (uint32_t r = 0; r < nrows; r++) {
+        const float *v = rows + (size_t)r * KT_FEATURE_COUNT;
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.blockIdx.x_len")]), 4, 1e-4);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.blocks")]), 4, 1e-4);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.threadIdx.x_len")]), 32, 1e-3);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.threads_per_block")]), 32, 1e-3);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.vthread_len")]), 4, 1e-4);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.smem_bytes")]), 8192, 0.1);
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.local_bytes")]), 32 * 4, 1e-2);
+        ck_assert_float_eq(v[fidx("gpu.fetch_vec")], 2);
+        ck_assert_float_eq(v[fidx("gpu.warp_util")], 1);
+        /* a barrier before and after the fetch of each of the 2 k.0 steps */
+        ck_assert_double_eq_tol(unlog(v[fidx("gpu.barriers")]), 4, 1e-4);
+        ck_assert_double_eq_tol(unlog(v[fidx("auto_unroll_max_step")]), 512, 0.1);
+        ck_assert_float_eq(v[fidx("parallel.num")], 0);
+    }
+    const float *acc = rows, *fa = rows + KT_FEATURE_COUNT, *out = rows + 3 * KT_FEATURE_COUNT;
+    /* the update: every multiply-add once, over all blocks, threads, vthreads */
+    ck_assert_double_eq_tol(unlog(acc[fidx("float_mad")]), n3, 1);
+    ck_assert_double_eq_tol(unlog(acc[fidx("outer_prod")]), n3, 1);
+    /* 4 blocks x 2 steps x a 32x32 box of A, fetched 2 elements (one float2) at a time */
+    ck_assert_double_eq_tol(unlog(fa[fidx("outer_prod")]), 4 * 2 * 1024, 0.1);
+    ck_assert_float_eq(fa[fidx("vec.num")], 1);
+    ck_assert_double_eq_tol(unlog(fa[fidx("vec.prod")]), 2, 1e-4);
+    ck_assert_float_eq(fa[fidx("vec.pos_inner_spatial")], 1);
+    /* the box is written and A read contiguously along the vector */
+    ck_assert_float_eq(fa[fidx("inner.contig")], 2);
+    ck_assert_double_eq_tol(unlog(fa[fidx("b0.stride")]), 1, 1e-4);
+    ck_assert_double_eq_tol(unlog(fa[fidx("b1.stride")]), 1, 1e-4);
+    ck_assert_double_eq_tol(unlog(fa[fidx("b0.unique_bytes")]), 1024 * 4, 0.1);
+    ck_assert_double_eq_tol(unlog(fa[fidx("b1.unique_bytes")]), 64 * 64 * 4, 1);
+    /* the copy-out writes every element of C once */
+    ck_assert_double_eq_tol(unlog(out[fidx("outer_prod")]), 4096, 0.1);
+    ck_assert_double_eq_tol(unlog(out[fidx("b0.unique_bytes")]), 4096 * 4, 1);
+    free(rows);
+    free(rb);
+    kt_lower_free(L);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
+/* A cross-thread reduction (matmul 2x3x256, 96 threads per output): each
+ * thread reduces ceil(256/96) = 3 strided elements, the last step guarded,
+ * and only thread 0 stores; guards scale the trip counts. */
+START_TEST(feature_gpu_cross_thread_reduction_counts_guarded_work)
+{
+    kt_dag_t *dag = kt_ops_matmul(2, 3, 256, 0, NULL, 0);
+    kt_sched_params_t p;
+    kt_sched_params_default_gpu(&p);
+    kt_sched_state_t **sk;
+    int nsk;
+    ck_assert_int_eq(kt_sched_sketches(dag, &p, &sk, &nsk), 0);
+    kt_sched_state_t *st = NULL;
+    for (int i = 0; i < nsk && !st; i++)
+        if (sk[i]->stages[2].kind == KT_SK_XREDUCE)
+            st = kt_sched_state_clone(sk[i]);
+    free_states(sk, nsk);
+    free(sk);
+    ck_assert_ptr_nonnull(st);
+    st->stages[2].threads = 96;
+    st->stages[2].ann.unroll = 0;
+    ck_assert_msg(kt_sched_state_validate(dag, &p, st) == 0, "%s", kt_err_msg());
+    kt_sched_gpu_kernel_t ks[KT_TE_MAX_STAGES];
+    ck_assert_int_eq(kt_sched_gpu_kernels(dag, st, ks), 1);
+    float *rows;
+    uint32_t nrows;
+    ck_assert_int_eq(kt_feature_extract(dag, st, &rows, &nrows), 0);
+    ck_assert_uint_eq(nrows, 2);   /* the per-thread partial, C */
+    const float *part = rows, *c = rows + KT_FEATURE_COUNT;
+    /* 6 outputs x 256 products; the all-reduce adds one combine per thread */
+    ck_assert_double_eq_tol(unlog(part[fidx("float_mul")]), 6 * 256, 0.1);
+    ck_assert_double_eq_tol(unlog(part[fidx("float_addsub")]), 6 * 256 + 6 * 96, 0.1);
+    ck_assert_double_eq_tol(unlog(part[fidx("outer_prod")]), 6 * 256, 0.1);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.blocks")]), 6, 1e-4);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.threads_per_block")]), 96, 1e-3);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.local_bytes")]), 4, 1e-4);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.smem_bytes")]), (double)ks[0].smem_bytes, 1e-2);
+    ck_assert_double_eq_tol(unlog(part[fidx("gpu.vthread_len")]), 1, 1e-4);
+    ck_assert_float_eq(part[fidx("gpu.fetch_vec")], 0);
+    ck_assert_float_eq(part[fidx("gpu.barriers")], 0);
+    ck_assert_float_eq(part[fidx("gpu.warp_util")], 1);
+    /* one store per output */
+    ck_assert_double_eq_tol(unlog(c[fidx("outer_prod")]), 6, 1e-3);
+    ck_assert_float_eq(c[fidx("b0.acc_write")], 1);
+    ck_assert_double_eq_tol(unlog(c[fidx("b0.bytes")]), 6 * 4, 1e-2);
+    free(rows);
+    kt_sched_state_free(st);
+    kt_dag_free(dag);
+}
+END_TEST
+
 /* ---- batch and bad input ---------------------------------------------------------- */
 
 START_TEST(feature_batch_matches_single_and_drops_invalid)
@@ -525,6 +751,11 @@ int main(void)
     tcase_add_test(tc, feature_matmul_family_rows_are_sound);
     tcase_add_test(tc, feature_conv_family_rows_are_sound);
     tcase_add_test(tc, feature_reduction_family_rows_are_sound);
+    tcase_add_test(tc, feature_gpu_matmul_known_launch_values);
+    tcase_add_test(tc, feature_gpu_cross_thread_reduction_counts_guarded_work);
+    tcase_add_test(tc, feature_gpu_matmul_family_rows_are_sound);
+    tcase_add_test(tc, feature_gpu_conv_family_rows_are_sound);
+    tcase_add_test(tc, feature_gpu_reduction_family_rows_are_sound);
     tcase_add_test(tc, feature_batch_matches_single_and_drops_invalid);
     tcase_add_test(tc, feature_extract_rejects_bad_arguments);
     suite_add_tcase(s, tc);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "feature/feature.h"
 #include "measure/measurer.h"
 #include "search/search.h"
 #include "util/err.h"
@@ -614,6 +615,101 @@ START_TEST(search_xgb_finds_better_states_than_random_on_a_synthetic_cost)
 }
 END_TEST
 
+/* ---- GPU states: an analytic cost from the launches ---------------------------- */
+
+/* Tests only: a smooth cost of each kernel's launch (best around 128 threads
+ * per block, 32 blocks, 2 vthreads, with shared memory). */
+static double gpu_cost(const kt_dag_t *dag, const kt_sched_state_t *st)
+{
+    kt_sched_gpu_kernel_t ks[KT_TE_MAX_STAGES];
+    int nk = kt_sched_gpu_kernels(dag, st, ks);
+    ck_assert_int_gt(nk, 0);
+    double c = 0;
+    for (int k = 0; k < nk; k++)
+        c += 1 + fabs(log2((double)ks[k].threads) - 7) + 0.5 * fabs(log2((double)ks[k].grid) - 5) +
+             0.3 * fabs(log2((double)ks[k].vthreads) - 1) + (ks[k].smem_bytes > 0 ? 0 : 1);
+    return 1e-5 * c;
+}
+
+static int gpu_measure(void *user, const kt_workload_t *w, kt_sched_state_t *const *states,
+                       int n, kt_measure_result_t *results)
+{
+    (void)user;
+    for (int i = 0; i < n; i++) {
+        memset(&results[i], 0, sizeof(results[i]));
+        results[i].costs = malloc(sizeof(double));
+        ck_assert_ptr_nonnull(results[i].costs);
+        results[i].costs[0] = results[i].mean = gpu_cost(kt_workload_dag(w), states[i]);
+        results[i].n_costs = 1;
+        results[i].number = 1;
+        results[i].error_no = KT_MEASURE_NO_ERROR;
+    }
+    return 0;
+}
+
+/* sketch.xgb on a CUDA task: after the warm-up the model is trained on the
+ * GPU states' features and the search keeps proposing valid, new states
+ * that it scores finitely. */
+START_TEST(search_xgb_scores_and_proposes_gpu_states)
+{
+    kt_workload_t *w = matmul(64, 64, 64);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    kt_sched_params_default_gpu(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.xgb", 17);
+    o.num_warmup_sample = 16;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_msg(sp != NULL, "%s", kt_err_msg());
+    enum { ROUNDS = 5, N = 8 };
+    uint64_t seen[ROUNDS * N];
+    int nseen = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        kt_sched_state_t **st;
+        kt_measure_result_t *res;
+        int got = kt_search_one_round(sp, N, gpu_measure, NULL, &st, &res);
+        ck_assert_msg(got == N, "round %d: %d (%s)", r, got, kt_err_msg());
+        for (int i = 0; i < got; i++) {
+            ck_assert_int_eq(st[i]->target, KT_SCHED_TARGET_CUDA);
+            ck_assert_msg(kt_sched_state_validate(dag, &p, st[i]) == 0, "%s", kt_err_msg());
+            uint64_t h = kt_sched_state_hash(st[i], dag);
+            for (int j = 0; j < nseen; j++)
+                ck_assert_msg(seen[j] != h, "round %d: state %d proposed twice", r, i);
+            seen[nseen++] = h;
+        }
+        kt_model_t *m = kt_search_model(sp);
+        if (r >= 2) {
+            /* the warm-up (16 results) is over: the trained model scores
+             * every proposed state from its feature rows */
+            ck_assert(kt_model_is_trained(m));
+            kt_search_stats_t stats;
+            kt_search_stats(sp, &stats);
+            ck_assert_int_gt(stats.last_best, 0);
+            float *rows = NULL, scores[N];
+            uint32_t counts[N];
+            ck_assert_int_eq(kt_feature_extract_batch(dag, (const kt_sched_state_t *const *)st,
+                                                      got, &rows, counts),
+                             0);
+            for (int i = 0; i < got; i++)
+                ck_assert_uint_gt(counts[i], 0);
+            kt_model_batch_t b = {.rows = rows, .nrows = counts, .nprog = (size_t)got,
+                                  .nfeat = KT_FEATURE_COUNT};
+            ck_assert_int_eq(kt_model_predict(m, &b, scores), 0);
+            for (int i = 0; i < got; i++)
+                ck_assert_msg(isfinite(scores[i]), "round %d state %d: score %g", r, i, scores[i]);
+            free(rows);
+        }
+        free_states(st, got);
+        free_results(res, got);
+    }
+    double best;
+    ck_assert_int_eq(kt_search_best(sp, &best, NULL), 0);
+    ck_assert(best > 0 && isfinite(best));
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+END_TEST
+
 static Suite *search_suite(void)
 {
     Suite *s = suite_create("search");
@@ -629,6 +725,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);
     tcase_add_test(tc, search_model_update_from_store_trains_on_stored_records);
+    tcase_add_test(tc, search_xgb_scores_and_proposes_gpu_states);
     suite_add_tcase(s, tc);
     return s;
 }

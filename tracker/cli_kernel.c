@@ -81,6 +81,8 @@ static int parse_long(const char *s, long min, long *out)
     return 0;
 }
 
+static int target_params(opts_t *o);
+
 /* Options shared by both subcommands; returns 0, or the exit status. */
 static int parse_opts(int argc, char **argv, int sample, opts_t *o)
 {
@@ -143,6 +145,12 @@ static int parse_opts(int argc, char **argv, int sample, opts_t *o)
         return usage_error("%s", "show needs exactly one of --state and --reference");
     if (o->emulation && !o->state)
         return usage_error("%s", "--emulation needs --state");
+    return target_params(o);
+}
+
+/* o->params from o->cuda, o->arch and o->hw; 0, or the exit status. */
+static int target_params(opts_t *o)
+{
     /* the schedule parameters: a preset, then the overrides */
     kt_hw_params_t hw;
     if (!o->cuda && !o->hw) {
@@ -515,12 +523,15 @@ static int cmd_show(int argc, char **argv)
     return rc;
 }
 
-/* ktune kernel features --workload W --state S [--json]: the cost-model
- * features of one state, one row per stored buffer. */
+/* ktune kernel features --workload W --state S [--target T [--arch A] [--hw H]]
+ * [--json]: the cost-model features of one state, one row per stored buffer. */
 static int cmd_features(int argc, char **argv)
 {
     const char *wl = NULL, *state = NULL;
     int as_json = 0;
+    opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.target = "cpu";
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             as_json = 1;
@@ -529,11 +540,22 @@ static int cmd_features(int argc, char **argv)
             wl = argv[++i];
         } else if (strcmp(argv[i], "--state") == 0 && i + 1 < argc) {
             state = argv[++i];
+        } else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc) {
+            o.target = argv[++i];
+            o.target_set = 1;
+        } else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
+            o.arch = argv[++i];
+        } else if (strcmp(argv[i], "--hw") == 0 && i + 1 < argc) {
+            o.hw = argv[++i];
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: ktune kernel features --workload <file-or-json> --state <json-or-file> "
-                   "[--json]\n\nprints the cost-model features of one state: one row per "
-                   "buffer the loop nest stores\n(%d values; the nonzero ones by name, or all "
-                   "as JSON).\n", KT_FEATURE_COUNT);
+            printf("usage: ktune kernel features --workload <file-or-json> --state <json-or-file>\n"
+                   "                             [--target cpu|cuda] [--arch sm_XY] "
+                   "[--hw key=value,...] [--json]\n\n"
+                   "prints the cost-model features of one state: one row per buffer the loop "
+                   "nest\nstores (%d values; the nonzero ones by name, or all as JSON). A GPU "
+                   "state (as\nsampled with --target cuda) is checked against the limits of "
+                   "--arch (default %s)\nand the --hw overrides; --target, when given, must "
+                   "be the state's.\n", KT_FEATURE_COUNT, KT_NVRTC_DEFAULT_ARCH);
             return 0;
         } else {
             return usage_error("features: bad or incomplete option '%s'", argv[i]);
@@ -541,6 +563,14 @@ static int cmd_features(int argc, char **argv)
     }
     if (!wl || !state)
         return usage_error("%s", "features needs --workload and --state");
+    if (strcmp(o.target, "cpu") != 0 && strcmp(o.target, "cuda") != 0)
+        return usage_error("target '%s' is not supported (cpu or cuda)", o.target);
+    o.cuda = strcmp(o.target, "cuda") == 0;
+    if (!o.cuda && o.arch)
+        return usage_error("%s", "--arch needs --target cuda");
+    int prc = target_params(&o);
+    if (prc)
+        return prc;
     kt_workload_t **ws;
     double *weights;
     int n, rc = 0;
@@ -551,7 +581,15 @@ static int cmd_features(int argc, char **argv)
     while (*p == ' ' || *p == '\t' || *p == '\n')
         p++;
     char *text = !dag ? NULL : *p == '{' ? kt_strdup(p) : kt_file_read(state, NULL);
-    kt_sched_state_t *st = text ? kt_sched_state_from_json(text, dag, NULL) : NULL;
+    /* GPU states are checked against the --arch limits; CPU states as before */
+    kt_sched_state_t *st = text ? kt_sched_state_from_json(text, dag, o.cuda ? &o.params : NULL)
+                                : NULL;
+    if (st && o.target_set && (st->target == KT_SCHED_TARGET_CUDA) != o.cuda) {
+        kt_err_set(KT_EINVAL, "a %s state, but --target %s",
+                   st->target == KT_SCHED_TARGET_CUDA ? "cuda" : "cpu", o.target);
+        kt_sched_state_free(st);
+        st = NULL;
+    }
     kt_lower_t *L = st ? kt_lower(dag, st) : NULL;
     float *rows = NULL;
     uint32_t nrows = 0;

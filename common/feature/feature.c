@@ -14,6 +14,7 @@
 #define MAX_ACC 64        /* buffer accesses of one statement */
 #define MAX_SBUF 16       /* distinct buffers of one statement */
 #define INLINE_DEPTH 32   /* nested inlined bodies */
+#define DERIVED_DEPTH 16  /* GPU: derived iterators defined by derived iterators */
 
 /* ---- the feature table ------------------------------------------------------
  * One X-macro list drives the index enum, kt_feature_name and kt_feature_doc.
@@ -75,6 +76,36 @@
     ": arithmetic intensity (float ops per byte touched, log) where the ops done reach "      \
     "the given fraction of the statement's ops on a log scale, interpolated between loop levels"
 
+/* GPU rows (target cuda) only; 0 in CPU rows. The lowering binds blocks and
+ * threads to .x: y and z keep Ansor's layout for a lowering that binds them. */
+#define GPU_DOC " of the statement's kernel (log; 0 in CPU rows)"
+#define GPU_FEATURES(X)                                                                       \
+    X(F_GPU_BLOCK_X, "gpu.blockIdx.x_len", "extent of the loop bound to blockIdx.x" GPU_DOC)  \
+    X(F_GPU_BLOCK_Y, "gpu.blockIdx.y_len",                                                   \
+      "extent of the loop bound to blockIdx.y" GPU_DOC "; 0 while the lowering binds only .x") \
+    X(F_GPU_BLOCK_Z, "gpu.blockIdx.z_len",                                                   \
+      "extent of the loop bound to blockIdx.z" GPU_DOC "; 0 while the lowering binds only .x") \
+    X(F_GPU_THREAD_X, "gpu.threadIdx.x_len", "extent of the loop bound to threadIdx.x" GPU_DOC) \
+    X(F_GPU_THREAD_Y, "gpu.threadIdx.y_len",                                                 \
+      "extent of the loop bound to threadIdx.y" GPU_DOC "; 0 while the lowering binds only .x") \
+    X(F_GPU_THREAD_Z, "gpu.threadIdx.z_len",                                                 \
+      "extent of the loop bound to threadIdx.z" GPU_DOC "; 0 while the lowering binds only .x") \
+    X(F_GPU_VTHREAD, "gpu.vthread_len",                                                      \
+      "virtual threads per thread (extent of the vthread loop, 1 without one)" GPU_DOC)      \
+    X(F_GPU_THREADS, "gpu.threads_per_block", "threads per block" GPU_DOC)                    \
+    X(F_GPU_BLOCKS, "gpu.blocks", "blocks launched" GPU_DOC)                                  \
+    X(F_GPU_SMEM, "gpu.smem_bytes", "shared memory allocated per block in bytes" GPU_DOC)     \
+    X(F_GPU_LOCAL, "gpu.local_bytes",                                                        \
+      "local (register) buffers allocated per thread in bytes" GPU_DOC)                       \
+    X(F_GPU_FETCH_VEC, "gpu.fetch_vec",                                                      \
+      "elements each thread copies per step of the cooperative fetch into shared memory "    \
+      "(1, 2 or 4; 0 when the kernel stages nothing; not log)")                               \
+    X(F_GPU_WARP_UTIL, "gpu.warp_util",                                                      \
+      "threads per block over the threads of the warps they occupy (1: whole warps; not "    \
+      "log; 0 in CPU rows)")                                                                  \
+    X(F_GPU_BARRIERS, "gpu.barriers",                                                        \
+      "block-wide barriers each thread passes" GPU_DOC)
+
 #define FEATURE_LIST(X)                                                                       \
     X(F_FLOAT_MAD, "float_mad",                                                               \
       "float multiply-adds (an addition with a product operand, also counted as add and mul)" \
@@ -135,7 +166,8 @@
       "product of the extents of the loops inside the innermost reduction loop: the "        \
       "accumulator tile a reduction updates per reduction step (log)")                        \
     X(F_REG_LOOPS, "reg.loops", "number of loops of extent > 1 inside the innermost reduction loop") \
-    X(F_REDUCE_INNER_EXTENT, "reduce.inner_extent", "extent of the innermost reduction loop (log)")
+    X(F_REDUCE_INNER_EXTENT, "reduce.inner_extent", "extent of the innermost reduction loop (log)") \
+    GPU_FEATURES(X)
 
 #define AS_ENUM(id, name, doc) id,
 enum { FEATURE_LIST(AS_ENUM) F__COUNT };
@@ -197,12 +229,20 @@ static float slog(double x)
  * the stride stay right on average); a modulo caps the number of distinct
  * values; products of iterators, min, max and selects inside an index are
  * `opaque`: the access may touch the whole dimension whenever one of the
- * iterators it depends on moves. */
+ * iterators it depends on moves.
+ *
+ * st[t] is the index's step when iter[t] goes from 0 to 1: co[t] on CPU; on
+ * GPU, where fused block and thread loops are split back into axes by / and
+ * % (derived iterators), the exact step, since an average slope adds up the
+ * quotient and remainder digits of one iterator (a thread stepping one
+ * element along a row would seem to step a row and an element). Address
+ * steps (strides, lines, contiguity) use st; footprints use co. */
 typedef struct {
     double c0;
     int n;
     int it[LF_TERMS];
     double co[LF_TERMS];
+    double st[LF_TERMS];
     double cap;   /* most distinct values, 0: no cap */
     int opaque;
 } lf_t;
@@ -215,19 +255,26 @@ static void lf_const(lf_t *x, double v)
     x->opaque = 0;
 }
 
-static void lf_term(lf_t *x, int it, double co)
+static void lf_term2(lf_t *x, int it, double co, double st)
 {
     for (int t = 0; t < x->n; t++)
         if (x->it[t] == it) {
             x->co[t] += co;
+            x->st[t] += st;
             return;
         }
     if (x->n < LF_TERMS) {
         x->it[x->n] = it;
+        x->st[x->n] = st;
         x->co[x->n++] = co;
     } else {
         x->opaque = 1;   /* too many iterators to track exactly */
     }
+}
+
+static void lf_term(lf_t *x, int it, double co)
+{
+    lf_term2(x, it, co, co);
 }
 
 /* x = x + s * y */
@@ -240,15 +287,17 @@ static void lf_add(lf_t *x, const lf_t *y, double s)
         x->cap = y->cap;
     x->c0 += s * y->c0;
     for (int t = 0; t < y->n; t++)
-        lf_term(x, y->it[t], s * y->co[t]);
+        lf_term2(x, y->it[t], s * y->co[t], s * y->st[t]);
     x->opaque |= y->opaque;
 }
 
 static void lf_scale(lf_t *x, double s)
 {
     x->c0 *= s;
-    for (int t = 0; t < x->n; t++)
+    for (int t = 0; t < x->n; t++) {
         x->co[t] *= s;
+        x->st[t] *= s;
+    }
 }
 
 /* Union of the iterators of x and y, coefficients 1: a non-affine result. */
@@ -259,7 +308,7 @@ static void lf_opaque(lf_t *x, const lf_t *y)
     for (int t = 0; t < y->n; t++)
         lf_term(x, y->it[t], 0);
     for (int t = 0; t < x->n; t++)
-        x->co[t] = 1;
+        x->co[t] = x->st[t] = 1;
     x->opaque = 1;
     x->cap = 0;
 }
@@ -269,9 +318,45 @@ static void lf_opaque(lf_t *x, const lf_t *y)
  * term below div whose companions are all multiples of div never changes
  * the quotient, and a term that is a multiple of mod never changes the
  * remainder; such terms are dropped, the others keep c_t / div. */
+/* Value of index ix (GPU: through derived iterators) where loop iterator
+ * `one` is 1 and every other loop iterator 0 (one < 0: all 0). */
+static double eval_index(const kt_lower_index_t *ix, const kt_lower_t *L, int one, int depth)
+{
+    int64_t sum = 0;
+    int n = ix->nterms < KT_LOWER_MAX_TERMS ? ix->nterms : KT_LOWER_MAX_TERMS;
+    for (int t = 0; t < n; t++) {
+        int it = ix->iter[t];
+        int64_t v = 0;
+        if (it == one)
+            v = 1;
+        else if (it >= 0 && it < L->niters && L->iters[it].derived && depth < DERIVED_DEPTH)
+            v = (int64_t)eval_index(&L->iters[it].def, L, one, depth + 1);
+        sum += ix->coef[t] * v;
+    }
+    int64_t div = ix->div > 0 ? ix->div : 1;
+    int64_t q = sum / div - (sum % div != 0 && sum < 0);
+    if (ix->mod > 0)
+        q = (q % ix->mod + ix->mod) % ix->mod;
+    return (double)q;
+}
+
+static void lf_from_lower_d(lf_t *x, const kt_lower_index_t *ix, const kt_lower_t *L, int depth);
+
 static void lf_from_lower(lf_t *x, const kt_lower_index_t *ix, const kt_lower_t *L)
 {
+    lf_from_lower_d(x, ix, L, 0);
+    if (L->target != KT_SCHED_TARGET_CUDA)
+        return;
+    double base = eval_index(ix, L, -1, 0);
+    for (int t = 0; t < x->n; t++)
+        x->st[t] = eval_index(ix, L, x->it[t], 0) - base;
+}
+
+static void lf_from_lower_d(lf_t *x, const kt_lower_index_t *ix, const kt_lower_t *L, int depth)
+{
     lf_const(x, 0);
+    int pieces = 0;       /* terms that move: one derived piece keeps its cap */
+    double piece_cap = 0;
     int64_t div = ix->div > 0 ? ix->div : 1;
     int n = ix->nterms < KT_LOWER_MAX_TERMS ? ix->nterms : KT_LOWER_MAX_TERMS;
     for (int t = 0; t < n; t++) {
@@ -287,9 +372,27 @@ static void lf_from_lower(lf_t *x, const kt_lower_index_t *ix, const kt_lower_t 
         }
         if (ix->mod > 0 && c % div == 0 && (c / div) % ix->mod == 0)
             continue;
-        lf_term(x, it, (double)c / (double)div);
+        if (it >= 0 && it < L->niters && L->iters[it].derived) {
+            /* GPU: the iterator's definition in terms of the loops */
+            if (depth >= DERIVED_DEPTH) {
+                x->opaque = 1;
+                continue;
+            }
+            lf_t sub;
+            lf_from_lower_d(&sub, &L->iters[it].def, L, depth + 1);
+            if (sub.n > 0 || sub.opaque) {
+                pieces++;
+                piece_cap = sub.cap;
+            }
+            lf_add(x, &sub, (double)c / (double)div);
+        } else {
+            pieces++;
+            piece_cap = 0;
+            lf_term(x, it, (double)c / (double)div);
+        }
     }
-    if (ix->mod > 0)
+    x->cap = pieces == 1 ? piece_cap : 0;
+    if (ix->mod > 0 && (x->cap <= 0 || x->cap > (double)ix->mod))
         x->cap = (double)ix->mod;
 }
 
@@ -316,7 +419,17 @@ typedef struct {
     int depth;     /* loops around it */
     int loops;     /* offset of its loop-node list in loopstack */
     int order;     /* program order */
+    int kernel;    /* GPU: its kernel, -1 on CPU */
+    double frac;   /* GPU: share of its loops' iterations its guards let through */
 } stmt_info_t;
+
+/* GPU: what one kernel allocates and synchronizes. */
+typedef struct {
+    double vthreads;      /* extent of its VTHREAD loop, 1 without */
+    double local_bytes;   /* LOCAL buffers per thread */
+    double barriers;      /* barriers per thread */
+    double block, thread; /* extents of its BLOCK and THREAD loops */
+} kstat_t;
 
 typedef struct {
     const kt_dag_t *dag;
@@ -331,10 +444,11 @@ typedef struct {
     int *node_lo, *node_hi;         /* LOOP node: statement orders [lo, hi) inside it */
     int *order_stmt;                /* statement of each program order */
     double *alloc_outer;            /* LOCAL buffer: product of loops around its ALLOC */
+    kstat_t *kstat;                 /* GPU: per kernel */
     int *iter_depth;                /* during one statement: depth of each iterator, -1 */
     /* buffer sets of every statement, for serial reuse */
     int *sbufs;                     /* nstmts * MAX_SBUF, -1 padded */
-    int cap_lo, cap_hi, cap_sinfo, cap_order, cap_sbufs, cap_iters, cap_bufs;
+    int cap_lo, cap_hi, cap_sinfo, cap_order, cap_sbufs, cap_iters, cap_bufs, cap_kstat;
     /* current statement */
     const kt_lower_stmt_t *stmt;
     access_t acc[MAX_ACC];
@@ -343,6 +457,7 @@ typedef struct {
     /* its loops, outermost first */
     const int *loops;                        /* LOOP nodes */
     int depth;
+    double trip;                             /* executions: loop iterations times guard share */
     double ext[MAX_DEPTH];                   /* extents */
     double inner_prod[MAX_DEPTH + 1];        /* product of the extents of loops [i, depth) */
     /* its buffers and, per access, the address step of each loop and the
@@ -367,6 +482,7 @@ static void ctx_free(ctx_t *c)
     free(c->node_hi);
     free(c->order_stmt);
     free(c->alloc_outer);
+    free(c->kstat);
     free(c->iter_depth);
     free(c->sbufs);
     free(c);
@@ -396,14 +512,41 @@ static int ctx_prepare(ctx_t *c, const kt_lower_t *L)
         grow_arr((void **)&c->order_stmt, &c->cap_order, L->nstmts, sizeof(int)) ||
         grow_arr((void **)&c->sbufs, &c->cap_sbufs, L->nstmts * MAX_SBUF, sizeof(int)) ||
         grow_arr((void **)&c->iter_depth, &c->cap_iters, L->niters, sizeof(int)) ||
-        grow_arr((void **)&c->alloc_outer, &c->cap_bufs, L->nbufs, sizeof(double)))
+        grow_arr((void **)&c->alloc_outer, &c->cap_bufs, L->nbufs, sizeof(double)) ||
+        grow_arr((void **)&c->kstat, &c->cap_kstat, L->nkernels, sizeof(kstat_t)))
         return KT_ENOMEM;
     return 0;
 }
 
 /* ---- the tree walk: loops around each statement -------------------------------- */
 
-static void walk_tree(ctx_t *c, int node, int *stack, int depth, double outer, int *norder)
+/* GPU: the share of the values of guard g's index that pass it (values
+ * spread evenly over the index's range, as the iterations of a fused loop
+ * are). */
+static double guard_share(const kt_lower_t *L, int g)
+{
+    if (g < 0 || g >= L->nguards)
+        return 1;
+    lf_t x;
+    lf_from_lower(&x, &L->guards[g].idx, L);
+    double lo = x.c0, hi = x.c0;
+    for (int t = 0; t < x.n; t++) {
+        int it = x.it[t];
+        double e = it >= 0 && it < L->niters ? (double)L->iters[it].extent : 1;
+        double span = x.co[t] * (e > 1 ? e - 1 : 0);
+        *(span < 0 ? &lo : &hi) += span;
+    }
+    double range = floor(hi) - floor(lo) + 1;
+    if (x.cap > 0 && range > x.cap)
+        range = x.cap;
+    if (x.opaque || range < 1)
+        return 1;
+    double pass = (double)L->guards[g].bound - floor(lo);
+    return pass >= range ? 1 : pass < 1 ? 1 / range : pass / range;
+}
+
+static void walk_tree(ctx_t *c, int node, int *stack, int depth, double outer, double frac,
+                      int kernel, int *norder)
 {
     const kt_lower_t *L = c->L;
     for (int x = node; x >= 0 && !c->rc; x = L->nodes[x].next) {
@@ -416,11 +559,49 @@ static void walk_tree(ctx_t *c, int node, int *stack, int depth, double outer, i
             c->node_lo[x] = *norder;
             stack[depth] = x;
             double e = (double)L->iters[nd->iter].extent;
-            walk_tree(c, nd->child, stack, depth + 1, outer * (e > 0 ? e : 1), norder);
+            if (e < 1)
+                e = 1;
+            if (kernel >= 0) {
+                kstat_t *k = &c->kstat[kernel];
+                if (nd->ann == KT_LOOP_BLOCK)
+                    k->block *= e;
+                else if (nd->ann == KT_LOOP_THREAD)
+                    k->thread *= e;
+                else if (nd->ann == KT_LOOP_VTHREAD && e > k->vthreads)
+                    k->vthreads = e;   /* the init, compute and epilogue nests repeat it */
+            }
+            walk_tree(c, nd->child, stack, depth + 1, outer * e, frac, kernel, norder);
             c->node_hi[x] = *norder;
+        } else if (nd->kind == KT_NODE_KERNEL) {
+            if (nd->kernel < 0 || nd->kernel >= L->nkernels) {
+                c->rc = kt_err_set(KT_EINVAL, "features: malformed kernel node");
+                return;
+            }
+            kstat_t *k = &c->kstat[nd->kernel];
+            memset(k, 0, sizeof(*k));
+            k->vthreads = k->block = k->thread = 1;
+            walk_tree(c, nd->child, stack, depth, outer, frac, nd->kernel, norder);
+        } else if (nd->kind == KT_NODE_GUARD) {
+            walk_tree(c, nd->child, stack, depth, outer, frac * guard_share(L, nd->guard), kernel,
+                      norder);
+        } else if (nd->kind == KT_NODE_BARRIER) {
+            if (kernel >= 0) {
+                /* every thread passes it once per iteration of its loops
+                 * inside the thread loop */
+                const kstat_t *k = &c->kstat[kernel];
+                c->kstat[kernel].barriers += outer / (k->block * k->thread);
+            }
         } else if (nd->kind == KT_NODE_ALLOC) {
-            if (nd->buf >= 0 && nd->buf < L->nbufs)
+            if (nd->buf >= 0 && nd->buf < L->nbufs) {
                 c->alloc_outer[nd->buf] = outer;
+                const kt_lower_buf_t *b = &L->bufs[nd->buf];
+                if (kernel >= 0 && b->kind == KT_BUF_LOCAL) {
+                    double bytes = ELEM_BYTES;
+                    for (int d = 0; d < b->ndim; d++)
+                        bytes *= (double)b->shape[d];
+                    c->kstat[kernel].local_bytes += bytes;
+                }
+            }
         } else if (nd->kind == KT_NODE_STMT) {
             if (nd->stmt < 0 || nd->stmt >= L->nstmts || *norder >= L->nstmts) {
                 c->rc = kt_err_set(KT_EINVAL, "features: malformed statement node");
@@ -438,6 +619,8 @@ static void walk_tree(ctx_t *c, int node, int *stack, int depth, double outer, i
             memcpy(c->loopstack + c->nloopstack, stack, (size_t)depth * sizeof(int));
             c->nloopstack += depth;
             si->order = *norder;
+            si->kernel = kernel;
+            si->frac = frac;
             c->order_stmt[(*norder)++] = nd->stmt;
         }
     }
@@ -596,6 +779,15 @@ static void walk_expr(ctx_t *c, const kt_stage_t *s, const kt_expr_t *e, const l
         for (int i = 0; i < e->nargs; i++)
             walk_expr(c, s, e->args[i], env, inl, &idx[i]);
         const kt_lower_stmt_t *st = c->stmt;
+        /* GPU: a producer staged in shared memory is read from its box */
+        int k = (int)(st - c->L->stmts);
+        for (int x = 0; x < c->L->nsubs; x++) {
+            const kt_lower_sub_t *sub = &c->L->subs[x];
+            if (sub->stmt == k && sub->stage == e->tensor) {
+                add_lower_access(c, sub->buf, 1, 0, sub->idx);
+                return;
+            }
+        }
         if (e->tensor < 64 && ((c->L->inline_mask >> e->tensor) & 1u) && p->body) {
             if (inl >= INLINE_DEPTH) {
                 c->rc = kt_err_set(KT_EINVAL, "features: inlining nested too deeply");
@@ -626,12 +818,19 @@ static void stmt_accesses(ctx_t *c, const kt_lower_stmt_t *st)
         c->rc = kt_err_set(KT_EINVAL, "features: statement of unknown stage %d", st->stage);
         return;
     }
-    int combine = st->kind == KT_STMT_UPDATE || st->kind == KT_STMT_COMBINE;
+    int combine = st->kind == KT_STMT_UPDATE || st->kind == KT_STMT_COMBINE ||
+                  st->kind == KT_STMT_ALLREDUCE;
     /* the store (and the read of the accumulator) first */
     add_lower_access(c, st->dst, combine, 1, st->dst_idx);
-    if (st->kind == KT_STMT_COPY || st->kind == KT_STMT_COMBINE)
+    if (st->kind == KT_STMT_COPY || st->kind == KT_STMT_COMBINE ||
+        (st->kind == KT_STMT_FETCH && st->src >= 0))
         add_lower_access(c, st->src, 1, 0, st->src_idx);
-    if ((st->kind == KT_STMT_COMPUTE || st->kind == KT_STMT_UPDATE) && s->body) {
+    if (st->kind == KT_STMT_ALLREDUCE && st->src >= 0)
+        add_lower_access(c, st->src, 1, 1, st->src_idx);   /* the per-warp partials */
+    /* GPU: a fetch of an inlined producer computes its body at the box element */
+    int body = st->kind == KT_STMT_COMPUTE || st->kind == KT_STMT_UPDATE ||
+               (st->kind == KT_STMT_FETCH && st->src < 0);
+    if (body && s->body) {
         lf_t env[KT_SCHED_MAX_AXES], v;
         int na = s->ndim + s->nreduce;
         for (int a = 0; a < na && a < KT_SCHED_MAX_AXES; a++)
@@ -759,7 +958,7 @@ static void group_accesses(ctx_t *c)
             for (int t = 0; t < ac->idx[d].n; t++) {
                 int dp = depth_of(c, ac->idx[d].it[t]);
                 if (dp >= 0)
-                    c->flat[a][dp] += ac->idx[d].co[t] * rs[d];
+                    c->flat[a][dp] += ac->idx[d].st[t] * rs[d];
             }
     }
 }
@@ -849,7 +1048,7 @@ static void summarize_buffer(ctx_t *c, int k, int j)
     const kt_lower_t *L = c->L;
     bufsum_t *B = &c->bs[j];
     const kt_lower_buf_t *b = &L->bufs[B->buf];
-    double trip = c->inner_prod[0];
+    double trip = c->trip;
     B->bytes = (double)B->nacc * trip * ELEM_BYTES;
     B->unique = c->uniq[j][0] * ELEM_BYTES;
     /* unique lines: rows of the footprint times the lines of one row */
@@ -1010,6 +1209,31 @@ static void inner_features(const ctx_t *c, float *f)
     }
 }
 
+/* GPU: the statement's kernel (its unroll step is the kernel stage's, a
+ * fetch's statement names the producer). */
+static void gpu_features(const ctx_t *c, int kern, float *f)
+{
+    const kt_lower_kernel_t *K = &c->L->kernels[kern];
+    const kstat_t *k = &c->kstat[kern];
+    const kt_sched_stage_t *e = K->stage >= 0 && K->stage < c->st->nstages
+                                    ? &c->st->stages[K->stage]
+                                    : NULL;
+    f[F_GPU_BLOCK_X] = slog(k->block);
+    f[F_GPU_THREAD_X] = slog(k->thread);
+    f[F_GPU_VTHREAD] = slog(k->vthreads);
+    f[F_GPU_THREADS] = slog(k->thread);
+    f[F_GPU_BLOCKS] = slog(k->block);
+    f[F_GPU_SMEM] = slog((double)K->smem_bytes);
+    f[F_GPU_LOCAL] = slog(k->local_bytes);
+    f[F_GPU_FETCH_VEC] = e && e->kind == KT_SK_TILED && e->smem ? (float)(e->vec > 0 ? e->vec : 1)
+                                                               : 0.0f;
+    double warps = ceil(k->thread / KT_SCHED_GPU_WARP);
+    f[F_GPU_WARP_UTIL] = warps > 0 ? (float)(k->thread / (warps * KT_SCHED_GPU_WARP)) : 0.0f;
+    f[F_GPU_BARRIERS] = slog(k->barriers);
+    if (e)
+        f[F_UNROLL_STEP] = slog(e->ann.unroll);
+}
+
 /* The features of statement k into f (op counts stay raw, times the trip
  * count, in c->ops for merging); returns its trip count. */
 static double stmt_features(ctx_t *c, int k, float *f)
@@ -1021,7 +1245,8 @@ static double stmt_features(ctx_t *c, int k, float *f)
     if (c->rc)
         return 0;
     stmt_loops(c, k);
-    double trip = c->inner_prod[0];
+    double trip = c->inner_prod[0] * c->sinfo[k].frac;
+    c->trip = trip;
 
     ann_features(c, c->loops, c->depth, KT_LOOP_VECTORIZE, f + F_VEC_NUM);
     ann_features(c, c->loops, c->depth, KT_LOOP_UNROLL, f + F_UNROLL_NUM);
@@ -1054,7 +1279,10 @@ static double stmt_features(ctx_t *c, int k, float *f)
     const kt_sched_stage_t *e = st->stage >= 0 && st->stage < c->st->nstages
                                     ? &c->st->stages[st->stage]
                                     : NULL;
-    if (e) {
+    int kern = c->sinfo[k].kernel;
+    if (kern >= 0 && kern < L->nkernels) {
+        gpu_features(c, kern, f);
+    } else if (e) {
         /* the rfactor final nest and a cache-write copy-out use ann2 */
         int second = (e->kind == KT_SK_RFACTOR && st->dst == c->gbuf[st->stage]) ||
                      (e->kind == KT_SK_TILED && e->cache_write && st->kind == KT_STMT_COPY &&
@@ -1100,7 +1328,7 @@ static int extract(ctx_t *c, const kt_dag_t *dag, const kt_sched_state_t *st, co
     for (int k = 0; k < L->nstmts; k++)
         c->sinfo[k].node = -1;
     int stack[MAX_DEPTH], norder = 0;
-    walk_tree(c, L->first, stack, 0, 1, &norder);
+    walk_tree(c, L->first, stack, 0, 1, 1, -1, &norder);
     if (c->rc)
         return c->rc;
     if (norder != L->nstmts)

@@ -2,7 +2,8 @@
  * Program features for the cost model (Ansor's per-store features, 164
  * values there): a (DAG, schedule state) pair is lowered (codegen/lower.h)
  * and every buffer the loop-nest program stores to yields one row of
- * KT_FEATURE_COUNT floats describing how that store is computed:
+ * KT_FEATURE_COUNT floats describing how that store is computed (CPU and
+ * GPU states alike; the state's target picks the lowering):
  *
  *   [  0, 16)  arithmetic ops by kind, times the statement's trip count
  *   [ 16, 49)  loop annotations: vectorize, unroll, parallel (count, product
@@ -17,6 +18,19 @@
  *              contiguous / invariant / strided in it) and the accumulator
  *              tile inside the innermost reduction loop (size, loops, and
  *              that loop's extent)
+ *   [164,178)  GPU (0 in CPU rows): extents bound to blockIdx.x/y/z,
+ *              threadIdx.x/y/z and vthread, threads per block, blocks,
+ *              shared bytes per block, local (register) bytes per thread,
+ *              cooperative-fetch vector width, warp utilization, barriers
+ *              per thread; all of the statement's kernel
+ *
+ * GPU programs: the block, thread and vthread loops count as loops (trip
+ * counts cover all threads of all blocks); a statement under guards counts
+ * the share of iterations they let through; each shared-memory box gets
+ * the row of its cooperative fetch; a cross-thread all-reduce adds one
+ * combine per thread to its partial's row; address steps along a loop are
+ * exact through the / and % that split fused block and thread indices back
+ * into axes. The auto-unroll step of a GPU row is its kernel stage's.
  *
  * Rows come in program order of each buffer's first store. Statements that
  * store the same buffer (a reduction's init and update, a register tile's
@@ -43,7 +57,7 @@
 #include "sched/state.h"
 #include "te/te.h"
 
-#define KT_FEATURE_COUNT 164      /* values per row */
+#define KT_FEATURE_COUNT 178      /* values per row (164 CPU, then GPU) */
 #define KT_FEATURE_MAX_BUFS 5     /* buffers described per row */
 #define KT_FEATURE_BUF_VALUES 18  /* values per described buffer */
 #define KT_FEATURE_CURVE 10       /* points of the arithmetic-intensity curve */
