@@ -37,7 +37,7 @@ int kt_peer_cmdline_parse(kt_peer_cmdline_t *cl, const char *prog, int argc, cha
         opts[n++] = extra[i];
     opts[n] = (struct option){0, 0, 0, 0};
     int c;
-    optind = 1;
+    optind = 0;   /* GNU getopt: start over completely (a process may parse twice) */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'V': printf("%s %s\n", prog, KT_VERSION); return 0;
