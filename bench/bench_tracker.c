@@ -1,19 +1,26 @@
 /* Tracker dispatch benchmark (SIMULATION). A real ktune-tracker process
- * runs one tuning job (8 small matmul/dense tasks, sketch.random) while
- * this process plays every peer: N fake runners and one fake worker, each
- * an in-process gRPC server registered through the usual peer agent. The
- * fake worker answers Build at once with a placeholder artifact; a fake
- * runner answers Run with analytic costs (a deterministic function of the
- * artifact hash) after sleeping a simulated measurement time per candidate.
+ * runs one tuning job (TASKS small matmul/dense tasks, sketch.random, rounds
+ * of 64, round-robin) while this process plays every peer: N fake runners
+ * and one fake worker, each an in-process gRPC server registered through the
+ * usual peer agent. The fake worker answers Build at once with a placeholder
+ * artifact; a fake runner answers Run with analytic costs (a deterministic
+ * function of the artifact hash) after sleeping a simulated measurement time
+ * per candidate (default 100 ms, a realistic GPU measurement with repeats).
  * Nothing is compiled or timed for real, so what is measured is the
  * tracker: search, code generation, splitting rounds, leasing runners, the
  * RPCs and committing records.
  *
- * For N = 1, 8, 64 and 256 runners it prints the throughput
- * (measurements/s), the added latency per round (wall time beyond the
- * simulated runner time spread over N runners, per round) and the scaling
- * efficiency, throughput at N / (N x throughput at 1).
- * Usage: bench_tracker [trials [sim_ms_per_candidate]] (default 512, 5). */
+ * For N = 1, 8, 64 and 256 runners (trials = 64 N, at least 128 and at most
+ * 8192, so every run lasts a few seconds of simulated measurement) it prints
+ * the throughput (measurements/s), the added latency per round (wall time
+ * beyond the simulated runner time spread over N runners, per round), the
+ * scaling efficiency, throughput at N / (N x throughput at 1), the tracker's
+ * CPU time per measurement, and where its rounds spend their time (mean ms
+ * per round in propose, make, build, run, commit, from the tracker's debug
+ * log).
+ * Usage: bench_tracker [sim_ms_per_candidate [max_runners]] (default 100, 256);
+ * KT_BENCH_TRACKER=PATH runs another ktune-tracker binary (A/B comparisons),
+ * KT_BENCH_KEEP=1 keeps the stores and the tracker logs. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,10 +42,11 @@
 #include "util/util.h"
 
 #define MAX_RUNNERS 256
-#define TASKS 8
+#define TASKS 16
+#define PER_ROUND 64
 
 static char dir[64], bin_dir[1024];
-static int sim_ms = 5;
+static int sim_ms = 100;
 static atomic_long sim_busy_us;   /* simulated runner time handed out */
 static atomic_long measured;      /* candidates answered */
 
@@ -45,6 +54,10 @@ static pid_t spawn(const char *rel, char *const args[], const char *log)
 {
     char bin[1200];
     snprintf(bin, sizeof bin, "%s/../%s", bin_dir, rel);
+    /* KT_BENCH_TRACKER=PATH compares another tracker build (A/B). */
+    const char *alt = getenv("KT_BENCH_TRACKER");
+    if (alt && *alt && strstr(rel, "ktune-tracker"))
+        snprintf(bin, sizeof bin, "%s", alt);
     char *argv[24] = {bin};
     int n = 1;
     for (int i = 0; args[i] && n < 23; i++)
@@ -54,6 +67,7 @@ static pid_t spawn(const char *rel, char *const args[], const char *log)
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setenv("KT_LOG_LEVEL", "debug", 1);   /* the rounds' phase times */
         dup2(fd, 1);
         dup2(fd, 2);
         execv(bin, argv);
@@ -183,18 +197,41 @@ typedef struct {
     double wall, busy;   /* seconds: the job, and the simulated runner time */
     long measured;
     int rounds;
+    double cpu;          /* the tracker's user + system seconds */
+    double phase[5];     /* mean ms per round: propose, make, build, run, commit */
 } result_t;
 
-static const char *const WORKLOADS[TASKS] = {
-    "{\"op\":\"matmul\",\"M\":16,\"N\":16,\"K\":16}",
-    "{\"op\":\"matmul\",\"M\":32,\"N\":16,\"K\":16}",
-    "{\"op\":\"matmul\",\"M\":16,\"N\":32,\"K\":16}",
-    "{\"op\":\"matmul\",\"M\":32,\"N\":32,\"K\":16}",
-    "{\"op\":\"dense\",\"M\":8,\"N\":16,\"K\":32}",
-    "{\"op\":\"dense\",\"M\":16,\"N\":16,\"K\":32}",
-    "{\"op\":\"dense\",\"M\":8,\"N\":32,\"K\":32}",
-    "{\"op\":\"dense\",\"M\":16,\"N\":32,\"K\":32}",
-};
+/* Task i: matmul or dense, M 8..64, N and K 16 or 32 (32 distinct shapes). */
+static void workload_json(int i, char *buf, size_t len)
+{
+    snprintf(buf, len, "{\"op\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d}",
+             i & 1 ? "dense" : "matmul", 8 << ((i >> 1) & 3), 16 << ((i >> 3) & 1),
+             16 << ((i >> 4) & 1));
+}
+
+/* Mean ms per round of each phase, from the tracker's debug lines
+ * "... ms propose P make M build B run R commit C". */
+static void phases(const char *log, double mean[5])
+{
+    char *text = kt_file_read(log, NULL);
+    int n = 0;
+    double sum[5] = {0};
+    for (const char *p = text; p && (p = strstr(p, "; ms ")); p++) {
+        p += 2;
+        double v[5];
+        if (sscanf(p, "ms propose %lf make %lf build %lf run %lf commit %lf", &v[0], &v[1],
+                   &v[2], &v[3], &v[4]) == 5 ||
+            sscanf(p, "ms wait-cpu %*f propose %lf make %lf build %lf run %lf commit %lf", &v[0],
+                   &v[1], &v[2], &v[3], &v[4]) == 5) {
+            for (int i = 0; i < 5; i++)
+                sum[i] += v[i];
+            n++;
+        }
+    }
+    for (int i = 0; i < 5; i++)
+        mean[i] = n ? sum[i] / n : 0;
+    free(text);
+}
 
 /* One run with `runners` fake runners; 0 with *out, or -1. */
 static int run_once(int runners, int trials, result_t *out)
@@ -240,9 +277,11 @@ static int run_once(int runners, int trials, result_t *out)
     }
     Ktune__V1__Workload wl[TASKS];
     Ktune__V1__Task task[TASKS], *tp[TASKS];
+    char wl_json[TASKS][96];
     for (int i = 0; i < TASKS; i++) {
         ktune__v1__workload__init(&wl[i]);
-        wl[i].json = (char *)WORKLOADS[i];
+        workload_json(i, wl_json[i], sizeof wl_json[i]);
+        wl[i].json = wl_json[i];
         ktune__v1__task__init(&task[i]);
         task[i].workload = &wl[i];
         task[i].weight = 1;
@@ -253,7 +292,7 @@ static int run_once(int runners, int trials, result_t *out)
     mo.repeat = 1;
     Ktune__V1__TuningOptions to = KTUNE__V1__TUNING_OPTIONS__INIT;
     to.num_measure_trials = trials;
-    to.num_measures_per_round = 64;
+    to.num_measures_per_round = PER_ROUND;
     to.measure = &mo;
     Ktune__V1__Job job = KTUNE__V1__JOB__INIT;
     job.tasks = tp;
@@ -306,7 +345,11 @@ out:
     for (int i = 0; i < nf; i++)
         fake_stop(&fakes[i]);
     kill(tracker, SIGTERM);
-    waitpid(tracker, NULL, 0);
+    struct rusage ru;
+    if (wait4(tracker, NULL, 0, &ru) == tracker)
+        out->cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+                   (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+    phases(log, out->phase);
     free(fakes);
     free(addr);
     return rc;
@@ -314,12 +357,14 @@ out:
 
 int main(int argc, char **argv)
 {
-    int trials = argc > 1 ? atoi(argv[1]) : 512;
+    int max_runners = MAX_RUNNERS;
+    if (argc > 1)
+        sim_ms = atoi(argv[1]);
     if (argc > 2)
-        sim_ms = atoi(argv[2]);
-    if (trials < TASKS || sim_ms < 0) {
-        fprintf(stderr, "usage: bench_tracker [trials >= %d [sim_ms_per_candidate >= 0]]\n",
-                TASKS);
+        max_runners = atoi(argv[2]);
+    if (sim_ms < 0 || max_runners < 1 || max_runners > MAX_RUNNERS) {
+        fprintf(stderr, "usage: bench_tracker [sim_ms_per_candidate >= 0 [max_runners 1..%d]]\n",
+                MAX_RUNNERS);
         return 2;
     }
     kt_log_set_level(KT_LOG_WARN);
@@ -333,15 +378,17 @@ int main(int argc, char **argv)
         return 1;
     printf("SIMULATION: tracker dispatch with in-process fake runners (analytic costs, %d ms of\n"
            "simulated measurement per candidate) and a fake worker (no compiles); a real\n"
-           "ktune-tracker: %d trials over %d tasks, rounds of 64, sketch.random\n",
-           sim_ms, trials, TASKS);
-    printf("%8s  %9s  %10s  %14s  %15s  %10s\n", "runners", "wall (s)", "measured",
-           "measurements/s", "added ms/round", "efficiency");
+           "ktune-tracker: %d tasks, rounds of %d, sketch.random, round-robin\n",
+           sim_ms, TASKS, PER_ROUND);
+    printf("%7s %6s %8s %7s %10s %9s %6s %8s | %s\n", "runners", "trials", "wall (s)", "meas/s",
+           "added ms/r", "effic.", "cpu s", "cpu ms/m",
+           "ms per round: propose make build run commit");
     static const int counts[] = {1, 8, 64, MAX_RUNNERS};
     double base = 0;
     int rc = 0;
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0] && counts[i] <= max_runners; i++) {
         int r = counts[i];
+        int trials = r * PER_ROUND > 8192 ? 8192 : r * PER_ROUND;
         result_t res = {0};
         if (run_once(r, trials, &res) != 0) {
             rc = 1;
@@ -352,13 +399,18 @@ int main(int argc, char **argv)
             base = tput;
         /* Beyond the simulated runner time spread over the runners. */
         double added = (res.wall - res.busy / r) / res.rounds * 1e3;
-        printf("%8d  %9.2f  %10ld  %14.1f  %15.1f  %9.1f%%\n", r, res.wall, res.measured, tput,
-               added, 100.0 * tput / (r * base));
+        printf("%7d %6d %8.2f %7.1f %10.1f %8.1f%% %6.2f %8.2f | %.0f %.0f %.0f %.0f %.0f\n", r,
+               trials, res.wall, tput, added, 100.0 * tput / (r * base), res.cpu,
+               res.measured ? res.cpu * 1e3 / res.measured : 0, res.phase[0], res.phase[1],
+               res.phase[2], res.phase[3], res.phase[4]);
         fflush(stdout);
     }
+    /* KT_BENCH_KEEP=1 keeps the stores and the tracker logs for a look. */
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (getenv("KT_BENCH_KEEP"))
+        printf("kept %s\n", dir);
+    else if (system(cmd) != 0)
         rc = 1;
     return rc;
 }

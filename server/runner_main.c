@@ -1,5 +1,4 @@
 /* ktune-runner: times candidates on one device for the tracker. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -377,6 +376,38 @@ static void *drain_watchdog(void *arg)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* The runner's own options. */
+typedef struct {
+    const char *dev_key, *device, *cpus;
+    long threads, drain_ms;
+} runner_args_t;
+
+static int runner_option(void *user, int c, const char *arg)
+{
+    runner_args_t *a = user;
+    char *end;
+    switch (c) {
+    case 'K': a->dev_key = arg; return 0;
+    case 'D': a->device = arg; return 0;
+    case 'P': a->cpus = arg; return 0;
+    case 'n':
+        a->threads = strtol(arg, &end, 10);
+        if (*end || a->threads < 1 || a->threads > 4096) {
+            fprintf(stderr, "ktune-runner: --threads wants 1..4096, got '%s'\n", arg);
+            return 2;
+        }
+        return 0;
+    case 'd':
+        a->drain_ms = strtol(arg, &end, 10);
+        if (*end || a->drain_ms < 0 || a->drain_ms > 3600000) {
+            fprintf(stderr, "ktune-runner: --drain-ms wants 0..3600000, got '%s'\n", arg);
+            return 2;
+        }
+        return 0;
+    default: usage(stderr); return 2;
+    }
+}
+
 int main(int argc, char **argv)
 {
     kt_log_set_name(argv[0]);
@@ -385,62 +416,19 @@ int main(int argc, char **argv)
         return 2;
     }
     static const struct option opts[] = {
-        {"tracker", required_argument, 0, 'T'},   {"key", required_argument, 0, 'K'},
-        {"device", required_argument, 0, 'D'},    {"listen", required_argument, 0, 'l'},
-        {"advertise", required_argument, 0, 'A'}, {"threads", required_argument, 0, 'n'},
-        {"cpus", required_argument, 0, 'P'},      {"drain-ms", required_argument, 0, 'd'},
-        {"token-file", required_argument, 0, 't'}, {"tls-cert", required_argument, 0, 'c'},
-        {"tls-key", required_argument, 0, 'k'},   {"tls-ca", required_argument, 0, 'C'},
-        {"version", no_argument, 0, 'V'},         {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const char *listen = "127.0.0.1:0", *token_file = getenv("KT_TOKEN_FILE");
-    const char *cert = NULL, *key = NULL, *ca = NULL, *tracker = NULL, *dev_key = "cpu";
-    const char *device = "cpu", *advertise = NULL, *cpus = NULL;
+        {"key", required_argument, 0, 'K'},      {"device", required_argument, 0, 'D'},
+        {"threads", required_argument, 0, 'n'},  {"cpus", required_argument, 0, 'P'},
+        {"drain-ms", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+    runner_args_t a = {.dev_key = "cpu", .device = "cpu", .drain_ms = DEFAULT_DRAIN_MS};
+    kt_peer_cmdline_t cl;
+    int exit_code = kt_peer_cmdline_parse(&cl, "ktune-runner", argc, argv, opts, runner_option,
+                                          &a, usage);
+    if (exit_code >= 0)
+        return exit_code;
+    const char *dev_key = a.dev_key, *device = a.device, *cpus = a.cpus;
+    long threads = a.threads, drain_ms = a.drain_ms;
     int cuda_ordinal = -1;      /* --device cuda:N */
     kt_hw_params_t cuda_hw;
-    long threads = 0, drain_ms = DEFAULT_DRAIN_MS;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end;
-        switch (c) {
-        case 'V': printf("ktune-runner %s\n", KT_VERSION); return 0;
-        case 'h': usage(stdout); return 0;
-        case 'T': tracker = optarg; break;
-        case 'K': dev_key = optarg; break;
-        case 'D': device = optarg; break;
-        case 'l': listen = optarg; break;
-        case 'A': advertise = optarg; break;
-        case 'P': cpus = optarg; break;
-        case 'n':
-            threads = strtol(optarg, &end, 10);
-            if (*end || threads < 1 || threads > 4096) {
-                fprintf(stderr, "ktune-runner: --threads wants 1..4096, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'd':
-            drain_ms = strtol(optarg, &end, 10);
-            if (*end || drain_ms < 0 || drain_ms > 3600000) {
-                fprintf(stderr, "ktune-runner: --drain-ms wants 0..3600000, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 't': token_file = optarg; break;
-        case 'c': cert = optarg; break;
-        case 'k': key = optarg; break;
-        case 'C': ca = optarg; break;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "ktune-runner: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return 2;
-    }
-    if ((cert == NULL) != (key == NULL)) {
-        fprintf(stderr, "ktune-runner: --tls-cert and --tls-key go together\n");
-        return 2;
-    }
     if (strncmp(device, "cuda:", 5) == 0) {
         char *end;
         long ordinal = strtol(device + 5, &end, 10);
@@ -474,51 +462,27 @@ int main(int argc, char **argv)
         fprintf(stderr, "ktune-runner: --cpus wants a list like 0-3,6, not '%s'\n", cpus);
         return 2;
     }
-    char *token = NULL;
-    if (token_file && *token_file && !(token = kt_token_read(token_file))) {
-        KT_ERROR("%s", kt_err_msg());
-        return 1;
-    }
-
-    /* Blocked before any thread exists so that every thread inherits the
-     * mask and the signals reach only sigwait below. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-
     static runner_ctx_t x;
     pthread_mutex_init(&x.run_mu, NULL);
     x.threads = threads ? (int)threads : (cpus ? cores : 0);
     x.cpus = cpus;
     x.cuda_device = cuda_ordinal;
-    int rc = 1;
-    kt_peer_agent_t *agent = NULL;
-    kt_rpc_server_opts_t so = {.listen = listen, .token = token, .tls_cert = cert, .tls_key = key};
-    kt_rpc_server_t *srv = kt_rpc_server_new(&so);
-    if (!srv || kt_rpc_server_add_health(srv, "Runner", "runner") != 0 ||
-        kt_rpc_server_add_unary(srv, "/ktune.v1.Runner/Run", &ktune__v1__run_request__descriptor,
-                                &ktune__v1__run_response__descriptor, h_run, &x) != 0 ||
-        kt_rpc_server_start(srv) != 0) {
+    kt_peer_service_t svc = {.health_service = "Runner",
+                             .role = "runner",
+                             .method = "/ktune.v1.Runner/Run",
+                             .req_desc = &ktune__v1__run_request__descriptor,
+                             .resp_desc = &ktune__v1__run_response__descriptor,
+                             .fn = h_run,
+                             .user = &x};
+    kt_peer_daemon_t *d = kt_peer_daemon_start(&cl, &svc);
+    if (!d) {
         KT_ERROR("%s", kt_err_msg());
-        goto out;
+        return 1;
     }
     KT_INFO("ktune-runner %s listening on %s (%s%s), device %s", KT_VERSION,
-            kt_rpc_server_address(srv), cert ? "TLS" : "plaintext",
-            token ? ", token required" : "", device);
-    if (!token && strncmp(kt_rpc_server_address(srv), "127.", 4) != 0)
-        KT_WARN("no token: anyone who reaches %s can run code on this host "
-                "(set --token-file or KT_TOKEN_FILE)", kt_rpc_server_address(srv));
-    if (tracker) {
-        char addr[KT_REGISTRY_ADDR_MAX];
-        if (advertise)
-            snprintf(addr, sizeof addr, "%s", advertise);
-        else if (kt_peer_advertise_address(kt_rpc_server_address(srv), tracker, addr,
-                                           sizeof addr) != 0) {
-            KT_ERROR("%s", kt_err_msg());
-            goto out;
-        }
+            kt_peer_daemon_address(d), cl.tls_cert ? "TLS" : "plaintext",
+            kt_peer_daemon_has_token(d) ? ", token required" : "", device);
+    if (cl.tracker) {
         /* The device as the search sees it: the probed GPU, or the host CPU
          * with --cpus narrowing the cores. */
         kt_hw_params_t hw;
@@ -531,42 +495,26 @@ int main(int argc, char **argv)
         Ktune__V1__DeviceInfo dev;
         kt_hw_params_to_proto(&hw, &dev);
         Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
-        me.role = "runner";
-        me.address = addr;
         me.key = (char *)dev_key;
         me.device = &dev;
         me.capacity = 1;
-        kt_peer_agent_opts_t ao = {.tracker = tracker, .token = token, .tls_ca = ca, .self = &me,
-                                   .in_flight = in_flight, .user = &x};
-        if (!(agent = kt_peer_agent_start(&ao))) {
+        const char *addr = NULL;
+        if (kt_peer_daemon_register(d, &me, in_flight, &x, &addr) != 0) {
             KT_ERROR("%s", kt_err_msg());
-            goto out;
+            kt_peer_daemon_stop(d, 0);
+            return 1;
         }
-        KT_INFO("registering with tracker %s as key %s at %s (%s, %s, %d cores)", tracker,
+        KT_INFO("registering with tracker %s as key %s at %s (%s, %s, %d cores)", cl.tracker,
                 dev_key, addr, hw.name, hw.arch, cores);
     }
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    int sig = kt_peer_daemon_wait(d);
     KT_INFO("%s: draining (no new calls; a running batch gets %ld ms)",
             sig == SIGINT ? "SIGINT" : "SIGTERM", drain_ms);
     g_drain_ms = (int)drain_ms;
     pthread_t wd;
     if (pthread_create(&wd, NULL, drain_watchdog, NULL) == 0)
         pthread_detach(wd);
-    /* The tracker stops leasing us once heartbeats stop; calls it sends
-     * meanwhile are refused and go elsewhere. */
-    kt_peer_agent_stop(agent);
-    agent = NULL;
-    kt_rpc_server_stop(srv, (int)drain_ms);
-    srv = NULL;
-    rc = 0;
+    kt_peer_daemon_stop(d, (int)drain_ms);
     KT_INFO("stopped");
-out:
-    kt_peer_agent_stop(agent);
-    kt_rpc_server_stop(srv, 0);
-    if (token) {
-        memset(token, 0, strlen(token));
-        free(token);
-    }
-    return rc;
+    return 0;
 }

@@ -35,109 +35,50 @@
 #include "util/err.h"
 #include "util/util.h"
 
+#include "kt_test_proc.h"
+
 /* Upper bound of one ktune run (the machine may be slow and busy). */
 #define RUN_MS 240000
 #define MATMUL "{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}"
 
-static char base_dir[64];
-static char dir[128];
+static void suite_setup(void) { kt_test_suite_dir("kt_cli_"); }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void suite_setup(void)
-{
-    snprintf(base_dir, sizeof base_dir, "/tmp/kt_cli_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(base_dir));
-}
-
-static void suite_teardown(void)
-{
-    nftw(base_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void suite_teardown(void) { kt_test_suite_dir_remove(); }
 
 static void test_setup(void)
 {
-    snprintf(dir, sizeof dir, "%s/t%d", base_dir, (int)getpid());
-    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    kt_test_make_dir();
     char tmp[256];
-    snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+    snprintf(tmp, sizeof tmp, "%s/tmp", kt_test_dir);
     ck_assert_int_eq(mkdir(tmp, 0700), 0);
     /* Orphaned daemons come to this process, where the test sees them. */
     ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
-typedef struct {
-    pid_t pid;
-    char out[512];
-} run_t;
+typedef kt_test_proc_t run_t;
 
 /* Start build-root binary `rel` with args, output to <dir>/<name>.out;
  * TMPDIR is <dir>/tmp so ktune's temporary files can be checked. */
 static void start(run_t *r, const char *name, const char *rel, char *const args[])
 {
-    const char *root = getenv("KT_BUILD_ROOT");
-    ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");
-    static char bin[512];
-    snprintf(bin, sizeof bin, "%s/%s", root, rel);
-    char *argv[48] = {bin};
-    int argc = 1;
-    for (int i = 0; args[i] && argc < 47; i++)
-        argv[argc++] = args[i];
-    argv[argc] = NULL;
-    snprintf(r->out, sizeof r->out, "%s/%s.out", dir, name);
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s/tmp", dir);
-    int fd = open(r->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    ck_assert_int_ge(fd, 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        setenv("TMPDIR", tmp, 1);
-        unsetenv("KT_TOKEN_FILE");
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(fd);
-    r->pid = pid;
+    static char tmp_var[300];
+    snprintf(tmp_var, sizeof tmp_var, "TMPDIR=%s/tmp", kt_test_dir);
+    static const char *const drop[] = {"TMPDIR=", "KT_TOKEN_FILE=", NULL};
+    char *add[] = {tmp_var, NULL};
+    char file[64];
+    snprintf(file, sizeof file, "%s.out", name);
+    kt_test_spawn(r, file, 0, rel, args, drop, add);
 }
 
-static char *output(const run_t *r)
-{
-    char *s = kt_file_read(r->out, NULL);
-    return s ? s : strdup("");
-}
+static char *output(const run_t *r) { return kt_test_output(r); }
 
 /* Wait for r to exit (SIGKILL after RUN_MS); its exit status, 128 + signal. */
 static int finish(run_t *r)
 {
     int st = 0;
-    for (int waited = 0; waited < RUN_MS; waited += 20) {
-        if (waitpid(r->pid, &st, WNOHANG) == r->pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        sleep_ms(20);
-    }
-    kill(r->pid, SIGKILL);
-    waitpid(r->pid, &st, 0);
-    ck_abort_msg("%s did not finish", r->out);
-    return -1;
+    if (!kt_test_wait(r, RUN_MS, &st))
+        ck_abort_msg("%s did not finish", r->log);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* Run ktune to the end; its exit status and output (caller frees). */
@@ -167,7 +108,7 @@ static void assert_nothing_left(void)
         if (p == -1 && errno == ECHILD)
             break;
         if (p == 0)
-            sleep_ms(20);
+            kt_test_sleep_ms(20);
     }
     if (p == 0) {
         /* Name what is still running (the shell's parent is this process). */
@@ -180,7 +121,7 @@ static void assert_nothing_left(void)
     }
     ck_assert_msg(p == -1 && errno == ECHILD, "a process was left running: %s", name);
     char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+    snprintf(tmp, sizeof tmp, "%s/tmp", kt_test_dir);
     int removed = rmdir(tmp) == 0;
     if (!removed) {
         char cmd[400];
@@ -237,7 +178,7 @@ static int count_lines(const char *path)
 START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
 {
     char db[256];
-    snprintf(db, sizeof db, "%s/k.db", dir);
+    snprintf(db, sizeof db, "%s/k.db", kt_test_dir);
     char *out = NULL;
     char *args[] = {"tune", "--workload", MATMUL, "--trials", "16", "--per-round", "8",
                     "--min-repeat-ms", "0", "--db", db, NULL};
@@ -290,7 +231,7 @@ START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
 
     /* export: a compilable C file with its header, and the records. */
     char exp[256];
-    snprintf(exp, sizeof exp, "%s/export", dir);
+    snprintf(exp, sizeof exp, "%s/export", kt_test_dir);
     char *ec_args[] = {"export", "--job", "1", "--format", "c", "--out", exp, "--db", db, NULL};
     ck_assert_int_eq(ktune(ec_args, &out), 0);
     free(out);
@@ -316,7 +257,7 @@ END_TEST
 START_TEST(cli_tune_resumes_after_ctrl_c_without_measuring_twice)
 {
     char db[256];
-    snprintf(db, sizeof db, "%s/k.db", dir);
+    snprintf(db, sizeof db, "%s/k.db", kt_test_dir);
     char *args[] = {"tune", "--workload", MATMUL, "--trials", "32", "--per-round", "8",
                     "--policy", "sketch.random", "--min-repeat-ms", "0", "--db", db, NULL};
     run_t r;
@@ -328,7 +269,7 @@ START_TEST(cli_tune_resumes_after_ctrl_c_without_measuring_twice)
         seen = strstr(s, " 8/32 trials") != NULL;
         free(s);
         if (!seen)
-            sleep_ms(50);
+            kt_test_sleep_ms(50);
     }
     ck_assert_msg(seen, "no round finished");
     ck_assert_int_eq(kill(r.pid, SIGINT), 0);
@@ -366,8 +307,8 @@ END_TEST
 START_TEST(cli_export_cuda_writes_kernels_and_launches)
 {
     char db[256], exp[256];
-    snprintf(db, sizeof db, "%s/cuda.db", dir);
-    snprintf(exp, sizeof exp, "%s/export-cuda", dir);
+    snprintf(db, sizeof db, "%s/cuda.db", kt_test_dir);
+    snprintf(exp, sizeof exp, "%s/export-cuda", kt_test_dir);
     kt_workload_t *w = kt_workload_parse(MATMUL);
     ck_assert_ptr_nonnull(w);
     kt_sched_params_t p;
@@ -445,8 +386,8 @@ END_TEST
 START_TEST(cli_bad_input_names_the_cause)
 {
     char db[256], none[256];
-    snprintf(db, sizeof db, "%s/empty.db", dir);
-    snprintf(none, sizeof none, "%s/missing.db", dir);
+    snprintf(db, sizeof db, "%s/empty.db", kt_test_dir);
+    snprintf(none, sizeof none, "%s/missing.db", kt_test_dir);
     kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
     ck_assert_ptr_nonnull(s);
     kt_store_close(s);
@@ -469,7 +410,7 @@ START_TEST(cli_bad_input_names_the_cause)
         {{"status", "x1", "--db", db, NULL}, 2, "job id"},
         {{"best", "--db", db, NULL}, 2, "--workload KEY or --job JOB"},
         {{"best", "--job", "3", "--db", db, NULL}, 1, "no job 3"},
-        {{"export", "--job", "1", "--format", "pdf", "--out", dir, "--db", db, NULL}, 2,
+        {{"export", "--job", "1", "--format", "pdf", "--out", kt_test_dir, "--db", db, NULL}, 2,
          "c, cuda or json"},
         {{"cancel", "1", NULL}, 2, "--tracker"},
         {{"watch", "1", "--tracker", "127.0.0.1:1", NULL}, 1, "cannot reach"},
@@ -560,9 +501,9 @@ END_TEST
 START_TEST(cli_read_commands_against_a_tracker_need_its_token)
 {
     char tok[256], db[256], port_file[256];
-    snprintf(tok, sizeof tok, "%s/token", dir);
-    snprintf(db, sizeof db, "%s/t.db", dir);
-    snprintf(port_file, sizeof port_file, "%s/addr", dir);
+    snprintf(tok, sizeof tok, "%s/token", kt_test_dir);
+    snprintf(db, sizeof db, "%s/t.db", kt_test_dir);
+    snprintf(port_file, sizeof port_file, "%s/addr", kt_test_dir);
     ck_assert_int_eq(kt_file_write(tok, "cli-secret\n", 11), 0);
     char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--token-file", tok,
                      "--port-file", port_file, NULL};
@@ -572,7 +513,7 @@ START_TEST(cli_read_commands_against_a_tracker_need_its_token)
     for (int waited = 0; waited < RUN_MS && !addr; waited += 20) {
         addr = kt_file_read(port_file, NULL);
         if (!addr)
-            sleep_ms(20);
+            kt_test_sleep_ms(20);
     }
     ck_assert_ptr_nonnull(addr);
     addr[strcspn(addr, "\n")] = '\0';

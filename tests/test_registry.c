@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <check.h>
+#include <getopt.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -753,6 +754,121 @@ START_TEST(peer_advertise_address_replaces_only_wildcards)
 }
 END_TEST
 
+/* ---- Peer daemon --------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *key;
+    int flag;
+} own_opts_t;
+
+static int own_option(void *user, int c, const char *arg)
+{
+    own_opts_t *o = user;
+    if (c == 'K') {
+        o->key = arg;
+        return 0;
+    }
+    if (c == 'f') {
+        o->flag = 1;
+        return 0;
+    }
+    return 2;
+}
+
+static void no_usage(FILE *out) { (void)out; }
+
+static int parse(int argc, char **argv, kt_peer_cmdline_t *cl, own_opts_t *o)
+{
+    static const struct option extra[] = {{"key", required_argument, 0, 'K'},
+                                          {"flag", no_argument, 0, 'f'},
+                                          {0, 0, 0, 0}};
+    *o = (own_opts_t){0};
+    return kt_peer_cmdline_parse(cl, "ktune-test", argc, argv, extra, own_option, o, no_usage);
+}
+
+START_TEST(peer_daemon_cmdline_parses_common_and_own_options)
+{
+    kt_peer_cmdline_t cl;
+    own_opts_t o;
+    char *ok[] = {"prog", "--tracker", "h:1", "--key", "k1", "--listen", "0.0.0.0:7",
+                  "--flag", "--advertise", "a:2", "--token-file", "tok", "--tls-ca", "ca", NULL};
+    ck_assert_int_eq(parse(14, ok, &cl, &o), -1);
+    ck_assert_str_eq(cl.tracker, "h:1");
+    ck_assert_str_eq(cl.listen, "0.0.0.0:7");
+    ck_assert_str_eq(cl.advertise, "a:2");
+    ck_assert_str_eq(cl.token_file, "tok");
+    ck_assert_str_eq(cl.tls_ca, "ca");
+    ck_assert_ptr_null(cl.tls_cert);
+    ck_assert_str_eq(o.key, "k1");
+    ck_assert_int_eq(o.flag, 1);
+
+    /* Parsed again from the start: defaults come back. */
+    char *bare[] = {"prog", NULL};
+    ck_assert_int_eq(parse(1, bare, &cl, &o), -1);
+    ck_assert_ptr_null(cl.tracker);
+    ck_assert_str_eq(cl.listen, "127.0.0.1:0");
+    ck_assert_ptr_null(o.key);
+
+    char *half_tls[] = {"prog", "--tls-cert", "c.pem", NULL};
+    ck_assert_int_eq(parse(3, half_tls, &cl, &o), 2);
+    char *stray[] = {"prog", "extra", NULL};
+    ck_assert_int_eq(parse(2, stray, &cl, &o), 2);
+    char *unknown[] = {"prog", "--nope", NULL};
+    ck_assert_int_eq(parse(2, unknown, &cl, &o), 2);
+    char *help[] = {"prog", "--help", NULL};
+    ck_assert_int_eq(parse(2, help, &cl, &o), 0);
+}
+END_TEST
+
+static int h_never(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                   void *ud)
+{
+    (void)call;
+    (void)req;
+    (void)resp;
+    (void)ud;
+    return KT_RPC_OK;
+}
+
+START_TEST(peer_daemon_serves_its_health_and_stops)
+{
+    kt_peer_cmdline_t cl = {.prog = "ktune-test", .listen = "127.0.0.1:0"};
+    kt_peer_service_t svc = {.health_service = "Runner",
+                             .role = "runner",
+                             .method = "/ktune.v1.Runner/Run",
+                             .req_desc = &ktune__v1__run_request__descriptor,
+                             .resp_desc = &ktune__v1__run_response__descriptor,
+                             .fn = h_never};
+    kt_peer_daemon_t *d = kt_peer_daemon_start(&cl, &svc);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_peer_daemon_has_token(d), 0);
+    /* Without --tracker there is nothing to register with. */
+    Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
+    const char *addr = NULL;
+    ck_assert_int_eq(kt_peer_daemon_register(d, &me, NULL, NULL, &addr), 0);
+    ck_assert_ptr_null(addr);
+    kt_rpc_client_t *c = kt_rpc_client_new(kt_peer_daemon_address(d), NULL);
+    ck_assert_ptr_nonnull(c);
+    Ktune__V1__HealthRequest req = KTUNE__V1__HEALTH_REQUEST__INIT;
+    ProtobufCMessage *out = NULL;
+    ck_assert_int_eq(kt_rpc_call_unary(c, "/ktune.v1.Runner/Health", &req.base,
+                                       &ktune__v1__health_response__descriptor, 10000, &out,
+                                       NULL),
+                     0);
+    Ktune__V1__HealthResponse *h = (Ktune__V1__HealthResponse *)out;
+    ck_assert_str_eq(h->status, "SERVING");
+    ck_assert_str_eq(h->role, "runner");
+    protobuf_c_message_free_unpacked(out, NULL);
+    kt_rpc_client_free(c);
+    kt_peer_daemon_stop(d, 0);
+
+    /* An unreadable token file stops the start with a message. */
+    cl.token_file = "/nonexistent/ktune-token";
+    ck_assert_ptr_null(kt_peer_daemon_start(&cl, &svc));
+    ck_assert(strstr(kt_err_msg(), "ktune-token") != NULL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("registry");
@@ -775,6 +891,8 @@ int main(void)
     tcase_add_test(ta, peer_agent_registers_heartbeats_and_registers_again_when_forgotten);
     tcase_add_test(ta, peer_agent_keeps_retrying_while_the_tracker_is_down);
     tcase_add_test(ta, peer_advertise_address_replaces_only_wildcards);
+    tcase_add_test(ta, peer_daemon_cmdline_parses_common_and_own_options);
+    tcase_add_test(ta, peer_daemon_serves_its_health_and_stops);
     suite_add_tcase(s, ta);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);

@@ -39,6 +39,8 @@
 #include "util/err.h"
 #include "util/util.h"
 
+#include "kt_test_proc.h"
+
 /* Heartbeat interval given to peers in these tests. */
 #define HB_MS "200"
 /* Upper bound of every wait (the machine may be slow and busy). */
@@ -80,99 +82,36 @@ static const char *SLOW =
 
 #define MAX_PROCS 16
 
-typedef struct {
-    pid_t pid;
-    char log[512];
-} proc_t;
+typedef kt_test_proc_t proc_t;
 
-static char base_dir[64];       /* made and removed by the runner process */
-static char dir[128];           /* this test's directory */
 static proc_t procs[MAX_PROCS];
 static int n_procs;
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
+static void suite_setup(void) { kt_test_suite_dir("kt_service_"); }
 
-static void suite_setup(void)
-{
-    snprintf(base_dir, sizeof base_dir, "/tmp/kt_service_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(base_dir));
-}
-
-static void suite_teardown(void)
-{
-    nftw(base_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void suite_teardown(void) { kt_test_suite_dir_remove(); }
 
 static void test_setup(void)
 {
-    snprintf(dir, sizeof dir, "%s/t%d", base_dir, (int)getpid());
-    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    kt_test_make_dir();
     n_procs = 0;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
-extern char **environ;
-
 /* Start build-root binary `rel` with args; its output goes to <dir>/<name>.log.
- * KT_TOKEN_FILE is token_file_env or unset. The environment is built before
- * fork: this process may have gRPC threads, so the child calls only
- * async-signal-safe functions before exec. */
+ * KT_TOKEN_FILE is token_file_env or unset; logs at info level. */
 static proc_t *spawn(const char *name, const char *rel, char *const args[],
                      const char *token_file_env)
 {
     ck_assert_int_lt(n_procs, MAX_PROCS);
     proc_t *p = &procs[n_procs++];
-    const char *root = getenv("KT_BUILD_ROOT");
-    ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");
-    static char bin[MAX_PROCS][512];
-    char *path = bin[n_procs - 1];
-    snprintf(path, 512, "%s/%s", root, rel);
-    char *argv[32] = {path};
-    int argc = 1;
-    for (int i = 0; args[i] && argc < 31; i++)
-        argv[argc++] = args[i];
-    argv[argc] = NULL;
-
     static char tok_var[600];
-    static char *envp[512];
-    size_t n = 0;
-    for (char **e = environ; *e && n + 3 < KT_ARRAY_LEN(envp); e++)
-        if (strncmp(*e, "KT_TOKEN_FILE=", 14) != 0 && strncmp(*e, "KT_LOG_LEVEL=", 13) != 0)
-            envp[n++] = *e;
-    envp[n++] = "KT_LOG_LEVEL=info";
-    if (token_file_env) {
+    static const char *const drop[] = {"KT_TOKEN_FILE=", "KT_LOG_LEVEL=", NULL};
+    char *add[] = {"KT_LOG_LEVEL=info", token_file_env ? tok_var : NULL, NULL};
+    if (token_file_env)
         snprintf(tok_var, sizeof tok_var, "KT_TOKEN_FILE=%s", token_file_env);
-        envp[n++] = tok_var;
-    }
-    envp[n] = NULL;
-
-    snprintf(p->log, sizeof p->log, "%s/%s.log", dir, name);
-    int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    ck_assert_int_ge(fd, 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execve(argv[0], argv, envp);
-        _exit(127);
-    }
-    close(fd);
-    p->pid = pid;
+    char file[64];
+    snprintf(file, sizeof file, "%s.log", name);
+    kt_test_spawn(p, file, 1, rel, args, drop, add);
     return p;
 }
 
@@ -180,17 +119,7 @@ static proc_t *spawn(const char *name, const char *rel, char *const args[],
 static int reap(proc_t *p, int ms)
 {
     int st = 0;
-    for (int i = 0; i < ms / 10; i++) {
-        pid_t r = waitpid(p->pid, &st, WNOHANG);
-        if (r == p->pid) {
-            p->pid = 0;
-            return st;
-        }
-        sleep_ms(10);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, &st, 0);
-    p->pid = 0;
+    kt_test_wait(p, ms, &st);
     return st;
 }
 
@@ -221,11 +150,7 @@ static void stop_all(void)
     n_procs = 0;
 }
 
-static char *log_of(const proc_t *p)
-{
-    char *s = kt_file_read(p->log, NULL);
-    return s ? s : strdup("");
-}
+static char *log_of(const proc_t *p) { return kt_test_output(p); }
 
 /* Wait until p's log contains needle; 1 when it does. */
 static int wait_log(const proc_t *p, const char *needle, int ms)
@@ -238,7 +163,7 @@ static int wait_log(const proc_t *p, const char *needle, int ms)
             return 1;
         if (waited >= ms)
             return 0;
-        sleep_ms(20);
+        kt_test_sleep_ms(20);
     }
 }
 
@@ -258,7 +183,7 @@ static int logged_port(const proc_t *p)
 static const char *db_path(void)
 {
     static char db[160];
-    snprintf(db, sizeof db, "%s/ktune.db", dir);
+    snprintf(db, sizeof db, "%s/ktune.db", kt_test_dir);
     return db;
 }
 
@@ -288,7 +213,7 @@ static proc_t *start_worker(const char *name, const char *tracker, const char *t
 
 static void write_file(const char *name, const char *text, char *path, size_t size)
 {
-    snprintf(path, size, "%s/%s", dir, name);
+    snprintf(path, size, "%s/%s", kt_test_dir, name);
     ck_assert_int_eq(kt_file_write(path, text, strlen(text)), 0);
 }
 
@@ -350,7 +275,7 @@ static Ktune__V1__QueueStatusResponse *wait_peers(const char *tracker, const cha
             return q;
         if (q)
             ktune__v1__queue_status_response__free_unpacked(q, NULL);
-        sleep_ms(100);
+        kt_test_sleep_ms(100);
     }
     return NULL;
 }
@@ -907,7 +832,7 @@ static Ktune__V1__JobProgress *wait_job_end(const char *tracker, int64_t id)
                 return p;
             protobuf_c_message_free_unpacked(out, NULL);
         }
-        sleep_ms(200);
+        kt_test_sleep_ms(200);
     }
     ck_abort_msg("job %lld did not end", (long long)id);
     return NULL;
@@ -1094,8 +1019,10 @@ START_TEST(service_job_survives_a_killed_runner_and_a_crashing_candidate)
     Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 2, 1);
     ck_assert_ptr_nonnull(q);
     ktune__v1__queue_status_response__free_unpacked(q, NULL);
-    /* 50 ms per candidate at least: batches run long enough to be hit. */
-    job_spec_t js = {.trials = 48, .per_round = 24, .min_repeat_ms = 50};
+    /* 50 ms per candidate at least: batches run long enough to be hit. Two
+     * rounds of 18: more than one Run batch (16) each, so every round is
+     * split over both runners whichever is free. */
+    job_spec_t js = {.trials = 36, .per_round = 18, .min_repeat_ms = 50};
     kt_rpc_status_t st;
     int64_t id = submit_job(tracker, NULL, 1, &js, &st);
     ck_assert_msg(id > 0, "SubmitJob: %s", st.msg);
@@ -1106,7 +1033,7 @@ START_TEST(service_job_survives_a_killed_runner_and_a_crashing_candidate)
         if (log_count(r1, "candidates from") > log_count(r1, "done,"))
             victim = child_of(r1->pid);
         if (!victim)
-            sleep_ms(10);
+            kt_test_sleep_ms(10);
     }
     ck_assert_msg(victim > 0, "runner1 never ran a batch");
     ck_assert_int_eq(kill(victim, SIGSEGV), 0);
@@ -1115,17 +1042,17 @@ START_TEST(service_job_survives_a_killed_runner_and_a_crashing_candidate)
     for (int waited = 0; waited < WAIT_MS * 4 && !hit; waited += 10) {
         hit = log_count(r2, "candidates from") >= 2 && log_count(r2, "done,") == 1;
         if (!hit)
-            sleep_ms(10);
+            kt_test_sleep_ms(10);
     }
     ck_assert_msg(hit, "runner2 never started a second batch");
     kill_hard(r2);
 
     Ktune__V1__JobProgress *p = wait_job_end(tracker, id);
     ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
-    ck_assert_int_eq(p->total_trials, 48);
+    ck_assert_int_eq(p->total_trials, 36);
     protobuf_c_message_free_unpacked(&p->base, NULL);
     stored_t r = stored_records();
-    ck_assert_int_eq(r.n, 48);
+    ck_assert_int_eq(r.n, 36);
     ck_assert_int_eq(r.dups, 0);
     ck_assert_msg(r.by_error[KT_MEASURE_RUNTIME_DEVICE] + r.by_error[KT_MEASURE_UNKNOWN_ERROR] >= 1,
                   "the crash left no record");
@@ -1139,31 +1066,31 @@ START_TEST(service_killed_tracker_resumes_its_job_on_restart)
 {
     char tracker[64];
     proc_t *tr = start_small_cluster(tracker);
-    job_spec_t js = {.trials = 32, .per_round = 8, .min_repeat_ms = 0};
+    job_spec_t js = {.trials = 24, .per_round = 6, .min_repeat_ms = 0};
     kt_rpc_status_t st;
     int64_t id = submit_job(tracker, NULL, 2, &js, &st);
     ck_assert_msg(id > 0, "SubmitJob: %s", st.msg);
     /* SIGKILL once some rounds are stored. */
     int64_t before = 0;
-    for (int waited = 0; waited < WAIT_MS * 4 && before < 16; waited += 50) {
+    for (int waited = 0; waited < WAIT_MS * 4 && before < 12; waited += 50) {
         before = stored_records().n;
-        if (before < 16)
-            sleep_ms(50);
+        if (before < 12)
+            kt_test_sleep_ms(50);
     }
-    ck_assert_int_ge(before, 16);
+    ck_assert_int_ge(before, 12);
     kill_hard(tr);
     before = stored_records().n;
-    ck_assert_int_lt(before, 32);
+    ck_assert_int_lt(before, 24);
 
     char again[64];
     proc_t *tr2 = start_tracker(tracker, NULL, again);
     ck_assert_str_eq(again, tracker);
     Ktune__V1__JobProgress *p = wait_job_end(tracker, id);
     ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
-    ck_assert_int_eq(p->total_trials, 32);
+    ck_assert_int_eq(p->total_trials, 24);
     protobuf_c_message_free_unpacked(&p->base, NULL);
     stored_t r = stored_records();
-    ck_assert_int_eq(r.n, 32);
+    ck_assert_int_eq(r.n, 24);
     ck_assert_int_eq(r.dups, 0);
     ck_assert(wait_log(tr2, "resumed from the store", 0));
     stop_all();
@@ -1273,7 +1200,7 @@ START_TEST(service_cuda_job_waits_for_a_runner_and_workers_build_cuda)
         if (p)
             protobuf_c_message_free_unpacked(out, NULL);
         p = NULL;
-        sleep_ms(100);
+        kt_test_sleep_ms(100);
     }
     ck_assert_ptr_nonnull(p);
     ck_assert_str_eq(p->state, "queued");
@@ -1359,8 +1286,8 @@ START_TEST(service_python_client_submits_a_job_and_reads_the_best)
     snprintf(cmd, sizeof cmd,
              "cd %s && /usr/bin/python3 -m grpc_tools.protoc -I%s/proto --python_out=. "
              "--grpc_python_out=. ktune.proto > protoc.log 2>&1",
-             dir, src);
-    ck_assert_msg(system(cmd) == 0, "protoc failed (%s/protoc.log)", dir);
+             kt_test_dir, src);
+    ck_assert_msg(system(cmd) == 0, "protoc failed (%s/protoc.log)", kt_test_dir);
     char tracker[64];
     start_small_cluster(tracker);
     const char *script =
@@ -1382,10 +1309,10 @@ START_TEST(service_python_client_submits_a_job_and_reads_the_best)
         "      repr(best.records[0].mean_cost), best.records[0].workload_key)\n";
     char path[512];
     write_file("client.py", script, path, sizeof path);
-    snprintf(cmd, sizeof cmd, "cd %s && /usr/bin/python3 client.py %s > client.out 2>&1", dir,
+    snprintf(cmd, sizeof cmd, "cd %s && /usr/bin/python3 client.py %s > client.out 2>&1", kt_test_dir,
              tracker);
     int rc = system(cmd);
-    snprintf(path, sizeof path, "%s/client.out", dir);
+    snprintf(path, sizeof path, "%s/client.out", kt_test_dir);
     char *out = kt_file_read(path, NULL);
     ck_assert_msg(rc == 0 && out, "client failed: %s", out ? out : "(no output)");
     long long jid = 0;

@@ -57,6 +57,22 @@ typedef struct {
     int timeout_ms;          /* 0: KT_CLI_DEFAULT_TIMEOUT_MS */
 } kt_cli_conn_t;
 
+/* The connection options of every command that talks to a tracker or a
+ * daemon, as getopt_long entries with the codes below (which other options
+ * of a command must not use): --tracker, --token-file, --tls-ca, --timeout. */
+enum { KT_CLI_O_TRACKER = 900, KT_CLI_O_TOKEN, KT_CLI_O_CA, KT_CLI_O_TIMEOUT };
+#define KT_CLI_CONN_OPTIONS                                                                    \
+    {"tracker", required_argument, 0, KT_CLI_O_TRACKER},                                       \
+        {"token-file", required_argument, 0, KT_CLI_O_TOKEN},                                  \
+        {"tls-ca", required_argument, 0, KT_CLI_O_CA},                                         \
+        {"timeout", required_argument, 0, KT_CLI_O_TIMEOUT}
+/* Defaults: the token file from $KT_TOKEN_FILE, the store ./ktune.db, the
+ * given timeout (0: KT_CLI_DEFAULT_TIMEOUT_MS). */
+void kt_cli_conn_init(kt_cli_conn_t *c, int timeout_ms);
+/* Take a connection option (getopt code and argument) into c: 1 taken, 0
+ * not a connection option, 2 a bad value (said on stderr). */
+int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *arg);
+
 /* A client for c->tracker; NULL after printing why. */
 kt_rpc_client_t *kt_cli_connect(const char *cmd, const kt_cli_conn_t *c);
 /* Print a failed call's cause (unreachable tracker with its address,

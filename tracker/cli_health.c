@@ -28,35 +28,28 @@ static void usage(FILE *out)
 
 int kt_cli_health(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"tracker", required_argument, 0, 'a'}, {"service", required_argument, 0, 's'},
-        {"token-file", required_argument, 0, 't'}, {"tls-ca", required_argument, 0, 'C'},
-        {"timeout", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const char *addr = NULL, *service = "tracker", *token_file = getenv("KT_TOKEN_FILE");
-    const char *ca = NULL;
-    long timeout_ms = 5000;
+    static const struct option opts[] = {KT_CLI_CONN_OPTIONS,
+                                         {"service", required_argument, 0, 's'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    kt_cli_conn_t conn;
+    kt_cli_conn_init(&conn, 5000);
+    const char *service = "tracker";
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'a': addr = optarg; break;
+        int taken = kt_cli_conn_option("health", &conn, c, optarg);
+        if (taken == 2)
+            return 2;
+        switch (taken ? 0 : c) {
+        case 0: break;
         case 's': service = optarg; break;
-        case 't': token_file = optarg; break;
-        case 'C': ca = optarg; break;
-        case 'T': {
-            char *end;
-            timeout_ms = strtol(optarg, &end, 10);
-            if (*end || timeout_ms <= 0 || timeout_ms > 3600000) {
-                fprintf(stderr, "ktune health: --timeout wants milliseconds, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
+    const char *addr = conn.tracker, *token_file = conn.token_file;
+    long timeout_ms = conn.timeout_ms;
     if (!addr || optind < argc) {
         usage(stderr);
         return 2;
@@ -74,19 +67,9 @@ int kt_cli_health(int argc, char **argv)
         return 2;
     }
 
-    char *token = NULL;
-    if (token_file && *token_file && !(token = kt_token_read(token_file)))
-        return kt_cli_fail("health");
-    /* A CLI answers quickly: a few tries spread over at most the timeout. */
-    kt_rpc_client_opts_t co = {.token = token, .tls_ca = ca, .deadline_ms = (int)timeout_ms,
-                               .retry_attempts = 3, .retry_total_ms = (int)timeout_ms};
-    kt_rpc_client_t *cl = kt_rpc_client_new(addr, &co);
-    if (token) {
-        memset(token, 0, strlen(token));
-        free(token);
-    }
+    kt_rpc_client_t *cl = kt_cli_connect("health", &conn);
     if (!cl)
-        return kt_cli_fail("health");
+        return 1;
     char method[64];
     snprintf(method, sizeof method, "/ktune.v1.%s/Health", svc);
     Ktune__V1__HealthRequest req = KTUNE__V1__HEALTH_REQUEST__INIT;

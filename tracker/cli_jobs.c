@@ -30,6 +30,34 @@
 
 /* ---- Shared helpers ------------------------------------------------------------------------- */
 
+void kt_cli_conn_init(kt_cli_conn_t *c, int timeout_ms)
+{
+    memset(c, 0, sizeof *c);
+    c->token_file = getenv("KT_TOKEN_FILE");
+    c->db = KT_CLI_DEFAULT_DB;
+    c->timeout_ms = timeout_ms;
+}
+
+int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *arg)
+{
+    switch (code) {
+    case KT_CLI_O_TRACKER: c->tracker = arg; return 1;
+    case KT_CLI_O_TOKEN: c->token_file = arg; return 1;
+    case KT_CLI_O_CA: c->tls_ca = arg; return 1;
+    case KT_CLI_O_TIMEOUT: {
+        char *end;
+        long v = strtol(arg, &end, 10);
+        if (*end || v <= 0 || v > 3600000) {
+            fprintf(stderr, "ktune %s: --timeout wants milliseconds, not '%s'\n", cmd, arg);
+            return 2;
+        }
+        c->timeout_ms = (int)v;
+        return 1;
+    }
+    default: return 0;
+    }
+}
+
 kt_rpc_client_t *kt_cli_connect(const char *cmd, const kt_cli_conn_t *c)
 {
     char *token = NULL;
@@ -224,13 +252,11 @@ static void record_from_proto(const Ktune__V1__Record *o, kt_record_t *r)
 
 /* ---- Common options --------------------------------------------------------------------------- */
 
-enum { O_TRACKER = 1000, O_TOKEN, O_CA, O_DB, O_JSON, O_TIMEOUT, O_WORKLOAD, O_JOB, O_TARGET,
-       O_TOP, O_FORMAT, O_OUT, O_HELP };
+enum { O_DB = 1000, O_JSON, O_WORKLOAD, O_JOB, O_TARGET, O_TOP, O_FORMAT, O_OUT, O_HELP };
 
 static const struct option read_opts[] = {
-    {"tracker", required_argument, 0, O_TRACKER}, {"token-file", required_argument, 0, O_TOKEN},
-    {"tls-ca", required_argument, 0, O_CA},        {"db", required_argument, 0, O_DB},
-    {"json", no_argument, 0, O_JSON},              {"timeout", required_argument, 0, O_TIMEOUT},
+    KT_CLI_CONN_OPTIONS,
+    {"db", required_argument, 0, O_DB},            {"json", no_argument, 0, O_JSON},
     {"workload", required_argument, 0, O_WORKLOAD}, {"job", required_argument, 0, O_JOB},
     {"target", required_argument, 0, O_TARGET},    {"top", required_argument, 0, O_TOP},
     {"format", required_argument, 0, O_FORMAT},    {"out", required_argument, 0, O_OUT},
@@ -262,13 +288,12 @@ static int parse_read(const char *cmd, int argc, char **argv, const int *allowed
                       read_args_t *a)
 {
     memset(a, 0, sizeof *a);
-    a->conn.token_file = getenv("KT_TOKEN_FILE");
-    a->conn.db = KT_CLI_DEFAULT_DB;
+    kt_cli_conn_init(&a->conn, 0);
     optind = 1;
     opterr = 0;
     int c, li = -1;
     while ((c = getopt_long(argc, argv, "h", read_opts, &li)) != -1) {
-        int ok = c < O_WORKLOAD || c == O_HELP || c == 'h';
+        int ok = c < O_WORKLOAD || c == O_HELP || c == 'h';   /* connection, db, json, help */
         for (const int *p = allowed; !ok && *p; p++)
             ok = *p == c;
         if (!ok || c == '?') {
@@ -276,22 +301,13 @@ static int parse_read(const char *cmd, int argc, char **argv, const int *allowed
                     argv[optind - 1], cmd);
             return 2;
         }
-        switch (c) {
-        case O_TRACKER: a->conn.tracker = optarg; break;
-        case O_TOKEN: a->conn.token_file = optarg; break;
-        case O_CA: a->conn.tls_ca = optarg; break;
+        int conn = kt_cli_conn_option(cmd, &a->conn, c, optarg);
+        if (conn == 2)
+            return 2;
+        switch (conn ? 0 : c) {
+        case 0: break;
         case O_DB: a->conn.db = optarg; a->conn.db_given = 1; break;
         case O_JSON: a->conn.json = 1; break;
-        case O_TIMEOUT: {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || v <= 0 || v > 3600000) {
-                fprintf(stderr, "ktune %s: --timeout wants milliseconds, not '%s'\n", cmd, optarg);
-                return 2;
-            }
-            a->conn.timeout_ms = (int)v;
-            break;
-        }
         case O_WORKLOAD: a->workload = optarg; break;
         case O_JOB:
             if (kt_cli_parse_id(cmd, "--job", optarg, &a->job))

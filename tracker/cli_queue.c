@@ -133,50 +133,34 @@ static int print_json(const char *addr, const Ktune__V1__QueueStatusResponse *r)
 
 int kt_cli_queue(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"tracker", required_argument, 0, 'a'}, {"token-file", required_argument, 0, 't'},
-        {"tls-ca", required_argument, 0, 'C'},  {"timeout", required_argument, 0, 'T'},
-        {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const char *addr = NULL, *token_file = getenv("KT_TOKEN_FILE"), *ca = NULL;
-    long timeout_ms = 5000;
+    static const struct option opts[] = {KT_CLI_CONN_OPTIONS,
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    kt_cli_conn_t conn;
+    kt_cli_conn_init(&conn, 5000);
     int json = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'a': addr = optarg; break;
-        case 't': token_file = optarg; break;
-        case 'C': ca = optarg; break;
+        int taken = kt_cli_conn_option("queue", &conn, c, optarg);
+        if (taken == 2)
+            return 2;
+        switch (taken ? 0 : c) {
+        case 0: break;
         case 'j': json = 1; break;
-        case 'T': {
-            char *end;
-            timeout_ms = strtol(optarg, &end, 10);
-            if (*end || timeout_ms <= 0 || timeout_ms > 3600000) {
-                fprintf(stderr, "ktune queue: --timeout wants milliseconds, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
+    const char *addr = conn.tracker, *token_file = conn.token_file;
+    long timeout_ms = conn.timeout_ms;
     if (!addr || optind < argc) {
         usage(stderr);
         return 2;
     }
-    char *token = NULL;
-    if (token_file && *token_file && !(token = kt_token_read(token_file)))
-        return kt_cli_fail("queue");
-    kt_rpc_client_opts_t co = {.token = token, .tls_ca = ca, .deadline_ms = (int)timeout_ms,
-                               .retry_attempts = 3, .retry_total_ms = (int)timeout_ms};
-    kt_rpc_client_t *cl = kt_rpc_client_new(addr, &co);
-    if (token) {
-        memset(token, 0, strlen(token));
-        free(token);
-    }
+    kt_rpc_client_t *cl = kt_cli_connect("queue", &conn);
     if (!cl)
-        return kt_cli_fail("queue");
+        return 1;
     Ktune__V1__QueueStatusRequest req = KTUNE__V1__QUEUE_STATUS_REQUEST__INIT;
     ProtobufCMessage *out = NULL;
     kt_rpc_status_t st;

@@ -53,14 +53,14 @@
 
 /* ---- Job options ---------------------------------------------------------------------------- */
 
-enum { O_NETWORK = 1000, O_BATCH, O_WORKLOAD, O_TARGET, O_TRIALS, O_TRACKER, O_KEY, O_STRATEGY,
+enum { O_NETWORK = 1000, O_BATCH, O_WORKLOAD, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
        O_POLICY, O_DB, O_JSON, O_SEED, O_PER_ROUND, O_EARLY, O_PRIORITY, O_NUMBER, O_REPEAT,
-       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_TOKEN, O_CA, O_TIMEOUT, O_HELP };
+       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_HELP };
 
 static const struct option job_opts[] = {
     {"network", required_argument, 0, O_NETWORK},   {"batch", required_argument, 0, O_BATCH},
     {"workload", required_argument, 0, O_WORKLOAD}, {"target", required_argument, 0, O_TARGET},
-    {"trials", required_argument, 0, O_TRIALS},     {"tracker", required_argument, 0, O_TRACKER},
+    {"trials", required_argument, 0, O_TRIALS},     KT_CLI_CONN_OPTIONS,
     {"key", required_argument, 0, O_KEY},           {"strategy", required_argument, 0, O_STRATEGY},
     {"policy", required_argument, 0, O_POLICY},     {"db", required_argument, 0, O_DB},
     {"json", no_argument, 0, O_JSON},               {"seed", required_argument, 0, O_SEED},
@@ -70,9 +70,8 @@ static const struct option job_opts[] = {
     {"repeat", required_argument, 0, O_REPEAT},
     {"min-repeat-ms", required_argument, 0, O_MIN_REPEAT},
     {"run-timeout-ms", required_argument, 0, O_RUN_TIMEOUT},
-    {"no-check", no_argument, 0, O_NO_CHECK},       {"token-file", required_argument, 0, O_TOKEN},
-    {"tls-ca", required_argument, 0, O_CA},         {"timeout", required_argument, 0, O_TIMEOUT},
-    {"help", no_argument, 0, O_HELP},               {0, 0, 0, 0}};
+    {"no-check", no_argument, 0, O_NO_CHECK},       {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0}};
 
 typedef struct {
     kt_cli_conn_t conn;
@@ -139,8 +138,7 @@ static int parse_num(const char *cmd, const char *opt, const char *s, long long 
 static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, job_args_t *a)
 {
     memset(a, 0, sizeof *a);
-    a->conn.token_file = getenv("KT_TOKEN_FILE");
-    a->conn.db = KT_CLI_DEFAULT_DB;
+    kt_cli_conn_init(&a->conn, 0);
     a->batch = 1;
     optind = 1;
     opterr = 0;
@@ -148,16 +146,17 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
     while ((c = getopt_long(argc, argv, "h", job_opts, &li)) != -1) {
         long long v = 0;
         const char *name = li >= 0 ? job_opts[li].name : "";
-        switch (c) {
+        int conn = kt_cli_conn_option(cmd, &a->conn, c, optarg);
+        if (conn == 2)
+            return 2;
+        switch (conn ? 0 : c) {
+        case 0: break;
         case O_NETWORK: a->network = optarg; break;
         case O_WORKLOAD: a->workload = optarg; break;
         case O_TARGET: a->target = optarg; break;
         case O_KEY: a->key = optarg; break;
         case O_STRATEGY: a->strategy = optarg; break;
         case O_POLICY: a->policy = optarg; break;
-        case O_TRACKER: a->conn.tracker = optarg; break;
-        case O_TOKEN: a->conn.token_file = optarg; break;
-        case O_CA: a->conn.tls_ca = optarg; break;
         case O_JSON: a->conn.json = 1; break;
         case O_NO_CHECK: a->no_check = 1; break;
         case O_DB:
@@ -187,8 +186,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_NUMBER:
         case O_REPEAT:
         case O_MIN_REPEAT:
-        case O_RUN_TIMEOUT:
-        case O_TIMEOUT: {
+        case O_RUN_TIMEOUT: {
             long long lo = c == O_PRIORITY ? -1000000 : c == O_MIN_REPEAT ? 0 : 1;
             if (parse_num(cmd, name, optarg, lo, 1000000000LL, &v))
                 return 2;
@@ -202,7 +200,6 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
             case O_REPEAT: a->repeat = (int)v; break;
             case O_MIN_REPEAT: a->min_repeat = (int)v; a->min_repeat_given = 1; break;
             case O_RUN_TIMEOUT: a->run_timeout = (int)v; break;
-            case O_TIMEOUT: a->conn.timeout_ms = (int)v; break;
             }
             break;
         }
@@ -516,19 +513,21 @@ int kt_cli_submit(int argc, char **argv)
 
 int kt_cli_watch(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"tracker", required_argument, 0, O_TRACKER}, {"token-file", required_argument, 0, O_TOKEN},
-        {"tls-ca", required_argument, 0, O_CA},       {"json", no_argument, 0, O_JSON},
-        {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
-    kt_cli_conn_t c = {.token_file = getenv("KT_TOKEN_FILE")};
+    static const struct option opts[] = {KT_CLI_CONN_OPTIONS,
+                                         {"json", no_argument, 0, O_JSON},
+                                         {"help", no_argument, 0, O_HELP},
+                                         {0, 0, 0, 0}};
+    kt_cli_conn_t c;
+    kt_cli_conn_init(&c, 0);
     optind = 1;
     opterr = 0;
     int o;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (o) {
-        case O_TRACKER: c.tracker = optarg; break;
-        case O_TOKEN: c.token_file = optarg; break;
-        case O_CA: c.tls_ca = optarg; break;
+        int conn = kt_cli_conn_option("watch", &c, o, optarg);
+        if (conn == 2)
+            return 2;
+        switch (conn ? 0 : o) {
+        case 0: break;
         case O_JSON: c.json = 1; break;
         case 'h':
         case O_HELP:

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codegen/codegen.h"
 #include "jobs_int.h"
@@ -584,6 +585,60 @@ out:
     return NULL;
 }
 
+/* ---- CPU slots -------------------------------------------------------------------------------- */
+
+struct cpu_waiter {
+    struct cpu_waiter *next;
+    int urgent;
+};
+
+/* Enter a CPU slot, first come first served among all rounds, or ahead of
+ * them when `urgent` (feeding back a measured round, which finishes it and
+ * lets its task go on, must not wait behind the searches of new rounds); 0,
+ * or KT_ESTATE when the job stops while waiting. */
+static int cpu_enter(job_t *j, int urgent)
+{
+    kt_jobs_t *m = j->m;
+    struct cpu_waiter me = {NULL}, **pp;
+    pthread_mutex_lock(&m->mu);
+    if (urgent) {
+        for (pp = &m->cpu_queue; *pp && (*pp)->urgent; pp = &(*pp)->next)
+            ;
+    } else {
+        for (pp = &m->cpu_queue; *pp; pp = &(*pp)->next)
+            ;
+    }
+    me.urgent = urgent;
+    me.next = *pp;
+    *pp = &me;
+    while (m->cpu_queue != &me || m->cpu_busy >= m->cpu_slots) {
+        if (job_stopping(j)) {
+            for (pp = &m->cpu_queue; *pp != &me; pp = &(*pp)->next)
+                ;
+            *pp = me.next;
+            pthread_cond_broadcast(&m->cv);   /* a new first may enter */
+            pthread_mutex_unlock(&m->mu);
+            return kt_err_set(KT_ESTATE, "job stopped");
+        }
+        struct timespec ts;
+        deadline_in(&ts, POLL_MS);
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+    m->cpu_queue = me.next;
+    m->cpu_busy++;
+    pthread_cond_broadcast(&m->cv);   /* the next may enter a free slot too */
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+static void cpu_leave(kt_jobs_t *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->cpu_busy--;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* ---- Rounds ---------------------------------------------------------------------------------- */
 
 /* The latency point of the scheduler's last complete on this thread. */
@@ -609,14 +664,90 @@ static void on_latency(void *user, int64_t trials, double elapsed, double est)
 static int has_measured(void *user, uint64_t hash)
 {
     job_task_t *t = user;
+    if (t->fast)
+        return 0;
     kt_store_t *s = kt_jobs_store_get(t->m);
     int yes = kt_store_has_measured(s, t->key, t->target, hash) == 1;
     kt_jobs_store_put(t->m, s);
     return yes;
 }
 
+struct commit_req {
+    struct commit_req *next;
+    kt_record_t *recs;
+    size_t n;
+    int done, rc;
+    char err[512];
+};
+
+/* Write the queued requests: one transaction for all of them, or, when that
+ * fails (one bad record fails the whole batch), each alone. Under no lock;
+ * the caller holds the "committing" role. */
+static void commit_group(kt_jobs_t *m, struct commit_req *q)
+{
+    size_t total = 0, nreq = 0;
+    for (struct commit_req *r = q; r; r = r->next) {
+        total += r->n;
+        nreq++;
+    }
+    kt_record_t *all = nreq > 1 ? calloc(total, sizeof *all) : NULL;
+    kt_store_t *st = kt_jobs_store_get(m);
+    int together = 0;
+    if (all) {
+        size_t at = 0;
+        for (struct commit_req *r = q; r; r = r->next) {
+            memcpy(all + at, r->recs, r->n * sizeof *all);
+            at += r->n;
+        }
+        together = kt_store_put_records(st, all, total) == 0;
+    }
+    size_t at = 0;
+    for (struct commit_req *r = q; r; r = r->next) {
+        if (together)
+            memcpy(r->recs, all + at, r->n * sizeof *all);   /* ids, mean costs */
+        else
+            r->rc = kt_store_put_records(st, r->recs, r->n);
+        at += r->n;
+        if (r->rc != 0)
+            snprintf(r->err, sizeof r->err, "%s", kt_err_msg());
+    }
+    kt_jobs_store_put(m, st);
+    free(all);
+}
+
+/* Store n records; 0 only after their COMMIT returned. */
+static int commit_records(kt_jobs_t *m, kt_record_t *recs, size_t n)
+{
+    struct commit_req me = {.recs = recs, .n = n}, **pp;
+    pthread_mutex_lock(&m->commit_mu);
+    for (pp = &m->commit_queue; *pp; pp = &(*pp)->next)
+        ;
+    *pp = &me;
+    while (!me.done) {
+        if (m->committing) {
+            pthread_cond_wait(&m->commit_cv, &m->commit_mu);
+            continue;
+        }
+        /* Commit everything queued so far, this request included. */
+        struct commit_req *q = m->commit_queue;
+        m->commit_queue = NULL;
+        m->committing = 1;
+        pthread_mutex_unlock(&m->commit_mu);
+        commit_group(m, q);
+        pthread_mutex_lock(&m->commit_mu);
+        for (struct commit_req *r = q, *next; r; r = next) {
+            next = r->next;
+            r->done = 1;
+        }
+        m->committing = 0;
+        pthread_cond_broadcast(&m->commit_cv);
+    }
+    pthread_mutex_unlock(&m->commit_mu);
+    return me.rc == 0 ? 0 : kt_err_set(me.rc, "%s", me.err);
+}
+
 /* Commit the round's records; 0 only after COMMIT. */
-static int commit(job_t *j, job_task_t *t, kt_store_t *st, cand_t *c, int n)
+static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
 {
     kt_record_t *recs = calloc((size_t)n, sizeof *recs);
     if (!recs)
@@ -636,7 +767,7 @@ static int commit(job_t *j, job_task_t *t, kt_store_t *st, cand_t *c, int n)
                                 .runner_key = j->view->info->job.runner_key,
                                 .job_id = j->id};
     }
-    int rc = kt_store_put_records(st, recs, (size_t)n);
+    int rc = commit_records(j->m, recs, (size_t)n);
     free(recs);
     return rc;
 }
@@ -668,10 +799,30 @@ static int round_run(job_round_t *r)
     const kt_workload_t *wl = j->view->wl[r->task];
     kt_sched_state_t **states = NULL;
     kt_store_t *st = NULL;
+    /* Phase times of the round (propose, make, build, run, commit), logged
+     * at debug level: where a round's latency goes. */
+    double tp[6];
+    tp[0] = kt_time_mono();
+    if (cpu_enter(j, 0) != 0) {
+        kt_scheduler_abort(j->sched, r->task);
+        return 0;
+    }
+    double t_cpu = kt_time_mono();
+    /* One count instead of a query per state the search considers (see
+     * job_task_t.known). */
+    kt_store_filter_t kf = {.workload_key = t->key, .target = t->target};
+    kt_store_counts_t kc;
+    st = kt_jobs_store_get(j->m);
+    t->fast = kt_store_count_records(st, &kf, &kc) == 0 && kc.total == t->known;
+    kt_jobs_store_put(j->m, st);
+    st = NULL;
     int n = kt_search_family_propose(j->fam, r->task, r->n, &states);
-    if (n < 0)
-        return n;
-    if (n == 0) {
+    t->fast = 0;
+    tp[1] = kt_time_mono();
+    if (n <= 0) {
+        cpu_leave(j->m);
+        if (n < 0)
+            return n;
         free(states);
         KT_INFO("job %" PRId64 ": task %d has no new candidates", j->id, r->task);
         return kt_scheduler_complete(j->sched, r->task, NULL, 0);
@@ -679,7 +830,7 @@ static int round_run(job_round_t *r)
     cand_t *c = calloc((size_t)n, sizeof *c);
     int *idx = calloc((size_t)n, sizeof *idx);
     double *costs = calloc((size_t)n, sizeof *costs);
-    int rc = 0;
+    int rc = 0, in_cpu = 1;
     if (!c || !idx || !costs) {
         for (int i = 0; i < n; i++)
             kt_sched_state_free(states[i]);
@@ -705,6 +856,10 @@ static int round_run(job_round_t *r)
         else
             cand_error(&c[i], KT_MEASURE_INSTANTIATION_ERROR, "%s", kt_err_msg());
     }
+
+    cpu_leave(j->m);
+    in_cpu = 0;
+    tp[2] = kt_time_mono();
 
     /* Build: the made candidates over the live workers (and the reference
      * with the first part until it is built). */
@@ -746,6 +901,8 @@ static int round_run(job_round_t *r)
                 cand_error(&c[i], KT_MEASURE_UNKNOWN_ERROR, "%s",
                            "the reference kernel did not build, so the output cannot be checked");
 
+    tp[3] = kt_time_mono();
+
     /* Run: the built candidates over every free runner of the key, in
      * batches of at most KT_JOBS_MAX_RUN_BATCH. */
     int nr = 0;
@@ -776,11 +933,12 @@ static int round_run(job_round_t *r)
     if (job_stopping(j))
         goto aborted;
 
+    tp[4] = kt_time_mono();
+
     /* Commit, then tell the policy and the scheduler. */
-    st = kt_jobs_store_get(j->m);
-    rc = commit(j, t, st, c, n);
-    kt_jobs_store_put(j->m, st);
-    st = NULL;
+    rc = commit(j, t, c, n);
+    if (rc == 0)
+        t->known += n;
     if (rc != 0) {
         kt_err_prefix("storing the records of task %d", r->task);
         goto out;
@@ -801,7 +959,14 @@ static int round_run(job_round_t *r)
     j->reserved += n - r->n;
     r->n = n;   /* what is reserved now */
     pthread_mutex_unlock(&j->mu);
-    if ((rc = kt_search_family_feedback(j->fam, r->task, states, costs, n)) != 0)
+    /* Training the model (xgb) is the other CPU-bound step; a stopping job
+     * still feeds back what it committed. */
+    in_cpu = cpu_enter(j, 1) == 0;
+    rc = kt_search_family_feedback(j->fam, r->task, states, costs, n);
+    if (in_cpu)
+        cpu_leave(j->m);
+    in_cpu = 0;
+    if (rc != 0)
         goto out;
     tl_point.set = 0;
     if ((rc = kt_scheduler_complete(j->sched, r->task, costs, n)) != 0)
@@ -817,12 +982,19 @@ static int round_run(job_round_t *r)
     }
     if (j->m->m_rounds)
         kt_metrics_add(j->m->m_rounds, NULL, 1);
-    KT_DEBUG("job %" PRId64 ": task %d round of %d done, %d valid", j->id, r->task, n, valid);
+    tp[5] = kt_time_mono();
+    KT_DEBUG("job %" PRId64 ": task %d round of %d done, %d valid; ms wait-cpu %.1f propose %.1f "
+             "make %.1f build %.1f run %.1f commit %.1f", j->id, r->task, n, valid,
+             (t_cpu - tp[0]) * 1e3, (tp[1] - t_cpu) * 1e3,
+             (tp[2] - tp[1]) * 1e3, (tp[3] - tp[2]) * 1e3, (tp[4] - tp[3]) * 1e3,
+             (tp[5] - tp[4]) * 1e3);
     goto out;
 aborted:
     rc = 0;
     kt_scheduler_abort(j->sched, r->task);
 out:
+    if (in_cpu)
+        cpu_leave(j->m);
     if (rc != 0 && kt_scheduler_in_flight(j->sched, r->task))
         kt_scheduler_abort(j->sched, r->task);
     if (st)
@@ -920,8 +1092,13 @@ static void *job_main(void *arg)
         } else {
             int total, free_;
             key_runners(m->reg, key, &total, &free_);
-            /* One round per runner measuring, plus one being searched. */
-            int limit = (total > 0 ? total : 1) + 1;
+            /* Rounds in flight follow the runners: enough candidates for
+             * every runner of the key twice (one part measuring, one
+             * queued behind it), plus one round per CPU slot being
+             * searched meanwhile. More would only pick tasks earlier. */
+            int per_round = kt_scheduler_measures_per_round(j->sched);
+            per_round = per_round > 0 ? per_round : 1;
+            int limit = (2 * (total > 0 ? total : 1) + per_round - 1) / per_round + m->cpu_slots;
             while (in_flight < limit && !job_stopping(j)) {
                 int task, n;
                 int rc = kt_scheduler_next(j->sched, &task, &n);
@@ -1038,6 +1215,7 @@ static void job_free(job_t *j)
 static int preload(int task, const kt_record_t *r, void *ctx)
 {
     job_t *j = ctx;
+    j->tasks[task].known++;
     double cost = r->error_code == KT_MEASURE_NO_ERROR ? r->mean_cost : -1;
     if (kt_search_preload(j->tasks[task].policy, r->state_json, cost) != 0)
         KT_DEBUG("job %" PRId64 ": task %d: stored state skipped: %s", j->id, task, kt_err_msg());
@@ -1284,7 +1462,7 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
                           .policy = policy,
                           .options_json = opts_text,
                           .priority = in->priority};
-    pthread_mutex_lock(&m->store_mu);
+    kt_jobs_store_get(m);
     for (int i = 0; rc == 0 && i < n; i++)
         rc = kt_store_put_workload(m->store, kt_workload_key(wl[i]), kt_workload_json(wl[i]),
                                    kt_workload_flops(wl[i]));
@@ -1295,7 +1473,7 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
         rc = kt_err_code();
         kt_store_set_job_state(m->store, job.id, "failed");
     }
-    pthread_mutex_unlock(&m->store_mu);
+    kt_jobs_store_put(m, m->store);
     if (rc != 0)
         goto out;
     if ((rc = job_start(m, j)) != 0) {
@@ -1314,15 +1492,34 @@ out:
 
 /* ---- Store handles ----------------------------------------------------------------------------- */
 
+/* First come, first served, and re-entrant for the holder (a policy asks
+ * the store through has_measured while a job is loaded under it). A plain
+ * mutex is not fair: a search asking has_measured in a loop would take it
+ * again and again while a round waiting to COMMIT starves. */
 kt_store_t *kt_jobs_store_get(kt_jobs_t *m)
 {
+    pthread_t self = pthread_self();
     pthread_mutex_lock(&m->store_mu);
+    if (m->store_depth > 0 && pthread_equal(m->store_owner, self)) {
+        m->store_depth++;
+    } else {
+        uint64_t me = m->store_next++;
+        while (me != m->store_serving || m->store_depth > 0)
+            pthread_cond_wait(&m->store_cv, &m->store_mu);
+        m->store_serving++;
+        m->store_owner = self;
+        m->store_depth = 1;
+    }
+    pthread_mutex_unlock(&m->store_mu);
     return m->store;
 }
 
 void kt_jobs_store_put(kt_jobs_t *m, kt_store_t *s)
 {
     (void)s;
+    pthread_mutex_lock(&m->store_mu);
+    if (--m->store_depth == 0)
+        pthread_cond_broadcast(&m->store_cv);
     pthread_mutex_unlock(&m->store_mu);
 }
 
@@ -1342,7 +1539,7 @@ int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms)
 {
     job_t *j = kt_jobs_find(m, id);
     if (!j) {
-        pthread_mutex_lock(&m->store_mu);
+        kt_jobs_store_get(m);
         kt_store_job_info_t *info = NULL;
         int rc = kt_store_get_job(m->store, id, &info);
         if (rc == 0) {
@@ -1351,7 +1548,7 @@ int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms)
         } else if (rc == KT_ENOTFOUND) {
             kt_err_set(KT_ENOTFOUND, "no job %lld", (long long)id);
         }
-        pthread_mutex_unlock(&m->store_mu);
+        kt_jobs_store_put(m, m->store);
         return rc;
     }
     pthread_mutex_lock(&j->mu);
@@ -1449,15 +1646,14 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     }
     pthread_mutex_init(&m->mu, NULL);
     cond_init_mono(&m->cv);
-    /* Recursive: a policy may ask the store (has_measured) while a job is
-     * being loaded under the lock. */
-    pthread_mutexattr_t ma;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&m->store_mu, &ma);
-    pthread_mutexattr_destroy(&ma);
+    pthread_mutex_init(&m->commit_mu, NULL);
+    pthread_cond_init(&m->commit_cv, NULL);
+    pthread_mutex_init(&m->store_mu, NULL);
+    pthread_cond_init(&m->store_cv, NULL);
     m->t = t;
     m->reg = kt_tracker_registry(t);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    m->cpu_slots = ncpu < 1 ? 1 : ncpu > 256 ? 256 : (int)ncpu;
     if (!(m->db = kt_strdup(db_path && *db_path ? db_path : KT_JOBS_DEFAULT_DB)))
         goto fail;
     if (!(m->store = kt_store_open(m->db, KT_STORE_CREATE))) {
@@ -1492,19 +1688,19 @@ int kt_jobs_start(kt_jobs_t *m)
     for (int s = 0; s < 2; s++) {
         int64_t *ids = NULL;
         size_t n = 0;
-        pthread_mutex_lock(&m->store_mu);
+        kt_jobs_store_get(m);
         int rc = kt_store_list_jobs(m->store, resume[s], &ids, &n);
-        pthread_mutex_unlock(&m->store_mu);
+        kt_jobs_store_put(m, m->store);
         if (rc != 0)
             return rc;
         for (size_t i = 0; i < n; i++) {
-            pthread_mutex_lock(&m->store_mu);
+            kt_jobs_store_get(m);
             job_t *j = job_load(m, m->store, ids[i]);
             if (!j) {
                 KT_ERROR("cannot resume: %s", kt_err_msg());
                 kt_store_set_job_state(m->store, ids[i], "failed");
             }
-            pthread_mutex_unlock(&m->store_mu);
+            kt_jobs_store_put(m, m->store);
             if (j && job_start(m, j) != 0) {
                 KT_ERROR("job %" PRId64 ": %s", ids[i], kt_err_msg());
                 job_free(j);
@@ -1523,6 +1719,7 @@ void kt_jobs_stop(kt_jobs_t *m)
         return;
     atomic_store(&m->stopping, 1);
     pthread_mutex_lock(&m->mu);
+    pthread_cond_broadcast(&m->cv);   /* rounds waiting for a CPU slot */
     job_t *list = m->jobs;
     pthread_mutex_unlock(&m->mu);
     for (job_t *j = list; j; j = j->next) {
@@ -1548,8 +1745,11 @@ void kt_jobs_free(kt_jobs_t *m)
     }
     kt_store_close(m->store);
     pthread_mutex_destroy(&m->store_mu);
+    pthread_cond_destroy(&m->store_cv);
     free(m->db);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->commit_cv);
+    pthread_mutex_destroy(&m->commit_mu);
     free(m);
 }

@@ -16,8 +16,12 @@
  *   the policy -> complete the scheduler's round.
  *
  * A measurement counts once its COMMIT returned: only then do the policy and
- * the scheduler see it. Rounds of different tasks overlap (as many as the
- * key has runners, plus one being searched), so search overlaps measurement.
+ * the scheduler see it; rounds that finish together share one transaction.
+ * Rounds of different tasks overlap: as many as give every runner of the
+ * key two parts (one measuring, one queued), plus one per core being
+ * searched, so search overlaps measurement. The CPU-bound steps (propose
+ * and make, feedback) of all jobs' rounds run in FIFO slots, one per core;
+ * feedback goes first.
  * A part whose runner fails (dropped, unreachable, deadline) is re-queued to
  * another runner; its states are measured once. States measured before, by
  * this job or any other in the store, are never proposed again.

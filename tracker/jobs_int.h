@@ -28,6 +28,12 @@ typedef struct {
     const char *target;
     kt_search_candidate_t ref;   /* the reference kernel (source made once) */
     int have_ref;
+    /* Records of (key, target) the policy knows (preloaded or committed by
+     * this task). While the store holds no others, a state the policy has
+     * not seen was measured by nobody and has_measured need not ask the
+     * store for each state a search considers: `fast` is set per round. */
+    int64_t known;
+    int fast;
     uint8_t *ref_art;            /* its built artifact, once built */
     size_t ref_len;
     char ref_hash[17];
@@ -69,7 +75,8 @@ struct kt_jobs {
     kt_tracker_t *t;
     kt_registry_t *reg;
     char *db;
-    /* The one store handle of the process, under store_mu. One only:
+    /* The one store handle of the process, taken with kt_jobs_store_get
+     * (a fair, re-entrant lock over store_mu). One only:
      * kt_store_open() reads the file's header with a plain open()/close(),
      * and a close() drops every POSIX lock this process holds on the file,
      * including the shared lock SQLite keeps for open WAL connections; then
@@ -77,11 +84,28 @@ struct kt_jobs {
      * deletes the WAL under it. Every use is short (no handle is held while
      * waiting for peers or a client). */
     kt_store_t *store;
-    pthread_mutex_t store_mu;
+    pthread_mutex_t store_mu;         /* guards the fields below, held briefly */
+    pthread_cond_t store_cv;
+    uint64_t store_next, store_serving;   /* tickets: next to hand out, next to enter */
+    pthread_t store_owner;            /* the holder, while store_depth > 0 */
+    int store_depth;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job_t *jobs;
     atomic_int stopping;
+    /* The CPU-bound steps of rounds (propose + make, feedback) of all jobs
+     * run at most cpu_slots at a time, in arrival order: more would only
+     * share the cores, delay every round's first measurement and starve the
+     * RPC threads (heartbeats, Run replies). Under mu. */
+    int cpu_slots, cpu_busy;
+    struct cpu_waiter *cpu_queue;     /* rounds waiting for a slot, first first */
+    /* Group commit: rounds that finish while another round's COMMIT is
+     * running (an fsync) are written together in the next transaction, so
+     * the store sees one fsync per group instead of one per round. */
+    pthread_mutex_t commit_mu;
+    pthread_cond_t commit_cv;
+    struct commit_req *commit_queue;
+    int committing;
     kt_metric_t *m_measurements, *m_rounds, *m_jobs, *m_rpc;
 };
 

@@ -1,7 +1,6 @@
 /* ktune-worker: builds batches of candidates for the tracker. */
 #include <dirent.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -280,6 +279,29 @@ static void remove_dir(const char *dir)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* The worker's own options. */
+typedef struct {
+    long jobs;
+    const char *cache_dir;
+} worker_args_t;
+
+static int worker_option(void *user, int c, const char *arg)
+{
+    worker_args_t *a = user;
+    char *end;
+    switch (c) {
+    case 'j':
+        a->jobs = strtol(arg, &end, 10);
+        if (*end || a->jobs < 1 || a->jobs > 1024) {
+            fprintf(stderr, "ktune-worker: --jobs wants 1..1024, got '%s'\n", arg);
+            return 2;
+        }
+        return 0;
+    case 'D': a->cache_dir = arg; return 0;
+    default: usage(stderr); return 2;
+    }
+}
+
 int main(int argc, char **argv)
 {
     kt_log_set_name(argv[0]);
@@ -287,57 +309,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "ktune-worker: %s\n", kt_err_msg());
         return 2;
     }
-    static const struct option opts[] = {
-        {"tracker", required_argument, 0, 'T'},    {"jobs", required_argument, 0, 'j'},
-        {"cache-dir", required_argument, 0, 'D'},  {"listen", required_argument, 0, 'l'},
-        {"advertise", required_argument, 0, 'A'},  {"token-file", required_argument, 0, 't'},
-        {"tls-cert", required_argument, 0, 'c'},   {"tls-key", required_argument, 0, 'k'},
-        {"tls-ca", required_argument, 0, 'C'},     {"version", no_argument, 0, 'V'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
-    const char *listen = "127.0.0.1:0", *token_file = getenv("KT_TOKEN_FILE");
-    const char *cert = NULL, *key = NULL, *ca = NULL, *tracker = NULL, *advertise = NULL;
-    const char *cache_dir = NULL;
-    long jobs = sysconf(_SC_NPROCESSORS_ONLN);
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end;
-        switch (c) {
-        case 'V': printf("ktune-worker %s\n", KT_VERSION); return 0;
-        case 'h': usage(stdout); return 0;
-        case 'T': tracker = optarg; break;
-        case 'j':
-            jobs = strtol(optarg, &end, 10);
-            if (*end || jobs < 1 || jobs > 1024) {
-                fprintf(stderr, "ktune-worker: --jobs wants 1..1024, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'D': cache_dir = optarg; break;
-        case 'l': listen = optarg; break;
-        case 'A': advertise = optarg; break;
-        case 't': token_file = optarg; break;
-        case 'c': cert = optarg; break;
-        case 'k': key = optarg; break;
-        case 'C': ca = optarg; break;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "ktune-worker: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return 2;
-    }
-    if ((cert == NULL) != (key == NULL)) {
-        fprintf(stderr, "ktune-worker: --tls-cert and --tls-key go together\n");
-        return 2;
-    }
-    if (jobs < 1)
-        jobs = 1;
-    char *token = NULL;
-    if (token_file && *token_file && !(token = kt_token_read(token_file))) {
-        KT_ERROR("%s", kt_err_msg());
-        return 1;
-    }
+    static const struct option opts[] = {{"jobs", required_argument, 0, 'j'},
+                                         {"cache-dir", required_argument, 0, 'D'},
+                                         {0, 0, 0, 0}};
+    worker_args_t a = {.jobs = sysconf(_SC_NPROCESSORS_ONLN)};
+    kt_peer_cmdline_t cl;
+    int exit_code = kt_peer_cmdline_parse(&cl, "ktune-worker", argc, argv, opts, worker_option,
+                                          &a, usage);
+    if (exit_code >= 0)
+        return exit_code;
+    long jobs = a.jobs < 1 ? 1 : a.jobs;
+    const char *cache_dir = a.cache_dir;
     char private_dir[4096] = "";
     if (!cache_dir) {
         const char *tmp = getenv("TMPDIR");
@@ -345,85 +327,57 @@ int main(int argc, char **argv)
                  tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(private_dir)) {
             KT_ERROR("cannot make a cache directory %s: %s", private_dir, strerror(errno));
-            free(token);
             return 1;
         }
         cache_dir = private_dir;
     }
-
-    /* Blocked before any thread exists so that every thread inherits the
-     * mask and the signals reach only sigwait below. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     static worker_ctx_t x;
     pthread_mutex_init(&x.mu, NULL);
     x.jobs = (int)jobs;
     x.cache_dir = cache_dir;
     int rc = 1;
-    kt_peer_agent_t *agent = NULL;
-    kt_rpc_server_opts_t so = {.listen = listen, .token = token, .tls_cert = cert, .tls_key = key};
-    kt_rpc_server_t *srv = kt_rpc_server_new(&so);
-    if (!srv || kt_rpc_server_add_health(srv, "Worker", "worker") != 0 ||
-        kt_rpc_server_add_unary(srv, "/ktune.v1.Worker/Build",
-                                &ktune__v1__build_request__descriptor,
-                                &ktune__v1__build_response__descriptor, h_build, &x) != 0 ||
-        kt_rpc_server_start(srv) != 0) {
+    kt_peer_service_t svc = {.health_service = "Worker",
+                             .role = "worker",
+                             .method = "/ktune.v1.Worker/Build",
+                             .req_desc = &ktune__v1__build_request__descriptor,
+                             .resp_desc = &ktune__v1__build_response__descriptor,
+                             .fn = h_build,
+                             .user = &x};
+    kt_peer_daemon_t *d = kt_peer_daemon_start(&cl, &svc);
+    if (!d) {
         KT_ERROR("%s", kt_err_msg());
         goto out;
     }
     KT_INFO("ktune-worker %s listening on %s (%s%s), %ld parallel builds", KT_VERSION,
-            kt_rpc_server_address(srv), cert ? "TLS" : "plaintext",
-            token ? ", token required" : "", jobs);
-    if (tracker) {
-        char addr[KT_REGISTRY_ADDR_MAX];
-        if (advertise)
-            snprintf(addr, sizeof addr, "%s", advertise);
-        else if (kt_peer_advertise_address(kt_rpc_server_address(srv), tracker, addr,
-                                           sizeof addr) != 0) {
-            KT_ERROR("%s", kt_err_msg());
-            goto out;
-        }
-        /* CUDA builds go through NVRTC, present when built with CUDA. */
-        char *targets[] = {"cpu", "cuda"};
-        Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
-        me.role = "worker";
-        me.address = addr;
-        me.capacity = (int32_t)jobs;
-        me.targets = targets;
-        me.n_targets = KT_HAVE_CUDA ? 2 : 1;
-        kt_peer_agent_opts_t ao = {.tracker = tracker, .token = token, .tls_ca = ca, .self = &me,
-                                   .in_flight = in_flight, .user = &x};
-        if (!(agent = kt_peer_agent_start(&ao))) {
-            KT_ERROR("%s", kt_err_msg());
-            goto out;
-        }
-        KT_INFO("registering with tracker %s at %s (targets cpu%s)", tracker, addr,
-                KT_HAVE_CUDA ? ", cuda" : "");
+            kt_peer_daemon_address(d), cl.tls_cert ? "TLS" : "plaintext",
+            kt_peer_daemon_has_token(d) ? ", token required" : "", jobs);
+    /* CUDA builds go through NVRTC, present when built with CUDA. */
+    char *targets[] = {"cpu", "cuda"};
+    Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
+    me.capacity = (int32_t)jobs;
+    me.targets = targets;
+    me.n_targets = KT_HAVE_CUDA ? 2 : 1;
+    const char *addr = NULL;
+    if (kt_peer_daemon_register(d, &me, in_flight, &x, &addr) != 0) {
+        KT_ERROR("%s", kt_err_msg());
+        goto out;
     }
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    if (addr)
+        KT_INFO("registering with tracker %s at %s (targets cpu%s)", cl.tracker, addr,
+                KT_HAVE_CUDA ? ", cuda" : "");
+    int sig = kt_peer_daemon_wait(d);
     KT_INFO("%s: stopping (in-flight builds get %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
             DRAIN_MS);
-    kt_peer_agent_stop(agent);
-    agent = NULL;
-    kt_rpc_server_stop(srv, DRAIN_MS);
-    srv = NULL;
+    kt_peer_daemon_stop(d, DRAIN_MS);
+    d = NULL;
     rc = 0;
     KT_INFO("stopped");
 out:
-    kt_peer_agent_stop(agent);
-    kt_rpc_server_stop(srv, 0);
+    kt_peer_daemon_stop(d, 0);
     for (int i = 0; i < MAX_BUILDERS; i++)
         kt_builder_free(x.slots[i].b);
     if (private_dir[0])
         remove_dir(private_dir);
-    if (token) {
-        memset(token, 0, strlen(token));
-        free(token);
-    }
     return rc;
 }
