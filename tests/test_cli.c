@@ -254,6 +254,32 @@ START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
 }
 END_TEST
 
+/* A FamilySeer policy through the embedded tracker: two matmul tasks of one
+ * family share a model; the job finishes with every trial stored once. */
+START_TEST(cli_tune_with_a_family_policy_finishes)
+{
+    char db[256];
+    snprintf(db, sizeof db, "%s/k.db", kt_test_dir);
+    char *out = NULL;
+    char *args[] = {"tune", "--workload",
+                    "[" MATMUL ", {\"workload\": {\"op\":\"matmul\",\"M\":32,\"N\":48,"
+                    "\"K\":64}, \"weight\": 2}]",
+                    "--trials", "16", "--per-round", "4", "--policy", "sketch.xgb.family-op",
+                    "--min-repeat-ms", "0", "--db", db, NULL};
+    int rc = ktune(args, &out);
+    ck_assert_msg(rc == 0 && strstr(out, "Job 1 done"), "exit %d: %s", rc, out);
+    free(out);
+    assert_nothing_left();
+    hashes_t h = store_records(db);
+    ck_assert_int_eq(h.n, 16);
+    ck_assert_int_eq(h.dups, 0);
+    char *st_args[] = {"status", "--db", db, NULL};
+    ck_assert_int_eq(ktune(st_args, &out), 0);
+    ck_assert_msg(strstr(out, "sketch.xgb.family-op"), "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(cli_tune_resumes_after_ctrl_c_without_measuring_twice)
 {
     char db[256];
@@ -545,6 +571,7 @@ int main(void)
     tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
     tcase_add_checked_fixture(tc, test_setup, NULL);
     tcase_add_test(tc, cli_tune_embedded_finishes_and_read_commands_use_the_store);
+    tcase_add_test(tc, cli_tune_with_a_family_policy_finishes);
     tcase_add_test(tc, cli_tune_resumes_after_ctrl_c_without_measuring_twice);
     tcase_add_test(tc, cli_bad_input_names_the_cause);
     tcase_add_test(tc, cli_export_cuda_writes_kernels_and_launches);
