@@ -48,6 +48,9 @@ static void usage(FILE *out)
             "  --threads N          OpenMP threads per kernel when a request sets none\n"
             "                       (default: the number of --cpus, else OpenMP's default)\n"
             "  --cpus LIST          pin timed children to these cores (\"0-3,6\")\n"
+            "  --timer wall|cpu     time runs by elapsed time (default, as TVM) or by the\n"
+            "                       CPU time of the timed child, which leaves out time it\n"
+            "                       was preempted on a shared host; cpu implies --threads 1\n"
             "  --drain-ms N         on SIGTERM, time the running batch may take (default %d)\n"
             "  --token-file F       shared token required from every caller and sent to the\n"
             "                       tracker (first line of F; default: $KT_TOKEN_FILE)\n"
@@ -98,6 +101,7 @@ typedef struct {
     int threads;              /* default OpenMP threads; 0 = leave OpenMP's default */
     const char *cpus;
     int cuda_device;          /* --device cuda:N: its ordinal; -1 for the CPU */
+    int timer;                /* KT_RUNNER_TIMER_*; CPU only with one thread */
 } runner_ctx_t;
 
 static int in_flight(void *user)
@@ -113,6 +117,7 @@ static int run_options(const runner_ctx_t *x, const Ktune__V1__RunRequest *in, k
     o->num_threads = x->threads;
     o->cpu_list = x->cpus;
     o->seed = in->seed;
+    o->timer = x->timer;
     const Ktune__V1__MeasureOptions *m = in->options;
     if (!m)
         return 0;
@@ -130,6 +135,10 @@ static int run_options(const runner_ctx_t *x, const Ktune__V1__RunRequest *in, k
     o->check_correctness = m->check_correctness;
     if (m->num_threads)
         o->num_threads = m->num_threads;
+    if (x->timer == KT_RUNNER_TIMER_CPU && o->num_threads != 1) {
+        *why = "this runner times by CPU time (--timer cpu) and runs kernels with one thread";
+        return KT_EINVAL;
+    }
     return 0;
 }
 
@@ -378,7 +387,7 @@ static void *drain_watchdog(void *arg)
 
 /* The runner's own options. */
 typedef struct {
-    const char *dev_key, *device, *cpus;
+    const char *dev_key, *device, *cpus, *timer;
     long threads, drain_ms;
 } runner_args_t;
 
@@ -390,6 +399,13 @@ static int runner_option(void *user, int c, const char *arg)
     case 'K': a->dev_key = arg; return 0;
     case 'D': a->device = arg; return 0;
     case 'P': a->cpus = arg; return 0;
+    case 'm':
+        if (strcmp(arg, "wall") != 0 && strcmp(arg, "cpu") != 0) {
+            fprintf(stderr, "ktune-runner: --timer is wall or cpu, not '%s'\n", arg);
+            return 2;
+        }
+        a->timer = arg;
+        return 0;
     case 'n':
         a->threads = strtol(arg, &end, 10);
         if (*end || a->threads < 1 || a->threads > 4096) {
@@ -418,8 +434,10 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"key", required_argument, 0, 'K'},      {"device", required_argument, 0, 'D'},
         {"threads", required_argument, 0, 'n'},  {"cpus", required_argument, 0, 'P'},
-        {"drain-ms", required_argument, 0, 'd'}, {0, 0, 0, 0}};
-    runner_args_t a = {.dev_key = "cpu", .device = "cpu", .drain_ms = DEFAULT_DRAIN_MS};
+        {"drain-ms", required_argument, 0, 'd'}, {"timer", required_argument, 0, 'm'},
+        {0, 0, 0, 0}};
+    runner_args_t a = {.dev_key = "cpu", .device = "cpu", .timer = "wall",
+                       .drain_ms = DEFAULT_DRAIN_MS};
     kt_peer_cmdline_t cl;
     int exit_code = kt_peer_cmdline_parse(&cl, "ktune-runner", argc, argv, opts, runner_option,
                                           &a, usage);
@@ -465,6 +483,19 @@ int main(int argc, char **argv)
     static runner_ctx_t x;
     pthread_mutex_init(&x.run_mu, NULL);
     x.threads = threads ? (int)threads : (cpus ? cores : 0);
+    x.timer = strcmp(a.timer, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
+    if (x.timer == KT_RUNNER_TIMER_CPU) {
+        if (cuda_ordinal >= 0) {
+            fprintf(stderr, "ktune-runner: --timer cpu times CPU kernels; a GPU is timed by its events\n");
+            return 2;
+        }
+        if (threads > 1) {
+            fprintf(stderr, "ktune-runner: --timer cpu needs --threads 1 (the CPU time of several "
+                            "threads adds up)\n");
+            return 2;
+        }
+        x.threads = 1;
+    }
     x.cpus = cpus;
     x.cuda_device = cuda_ordinal;
     kt_peer_service_t svc = {.health_service = "Runner",

@@ -197,10 +197,12 @@ static proc_t *start_tracker(const char *listen, const char *token_file, char ad
     return t;
 }
 
+/* Runners time by CPU time: the test machine is shared, and every job test
+ * then goes through the CPU timer (the runner's own tests cover wall time). */
 static proc_t *start_runner(const char *name, const char *tracker, const char *token_env)
 {
     char *args[] = {"--listen", "127.0.0.1:0", "--key", "cpu-test", "--threads", "1",
-                    tracker ? "--tracker" : NULL, (char *)tracker, NULL};
+                    "--timer", "cpu", tracker ? "--tracker" : NULL, (char *)tracker, NULL};
     return spawn(name, "server/ktune-runner", args, token_env);
 }
 
@@ -724,6 +726,16 @@ START_TEST(service_runner_refuses_cuda_device_and_bad_options)
     ws = reap(r, WAIT_MS);
     ck_assert_int_eq(WEXITSTATUS(ws), 2);
     ck_assert(wait_log(r, "--key wants", 0));
+    char *bad_timer[] = {"--timer", "cpu", "--threads", "4", NULL};
+    r = spawn("runner-timer", "server/ktune-runner", bad_timer, NULL);
+    ws = reap(r, WAIT_MS);
+    ck_assert_int_eq(WEXITSTATUS(ws), 2);
+    ck_assert(wait_log(r, "needs --threads 1", 0));
+    char *bad_timer2[] = {"--timer", "tsc", NULL};
+    r = spawn("runner-timer2", "server/ktune-runner", bad_timer2, NULL);
+    ws = reap(r, WAIT_MS);
+    ck_assert_int_eq(WEXITSTATUS(ws), 2);
+    ck_assert(wait_log(r, "--timer is wall or cpu", 0));
 }
 END_TEST
 
