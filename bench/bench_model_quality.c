@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_local.h"
 #include "feature/feature.h"
 #include "measure/measurer.h"
 #include "model/model.h"
@@ -468,24 +469,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "--n must be >= 10\n");
         return 2;
     }
-    setenv("OMP_NUM_THREADS", "1", 1);
-    kt_builder_opts_t bo;
-    kt_builder_opts_default(&bo);
-    bo.timeout = 60;
-    kt_builder_t *b = kt_builder_new(&bo);
-    if (!b)
-        die("builder");
-    kt_runner_opts_t ro;
-    kt_runner_opts_default(&ro);
-    ro.num_threads = 1;
-    ro.timer = timer;
-    ro.min_repeat_ms = min_repeat_ms;
-    ro.repeat = repeat > 0 ? repeat : 1;
-    ro.timeout = 20;
-    kt_runner_t *r = kt_runner_new(&ro);
-    kt_measurer_t *m = r ? kt_measurer_new(b, r, -1) : NULL;
+    kt_builder_t *b;
+    kt_runner_t *r;
+    kt_bench_local("bench_model_quality", min_repeat_ms, repeat, timer, &b, &r);
+    kt_measurer_t *m = kt_measurer_new(b, r, -1);
     if (!m)
-        die("runner");
+        die("measurer");
     printf("bench_model_quality: %d random states per workload, one thread; held-out 20%%\n"
            "%-10s %11s %11s %20s  %8s  %8s   %8s  %8s  %7s\n",
            nstates, "workload", "valid", "train/test", "latency ms", "xgb acc", "top32",

@@ -9,7 +9,7 @@
  * measurement) after 25%, 50% and 100% of the trials.
  *
  *   bench_scheduler [--trials 1000] [--tasks K] [--per-round 16]
- *                   [--population 2048] [--min-repeat-ms 100] [--seed 0]
+ *                   [--population 2048] [--min-repeat-ms 100] [--seed 0] [--timer wall|cpu]
  *   bench_scheduler --analytic
  *
  * --per-round defaults to 16, not TVM's 64: with 23 tasks and 1,000 trials,
@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_local.h"
 #include "measure/measurer.h"
 #include "net/net.h"
 #include "scheduler/scheduler.h"
@@ -242,6 +243,7 @@ int main(int argc, char **argv)
 {
     int64_t trials = 1000;
     int ntasks = 0, per_round = 16, population = 2048, min_repeat_ms = 100;
+    int timer = KT_RUNNER_TIMER_WALL;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -262,6 +264,8 @@ int main(int argc, char **argv)
             population = atoi(v);
         else if (strcmp(a, "--min-repeat-ms") == 0)
             min_repeat_ms = atoi(v);
+        else if (strcmp(a, "--timer") == 0)
+            timer = strcmp(v, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, NULL, 10);
         else {
@@ -295,21 +299,9 @@ int main(int argc, char **argv)
                                          .workload_key = kt_workload_key(wl[i])};
     }
 
-    kt_builder_opts_t bo;
-    kt_builder_opts_default(&bo);
-    bo.timeout = 60;
-    kt_builder_t *b = kt_builder_new(&bo);
-    if (!b)
-        die("builder");
-    kt_runner_opts_t ro;
-    kt_runner_opts_default(&ro);
-    ro.num_threads = 1;
-    ro.min_repeat_ms = min_repeat_ms;
-    ro.timeout = 20;
-    ro.tolerance = 1e-2;   /* as bench_search: reordered float reductions of correct kernels */
-    kt_runner_t *r = kt_runner_new(&ro);
-    if (!r)
-        die("runner");
+    kt_builder_t *b;
+    kt_runner_t *r;
+    kt_bench_local("bench_scheduler", min_repeat_ms, 1, timer, &b, &r);
     kt_sched_params_t sp;
     kt_sched_params_default(&sp);
     sp.num_cores = 1;

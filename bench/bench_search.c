@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_local.h"
 #include "measure/measurer.h"
 #include "search/search.h"
 #include "util/err.h"
@@ -174,23 +175,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bad options\n");
         return 2;
     }
-    setenv("OMP_NUM_THREADS", "1", 1);
-
-    kt_builder_opts_t bo;
-    kt_builder_opts_default(&bo);
-    bo.timeout = 60;
-    kt_builder_t *b = kt_builder_new(&bo);
-    if (!b)
-        die("builder");
-    kt_runner_opts_t ro;
-    kt_runner_opts_default(&ro);
-    ro.num_threads = 1;
-    ro.timer = timer;
-    ro.min_repeat_ms = min_repeat_ms;
-    ro.timeout = 20;
-    kt_runner_t *r = kt_runner_new(&ro);
-    if (!r)
-        die("runner");
+    kt_builder_t *b;
+    kt_runner_t *r;
+    kt_bench_local("bench_search", min_repeat_ms, 1, timer, &b, &r);
 
     printf("bench_search: best latency (ms, mean over %d seeds; min..max) after N trials, "
            "%d per round, population %d, one thread\n",

@@ -1,0 +1,38 @@
+/* The local builder and runner the measuring benches share: candidates are
+ * compiled with a generous timeout (a loaded machine compiles slowly) and
+ * timed with one thread, `repeat` repeats of at least min_repeat_ms, by the
+ * given timer (KT_RUNNER_TIMER_CPU on a shared machine). Exits with a
+ * message naming `bench` when either cannot be made. The caller frees both
+ * with kt_runner_free and kt_builder_free. Header-only: benches are single
+ * files. */
+#ifndef KT_BENCH_LOCAL_H
+#define KT_BENCH_LOCAL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "measure/builder.h"
+#include "measure/runner.h"
+#include "util/err.h"
+
+static inline void kt_bench_local(const char *bench, int min_repeat_ms, int repeat, int timer,
+                                  kt_builder_t **b, kt_runner_t **r)
+{
+    setenv("OMP_NUM_THREADS", "1", 1);
+    kt_builder_opts_t bo;
+    kt_builder_opts_default(&bo);
+    bo.timeout = 60;
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.num_threads = 1;
+    ro.timer = timer;
+    ro.min_repeat_ms = min_repeat_ms;
+    ro.repeat = repeat > 0 ? repeat : 1;
+    ro.timeout = 20;
+    if (!(*b = kt_builder_new(&bo)) || !(*r = kt_runner_new(&ro))) {
+        fprintf(stderr, "%s: local builder and runner: %s\n", bench, kt_err_msg());
+        exit(1);
+    }
+}
+
+#endif
