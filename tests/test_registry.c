@@ -817,6 +817,14 @@ START_TEST(peer_daemon_cmdline_parses_common_and_own_options)
     ck_assert_int_eq(parse(2, unknown, &cl, &o), 2);
     char *help[] = {"prog", "--help", NULL};
     ck_assert_int_eq(parse(2, help, &cl, &o), 0);
+
+    /* An own option reusing a common option's code is refused, not taken
+     * for the common one. */
+    static const struct option clash[] = {{"timer", required_argument, 0, 'T'}, {0, 0, 0, 0}};
+    char *with_clash[] = {"prog", "--timer", "cpu", NULL};
+    ck_assert_int_eq(kt_peer_cmdline_parse(&cl, "ktune-test", 3, with_clash, clash, own_option,
+                                           &o, no_usage), 2);
+    ck_assert_ptr_null(cl.tracker);
 }
 END_TEST
 

@@ -33,8 +33,17 @@ int kt_peer_cmdline_parse(kt_peer_cmdline_t *cl, const char *prog, int argc, cha
     size_t n = 0;
     for (size_t i = 0; i < NCOMMON; i++)
         opts[n++] = common_opts[i];
-    for (size_t i = 0; extra && extra[i].name && n + 1 < MAX_OPTS; i++)
+    for (size_t i = 0; extra && extra[i].name && n + 1 < MAX_OPTS; i++) {
+        /* A daemon's own option must not reuse a common option's code: the
+         * switch below would take it for the common one. */
+        for (size_t k = 0; k < NCOMMON; k++)
+            if (extra[i].val == common_opts[k].val) {
+                fprintf(stderr, "%s: option --%s clashes with --%s (code '%c')\n", prog,
+                        extra[i].name, common_opts[k].name, common_opts[k].val);
+                return 2;
+            }
         opts[n++] = extra[i];
+    }
     opts[n] = (struct option){0, 0, 0, 0};
     int c;
     optind = 0;   /* GNU getopt: start over completely (a process may parse twice) */
