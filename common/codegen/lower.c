@@ -74,6 +74,10 @@ static int64_t unroll_walk(ctx_t *c, int node, int stage, int64_t max_step, int 
 
 /* ---- nest construction -------------------------------------------------------- */
 
+/* Most elements of a register tile whose load and store are fully unrolled:
+ * 32 AVX-512 registers of 16 floats. */
+#define KT_LOWER_MAX_UNROLLED_TILE 512
+
 typedef void (*attach_fn)(ctx_t *c, int loop_i, int node, void *arg);
 
 /* A sub-nest over copies of the spatial loops nested inside loop `from`
@@ -86,6 +90,15 @@ static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const 
 {
     kt_lower_stmt_t s = *stmt;
     int cur = parent;
+    /* Full unrolling pays for a tile that fits the vector registers; a
+     * larger one only multiplies the code (and the compile time: a tile of
+     * thousands of elements took GCC past the build timeout). */
+    int64_t elems = 1;
+    for (int j = from + 1; j < nest->nloops; j++)
+        if (!nest->loops[j].reduce)
+            elems *= c->L->iters[iters[j]].extent;
+    if (elems > KT_LOWER_MAX_UNROLLED_TILE)
+        unroll = 0;
     for (int j = from + 1; j < nest->nloops && !c->rc; j++) {
         if (nest->loops[j].reduce)
             continue;
