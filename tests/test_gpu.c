@@ -238,13 +238,6 @@ static const kt_epilogue_t EPI_GELU[] = {KT_EPI_GELU};
 static const kt_epilogue_t EPI_ADD_RELU[] = {KT_EPI_ADD, KT_EPI_RELU};
 static const kt_epilogue_t EPI_ALL[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU, KT_EPI_ADD, KT_EPI_GELU};
 static const kt_epilogue_t EPI_BIAS_GELU[] = {KT_EPI_BIAS_ADD, KT_EPI_GELU};
-static const kt_epi_t EPI_MUL_BIAS_CLIP[] = {
-    {.op = KT_EPI_MULTIPLY}, {.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_CLIP, .lo = -0.25, .hi = 0.5}};
-static const kt_epi_t EPI_SIG_SCALE_TANH[] = {
-    {.op = KT_EPI_SIGMOID}, {.op = KT_EPI_MULTIPLY_SCALAR}, {.op = KT_EPI_TANH}};
-static const kt_epi_t EPI_BIAS_RELU6[] = {{.op = KT_EPI_BIAS_ADD},
-                                          {.op = KT_EPI_CLIP, .lo = 0, .hi = 6}};
-static const kt_epi_t EPI_X_BIAS_RELU[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_RELU}};
 
 START_TEST(gpu_matmul_states_compile_and_emulate)
 {
@@ -338,17 +331,7 @@ START_TEST(gpu_network_op_states_compile_and_emulate)
 {
     kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1);
     FAMILY("network ops",
-           {"dense+multiply+bias+clip", kt_ops_dense_ex(5, 12, 16, EPI_MUL_BIAS_CLIP, 3)},
-           {"conv+sigmoid+scale+tanh", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 6, 6, 4, 4, 3, 3, 0, &s1p1,
-                                                     EPI_SIG_SCALE_TANH, 3)},
-           {"group conv nchw g2 s2 +bias+relu", kt_ops_conv2d(KT_LAYOUT_NCHW, 1, 9, 7, 4, 6, 3, 3,
-                                                             2, &s2p1, EPI_X_BIAS_RELU, 2)},
-           {"depthwise nchw x2 +bias+relu6", kt_ops_depthwise_conv2d(KT_LAYOUT_NCHW, 1, 8, 8, 4, 2,
-                                                                     3, 3, &s1p1, EPI_BIAS_RELU6, 2)},
-           {"max pool nchw +bias+relu6", kt_ops_pool2d(KT_LAYOUT_NCHW, KT_POOL_MAX, 1, 9, 9, 4, 3,
-                                                       3, &s2p1, EPI_BIAS_RELU6, 2)},
-           {"global avg pool nchw +relu", kt_ops_global_avg_pool(KT_LAYOUT_NCHW, 2, 5, 7, 6,
-                                                                 EPI_X_BIAS_RELU + 1, 1)});
+           KT_TEST_NETWORK_OP_DAGS(s1p1, s2p1));
 }
 END_TEST
 
