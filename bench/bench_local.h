@@ -15,6 +15,17 @@
 #include "measure/runner.h"
 #include "util/err.h"
 
+/* A bench's --timer value; exits 2 naming `bench` for anything but wall or cpu. */
+static inline int kt_bench_timer(const char *bench, const char *name)
+{
+    int t = kt_runner_timer_parse(name);
+    if (t < 0) {
+        fprintf(stderr, "%s: --timer is wall or cpu, not '%s'\n", bench, name ? name : "");
+        exit(2);
+    }
+    return t;
+}
+
 static inline void kt_bench_local(const char *bench, int min_repeat_ms, int repeat, int timer,
                                   kt_builder_t **b, kt_runner_t **r)
 {

@@ -439,7 +439,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--timer") == 0)
-            timer = strcmp(v, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
+            timer = kt_bench_timer("bench_model_quality", v);
         else if (strcmp(a, "--min-repeat-ms") == 0)
             min_repeat_ms = atoi(v);
         else if (strcmp(a, "--workload") == 0)

@@ -153,7 +153,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--population") == 0)
             population = atoi(v);
         else if (strcmp(a, "--timer") == 0)
-            timer = strcmp(v, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
+            timer = kt_bench_timer("bench_search", v);
         else if (strcmp(a, "--min-repeat-ms") == 0)
             min_repeat_ms = atoi(v);
         else if (strcmp(a, "--workload") == 0)

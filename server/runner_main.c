@@ -387,7 +387,8 @@ static void *drain_watchdog(void *arg)
 
 /* The runner's own options. */
 typedef struct {
-    const char *dev_key, *device, *cpus, *timer;
+    const char *dev_key, *device, *cpus;
+    int timer;                /* KT_RUNNER_TIMER_* */
     long threads, drain_ms;
 } runner_args_t;
 
@@ -400,11 +401,10 @@ static int runner_option(void *user, int c, const char *arg)
     case 'D': a->device = arg; return 0;
     case 'P': a->cpus = arg; return 0;
     case 'm':
-        if (strcmp(arg, "wall") != 0 && strcmp(arg, "cpu") != 0) {
+        if ((a->timer = kt_runner_timer_parse(arg)) < 0) {
             fprintf(stderr, "ktune-runner: --timer is wall or cpu, not '%s'\n", arg);
             return 2;
         }
-        a->timer = arg;
         return 0;
     case 'n':
         a->threads = strtol(arg, &end, 10);
@@ -436,7 +436,7 @@ int main(int argc, char **argv)
         {"threads", required_argument, 0, 'n'},  {"cpus", required_argument, 0, 'P'},
         {"drain-ms", required_argument, 0, 'd'}, {"timer", required_argument, 0, 'm'},
         {0, 0, 0, 0}};
-    runner_args_t a = {.dev_key = "cpu", .device = "cpu", .timer = "wall",
+    runner_args_t a = {.dev_key = "cpu", .device = "cpu", .timer = KT_RUNNER_TIMER_WALL,
                        .drain_ms = DEFAULT_DRAIN_MS};
     kt_peer_cmdline_t cl;
     int exit_code = kt_peer_cmdline_parse(&cl, "ktune-runner", argc, argv, opts, runner_option,
@@ -483,7 +483,7 @@ int main(int argc, char **argv)
     static runner_ctx_t x;
     pthread_mutex_init(&x.run_mu, NULL);
     x.threads = threads ? (int)threads : (cpus ? cores : 0);
-    x.timer = strcmp(a.timer, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
+    x.timer = a.timer;
     if (x.timer == KT_RUNNER_TIMER_CPU) {
         if (cuda_ordinal >= 0) {
             fprintf(stderr, "ktune-runner: --timer cpu times CPU kernels; a GPU is timed by its events\n");

@@ -565,6 +565,10 @@ START_TEST(runner_cpu_timer_leaves_out_time_off_the_cpu)
     ro.num_threads = 1;
     ro.timer = 7;
     ck_assert_ptr_null(kt_runner_new(&ro));
+    ck_assert_int_eq(kt_runner_timer_parse("wall"), KT_RUNNER_TIMER_WALL);
+    ck_assert_int_eq(kt_runner_timer_parse("cpu"), KT_RUNNER_TIMER_CPU);
+    ck_assert_int_eq(kt_runner_timer_parse("tsc"), -1);
+    ck_assert_int_eq(kt_runner_timer_parse(NULL), -1);
     kt_build_result_clear(&art);
     kt_builder_free(b);
 }

@@ -108,7 +108,8 @@ static int pick_states(const kt_workload_t *w, const char *state, long n, uint64
 
 int kt_cli_kernel_measure(int argc, char **argv)
 {
-    const char *workload = NULL, *target = "cpu", *state = NULL, *timer = "wall";
+    const char *workload = NULL, *target = "cpu", *state = NULL;
+    int timer = KT_RUNNER_TIMER_WALL;
     long n = 0, seed = 0, number = 0, repeat = 0, min_repeat_ms = 100, threads = 0,
          timeout_ms = 10000;
     int check = 1;
@@ -142,9 +143,8 @@ int kt_cli_kernel_measure(int argc, char **argv)
         } else if (strcmp(a, "--threads") == 0) {
             rc = int_arg(a, v, 1, &threads);
         } else if (strcmp(a, "--timer") == 0) {
-            if (strcmp(v, "wall") != 0 && strcmp(v, "cpu") != 0)
+            if ((timer = kt_runner_timer_parse(v)) < 0)
                 return measure_usage_error("--timer must be wall or cpu, not '%s'", v);
-            timer = v;
         } else if (strcmp(a, "--timeout-ms") == 0) {
             rc = int_arg(a, v, 1, &timeout_ms);
         } else {
@@ -189,7 +189,7 @@ int kt_cli_kernel_measure(int argc, char **argv)
     ro.repeat = (int)repeat;
     ro.min_repeat_ms = (int)min_repeat_ms;
     ro.num_threads = (int)threads;
-    ro.timer = strcmp(timer, "cpu") == 0 ? KT_RUNNER_TIMER_CPU : KT_RUNNER_TIMER_WALL;
+    ro.timer = timer;
     ro.timeout = (double)timeout_ms / 1000.0;
     ro.check_correctness = check;
     ro.seed = (uint64_t)seed;

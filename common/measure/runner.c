@@ -419,6 +419,15 @@ static void flush_cache(void)
     __asm__ __volatile__("" : : "r"(buf) : "memory");
 }
 
+int kt_runner_timer_parse(const char *name)
+{
+    if (name && strcmp(name, "wall") == 0)
+        return KT_RUNNER_TIMER_WALL;
+    if (name && strcmp(name, "cpu") == 0)
+        return KT_RUNNER_TIMER_CPU;
+    return -1;
+}
+
 /* The clock runs are timed with (set in the child from the options). */
 static clockid_t run_clock = CLOCK_MONOTONIC;
 

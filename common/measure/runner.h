@@ -102,6 +102,9 @@ typedef struct {
 #define KT_RUNNER_TIMER_WALL 0
 #define KT_RUNNER_TIMER_CPU 1
 
+/* "wall" / "cpu" -> KT_RUNNER_TIMER_*; -1 for any other name (or NULL). */
+int kt_runner_timer_parse(const char *name);
+
 /* A built artifact, borrowed. */
 typedef struct {
     const void *data;           /* shared-object bytes; NULL = none */
