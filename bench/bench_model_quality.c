@@ -329,18 +329,24 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
         /* Sample more than needed and keep the ones not cached yet. */
         int want = nstates - take;
         kt_sched_state_t **fresh = sample_states(w, &p, nstates + take);
+        uint64_t *cached_hash = malloc((size_t)(take ? take : 1) * sizeof(uint64_t));
+        if (!cached_hash)
+            die("out of memory");
+        for (int j = 0; j < take; j++)
+            cached_hash[j] = kt_sched_state_hash(st[j], dag);
         int k = take;
         for (int i = 0; i < nstates + take; i++) {
             uint64_t h = kt_sched_state_hash(fresh[i], dag);
             int dup = 0;
             for (int j = 0; j < take && !dup; j++)
-                dup = kt_sched_state_hash(st[j], dag) == h;
+                dup = cached_hash[j] == h;
             if (!dup && k < nstates)
                 st[k++] = fresh[i];
             else
                 kt_sched_state_free(fresh[i]);
         }
         free(fresh);
+        free(cached_hash);
         if (k < nstates) {
             fprintf(stderr, "only %d distinct states\n", k);
             exit(1);
