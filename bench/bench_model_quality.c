@@ -114,13 +114,17 @@ static kt_sched_state_t **sample_states(const kt_workload_t *w, const kt_sched_p
     return out;
 }
 
-/* Train `kind` on programs idx[0..ntrain), score idx[ntrain..n). */
-static void evaluate(const char *kind, const kt_dag_t *dag, kt_sched_state_t **st,
+/* Train `kind` on programs idx[0..ntrain), score idx[ntrain..n); ansor:
+ * with Ansor's XGBoost parameters instead of ktune's defaults. */
+static void evaluate(const char *kind, int ansor, const kt_dag_t *dag, kt_sched_state_t **st,
                      const double *cost, const int *idx, int ntrain, int n, double *acc,
                      double *recall, double *train_s)
 {
     kt_model_params_t mp;
-    kt_model_params_default(&mp);
+    if (ansor)
+        kt_model_params_ansor(&mp);
+    else
+        kt_model_params_default(&mp);
     mp.seed = seed;
     mp.tree_method = tree;
     mp.num_warmup_sample = 0;   /* rank with the trained booster at once */
@@ -390,7 +394,7 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
     } else {
         /* Each fold holds out its own fifth (folds > 1: every fifth in
          * turn); the figures are the folds' means. */
-        double ax = 0, rx = 0, tx = 0, ar = 0, rr = 0, tr = 0;
+        double ax = 0, rx = 0, tx = 0, aa = 0, ra = 0, ta = 0, ar = 0, rr = 0, tr = 0;
         int *perm = malloc((size_t)nvalid * sizeof(int));
         if (!perm)
             die("out of memory");
@@ -408,9 +412,11 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
             for (int i = lo; i < hi; i++)
                 perm[k++] = idx[i];
             double a, r, t;
-            evaluate(KT_MODEL_XGB, dag, st, cost, perm, nt, nvalid, &a, &r, &t);
+            evaluate(KT_MODEL_XGB, 0, dag, st, cost, perm, nt, nvalid, &a, &r, &t);
             ax += a / folds, rx += r / folds, tx += t / folds;
-            evaluate(KT_MODEL_RANDOM, dag, st, cost, perm, nt, nvalid, &a, &r, &t);
+            evaluate(KT_MODEL_XGB, 1, dag, st, cost, perm, nt, nvalid, &a, &r, &t);
+            aa += a / folds, ra += r / folds, ta += t / folds;
+            evaluate(KT_MODEL_RANDOM, 0, dag, st, cost, perm, nt, nvalid, &a, &r, &t);
             ar += a / folds, rr += r / folds, tr += t / folds;
         }
         free(perm);
@@ -419,8 +425,10 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
             lo = cost[idx[i]] < lo ? cost[idx[i]] : lo;
             hi = cost[idx[i]] > hi ? cost[idx[i]] : hi;
         }
-        printf("%-10s %5d/%-5d %5d/%-5d %8.3f..%-9.3f  %8.3f  %8.3f   %8.3f  %8.3f  %7.2f\n", name,
-               nvalid, nstates, ntrain, nvalid - ntrain, lo * 1e3, hi * 1e3, ax, rx, ar, rr, tx);
+        printf("%-10s %5d/%-5d %5d/%-5d %8.3f..%-9.3f  %8.3f  %8.3f   %8.3f  %8.3f   %8.3f  %8.3f"
+               "  %7.2f %7.2f\n",
+               name, nvalid, nstates, ntrain, nvalid - ntrain, lo * 1e3, hi * 1e3, ax, rx, aa, ra,
+               ar, rr, tx, ta);
         fflush(stdout);
     }
     for (int i = 0; i < nstates; i++)
@@ -482,9 +490,10 @@ int main(int argc, char **argv)
     if (!m)
         die("measurer");
     printf("bench_model_quality: %d random states per workload, one thread; held-out 20%%\n"
-           "%-10s %11s %11s %20s  %8s  %8s   %8s  %8s  %7s\n",
+           "xgb: ktune's defaults; ansor: Ansor's XGBoost parameters; rnd: random scores\n"
+           "%-10s %11s %11s %20s  %8s  %8s   %8s  %8s   %8s  %8s  %7s %7s\n",
            nstates, "workload", "valid", "train/test", "latency ms", "xgb acc", "top32",
-           "rnd acc", "top32", "train s");
+           "ansor acc", "top32", "rnd acc", "top32", "train s", "ansor s");
     for (size_t i = 0; i < sizeof(workloads) / sizeof(workloads[0]); i++)
         if (strcmp(which, "all") == 0 || strcmp(which, workloads[i].name) == 0)
             bench(workloads[i].name, workloads[i].json, m);

@@ -53,6 +53,12 @@ typedef struct {
     int rounds, errors;
 } run_t;
 
+static int double_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void die(const char *what)
 {
     fprintf(stderr, "bench_search: %s: %s\n", what, kt_err_msg());
@@ -179,7 +185,7 @@ int main(int argc, char **argv)
     kt_runner_t *r;
     kt_bench_local("bench_search", min_repeat_ms, 1, timer, &b, &r);
 
-    printf("bench_search: best latency (ms, mean over %d seeds; min..max) after N trials, "
+    printf("bench_search: best latency (ms, median of %d seeds; min..max) after N trials, "
            "%d per round, population %d, one thread\n",
            nseeds, per_round, population);
     for (size_t wi = 0; wi < sizeof(workloads) / sizeof(workloads[0]); wi++) {
@@ -207,21 +213,18 @@ int main(int argc, char **argv)
         printf("\n");
         for (int c = 0; c < ncheck; c++) {
             printf("%8d", checkpoints[c]);
-            double mean[MAX_POL];
+            double med[MAX_POL];
             for (int pi = 0; pi < npol; pi++) {
-                double sum = 0, lo = INFINITY, hi = 0;
-                for (int s = 0; s < nseeds; s++) {
-                    double v = runs[pi][s].best[c] * 1e3;
-                    sum += v;
-                    lo = v < lo ? v : lo;
-                    hi = v > hi ? v : hi;
-                }
-                mean[pi] = sum / nseeds;
-                printf("  %8.3f (%7.3f..%7.3f) %4.0fGF", mean[pi], lo, hi,
-                       flops / (mean[pi] * 1e-3) * 1e-9);
+                double v[MAX_SEEDS];
+                for (int s = 0; s < nseeds; s++)
+                    v[s] = runs[pi][s].best[c] * 1e3;
+                qsort(v, (size_t)nseeds, sizeof v[0], double_cmp);
+                med[pi] = nseeds % 2 ? v[nseeds / 2] : (v[nseeds / 2 - 1] + v[nseeds / 2]) / 2;
+                printf("  %8.3f (%7.3f..%7.3f) %4.0fGF", med[pi], v[0], v[nseeds - 1],
+                       flops / (med[pi] * 1e-3) * 1e-9);
             }
             if (npol == 2)
-                printf("  %9.2fx", mean[1] / mean[0]);
+                printf("  %9.2fx", med[1] / med[0]);
             printf("\n");
         }
         printf("per round (mean s):");

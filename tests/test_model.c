@@ -1,4 +1,5 @@
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,11 @@ static double row_value(const float *x)
     return 1.0 + 3.0 * x[0] + 2.0 * x[1] * x[1] + sin(3.0 * x[2]) + 2.0 * x[3] * x[4];
 }
 
-static void progs_make(progs_t *p, size_t n, uint64_t seed)
+/* Programs of 1-3 random rows. Their throughput is a known function of the
+ * rows: additive (the sum of row_value, the structure Ansor's throughput
+ * labels fit) or, with `product`, the product of exp(row_value / 2) (a sum in
+ * log space, the structure of ktune's default log labels). */
+static void progs_make_as(progs_t *p, size_t n, uint64_t seed, int product)
 {
     rng_state = seed;
     memset(p, 0, sizeof *p);
@@ -52,12 +57,19 @@ static void progs_make(progs_t *p, size_t n, uint64_t seed)
             float *x = p->rows + (p->nrow + r) * NFEAT;
             for (int f = 0; f < NFEAT; f++)
                 x[f] = (float)urand();
-            t += row_value(x);
+            t += product ? row_value(x) / 2 : row_value(x);
         }
+        if (product)
+            t = exp(t);
         p->nrow += p->nrows[i];
         p->truth[i] = (float)t;
         p->cost[i] = 1e-3 / t;   /* seconds: faster programs have higher throughput */
     }
+}
+
+static void progs_make(progs_t *p, size_t n, uint64_t seed)
+{
+    progs_make_as(p, n, seed, 1);
 }
 
 static void progs_free(progs_t *p)
@@ -82,14 +94,14 @@ static kt_model_batch_t batch_slice(const progs_t *p, size_t from, size_t n)
     return (kt_model_batch_t){ p->rows + row * NFEAT, p->nrows + from, n, NFEAT };
 }
 
-/* One model trained on 600 programs, shared by the tests that only read it
+/* One model trained on 1,000 programs, shared by the tests that only read it
  * (built once in the runner before the per-test forks). */
 static progs_t train_set, test_set;
 static kt_model_t *trained;
 
 static void trained_setup(void)
 {
-    progs_make(&train_set, 600, 1);
+    progs_make(&train_set, 1000, 1);
     progs_make(&test_set, 200, 2);
     trained = kt_model_new(KT_MODEL_XGB, NULL);
     ck_assert_ptr_nonnull(trained);
@@ -127,6 +139,31 @@ START_TEST(xgb_ranks_held_out_programs)
     ck_assert(acc >= 0.9);
     ck_assert(recall >= 0.5);
     free(pred);
+}
+END_TEST
+
+START_TEST(ansor_parameters_rank_an_additive_target)
+{
+    progs_t tr, te;
+    progs_make_as(&tr, 600, 11, 0);
+    progs_make_as(&te, 200, 12, 0);
+    kt_model_params_t prm;
+    kt_model_params_ansor(&prm);
+    prm.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
+    kt_model_batch_t b = batch_of(&tr);
+    ck_assert_int_eq(kt_model_update(m, &b, tr.cost, NULL), 0);
+    float *pred = malloc(te.nprog * sizeof *pred);
+    b = batch_of(&te);
+    ck_assert_int_eq(kt_model_predict(m, &b, pred), 0);
+    double acc;
+    ck_assert_int_eq(kt_model_pairwise_accuracy(pred, te.truth, te.nprog, &acc), 0);
+    printf("xgb (Ansor's parameters) held-out, additive target: pairwise accuracy %.3f\n", acc);
+    ck_assert(acc >= 0.9);
+    free(pred);
+    kt_model_free(m);
+    progs_free(&tr);
+    progs_free(&te);
 }
 END_TEST
 
@@ -180,7 +217,9 @@ START_TEST(save_load_predicts_identically)
     ck_assert_str_eq(kt_model_kind(m), "xgb");
     ck_assert(kt_model_is_trained(m));
     ck_assert_int_eq(kt_model_num_rounds(m), kt_model_num_rounds(trained));
-    ck_assert_int_eq(kt_model_params(m)->max_depth, 10);
+    ck_assert_int_eq(kt_model_params(m)->max_depth, kt_model_params(trained)->max_depth);
+    ck_assert_int_eq(kt_model_params(m)->label, KT_MODEL_LABEL_LOG);
+    ck_assert(kt_model_params(m)->subsample == kt_model_params(trained)->subsample);
     size_t n = test_set.nprog;
     float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2);
     kt_model_batch_t b = batch_of(&test_set);
@@ -356,8 +395,9 @@ END_TEST
 START_TEST(labels_are_normalized_per_task_and_failures_are_zero)
 {
     /* Eight one-row programs with distinct features: two tasks whose costs
-     * differ by 1000x, and failures. With the warm-up off and unweighted rows
-     * the fit approaches the labels: best/cost within each task, 0 if failed. */
+     * differ by 1000x, and failures. With the warm-up off, unweighted rows and
+     * Ansor's deep trees the fit approaches the labels: y = best/cost within
+     * each task, 0 if failed; with log labels log(max(y, floor)). */
     float rows[8 * NFEAT];
     for (int i = 0; i < 8; i++)
         for (int f = 0; f < NFEAT; f++)
@@ -365,19 +405,99 @@ START_TEST(labels_are_normalized_per_task_and_failures_are_zero)
     uint32_t nrows[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
     double costs[8] = { 1e-3, 2e-3, 4e-3, -1, 1e-6, 2e-6, 4e-6, INFINITY };
     uint64_t tasks[8] = { 5, 5, 5, 5, 9, 9, 9, 9 };
-    double want[8] = { 1, 0.5, 0.25, 0, 1, 0.5, 0.25, 0 };
-    kt_model_params_t prm;
-    kt_model_params_default(&prm);
-    prm.num_warmup_sample = 0;
-    prm.weight_by_label = 0;
-    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
-    kt_model_batch_t b = { rows, nrows, 8, NFEAT };
-    ck_assert_int_eq(kt_model_update(m, &b, costs, tasks), 0);
-    ck_assert(kt_model_is_trained(m));
-    float s[8];
-    ck_assert_int_eq(kt_model_predict(m, &b, s), 0);
-    for (int i = 0; i < 8; i++)
-        ck_assert_msg(fabs(s[i] - want[i]) < 0.1, "program %d: %g, label %g", i, s[i], want[i]);
+    double y[8] = { 1, 0.5, 0.25, 0, 1, 0.5, 0.25, 0 };
+    for (int label = KT_MODEL_LABEL_THROUGHPUT; label <= KT_MODEL_LABEL_LOG; label++) {
+        kt_model_params_t prm;
+        kt_model_params_ansor(&prm);
+        prm.num_warmup_sample = 0;
+        prm.weight_by_label = 0;
+        prm.label = label;
+        kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
+        kt_model_batch_t b = { rows, nrows, 8, NFEAT };
+        ck_assert_int_eq(kt_model_update(m, &b, costs, tasks), 0);
+        ck_assert(kt_model_is_trained(m));
+        float s[8];
+        ck_assert_int_eq(kt_model_predict(m, &b, s), 0);
+        /* Log-label scores leave out the fitted bias: compare differences. */
+        for (int i = 0; i < 8; i++) {
+            double want = label == KT_MODEL_LABEL_LOG
+                              ? log(y[i] > 0 ? y[i] : KT_MODEL_LOG_FLOOR) - log(y[0])
+                              : y[i];
+            double got = label == KT_MODEL_LABEL_LOG ? s[i] - s[0] : s[i];
+            ck_assert_msg(fabs(got - want) < 0.1, "label kind %d, program %d: %g, label %g",
+                          label, i, got, want);
+        }
+        kt_model_free(m);
+    }
+}
+END_TEST
+
+START_TEST(ansor_parameters_and_version_1_files)
+{
+    kt_model_params_t d, a;
+    kt_model_params_default(&d);
+    kt_model_params_ansor(&a);
+    ck_assert_int_eq(a.max_depth, 10);
+    ck_assert(a.eta == 0.2 && a.min_child_weight == 0 && a.subsample == 1 &&
+              a.colsample_bytree == 1);
+    ck_assert_int_eq(a.label, KT_MODEL_LABEL_THROUGHPUT);
+    ck_assert_int_eq(a.weight_by_label, 1);
+    ck_assert_int_eq(d.label, KT_MODEL_LABEL_LOG);
+    ck_assert(d.gamma == a.gamma && d.num_warmup_sample == a.num_warmup_sample);
+
+    /* A file written before label/subsample/colsample_bytree existed (version
+     * 1) loads as what it was: throughput labels on all rows and columns. */
+    a.num_warmup_sample = 0;
+    a.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &a);
+    kt_model_batch_t b = batch_slice(&train_set, 0, 200);
+    ck_assert_int_eq(kt_model_update(m, &b, train_set.cost, NULL), 0);
+    const char *path = tmp_path("v1");
+    ck_assert_int_eq(kt_model_save(m, path), 0);
+    size_t len;
+    char *buf = kt_file_read(path, &len);
+    ck_assert_ptr_nonnull(buf);
+    char *nl = memchr(buf, '\n', len);
+    ck_assert_ptr_nonnull(nl);
+    json_t *h = json_loadb(buf, (size_t)(nl - buf), 0, NULL);
+    ck_assert_ptr_nonnull(h);
+    json_t *params = json_object_get(h, "params");
+    ck_assert_int_eq(json_object_del(params, "label"), 0);
+    ck_assert_int_eq(json_object_del(params, "subsample"), 0);
+    ck_assert_int_eq(json_object_del(params, "colsample_bytree"), 0);
+    json_object_set_new(h, "version", json_integer(1));
+    char *head = json_dumps(h, JSON_COMPACT);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%s\n", head);
+    fwrite(nl + 1, 1, len - (size_t)(nl + 1 - buf), f);
+    fclose(f);
+    kt_model_t *old = kt_model_load(path);
+    ck_assert_msg(old != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_model_params(old)->label, KT_MODEL_LABEL_THROUGHPUT);
+    ck_assert(kt_model_params(old)->subsample == 1 && kt_model_params(old)->colsample_bytree == 1);
+    float p1[50], p2[50];
+    kt_model_batch_t t = batch_slice(&test_set, 0, 50);
+    ck_assert_int_eq(kt_model_predict(m, &t, p1), 0);
+    ck_assert_int_eq(kt_model_predict(old, &t, p2), 0);
+    ck_assert_mem_eq(p1, p2, sizeof p1);
+
+    /* An unknown label kind in a file is refused with its name. */
+    json_object_set_new(params, "label", json_string("rank"));
+    json_object_set_new(h, "version", json_integer(2));
+    free(head);
+    head = json_dumps(h, JSON_COMPACT);
+    f = fopen(path, "wb");
+    fprintf(f, "%s\n", head);
+    fwrite(nl + 1, 1, len - (size_t)(nl + 1 - buf), f);
+    fclose(f);
+    ck_assert_ptr_null(kt_model_load(path));
+    ck_assert_msg(strstr(kt_err_msg(), "rank") != NULL, "%s", kt_err_msg());
+    free(head);
+    json_decref(h);
+    free(buf);
+    unlink(path);
+    kt_model_free(old);
     kt_model_free(m);
 }
 END_TEST
@@ -444,6 +564,18 @@ START_TEST(bad_arguments_are_reported)
     prm.tree_method = 7;
     ck_assert_ptr_null(kt_model_new(KT_MODEL_XGB, &prm));
     ck_assert_ptr_nonnull(strstr(kt_err_msg(), "tree_method"));
+    kt_model_params_default(&prm);
+    prm.subsample = 0;
+    ck_assert_ptr_null(kt_model_new(KT_MODEL_XGB, &prm));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "subsample"));
+    kt_model_params_default(&prm);
+    prm.colsample_bytree = 1.5;
+    ck_assert_ptr_null(kt_model_new(KT_MODEL_XGB, &prm));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "colsample_bytree"));
+    kt_model_params_default(&prm);
+    prm.label = 9;
+    ck_assert_ptr_null(kt_model_new(KT_MODEL_XGB, &prm));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "label"));
 
     /* A trained model refuses rows of another width. */
     float rows[2 * NFEAT] = { 0 };
@@ -532,11 +664,13 @@ int main(void)
     tcase_add_unchecked_fixture(tc, trained_setup, trained_teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, xgb_ranks_held_out_programs);
+    tcase_add_test(tc, ansor_parameters_rank_an_additive_target);
     tcase_add_test(tc, xgb_pack_sum_adds_stage_predictions);
     tcase_add_test(tc, invalid_programs_score_minus_infinity);
     tcase_add_test(tc, save_load_predicts_identically);
     tcase_add_test(tc, load_rejects_missing_and_corrupt_files);
     tcase_add_test(tc, bad_arguments_are_reported);
+    tcase_add_test(tc, ansor_parameters_and_version_1_files);
     suite_add_tcase(s, tc);
     TCase *tc2 = tcase_create("core");
     tcase_set_timeout(tc2, 120);

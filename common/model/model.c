@@ -16,25 +16,41 @@
 #include "util/util.h"
 
 #define FILE_FORMAT "ktune-model"
-#define FILE_VERSION 1
+#define FILE_VERSION 2   /* 2 added label, subsample, colsample_bytree; 1 loads */
 
 void kt_model_params_default(kt_model_params_t *p)
 {
     memset(p, 0, sizeof *p);
     p->seed = 43;
-    p->max_depth = 10;
-    p->eta = 0.2;
+    p->max_depth = 6;
+    p->eta = 0.05;
     p->gamma = 0.001;
-    p->min_child_weight = 0;
-    p->num_boost_round = 10000;
+    p->min_child_weight = 1;
+    p->num_boost_round = 300;
     p->early_stopping_rounds = 50;
     p->num_warmup_sample = 100;
     p->adaptive_training = 1;
     p->adaptive_ratio = 0.2;
-    p->weight_by_label = 1;
+    p->weight_by_label = 0;
+    p->label = KT_MODEL_LABEL_LOG;
+    p->subsample = 0.8;
+    p->colsample_bytree = 0.8;
     p->verbose_eval = 0;
     p->nthread = 1;
     p->tree_method = KT_MODEL_TREE_EXACT;
+}
+
+/* Ansor's XGBModel: where it differs from ktune's defaults. */
+void kt_model_params_ansor(kt_model_params_t *p)
+{
+    kt_model_params_default(p);
+    p->max_depth = 10;
+    p->eta = 0.2;
+    p->min_child_weight = 0;
+    p->weight_by_label = 1;
+    p->label = KT_MODEL_LABEL_THROUGHPUT;
+    p->subsample = 1;
+    p->colsample_bytree = 1;
 }
 
 static int params_check(const kt_model_params_t *p)
@@ -48,6 +64,12 @@ static int params_check(const kt_model_params_t *p)
     if (!(p->min_child_weight >= 0) || !isfinite(p->min_child_weight))
         return kt_err_set(KT_EINVAL, "min_child_weight %g must be finite and >= 0",
                           p->min_child_weight);
+    if (p->label != KT_MODEL_LABEL_THROUGHPUT && p->label != KT_MODEL_LABEL_LOG)
+        return kt_err_set(KT_EINVAL, "unknown label kind %d", p->label);
+    if (!(p->subsample > 0 && p->subsample <= 1))
+        return kt_err_set(KT_EINVAL, "subsample %g out of (0, 1]", p->subsample);
+    if (!(p->colsample_bytree > 0 && p->colsample_bytree <= 1))
+        return kt_err_set(KT_EINVAL, "colsample_bytree %g out of (0, 1]", p->colsample_bytree);
     if (p->num_boost_round < 1)
         return kt_err_set(KT_EINVAL, "num_boost_round %d must be >= 1", p->num_boost_round);
     if (p->early_stopping_rounds < 1)
@@ -225,7 +247,8 @@ static int task_idx_cmp(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* labels[i] = (min valid cost of sample i's task) / cost_i, 0 when failed. */
+/* labels[i] = y_i = (min valid cost of sample i's task) / cost_i, 0 when
+ * failed; log(max(y_i, KT_MODEL_LOG_FLOOR)) with log labels. */
 static int labels_compute(const kt_model_t *m, float *labels)
 {
     task_idx_t *t = malloc(m->nsamples * sizeof *t);
@@ -244,7 +267,10 @@ static int labels_compute(const kt_model_t *m, float *labels)
         }
         for (size_t j = a; j < e; j++) {
             double c = m->samples[t[j].idx].cost;
-            labels[t[j].idx] = cost_ok(c) ? (float)(best / c) : 0.0f;
+            double y = cost_ok(c) ? best / c : 0.0;
+            if (m->p.label == KT_MODEL_LABEL_LOG)
+                y = log(y > KT_MODEL_LOG_FLOOR ? y : KT_MODEL_LOG_FLOOR);
+            labels[t[j].idx] = (float)y;
         }
         a = e;
     }
@@ -397,7 +423,8 @@ static json_t *params_to_json(const kt_model_params_t *p)
 {
     char seed[24];
     snprintf(seed, sizeof seed, "%" PRIu64, p->seed);
-    return json_pack("{s:s, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:b, s:f, s:b, s:i, s:i, s:s}",
+    return json_pack("{s:s, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:b, s:f, s:b, s:i, s:i, s:s, "
+                     "s:s, s:f, s:f}",
                      "seed", seed, "max_depth", p->max_depth, "eta", p->eta, "gamma", p->gamma,
                      "min_child_weight", p->min_child_weight, "num_boost_round",
                      p->num_boost_round, "early_stopping_rounds", p->early_stopping_rounds,
@@ -405,7 +432,9 @@ static json_t *params_to_json(const kt_model_params_t *p)
                      p->adaptive_training, "adaptive_ratio", p->adaptive_ratio,
                      "weight_by_label", p->weight_by_label, "verbose_eval", p->verbose_eval,
                      "nthread", p->nthread, "tree_method",
-                     kt_model_tree_method_name(p->tree_method));
+                     kt_model_tree_method_name(p->tree_method), "label",
+                     p->label == KT_MODEL_LABEL_LOG ? "log" : "throughput", "subsample",
+                     p->subsample, "colsample_bytree", p->colsample_bytree);
 }
 
 static int u64_parse(const char *s, uint64_t *out)
@@ -421,25 +450,37 @@ static int u64_parse(const char *s, uint64_t *out)
     return 0;
 }
 
+/* Version 1 files lack label, subsample and colsample_bytree: they were
+ * trained with Ansor's throughput labels on all rows and columns. */
 static int params_from_json(json_t *j, kt_model_params_t *p)
 {
-    const char *seed = NULL, *tm = NULL;
+    const char *seed = NULL, *tm = NULL, *label = "throughput";
     json_error_t e;
     int at = 0, wl = 0;
+    p->subsample = 1;
+    p->colsample_bytree = 1;
     if (json_unpack_ex(j, &e, JSON_STRICT,
-                       "{s:s, s:i, s:F, s:F, s:F, s:i, s:i, s:i, s:b, s:F, s:b, s:i, s:i, s:s}",
+                       "{s:s, s:i, s:F, s:F, s:F, s:i, s:i, s:i, s:b, s:F, s:b, s:i, s:i, s:s, "
+                       "s?s, s?F, s?F}",
                        "seed", &seed, "max_depth", &p->max_depth, "eta", &p->eta, "gamma",
                        &p->gamma, "min_child_weight", &p->min_child_weight, "num_boost_round",
                        &p->num_boost_round, "early_stopping_rounds", &p->early_stopping_rounds,
                        "num_warmup_sample", &p->num_warmup_sample, "adaptive_training", &at,
                        "adaptive_ratio", &p->adaptive_ratio, "weight_by_label", &wl,
                        "verbose_eval", &p->verbose_eval, "nthread", &p->nthread,
-                       "tree_method", &tm) != 0)
+                       "tree_method", &tm, "label", &label, "subsample", &p->subsample,
+                       "colsample_bytree", &p->colsample_bytree) != 0)
         return kt_err_set(KT_EINVAL, "bad parameters: %s", e.text);
     if (u64_parse(seed, &p->seed) < 0)
         return kt_err_set(KT_EINVAL, "bad seed '%s'", seed);
     p->adaptive_training = at;
     p->weight_by_label = wl;
+    if (strcmp(label, "throughput") == 0)
+        p->label = KT_MODEL_LABEL_THROUGHPUT;
+    else if (strcmp(label, "log") == 0)
+        p->label = KT_MODEL_LABEL_LOG;
+    else
+        return kt_err_set(KT_EINVAL, "unknown label kind '%s'", label);
     p->tree_method = -1;
     for (int t = 0; kt_model_tree_method_name(t); t++)
         if (strcmp(tm, kt_model_tree_method_name(t)) == 0)
@@ -523,7 +564,7 @@ kt_model_t *kt_model_load(const char *path)
         kt_err_set(KT_EINVAL, "bad header: %s", e.text);
         goto fail;
     }
-    if (strcmp(format, FILE_FORMAT) != 0 || version != FILE_VERSION) {
+    if (strcmp(format, FILE_FORMAT) != 0 || version < 1 || version > FILE_VERSION) {
         kt_err_set(KT_EINVAL, "not a ktune model file (format %s version %d)", format, version);
         goto fail;
     }

@@ -29,20 +29,22 @@ const char *kt_model_tree_method_name(int tree_method)
 static int set_params(BoosterHandle b, const kt_model_params_t *p)
 {
     char v[64];
-    struct { const char *name; char val[32]; } kv[11];
+    struct { const char *name; char val[32]; } kv[13];
     size_t n = 0;
 #define KV(k, ...) do { kv[n].name = (k); snprintf(kv[n].val, sizeof kv[n].val, __VA_ARGS__); n++; } while (0)
     KV("max_depth", "%d", p->max_depth);
     KV("eta", "%.17g", p->eta);
     KV("gamma", "%.17g", p->gamma);
     KV("min_child_weight", "%.17g", p->min_child_weight);
+    KV("subsample", "%.17g", p->subsample);
+    KV("colsample_bytree", "%.17g", p->colsample_bytree);
     KV("nthread", "%d", p->nthread);
     KV("seed", "%d", (int)(p->seed & 0x7fffffff));
     KV("verbosity", "%d", 0);
     KV("disable_default_eval_metric", "%d", 1);
     /* XGBoost 1.x's default, pinned so training does not depend on the library
      * version (2.x estimates it from labels, which our custom objective lacks). */
-    KV("base_score", "%s", "0.5");
+    KV("base_score", "%s", p->label == KT_MODEL_LABEL_LOG ? "0" : "0.5");
     KV("tree_method", "%s", kt_model_tree_method_name(p->tree_method));
 #undef KV
     for (size_t i = 0; i < n; i++) {
@@ -69,6 +71,14 @@ static int predict_margins(BoosterHandle bst, DMatrixHandle d, size_t nrow, int 
         return kt_err_set(KT_EINTERNAL, "xgboost predict: %llu-d result for %zu rows",
                           (unsigned long long)dim, nrow);
     return KT_OK;
+}
+
+/* A program's weight in training: 1, or its throughput with weight_by_label. */
+static double sample_weight(const kt_model_params_t *p, float label)
+{
+    if (!p->weight_by_label)
+        return 1.0;
+    return p->label == KT_MODEL_LABEL_LOG ? exp(label) : label;
 }
 
 int kt_model_xgb_train(kt_model_t *m, const float *labels)
@@ -101,6 +111,14 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
     if ((rc = set_params(b, p)) < 0)
         goto out;
 
+    /* Log labels: a program's score is bias + the sum of its rows, bias
+     * fitted each round (the weighted mean residual). The labels' common
+     * offset (log of the task's best throughput) belongs to the program, not
+     * to its rows: spread over rows, it would make every extra stage look
+     * slower. Scores leave the bias out; ranking does not need it. Ansor's
+     * throughput labels keep its row-level base score and no bias. */
+    const int fit_bias = p->label == KT_MODEL_LABEL_LOG;
+    double bias = 0;
     double best_rmse = INFINITY;
     int best_rounds = 0, rounds = 0;
     for (;;) {
@@ -109,7 +127,7 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
         const float *pred;
         if ((rc = predict_margins(b, d, nrow, 1, &pred)) < 0)
             goto out;
-        double se = 0;
+        double se = 0, rw = 0, rsum = 0;
         size_t k = 0;
         for (size_t i = 0; i < m->nsamples; i++) {
             const kt_model_sample_t *s = &m->samples[i];
@@ -119,7 +137,19 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
             for (uint32_t r = 0; r < s->nrows; r++)
                 acc += pred[s->row + r];
             sum[k++] = acc;
-            se += (acc - labels[i]) * (acc - labels[i]);
+            double w = sample_weight(p, labels[i]);
+            rsum += (labels[i] - acc) * w;
+            rw += w;
+        }
+        if (fit_bias && rw > 0)
+            bias = rsum / rw;
+        k = 0;
+        for (size_t i = 0; i < m->nsamples; i++) {
+            if (m->samples[i].nrows == 0)
+                continue;
+            sum[k] += bias;
+            se += (sum[k] - labels[i]) * (sum[k] - labels[i]);
+            k++;
         }
         if (rounds > 0) {
             double rmse = sqrt(se / (double)npack);
@@ -139,7 +169,7 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
             const kt_model_sample_t *s = &m->samples[i];
             if (s->nrows == 0)
                 continue;
-            double w = p->weight_by_label ? labels[i] : 1.0;
+            double w = sample_weight(p, labels[i]);
             float g = (float)((sum[k++] - labels[i]) * w);
             for (uint32_t r = 0; r < s->nrows; r++) {
                 grad[s->row + r] = g;
