@@ -432,6 +432,18 @@ START_TEST(labels_are_normalized_per_task_and_failures_are_zero)
 }
 END_TEST
 
+/* A model file made of header h (one JSON line) and the booster bytes. */
+static void write_with_header(const char *path, json_t *h, const char *booster, size_t n)
+{
+    char *head = json_dumps(h, JSON_COMPACT);
+    FILE *f = fopen(path, "wb");
+    ck_assert(head && f);
+    fprintf(f, "%s\n", head);
+    ck_assert_uint_eq(fwrite(booster, 1, n, f), n);
+    fclose(f);
+    free(head);
+}
+
 START_TEST(ansor_parameters_and_version_1_files)
 {
     kt_model_params_t d, a;
@@ -466,12 +478,7 @@ START_TEST(ansor_parameters_and_version_1_files)
     ck_assert_int_eq(json_object_del(params, "subsample"), 0);
     ck_assert_int_eq(json_object_del(params, "colsample_bytree"), 0);
     json_object_set_new(h, "version", json_integer(1));
-    char *head = json_dumps(h, JSON_COMPACT);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f, "%s\n", head);
-    fwrite(nl + 1, 1, len - (size_t)(nl + 1 - buf), f);
-    fclose(f);
+    write_with_header(path, h, nl + 1, len - (size_t)(nl + 1 - buf));
     kt_model_t *old = kt_model_load(path);
     ck_assert_msg(old != NULL, "%s", kt_err_msg());
     ck_assert_int_eq(kt_model_params(old)->label, KT_MODEL_LABEL_THROUGHPUT);
@@ -485,15 +492,9 @@ START_TEST(ansor_parameters_and_version_1_files)
     /* An unknown label kind in a file is refused with its name. */
     json_object_set_new(params, "label", json_string("rank"));
     json_object_set_new(h, "version", json_integer(2));
-    free(head);
-    head = json_dumps(h, JSON_COMPACT);
-    f = fopen(path, "wb");
-    fprintf(f, "%s\n", head);
-    fwrite(nl + 1, 1, len - (size_t)(nl + 1 - buf), f);
-    fclose(f);
+    write_with_header(path, h, nl + 1, len - (size_t)(nl + 1 - buf));
     ck_assert_ptr_null(kt_model_load(path));
     ck_assert_msg(strstr(kt_err_msg(), "rank") != NULL, "%s", kt_err_msg());
-    free(head);
     json_decref(h);
     free(buf);
     unlink(path);
