@@ -53,6 +53,24 @@ void kt_model_params_ansor(kt_model_params_t *p)
     p->colsample_bytree = 1;
 }
 
+/* "throughput", "log" for KT_MODEL_LABEL_*; NULL when out of range. */
+static const char *label_name(int label)
+{
+    static const char *const names[] = { "throughput", "log" };
+    if (label < 0 || label >= (int)(sizeof names / sizeof names[0]))
+        return NULL;
+    return names[label];
+}
+
+/* The value whose name_of() is s, or -1. */
+static int name_index(const char *(*name_of)(int), const char *s)
+{
+    for (int v = 0; name_of(v); v++)
+        if (strcmp(s, name_of(v)) == 0)
+            return v;
+    return -1;
+}
+
 static int params_check(const kt_model_params_t *p)
 {
     if (p->max_depth < 1 || p->max_depth > 64)
@@ -64,7 +82,7 @@ static int params_check(const kt_model_params_t *p)
     if (!(p->min_child_weight >= 0) || !isfinite(p->min_child_weight))
         return kt_err_set(KT_EINVAL, "min_child_weight %g must be finite and >= 0",
                           p->min_child_weight);
-    if (p->label != KT_MODEL_LABEL_THROUGHPUT && p->label != KT_MODEL_LABEL_LOG)
+    if (!label_name(p->label))
         return kt_err_set(KT_EINVAL, "unknown label kind %d", p->label);
     if (!(p->subsample > 0 && p->subsample <= 1))
         return kt_err_set(KT_EINVAL, "subsample %g out of (0, 1]", p->subsample);
@@ -433,7 +451,7 @@ static json_t *params_to_json(const kt_model_params_t *p)
                      "weight_by_label", p->weight_by_label, "verbose_eval", p->verbose_eval,
                      "nthread", p->nthread, "tree_method",
                      kt_model_tree_method_name(p->tree_method), "label",
-                     p->label == KT_MODEL_LABEL_LOG ? "log" : "throughput", "subsample",
+                     label_name(p->label), "subsample",
                      p->subsample, "colsample_bytree", p->colsample_bytree);
 }
 
@@ -475,16 +493,9 @@ static int params_from_json(json_t *j, kt_model_params_t *p)
         return kt_err_set(KT_EINVAL, "bad seed '%s'", seed);
     p->adaptive_training = at;
     p->weight_by_label = wl;
-    if (strcmp(label, "throughput") == 0)
-        p->label = KT_MODEL_LABEL_THROUGHPUT;
-    else if (strcmp(label, "log") == 0)
-        p->label = KT_MODEL_LABEL_LOG;
-    else
+    if ((p->label = name_index(label_name, label)) < 0)
         return kt_err_set(KT_EINVAL, "unknown label kind '%s'", label);
-    p->tree_method = -1;
-    for (int t = 0; kt_model_tree_method_name(t); t++)
-        if (strcmp(tm, kt_model_tree_method_name(t)) == 0)
-            p->tree_method = t;
+    p->tree_method = name_index(kt_model_tree_method_name, tm);
     return params_check(p);
 }
 

@@ -96,9 +96,17 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
     float *grad = malloc(nrow * sizeof *grad);
     float *hess = malloc(nrow * sizeof *hess);
     double *sum = malloc(npack * sizeof *sum);
-    if (!grad || !hess || !sum) {
+    double *lab = malloc(npack * sizeof *lab);   /* label and weight of each valid program */
+    double *wt = malloc(npack * sizeof *wt);
+    if (!grad || !hess || !sum || !lab || !wt) {
         rc = kt_err_set(KT_ENOMEM, "training: out of memory");
         goto out;
+    }
+    for (size_t i = 0, k = 0; i < m->nsamples; i++) {
+        if (m->samples[i].nrows == 0)
+            continue;
+        lab[k] = labels[i];
+        wt[k++] = sample_weight(p, labels[i]);
     }
     if (XGDMatrixCreateFromMat_omp(m->rows, (bst_ulong)nrow, m->nfeat, NAN, &d, p->nthread) != 0) {
         rc = xgb_fail(KT_EINTERNAL, "creating the training matrix");
@@ -127,7 +135,6 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
         const float *pred;
         if ((rc = predict_margins(b, d, nrow, 1, &pred)) < 0)
             goto out;
-        double se = 0, rw = 0, rsum = 0;
         size_t k = 0;
         for (size_t i = 0; i < m->nsamples; i++) {
             const kt_model_sample_t *s = &m->samples[i];
@@ -137,19 +144,19 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
             for (uint32_t r = 0; r < s->nrows; r++)
                 acc += pred[s->row + r];
             sum[k++] = acc;
-            double w = sample_weight(p, labels[i]);
-            rsum += (labels[i] - acc) * w;
-            rw += w;
         }
-        if (fit_bias && rw > 0)
-            bias = rsum / rw;
-        k = 0;
-        for (size_t i = 0; i < m->nsamples; i++) {
-            if (m->samples[i].nrows == 0)
-                continue;
+        if (fit_bias) {
+            double rw = 0, rsum = 0;
+            for (k = 0; k < npack; k++) {
+                rsum += (lab[k] - sum[k]) * wt[k];
+                rw += wt[k];
+            }
+            bias = rw > 0 ? rsum / rw : 0;
+        }
+        double se = 0;
+        for (k = 0; k < npack; k++) {
             sum[k] += bias;
-            se += (sum[k] - labels[i]) * (sum[k] - labels[i]);
-            k++;
+            se += (sum[k] - lab[k]) * (sum[k] - lab[k]);
         }
         if (rounds > 0) {
             double rmse = sqrt(se / (double)npack);
@@ -169,12 +176,12 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
             const kt_model_sample_t *s = &m->samples[i];
             if (s->nrows == 0)
                 continue;
-            double w = sample_weight(p, labels[i]);
-            float g = (float)((sum[k++] - labels[i]) * w);
+            float g = (float)((sum[k] - lab[k]) * wt[k]);
             for (uint32_t r = 0; r < s->nrows; r++) {
                 grad[s->row + r] = g;
-                hess[s->row + r] = (float)w;
+                hess[s->row + r] = (float)wt[k];
             }
+            k++;
         }
         if (XGBoosterBoostOneIter(b, d, grad, hess, (bst_ulong)nrow) != 0) {
             rc = xgb_fail(KT_EINTERNAL, "boosting");
@@ -210,6 +217,8 @@ out:
     free(grad);
     free(hess);
     free(sum);
+    free(lab);
+    free(wt);
     return rc;
 }
 
