@@ -1,7 +1,9 @@
 /* The local builder and runner the measuring benches share: candidates are
  * compiled with a generous timeout (a loaded machine compiles slowly) and
  * timed with one thread, `repeat` repeats of at least min_repeat_ms, by the
- * given timer (KT_RUNNER_TIMER_CPU on a shared machine). Exits with a
+ * given timer (KT_RUNNER_TIMER_CPU on a shared machine). KT_BENCH_ARTIFACTS=DIR
+ * keeps the compiled candidates in DIR, so a second run (another pass, the
+ * same seed) builds none of them again. Exits with a
  * message naming `bench` when either cannot be made. The caller frees both
  * with kt_runner_free and kt_builder_free. Header-only: benches are single
  * files. */
@@ -33,6 +35,9 @@ static inline void kt_bench_local(const char *bench, int min_repeat_ms, int repe
     kt_builder_opts_t bo;
     kt_builder_opts_default(&bo);
     bo.timeout = 60;
+    const char *dir = getenv("KT_BENCH_ARTIFACTS");
+    if (dir && *dir)
+        bo.cache_dir = dir;
     kt_runner_opts_t ro;
     kt_runner_opts_default(&ro);
     ro.num_threads = 1;

@@ -10,7 +10,7 @@
  *                       [--seed 1] [--min-repeat-ms 20] [--tree hist|exact|approx]
  *                       [--cache FILE] [--weight-by-label 0|1] [--dump FILE]
  *                       [--remeasure K] [--repeat 3] [--timer wall|cpu]
- *                       [--folds 5|1]
+ *                       [--folds 5|1] [--passes 1]
  *
  * --cache keeps every measurement as a JSON line {"workload", "state",
  * "cost"} (cost -1 = failed) and reuses them in later runs, so the model can
@@ -19,7 +19,13 @@
  * once, and prints the means (one split of a few hundred programs varies by
  * several points); --folds 1 is a single split.
  * A program's cost is the fastest of its --repeat repeats (the mean carries
- * the load of other processes on a shared machine).
+ * the load of other processes on a shared machine). --passes K measures
+ * every program K times, a whole pass over all of them before the next, and
+ * takes the fastest pass: on a virtual machine whose neighbours' load comes
+ * and goes over seconds, one pass of a 1 ms kernel varied by up to 50%
+ * between runs a minute apart. The cache keeps a line per pass, so a later
+ * run with more passes measures only the missing ones; with K >= 2 the bench
+ * prints how far pass 2 orders pairs as pass 1.
  * --remeasure K measures the first K valid programs again and prints the
  * pairwise accuracy of the second measurement against the first: the noise
  * ceiling of any model on this machine in its current state.
@@ -43,6 +49,13 @@
 
 #define BATCH 64
 #define TOPK 32
+#define MAX_PASSES 8
+
+/* A program's costs, one per measuring pass (-1: that pass failed). */
+typedef struct {
+    double cost[MAX_PASSES];
+    int n;
+} pass_costs_t;
 
 static int nstates = 1000;
 static uint64_t seed = 1;
@@ -55,6 +68,7 @@ static const char *dump_path;
 static int remeasure;
 static int repeat = 3;
 static int folds = 5;
+static int passes = 1;
 static int weight_by_label = -1;   /* -1: the model's default */
 
 static const struct {
@@ -178,16 +192,20 @@ static void evaluate(const char *kind, int ansor, const kt_dag_t *dag, kt_sched_
     kt_model_free(m);
 }
 
-/* Cached measurements of workload `name`: states parsed against dag, costs
- * (-1 = failed). Returns how many (0 without a cache file). */
-static int cache_load(const char *name, const kt_dag_t *dag, kt_sched_state_t ***st, double **cost)
+/* Cached measurements of workload `name`: distinct states parsed against
+ * dag, in order of first appearance, with the costs of up to MAX_PASSES
+ * passes each (a line per pass; -1 = failed). Returns how many states (0
+ * without a cache file). */
+static int cache_load(const char *name, const kt_dag_t *dag, kt_sched_state_t ***st,
+                      pass_costs_t **pc)
 {
     *st = NULL;
-    *cost = NULL;
+    *pc = NULL;
     FILE *f = cache_path ? fopen(cache_path, "r") : NULL;
     if (!f)
         return 0;
     int n = 0, cap = 0;
+    uint64_t *hash = NULL;
     char *line = NULL;
     size_t len = 0;
     while (getline(&line, &len, f) > 0) {
@@ -197,20 +215,31 @@ static int cache_load(const char *name, const kt_dag_t *dag, kt_sched_state_t **
         char *sj = state ? json_dumps(state, JSON_COMPACT) : NULL;
         kt_sched_state_t *x = wl && strcmp(wl, name) == 0 && sj
                                   ? kt_sched_state_from_json(sj, dag, NULL) : NULL;
-        if (x) {
+        uint64_t h = x ? kt_sched_state_hash(x, dag) : 0;
+        int at = 0;
+        while (x && at < n && hash[at] != h)
+            at++;
+        if (x && at == n) {
             if (n == cap) {
                 cap = cap ? 2 * cap : 256;
                 *st = realloc(*st, (size_t)cap * sizeof(**st));
-                *cost = realloc(*cost, (size_t)cap * sizeof(**cost));
-                if (!*st || !*cost)
+                *pc = realloc(*pc, (size_t)cap * sizeof(**pc));
+                hash = realloc(hash, (size_t)cap * sizeof(*hash));
+                if (!*st || !*pc || !hash)
                     die("out of memory");
             }
             (*st)[n] = x;
-            (*cost)[n++] = json_real_value(json_object_get(o, "cost"));
+            (*pc)[n].n = 0;
+            hash[n++] = h;
+            x = NULL;
         }
+        kt_sched_state_free(x);   /* a later pass of a known state */
+        if (h && (*pc)[at].n < MAX_PASSES)
+            (*pc)[at].cost[(*pc)[at].n++] = json_real_value(json_object_get(o, "cost"));
         free(sj);
         json_decref(o);
     }
+    free(hash);
     free(line);
     fclose(f);
     return n;
@@ -302,6 +331,104 @@ static void noise_ceiling(const char *name, const kt_workload_t *w, kt_sched_sta
     free(first);
 }
 
+/* Fill st[take..nstates) with random states not among st[0..take). */
+static void sample_more(const kt_workload_t *w, const kt_sched_params_t *p, kt_sched_state_t **st,
+                        int take)
+{
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_state_t **fresh = sample_states(w, p, nstates + take);
+    uint64_t *cached_hash = malloc((size_t)(take ? take : 1) * sizeof(uint64_t));
+    if (!cached_hash)
+        die("out of memory");
+    for (int j = 0; j < take; j++)
+        cached_hash[j] = kt_sched_state_hash(st[j], dag);
+    int k = take;
+    for (int i = 0; i < nstates + take; i++) {
+        uint64_t h = kt_sched_state_hash(fresh[i], dag);
+        int dup = 0;
+        for (int j = 0; j < take && !dup; j++)
+            dup = cached_hash[j] == h;
+        if (!dup && k < nstates)
+            st[k++] = fresh[i];
+        else
+            kt_sched_state_free(fresh[i]);
+    }
+    free(fresh);
+    free(cached_hash);
+    if (k < nstates) {
+        fprintf(stderr, "only %d distinct states\n", k);
+        exit(1);
+    }
+}
+
+/* Measure every program until it has `passes` passes (or failed once): a
+ * whole pass over all programs before the next, so a program's passes lie
+ * minutes apart and the load of other tenants, which comes and goes over
+ * seconds, rarely slows all of them. Each pass is appended to the cache. */
+static void measure_passes(const char *name, const kt_workload_t *w, kt_sched_state_t **st,
+                           pass_costs_t *pc, kt_measurer_t *m)
+{
+    const kt_dag_t *dag = kt_workload_dag(w);
+    int *todo = malloc((size_t)nstates * sizeof(int));
+    kt_sched_state_t **sel = malloc(BATCH * sizeof(*sel));
+    double *c = malloc(BATCH * sizeof(double));
+    kt_measure_result_t *res = calloc(BATCH, sizeof(*res));
+    if (!todo || !sel || !c || !res)
+        die("out of memory");
+    double t0 = kt_time_mono();
+    for (int p = 0; p < passes; p++) {
+        int nt = 0;
+        for (int i = 0; i < nstates; i++) {
+            int failed = 0;
+            for (int k = 0; k < pc[i].n; k++)
+                failed |= !(pc[i].cost[k] > 0);
+            if (pc[i].n == p && !failed)
+                todo[nt++] = i;
+        }
+        for (int i = 0; i < nt; i += BATCH) {
+            int n = nt - i < BATCH ? nt - i : BATCH;
+            for (int j = 0; j < n; j++)
+                sel[j] = st[todo[i + j]];
+            if (kt_search_measure_local(m, w, sel, n, res) < 0)
+                die("measure");
+            for (int j = 0; j < n; j++) {
+                pass_costs_t *x = &pc[todo[i + j]];
+                c[j] = x->cost[x->n++] = best_cost(&res[j]);
+                kt_measure_result_clear(&res[j]);
+            }
+            cache_append(name, dag, sel, c, n);
+            fprintf(stderr, "  %s: pass %d: %d/%d measured (%.0f s)\n", name, p + 1, i + n, nt,
+                    kt_time_mono() - t0);
+        }
+    }
+    free(todo);
+    free(sel);
+    free(c);
+    free(res);
+}
+
+/* How far one pass orders pairs as another: the noise ceiling of a single
+ * pass (labels, the fastest of `passes`, are steadier than that). */
+static void pass_agreement(const char *name, const pass_costs_t *pc)
+{
+    float *a = malloc((size_t)nstates * sizeof(float)), *b = malloc((size_t)nstates * sizeof(float));
+    if (!a || !b)
+        die("out of memory");
+    int k = 0;
+    for (int i = 0; i < nstates; i++)
+        if (pc[i].n >= 2 && pc[i].cost[0] > 0 && pc[i].cost[1] > 0) {
+            a[k] = (float)(1.0 / pc[i].cost[0]);
+            b[k++] = (float)(1.0 / pc[i].cost[1]);
+        }
+    double acc = NAN;
+    if (k >= 2 && kt_model_pairwise_accuracy(b, a, (size_t)k, &acc))
+        die("accuracy");
+    printf("%-10s noise: pass 2 orders %.3f of pairs of %d programs as pass 1; labels are the "
+           "fastest of %d passes\n", name, acc, k, passes);
+    free(a);
+    free(b);
+}
+
 static void bench(const char *name, const char *json, kt_measurer_t *m)
 {
     kt_workload_t *w = kt_workload_parse(json);
@@ -312,65 +439,36 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
     kt_sched_params_default(&p);
     p.num_cores = 1;
     kt_sched_state_t **cached;
-    double *ccost;
-    int nc = cache_load(name, dag, &cached, &ccost);
+    pass_costs_t *cpc;
+    int nc = cache_load(name, dag, &cached, &cpc);
     int take = nc < nstates ? nc : nstates;
     kt_sched_state_t **st = calloc((size_t)nstates, sizeof(*st));
+    pass_costs_t *pc = calloc((size_t)nstates, sizeof(*pc));
     double *cost = malloc((size_t)nstates * sizeof(double));
     int *idx = malloc((size_t)nstates * sizeof(int));
-    kt_measure_result_t *res = calloc(BATCH, sizeof(*res));
-    if (!st || !cost || !idx || !res)
+    if (!st || !pc || !cost || !idx)
         die("out of memory");
     for (int i = 0; i < nc; i++) {
         if (i < take) {
             st[i] = cached[i];
-            cost[i] = ccost[i];
+            pc[i] = cpc[i];
         } else {
             kt_sched_state_free(cached[i]);
         }
     }
-    if (take < nstates) {
-        /* Sample more than needed and keep the ones not cached yet. */
-        int want = nstates - take;
-        kt_sched_state_t **fresh = sample_states(w, &p, nstates + take);
-        uint64_t *cached_hash = malloc((size_t)(take ? take : 1) * sizeof(uint64_t));
-        if (!cached_hash)
-            die("out of memory");
-        for (int j = 0; j < take; j++)
-            cached_hash[j] = kt_sched_state_hash(st[j], dag);
-        int k = take;
-        for (int i = 0; i < nstates + take; i++) {
-            uint64_t h = kt_sched_state_hash(fresh[i], dag);
-            int dup = 0;
-            for (int j = 0; j < take && !dup; j++)
-                dup = cached_hash[j] == h;
-            if (!dup && k < nstates)
-                st[k++] = fresh[i];
-            else
-                kt_sched_state_free(fresh[i]);
-        }
-        free(fresh);
-        free(cached_hash);
-        if (k < nstates) {
-            fprintf(stderr, "only %d distinct states\n", k);
-            exit(1);
-        }
-        double t0 = kt_time_mono();
-        for (int i = take; i < nstates; i += BATCH) {
-            int n = nstates - i < BATCH ? nstates - i : BATCH;
-            if (kt_search_measure_local(m, w, st + i, n, res) < 0)
-                die("measure");
-            for (int j = 0; j < n; j++) {
-                cost[i + j] = best_cost(&res[j]);
-                kt_measure_result_clear(&res[j]);
-            }
-            cache_append(name, dag, st + i, cost + i, n);
-            fprintf(stderr, "  %s: %d/%d measured (%.0f s)\n", name, i + n - take, want,
-                    kt_time_mono() - t0);
-        }
-    }
     free(cached);
-    free(ccost);
+    free(cpc);
+    if (take < nstates)
+        sample_more(w, &p, st, take);
+    measure_passes(name, w, st, pc, m);
+    /* a program's label: its fastest pass; failed in any pass, failed */
+    for (int i = 0; i < nstates; i++) {
+        cost[i] = pc[i].n > 0 ? pc[i].cost[0] : -1;
+        for (int k = 1; k < pc[i].n && k < passes && cost[i] > 0; k++)
+            cost[i] = pc[i].cost[k] > 0 ? fmin(cost[i], pc[i].cost[k]) : -1;
+    }
+    if (passes > 1)
+        pass_agreement(name, pc);
     int nvalid = 0;
     for (int i = 0; i < nstates; i++)
         if (cost[i] > 0)
@@ -435,8 +533,8 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
         kt_sched_state_free(st[i]);
     free(st);
     free(cost);
+    free(pc);
     free(idx);
-    free(res);
     kt_workload_free(w);
 }
 
@@ -466,6 +564,8 @@ int main(int argc, char **argv)
             remeasure = atoi(v);
         else if (strcmp(a, "--repeat") == 0)
             repeat = atoi(v);
+        else if (strcmp(a, "--passes") == 0)
+            passes = atoi(v);
         else if (strcmp(a, "--folds") == 0)
             folds = atoi(v) == 1 ? 1 : 5;
         else if (strcmp(a, "--weight-by-label") == 0)
@@ -481,6 +581,10 @@ int main(int argc, char **argv)
     }
     if (nstates < 10) {
         fprintf(stderr, "--n must be >= 10\n");
+        return 2;
+    }
+    if (passes < 1 || passes > MAX_PASSES) {
+        fprintf(stderr, "--passes must be 1..%d\n", MAX_PASSES);
         return 2;
     }
     kt_builder_t *b;

@@ -467,7 +467,15 @@ START_TEST(cli_kernel_measure_times_states_and_names_bad_input)
     ck_assert_msg(ktune(two, &out) == 0, "%s", out);
     const char *at = out;
     int timed = 0;
-    while ((at = strstr(at, " GFLOPS (number "))) {
+    while ((at = strstr(at, "mean "))) {
+        /* "mean M ms, G GFLOPS (number N, R repeats, LO..HI ms)": LO <= M <= HI */
+        double mean, lo, hi;
+        const char *spread = strstr(at, " repeat");
+        ck_assert_msg(sscanf(at, "mean %lf ms", &mean) == 1 && spread &&
+                          (spread = strchr(spread, ',')) &&
+                          sscanf(spread, ", %lf..%lf ms)", &lo, &hi) == 2,
+                      "%s", out);
+        ck_assert_msg(lo <= mean && mean <= hi && lo > 0, "%s", out);
         timed++;
         at++;
     }

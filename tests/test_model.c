@@ -201,6 +201,7 @@ START_TEST(invalid_programs_score_minus_infinity)
     ck_assert(r[0] == s[0] && r[1] == s[2]);
 
     kt_model_t *rnd = kt_model_new(KT_MODEL_RANDOM, NULL);
+    ck_assert_int_eq(kt_model_log_scores(rnd), 0);
     ck_assert_int_eq(kt_model_predict(rnd, &batch, s), 0);
     ck_assert(isinf(s[1]) && s[1] < 0);
     ck_assert(s[0] >= 0 && s[0] < 1 && s[2] >= 0 && s[2] < 1);
@@ -414,8 +415,10 @@ START_TEST(labels_are_normalized_per_task_and_failures_are_zero)
         prm.label = label;
         kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
         kt_model_batch_t b = { rows, nrows, 8, NFEAT };
+        ck_assert_int_eq(kt_model_log_scores(m), 0);   /* not trained yet */
         ck_assert_int_eq(kt_model_update(m, &b, costs, tasks), 0);
         ck_assert(kt_model_is_trained(m));
+        ck_assert_int_eq(kt_model_log_scores(m), label == KT_MODEL_LABEL_LOG);
         float s[8];
         ck_assert_int_eq(kt_model_predict(m, &b, s), 0);
         /* Log-label scores leave out the fitted bias: compare differences. */

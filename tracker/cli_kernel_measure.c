@@ -213,9 +213,15 @@ int kt_cli_kernel_measure(int argc, char **argv)
         printf("candidate %d: state %016llx: ", i,
                (unsigned long long)kt_sched_state_hash(states[i], dag));
         if (res[i].error_no == KT_MEASURE_NO_ERROR) {
-            printf("mean %.6f ms, %.2f GFLOPS (number %d, %d repeat%s)\n", res[i].mean * 1e3,
-                   flops / res[i].mean / 1e9, res[i].number, res[i].n_costs,
-                   res[i].n_costs == 1 ? "" : "s");
+            /* the spread of the repeats says how far the mean can be trusted */
+            double lo = res[i].mean, hi = res[i].mean;
+            for (int k = 0; k < res[i].n_costs; k++) {
+                lo = res[i].costs[k] < lo ? res[i].costs[k] : lo;
+                hi = res[i].costs[k] > hi ? res[i].costs[k] : hi;
+            }
+            printf("mean %.6f ms, %.2f GFLOPS (number %d, %d repeat%s, %.6f..%.6f ms)\n",
+                   res[i].mean * 1e3, flops / res[i].mean / 1e9, res[i].number, res[i].n_costs,
+                   res[i].n_costs == 1 ? "" : "s", lo * 1e3, hi * 1e3);
         } else {
             failed++;
             printf("%s: %s\n", kt_measure_error_name(res[i].error_no),

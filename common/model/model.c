@@ -388,6 +388,11 @@ int kt_model_is_trained(const kt_model_t *m)
            (m->warmup_off || m->nsamples > (size_t)m->p.num_warmup_sample);
 }
 
+int kt_model_log_scores(const kt_model_t *m)
+{
+    return kt_model_is_trained(m) && m->p.label == KT_MODEL_LABEL_LOG;
+}
+
 int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores)
 {
     size_t nrow;

@@ -156,6 +156,11 @@ unsigned kt_model_num_trainings(const kt_model_t *m); /* training runs done */
 int kt_model_num_rounds(const kt_model_t *m);         /* trees kept by the last run */
 /* 1 when predict uses the trained booster, 0 when it returns random scores. */
 int kt_model_is_trained(const kt_model_t *m);
+/* 1 when predict's scores are log-throughputs (a trained model with log
+ * labels): exp(score) is then proportional to the predicted throughput, which
+ * is what a search that selects in proportion to throughput must weigh by.
+ * 0 when scores are throughputs themselves (or random). */
+int kt_model_log_scores(const kt_model_t *m);
 
 /* ---- quality metrics (metrics.c) ---- */
 /* Share of pairs (i, j) with truth[i] != truth[j] that pred orders the same

@@ -170,10 +170,7 @@ static int make_families(kt_search_family_t *f, const kt_workload_t *const *wl,
             free(k);
         } else {
             kt_model_params_t mp;
-            kt_model_params_default(&mp);
-            mp.seed = o->seed * 1000003u + (uint64_t)g;
-            mp.num_warmup_sample = o->num_warmup_sample;
-            mp.tree_method = KT_MODEL_TREE_HIST;
+            kt_search_model_params(o, o->seed * 1000003u + (uint64_t)g, &mp);
             f->keys[g] = k;
             f->nfam++;   /* the key is ours now, even if the model fails */
             if (!(f->models[g] = kt_model_new(KT_MODEL_XGB, &mp)))

@@ -68,6 +68,14 @@ static int opts_check(const kt_search_opts_t *o)
     return 0;
 }
 
+void kt_search_model_params(const kt_search_opts_t *o, uint64_t seed, kt_model_params_t *mp)
+{
+    kt_model_params_default(mp);
+    mp->seed = seed;
+    mp->num_warmup_sample = o->num_warmup_sample;
+    mp->tree_method = KT_MODEL_TREE_HIST;
+}
+
 kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_params_t *params,
                                          const kt_search_opts_t *opts, kt_model_t *model,
                                          int task_id)
@@ -118,10 +126,7 @@ kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_
         sp->model = model;
     } else {
         kt_model_params_t mp;
-        kt_model_params_default(&mp);
-        mp.seed = o.seed;
-        mp.num_warmup_sample = o.num_warmup_sample;
-        mp.tree_method = KT_MODEL_TREE_HIST;
+        kt_search_model_params(&o, o.seed, &mp);
         sp->model = kt_model_new(xgb ? KT_MODEL_XGB : KT_MODEL_RANDOM, &mp);
         if (!sp->model) {
             free(sp);
@@ -565,6 +570,26 @@ static int draw(kt_rng_t *rng, const double *cum, int n)
     return lo;
 }
 
+/* Prefix sums of the parents' selection weights. Ansor draws parents in
+ * proportion to their predicted throughput: log-throughput scores become
+ * throughputs relative to the best one (exp(s - max)); without that, every
+ * state scored below the log-scale's arbitrary zero could never be drawn.
+ * Throughput scores count when positive. */
+static void selection_cum(const kt_search_policy_t *sp, const kt_slist_t *now, double *cum)
+{
+    const int logs = kt_model_log_scores(sp->model);
+    double top = -INFINITY, acc = 0;
+    for (int i = 0; logs && i < now->n; i++)
+        if (isfinite(now->score[i]) && now->score[i] > top)
+            top = now->score[i];
+    for (int i = 0; i < now->n; i++) {
+        double s = now->score[i];
+        if (isfinite(s))
+            acc += logs ? exp(s - top) : s > 0 ? s : 0;
+        cum[i] = acc;
+    }
+}
+
 /* Ansor's EvolutionarySearch: score, keep the heap of the best out_size
  * unmeasured states, breed the next population by score-proportional
  * selection and mutation. pop is consumed (its first nscored states carry
@@ -598,12 +623,7 @@ static int evolve(kt_search_policy_t *sp, kt_slist_t *pop, int nscored, int iter
         if (k == iters)
             break;
         sp->stats.last_num_iters = k + 1;
-        double acc = 0;
-        for (int i = 0; i < now->n; i++) {
-            float s = now->score[i];
-            acc += s > 0 && isfinite(s) ? s : 0;
-            cum[i] = acc;
-        }
+        selection_cum(sp, now, cum);
         kt_slist_clear(&next);
         long tries = 0, max_tries = (long)population * MUTATE_TRIES_PER_SLOT;
         while (next.n < population) {
