@@ -134,7 +134,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.evolutionary_search_num_iters, 4);
     ck_assert_double_eq(o.evolutionary_search_mutation_prob, 0.85);
     ck_assert_int_eq(o.retry_search_one_round_on_empty, 10);
-    ck_assert_int_eq(o.num_warmup_sample, 100);
+    ck_assert_int_eq(o.num_warmup_sample, 32);   /* ktune's: the model guides round 2 */
 }
 END_TEST
 

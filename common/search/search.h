@@ -45,7 +45,8 @@
 #include "store/store.h"
 #include "te/workload.h"
 
-/* Options of a policy; kt_search_opts_default() gives Ansor's defaults. */
+/* Options of a policy; kt_search_opts_default() gives Ansor's defaults but for
+ * num_warmup_sample (see policy.c). */
 typedef struct {
     const char *policy;                    /* "sketch.xgb" or "sketch.random" */
     uint64_t seed;
@@ -56,7 +57,7 @@ typedef struct {
     int evolutionary_search_num_iters;     /* 4 */
     double evolutionary_search_mutation_prob; /* 0.85 */
     int retry_search_one_round_on_empty;   /* 10 */
-    int num_warmup_sample;                 /* records before the xgb model is trusted: 100 */
+    int num_warmup_sample;                 /* records before the xgb model is trusted: 32 (Ansor 100) */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
@@ -73,7 +74,7 @@ typedef int (*kt_search_has_measured_fn)(void *user, uint64_t state_hash);
 
 /* Create the policy of one task. params NULL = host CPU defaults. opts NULL
  * = defaults. model NULL = the policy owns a model of the kind its name says
- * (xgb: num_warmup_sample from opts, hist trees, other parameters Ansor's);
+ * (xgb: num_warmup_sample from opts, hist trees, ktune's model defaults);
  * else the given model (a FamilySeer family model) is used and updated, with
  * `task_id` telling the model which task's costs normalize the labels; its
  * kind decides whether states are scored with features. NULL + kt_err on
