@@ -87,5 +87,10 @@ int kt_sched_matched_consumer(const kt_dag_t *dag, const kt_sched_state_t *st, i
 char *kt_sched_gpu_to_json(const kt_sched_state_t *st, const kt_dag_t *dag);
 kt_sched_state_t *kt_sched_gpu_from_json(const json_t *root, const kt_dag_t *dag,
                                          const kt_sched_params_t *p);
+/* Parsing helpers shared by both (serial.c): 1 and *out set when v is an
+ * integer in [lo, hi], else 0; the index of the stage named by the string
+ * v, or -1. */
+int kt_sched_json_int(const json_t *v, long long lo, long long hi, long long *out);
+int kt_sched_stage_by_name(const kt_dag_t *dag, const json_t *v);
 
 #endif

@@ -115,8 +115,7 @@ static int perr(int s, const char *fmt, const char *detail)
     return kt_err_set(KT_EINVAL, "state JSON: stage %d: %s%s", s, fmt, detail ? detail : "");
 }
 
-/* An integer in [lo, hi]. */
-static int get_int(const json_t *v, long long lo, long long hi, long long *out)
+int kt_sched_json_int(const json_t *v, long long lo, long long hi, long long *out)
 {
     if (!json_is_integer(v))
         return 0;
@@ -131,9 +130,9 @@ static int parse_ann(const json_t *v, kt_sched_ann_t *a, int s, const char *key)
 {
     long long p, vec, u;
     if (!json_is_array(v) || json_array_size(v) != 3 ||
-        !get_int(json_array_get(v, 0), 0, KT_SCHED_MAX_LOOPS, &p) ||
-        !get_int(json_array_get(v, 1), 0, KT_SCHED_MAX_LOOPS, &vec) ||
-        !get_int(json_array_get(v, 2), 0, 4096, &u))
+        !kt_sched_json_int(json_array_get(v, 0), 0, KT_SCHED_MAX_LOOPS, &p) ||
+        !kt_sched_json_int(json_array_get(v, 1), 0, KT_SCHED_MAX_LOOPS, &vec) ||
+        !kt_sched_json_int(json_array_get(v, 2), 0, 4096, &u))
         return perr(s, "bad annotation (want [parallel, vectorize, unroll]) in ", key);
     a->parallel = (uint8_t)p;
     a->vectorize = (uint8_t)vec;
@@ -141,7 +140,7 @@ static int parse_ann(const json_t *v, kt_sched_ann_t *a, int s, const char *key)
     return 0;
 }
 
-static int stage_by_name(const kt_dag_t *dag, const json_t *v)
+int kt_sched_stage_by_name(const kt_dag_t *dag, const json_t *v)
 {
     if (!json_is_string(v))
         return -1;
@@ -196,9 +195,9 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
         if (at) {
             long long d;
             int c = json_is_array(at) && json_array_size(at) == 2
-                        ? stage_by_name(dag, json_array_get(at, 0))
+                        ? kt_sched_stage_by_name(dag, json_array_get(at, 0))
                         : -1;
-            if (c < 0 || !get_int(json_array_get(at, 1), 1, KT_TE_MAX_DIMS, &d))
+            if (c < 0 || !kt_sched_json_int(json_array_get(at, 1), 1, KT_TE_MAX_DIMS, &d))
                 return perr(s, "bad \"at\" (want [stage name, depth])", NULL);
             e->at_stage = (int8_t)c;
             e->at_depth = (int8_t)d;
@@ -221,14 +220,14 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
                                   a, nlev);
             for (int l = 0; l < nlev; l++) {
                 long long x;
-                if (!get_int(json_array_get(f, (size_t)l), 1, KT_TE_MAX_EXTENT, &x))
+                if (!kt_sched_json_int(json_array_get(f, (size_t)l), 1, KT_TE_MAX_EXTENT, &x))
                     return perr(s, "split factors must be integers in [1, 2^30]", NULL);
                 e->split[a][l] = (int32_t)x;
             }
         }
         const json_t *fuse = json_object_get(o, "fuse");
         if (fuse) {
-            int c = stage_by_name(dag, fuse);
+            int c = kt_sched_stage_by_name(dag, fuse);
             if (c < 0)
                 return perr(s, "\"fuse\" names no stage", NULL);
             e->fuse = (int8_t)c;
@@ -240,7 +239,7 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
         const json_t *lv = json_object_get(o, "level");
         if (lv) {
             long long l;
-            if (!get_int(lv, 0, 3, &l))
+            if (!kt_sched_json_int(lv, 0, 3, &l))
                 return perr(s, "bad \"level\"", NULL);
             e->level = (int8_t)l;
         }
@@ -260,8 +259,8 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
         const json_t *sp = json_object_get(o, "split");
         long long ko, ki;
         if (!json_is_array(sp) || json_array_size(sp) != 2 ||
-            !get_int(json_array_get(sp, 0), 1, LLONG_MAX / 2, &ko) ||
-            !get_int(json_array_get(sp, 1), 1, KT_TE_MAX_EXTENT, &ki) || ko > INT32_MAX)
+            !kt_sched_json_int(json_array_get(sp, 0), 1, LLONG_MAX / 2, &ko) ||
+            !kt_sched_json_int(json_array_get(sp, 1), 1, KT_TE_MAX_EXTENT, &ki) || ko > INT32_MAX)
             return perr(s, "bad \"split\" (want [outer, inner])", NULL);
         e->split[0][0] = (int32_t)ko;
         e->split[0][1] = (int32_t)ki;

@@ -107,27 +107,6 @@ static int perr(int s, const char *what)
     return kt_err_set(KT_EINVAL, "GPU state JSON: stage %d: %s", s, what);
 }
 
-static int get_int(const json_t *v, long long lo, long long hi, long long *out)
-{
-    if (!json_is_integer(v))
-        return 0;
-    long long x = json_integer_value(v);
-    if (x < lo || x > hi)
-        return 0;
-    *out = x;
-    return 1;
-}
-
-static int stage_by_name(const kt_dag_t *dag, const json_t *v)
-{
-    if (!json_is_string(v))
-        return -1;
-    for (int i = 0; i < kt_dag_num_stages(dag); i++)
-        if (strcmp(kt_dag_stage(dag, i)->name, json_string_value(v)) == 0)
-            return i;
-    return -1;
-}
-
 static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_stage_t *e)
 {
     const kt_stage_t *ss = kt_dag_stage(dag, s);
@@ -167,18 +146,18 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
     }
     long long x;
     if (kind == KT_SK_ROOT || kind == KT_SK_XREDUCE || kind == KT_SK_TILED) {
-        if (!get_int(json_object_get(o, "unroll"), 0, 4096, &x))
+        if (!kt_sched_json_int(json_object_get(o, "unroll"), 0, 4096, &x))
             return perr(s, "missing or bad \"unroll\"");
         e->ann.unroll = (int16_t)x;
     }
     if (kind == KT_SK_ROOT || kind == KT_SK_XREDUCE) {
-        if (!get_int(json_object_get(o, "threads"), 1, 1 << 20, &x))
+        if (!kt_sched_json_int(json_object_get(o, "threads"), 1, 1 << 20, &x))
             return perr(s, "missing or bad \"threads\"");
         e->threads = (int32_t)x;
     }
     const json_t *fuse = json_object_get(o, "fuse");
     if (fuse) {
-        int c = stage_by_name(dag, fuse);
+        int c = kt_sched_stage_by_name(dag, fuse);
         if (c < 0)
             return perr(s, "\"fuse\" names no stage");
         e->fuse = (int8_t)c;
@@ -196,7 +175,7 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
             return kt_err_set(KT_EINVAL, "GPU state JSON: stage %d: axis %d needs %d factors", s,
                               a, nlev);
         for (int l = 0; l < nlev; l++) {
-            if (!get_int(json_array_get(f, (size_t)l), 1, KT_TE_MAX_EXTENT, &x))
+            if (!kt_sched_json_int(json_array_get(f, (size_t)l), 1, KT_TE_MAX_EXTENT, &x))
                 return perr(s, "split factors must be integers in [1, 2^30]");
             e->split[a][l] = (int32_t)x;
         }
@@ -205,17 +184,17 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
     if (cw && !json_is_boolean(cw))
         return perr(s, "\"cache_write\" must be a boolean");
     e->cache_write = cw && json_is_true(cw);
-    if (!get_int(json_object_get(o, "level"), 0, 5, &x))
+    if (!kt_sched_json_int(json_object_get(o, "level"), 0, 5, &x))
         return perr(s, "missing or bad \"level\"");
     e->level = (int8_t)x;
-    if (!get_int(json_object_get(o, "vec"), 0, 16, &x))
+    if (!kt_sched_json_int(json_object_get(o, "vec"), 0, 16, &x))
         return perr(s, "missing or bad \"vec\"");
     e->vec = (int8_t)x;
     const json_t *smem = json_object_get(o, "smem");
     if (!json_is_array(smem))
         return perr(s, "\"smem\" must list stage names");
     for (size_t i = 0; i < json_array_size(smem); i++) {
-        int p = stage_by_name(dag, json_array_get(smem, i));
+        int p = kt_sched_stage_by_name(dag, json_array_get(smem, i));
         if (p < 0 || p >= 32 || ((e->smem >> p) & 1u))
             return perr(s, "\"smem\" names an unknown or repeated stage");
         e->smem |= 1u << p;
