@@ -30,7 +30,7 @@
  * Defaults (kt_model_params_default) are shallower, slower-learning trees on
  * row and column subsamples with log labels: on 1,000 measured random
  * programs they rank held-out pairs right 0.87 of the time against 0.81 with
- * Ansor's parameters for a matmul, 0.83 against 0.71 for a conv2d
+ * Ansor's parameters for a matmul, 0.85 against 0.71 for a conv2d
  * (bench/bench_model_quality.c). kt_model_params_ansor()
  * gives Ansor's: max_depth 10, eta 0.2, min_child_weight 0, no subsampling,
  * throughput labels weighted by label.
