@@ -294,9 +294,8 @@ static double best_cost(const kt_measure_result_t *r)
 {
     if (r->error_no != KT_MEASURE_NO_ERROR || r->n_costs < 1)
         return -1;
-    double c = r->costs[0];
-    for (int i = 1; i < r->n_costs; i++)
-        c = r->costs[i] < c ? r->costs[i] : c;
+    double c;
+    kt_measure_result_range(r, &c, NULL);
     return c > 0 ? c : -1;
 }
 
@@ -329,6 +328,16 @@ static void noise_ceiling(const char *name, const kt_workload_t *w, kt_sched_sta
     free(res);
     free(again);
     free(first);
+}
+
+/* A program's label from its first `upto` passes: the fastest; -1 when any
+ * of them failed or there is none. */
+static double pass_label(const pass_costs_t *x, int upto)
+{
+    double c = x->n > 0 && upto > 0 ? x->cost[0] : -1;
+    for (int k = 1; k < x->n && k < upto && c > 0; k++)
+        c = x->cost[k] > 0 ? fmin(c, x->cost[k]) : -1;
+    return c;
 }
 
 /* Fill st[take..nstates) with random states not among st[0..take). */
@@ -378,13 +387,9 @@ static void measure_passes(const char *name, const kt_workload_t *w, kt_sched_st
     double t0 = kt_time_mono();
     for (int p = 0; p < passes; p++) {
         int nt = 0;
-        for (int i = 0; i < nstates; i++) {
-            int failed = 0;
-            for (int k = 0; k < pc[i].n; k++)
-                failed |= !(pc[i].cost[k] > 0);
-            if (pc[i].n == p && !failed)
+        for (int i = 0; i < nstates; i++)
+            if (pc[i].n == p && (p == 0 || pass_label(&pc[i], p) > 0))
                 todo[nt++] = i;
-        }
         for (int i = 0; i < nt; i += BATCH) {
             int n = nt - i < BATCH ? nt - i : BATCH;
             for (int j = 0; j < n; j++)
@@ -462,11 +467,8 @@ static void bench(const char *name, const char *json, kt_measurer_t *m)
         sample_more(w, &p, st, take);
     measure_passes(name, w, st, pc, m);
     /* a program's label: its fastest pass; failed in any pass, failed */
-    for (int i = 0; i < nstates; i++) {
-        cost[i] = pc[i].n > 0 ? pc[i].cost[0] : -1;
-        for (int k = 1; k < pc[i].n && k < passes && cost[i] > 0; k++)
-            cost[i] = pc[i].cost[k] > 0 ? fmin(cost[i], pc[i].cost[k]) : -1;
-    }
+    for (int i = 0; i < nstates; i++)
+        cost[i] = pass_label(&pc[i], passes);
     if (passes > 1)
         pass_agreement(name, pc);
     int nvalid = 0;

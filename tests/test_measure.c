@@ -165,6 +165,21 @@ static void print_spread(const char *what, const kt_measure_result_t *r)
 
 /* ---- vocabulary ----------------------------------------------------------------- */
 
+START_TEST(result_range_gives_fastest_and_slowest_repeat)
+{
+    double costs[4] = {3e-3, 1e-3, 4e-3, 2e-3};
+    kt_measure_result_t r = {.costs = costs, .n_costs = 4, .mean = 2.5e-3};
+    double lo = 0, hi = 0;
+    kt_measure_result_range(&r, &lo, &hi);
+    ck_assert(lo == 1e-3 && hi == 4e-3);
+    kt_measure_result_range(&r, NULL, &hi);   /* either output may be left out */
+    ck_assert(hi == 4e-3);
+    kt_measure_result_t none = {.mean = 7e-3};
+    kt_measure_result_range(&none, &lo, &hi);
+    ck_assert(lo == 7e-3 && hi == 7e-3);
+}
+END_TEST
+
 START_TEST(error_names_match_tvm_and_proto)
 {
     ck_assert_str_eq(kt_measure_error_name(KT_MEASURE_NO_ERROR), "NO_ERROR");
@@ -830,6 +845,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, error_names_match_tvm_and_proto);
+    tcase_add_test(tc, result_range_gives_fastest_and_slowest_repeat);
     tcase_add_test(tc, builder_reports_compile_error_with_compiler_message);
     tcase_add_test(tc, builder_kills_whole_process_group_past_timeout);
     tcase_add_test(tc, builder_cache_avoids_second_compile);

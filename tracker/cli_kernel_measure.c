@@ -214,11 +214,8 @@ int kt_cli_kernel_measure(int argc, char **argv)
                (unsigned long long)kt_sched_state_hash(states[i], dag));
         if (res[i].error_no == KT_MEASURE_NO_ERROR) {
             /* the spread of the repeats says how far the mean can be trusted */
-            double lo = res[i].mean, hi = res[i].mean;
-            for (int k = 0; k < res[i].n_costs; k++) {
-                lo = res[i].costs[k] < lo ? res[i].costs[k] : lo;
-                hi = res[i].costs[k] > hi ? res[i].costs[k] : hi;
-            }
+            double lo, hi;
+            kt_measure_result_range(&res[i], &lo, &hi);
             printf("mean %.6f ms, %.2f GFLOPS (number %d, %d repeat%s, %.6f..%.6f ms)\n",
                    res[i].mean * 1e3, flops / res[i].mean / 1e9, res[i].number, res[i].n_costs,
                    res[i].n_costs == 1 ? "" : "s", lo * 1e3, hi * 1e3);

@@ -125,6 +125,19 @@ int kt_measure_result_set_error(kt_measure_result_t *r, int error_no, const char
     return KT_OK;
 }
 
+void kt_measure_result_range(const kt_measure_result_t *r, double *lo, double *hi)
+{
+    double a = r->n_costs > 0 ? r->costs[0] : r->mean, b = a;
+    for (int k = 1; k < r->n_costs; k++) {
+        a = r->costs[k] < a ? r->costs[k] : a;
+        b = r->costs[k] > b ? r->costs[k] : b;
+    }
+    if (lo)
+        *lo = a;
+    if (hi)
+        *hi = b;
+}
+
 int kt_measure_result_copy(kt_measure_result_t *dst, const kt_measure_result_t *src)
 {
     *dst = *src;

@@ -93,6 +93,11 @@ void kt_measure_result_clear(kt_measure_result_t *r);
 int kt_measure_result_set_error(kt_measure_result_t *r, int error_no, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The fastest and slowest repeat of r into *lo and *hi (either may be
+ * NULL): how far its mean can be trusted on a noisy machine. Both are r->mean
+ * when r has no costs. */
+void kt_measure_result_range(const kt_measure_result_t *r, double *lo, double *hi);
+
 /* Deep copy of `src` into `dst` (dst is overwritten, not freed first). 0 or KT_ENOMEM. */
 int kt_measure_result_copy(kt_measure_result_t *dst, const kt_measure_result_t *src);
 
