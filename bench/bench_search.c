@@ -3,8 +3,12 @@
  * (NHWC, pad 1, + bias + relu), sketch.xgb against sketch.random, several
  * seeds: the best latency after each trial checkpoint, measured on this CPU
  * with one thread (candidates are built, run and checked against the
- * reference by the local measurer), and the mean wall time per round spent
- * in search (sampling + evolution), model training and measurement.
+ * reference by the local measurer), the median latency of each round's
+ * candidates (whether the model's picks are better as a whole, which shows
+ * before the best moves), and the mean wall time per round spent in search
+ * (sampling + evolution), model training and measurement.
+ * Policies and seeds run one after the other: builds overlap runs, so on a
+ * 2-core machine a second bench beside this one slows the kernels it times.
  *
  *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
@@ -26,6 +30,7 @@
 #define MAX_CHECK 16
 #define MAX_SEEDS 16
 #define MAX_POL 2
+#define MAX_ROUNDS 64
 
 static int checkpoints[MAX_CHECK] = {64, 128, 256};
 static int ncheck = 3;
@@ -49,6 +54,7 @@ static const struct {
 
 typedef struct {
     double best[MAX_CHECK];              /* best cost (s) at each checkpoint */
+    double picks[MAX_ROUNDS];            /* median cost (s) of each round's valid candidates */
     double search_s, train_s, measure_s; /* totals over rounds */
     int rounds, errors;
 } run_t;
@@ -57,6 +63,12 @@ static int double_cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof v[0], double_cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void die(const char *what)
@@ -98,9 +110,14 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
         out->search_s += s;
         out->train_s += t;
         out->measure_s += wall - s - t;
-        out->rounds++;
+        double *ok = malloc((size_t)got * sizeof *ok);
+        int nok = 0;
+        if (!ok)
+            die("out of memory");
         for (int i = 0; i < got; i++) {
-            if (res[i].error_no != KT_MEASURE_NO_ERROR) {
+            if (res[i].error_no == KT_MEASURE_NO_ERROR)
+                ok[nok++] = res[i].mean;
+            else {
                 out->errors++;
                 fprintf(stderr, "    candidate error %s: %.200s\n",
                         kt_measure_error_name(res[i].error_no),
@@ -109,6 +126,13 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
             kt_measure_result_clear(&res[i]);
             kt_sched_state_free(st[i]);
         }
+        /* How good the round's picks are as a whole, not just its best:
+         * a model that guides shows here long before the best moves. */
+        double picks = nok ? median(ok, nok) : INFINITY;
+        if (out->rounds < MAX_ROUNDS)
+            out->picks[out->rounds] = picks;
+        out->rounds++;
+        free(ok);
         free(st);
         free(res);
         trials += got;
@@ -116,9 +140,10 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
         kt_search_best(sp, &best, NULL);
         while (c < ncheck && trials >= checkpoints[c])
             out->best[c++] = best;
-        fprintf(stderr, "  %s seed %llu: %d trials, best %.3f ms (search %.2f s, train %.2f s, "
-                        "measure %.1f s)\n",
-                policy, (unsigned long long)seed, trials, best * 1e3, s, t, wall - s - t);
+        fprintf(stderr, "  %s seed %llu: %d trials, best %.3f ms, picks' median %.3f ms (search "
+                        "%.2f s, train %.2f s, measure %.1f s)\n",
+                policy, (unsigned long long)seed, trials, best * 1e3, picks * 1e3, s, t,
+                wall - s - t);
     }
     double best = INFINITY;
     kt_search_best(sp, &best, NULL);
@@ -218,10 +243,33 @@ int main(int argc, char **argv)
                 double v[MAX_SEEDS];
                 for (int s = 0; s < nseeds; s++)
                     v[s] = runs[pi][s].best[c] * 1e3;
-                qsort(v, (size_t)nseeds, sizeof v[0], double_cmp);
-                med[pi] = nseeds % 2 ? v[nseeds / 2] : (v[nseeds / 2 - 1] + v[nseeds / 2]) / 2;
+                med[pi] = median(v, nseeds);
                 printf("  %8.3f (%7.3f..%7.3f) %4.0fGF", med[pi], v[0], v[nseeds - 1],
                        flops / (med[pi] * 1e-3) * 1e-9);
+            }
+            if (npol == 2)
+                printf("  %9.2fx", med[1] / med[0]);
+            printf("\n");
+        }
+        int maxr = 0;
+        for (int pi = 0; pi < npol; pi++)
+            for (int k = 0; k < nseeds; k++)
+                if (runs[pi][k].rounds > maxr)
+                    maxr = runs[pi][k].rounds;
+        if (maxr > MAX_ROUNDS)
+            maxr = MAX_ROUNDS;
+        printf("median latency of each round's picks (ms, median of seeds):\n");
+        for (int rd = 0; rd < maxr; rd++) {
+            printf("%8d", rd + 1);
+            double med[MAX_POL];
+            for (int pi = 0; pi < npol; pi++) {
+                double v[MAX_SEEDS];
+                int n = 0;
+                for (int k = 0; k < nseeds; k++)
+                    if (rd < runs[pi][k].rounds && isfinite(runs[pi][k].picks[rd]))
+                        v[n++] = runs[pi][k].picks[rd] * 1e3;
+                med[pi] = n ? median(v, n) : NAN;
+                printf("  %28.3f", med[pi]);
             }
             if (npol == 2)
                 printf("  %9.2fx", med[1] / med[0]);
