@@ -6,13 +6,17 @@
  * reference by the local measurer), the median latency of each round's
  * candidates (whether the model's picks are better as a whole, which shows
  * before the best moves), and the mean wall time per round spent in search
- * (sampling + evolution), model training and measurement.
+ * (sampling + evolution), model training and measurement. Every candidate is
+ * timed once, as the search times it; at a run's end its 3 best are timed
+ * again (--confirm-repeat repeats of 40 ms, the fastest kept), and the
+ * "confirmd" row compares what the policies really found.
  * Policies and seeds run one after the other: builds overlap runs, so on a
  * 2-core machine a second bench beside this one slows the kernels it times.
  *
  *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
  *                [--population 2048] [--min-repeat-ms 100] [--timer wall|cpu]
+ *                [--confirm-repeat 5]
  *
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
@@ -31,6 +35,7 @@
 #define MAX_SEEDS 16
 #define MAX_POL 2
 #define MAX_ROUNDS 64
+#define CONFIRM 3   /* a run's best candidates measured again at its end */
 
 static int checkpoints[MAX_CHECK] = {64, 128, 256};
 static int ncheck = 3;
@@ -39,6 +44,7 @@ static int per_round = 64;
 static int population = 2048;
 static int timer = KT_RUNNER_TIMER_WALL;
 static int min_repeat_ms = 100;
+static int confirm_repeat = 5;
 static const char *which = "all";
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
@@ -55,6 +61,7 @@ static const struct {
 typedef struct {
     double best[MAX_CHECK];              /* best cost (s) at each checkpoint */
     double picks[MAX_ROUNDS];            /* median cost (s) of each round's valid candidates */
+    double confirmed;                    /* fastest of the CONFIRM best, measured again */
     double search_s, train_s, measure_s; /* totals over rounds */
     int rounds, errors;
 } run_t;
@@ -77,10 +84,64 @@ static void die(const char *what)
     exit(1);
 }
 
+/* The CONFIRM fastest states measured so far, fastest first. */
+typedef struct {
+    kt_sched_state_t *st[CONFIRM];
+    double cost[CONFIRM];
+    int n;
+} top_t;
+
+static void top_offer(top_t *t, const kt_sched_state_t *st, double cost)
+{
+    int at = t->n;
+    while (at > 0 && cost < t->cost[at - 1])
+        at--;
+    if (at >= CONFIRM)
+        return;
+    kt_sched_state_t *c = kt_sched_state_clone(st);
+    if (!c)
+        die("clone");
+    if (t->n == CONFIRM)
+        kt_sched_state_free(t->st[--t->n]);
+    memmove(&t->st[at + 1], &t->st[at], (size_t)(t->n - at) * sizeof t->st[0]);
+    memmove(&t->cost[at + 1], &t->cost[at], (size_t)(t->n - at) * sizeof t->cost[0]);
+    t->st[at] = c;
+    t->cost[at] = cost;
+    t->n++;
+}
+
+/* Each candidate was timed once during the search, and on a shared machine
+ * one timing of a 2 ms kernel is off by up to a third, so a run's best is
+ * partly luck. Its CONFIRM best are timed again, the fastest of
+ * confirm_repeat repeats each: what the run really found. */
+static double confirm(const kt_workload_t *w, kt_measurer_t *cm, top_t *t)
+{
+    double best = INFINITY;
+    if (t->n == 0)
+        return best;
+    kt_measure_result_t res[CONFIRM];
+    memset(res, 0, sizeof res);
+    if (kt_search_measure_local(cm, w, t->st, t->n, res) < 0)
+        die("confirming");
+    for (int i = 0; i < t->n; i++) {
+        double lo;
+        if (res[i].error_no == KT_MEASURE_NO_ERROR) {
+            kt_measure_result_range(&res[i], &lo, NULL);
+            if (lo < best)
+                best = lo;
+        }
+        kt_measure_result_clear(&res[i]);
+        kt_sched_state_free(t->st[i]);
+    }
+    t->n = 0;
+    return best;
+}
+
 static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, kt_measurer_t *m,
-                    run_t *out)
+                    kt_measurer_t *cm, run_t *out)
 {
     memset(out, 0, sizeof(*out));
+    top_t top = {0};
     kt_sched_params_t p;
     kt_sched_params_default(&p);
     p.num_cores = 1;
@@ -115,9 +176,10 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
         if (!ok)
             die("out of memory");
         for (int i = 0; i < got; i++) {
-            if (res[i].error_no == KT_MEASURE_NO_ERROR)
+            if (res[i].error_no == KT_MEASURE_NO_ERROR) {
                 ok[nok++] = res[i].mean;
-            else {
+                top_offer(&top, st[i], res[i].mean);
+            } else {
                 out->errors++;
                 fprintf(stderr, "    candidate error %s: %.200s\n",
                         kt_measure_error_name(res[i].error_no),
@@ -149,7 +211,28 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
     kt_search_best(sp, &best, NULL);
     for (; c < ncheck; c++)
         out->best[c] = best;
+    out->confirmed = confirm(w, cm, &top);
+    fprintf(stderr, "  %s seed %llu: best %.3f ms, confirmed %.3f ms\n", policy,
+            (unsigned long long)seed, best * 1e3, out->confirmed * 1e3);
     kt_search_policy_free(sp);
+}
+
+/* One table row: per policy the median over seeds of v[policy][seed] (ms),
+ * their range and GFLOPS, then the speedup of the first over the second. */
+static void print_row(const char *label, double v[MAX_POL][MAX_SEEDS], double flops)
+{
+    printf("%8s", label);
+    double med[MAX_POL];
+    for (int pi = 0; pi < npol; pi++) {
+        double x[MAX_SEEDS];
+        memcpy(x, v[pi], (size_t)nseeds * sizeof x[0]);
+        med[pi] = median(x, nseeds);
+        printf("  %8.3f (%7.3f..%7.3f) %4.0fGF", med[pi], x[0], x[nseeds - 1],
+               flops / (med[pi] * 1e-3) * 1e-9);
+    }
+    if (npol == 2)
+        printf("  %9.2fx", med[1] / med[0]);
+    printf("\n");
 }
 
 static void parse_list(const char *s, int *out, int *n, int cap)
@@ -187,6 +270,8 @@ int main(int argc, char **argv)
             timer = kt_bench_timer("bench_search", v);
         else if (strcmp(a, "--min-repeat-ms") == 0)
             min_repeat_ms = atoi(v);
+        else if (strcmp(a, "--confirm-repeat") == 0)
+            confirm_repeat = atoi(v);
         else if (strcmp(a, "--workload") == 0)
             which = v;
         else if (strcmp(a, "--policies") == 0) {
@@ -202,13 +287,16 @@ int main(int argc, char **argv)
         i++;
     }
     if (ncheck < 1 || nseeds < 1 || nseeds > MAX_SEEDS || per_round < 1 || population < 1 ||
-        npol < 1) {
+        npol < 1 || confirm_repeat < 1) {
         fprintf(stderr, "bad options\n");
         return 2;
     }
     kt_builder_t *b;
     kt_runner_t *r;
     kt_bench_local("bench_search", min_repeat_ms, 1, timer, &b, &r);
+    kt_builder_t *cb;
+    kt_runner_t *cr;
+    kt_bench_local("bench_search", 40, confirm_repeat, timer, &cb, &cr);
 
     printf("bench_search: best latency (ms, median of %d seeds; min..max) after N trials, "
            "%d per round, population %d, one thread\n",
@@ -224,11 +312,13 @@ int main(int argc, char **argv)
         for (int pi = 0; pi < npol; pi++)
             for (int s = 0; s < nseeds; s++) {
                 kt_measurer_t *m = kt_measurer_new(b, r, -1);
-                if (!m)
+                kt_measurer_t *cm = kt_measurer_new(cb, cr, -1);
+                if (!m || !cm)
                     die("measurer");
                 fprintf(stderr, "%s: %s seed %d\n", workloads[wi].name, policies[pi], s);
-                run_one(w, policies[pi], (uint64_t)(1000 + s), m, &runs[pi][s]);
+                run_one(w, policies[pi], (uint64_t)(1000 + s), m, cm, &runs[pi][s]);
                 kt_measurer_free(m);
+                kt_measurer_free(cm);
             }
         printf("\n%s (%.0f MFLOP)\n%8s", workloads[wi].name, flops * 1e-6, "trials");
         for (int pi = 0; pi < npol; pi++)
@@ -236,21 +326,21 @@ int main(int argc, char **argv)
         if (npol == 2)
             printf("  %10s", "speedup");
         printf("\n");
+        static double v[MAX_POL][MAX_SEEDS];
         for (int c = 0; c < ncheck; c++) {
-            printf("%8d", checkpoints[c]);
-            double med[MAX_POL];
-            for (int pi = 0; pi < npol; pi++) {
-                double v[MAX_SEEDS];
-                for (int s = 0; s < nseeds; s++)
-                    v[s] = runs[pi][s].best[c] * 1e3;
-                med[pi] = median(v, nseeds);
-                printf("  %8.3f (%7.3f..%7.3f) %4.0fGF", med[pi], v[0], v[nseeds - 1],
-                       flops / (med[pi] * 1e-3) * 1e-9);
-            }
-            if (npol == 2)
-                printf("  %9.2fx", med[1] / med[0]);
-            printf("\n");
+            char label[16];
+            snprintf(label, sizeof label, "%d", checkpoints[c]);
+            for (int pi = 0; pi < npol; pi++)
+                for (int k = 0; k < nseeds; k++)
+                    v[pi][k] = runs[pi][k].best[c] * 1e3;
+            print_row(label, v, flops);
         }
+        for (int pi = 0; pi < npol; pi++)
+            for (int k = 0; k < nseeds; k++)
+                v[pi][k] = runs[pi][k].confirmed * 1e3;
+        print_row("confirmd", v, flops);
+        printf("(confirmd: each run's %d best candidates timed again, the fastest of %d repeats "
+               "of 40 ms)\n", CONFIRM, confirm_repeat);
         int maxr = 0;
         for (int pi = 0; pi < npol; pi++)
             for (int k = 0; k < nseeds; k++)
@@ -294,6 +384,8 @@ int main(int argc, char **argv)
         fflush(stdout);
         kt_workload_free(w);
     }
+    kt_runner_free(cr);
+    kt_builder_free(cb);
     kt_runner_free(r);
     kt_builder_free(b);
     return 0;
