@@ -15,7 +15,7 @@
  *
  *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
- *                [--population 2048] [--min-repeat-ms 100] [--timer wall|cpu]
+ *                [--population 2048] [--iters 4] [--min-repeat-ms 100] [--timer wall|cpu]
  *                [--confirm-repeat 5]
  *
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
@@ -42,6 +42,7 @@ static int ncheck = 3;
 static int nseeds = 3;
 static int per_round = 64;
 static int population = 2048;
+static int num_iters = 4;
 static int timer = KT_RUNNER_TIMER_WALL;
 static int min_repeat_ms = 100;
 static int confirm_repeat = 5;
@@ -150,6 +151,7 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
     o.policy = policy;
     o.seed = seed;
     o.evolutionary_search_population = population;
+    o.evolutionary_search_num_iters = num_iters;
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
     if (!sp)
         die("policy");
@@ -266,6 +268,8 @@ int main(int argc, char **argv)
             per_round = atoi(v);
         else if (strcmp(a, "--population") == 0)
             population = atoi(v);
+        else if (strcmp(a, "--iters") == 0)
+            num_iters = atoi(v);
         else if (strcmp(a, "--timer") == 0)
             timer = kt_bench_timer("bench_search", v);
         else if (strcmp(a, "--min-repeat-ms") == 0)
@@ -286,7 +290,7 @@ int main(int argc, char **argv)
         }
         i++;
     }
-    if (ncheck < 1 || nseeds < 1 || nseeds > MAX_SEEDS || per_round < 1 || population < 1 ||
+    if (ncheck < 1 || nseeds < 1 || nseeds > MAX_SEEDS || per_round < 1 || population < 1 || num_iters < 1 ||
         npol < 1 || confirm_repeat < 1) {
         fprintf(stderr, "bad options\n");
         return 2;
@@ -299,8 +303,8 @@ int main(int argc, char **argv)
     kt_bench_local("bench_search", 40, confirm_repeat, timer, &cb, &cr);
 
     printf("bench_search: best latency (ms, median of %d seeds; min..max) after N trials, "
-           "%d per round, population %d, one thread\n",
-           nseeds, per_round, population);
+           "%d per round, population %d, %d evolution iterations, one thread\n",
+           nseeds, per_round, population, num_iters);
     for (size_t wi = 0; wi < sizeof(workloads) / sizeof(workloads[0]); wi++) {
         if (strcmp(which, "all") != 0 && strcmp(which, workloads[wi].name) != 0)
             continue;

@@ -244,6 +244,29 @@ kt_sched_state_t *kt_sched_sample(const kt_dag_t *dag, const kt_sched_params_t *
     return st;
 }
 
+int kt_sched_move_factor(int32_t *f, int nlev, int max_inner, kt_rng_t *rng)
+{
+    int src_c[KT_SCHED_MAX_LEVELS], ns = 0;
+    for (int l = 0; l < nlev; l++)
+        if (f[l] > 1)
+            src_c[ns++] = l;
+    if (ns == 0 || nlev < 2)
+        return 0;
+    int src = src_c[kt_rng_below(rng, (uint64_t)ns)];
+    int dst = (int)kt_rng_below(rng, (uint64_t)(nlev - 1));
+    if (dst >= src)
+        dst++;
+    int64_t primes[32];
+    int exps[32];
+    int k = kt_sched_factorize(f[src], primes, exps);
+    int64_t q = primes[kt_rng_below(rng, (uint64_t)k)];
+    if (dst == nlev - 1 && f[dst] * q > max_inner)
+        return 0;
+    f[src] = (int32_t)(f[src] / q);
+    f[dst] = (int32_t)(f[dst] * q);
+    return 1;
+}
+
 /* ---- mutation ----------------------------------------------------------------- */
 
 static const double mut_weight[KT_MUT__COUNT] = {0.90, 0.04, 0.05, 0.01};
@@ -276,26 +299,9 @@ static int mutate_tile(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched
         return 0;
     for (int attempt = 0; attempt < 8; attempt++) {
         split_ref_t r = cand[kt_rng_below(rng, (uint64_t)nc)];
-        int32_t *f = st->stages[r.stage].split[r.axis];
-        int src_c[KT_SCHED_MAX_LEVELS], ns = 0;
-        for (int l = 0; l < r.nlev; l++)
-            if (f[l] > 1)
-                src_c[ns++] = l;
-        if (ns == 0)
-            continue;
-        int src = src_c[kt_rng_below(rng, (uint64_t)ns)];
-        int dst = (int)kt_rng_below(rng, (uint64_t)(r.nlev - 1));
-        if (dst >= src)
-            dst++;
-        int64_t primes[32];
-        int exps[32];
-        int k = kt_sched_factorize(f[src], primes, exps);
-        int64_t q = primes[kt_rng_below(rng, (uint64_t)k)];
-        if (dst == r.nlev - 1 && f[dst] * q > p->max_innermost_split_factor)
-            continue;
-        f[src] = (int32_t)(f[src] / q);
-        f[dst] = (int32_t)(f[dst] * q);
-        return 1;
+        if (kt_sched_move_factor(st->stages[r.stage].split[r.axis], r.nlev,
+                                 p->max_innermost_split_factor, rng))
+            return 1;
     }
     return 0;
 }

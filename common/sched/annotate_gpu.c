@@ -667,26 +667,7 @@ static int mutate_tile(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched
         e->threads = other[kt_rng_below(rng, (uint64_t)no)];
         return 1;
     }
-    int32_t *f = e->split[r.axis];
-    int src_c[KT_SCHED_MAX_LEVELS], ns = 0;
-    for (int l = 0; l < r.nlev; l++)
-        if (f[l] > 1)
-            src_c[ns++] = l;
-    if (ns == 0)
-        return 0;
-    int src = src_c[kt_rng_below(rng, (uint64_t)ns)];
-    int dst = (int)kt_rng_below(rng, (uint64_t)(r.nlev - 1));
-    if (dst >= src)
-        dst++;
-    int64_t primes[32];
-    int exps[32];
-    int k = kt_sched_factorize(f[src], primes, exps);
-    int64_t q = primes[kt_rng_below(rng, (uint64_t)k)];
-    if (dst == r.nlev - 1 && f[dst] * q > p->max_innermost_split_factor)
-        return 0;
-    f[src] = (int32_t)(f[src] / q);
-    f[dst] = (int32_t)(f[dst] * q);
-    return 1;
+    return kt_sched_move_factor(e->split[r.axis], r.nlev, p->max_innermost_split_factor, rng);
 }
 
 static int mutate_unroll(const kt_dag_t *dag, kt_sched_state_t *st, kt_rng_t *rng)

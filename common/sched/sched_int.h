@@ -39,6 +39,12 @@ int kt_sched_unroll_ok(int v);
 /* Prime factorization of n (<= 2^30): k distinct primes and exponents. */
 int kt_sched_factorize(int64_t n, int64_t *primes, int *exps);
 
+/* Tile-size mutation of one split f over nlev levels: a prime factor of a
+ * random level > 1 moves to another random level, unless the innermost one
+ * would exceed max_inner. 1 when f changed, 0 when it did not (f intact);
+ * the product of f is kept. */
+int kt_sched_move_factor(int32_t *f, int nlev, int max_inner, kt_rng_t *rng);
+
 /* Factors of `extent` over nlev (<= KT_SCHED_MAX_LEVELS) levels, uniform
  * over the exact factorizations whose innermost factor is <= max_inner. */
 void kt_sched_sample_split(int64_t extent, int nlev, int max_inner, kt_rng_t *rng, int32_t *out);
