@@ -106,6 +106,12 @@ void kt_gpu_emit_let(kt_gpu_emit_t *e, int node, int depth);
 void kt_gpu_emit_guard_open(kt_gpu_emit_t *e, int node, int depth);
 /* The loop header `for (...) {` (with its pragma) of a LOOP node. */
 void kt_gpu_emit_for(kt_gpu_emit_t *e, int node, int depth);
+/* Prints the nodes both GPU walkers print alike: a plain LOOP (a bare
+ * block when its extent is 1), a LET or a GUARD, with list(ctx, first child,
+ * depth + 1) printing a body. 1 when x was one of them, 0 (nothing printed)
+ * otherwise. */
+int kt_gpu_emit_nest(kt_gpu_emit_t *e, int x, int depth,
+                     void (*list)(void *ctx, int first, int depth), void *ctx);
 /* The kernel parameters: `(const float *A, ..., float *kt_ws)`, restrict
  * spelled for CUDA or C. */
 void kt_gpu_emit_params(kt_gpu_emit_t *e, kt_sbuf_t *b);

@@ -267,6 +267,35 @@ void kt_gpu_emit_for(kt_gpu_emit_t *e, int node, int depth)
                    (long long)it->extent, it->name);
 }
 
+int kt_gpu_emit_nest(kt_gpu_emit_t *e, int x, int depth,
+                     void (*list)(void *ctx, int first, int depth), void *ctx)
+{
+    const kt_lower_node_t *nd = &e->L->nodes[x];
+    kt_sbuf_t *b = e->out;
+    switch (nd->kind) {
+    case KT_NODE_LOOP:
+        if (e->L->iters[nd->iter].extent <= 1) {
+            kt_sbuf_indent(b, depth);
+            kt_sbuf_puts(b, "{\n");
+        } else {
+            kt_gpu_emit_for(e, x, depth);
+        }
+        break;
+    case KT_NODE_LET:
+        kt_gpu_emit_let(e, x, depth);
+        return 1;
+    case KT_NODE_GUARD:
+        kt_gpu_emit_guard_open(e, x, depth);
+        break;
+    default:
+        return 0;
+    }
+    list(ctx, nd->child, depth + 1);
+    kt_sbuf_indent(b, depth);
+    kt_sbuf_puts(b, "}\n");
+    return 1;
+}
+
 void kt_gpu_emit_params(kt_gpu_emit_t *e, kt_sbuf_t *b)
 {
     const kt_lower_t *L = e->L;
@@ -351,6 +380,10 @@ void kt_codegen_preamble_cuda(kt_sbuf_t *out)
 }
 
 static void cuda_list(kt_gpu_emit_t *e, int first, int depth);
+static void cuda_list_cb(void *e, int first, int depth)
+{
+    cuda_list(e, first, depth);
+}
 
 /* Warp shuffles, then (several warps) one value per warp through shared
  * memory and a last warp-level pass: thread 0 ends with the block's result. */
@@ -442,25 +475,12 @@ static void cuda_node(kt_gpu_emit_t *e, int x, int depth)
             kt_sbuf_puts(b, "}\n");
             return;
         }
-        if (it->extent <= 1) {
-            kt_sbuf_indent(b, depth);
-            kt_sbuf_puts(b, "{\n");
-        } else {
-            kt_gpu_emit_for(e, x, depth);
-        }
-        cuda_list(e, nd->child, depth + 1);
-        kt_sbuf_indent(b, depth);
-        kt_sbuf_puts(b, "}\n");
+        kt_gpu_emit_nest(e, x, depth, cuda_list_cb, e);
         return;
     }
     case KT_NODE_LET:
-        kt_gpu_emit_let(e, x, depth);
-        return;
     case KT_NODE_GUARD:
-        kt_gpu_emit_guard_open(e, x, depth);
-        cuda_list(e, nd->child, depth + 1);
-        kt_sbuf_indent(b, depth);
-        kt_sbuf_puts(b, "}\n");
+        kt_gpu_emit_nest(e, x, depth, cuda_list_cb, e);
         return;
     case KT_NODE_BARRIER:
         kt_sbuf_indent(b, depth);

@@ -39,6 +39,10 @@ typedef struct {
 } emu_t;
 
 static void emu_list(emu_t *m, int first, int depth);
+static void emu_list_cb(void *m, int first, int depth)
+{
+    emu_list(m, first, depth);
+}
 
 /* Plain per-thread code (inside a region): as in CUDA, without pragmas. */
 static void emu_node(emu_t *m, int x, int depth)
@@ -46,27 +50,11 @@ static void emu_node(emu_t *m, int x, int depth)
     kt_gpu_emit_t *e = m->e;
     const kt_lower_t *L = e->L;
     const kt_lower_node_t *nd = &L->nodes[x];
-    kt_sbuf_t *b = e->out;
     switch (nd->kind) {
     case KT_NODE_LOOP:
-        if (L->iters[nd->iter].extent <= 1) {
-            kt_sbuf_indent(b, depth);
-            kt_sbuf_puts(b, "{\n");
-        } else {
-            kt_gpu_emit_for(e, x, depth);
-        }
-        emu_list(m, nd->child, depth + 1);
-        kt_sbuf_indent(b, depth);
-        kt_sbuf_puts(b, "}\n");
-        return;
     case KT_NODE_LET:
-        kt_gpu_emit_let(e, x, depth);
-        return;
     case KT_NODE_GUARD:
-        kt_gpu_emit_guard_open(e, x, depth);
-        emu_list(m, nd->child, depth + 1);
-        kt_sbuf_indent(b, depth);
-        kt_sbuf_puts(b, "}\n");
+        kt_gpu_emit_nest(e, x, depth, emu_list_cb, m);
         return;
     case KT_NODE_ALLOC:
         return;   /* registers and shared memory are allocated per kernel */
