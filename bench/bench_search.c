@@ -6,7 +6,8 @@
  * reference by the local measurer), the median latency of each round's
  * candidates (whether the model's picks are better as a whole, which shows
  * before the best moves), and the mean wall time per round spent in search
- * (sampling + evolution), model training and measurement. Every candidate is
+ * (sampling + evolution), model training and measurement, and the tuning
+ * time (wall, search + building + measuring) to each checkpoint. Every candidate is
  * timed once, as the search times it; at a run's end its 3 best are timed
  * again (--confirm-repeat repeats of 40 ms, the fastest kept), and the
  * "confirmd" row compares what the policies really found.
@@ -61,6 +62,7 @@ static const struct {
 
 typedef struct {
     double best[MAX_CHECK];              /* best cost (s) at each checkpoint */
+    double secs[MAX_CHECK];              /* tuning wall time (s) to each checkpoint */
     double picks[MAX_ROUNDS];            /* median cost (s) of each round's valid candidates */
     double confirmed;                    /* fastest of the CONFIRM best, measured again */
     double search_s, train_s, measure_s; /* totals over rounds */
@@ -157,6 +159,7 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
         die("policy");
     int trials = 0, c = 0;
     int max = checkpoints[ncheck - 1];
+    double start = kt_time_mono();
     while (trials < max) {
         int n = max - trials < per_round ? max - trials : per_round;
         kt_sched_state_t **st;
@@ -202,8 +205,10 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
         trials += got;
         double best = INFINITY;
         kt_search_best(sp, &best, NULL);
-        while (c < ncheck && trials >= checkpoints[c])
+        while (c < ncheck && trials >= checkpoints[c]) {
+            out->secs[c] = kt_time_mono() - start;
             out->best[c++] = best;
+        }
         fprintf(stderr, "  %s seed %llu: %d trials, best %.3f ms, picks' median %.3f ms (search "
                         "%.2f s, train %.2f s, measure %.1f s)\n",
                 policy, (unsigned long long)seed, trials, best * 1e3, picks * 1e3, s, t,
@@ -211,8 +216,10 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
     }
     double best = INFINITY;
     kt_search_best(sp, &best, NULL);
-    for (; c < ncheck; c++)
+    for (; c < ncheck; c++) {
+        out->secs[c] = kt_time_mono() - start;
         out->best[c] = best;
+    }
     out->confirmed = confirm(w, cm, &top);
     fprintf(stderr, "  %s seed %llu: best %.3f ms, confirmed %.3f ms\n", policy,
             (unsigned long long)seed, best * 1e3, out->confirmed * 1e3);
@@ -367,6 +374,18 @@ int main(int argc, char **argv)
             }
             if (npol == 2)
                 printf("  %9.2fx", med[1] / med[0]);
+            printf("\n");
+        }
+        /* Ansor's bar is a kernel speed reached within a tuning time. */
+        printf("tuning time to each checkpoint (s, median of seeds):\n");
+        for (int c = 0; c < ncheck; c++) {
+            printf("%8d", checkpoints[c]);
+            for (int pi = 0; pi < npol; pi++) {
+                double x[MAX_SEEDS];
+                for (int k = 0; k < nseeds; k++)
+                    x[k] = runs[pi][k].secs[c];
+                printf("  %28.0f", median(x, nseeds));
+            }
             printf("\n");
         }
         printf("per round (mean s):");
