@@ -17,10 +17,15 @@
  *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
  *                [--population 2048] [--iters 4] [--min-repeat-ms 100] [--timer wall|cpu]
- *                [--confirm-repeat 5]
+ *                [--confirm-repeat 5] [--dump FILE]
  *
+ * --dump appends a JSON line per measured candidate: {"workload", "policy",
+ * "seed", "round", "state", "cost"} (cost in seconds, -1 = failed); the lines
+ * are bench_model_quality --cache lines too, for looking at what a search
+ * measured offline.
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +53,7 @@ static int timer = KT_RUNNER_TIMER_WALL;
 static int min_repeat_ms = 100;
 static int confirm_repeat = 5;
 static const char *which = "all";
+static const char *dump_path;
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
 
@@ -140,7 +146,36 @@ static double confirm(const kt_workload_t *w, kt_measurer_t *cm, top_t *t)
     return best;
 }
 
-static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, kt_measurer_t *m,
+/* --dump: one line per candidate of a round. */
+static void dump_round(const kt_workload_t *w, const char *wname, const char *policy,
+                       uint64_t seed, int round, kt_sched_state_t *const *st,
+                       const kt_measure_result_t *res, int n)
+{
+    FILE *f = dump_path ? fopen(dump_path, "a") : NULL;
+    if (!f) {
+        if (dump_path)
+            fprintf(stderr, "bench_search: cannot append to %s\n", dump_path);
+        return;
+    }
+    const kt_dag_t *dag = kt_workload_dag(w);
+    for (int i = 0; i < n; i++) {
+        char *sj = kt_sched_state_to_json(st[i], dag);
+        json_t *state = sj ? json_loads(sj, 0, NULL) : NULL;
+        double cost = res[i].error_no == KT_MEASURE_NO_ERROR ? res[i].mean : -1;
+        json_t *o = json_pack("{s:s, s:s, s:I, s:i, s:o*, s:f}", "workload", wname, "policy",
+                              policy, "seed", (json_int_t)seed, "round", round, "state", state,
+                              "cost", cost);
+        char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (line)
+            fprintf(f, "%s\n", line);
+        free(line);
+        json_decref(o);
+        free(sj);
+    }
+    fclose(f);
+}
+
+static void run_one(const kt_workload_t *w, const char *wname, const char *policy, uint64_t seed, kt_measurer_t *m,
                     kt_measurer_t *cm, run_t *out)
 {
     memset(out, 0, sizeof(*out));
@@ -176,6 +211,7 @@ static void run_one(const kt_workload_t *w, const char *policy, uint64_t seed, k
         out->search_s += s;
         out->train_s += t;
         out->measure_s += wall - s - t;
+        dump_round(w, wname, policy, seed, out->rounds + 1, st, res, got);
         double *ok = malloc((size_t)got * sizeof *ok);
         int nok = 0;
         if (!ok)
@@ -283,6 +319,8 @@ int main(int argc, char **argv)
             min_repeat_ms = atoi(v);
         else if (strcmp(a, "--confirm-repeat") == 0)
             confirm_repeat = atoi(v);
+        else if (strcmp(a, "--dump") == 0)
+            dump_path = v;
         else if (strcmp(a, "--workload") == 0)
             which = v;
         else if (strcmp(a, "--policies") == 0) {
@@ -327,7 +365,7 @@ int main(int argc, char **argv)
                 if (!m || !cm)
                     die("measurer");
                 fprintf(stderr, "%s: %s seed %d\n", workloads[wi].name, policies[pi], s);
-                run_one(w, policies[pi], (uint64_t)(1000 + s), m, cm, &runs[pi][s]);
+                run_one(w, workloads[wi].name, policies[pi], (uint64_t)(1000 + s), m, cm, &runs[pi][s]);
                 kt_measurer_free(m);
                 kt_measurer_free(cm);
             }
