@@ -20,8 +20,8 @@
  *                [--confirm-repeat 5] [--dump FILE]
  *
  * --dump appends a JSON line per measured candidate: {"workload", "policy",
- * "seed", "round", "state", "cost"} (cost in seconds, -1 = failed); the lines
- * are bench_model_quality --cache lines too, for looking at what a search
+ * "seed", "round", "state", "cost"} (cost in seconds, -1 = failed), in the
+ * line format of bench_model_quality's --cache, to look at what a search
  * measured offline.
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
