@@ -5,16 +5,19 @@
  * keeps the compiled candidates in DIR, so a second run (another pass, the
  * same seed) builds none of them again. Exits with a
  * message naming `bench` when either cannot be made. The caller frees both
- * with kt_runner_free and kt_builder_free. Header-only: benches are single
- * files. */
+ * with kt_runner_free and kt_builder_free. kt_bench_state_line writes the
+ * JSON lines of measured states that the benches keep (--cache, --dump).
+ * Header-only: benches are single files. */
 #ifndef KT_BENCH_LOCAL_H
 #define KT_BENCH_LOCAL_H
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "measure/builder.h"
 #include "measure/runner.h"
+#include "sched/state.h"
 #include "util/err.h"
 
 /* A bench's --timer value; exits 2 naming `bench` for anything but wall or cpu. */
@@ -49,6 +52,25 @@ static inline void kt_bench_local(const char *bench, int min_repeat_ms, int repe
         fprintf(stderr, "%s: local builder and runner: %s\n", bench, kt_err_msg());
         exit(1);
     }
+}
+
+/* One line to f: the object o (taken over, NULL accepted) with "state" set
+ * to st's JSON; nothing is written when either cannot be made. */
+static inline void kt_bench_state_line(FILE *f, json_t *o, const kt_dag_t *dag,
+                                       const kt_sched_state_t *st)
+{
+    char *sj = kt_sched_state_to_json(st, dag);
+    json_t *state = sj ? json_loads(sj, 0, NULL) : NULL;
+    char *line = NULL;
+    if (o && state && json_object_set_new(o, "state", state) == 0)
+        line = json_dumps(o, JSON_COMPACT);
+    else
+        json_decref(state);
+    if (line)
+        fprintf(f, "%s\n", line);
+    free(line);
+    json_decref(o);
+    free(sj);
 }
 
 #endif

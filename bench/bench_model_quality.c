@@ -252,15 +252,8 @@ static void cache_append(const char *name, const kt_dag_t *dag, kt_sched_state_t
     if (!f)
         return;
     for (int i = 0; i < n; i++) {
-        char *sj = kt_sched_state_to_json(st[i], dag);
-        json_t *state = sj ? json_loads(sj, 0, NULL) : NULL;
-        json_t *o = json_pack("{s:s, s:o*, s:f}", "workload", name, "state", state, "cost", cost[i]);
-        char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (line)
-            fprintf(f, "%s\n", line);
-        free(line);
-        json_decref(o);
-        free(sj);
+        kt_bench_state_line(f, json_pack("{s:s, s:f}", "workload", name, "cost", cost[i]), dag,
+                            st[i]);
     }
     fclose(f);
 }

@@ -159,18 +159,10 @@ static void dump_round(const kt_workload_t *w, const char *wname, const char *po
     }
     const kt_dag_t *dag = kt_workload_dag(w);
     for (int i = 0; i < n; i++) {
-        char *sj = kt_sched_state_to_json(st[i], dag);
-        json_t *state = sj ? json_loads(sj, 0, NULL) : NULL;
         double cost = res[i].error_no == KT_MEASURE_NO_ERROR ? res[i].mean : -1;
-        json_t *o = json_pack("{s:s, s:s, s:I, s:i, s:o*, s:f}", "workload", wname, "policy",
-                              policy, "seed", (json_int_t)seed, "round", round, "state", state,
-                              "cost", cost);
-        char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (line)
-            fprintf(f, "%s\n", line);
-        free(line);
-        json_decref(o);
-        free(sj);
+        kt_bench_state_line(f, json_pack("{s:s, s:s, s:I, s:i, s:f}", "workload", wname, "policy",
+                                         policy, "seed", (json_int_t)seed, "round", round, "cost",
+                                         cost), dag, st[i]);
     }
     fclose(f);
 }
