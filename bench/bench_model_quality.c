@@ -9,6 +9,7 @@
  *   bench_model_quality [--n 1000] [--workload matmul|conv|depthwise|all]
  *                       [--seed 1] [--min-repeat-ms 20] [--tree hist|exact|approx]
  *                       [--cache FILE] [--weight-by-label 0|1] [--dump FILE]
+ *                       [--label throughput|log|rank]
  *                       [--remeasure K] [--repeat 3] [--timer wall|cpu]
  *                       [--folds 5|1] [--passes 1]
  *
@@ -70,6 +71,7 @@ static int repeat = 3;
 static int folds = 5;
 static int passes = 1;
 static int weight_by_label = -1;   /* -1: the model's default */
+static int label = -1;             /* KT_MODEL_LABEL_* of the xgb column; -1: the default */
 
 static const struct {
     const char *name, *json;
@@ -144,6 +146,8 @@ static void evaluate(const char *kind, int ansor, const kt_dag_t *dag, kt_sched_
     mp.num_warmup_sample = 0;   /* rank with the trained booster at once */
     if (weight_by_label >= 0)
         mp.weight_by_label = weight_by_label;
+    if (label >= 0 && !ansor)
+        mp.label = label;
     kt_model_t *m = kt_model_new(kind, &mp);
     if (!m)
         die("model");
@@ -563,7 +567,15 @@ int main(int argc, char **argv)
             passes = atoi(v);
         else if (strcmp(a, "--folds") == 0)
             folds = atoi(v) == 1 ? 1 : 5;
-        else if (strcmp(a, "--weight-by-label") == 0)
+        else if (strcmp(a, "--label") == 0) {
+            static const char *const names[] = {"throughput", "log", "rank"};
+            for (label = 2; label >= 0 && strcmp(v, names[label]) != 0; label--)
+                ;
+            if (label < 0) {
+                fprintf(stderr, "bench_model_quality: --label is throughput, log or rank\n");
+                return 2;
+            }
+        } else if (strcmp(a, "--weight-by-label") == 0)
             weight_by_label = atoi(v);
         else if (strcmp(a, "--tree") == 0)
             tree = strcmp(v, "exact") == 0 ? KT_MODEL_TREE_EXACT

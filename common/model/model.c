@@ -53,10 +53,10 @@ void kt_model_params_ansor(kt_model_params_t *p)
     p->colsample_bytree = 1;
 }
 
-/* "throughput", "log" for KT_MODEL_LABEL_*; NULL when out of range. */
+/* "throughput", "log", "rank" for KT_MODEL_LABEL_*; NULL when out of range. */
 static const char *label_name(int label)
 {
-    static const char *const names[] = { "throughput", "log" };
+    static const char *const names[] = { "throughput", "log", "rank" };
     if (label < 0 || label >= (int)(sizeof names / sizeof names[0]))
         return NULL;
     return names[label];
@@ -286,7 +286,7 @@ static int labels_compute(const kt_model_t *m, float *labels)
         for (size_t j = a; j < e; j++) {
             double c = m->samples[t[j].idx].cost;
             double y = cost_ok(c) ? best / c : 0.0;
-            if (m->p.label == KT_MODEL_LABEL_LOG)
+            if (m->p.label != KT_MODEL_LABEL_THROUGHPUT)
                 y = log(y > KT_MODEL_LOG_FLOOR ? y : KT_MODEL_LOG_FLOOR);
             labels[t[j].idx] = (float)y;
         }
@@ -390,7 +390,7 @@ int kt_model_is_trained(const kt_model_t *m)
 
 int kt_model_log_scores(const kt_model_t *m)
 {
-    return kt_model_is_trained(m) && m->p.label == KT_MODEL_LABEL_LOG;
+    return kt_model_is_trained(m) && m->p.label != KT_MODEL_LABEL_THROUGHPUT;
 }
 
 int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores)

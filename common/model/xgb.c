@@ -44,7 +44,7 @@ static int set_params(BoosterHandle b, const kt_model_params_t *p)
     KV("disable_default_eval_metric", "%d", 1);
     /* XGBoost 1.x's default, pinned so training does not depend on the library
      * version (2.x estimates it from labels, which our custom objective lacks). */
-    KV("base_score", "%s", p->label == KT_MODEL_LABEL_LOG ? "0" : "0.5");
+    KV("base_score", "%s", p->label == KT_MODEL_LABEL_THROUGHPUT ? "0.5" : "0");
     KV("tree_method", "%s", kt_model_tree_method_name(p->tree_method));
 #undef KV
     for (size_t i = 0; i < n; i++) {
@@ -78,7 +78,127 @@ static double sample_weight(const kt_model_params_t *p, float label)
 {
     if (!p->weight_by_label)
         return 1.0;
-    return p->label == KT_MODEL_LABEL_LOG ? exp(label) : label;
+    return p->label == KT_MODEL_LABEL_THROUGHPUT ? label : exp(label);
+}
+
+/* ---- pairwise ranking objective (label "rank") ------------------------------ */
+
+/* Partners drawn per program when its task has more programs than this: the
+ * loss over all pairs costs n^2 per boosting round. */
+#define RANK_PARTNERS 64
+
+typedef struct {
+    uint32_t hi, lo;   /* packed program indices, lab[hi] > lab[lo] */
+} rank_pair_t;
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+typedef struct {
+    uint64_t task;
+    size_t idx;
+} task_prog_t;
+
+static int task_prog_cmp(const void *a, const void *b)
+{
+    const task_prog_t *x = a, *y = b;
+    if (x->task != y->task)
+        return x->task < y->task ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* The training pairs: programs of one task with different labels, all of
+ * them in a task of at most RANK_PARTNERS + 1 programs, else RANK_PARTNERS
+ * partners drawn (seeded) per program. Pairs never cross tasks: labels of
+ * different tasks are normalized by different bests. *out malloc'd. */
+static int rank_pairs(const kt_model_t *m, const double *lab, size_t npack, rank_pair_t **out,
+                      size_t *nout)
+{
+    *out = NULL;
+    *nout = 0;
+    /* packed programs grouped by task */
+    task_prog_t *tp = malloc(npack * sizeof *tp);
+    if (!tp)
+        return kt_err_set(KT_ENOMEM, "training: out of memory");
+    for (size_t i = 0, k = 0; i < m->nsamples; i++)
+        if (m->samples[i].nrows > 0) {
+            tp[k] = (task_prog_t){m->samples[i].task, k};
+            k++;
+        }
+    qsort(tp, npack, sizeof *tp, task_prog_cmp);
+    size_t cap = 0, n = 0;
+    rank_pair_t *pairs = NULL;
+    uint64_t rng = m->p.seed ^ 0x5851f42d4c957f2dULL;
+    int rc = KT_OK;
+    for (size_t a = 0; a < npack && rc == KT_OK;) {
+        size_t e = a;
+        while (e < npack && tp[e].task == tp[a].task)
+            e++;
+        size_t g = e - a;
+        int all = g <= RANK_PARTNERS + 1;
+        size_t want = all ? g * (g - 1) / 2 : g * RANK_PARTNERS;
+        if (n + want > cap) {
+            size_t nc = (n + want) * 2;
+            rank_pair_t *np = realloc(pairs, nc * sizeof *np);
+            if (!np) {
+                rc = kt_err_set(KT_ENOMEM, "training: out of memory");
+                break;
+            }
+            pairs = np;
+            cap = nc;
+        }
+        for (size_t x = a; x < e; x++) {
+            size_t lim = all ? e - x - 1 : RANK_PARTNERS;
+            for (size_t t = 0; t < lim; t++) {
+                size_t y = all ? x + 1 + t : a + splitmix(&rng) % g;
+                uint32_t i = (uint32_t)tp[x].idx, j = (uint32_t)tp[y].idx;
+                if (lab[i] == lab[j])
+                    continue;   /* also y == x */
+                pairs[n++] = lab[i] > lab[j] ? (rank_pair_t){i, j} : (rank_pair_t){j, i};
+            }
+        }
+        a = e;
+    }
+    free(tp);
+    if (rc) {
+        free(pairs);
+        return rc;
+    }
+    *out = pairs;
+    *nout = n;
+    return KT_OK;
+}
+
+/* Logistic pairwise loss (RankNet) of program margins sum[]: the mean of
+ * log(1 + exp(-(s_hi - s_lo))); with g and h, each program's gradient and
+ * hessian (times its weight) are accumulated there too. */
+static double rank_loss(const rank_pair_t *pairs, size_t n, const double *sum, const double *wt,
+                        double *g, double *h, size_t npack)
+{
+    if (g) {
+        memset(g, 0, npack * sizeof *g);
+        memset(h, 0, npack * sizeof *h);
+    }
+    double loss = 0;
+    for (size_t k = 0; k < n; k++) {
+        double d = sum[pairs[k].hi] - sum[pairs[k].lo];
+        /* log(1 + e^-d), stable for both signs */
+        loss += d > 0 ? log1p(exp(-d)) : -d + log1p(exp(d));
+        if (g) {
+            double q = 1.0 / (1.0 + exp(d));   /* 1 - sigmoid(d) */
+            double hh = q * (1.0 - q);
+            g[pairs[k].hi] -= q * wt[pairs[k].hi];
+            g[pairs[k].lo] += q * wt[pairs[k].lo];
+            h[pairs[k].hi] += hh * wt[pairs[k].hi];
+            h[pairs[k].lo] += hh * wt[pairs[k].lo];
+        }
+    }
+    return n ? loss / (double)n : 0;
 }
 
 int kt_model_xgb_train(kt_model_t *m, const float *labels)
@@ -98,7 +218,12 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
     double *sum = malloc(npack * sizeof *sum);
     double *lab = malloc(npack * sizeof *lab);   /* label and weight of each valid program */
     double *wt = malloc(npack * sizeof *wt);
-    if (!grad || !hess || !sum || !lab || !wt) {
+    const int rank = p->label == KT_MODEL_LABEL_RANK;
+    double *pg = rank ? malloc(npack * sizeof *pg) : NULL;   /* rank: per-program gradient */
+    double *ph = rank ? malloc(npack * sizeof *ph) : NULL;   /* ... and hessian */
+    rank_pair_t *pairs = NULL;
+    size_t npairs = 0;
+    if (!grad || !hess || !sum || !lab || !wt || (rank && (!pg || !ph))) {
         rc = kt_err_set(KT_ENOMEM, "training: out of memory");
         goto out;
     }
@@ -108,6 +233,8 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
         lab[k] = labels[i];
         wt[k++] = sample_weight(p, labels[i]);
     }
+    if (rank && (rc = rank_pairs(m, lab, npack, &pairs, &npairs)) < 0)
+        goto out;
     if (XGDMatrixCreateFromMat_omp(m->rows, (bst_ulong)nrow, m->nfeat, NAN, &d, p->nthread) != 0) {
         rc = xgb_fail(KT_EINTERNAL, "creating the training matrix");
         goto out;
@@ -127,7 +254,7 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
      * throughput labels keep its row-level base score and no bias. */
     const int fit_bias = p->label == KT_MODEL_LABEL_LOG;
     double bias = 0;
-    double best_rmse = INFINITY;
+    double best_rmse = INFINITY;   /* rank: the pairwise loss */
     int best_rounds = 0, rounds = 0;
     for (;;) {
         /* Margins of the model with `rounds` trees: they score round rounds-1
@@ -158,10 +285,13 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
             sum[k] += bias;
             se += (sum[k] - lab[k]) * (sum[k] - lab[k]);
         }
+        if (rank)
+            se = rank_loss(pairs, npairs, sum, wt, pg, ph, npack);
         if (rounds > 0) {
-            double rmse = sqrt(se / (double)npack);
+            double rmse = rank ? se : sqrt(se / (double)npack);
             if (p->verbose_eval > 0 && rounds % p->verbose_eval == 0)
-                KT_INFO("xgb round %d: tr-p-rmse %.6f", rounds, rmse);
+                KT_INFO("xgb round %d: %s %.6f", rounds, rank ? "tr-pair-loss" : "tr-p-rmse",
+                        rmse);
             if (rmse < best_rmse) {
                 best_rmse = rmse;
                 best_rounds = rounds;
@@ -176,10 +306,11 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
             const kt_model_sample_t *s = &m->samples[i];
             if (s->nrows == 0)
                 continue;
-            float g = (float)((sum[k] - lab[k]) * wt[k]);
+            float g = (float)(rank ? pg[k] : (sum[k] - lab[k]) * wt[k]);
+            float hs = (float)(rank ? ph[k] : wt[k]);
             for (uint32_t r = 0; r < s->nrows; r++) {
                 grad[s->row + r] = g;
-                hess[s->row + r] = (float)wt[k];
+                hess[s->row + r] = hs;
             }
             k++;
         }
@@ -190,8 +321,8 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
         rounds++;
     }
     if (p->verbose_eval > 0)
-        KT_INFO("xgb trained on %zu programs (%zu rows): best round %d of %d, tr-p-rmse %.6f",
-                npack, nrow, best_rounds, rounds, best_rmse);
+        KT_INFO("xgb trained on %zu programs (%zu rows): best round %d of %d, %s %.6f", npack,
+                nrow, best_rounds, rounds, rank ? "tr-pair-loss" : "tr-p-rmse", best_rmse);
     /* Keep the trees up to the best round: later ones did not lower the error. */
     if (best_rounds > 0 && best_rounds < rounds) {
         if (XGBoosterSlice(b, 0, best_rounds, 1, &best) != 0) {
@@ -219,6 +350,9 @@ out:
     free(sum);
     free(lab);
     free(wt);
+    free(pg);
+    free(ph);
+    free(pairs);
     return rc;
 }
 
