@@ -17,12 +17,13 @@
  *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
  *                [--population 2048] [--iters 4] [--min-repeat-ms 100] [--timer wall|cpu]
- *                [--confirm-repeat 5] [--dump FILE]
+ *                [--confirm-repeat 5] [--dump FILE] [--label log|rank]
  *
  * --dump appends a JSON line per measured candidate: {"workload", "policy",
  * "seed", "round", "state", "cost"} (cost in seconds, -1 = failed), in the
  * line format of bench_model_quality's --cache, to look at what a search
- * measured offline.
+ * measured offline. --label rank gives sketch.xgb a model trained on the
+ * pairwise objective (model.h) instead of ktune's default log labels.
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
 #include <jansson.h>
@@ -54,6 +55,7 @@ static int min_repeat_ms = 100;
 static int confirm_repeat = 5;
 static const char *which = "all";
 static const char *dump_path;
+static int label = KT_MODEL_LABEL_LOG;
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
 
@@ -181,7 +183,16 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
     o.seed = seed;
     o.evolutionary_search_population = population;
     o.evolutionary_search_num_iters = num_iters;
-    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    /* the policy's own model, but for its label kind */
+    kt_model_t *model = NULL;
+    if (strcmp(policy, "sketch.xgb") == 0 && label != KT_MODEL_LABEL_LOG) {
+        kt_model_params_t mp;
+        kt_search_model_params(&o, seed, &mp);
+        mp.label = label;
+        if (!(model = kt_model_new(KT_MODEL_XGB, &mp)))
+            die("model");
+    }
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, model, 0);
     if (!sp)
         die("policy");
     int trials = 0, c = 0;
@@ -252,6 +263,7 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
     fprintf(stderr, "  %s seed %llu: best %.3f ms, confirmed %.3f ms\n", policy,
             (unsigned long long)seed, best * 1e3, out->confirmed * 1e3);
     kt_search_policy_free(sp);
+    kt_model_free(model);
 }
 
 /* One table row: per policy the median over seeds of v[policy][seed] (ms),
@@ -311,7 +323,13 @@ int main(int argc, char **argv)
             min_repeat_ms = atoi(v);
         else if (strcmp(a, "--confirm-repeat") == 0)
             confirm_repeat = atoi(v);
-        else if (strcmp(a, "--dump") == 0)
+        else if (strcmp(a, "--label") == 0) {
+            if (strcmp(v, "log") != 0 && strcmp(v, "rank") != 0) {
+                fprintf(stderr, "bench_search: --label is log or rank\n");
+                return 2;
+            }
+            label = strcmp(v, "rank") == 0 ? KT_MODEL_LABEL_RANK : KT_MODEL_LABEL_LOG;
+        } else if (strcmp(a, "--dump") == 0)
             dump_path = v;
         else if (strcmp(a, "--workload") == 0)
             which = v;

@@ -66,6 +66,11 @@ typedef struct {
 
 void kt_search_opts_default(kt_search_opts_t *o);
 
+/* The xgb model parameters a policy or a family makes from its options:
+ * ktune's defaults, this seed, the options' warm-up, hist trees (a caller
+ * that hands a policy its own model starts from these). */
+void kt_search_model_params(const kt_search_opts_t *o, uint64_t seed, kt_model_params_t *mp);
+
 typedef struct kt_search_policy kt_search_policy_t;
 
 /* Optional: ask the caller (e.g. the record store) whether a state hash of

@@ -67,10 +67,6 @@ struct kt_search_policy {
     kt_search_stats_t stats;
 };
 
-/* The xgb model parameters a policy or a family makes from its options:
- * ktune's defaults, this seed, the options' warm-up, hist trees. */
-void kt_search_model_params(const kt_search_opts_t *o, uint64_t seed, kt_model_params_t *mp);
-
 /* Score n states with the policy's model (features when sp->features):
  * scores[i] higher = better, -INFINITY for states the model cannot score. */
 int kt_search_score(kt_search_policy_t *sp, kt_sched_state_t *const *states, int n,
