@@ -252,14 +252,9 @@ static int cost_ok(double c)
     return isfinite(c) && c > 0;
 }
 
-typedef struct {
-    uint64_t task;
-    size_t idx;
-} task_idx_t;
-
-static int task_idx_cmp(const void *a, const void *b)
+int kt_model_task_idx_cmp(const void *a, const void *b)
 {
-    const task_idx_t *x = a, *y = b;
+    const kt_model_task_idx_t *x = a, *y = b;
     if (x->task != y->task)
         return x->task < y->task ? -1 : 1;
     return x->idx < y->idx ? -1 : x->idx > y->idx;
@@ -269,12 +264,12 @@ static int task_idx_cmp(const void *a, const void *b)
  * failed; log(max(y_i, KT_MODEL_LOG_FLOOR)) with log labels. */
 static int labels_compute(const kt_model_t *m, float *labels)
 {
-    task_idx_t *t = malloc(m->nsamples * sizeof *t);
+    kt_model_task_idx_t *t = malloc(m->nsamples * sizeof *t);
     if (!t)
         return kt_err_set(KT_ENOMEM, "training labels: out of memory");
     for (size_t i = 0; i < m->nsamples; i++)
-        t[i] = (task_idx_t){ m->samples[i].task, i };
-    qsort(t, m->nsamples, sizeof *t, task_idx_cmp);
+        t[i] = (kt_model_task_idx_t){ m->samples[i].task, i };
+    qsort(t, m->nsamples, sizeof *t, kt_model_task_idx_cmp);
     for (size_t a = 0; a < m->nsamples;) {
         size_t e = a;
         double best = INFINITY;

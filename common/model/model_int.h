@@ -38,6 +38,15 @@ struct kt_model {
     int warmup_off;         /* loaded with its booster in use */
 };
 
+/* A sample (or packed program) index with its task: sorted by task, then
+ * index, with kt_model_task_idx_cmp, to visit the samples task by task. */
+typedef struct {
+    uint64_t task;
+    size_t idx;
+} kt_model_task_idx_t;
+
+int kt_model_task_idx_cmp(const void *a, const void *b);
+
 /* "exact", "approx", "hist" for KT_MODEL_TREE_*; NULL when out of range. */
 const char *kt_model_tree_method_name(int tree_method);
 

@@ -99,19 +99,6 @@ static uint64_t splitmix(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-typedef struct {
-    uint64_t task;
-    size_t idx;
-} task_prog_t;
-
-static int task_prog_cmp(const void *a, const void *b)
-{
-    const task_prog_t *x = a, *y = b;
-    if (x->task != y->task)
-        return x->task < y->task ? -1 : 1;
-    return (x->idx > y->idx) - (x->idx < y->idx);
-}
-
 /* The training pairs: programs of one task with different labels, all of
  * them in a task of at most RANK_PARTNERS + 1 programs, else RANK_PARTNERS
  * partners drawn (seeded) per program. Pairs never cross tasks: labels of
@@ -122,15 +109,15 @@ static int rank_pairs(const kt_model_t *m, const double *lab, size_t npack, rank
     *out = NULL;
     *nout = 0;
     /* packed programs grouped by task */
-    task_prog_t *tp = malloc(npack * sizeof *tp);
+    kt_model_task_idx_t *tp = malloc(npack * sizeof *tp);
     if (!tp)
         return kt_err_set(KT_ENOMEM, "training: out of memory");
     for (size_t i = 0, k = 0; i < m->nsamples; i++)
         if (m->samples[i].nrows > 0) {
-            tp[k] = (task_prog_t){m->samples[i].task, k};
+            tp[k] = (kt_model_task_idx_t){m->samples[i].task, k};
             k++;
         }
-    qsort(tp, npack, sizeof *tp, task_prog_cmp);
+    qsort(tp, npack, sizeof *tp, kt_model_task_idx_cmp);
     size_t cap = 0, n = 0;
     rank_pair_t *pairs = NULL;
     uint64_t rng = m->p.seed ^ 0x5851f42d4c957f2dULL;
