@@ -568,10 +568,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--folds") == 0)
             folds = atoi(v) == 1 ? 1 : 5;
         else if (strcmp(a, "--label") == 0) {
-            static const char *const names[] = {"throughput", "log", "rank"};
-            for (label = 2; label >= 0 && strcmp(v, names[label]) != 0; label--)
-                ;
-            if (label < 0) {
+            if ((label = kt_model_label_parse(v)) < 0) {
                 fprintf(stderr, "bench_model_quality: --label is throughput, log or rank\n");
                 return 2;
             }

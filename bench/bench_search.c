@@ -17,13 +17,14 @@
  *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
  *                [--population 2048] [--iters 4] [--min-repeat-ms 100] [--timer wall|cpu]
- *                [--confirm-repeat 5] [--dump FILE] [--label log|rank]
+ *                [--confirm-repeat 5] [--dump FILE]
+ *                [--label throughput|log|rank]
  *
  * --dump appends a JSON line per measured candidate: {"workload", "policy",
  * "seed", "round", "state", "cost"} (cost in seconds, -1 = failed), in the
  * line format of bench_model_quality's --cache, to look at what a search
- * measured offline. --label rank gives sketch.xgb a model trained on the
- * pairwise objective (model.h) instead of ktune's default log labels.
+ * measured offline. --label gives sketch.xgb a model with another label kind
+ * (model.h; rank: the pairwise objective) than ktune's default log labels.
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
 #include <jansson.h>
@@ -55,7 +56,7 @@ static int min_repeat_ms = 100;
 static int confirm_repeat = 5;
 static const char *which = "all";
 static const char *dump_path;
-static int label = KT_MODEL_LABEL_LOG;
+static int label = -1;   /* KT_MODEL_LABEL_* of sketch.xgb's model; -1: ktune's default */
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
 
@@ -185,9 +186,9 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
     o.evolutionary_search_num_iters = num_iters;
     /* the policy's own model, but for its label kind */
     kt_model_t *model = NULL;
-    if (strcmp(policy, "sketch.xgb") == 0 && label != KT_MODEL_LABEL_LOG) {
-        kt_model_params_t mp;
-        kt_search_model_params(&o, seed, &mp);
+    kt_model_params_t mp;
+    kt_search_model_params(&o, seed, &mp);
+    if (strcmp(policy, "sketch.xgb") == 0 && label >= 0 && label != mp.label) {
         mp.label = label;
         if (!(model = kt_model_new(KT_MODEL_XGB, &mp)))
             die("model");
@@ -324,11 +325,10 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--confirm-repeat") == 0)
             confirm_repeat = atoi(v);
         else if (strcmp(a, "--label") == 0) {
-            if (strcmp(v, "log") != 0 && strcmp(v, "rank") != 0) {
-                fprintf(stderr, "bench_search: --label is log or rank\n");
+            if ((label = kt_model_label_parse(v)) < 0) {
+                fprintf(stderr, "bench_search: --label is throughput, log or rank\n");
                 return 2;
             }
-            label = strcmp(v, "rank") == 0 ? KT_MODEL_LABEL_RANK : KT_MODEL_LABEL_LOG;
         } else if (strcmp(a, "--dump") == 0)
             dump_path = v;
         else if (strcmp(a, "--workload") == 0)

@@ -53,8 +53,7 @@ void kt_model_params_ansor(kt_model_params_t *p)
     p->colsample_bytree = 1;
 }
 
-/* "throughput", "log", "rank" for KT_MODEL_LABEL_*; NULL when out of range. */
-static const char *label_name(int label)
+const char *kt_model_label_name(int label)
 {
     static const char *const names[] = { "throughput", "log", "rank" };
     if (label < 0 || label >= (int)(sizeof names / sizeof names[0]))
@@ -71,6 +70,11 @@ static int name_index(const char *(*name_of)(int), const char *s)
     return -1;
 }
 
+int kt_model_label_parse(const char *name)
+{
+    return name ? name_index(kt_model_label_name, name) : -1;
+}
+
 static int params_check(const kt_model_params_t *p)
 {
     if (p->max_depth < 1 || p->max_depth > 64)
@@ -82,7 +86,7 @@ static int params_check(const kt_model_params_t *p)
     if (!(p->min_child_weight >= 0) || !isfinite(p->min_child_weight))
         return kt_err_set(KT_EINVAL, "min_child_weight %g must be finite and >= 0",
                           p->min_child_weight);
-    if (!label_name(p->label))
+    if (!kt_model_label_name(p->label))
         return kt_err_set(KT_EINVAL, "unknown label kind %d", p->label);
     if (!(p->subsample > 0 && p->subsample <= 1))
         return kt_err_set(KT_EINVAL, "subsample %g out of (0, 1]", p->subsample);
@@ -451,7 +455,7 @@ static json_t *params_to_json(const kt_model_params_t *p)
                      "weight_by_label", p->weight_by_label, "verbose_eval", p->verbose_eval,
                      "nthread", p->nthread, "tree_method",
                      kt_model_tree_method_name(p->tree_method), "label",
-                     label_name(p->label), "subsample",
+                     kt_model_label_name(p->label), "subsample",
                      p->subsample, "colsample_bytree", p->colsample_bytree);
 }
 
@@ -493,7 +497,7 @@ static int params_from_json(json_t *j, kt_model_params_t *p)
         return kt_err_set(KT_EINVAL, "bad seed '%s'", seed);
     p->adaptive_training = at;
     p->weight_by_label = wl;
-    if ((p->label = name_index(label_name, label)) < 0)
+    if ((p->label = kt_model_label_parse(label)) < 0)
         return kt_err_set(KT_EINVAL, "unknown label kind '%s'", label);
     p->tree_method = name_index(kt_model_tree_method_name, tm);
     return params_check(p);

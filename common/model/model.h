@@ -113,6 +113,11 @@ typedef struct kt_model_params {
                                          programs; trained on the pairwise logistic loss */
 #define KT_MODEL_LOG_FLOOR 1e-4       /* failed programs: 10,000x slower than the best */
 
+/* "throughput", "log", "rank" for KT_MODEL_LABEL_* (NULL when out of range)
+ * and back (-1 for an unknown name or NULL). */
+const char *kt_model_label_name(int label);
+int kt_model_label_parse(const char *name);
+
 /* XGBoost tree construction. Exact greedy is what Ansor ran (XGBoost's "auto"
  * picks it for data of this size); hist is several times faster to train on
  * thousands of programs, with similar ranking quality. */

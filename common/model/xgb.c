@@ -10,6 +10,7 @@
 #include "model/model_int.h"
 #include "util/err.h"
 #include "util/log.h"
+#include "util/rng.h"
 
 /* XGBoost reports failures through a thread-local message. */
 static int xgb_fail(int code, const char *what)
@@ -91,14 +92,6 @@ typedef struct {
     uint32_t hi, lo;   /* packed program indices, lab[hi] > lab[lo] */
 } rank_pair_t;
 
-static uint64_t splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* The training pairs: programs of one task with different labels, all of
  * them in a task of at most RANK_PARTNERS + 1 programs, else RANK_PARTNERS
  * partners drawn (seeded) per program. Pairs never cross tasks: labels of
@@ -120,7 +113,8 @@ static int rank_pairs(const kt_model_t *m, const double *lab, size_t npack, rank
     qsort(tp, npack, sizeof *tp, kt_model_task_idx_cmp);
     size_t cap = 0, n = 0;
     rank_pair_t *pairs = NULL;
-    uint64_t rng = m->p.seed ^ 0x5851f42d4c957f2dULL;
+    kt_rng_t rng;
+    kt_rng_seed(&rng, m->p.seed);
     int rc = KT_OK;
     for (size_t a = 0; a < npack && rc == KT_OK;) {
         size_t e = a;
@@ -142,7 +136,7 @@ static int rank_pairs(const kt_model_t *m, const double *lab, size_t npack, rank
         for (size_t x = a; x < e; x++) {
             size_t lim = all ? e - x - 1 : RANK_PARTNERS;
             for (size_t t = 0; t < lim; t++) {
-                size_t y = all ? x + 1 + t : a + splitmix(&rng) % g;
+                size_t y = all ? x + 1 + t : a + (size_t)kt_rng_below(&rng, g);
                 uint32_t i = (uint32_t)tp[x].idx, j = (uint32_t)tp[y].idx;
                 if (lab[i] == lab[j])
                     continue;   /* also y == x */
@@ -161,29 +155,26 @@ static int rank_pairs(const kt_model_t *m, const double *lab, size_t npack, rank
     return KT_OK;
 }
 
-/* Logistic pairwise loss (RankNet) of program margins sum[]: the mean of
- * log(1 + exp(-(s_hi - s_lo))); with g and h, each program's gradient and
- * hessian (times its weight) are accumulated there too. */
+/* Logistic pairwise loss (RankNet) of program margins sum[]: returns the
+ * mean of log(1 + exp(-(s_hi - s_lo))) and fills g[npack] and h[npack] with
+ * each program's gradient and hessian, times its weight. */
 static double rank_loss(const rank_pair_t *pairs, size_t n, const double *sum, const double *wt,
                         double *g, double *h, size_t npack)
 {
-    if (g) {
-        memset(g, 0, npack * sizeof *g);
-        memset(h, 0, npack * sizeof *h);
-    }
+    memset(g, 0, npack * sizeof *g);
+    memset(h, 0, npack * sizeof *h);
     double loss = 0;
     for (size_t k = 0; k < n; k++) {
-        double d = sum[pairs[k].hi] - sum[pairs[k].lo];
+        const uint32_t hi = pairs[k].hi, lo = pairs[k].lo;
+        double d = sum[hi] - sum[lo];
         /* log(1 + e^-d), stable for both signs */
         loss += d > 0 ? log1p(exp(-d)) : -d + log1p(exp(d));
-        if (g) {
-            double q = 1.0 / (1.0 + exp(d));   /* 1 - sigmoid(d) */
-            double hh = q * (1.0 - q);
-            g[pairs[k].hi] -= q * wt[pairs[k].hi];
-            g[pairs[k].lo] += q * wt[pairs[k].lo];
-            h[pairs[k].hi] += hh * wt[pairs[k].hi];
-            h[pairs[k].lo] += hh * wt[pairs[k].lo];
-        }
+        double q = 1.0 / (1.0 + exp(d));   /* 1 - sigmoid(d) */
+        double hh = q * (1.0 - q);
+        g[hi] -= q * wt[hi];
+        g[lo] += q * wt[lo];
+        h[hi] += hh * wt[hi];
+        h[lo] += hh * wt[lo];
     }
     return n ? loss / (double)n : 0;
 }
@@ -241,7 +232,8 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
      * throughput labels keep its row-level base score and no bias. */
     const int fit_bias = p->label == KT_MODEL_LABEL_LOG;
     double bias = 0;
-    double best_rmse = INFINITY;   /* rank: the pairwise loss */
+    const char *loss_name = rank ? "tr-pair-loss" : "tr-p-rmse";
+    double best_loss = INFINITY;
     int best_rounds = 0, rounds = 0;
     for (;;) {
         /* Margins of the model with `rounds` trees: they score round rounds-1
@@ -267,20 +259,24 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
             }
             bias = rw > 0 ? rsum / rw : 0;
         }
-        double se = 0;
-        for (k = 0; k < npack; k++) {
-            sum[k] += bias;
-            se += (sum[k] - lab[k]) * (sum[k] - lab[k]);
+        /* the training loss early stopping watches (it also fills the
+         * rank objective's per-program gradients) */
+        double loss;
+        if (rank) {
+            loss = rank_loss(pairs, npairs, sum, wt, pg, ph, npack);
+        } else {
+            double se = 0;
+            for (k = 0; k < npack; k++) {
+                sum[k] += bias;
+                se += (sum[k] - lab[k]) * (sum[k] - lab[k]);
+            }
+            loss = sqrt(se / (double)npack);
         }
-        if (rank)
-            se = rank_loss(pairs, npairs, sum, wt, pg, ph, npack);
         if (rounds > 0) {
-            double rmse = rank ? se : sqrt(se / (double)npack);
             if (p->verbose_eval > 0 && rounds % p->verbose_eval == 0)
-                KT_INFO("xgb round %d: %s %.6f", rounds, rank ? "tr-pair-loss" : "tr-p-rmse",
-                        rmse);
-            if (rmse < best_rmse) {
-                best_rmse = rmse;
+                KT_INFO("xgb round %d: %s %.6f", rounds, loss_name, loss);
+            if (loss < best_loss) {
+                best_loss = loss;
                 best_rounds = rounds;
             } else if (rounds - best_rounds >= p->early_stopping_rounds) {
                 break;
@@ -309,7 +305,7 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
     }
     if (p->verbose_eval > 0)
         KT_INFO("xgb trained on %zu programs (%zu rows): best round %d of %d, %s %.6f", npack,
-                nrow, best_rounds, rounds, rank ? "tr-pair-loss" : "tr-p-rmse", best_rmse);
+                nrow, best_rounds, rounds, loss_name, best_loss);
     /* Keep the trees up to the best round: later ones did not lower the error. */
     if (best_rounds > 0 && best_rounds < rounds) {
         if (XGBoosterSlice(b, 0, best_rounds, 1, &best) != 0) {
