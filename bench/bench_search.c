@@ -10,7 +10,11 @@
  * time (wall, search + building + measuring) to each checkpoint. Every candidate is
  * timed once, as the search times it; at a run's end its 3 best are timed
  * again (--confirm-repeat repeats of 40 ms, the fastest kept), and the
- * "confirmd" row compares what the policies really found.
+ * "confirmd" row compares what the policies really found. A library
+ * baseline is timed in the same run (OpenBLAS sgemm; for the conv2d im2col +
+ * sgemm, bench_blas.h), with the machine's practical peak (sgemm 512^3's
+ * rate): the share of it each policy's confirmed best reaches, and the share
+ * a 1.3x lead over the second policy at the last checkpoint would need.
  * Policies and seeds run one after the other: builds overlap runs, so on a
  * 2-core machine a second bench beside this one slows the kernels it times.
  *
@@ -33,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_blas.h"
 #include "bench_local.h"
 #include "measure/measurer.h"
 #include "search/search.h"
@@ -60,13 +65,18 @@ static int label = -1;   /* KT_MODEL_LABEL_* of sketch.xgb's model; -1: ktune's 
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
 
+/* Each with its library baseline (bench_blas.h): OpenBLAS sgemm of
+ * M, N, K, or im2col + sgemm of H, W, CI, CO, KH, KW, pad. */
 static const struct {
     const char *name, *json;
+    int conv;
+    int d[7];
 } workloads[] = {
-    {"matmul", "{\"op\":\"matmul\",\"M\":512,\"N\":512,\"K\":512}"},
+    {"matmul", "{\"op\":\"matmul\",\"M\":512,\"N\":512,\"K\":512}", 0, {512, 512, 512}},
     {"conv", "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":56,\"W\":56,\"CI\":64,\"CO\":64,\"KH\":3,"
              "\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],\"dilation\":[1,1],"
-             "\"epilogue\":[\"bias_add\",\"relu\"]}"},
+             "\"epilogue\":[\"bias_add\",\"relu\"]}",
+     1, {56, 56, 64, 64, 3, 3, 1}},
 };
 
 typedef struct {
@@ -300,6 +310,42 @@ static void parse_list(const char *s, int *out, int *n, int cap)
     }
 }
 
+/* The library baseline of workload wi, and where the policies' confirmed
+ * bests and the 1.3x target over the second policy stand against the
+ * machine's practical peak: the rate of OpenBLAS's sgemm 512^3 on one thread
+ * (or the baseline's, if faster). A ratio target between two policies is
+ * out of reach when it asks for more than that. */
+static void print_baseline(size_t wi, double flops, run_t runs[][MAX_SEEDS])
+{
+    static double peak_gf;
+    if (peak_gf == 0)
+        peak_gf = 2.0 * 512 * 512 * 512 / kt_bench_blas_matmul(512, 512, 512) * 1e-9;
+    const int *d = workloads[wi].d;
+    double t = workloads[wi].conv ? kt_bench_blas_conv2d(d[0], d[1], d[2], d[3], d[4], d[5], d[6])
+                                  : kt_bench_blas_matmul(d[0], d[1], d[2]);
+    double gf = flops / t * 1e-9;
+    double peak = gf > peak_gf ? gf : peak_gf;
+    printf("baseline: %s, one thread: %.3f ms (%.0fGF); practical peak %.0fGF (OpenBLAS sgemm "
+           "512^3); confirmed medians reach",
+           workloads[wi].conv ? "im2col + OpenBLAS sgemm" : "OpenBLAS sgemm", t * 1e3, gf, peak);
+    for (int pi = 0; pi < npol; pi++) {
+        double v[MAX_SEEDS];
+        for (int k = 0; k < nseeds; k++)
+            v[k] = runs[pi][k].confirmed;
+        printf("%s %s %.0f%%", pi ? "," : "", policies[pi],
+               100 * flops / median(v, nseeds) * 1e-9 / peak);
+    }
+    printf(" of the peak\n");
+    if (npol == 2) {
+        double v[MAX_SEEDS];
+        for (int k = 0; k < nseeds; k++)
+            v[k] = runs[1][k].best[ncheck - 1];
+        double need = median(v, nseeds) / 1.3;
+        printf("1.3x over %s at %d trials needs %.3f ms: %.0f%% of the peak\n", policies[1],
+               checkpoints[ncheck - 1], need * 1e3, 100 * flops / need * 1e-9 / peak);
+    }
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -400,6 +446,7 @@ int main(int argc, char **argv)
         print_row("confirmd", v, flops);
         printf("(confirmd: each run's %d best candidates timed again, the fastest of %d repeats "
                "of 40 ms)\n", CONFIRM, confirm_repeat);
+        print_baseline(wi, flops, runs);
         int maxr = 0;
         for (int pi = 0; pi < npol; pi++)
             for (int k = 0; k < nseeds; k++)
