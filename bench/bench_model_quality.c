@@ -9,7 +9,7 @@
  *   bench_model_quality [--n 1000] [--workload matmul|conv|depthwise|all]
  *                       [--seed 1] [--min-repeat-ms 20] [--tree hist|exact|approx]
  *                       [--cache FILE] [--weight-by-label 0|1] [--dump FILE]
- *                       [--label throughput|log|rank]
+ *                       [--label throughput|log|rank] [--xgb key=value,...]
  *                       [--remeasure K] [--repeat 3] [--timer wall|cpu]
  *                       [--folds 5|1] [--passes 1]
  *
@@ -30,6 +30,8 @@
  * --remeasure K measures the first K valid programs again and prints the
  * pairwise accuracy of the second measurement against the first: the noise
  * ceiling of any model on this machine in its current state.
+ * --xgb sets parameters of the xgb column's model (kt_model_params_set, e.g.
+ * max_depth=8,eta=0.1,label=rank); the ansor column keeps Ansor's.
  * --dump writes the valid programs' feature rows as CSV (workload, program,
  * cost in seconds, then the KT_FEATURE_COUNT values) for offline analysis.
  */
@@ -72,6 +74,7 @@ static int folds = 5;
 static int passes = 1;
 static int weight_by_label = -1;   /* -1: the model's default */
 static int label = -1;             /* KT_MODEL_LABEL_* of the xgb column; -1: the default */
+static const char *xgb_params;     /* --xgb: kt_model_params_set list for the xgb column */
 
 static const struct {
     const char *name, *json;
@@ -148,6 +151,8 @@ static void evaluate(const char *kind, int ansor, const kt_dag_t *dag, kt_sched_
         mp.weight_by_label = weight_by_label;
     if (label >= 0 && !ansor)
         mp.label = label;
+    if (xgb_params && !ansor && kt_model_params_set(&mp, xgb_params))
+        die("--xgb");
     kt_model_t *m = kt_model_new(kind, &mp);
     if (!m)
         die("model");
@@ -572,6 +577,14 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_model_quality: --label is throughput, log or rank\n");
                 return 2;
             }
+        } else if (strcmp(a, "--xgb") == 0) {
+            kt_model_params_t check;
+            kt_model_params_default(&check);
+            if (kt_model_params_set(&check, v)) {
+                fprintf(stderr, "bench_model_quality: --xgb: %s\n", kt_err_msg());
+                return 2;
+            }
+            xgb_params = v;
         } else if (strcmp(a, "--weight-by-label") == 0)
             weight_by_label = atoi(v);
         else if (strcmp(a, "--tree") == 0)

@@ -22,13 +22,14 @@
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
  *                [--population 2048] [--iters 4] [--min-repeat-ms 100] [--timer wall|cpu]
  *                [--confirm-repeat 5] [--dump FILE]
- *                [--label throughput|log|rank]
+ *                [--label throughput|log|rank] [--xgb key=value,...]
  *
  * --dump appends a JSON line per measured candidate: {"workload", "policy",
  * "seed", "round", "state", "cost"} (cost in seconds, -1 = failed), in the
  * line format of bench_model_quality's --cache, to look at what a search
  * measured offline. --label gives sketch.xgb a model with another label kind
- * (model.h; rank: the pairwise objective) than ktune's default log labels.
+ * (model.h; rank: the pairwise objective) than ktune's default log labels;
+ * --xgb sets its other parameters (kt_model_params_set: max_depth=8,eta=0.1).
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
 #include <jansson.h>
@@ -62,6 +63,7 @@ static int confirm_repeat = 5;
 static const char *which = "all";
 static const char *dump_path;
 static int label = -1;   /* KT_MODEL_LABEL_* of sketch.xgb's model; -1: ktune's default */
+static const char *xgb_params;   /* --xgb: kt_model_params_set list for sketch.xgb's model */
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
 
@@ -194,12 +196,15 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
     o.seed = seed;
     o.evolutionary_search_population = population;
     o.evolutionary_search_num_iters = num_iters;
-    /* the policy's own model, but for its label kind */
+    /* the policy's own model, but for its label kind and --xgb */
     kt_model_t *model = NULL;
     kt_model_params_t mp;
     kt_search_model_params(&o, seed, &mp);
-    if (strcmp(policy, "sketch.xgb") == 0 && label >= 0 && label != mp.label) {
-        mp.label = label;
+    if (strcmp(policy, "sketch.xgb") == 0 && ((label >= 0 && label != mp.label) || xgb_params)) {
+        if (label >= 0)
+            mp.label = label;
+        if (xgb_params && kt_model_params_set(&mp, xgb_params))
+            die("--xgb");
         if (!(model = kt_model_new(KT_MODEL_XGB, &mp)))
             die("model");
     }
@@ -375,6 +380,14 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_search: --label is throughput, log or rank\n");
                 return 2;
             }
+        } else if (strcmp(a, "--xgb") == 0) {
+            kt_model_params_t check;
+            kt_model_params_default(&check);
+            if (kt_model_params_set(&check, v)) {
+                fprintf(stderr, "bench_search: --xgb: %s\n", kt_err_msg());
+                return 2;
+            }
+            xgb_params = v;
         } else if (strcmp(a, "--dump") == 0)
             dump_path = v;
         else if (strcmp(a, "--workload") == 0)

@@ -660,6 +660,50 @@ START_TEST(bad_arguments_are_reported)
 }
 END_TEST
 
+START_TEST(params_set_from_key_value_lists)
+{
+    kt_model_params_t p, before;
+    kt_model_params_default(&p);
+    ck_assert_int_eq(kt_model_params_set(&p, "max_depth=8,eta=0.1,label=rank,tree_method=hist,"
+                                             "subsample=1,seed=7,num_warmup_sample=0"),
+                     KT_OK);
+    ck_assert_int_eq(p.max_depth, 8);
+    ck_assert_double_eq_tol(p.eta, 0.1, 1e-12);
+    ck_assert_int_eq(p.label, KT_MODEL_LABEL_RANK);
+    ck_assert_int_eq(p.tree_method, KT_MODEL_TREE_HIST);
+    ck_assert_double_eq_tol(p.subsample, 1.0, 1e-12);
+    ck_assert_uint_eq(p.seed, 7);
+    ck_assert_int_eq(p.num_warmup_sample, 0);
+    /* all or nothing: a bad entry anywhere leaves p as it was */
+    static const char *const bad[] = {
+        "max_depth=3,colour=red",   /* unknown key */
+        "max_depth=2.5",            /* not an integer */
+        "eta=fast",                 /* not a number */
+        "eta=0.1x",                 /* trailing text */
+        "eta=0",                    /* out of range */
+        "label=pairs",              /* unknown name */
+        "seed=-1",                  /* negative seed */
+        "max_depth",                /* no value */
+        "=3",                       /* no key */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        before = p;
+        ck_assert_int_eq(kt_model_params_set(&p, bad[i]), KT_EINVAL);
+        ck_assert_ptr_nonnull(kt_err_msg());
+        ck_assert_int_eq(memcmp(&before, &p, sizeof p), 0);
+    }
+    ck_assert_int_eq(kt_model_params_set(&p, "eta=fast"), KT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "eta"));
+    ck_assert_int_eq(kt_model_params_set(NULL, "eta=0.1"), KT_EINVAL);
+    ck_assert_int_eq(kt_model_params_set(&p, NULL), KT_EINVAL);
+    /* what it sets is what a model then uses */
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &p);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(kt_model_params(m)->max_depth, 8);
+    kt_model_free(m);
+}
+END_TEST
+
 START_TEST(only_failed_programs_train_without_error)
 {
     /* All measurements failed: labels and weights are 0; training must still
@@ -743,6 +787,7 @@ int main(void)
     tcase_add_test(tc2, labels_are_normalized_per_task_and_failures_are_zero);
     tcase_add_test(tc2, random_model_is_uniform_and_deterministic_per_seed);
     tcase_add_test(tc2, only_failed_programs_train_without_error);
+    tcase_add_test(tc2, params_set_from_key_value_lists);
     tcase_add_test(tc2, metrics_pairwise_accuracy_and_topk_recall);
     suite_add_tcase(s, tc2);
     SRunner *sr = srunner_create(s);

@@ -133,6 +133,14 @@ int kt_model_label_parse(const char *name);
 void kt_model_params_default(kt_model_params_t *p);
 /* Ansor's XGBModel parameters (see above), for comparison. */
 void kt_model_params_ansor(kt_model_params_t *p);
+/* Sets parameters from "key=value[,key=value...]": keys are the field names
+ * above (max_depth, eta, gamma, min_child_weight, num_boost_round,
+ * early_stopping_rounds, num_warmup_sample, adaptive_training,
+ * adaptive_ratio, weight_by_label, subsample, colsample_bytree, nthread,
+ * seed), label (throughput|log|rank) and tree_method (exact|approx|hist).
+ * All or nothing: on an unknown key, a malformed value or a result out of
+ * range p is left as it was. 0 or KT_EINVAL with a message. */
+int kt_model_params_set(kt_model_params_t *p, const char *list);
 /* kind is "random" or "xgb"; params NULL means defaults. NULL on error. */
 kt_model_t *kt_model_new(const char *kind, const kt_model_params_t *params);
 void kt_model_free(kt_model_t *m);
