@@ -9,6 +9,9 @@
  * library route (oneDNN's direct convolution can be faster). Its answers are
  * checked at sampled points against a direct loop; a mismatch is fatal.
  *
+ * With oneDNN (KT_HAVE_DNNL: meson finds libdnnl), kt_bench_dnnl_conv2d times
+ * the same conv2d with oneDNN's direct convolution, the faster library route.
+ *
  * Times are thread CPU time, the fastest of repeats lasting >= 0.2 s in all
  * (the machine may be shared). Everything is allocated and freed inside.
  * Not thread-safe: OpenBLAS is set to one thread for the whole process. */
@@ -121,6 +124,33 @@ static inline void kt_bench_blas_conv_run(void *arg)
         }
 }
 
+/* Exits when out (NHWC) is not c's conv2d + bias + relu at 64 sampled
+ * outputs, computed by a direct loop: a baseline must compute the op. */
+static inline void kt_bench_conv_check(const char *what, const kt_bench_conv_t *c,
+                                       const float *out)
+{
+    for (int s = 0; s < 64; s++) {
+        int oh = (s * 37) % c->OH, ow = (s * 53 + s / 7) % c->OW, co = (s * 29) % c->CO;
+        double want = c->bias[co];
+        for (int kh = 0; kh < c->KH; kh++)
+            for (int kw = 0; kw < c->KW; kw++) {
+                int h = oh + kh - c->pad, w = ow + kw - c->pad;
+                if (h < 0 || h >= c->H || w < 0 || w >= c->W)
+                    continue;
+                for (int ci = 0; ci < c->CI; ci++)
+                    want += (double)c->data[((size_t)h * c->W + w) * c->CI + ci] *
+                            c->weight[(((size_t)kh * c->KW + kw) * c->CI + ci) * c->CO + co];
+            }
+        want = want > 0 ? want : 0;
+        double got = out[((size_t)oh * c->OW + ow) * c->CO + co];
+        if (fabs(got - want) > 1e-3 * (1 + fabs(want))) {
+            fprintf(stderr, "bench baseline: %s disagrees with a direct loop (%g against %g)\n",
+                    what, got, want);
+            exit(1);
+        }
+    }
+}
+
 /* Seconds of one NHWC conv2d (batch 1, stride 1, HWIO weight, symmetric
  * padding) with bias and relu, through im2col + OpenBLAS on one thread. */
 static inline double kt_bench_blas_conv2d(int H, int W, int CI, int CO, int KH, int KW, int pad)
@@ -137,27 +167,7 @@ static inline double kt_bench_blas_conv2d(int H, int W, int CI, int CO, int KH, 
     c.col = kt_bench_blas_fill((size_t)c.OH * c.OW * KH * KW * CI, 7);
     c.out = kt_bench_blas_fill((size_t)c.OH * c.OW * CO, 8);
     double t = kt_bench_blas_time(kt_bench_blas_conv_run, &c);
-    /* a direct loop at sampled outputs: the baseline must compute the op */
-    for (int s = 0; s < 64; s++) {
-        int oh = (s * 37) % c.OH, ow = (s * 53 + s / 7) % c.OW, co = (s * 29) % CO;
-        double want = bias[co];
-        for (int kh = 0; kh < KH; kh++)
-            for (int kw = 0; kw < KW; kw++) {
-                int h = oh + kh - pad, w = ow + kw - pad;
-                if (h < 0 || h >= H || w < 0 || w >= W)
-                    continue;
-                for (int ci = 0; ci < CI; ci++)
-                    want += (double)data[((size_t)h * W + w) * CI + ci] *
-                            weight[(((size_t)kh * KW + kw) * CI + ci) * CO + co];
-            }
-        want = want > 0 ? want : 0;
-        double got = c.out[((size_t)oh * c.OW + ow) * CO + co];
-        if (fabs(got - want) > 1e-3 * (1 + fabs(want))) {
-            fprintf(stderr, "bench baseline: im2col conv2d disagrees with a direct loop "
-                            "(%g against %g)\n", got, want);
-            exit(1);
-        }
-    }
+    kt_bench_conv_check("im2col conv2d", &c, c.out);
     free(data);
     free(weight);
     free(bias);
@@ -165,5 +175,118 @@ static inline double kt_bench_blas_conv2d(int H, int W, int CI, int CO, int KH, 
     free(c.out);
     return t;
 }
+
+#ifdef KT_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+
+void omp_set_num_threads(int);   /* oneDNN runs on libgomp here */
+
+typedef struct {
+    dnnl_primitive_t conv;
+    dnnl_stream_t stream;
+    dnnl_exec_arg_t args[4];
+} kt_bench_dnnl_t;
+
+static inline void kt_bench_dnnl_run(void *arg)
+{
+    kt_bench_dnnl_t *d = arg;
+    if (dnnl_primitive_execute(d->conv, d->stream, 4, d->args) != dnnl_success ||
+        dnnl_stream_wait(d->stream) != dnnl_success) {
+        fprintf(stderr, "bench baseline: oneDNN convolution failed\n");
+        exit(1);
+    }
+}
+
+#define KT_BENCH_DNNL(call)                                                              \
+    do {                                                                                 \
+        if ((call) != dnnl_success) {                                                    \
+            fprintf(stderr, "bench baseline: oneDNN: %s failed\n", #call);               \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+/* Seconds of the same conv2d + bias + relu as kt_bench_blas_conv2d with
+ * oneDNN's direct convolution on one thread: NHWC in and out as ktune's
+ * kernels, relu a post-op, the weights reordered once (outside the timing)
+ * into the layout the primitive prefers, as Ansor's layout rewrite does. */
+static inline double kt_bench_dnnl_conv2d(int H, int W, int CI, int CO, int KH, int KW, int pad)
+{
+    omp_set_num_threads(1);
+    kt_bench_conv_t c = {.H = H, .W = W, .CI = CI, .CO = CO, .KH = KH, .KW = KW, .pad = pad,
+                         .OH = H + 2 * pad - KH + 1, .OW = W + 2 * pad - KW + 1};
+    float *data = kt_bench_blas_fill((size_t)H * W * CI, 4);
+    float *weight = kt_bench_blas_fill((size_t)KH * KW * CI * CO, 5);
+    float *bias = kt_bench_blas_fill((size_t)CO, 6);
+    float *out = kt_bench_blas_fill((size_t)c.OH * c.OW * CO, 8);
+    c.data = data;
+    c.weight = weight;
+    c.bias = bias;
+    dnnl_engine_t eng;
+    kt_bench_dnnl_t d;
+    KT_BENCH_DNNL(dnnl_engine_create(&eng, dnnl_cpu, 0));
+    KT_BENCH_DNNL(dnnl_stream_create(&d.stream, eng, dnnl_stream_default_flags));
+    dnnl_dims_t src_dims = {1, CI, H, W}, wei_dims = {CO, CI, KH, KW}, bia_dims = {CO},
+                dst_dims = {1, CO, c.OH, c.OW}, strides = {1, 1}, padding = {pad, pad};
+    dnnl_memory_desc_t src_md, wei_user_md, wei_any_md, bia_md, dst_md;
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_user_md, 4, wei_dims, dnnl_f32, dnnl_hwio));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_any_md, 4, wei_dims, dnnl_f32,
+                                               dnnl_format_tag_any));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&bia_md, 1, bia_dims, dnnl_f32, dnnl_x));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc));
+    dnnl_convolution_desc_t cd;
+    KT_BENCH_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                     dnnl_convolution_direct, &src_md,
+                                                     &wei_any_md, &bia_md, &dst_md, strides,
+                                                     padding, padding));
+    dnnl_post_ops_t po;
+    dnnl_primitive_attr_t attr;
+    KT_BENCH_DNNL(dnnl_post_ops_create(&po));
+    KT_BENCH_DNNL(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+    KT_BENCH_DNNL(dnnl_primitive_attr_create(&attr));
+    KT_BENCH_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+    dnnl_primitive_desc_t pd, rpd;
+    KT_BENCH_DNNL(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+    const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_t src_m, wei_user_m, wei_m, bia_m, dst_m;
+    KT_BENCH_DNNL(dnnl_memory_create(&src_m, &src_md, eng, data));
+    KT_BENCH_DNNL(dnnl_memory_create(&wei_user_m, &wei_user_md, eng, weight));
+    KT_BENCH_DNNL(dnnl_memory_create(&wei_m, wei_md, eng, DNNL_MEMORY_ALLOCATE));
+    KT_BENCH_DNNL(dnnl_memory_create(&bia_m, &bia_md, eng, bias));
+    KT_BENCH_DNNL(dnnl_memory_create(&dst_m, &dst_md, eng, out));
+    /* the weights' layout rewrite, once */
+    dnnl_primitive_t reorder;
+    KT_BENCH_DNNL(dnnl_reorder_primitive_desc_create(&rpd, &wei_user_md, eng, wei_md, eng, NULL));
+    KT_BENCH_DNNL(dnnl_primitive_create(&reorder, rpd));
+    dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, wei_user_m}, {DNNL_ARG_TO, wei_m}};
+    KT_BENCH_DNNL(dnnl_primitive_execute(reorder, d.stream, 2, rargs));
+    KT_BENCH_DNNL(dnnl_stream_wait(d.stream));
+    KT_BENCH_DNNL(dnnl_primitive_create(&d.conv, pd));
+    d.args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, src_m};
+    d.args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, wei_m};
+    d.args[2] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bia_m};
+    d.args[3] = (dnnl_exec_arg_t){DNNL_ARG_DST, dst_m};
+    double t = kt_bench_blas_time(kt_bench_dnnl_run, &d);
+    kt_bench_conv_check("oneDNN conv2d", &c, out);
+    dnnl_primitive_destroy(d.conv);
+    dnnl_primitive_destroy(reorder);
+    dnnl_primitive_desc_destroy(rpd);
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+    dnnl_post_ops_destroy(po);
+    dnnl_memory_destroy(src_m);
+    dnnl_memory_destroy(wei_user_m);
+    dnnl_memory_destroy(wei_m);
+    dnnl_memory_destroy(bia_m);
+    dnnl_memory_destroy(dst_m);
+    dnnl_stream_destroy(d.stream);
+    dnnl_engine_destroy(eng);
+    free(data);
+    free(weight);
+    free(bias);
+    free(out);
+    return t;
+}
+#endif
 
 #endif
