@@ -87,11 +87,33 @@ static inline double kt_bench_blas_matmul(int M, int N, int K)
     return t;
 }
 
+/* One conv2d's shape and buffers (NHWC data and out, HWIO weight; col:
+ * the im2col route's matrix, NULL otherwise), all owned. */
 typedef struct {
     int H, W, CI, CO, KH, KW, pad, OH, OW;
-    const float *data, *weight, *bias;
-    float *col, *out;
+    float *data, *weight, *bias, *col, *out;
 } kt_bench_conv_t;
+
+static inline kt_bench_conv_t kt_bench_conv_new(int H, int W, int CI, int CO, int KH, int KW,
+                                                int pad)
+{
+    kt_bench_conv_t c = {.H = H, .W = W, .CI = CI, .CO = CO, .KH = KH, .KW = KW, .pad = pad,
+                         .OH = H + 2 * pad - KH + 1, .OW = W + 2 * pad - KW + 1};
+    c.data = kt_bench_blas_fill((size_t)H * W * CI, 4);
+    c.weight = kt_bench_blas_fill((size_t)KH * KW * CI * CO, 5);
+    c.bias = kt_bench_blas_fill((size_t)CO, 6);
+    c.out = kt_bench_blas_fill((size_t)c.OH * c.OW * CO, 8);
+    return c;
+}
+
+static inline void kt_bench_conv_free(kt_bench_conv_t *c)
+{
+    free(c->data);
+    free(c->weight);
+    free(c->bias);
+    free(c->col);
+    free(c->out);
+}
 
 static inline void kt_bench_blas_conv_run(void *arg)
 {
@@ -156,23 +178,11 @@ static inline void kt_bench_conv_check(const char *what, const kt_bench_conv_t *
 static inline double kt_bench_blas_conv2d(int H, int W, int CI, int CO, int KH, int KW, int pad)
 {
     openblas_set_num_threads(1);
-    kt_bench_conv_t c = {.H = H, .W = W, .CI = CI, .CO = CO, .KH = KH, .KW = KW, .pad = pad,
-                         .OH = H + 2 * pad - KH + 1, .OW = W + 2 * pad - KW + 1};
-    float *data = kt_bench_blas_fill((size_t)H * W * CI, 4);
-    float *weight = kt_bench_blas_fill((size_t)KH * KW * CI * CO, 5);
-    float *bias = kt_bench_blas_fill((size_t)CO, 6);
-    c.data = data;
-    c.weight = weight;
-    c.bias = bias;
+    kt_bench_conv_t c = kt_bench_conv_new(H, W, CI, CO, KH, KW, pad);
     c.col = kt_bench_blas_fill((size_t)c.OH * c.OW * KH * KW * CI, 7);
-    c.out = kt_bench_blas_fill((size_t)c.OH * c.OW * CO, 8);
     double t = kt_bench_blas_time(kt_bench_blas_conv_run, &c);
     kt_bench_conv_check("im2col conv2d", &c, c.out);
-    free(data);
-    free(weight);
-    free(bias);
-    free(c.col);
-    free(c.out);
+    kt_bench_conv_free(&c);
     return t;
 }
 
@@ -212,15 +222,7 @@ static inline void kt_bench_dnnl_run(void *arg)
 static inline double kt_bench_dnnl_conv2d(int H, int W, int CI, int CO, int KH, int KW, int pad)
 {
     omp_set_num_threads(1);
-    kt_bench_conv_t c = {.H = H, .W = W, .CI = CI, .CO = CO, .KH = KH, .KW = KW, .pad = pad,
-                         .OH = H + 2 * pad - KH + 1, .OW = W + 2 * pad - KW + 1};
-    float *data = kt_bench_blas_fill((size_t)H * W * CI, 4);
-    float *weight = kt_bench_blas_fill((size_t)KH * KW * CI * CO, 5);
-    float *bias = kt_bench_blas_fill((size_t)CO, 6);
-    float *out = kt_bench_blas_fill((size_t)c.OH * c.OW * CO, 8);
-    c.data = data;
-    c.weight = weight;
-    c.bias = bias;
+    kt_bench_conv_t c = kt_bench_conv_new(H, W, CI, CO, KH, KW, pad);
     dnnl_engine_t eng;
     kt_bench_dnnl_t d;
     KT_BENCH_DNNL(dnnl_engine_create(&eng, dnnl_cpu, 0));
@@ -249,11 +251,11 @@ static inline double kt_bench_dnnl_conv2d(int H, int W, int CI, int CO, int KH, 
     KT_BENCH_DNNL(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
     const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     dnnl_memory_t src_m, wei_user_m, wei_m, bia_m, dst_m;
-    KT_BENCH_DNNL(dnnl_memory_create(&src_m, &src_md, eng, data));
-    KT_BENCH_DNNL(dnnl_memory_create(&wei_user_m, &wei_user_md, eng, weight));
+    KT_BENCH_DNNL(dnnl_memory_create(&src_m, &src_md, eng, c.data));
+    KT_BENCH_DNNL(dnnl_memory_create(&wei_user_m, &wei_user_md, eng, c.weight));
     KT_BENCH_DNNL(dnnl_memory_create(&wei_m, wei_md, eng, DNNL_MEMORY_ALLOCATE));
-    KT_BENCH_DNNL(dnnl_memory_create(&bia_m, &bia_md, eng, bias));
-    KT_BENCH_DNNL(dnnl_memory_create(&dst_m, &dst_md, eng, out));
+    KT_BENCH_DNNL(dnnl_memory_create(&bia_m, &bia_md, eng, c.bias));
+    KT_BENCH_DNNL(dnnl_memory_create(&dst_m, &dst_md, eng, c.out));
     /* the weights' layout rewrite, once */
     dnnl_primitive_t reorder;
     KT_BENCH_DNNL(dnnl_reorder_primitive_desc_create(&rpd, &wei_user_md, eng, wei_md, eng, NULL));
@@ -267,7 +269,7 @@ static inline double kt_bench_dnnl_conv2d(int H, int W, int CI, int CO, int KH, 
     d.args[2] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bia_m};
     d.args[3] = (dnnl_exec_arg_t){DNNL_ARG_DST, dst_m};
     double t = kt_bench_blas_time(kt_bench_dnnl_run, &d);
-    kt_bench_conv_check("oneDNN conv2d", &c, out);
+    kt_bench_conv_check("oneDNN conv2d", &c, c.out);
     dnnl_primitive_destroy(d.conv);
     dnnl_primitive_destroy(reorder);
     dnnl_primitive_desc_destroy(rpd);
@@ -281,10 +283,7 @@ static inline double kt_bench_dnnl_conv2d(int H, int W, int CI, int CO, int KH, 
     dnnl_memory_destroy(dst_m);
     dnnl_stream_destroy(d.stream);
     dnnl_engine_destroy(eng);
-    free(data);
-    free(weight);
-    free(bias);
-    free(out);
+    kt_bench_conv_free(&c);
     return t;
 }
 #endif

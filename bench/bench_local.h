@@ -17,6 +17,7 @@
 
 #include "measure/builder.h"
 #include "measure/runner.h"
+#include "model/model.h"
 #include "sched/state.h"
 #include "util/err.h"
 
@@ -29,6 +30,19 @@ static inline int kt_bench_timer(const char *bench, const char *name)
         exit(2);
     }
     return t;
+}
+
+/* A bench's --xgb value (kt_model_params_set list), checked against the
+ * default parameters; exits 2 naming `bench` when it is refused. */
+static inline const char *kt_bench_xgb_option(const char *bench, const char *list)
+{
+    kt_model_params_t check;
+    kt_model_params_default(&check);
+    if (kt_model_params_set(&check, list)) {
+        fprintf(stderr, "%s: --xgb: %s\n", bench, kt_err_msg());
+        exit(2);
+    }
+    return list;
 }
 
 static inline void kt_bench_local(const char *bench, int min_repeat_ms, int repeat, int timer,

@@ -390,13 +390,7 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (strcmp(a, "--xgb") == 0) {
-            kt_model_params_t check;
-            kt_model_params_default(&check);
-            if (kt_model_params_set(&check, v)) {
-                fprintf(stderr, "bench_search: --xgb: %s\n", kt_err_msg());
-                return 2;
-            }
-            xgb_params = v;
+            xgb_params = kt_bench_xgb_option("bench_search", v);
         } else if (strcmp(a, "--dump") == 0)
             dump_path = v;
         else if (strcmp(a, "--workload") == 0)
