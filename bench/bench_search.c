@@ -6,7 +6,8 @@
  * reference by the local measurer), the median latency of each round's
  * candidates (whether the model's picks are better as a whole, which shows
  * before the best moves), and the mean wall time per round spent in search
- * (sampling + evolution), model training and measurement, and the tuning
+ * (sampling + evolution), model training and measurement (and each round's,
+ * median of seeds), and the tuning
  * time (wall, search + building + measuring) to each checkpoint. Every candidate is
  * timed once, as the search times it; at a run's end its 3 best are timed
  * again (--confirm-repeat repeats of 40 ms, the fastest kept), and the
@@ -87,6 +88,7 @@ typedef struct {
     double picks[MAX_ROUNDS];            /* median cost (s) of each round's valid candidates */
     double confirmed;                    /* fastest of the CONFIRM best, measured again */
     double search_s, train_s, measure_s; /* totals over rounds */
+    double round_s[MAX_ROUNDS][3];       /* each round's search, training and measuring (s) */
     int rounds, errors;
 } run_t;
 
@@ -230,6 +232,11 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
         out->search_s += s;
         out->train_s += t;
         out->measure_s += wall - s - t;
+        if (out->rounds < MAX_ROUNDS) {
+            out->round_s[out->rounds][0] = s;
+            out->round_s[out->rounds][1] = t;
+            out->round_s[out->rounds][2] = wall - s - t;
+        }
         dump_round(w, wname, policy, seed, out->rounds + 1, st, res, got);
         double *ok = malloc((size_t)got * sizeof *ok);
         int nok = 0;
@@ -485,6 +492,23 @@ int main(int argc, char **argv)
             }
             if (npol == 2)
                 printf("  %9.2fx", med[1] / med[0]);
+            printf("\n");
+        }
+        printf("time per round (s, median of seeds): search / training / building and measuring\n");
+        for (int rd = 0; rd < maxr; rd++) {
+            printf("%8d", rd + 1);
+            for (int pi = 0; pi < npol; pi++) {
+                double part[3];
+                for (int x = 0; x < 3; x++) {
+                    double v[MAX_SEEDS];
+                    int n = 0;
+                    for (int k = 0; k < nseeds; k++)
+                        if (rd < runs[pi][k].rounds)
+                            v[n++] = runs[pi][k].round_s[rd][x];
+                    part[x] = n ? median(v, n) : NAN;
+                }
+                printf("  %11.2f / %5.2f / %6.1f", part[0], part[1], part[2]);
+            }
             printf("\n");
         }
         /* Ansor's bar is a kernel speed reached within a tuning time. */
