@@ -134,16 +134,19 @@ static kt_sched_state_t **sample_states(const kt_workload_t *w, const kt_sched_p
 }
 
 /* Train `kind` on programs idx[0..ntrain), score idx[ntrain..n); ansor:
- * with Ansor's XGBoost parameters instead of ktune's defaults. */
+ * with Ansor's XGBoost parameters instead of the search's model's. */
 static void evaluate(const char *kind, int ansor, const kt_dag_t *dag, kt_sched_state_t **st,
                      const double *cost, const int *idx, int ntrain, int n, double *acc,
                      double *recall, double *train_s)
 {
     kt_model_params_t mp;
-    if (ansor)
+    if (ansor) {
         kt_model_params_ansor(&mp);
-    else
-        kt_model_params_default(&mp);
+    } else {
+        kt_search_opts_t so;
+        kt_search_opts_default(&so);
+        kt_search_model_params(&so, seed, &mp);
+    }
     mp.seed = seed;
     mp.tree_method = tree;
     mp.num_warmup_sample = 0;   /* rank with the trained booster at once */
@@ -605,7 +608,8 @@ int main(int argc, char **argv)
     if (!m)
         die("measurer");
     printf("bench_model_quality: %d random states per workload, one thread; held-out 20%%\n"
-           "xgb: ktune's defaults; ansor: Ansor's XGBoost parameters; rnd: random scores\n"
+           "xgb: the search's model (kt_search_model_params); ansor: Ansor's XGBoost "
+           "parameters; rnd: random scores\n"
            "%-10s %11s %11s %20s  %8s  %8s   %8s  %8s   %8s  %8s  %7s %7s\n",
            nstates, "workload", "valid", "train/test", "latency ms", "xgb acc", "top32",
            "ansor acc", "top32", "rnd acc", "top32", "train s", "ansor s");

@@ -29,7 +29,8 @@
  * "seed", "round", "state", "cost"} (cost in seconds, -1 = failed), in the
  * line format of bench_model_quality's --cache, to look at what a search
  * measured offline. --label gives sketch.xgb a model with another label kind
- * (model.h; rank: the pairwise objective) than ktune's default log labels;
+ * (model.h; log: regression on log-throughput) than the search's default,
+ * rank (the pairwise objective);
  * --xgb sets its other parameters (kt_model_params_set: max_depth=8,eta=0.1).
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
@@ -63,7 +64,7 @@ static int min_repeat_ms = 100;
 static int confirm_repeat = 5;
 static const char *which = "all";
 static const char *dump_path;
-static int label = -1;   /* KT_MODEL_LABEL_* of sketch.xgb's model; -1: ktune's default */
+static int label = -1;   /* KT_MODEL_LABEL_* of sketch.xgb's model; -1: the search's default */
 static const char *xgb_params;   /* --xgb: kt_model_params_set list for sketch.xgb's model */
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
@@ -198,14 +199,14 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
     o.seed = seed;
     o.evolutionary_search_population = population;
     o.evolutionary_search_num_iters = num_iters;
-    /* the policy's own model, but for its label kind and --xgb */
+    if (label >= 0)
+        o.model_label = label;
+    /* the policy's own model, but for --xgb */
     kt_model_t *model = NULL;
     kt_model_params_t mp;
     kt_search_model_params(&o, seed, &mp);
-    if (strcmp(policy, "sketch.xgb") == 0 && ((label >= 0 && label != mp.label) || xgb_params)) {
-        if (label >= 0)
-            mp.label = label;
-        if (xgb_params && kt_model_params_set(&mp, xgb_params))
+    if (strcmp(policy, "sketch.xgb") == 0 && xgb_params) {
+        if (kt_model_params_set(&mp, xgb_params))
             die("--xgb");
         if (!(model = kt_model_new(KT_MODEL_XGB, &mp)))
             die("model");

@@ -135,6 +135,15 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_double_eq(o.evolutionary_search_mutation_prob, 0.85);
     ck_assert_int_eq(o.retry_search_one_round_on_empty, 10);
     ck_assert_int_eq(o.num_warmup_sample, 32);   /* ktune's: the model guides round 2 */
+    ck_assert_int_eq(o.model_label, KT_MODEL_LABEL_RANK);   /* ktune's: pairwise objective */
+    kt_model_params_t mp;
+    kt_search_model_params(&o, 5, &mp);
+    ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
+    ck_assert_int_eq(mp.num_warmup_sample, 32);
+    ck_assert_uint_eq(mp.seed, 5);
+    o.model_label = KT_MODEL_LABEL_LOG;
+    kt_search_model_params(&o, 5, &mp);
+    ck_assert_int_eq(mp.label, KT_MODEL_LABEL_LOG);
 }
 END_TEST
 
@@ -152,6 +161,10 @@ START_TEST(search_policy_new_rejects_bad_input)
     kt_search_opts_default(&o);
     o.evolutionary_search_population = 0;
     ck_assert_ptr_null(kt_search_policy_new(w, NULL, &o, NULL, 0));
+    kt_search_opts_default(&o);
+    o.model_label = 7;
+    ck_assert_ptr_null(kt_search_policy_new(w, NULL, &o, NULL, 0));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "model_label"));
     ck_assert_ptr_null(kt_search_policy_new(NULL, NULL, NULL, NULL, 0));
     kt_search_policy_t *sp = kt_search_policy_new(w, NULL, NULL, NULL, 0);
     ck_assert_ptr_nonnull(sp);

@@ -58,6 +58,7 @@ typedef struct {
     double evolutionary_search_mutation_prob; /* 0.85 */
     int retry_search_one_round_on_empty;   /* 10 */
     int num_warmup_sample;                 /* records before the xgb model is trusted: 32 (Ansor 100) */
+    int model_label;                       /* KT_MODEL_LABEL_* of the xgb model: rank (see policy.c) */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
@@ -67,8 +68,8 @@ typedef struct {
 void kt_search_opts_default(kt_search_opts_t *o);
 
 /* The xgb model parameters a policy or a family makes from its options:
- * ktune's defaults, this seed, the options' warm-up, hist trees (a caller
- * that hands a policy its own model starts from these). */
+ * ktune's defaults, this seed, the options' warm-up and label kind, hist
+ * trees (a caller that hands a policy its own model starts from these). */
 void kt_search_model_params(const kt_search_opts_t *o, uint64_t seed, kt_model_params_t *mp);
 
 typedef struct kt_search_policy kt_search_policy_t;
