@@ -32,6 +32,18 @@ static inline int kt_bench_timer(const char *bench, const char *name)
     return t;
 }
 
+/* A bench's --label value as KT_MODEL_LABEL_*; exits 2 naming `bench` for
+ * anything but throughput, log or rank. */
+static inline int kt_bench_label_option(const char *bench, const char *name)
+{
+    int label = kt_model_label_parse(name);
+    if (label < 0) {
+        fprintf(stderr, "%s: --label is throughput, log or rank\n", bench);
+        exit(2);
+    }
+    return label;
+}
+
 /* A bench's --xgb value (kt_model_params_set list), checked against the
  * default parameters; exits 2 naming `bench` when it is refused. */
 static inline const char *kt_bench_xgb_option(const char *bench, const char *list)

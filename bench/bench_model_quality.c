@@ -575,14 +575,11 @@ int main(int argc, char **argv)
             passes = atoi(v);
         else if (strcmp(a, "--folds") == 0)
             folds = atoi(v) == 1 ? 1 : 5;
-        else if (strcmp(a, "--label") == 0) {
-            if ((label = kt_model_label_parse(v)) < 0) {
-                fprintf(stderr, "bench_model_quality: --label is throughput, log or rank\n");
-                return 2;
-            }
-        } else if (strcmp(a, "--xgb") == 0) {
+        else if (strcmp(a, "--label") == 0)
+            label = kt_bench_label_option("bench_model_quality", v);
+        else if (strcmp(a, "--xgb") == 0)
             xgb_params = kt_bench_xgb_option("bench_model_quality", v);
-        } else if (strcmp(a, "--weight-by-label") == 0)
+        else if (strcmp(a, "--weight-by-label") == 0)
             weight_by_label = atoi(v);
         else if (strcmp(a, "--tree") == 0)
             tree = strcmp(v, "exact") == 0 ? KT_MODEL_TREE_EXACT

@@ -392,14 +392,11 @@ int main(int argc, char **argv)
             min_repeat_ms = atoi(v);
         else if (strcmp(a, "--confirm-repeat") == 0)
             confirm_repeat = atoi(v);
-        else if (strcmp(a, "--label") == 0) {
-            if ((label = kt_model_label_parse(v)) < 0) {
-                fprintf(stderr, "bench_search: --label is throughput, log or rank\n");
-                return 2;
-            }
-        } else if (strcmp(a, "--xgb") == 0) {
+        else if (strcmp(a, "--label") == 0)
+            label = kt_bench_label_option("bench_search", v);
+        else if (strcmp(a, "--xgb") == 0)
             xgb_params = kt_bench_xgb_option("bench_search", v);
-        } else if (strcmp(a, "--dump") == 0)
+        else if (strcmp(a, "--dump") == 0)
             dump_path = v;
         else if (strcmp(a, "--workload") == 0)
             which = v;
