@@ -6,7 +6,6 @@
  * count, timed in thread CPU time (the machine may be shared; the load
  * average is printed). Every timed candidate is also checked against the
  * reference. */
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_blas.h"
 #include "codegen/codegen.h"
 #include "codegen/verify.h"
 #include "sched/state.h"
@@ -27,27 +27,22 @@ static int candidates = 64;   /* states sampled per workload (argv[1] overrides)
 #define SLOW_S 0.25   /* a run longer than this is timed once */
 
 
-/* CPU time of this thread: the machine is shared, and wall time would
- * charge other processes' slices to the kernel. Everything timed here runs
- * on this one thread (OMP_NUM_THREADS=1, OpenBLAS with one thread). */
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+/* Timed in CPU time of this thread (kt_bench_blas_cpu_now): the machine is
+ * shared, and wall time would charge other processes' slices to the kernel.
+ * Everything timed here runs on this one thread (OMP_NUM_THREADS=1, OpenBLAS
+ * with one thread). */
 
 /* Best of up to 5 timed runs after a warm-up (slow kernels: one run). */
 static double time_fn(kt_kernel_fn fn, float **bufs)
 {
-    double t0 = cpu_now();
+    double t0 = kt_bench_blas_cpu_now();
     if (fn(bufs) != 0)
         return -1;
-    double best = cpu_now() - t0;
+    double best = kt_bench_blas_cpu_now() - t0;
     for (int r = 0; r < 5 && best < SLOW_S; r++) {
-        t0 = cpu_now();
+        t0 = kt_bench_blas_cpu_now();
         fn(bufs);
-        double t = cpu_now() - t0;
+        double t = kt_bench_blas_cpu_now() - t0;
         best = t < best ? t : best;
     }
     return best;
@@ -236,10 +231,10 @@ static void bench(const char *name, kt_dag_t *dag, const char *const *fixed, int
         float *A = bufs[0], *B = bufs[1], *C = bufs[2];
         double best = INFINITY;
         for (int r = 0; r < 6; r++) {
-            double t0 = cpu_now();
+            double t0 = kt_bench_blas_cpu_now();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A,
                         (int)K, B, (int)N, 0.0f, C, (int)N);
-            double dt = cpu_now() - t0;
+            double dt = kt_bench_blas_cpu_now() - t0;
             best = dt < best ? dt : best;
         }
         if (kt_codegen_rel_err(C, want, n) > KT_CODEGEN_MAX_REL_ERR)
