@@ -147,6 +147,60 @@ START_TEST(search_opts_default_are_ansors)
 }
 END_TEST
 
+START_TEST(search_opts_set_from_key_value_lists)
+{
+    kt_search_opts_t o, before;
+    kt_search_opts_default(&o);
+    ck_assert_int_eq(kt_search_opts_set(&o, ""), 0);   /* empty: nothing changes */
+    ck_assert_double_eq(o.eps_greedy, 0.05);
+    ck_assert_int_eq(kt_search_opts_set(&o, "eps_greedy=0.1,evolutionary_search_population=512,"
+                                            "evolutionary_search_num_iters=2,model_label=log,"
+                                            "num_warmup_sample=64,foresee_keep=16"),
+                     0);
+    ck_assert_double_eq(o.eps_greedy, 0.1);
+    ck_assert_int_eq(o.evolutionary_search_population, 512);
+    ck_assert_int_eq(o.evolutionary_search_num_iters, 2);
+    ck_assert_int_eq(o.model_label, KT_MODEL_LABEL_LOG);
+    ck_assert_int_eq(o.num_warmup_sample, 64);
+    ck_assert_int_eq(o.foresee_keep, 16);
+    ck_assert_int_eq(o.sample_init_min_population, 50);   /* untouched */
+    ck_assert_str_eq(o.policy, "sketch.xgb");
+
+    /* All or nothing: a bad item anywhere leaves every option as it was. */
+    static const struct {
+        const char *list, *msg;
+    } bad[] = {
+        {"eps_greedy=0.2,nosuch=1", "unknown search parameter 'nosuch'"},
+        {"eps_greedy=1.5", "eps_greedy must be in [0, 1]"},
+        {"eps_greedy=abc", "eps_greedy: 'abc' is not a number"},
+        {"evolutionary_search_population=10.5", "is not an integer"},
+        {"evolutionary_search_population=0", "evolutionary_search_population must be >= 1"},
+        {"evolutionary_search_population=100000000", "populations must be at most"},
+        {"evolutionary_search_num_iters=5000", "at most 1000"},
+        {"model_label=hinge", "unknown value 'hinge'"},
+        {"seed=3", "job's seed"},
+        {"policy=sketch.random", "job's policy"},
+        {"eps_greedy", "is not key=value"},
+        {"=3", "is not key=value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        before = o;
+        ck_assert_msg(kt_search_opts_set(&o, bad[i].list) == KT_EINVAL, "%s", bad[i].list);
+        ck_assert_msg(strstr(kt_err_msg(), bad[i].msg) != NULL, "%s: %s", bad[i].list,
+                      kt_err_msg());
+        ck_assert(memcmp(&before, &o, sizeof o) == 0);
+    }
+    ck_assert_int_eq(kt_search_opts_set(NULL, "eps_greedy=0"), KT_EINVAL);
+    ck_assert_int_eq(kt_search_opts_set(&o, NULL), KT_EINVAL);
+
+    /* The options reach the model a policy makes. */
+    kt_model_params_t mp;
+    kt_search_model_params(&o, 1, &mp);
+    ck_assert_int_eq(mp.label, KT_MODEL_LABEL_LOG);
+    ck_assert_int_eq(mp.num_warmup_sample, 64);
+}
+END_TEST
+
 START_TEST(search_policy_new_rejects_bad_input)
 {
     kt_workload_t *w = matmul(16, 16, 16);
@@ -729,6 +783,7 @@ static Suite *search_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, search_opts_default_are_ansors);
+    tcase_add_test(tc, search_opts_set_from_key_value_lists);
     tcase_add_test(tc, search_policy_new_rejects_bad_input);
     tcase_add_test(tc, search_candidate_layout_entry_and_reference);
     tcase_add_test(tc, search_one_round_measures_real_kernels_and_tracks_the_best);

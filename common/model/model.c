@@ -14,6 +14,7 @@
 
 #include "model/model_int.h"
 #include "util/err.h"
+#include "util/kv.h"
 #include "util/util.h"
 
 #define FILE_FORMAT "ktune-model"
@@ -113,13 +114,9 @@ static int params_check(const kt_model_params_t *p)
 }
 
 /* One "key=value" of kt_model_params_set into p. */
-static int param_set_one(kt_model_params_t *p, const char *key, const char *val)
+static int param_set_one(void *user, const char *key, const char *val)
 {
-    static const struct {
-        const char *name;
-        size_t off;
-        char type;   /* i: int, d: double, u: uint64 */
-    } num[] = {
+    static const kt_kv_field_t num[] = {
         {"max_depth", offsetof(kt_model_params_t, max_depth), 'i'},
         {"eta", offsetof(kt_model_params_t, eta), 'd'},
         {"gamma", offsetof(kt_model_params_t, gamma), 'd'},
@@ -135,6 +132,7 @@ static int param_set_one(kt_model_params_t *p, const char *key, const char *val)
         {"nthread", offsetof(kt_model_params_t, nthread), 'i'},
         {"seed", offsetof(kt_model_params_t, seed), 'u'},
     };
+    kt_model_params_t *p = user;
     if (strcmp(key, "label") == 0 || strcmp(key, "tree_method") == 0) {
         int label = key[0] == 'l';
         int v = label ? kt_model_label_parse(val) : name_index(kt_model_tree_method_name, val);
@@ -143,26 +141,10 @@ static int param_set_one(kt_model_params_t *p, const char *key, const char *val)
         *(label ? &p->label : &p->tree_method) = v;
         return KT_OK;
     }
-    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
-        if (strcmp(key, num[i].name) != 0)
-            continue;
-        char *end;
-        errno = 0;
-        double d = strtod(val, &end);
-        if (end == val || *end || errno || !isfinite(d) ||
-            (num[i].type != 'd' && (d != floor(d) || fabs(d) > 2e9 || (num[i].type == 'u' && d < 0))))
-            return kt_err_set(KT_EINVAL, "model parameter %s: '%s' is not %s", key, val,
-                              num[i].type == 'd' ? "a number" : "an integer");
-        char *at = (char *)p + num[i].off;
-        if (num[i].type == 'i')
-            *(int *)at = (int)d;
-        else if (num[i].type == 'u')
-            *(uint64_t *)at = (uint64_t)d;
-        else
-            *(double *)at = d;
-        return KT_OK;
-    }
-    return kt_err_set(KT_EINVAL, "unknown model parameter '%s'", key);
+    int rc = kt_kv_set_number(p, num, KT_ARRAY_LEN(num), "model parameter", key, val);
+    if (rc == KT_ENOTFOUND)
+        return kt_err_set(KT_EINVAL, "unknown model parameter '%s'", key);
+    return rc;
 }
 
 int kt_model_params_set(kt_model_params_t *p, const char *list)
@@ -170,21 +152,7 @@ int kt_model_params_set(kt_model_params_t *p, const char *list)
     if (!p || !list)
         return kt_err_set(KT_EINVAL, "model parameters: nothing to set");
     kt_model_params_t q = *p;
-    char *dup = kt_strdup(list);
-    if (!dup)
-        return kt_err_set(KT_ENOMEM, "model parameters: out of memory");
-    int rc = KT_OK;
-    char *save = NULL;
-    for (char *kv = strtok_r(dup, ",", &save); kv && rc == KT_OK; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq || eq == kv) {
-            rc = kt_err_set(KT_EINVAL, "model parameters: '%s' is not key=value", kv);
-            break;
-        }
-        *eq = '\0';
-        rc = param_set_one(&q, kv, eq + 1);
-    }
-    free(dup);
+    int rc = kt_kv_each(list, "model parameters", param_set_one, &q);
     if (rc == KT_OK && (rc = params_check(&q)) == KT_OK)
         *p = q;
     return rc;

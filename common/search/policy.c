@@ -7,12 +7,14 @@
  * computed-at stage follows its producer's tiling), so evolution is mutation
  * only. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "search_int.h"
 #include "util/err.h"
+#include "util/kv.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -77,7 +79,69 @@ static int opts_check(const kt_search_opts_t *o)
     if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
         return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
                                      "foresee_num_iters >= 0");
+    /* Upper bounds: options now come from users' jobs, and a population of
+     * a billion states would exhaust the tracker's memory, not just be slow. */
+    if (o->sample_init_min_population > KT_SEARCH_MAX_POPULATION ||
+        o->evolutionary_search_population > KT_SEARCH_MAX_POPULATION ||
+        o->foresee_population > KT_SEARCH_MAX_POPULATION || o->foresee_keep > KT_SEARCH_MAX_POPULATION)
+        return kt_err_set(KT_EINVAL, "search: populations must be at most %d",
+                          KT_SEARCH_MAX_POPULATION);
+    if (o->evolutionary_search_num_iters > KT_SEARCH_MAX_ITERS ||
+        o->foresee_num_iters > KT_SEARCH_MAX_ITERS ||
+        o->retry_search_one_round_on_empty > KT_SEARCH_MAX_ITERS)
+        return kt_err_set(KT_EINVAL, "search: iteration and retry counts must be at most %d",
+                          KT_SEARCH_MAX_ITERS);
     return 0;
+}
+
+/* One "key=value" of kt_search_opts_set into the options. */
+static int opt_set_one(void *user, const char *key, const char *val)
+{
+    static const kt_kv_field_t num[] = {
+        {"eps_greedy", offsetof(kt_search_opts_t, eps_greedy), 'd'},
+        {"sample_init_min_population", offsetof(kt_search_opts_t, sample_init_min_population), 'i'},
+        {"sample_init_use_measured_ratio",
+         offsetof(kt_search_opts_t, sample_init_use_measured_ratio), 'd'},
+        {"evolutionary_search_population",
+         offsetof(kt_search_opts_t, evolutionary_search_population), 'i'},
+        {"evolutionary_search_num_iters",
+         offsetof(kt_search_opts_t, evolutionary_search_num_iters), 'i'},
+        {"evolutionary_search_mutation_prob",
+         offsetof(kt_search_opts_t, evolutionary_search_mutation_prob), 'd'},
+        {"retry_search_one_round_on_empty",
+         offsetof(kt_search_opts_t, retry_search_one_round_on_empty), 'i'},
+        {"num_warmup_sample", offsetof(kt_search_opts_t, num_warmup_sample), 'i'},
+        {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
+        {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
+        {"foresee_keep", offsetof(kt_search_opts_t, foresee_keep), 'i'},
+    };
+    kt_search_opts_t *o = user;
+    if (strcmp(key, "model_label") == 0) {
+        int v = kt_model_label_parse(val);
+        if (v < 0)
+            return kt_err_set(KT_EINVAL, "search parameter model_label: unknown value '%s' "
+                                         "(throughput, log or rank)", val);
+        o->model_label = v;
+        return KT_OK;
+    }
+    if (strcmp(key, "policy") == 0 || strcmp(key, "seed") == 0)
+        return kt_err_set(KT_EINVAL, "search parameter %s: set it as the job's %s, not here", key,
+                          key);
+    int rc = kt_kv_set_number(o, num, KT_ARRAY_LEN(num), "search parameter", key, val);
+    if (rc == KT_ENOTFOUND)
+        return kt_err_set(KT_EINVAL, "unknown search parameter '%s'", key);
+    return rc;
+}
+
+int kt_search_opts_set(kt_search_opts_t *o, const char *list)
+{
+    if (!o || !list)
+        return kt_err_set(KT_EINVAL, "search parameters: nothing to set");
+    kt_search_opts_t q = *o;
+    int rc = kt_kv_each(list, "search parameters", opt_set_one, &q);
+    if (rc == KT_OK && (rc = opts_check(&q)) == KT_OK)
+        *o = q;
+    return rc;
 }
 
 void kt_search_model_params(const kt_search_opts_t *o, uint64_t seed, kt_model_params_t *mp)

@@ -67,6 +67,18 @@ typedef struct {
 
 void kt_search_opts_default(kt_search_opts_t *o);
 
+/* Largest populations (and foresee_keep) and iteration / retry counts a
+ * policy accepts. */
+#define KT_SEARCH_MAX_POPULATION (1 << 20)
+#define KT_SEARCH_MAX_ITERS 1000
+
+/* Sets options from "key=value,..." (a job's search_params): the numeric
+ * fields above by name, and model_label=throughput|log|rank. policy and seed
+ * are refused (they are the job's own fields). All or nothing: KT_EINVAL with
+ * a message naming the key for an unknown key, a malformed value or a value
+ * out of range, leaving *o unchanged. An empty list changes nothing. */
+int kt_search_opts_set(kt_search_opts_t *o, const char *list);
+
 /* The xgb model parameters a policy or a family makes from its options:
  * ktune's defaults, this seed, the options' warm-up and label kind, hist
  * trees (a caller that hands a policy its own model starts from these). */
