@@ -265,6 +265,7 @@ START_TEST(cli_tune_with_a_family_policy_finishes)
                     "[" MATMUL ", {\"workload\": {\"op\":\"matmul\",\"M\":32,\"N\":48,"
                     "\"K\":64}, \"weight\": 2}]",
                     "--trials", "16", "--per-round", "4", "--policy", "sketch.xgb.family-op",
+                    "--search-params", "evolutionary_search_population=256,model_label=log",
                     "--min-repeat-ms", "0", "--db", db, NULL};
     int rc = ktune(args, &out);
     ck_assert_msg(rc == 0 && strstr(out, "Job 1 done"), "exit %d: %s", rc, out);
@@ -276,6 +277,12 @@ START_TEST(cli_tune_with_a_family_policy_finishes)
     char *st_args[] = {"status", "--db", db, NULL};
     ck_assert_int_eq(ktune(st_args, &out), 0);
     ck_assert_msg(strstr(out, "sketch.xgb.family-op"), "%s", out);
+    free(out);
+    char *st1_args[] = {"status", "1", "--db", db, "--json", NULL};
+    ck_assert_int_eq(ktune(st1_args, &out), 0);
+    ck_assert_msg(strstr(out, "\"search_params\": \"evolutionary_search_population=256,"
+                              "model_label=log\""),
+                  "%s", out);
     free(out);
 }
 END_TEST
@@ -428,6 +435,10 @@ START_TEST(cli_bad_input_names_the_cause)
         {{"tune", "--workload", MATMUL, "--target", "tpu", NULL}, 2, "unknown --target"},
         {{"tune", "--workload", MATMUL, "--policy", "sketch.magic", NULL}, 2, "unknown --policy"},
         {{"tune", "--workload", MATMUL, "--trials", "0", NULL}, 2, "--trials"},
+        {{"tune", "--workload", MATMUL, "--search-params", "eps_greedy=2", NULL}, 2,
+         "--search-params: search: eps_greedy must be in [0, 1]"},
+        {{"tune", "--workload", MATMUL, "--search-params", "nosuch=1", NULL}, 2,
+         "unknown search parameter 'nosuch'"},
         {{"tune", "--workload", MATMUL, "--tracker", "127.0.0.1:1", NULL}, 1,
          "cannot reach the tracker at 127.0.0.1:1"},
         {{"status", "7", "--db", db, NULL}, 1, "no job 7"},

@@ -752,6 +752,7 @@ typedef struct {
     int trials, per_round, min_repeat_ms;
     int first;            /* first of the tiny workloads */
     const char *target;   /* NULL = cpu (runner key cpu-test); cuda: key "" (the default) */
+    const char *search_params;   /* NULL = "" */
 } job_spec_t;
 
 /* SubmitJob of the first n tiny workloads (weights 1, 2, 3) for runners of
@@ -778,6 +779,7 @@ static int64_t submit_job(const char *tracker, const char *token, int n, const j
     Ktune__V1__TuningOptions to = KTUNE__V1__TUNING_OPTIONS__INIT;
     to.num_measure_trials = js->trials;
     to.num_measures_per_round = js->per_round;
+    to.search_params = (char *)(js->search_params ? js->search_params : "");
     to.measure = &mo;
     Ktune__V1__Job job = KTUNE__V1__JOB__INIT;
     job.tasks = tp;
@@ -1258,8 +1260,14 @@ START_TEST(service_job_rpcs_refuse_missing_or_wrong_token)
     js.trials = 0;
     ck_assert_int_eq(submit_job(tracker, "job-secret", 1, &js, &st), -1);
     ck_assert_int_eq(st.code, KT_RPC_INVALID_ARGUMENT);
-    /* ... and a good one runs (waiting for peers here) until cancelled. */
     js.trials = 8;
+    js.search_params = "eps_greedy=0.1,evolutionary_search_population=-5";
+    ck_assert_int_eq(submit_job(tracker, "job-secret", 1, &js, &st), -1);
+    ck_assert_int_eq(st.code, KT_RPC_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(st.msg, "evolutionary_search_population must be >= 1"), "%s", st.msg);
+    /* ... and a good one runs (waiting for peers here) until cancelled; its
+     * search parameters are kept as given. */
+    js.search_params = "eps_greedy=0.1,model_label=log";
     int64_t id = submit_job(tracker, "job-secret", 1, &js, &st);
     ck_assert_msg(id > 0, "SubmitJob: %s", st.msg);
     c = client(tracker, "job-secret");
@@ -1269,6 +1277,8 @@ START_TEST(service_job_rpcs_refuse_missing_or_wrong_token)
                                        &ktune__v1__job_progress__descriptor, 30000, &out, &st),
                      0);
     ck_assert_str_eq(((Ktune__V1__JobProgress *)out)->state, "cancelled");
+    ck_assert_str_eq(((Ktune__V1__JobProgress *)out)->search_params,
+                     "eps_greedy=0.1,model_label=log");
     protobuf_c_message_free_unpacked(out, NULL);
     ck_assert_int_ne(kt_rpc_call_unary(c, "/ktune.v1.Tracker/CancelJob", &ref.base,
                                        &ktune__v1__job_progress__descriptor, 30000, &out, &st),

@@ -167,11 +167,12 @@ json_t *kt_cli_progress_json(const Ktune__V1__JobProgress *p)
                              "trials", t->trials, "rounds", t->rounds, "weight", t->weight,
                              "flops", t->flops, "status", t->status ? t->status : ""));
     }
-    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:f, s:o, s:i, s:o}",
+    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:f, s:o, s:i, s:o}",
                      "job_id", (json_int_t)p->job_id, "state", p->state ? p->state : "",
                      "message", p->message ? p->message : "", "target",
                      p->target ? p->target : "", "policy", p->policy ? p->policy : "",
-                     "strategy", p->strategy ? p->strategy : "", "runner_key",
+                     "strategy", p->strategy ? p->strategy : "", "search_params",
+                     p->search_params ? p->search_params : "", "runner_key",
                      p->runner_key ? p->runner_key : "", "created", p->created, "budget",
                      p->budget, "total_trials", p->total_trials, "elapsed_s", p->elapsed,
                      "estimated_latency_s", num_or_null(p->estimated_total_latency),

@@ -55,7 +55,7 @@
 
 enum { O_NETWORK = 1000, O_BATCH, O_WORKLOAD, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
        O_POLICY, O_DB, O_JSON, O_SEED, O_PER_ROUND, O_EARLY, O_PRIORITY, O_NUMBER, O_REPEAT,
-       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_HELP };
+       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_SEARCH_PARAMS, O_HELP };
 
 static const struct option job_opts[] = {
     {"network", required_argument, 0, O_NETWORK},   {"batch", required_argument, 0, O_BATCH},
@@ -71,11 +71,12 @@ static const struct option job_opts[] = {
     {"min-repeat-ms", required_argument, 0, O_MIN_REPEAT},
     {"run-timeout-ms", required_argument, 0, O_RUN_TIMEOUT},
     {"no-check", no_argument, 0, O_NO_CHECK},       {"help", no_argument, 0, O_HELP},
+    {"search-params", required_argument, 0, O_SEARCH_PARAMS},
     {0, 0, 0, 0}};
 
 typedef struct {
     kt_cli_conn_t conn;
-    const char *network, *workload, *target, *key, *strategy, *policy;
+    const char *network, *workload, *target, *key, *strategy, *policy, *search_params;
     int batch, per_round, early, priority, number, repeat, min_repeat, run_timeout, no_check;
     int min_repeat_given;
     long long trials;
@@ -101,6 +102,10 @@ static const char *JOB_HELP =
     "                        sketch.xgb.family-op (one cost model per anchor operator,\n"
     "                        foresee tuning), sketch.xgb.family-hash (per operator\n"
     "                        sequence), sketch.xgb.family-none (one model per task)\n"
+    "  --search-params LIST  the policy's parameters, key=value,... (TVM's SketchPolicy\n"
+    "                        params: eps_greedy, evolutionary_search_population,\n"
+    "                        evolutionary_search_num_iters, num_warmup_sample,\n"
+    "                        model_label=rank|log|throughput, ...; see README)\n"
     "  --per-round N         measurements per round (default 64, at most trials/tasks)\n"
     "  --early-stopping N    stop a task after N trials without improvement\n"
     "  --seed S              random seed of the search and the input data (default 0)\n"
@@ -157,6 +162,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_KEY: a->key = optarg; break;
         case O_STRATEGY: a->strategy = optarg; break;
         case O_POLICY: a->policy = optarg; break;
+        case O_SEARCH_PARAMS: a->search_params = optarg; break;
         case O_JSON: a->conn.json = 1; break;
         case O_NO_CHECK: a->no_check = 1; break;
         case O_DB:
@@ -237,6 +243,12 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         for (int i = 0; names[i]; i++)
             fprintf(stderr, "%s%s", i ? ", " : "", names[i]);
         fprintf(stderr, ")\n");
+        return 2;
+    }
+    kt_search_opts_t so;
+    kt_search_opts_default(&so);
+    if (a->search_params && kt_search_opts_set(&so, a->search_params) != 0) {
+        fprintf(stderr, "ktune %s: --search-params: %s\n", cmd, kt_err_msg());
         return 2;
     }
     return 0;
@@ -340,6 +352,7 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
     m->opts.num_measures_per_round = a->per_round;
     m->opts.early_stopping = a->early;
     m->opts.seed = a->seed;
+    m->opts.search_params = (char *)(a->search_params ? a->search_params : "");
     m->mo.number = a->number;
     m->mo.repeat = a->repeat;
     m->mo.min_repeat_ms = a->min_repeat_given ? a->min_repeat : KT_JOB_DEFAULT_MIN_REPEAT_MS;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "search/search.h"
 #include "util/err.h"
 #include "util/sbuf.h"
 #include "util/util.h"
@@ -31,6 +32,21 @@ void kt_job_opts_default(kt_job_opts_t *o)
                          .num_threads = 0};
 }
 
+/* A job's search parameters into o->search_params, checked against the
+ * search policy's options. */
+static int search_params_set(kt_job_opts_t *o, const char *list)
+{
+    if (strlen(list) >= sizeof o->search_params)
+        return kt_err_set(KT_EINVAL, "search_params: longer than %zu bytes",
+                          sizeof o->search_params - 1);
+    kt_search_opts_t so;
+    kt_search_opts_default(&so);
+    if (kt_search_opts_set(&so, list) != 0)
+        return kt_err_code();
+    snprintf(o->search_params, sizeof o->search_params, "%s", list);
+    return 0;
+}
+
 int kt_job_opts_from_proto(const Ktune__V1__TuningOptions *in, kt_job_opts_t *o)
 {
     kt_job_opts_default(o);
@@ -46,6 +62,8 @@ int kt_job_opts_from_proto(const Ktune__V1__TuningOptions *in, kt_job_opts_t *o)
     o->seed = in->seed;
     if (in->build_timeout_ms)
         o->build_timeout_ms = in->build_timeout_ms;
+    if (in->search_params && *in->search_params && search_params_set(o, in->search_params) != 0)
+        return kt_err_code();
     const Ktune__V1__MeasureOptions *m = in->measure;
     if (m) {
         if (m->number < 0 || m->repeat < 0 || m->min_repeat_ms < 0 || m->timeout_ms < 0 ||
@@ -71,14 +89,14 @@ json_t *kt_job_opts_to_json(const kt_job_opts_t *o)
     /* The seed goes as text: JSON integers here are signed 64-bit. */
     char seed[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
-    return json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:f, s:b, s:i, s:i, s:b, s:i}",
+    return json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:f, s:b, s:i, s:i, s:b, s:i, s:s}",
                      "num_measure_trials", (json_int_t)o->trials, "num_measures_per_round",
                      o->per_round, "early_stopping", o->early_stopping, "seed", seed, "number",
                      o->number, "repeat", o->repeat, "min_repeat_ms", o->min_repeat_ms,
                      "cooldown_interval", o->cooldown_interval, "enable_cpu_cache_flush",
                      o->enable_cpu_cache_flush, "timeout_ms", o->timeout_ms, "build_timeout_ms",
                      o->build_timeout_ms, "check_correctness", o->check_correctness,
-                     "num_threads", o->num_threads);
+                     "num_threads", o->num_threads, "search_params", o->search_params);
 }
 
 static int get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out)
@@ -135,6 +153,11 @@ int kt_job_opts_from_json(const char *text, kt_job_opts_t *o)
     json_t *cd = json_object_get(root, "cooldown_interval");
     if (json_is_number(cd))
         o->cooldown_interval = json_number_value(cd);
+    json_t *sp = json_object_get(root, "search_params");   /* absent before ktune stored it */
+    if (rc == 0 && sp && !json_is_string(sp))
+        rc = kt_err_set(KT_EINVAL, "job options: search_params is not a string");
+    else if (rc == 0 && sp && search_params_set(o, json_string_value(sp)) != 0)
+        rc = kt_err_code();
     json_decref(root);
     o->trials = trials;
     o->per_round = (int)per_round;
@@ -431,7 +454,8 @@ int kt_job_view_progress(const kt_job_view_t *v, kt_scheduler_t *sched, const ch
         !(out->target = adup(alloc, user, j->target)) ||
         !(out->policy = adup(alloc, user, j->policy)) ||
         !(out->strategy = adup(alloc, user, j->strategy)) ||
-        !(out->runner_key = adup(alloc, user, j->runner_key)))
+        !(out->runner_key = adup(alloc, user, j->runner_key)) ||
+        !(out->search_params = adup(alloc, user, v->opts.search_params)))
         goto oom;
     if (n > 0) {
         Ktune__V1__TaskProgress *arr = alloc(user, n * sizeof *arr);

@@ -35,6 +35,7 @@
 #define KT_JOB_DEFAULT_MIN_REPEAT_MS 100
 #define KT_JOB_DEFAULT_TIMEOUT_MS 10000    /* per candidate run */
 #define KT_JOB_DEFAULT_BUILD_TIMEOUT_MS 15000
+#define KT_JOB_SEARCH_PARAMS_MAX 1024      /* bytes of search_params, NUL included */
 
 /* A job's tuning options (TuningOptions + MeasureOptions, defaults filled). */
 typedef struct {
@@ -49,12 +50,14 @@ typedef struct {
     int build_timeout_ms;      /* per candidate build */
     int check_correctness;
     int num_threads;           /* 0: the runner's default */
+    char search_params[KT_JOB_SEARCH_PARAMS_MAX];  /* kt_search_opts_set list; "" defaults */
 } kt_job_opts_t;
 
 void kt_job_opts_default(kt_job_opts_t *o);
 /* From TuningOptions (NULL: defaults). Zero fields take the defaults;
  * early_stopping 0 is off; a MeasureOptions given is taken as given except
- * zeros. KT_EINVAL on negative values. */
+ * zeros. KT_EINVAL on negative values and on search_params that
+ * kt_search_opts_set refuses (or longer than KT_JOB_SEARCH_PARAMS_MAX - 1). */
 int kt_job_opts_from_proto(const Ktune__V1__TuningOptions *in, kt_job_opts_t *o);
 /* As stored in the job row; new reference or NULL. */
 json_t *kt_job_opts_to_json(const kt_job_opts_t *o);

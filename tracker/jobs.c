@@ -1320,6 +1320,8 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     kt_search_opts_default(&so);
     so.policy = v->info->job.policy;
     so.seed = v->opts.seed;
+    if (kt_search_opts_set(&so, v->opts.search_params) != 0)
+        goto fail;
     if (!(j->fam = kt_search_family_new((const kt_workload_t *const *)v->wl, v->ntasks,
                                         &j->params, &so)))
         goto fail;
