@@ -331,6 +331,8 @@ static json_t *sample_snapshot(int n_curve)
         "address", "127.0.0.1:9400", "state", "idle", "in_flight", 0, "slots", 8, "queue", "key",
         "cuda-sm90", "total", 2, "free", 1, "pending", 17);
     ck_assert_ptr_nonnull(snap);
+    json_object_set_new(json_array_get(json_object_get(snap, "jobs"), 0), "search_params",
+                        json_string("eps_greedy=0.1,model_label=<log>"));
     return snap;
 }
 
@@ -372,6 +374,8 @@ START_TEST(status_page_shows_tables_plot_and_escapes)
     ck_assert_ptr_nonnull(strstr(page, "<td>1</td><td class=\"key\">" HOSTILE_KEY_HTML
                                        "</td><td>-</td><td>-</td><td class=\"num\">0</td>"));
     ck_assert_ptr_null(strstr(page, "<script"));
+    ck_assert_ptr_nonnull(strstr(page, "policy sketch.xgb &middot; search params "
+                                       "eps_greedy=0.1,model_label=&lt;log&gt; &middot;"));
     ck_assert_ptr_nonnull(strstr(page, "Estimated total latency: 3.000 ms"));
     ck_assert_ptr_nonnull(strstr(page, "<td class=\"key\">127.0.0.1:9300</td><td>cuda-sm90</td>"
                                        "<td>busy</td><td class=\"num\">1</td>"));

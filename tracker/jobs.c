@@ -1579,9 +1579,11 @@ json_t *kt_jobs_job_json(job_t *j)
         return NULL;
     const kt_store_job_t *sj = &j->view->info->job;
     pthread_mutex_lock(&j->mu);
-    json_t *own = json_pack("{s:I, s:s, s:s, s:s, s:s, s:i, s:f, s:s, s:O}", "id",
+    const char *sp = j->view->opts.search_params;
+    json_t *own = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s, s:i, s:f, s:s, s:O}", "id",
                             (json_int_t)j->id, "state", j->state, "target", sj->target, "policy",
-                            sj->policy, "runner_key", sj->runner_key, "priority", sj->priority,
+                            sj->policy, "search_params", *sp ? json_string(sp) : json_null(),
+                            "runner_key", sj->runner_key, "priority", sj->priority,
                             "created", sj->created, "message",
                             j->message ? j->message : j->waiting,
                             "curve", j->curve);
