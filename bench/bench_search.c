@@ -25,6 +25,7 @@
  *                [--population 2048] [--iters 4] [--min-repeat-ms 100] [--timer wall|cpu]
  *                [--confirm-repeat 5] [--dump FILE]
  *                [--label throughput|log|rank] [--xgb key=value,...]
+ *                [--search key=value,...]
  *
  * --dump appends a JSON line per measured candidate: {"workload", "policy",
  * "seed", "round", "state", "cost"} (cost in seconds, -1 = failed), in the
@@ -33,6 +34,9 @@
  * (model.h; log: regression on log-throughput) than the search's default,
  * rank (the pairwise objective);
  * --xgb sets its other parameters (kt_model_params_set: max_depth=8,eta=0.1).
+ * --search sets both policies' parameters as a job's --search-params does
+ * (kt_search_opts_set: eps_greedy=0.1,num_warmup_sample=64), after
+ * --population, --iters and --label.
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
  */
 #include <jansson.h>
@@ -67,6 +71,7 @@ static const char *which = "all";
 static const char *dump_path;
 static int label = -1;   /* KT_MODEL_LABEL_* of sketch.xgb's model; -1: the search's default */
 static const char *xgb_params;   /* --xgb: kt_model_params_set list for sketch.xgb's model */
+static const char *search_params;   /* --search: kt_search_opts_set list for both policies */
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
 
@@ -202,6 +207,8 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
     o.evolutionary_search_num_iters = num_iters;
     if (label >= 0)
         o.model_label = label;
+    if (search_params && kt_search_opts_set(&o, search_params))
+        die("--search");
     /* the policy's own model, but for --xgb */
     kt_model_t *model = NULL;
     kt_model_params_t mp;
@@ -401,6 +408,15 @@ int main(int argc, char **argv)
             label = kt_bench_label_option("bench_search", v);
         else if (strcmp(a, "--xgb") == 0)
             xgb_params = kt_bench_xgb_option("bench_search", v);
+        else if (strcmp(a, "--search") == 0) {
+            kt_search_opts_t check;
+            kt_search_opts_default(&check);
+            if (kt_search_opts_set(&check, v)) {
+                fprintf(stderr, "bench_search: --search: %s\n", kt_err_msg());
+                return 2;
+            }
+            search_params = v;
+        }
         else if (strcmp(a, "--dump") == 0)
             dump_path = v;
         else if (strcmp(a, "--workload") == 0)
