@@ -19,6 +19,7 @@
 #include "measure/runner.h"
 #include "model/model.h"
 #include "sched/state.h"
+#include "search/search.h"
 #include "util/err.h"
 
 /* A bench's --timer value; exits 2 naming `bench` for anything but wall or cpu. */
@@ -52,6 +53,19 @@ static inline const char *kt_bench_xgb_option(const char *bench, const char *lis
     kt_model_params_default(&check);
     if (kt_model_params_set(&check, list)) {
         fprintf(stderr, "%s: --xgb: %s\n", bench, kt_err_msg());
+        exit(2);
+    }
+    return list;
+}
+
+/* A bench's --search value (kt_search_opts_set list), checked against the
+ * default options; exits 2 naming `bench` when it is refused. */
+static inline const char *kt_bench_search_option(const char *bench, const char *list)
+{
+    kt_search_opts_t check;
+    kt_search_opts_default(&check);
+    if (kt_search_opts_set(&check, list)) {
+        fprintf(stderr, "%s: --search: %s\n", bench, kt_err_msg());
         exit(2);
     }
     return list;

@@ -408,15 +408,8 @@ int main(int argc, char **argv)
             label = kt_bench_label_option("bench_search", v);
         else if (strcmp(a, "--xgb") == 0)
             xgb_params = kt_bench_xgb_option("bench_search", v);
-        else if (strcmp(a, "--search") == 0) {
-            kt_search_opts_t check;
-            kt_search_opts_default(&check);
-            if (kt_search_opts_set(&check, v)) {
-                fprintf(stderr, "bench_search: --search: %s\n", kt_err_msg());
-                return 2;
-            }
-            search_params = v;
-        }
+        else if (strcmp(a, "--search") == 0)
+            search_params = kt_bench_search_option("bench_search", v);
         else if (strcmp(a, "--dump") == 0)
             dump_path = v;
         else if (strcmp(a, "--workload") == 0)

@@ -141,21 +141,17 @@ static int param_set_one(void *user, const char *key, const char *val)
         *(label ? &p->label : &p->tree_method) = v;
         return KT_OK;
     }
-    int rc = kt_kv_set_number(p, num, KT_ARRAY_LEN(num), "model parameter", key, val);
-    if (rc == KT_ENOTFOUND)
-        return kt_err_set(KT_EINVAL, "unknown model parameter '%s'", key);
-    return rc;
+    return kt_kv_set_number(p, num, KT_ARRAY_LEN(num), "model parameter", key, val);
+}
+
+static int params_check_any(const void *p)
+{
+    return params_check(p);
 }
 
 int kt_model_params_set(kt_model_params_t *p, const char *list)
 {
-    if (!p || !list)
-        return kt_err_set(KT_EINVAL, "model parameters: nothing to set");
-    kt_model_params_t q = *p;
-    int rc = kt_kv_each(list, "model parameters", param_set_one, &q);
-    if (rc == KT_OK && (rc = params_check(&q)) == KT_OK)
-        *p = q;
-    return rc;
+    return kt_kv_update(p, sizeof *p, list, "model parameters", param_set_one, params_check_any);
 }
 
 static uint64_t rng_next(uint64_t *s)   /* splitmix64 */

@@ -127,21 +127,17 @@ static int opt_set_one(void *user, const char *key, const char *val)
     if (strcmp(key, "policy") == 0 || strcmp(key, "seed") == 0)
         return kt_err_set(KT_EINVAL, "search parameter %s: set it as the job's %s, not here", key,
                           key);
-    int rc = kt_kv_set_number(o, num, KT_ARRAY_LEN(num), "search parameter", key, val);
-    if (rc == KT_ENOTFOUND)
-        return kt_err_set(KT_EINVAL, "unknown search parameter '%s'", key);
-    return rc;
+    return kt_kv_set_number(o, num, KT_ARRAY_LEN(num), "search parameter", key, val);
+}
+
+static int opts_check_any(const void *o)
+{
+    return opts_check(o);
 }
 
 int kt_search_opts_set(kt_search_opts_t *o, const char *list)
 {
-    if (!o || !list)
-        return kt_err_set(KT_EINVAL, "search parameters: nothing to set");
-    kt_search_opts_t q = *o;
-    int rc = kt_kv_each(list, "search parameters", opt_set_one, &q);
-    if (rc == KT_OK && (rc = opts_check(&q)) == KT_OK)
-        *o = q;
-    return rc;
+    return kt_kv_update(o, sizeof *o, list, "search parameters", opt_set_one, opts_check_any);
 }
 
 void kt_search_model_params(const kt_search_opts_t *o, uint64_t seed, kt_model_params_t *mp)

@@ -32,6 +32,23 @@ int kt_kv_each(const char *list, const char *what,
     return rc;
 }
 
+int kt_kv_update(void *obj, size_t size, const char *list, const char *what,
+                 int (*set)(void *obj, const char *key, const char *val),
+                 int (*check)(const void *obj))
+{
+    if (!obj || !list)
+        return kt_err_set(KT_EINVAL, "%s: nothing to set", what);
+    void *copy = malloc(size);
+    if (!copy)
+        return kt_err_set(KT_ENOMEM, "%s: out of memory", what);
+    memcpy(copy, obj, size);
+    int rc = kt_kv_each(list, what, set, copy);
+    if (rc == KT_OK && (rc = check(copy)) == KT_OK)
+        memcpy(obj, copy, size);
+    free(copy);
+    return rc;
+}
+
 int kt_kv_set_number(void *obj, const kt_kv_field_t *fields, size_t n, const char *what,
                      const char *key, const char *val)
 {
@@ -56,5 +73,5 @@ int kt_kv_set_number(void *obj, const kt_kv_field_t *fields, size_t n, const cha
             *(double *)at = d;
         return KT_OK;
     }
-    return KT_ENOTFOUND;
+    return kt_err_set(KT_EINVAL, "unknown %s '%s'", what, key);
 }

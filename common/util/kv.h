@@ -3,8 +3,10 @@
  * params dicts (model parameters, search policy parameters).
  *
  * kt_kv_each() splits a list and hands each pair to a callback, stopping at
- * the first error; kt_kv_set_number() parses one value into the struct field
- * a table names. Neither keeps a pointer into its arguments. Thread-safe.
+ * the first error; kt_kv_update() does that on a copy of a struct and keeps
+ * the result only when all of it is valid; kt_kv_set_number() parses one
+ * value into the struct field a table names. None keeps a pointer into its
+ * arguments. Thread-safe.
  */
 #ifndef KT_UTIL_KV_H
 #define KT_UTIL_KV_H
@@ -26,10 +28,20 @@ typedef struct {
 int kt_kv_each(const char *list, const char *what,
                int (*fn)(void *user, const char *key, const char *val), void *user);
 
+/* All or nothing: applies the list to a copy of obj (size bytes) with
+ * set(copy, key, value) for each pair, then check(copy), and copies the
+ * result back only when every call returned 0. Returns 0, the first error
+ * (KT_EINVAL from kt_kv_each, set or check), or KT_ENOMEM; obj is unchanged
+ * on error. `what` names the list in messages ("model parameters"). */
+int kt_kv_update(void *obj, size_t size, const char *list, const char *what,
+                 int (*set)(void *obj, const char *key, const char *val),
+                 int (*check)(const void *obj));
+
 /* Stores `val` into the field of `obj` that fields[0..n) names `key`:
- * KT_OK; KT_ENOTFOUND (no message set) when no field has that name;
- * KT_EINVAL with a message naming `what` when val is not a finite number, or
- * for 'i' and 'u' not an integer in range (non-negative for 'u'). */
+ * KT_OK, or KT_EINVAL with a message naming `what` ("model parameter") when
+ * no field has that name ("unknown model parameter 'x'"), when val is not a
+ * finite number, or for 'i' and 'u' not an integer in range (non-negative
+ * for 'u'). */
 int kt_kv_set_number(void *obj, const kt_kv_field_t *fields, size_t n, const char *what,
                      const char *key, const char *val);
 
