@@ -263,6 +263,70 @@ START_TEST(codegen_large_local_tile_uses_heap)
 }
 END_TEST
 
+/* A parallel loop group's body is a function of its own (restrict buffers,
+ * the group's iterators as arguments) called from the OpenMP loop, and the
+ * innermost reduce loop around an unrolled register-tile update gets a
+ * partial unroll; a serial kernel outlines nothing. Both compute the right
+ * answer. */
+START_TEST(codegen_outlines_parallel_body_and_unrolls_reduce_loop)
+{
+    kt_dag_t *mm = kt_ops_matmul(32, 32, 256, 0, NULL, 0);
+    kt_sched_params_t p = test_params();
+    const char *par =
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+        "{\"ann\":[0,1,64],\"ann2\":[2,0,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
+        "\"name\":\"C\",\"tile\":[[2,4,1,4],[2,1,1,16],[4,64]]}],\"version\":1}";
+    kt_sched_state_t *st = kt_sched_state_from_json(par, mm, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    char *src = kt_codegen_emit_c(mm, st, "mk");
+    ck_assert_ptr_nonnull(src);
+    const char *fn = strstr(src, "static __attribute__((noinline)) int kt_par0_mk(const float "
+                                 "*restrict A, const float *restrict B, float *restrict C, "
+                                 "long long kt_i_0_0, long long kt_j_0_1)");
+    const char *kern = strstr(src, "int mk(float **kt_bufs)");
+    ck_assert_ptr_nonnull(fn);
+    ck_assert_ptr_nonnull(kern);
+    ck_assert(fn < kern);   /* defined before the kernel calls it */
+    ck_assert_ptr_nonnull(strstr(kern, "#pragma omp parallel for schedule(static) collapse(2)"));
+    ck_assert_ptr_nonnull(strstr(kern, "if (kt_par0_mk(A, B, C, kt_i_0_0, kt_j_0_1)) {"));
+    ck_assert_ptr_null(strstr(src, "kt_par1_"));
+    /* k.1 (64) around the 4 x 16 register tile: four copies (the pragma is
+     * the line before the loop) */
+    const char *k1 = strstr(fn, "for (long long kt_k_1_");
+    ck_assert_ptr_nonnull(k1);
+    ck_assert(k1 < kern);
+    const char *line = k1;
+    while (line > fn && line[-1] != '\n')
+        line--;
+    const char *prev = line - 1;
+    while (prev > fn && prev[-1] != '\n')
+        prev--;
+    while (*prev == ' ')
+        prev++;
+    ck_assert_msg(strncmp(prev, "#pragma GCC unroll 4\n", 21) == 0,
+                  "k.1 is not partially unrolled:\n%s", src);
+    double err;
+    ck_assert_msg(kt_codegen_check(mm, src, "mk", 3, &err) == 0, "%s", kt_err_msg());
+    free(src);
+    kt_sched_state_free(st);
+
+    const char *serial =
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+        "{\"ann\":[0,1,64],\"ann2\":[0,0,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
+        "\"name\":\"C\",\"tile\":[[2,4,1,4],[2,1,1,16],[4,64]]}],\"version\":1}";
+    st = kt_sched_state_from_json(serial, mm, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    src = kt_codegen_emit_c(mm, st, "sk");
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_null(strstr(src, "kt_par"));
+    ck_assert_ptr_null(strstr(src, "omp parallel"));
+    ck_assert_msg(kt_codegen_check(mm, src, "sk", 3, &err) == 0, "%s", kt_err_msg());
+    free(src);
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
+}
+END_TEST
+
 START_TEST(codegen_emit_rejects_bad_input)
 {
     kt_dag_t *mm = kt_ops_matmul(8, 8, 8, 0, NULL, 0);
@@ -302,6 +366,7 @@ int main(void)
     tcase_add_test(tc, codegen_lowering_has_local_tiles_and_annotations);
     tcase_add_test(tc, codegen_emit_rejects_bad_input);
     tcase_add_test(tc, codegen_large_local_tile_uses_heap);
+    tcase_add_test(tc, codegen_outlines_parallel_body_and_unrolls_reduce_loop);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);
     tcase_add_test(tc, codegen_batch_matmul_states_match_reference);
