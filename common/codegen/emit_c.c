@@ -344,8 +344,17 @@ static int64_t unrolled_steps(const kt_lower_t *L, int first)
     return n;
 }
 
-/* Parameters (sep = ", " between) or arguments of an outlined body: the
- * kernel's buffers, then the enclosing loops' iterators. */
+/* Sets the kernel's failure flag (from any thread). */
+static void put_fail(kt_sbuf_t *b, int depth)
+{
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "#pragma omp atomic write\n");
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "kt_fail = 1;\n");
+}
+
+/* The parameters (decl) or arguments of an outlined body: the kernel's
+ * buffers, then the enclosing loops' iterators. */
 static void outline_args(const emit_t *e, int decl, kt_sbuf_t *b)
 {
     const kt_lower_t *L = e->L;
@@ -392,10 +401,7 @@ static void outline_body(emit_t *e, int first, int depth)
     kt_sbuf_printf(b, "if (%s(", name);
     outline_args(e, 0, b);
     kt_sbuf_puts(b, ")) {\n");
-    kt_sbuf_indent(b, depth * 2 + 2);
-    kt_sbuf_puts(b, "#pragma omp atomic write\n");
-    kt_sbuf_indent(b, depth * 2 + 2);
-    kt_sbuf_puts(b, "kt_fail = 1;\n");
+    put_fail(b, depth + 1);
     kt_sbuf_indent(b, depth * 2);
     kt_sbuf_puts(b, "}\n");
 }
@@ -516,10 +522,7 @@ static void emit_list(emit_t *e, int first, int depth, int in_par, int in_vec)
             kt_sbuf_printf(b, "free(%s);\n", bf->name);
             kt_sbuf_indent(b, depth * 2);
             kt_sbuf_puts(b, "} else {\n");
-            kt_sbuf_indent(b, depth * 2 + 2);
-            kt_sbuf_puts(b, "#pragma omp atomic write\n");
-            kt_sbuf_indent(b, depth * 2 + 2);
-            kt_sbuf_puts(b, "kt_fail = 1;\n");
+            put_fail(b, depth + 1);
             kt_sbuf_indent(b, depth * 2);
             kt_sbuf_puts(b, "}\n");
             break;
