@@ -36,6 +36,27 @@ static kt_sched_params_t test_params(void)
     return p;
 }
 
+/* The C source of one state given as JSON (the test fails if it does not
+ * parse or emit). The caller frees it. */
+static char *emit_json(const kt_dag_t *dag, const char *json, const char *entry)
+{
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t *st = kt_sched_state_from_json(json, dag, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    char *src = kt_codegen_emit_c(dag, st, entry);
+    ck_assert_msg(src != NULL, "%s", kt_err_msg());
+    kt_sched_state_free(st);
+    return src;
+}
+
+/* Compiles src and checks its entry's answers against the reference kernel. */
+static void check_against_reference(const kt_dag_t *dag, const char *src, const char *entry,
+                                    uint64_t seed)
+{
+    double err;
+    ck_assert_msg(kt_codegen_check(dag, src, entry, seed, &err) == 0, "%s", kt_err_msg());
+}
+
 /* Emit, compile and check n random states of one DAG against the
  * reference kernel. */
 static void check_dag(const char *what, kt_dag_t *dag, int n, uint64_t seed)
@@ -228,8 +249,7 @@ START_TEST(codegen_lowering_has_local_tiles_and_annotations)
     ck_assert_ptr_nonnull(strstr(src, "float kt_C_reg[16]"));
     ck_assert_ptr_nonnull(strstr(src, "const float *restrict A = kt_bufs[0];"));
     ck_assert_ptr_nonnull(strstr(src, "int matmul_kernel(float **kt_bufs)"));
-    double err;
-    ck_assert_msg(kt_codegen_check(mm, src, "matmul_kernel", 7, &err) == 0, "%s", kt_err_msg());
+    check_against_reference(mm, src, "matmul_kernel", 7);
     free(src);
     kt_sched_state_free(st);
     kt_dag_free(mm);
@@ -242,23 +262,17 @@ END_TEST
 START_TEST(codegen_large_local_tile_uses_heap)
 {
     kt_dag_t *mm = kt_ops_matmul(256, 256, 8, 0, EPI_RELU, 1);
-    kt_sched_params_t p = test_params();
     const char *j =
         "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
         "{\"ann\":[0,1,16],\"fuse\":\"T_relu\",\"kind\":\"tiled\",\"level\":1,\"name\":\"C\","
         "\"tile\":[[2,32,2,2],[1,16,1,16],[4,2]]},{\"ann\":[1,1,0],\"kind\":\"fused\","
         "\"name\":\"T_relu\"}],\"version\":1}";
-    kt_sched_state_t *st = kt_sched_state_from_json(j, mm, &p);
-    ck_assert_msg(st != NULL, "%s", kt_err_msg());
-    char *src = kt_codegen_emit_c(mm, st, "big_tile");
-    ck_assert_ptr_nonnull(src);
+    char *src = emit_json(mm, j, "big_tile");
     /* 128 x 256 floats = 128 KiB: over the stack limit */
     ck_assert_ptr_nonnull(strstr(src, "float *kt_C_local = (float *)malloc(sizeof(float) * 32768ULL);"));
     ck_assert_ptr_nonnull(strstr(src, "kt_fail = 1;"));
-    double err;
-    ck_assert_msg(kt_codegen_check(mm, src, "big_tile", 5, &err) == 0, "%s", kt_err_msg());
+    check_against_reference(mm, src, "big_tile", 5);
     free(src);
-    kt_sched_state_free(st);
     kt_dag_free(mm);
 }
 END_TEST
@@ -271,15 +285,11 @@ END_TEST
 START_TEST(codegen_outlines_parallel_body_and_unrolls_reduce_loop)
 {
     kt_dag_t *mm = kt_ops_matmul(32, 32, 256, 0, NULL, 0);
-    kt_sched_params_t p = test_params();
     const char *par =
         "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
         "{\"ann\":[0,1,64],\"ann2\":[2,0,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
         "\"name\":\"C\",\"tile\":[[2,4,1,4],[2,1,1,16],[4,64]]}],\"version\":1}";
-    kt_sched_state_t *st = kt_sched_state_from_json(par, mm, &p);
-    ck_assert_msg(st != NULL, "%s", kt_err_msg());
-    char *src = kt_codegen_emit_c(mm, st, "mk");
-    ck_assert_ptr_nonnull(src);
+    char *src = emit_json(mm, par, "mk");
     const char *fn = strstr(src, "static __attribute__((noinline)) int kt_par0_mk(const float "
                                  "*restrict A, const float *restrict B, float *restrict C, "
                                  "long long kt_i_0_0, long long kt_j_0_1)");
@@ -305,24 +315,18 @@ START_TEST(codegen_outlines_parallel_body_and_unrolls_reduce_loop)
         prev++;
     ck_assert_msg(strncmp(prev, "#pragma GCC unroll 4\n", 21) == 0,
                   "k.1 is not partially unrolled:\n%s", src);
-    double err;
-    ck_assert_msg(kt_codegen_check(mm, src, "mk", 3, &err) == 0, "%s", kt_err_msg());
+    check_against_reference(mm, src, "mk", 3);
     free(src);
-    kt_sched_state_free(st);
 
     const char *serial =
         "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
         "{\"ann\":[0,1,64],\"ann2\":[0,0,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
         "\"name\":\"C\",\"tile\":[[2,4,1,4],[2,1,1,16],[4,64]]}],\"version\":1}";
-    st = kt_sched_state_from_json(serial, mm, &p);
-    ck_assert_msg(st != NULL, "%s", kt_err_msg());
-    src = kt_codegen_emit_c(mm, st, "sk");
-    ck_assert_ptr_nonnull(src);
+    src = emit_json(mm, serial, "sk");
     ck_assert_ptr_null(strstr(src, "kt_par"));
     ck_assert_ptr_null(strstr(src, "omp parallel"));
-    ck_assert_msg(kt_codegen_check(mm, src, "sk", 3, &err) == 0, "%s", kt_err_msg());
+    check_against_reference(mm, src, "sk", 3);
     free(src);
-    kt_sched_state_free(st);
     kt_dag_free(mm);
 }
 END_TEST
@@ -348,8 +352,7 @@ START_TEST(codegen_emit_rejects_bad_input)
     /* a sketch itself (trivial splits, no annotation) is a valid program */
     char *src = kt_codegen_emit_c(mm, sk[2], "k");
     ck_assert_ptr_nonnull(src);
-    double err;
-    ck_assert_msg(kt_codegen_check(mm, src, "k", 3, &err) == 0, "%s", kt_err_msg());
+    check_against_reference(mm, src, "k", 3);
     free(src);
     for (int i = 0; i < n; i++)
         kt_sched_state_free(sk[i]);
