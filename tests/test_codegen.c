@@ -232,7 +232,7 @@ START_TEST(codegen_lowering_has_local_tiles_and_annotations)
             copies++;
         }
     }
-    ck_assert_int_eq(par, 2);
+    ck_assert_int_eq(par, 3);   /* i.0@j.0, and the outer loop of B's copy */
     ck_assert_int_ge(vec, 2);   /* the update and its init */
     ck_assert_int_eq(copies, 4);   /* i.3 and j.3, for the load and the store */
     ck_assert_int_gt(unr, 0);
@@ -290,16 +290,20 @@ START_TEST(codegen_outlines_parallel_body_and_unrolls_reduce_loop)
         "{\"ann\":[0,1,64],\"ann2\":[2,0,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
         "\"name\":\"C\",\"tile\":[[2,4,1,4],[2,1,1,16],[4,64]]}],\"version\":1}";
     char *src = emit_json(mm, par, "mk");
-    const char *fn = strstr(src, "static __attribute__((noinline)) int kt_par0_mk(const float "
+    /* kt_par0_mk copies B into its rewritten layout (codegen_rewrites_weight_layout) */
+    ck_assert_ptr_nonnull(strstr(src, "static __attribute__((noinline)) int kt_par0_mk("));
+    const char *fn = strstr(src, "static __attribute__((noinline)) int kt_par1_mk(const float "
                                  "*restrict A, const float *restrict B, float *restrict C, "
-                                 "long long kt_i_0_0, long long kt_j_0_1)");
+                                 "float *restrict kt_B_layout, long long kt_i_0_0, "
+                                 "long long kt_j_0_1)");
     const char *kern = strstr(src, "int mk(float **kt_bufs)");
     ck_assert_ptr_nonnull(fn);
     ck_assert_ptr_nonnull(kern);
     ck_assert(fn < kern);   /* defined before the kernel calls it */
     ck_assert_ptr_nonnull(strstr(kern, "#pragma omp parallel for schedule(static) collapse(2)"));
-    ck_assert_ptr_nonnull(strstr(kern, "if (kt_par0_mk(A, B, C, kt_i_0_0, kt_j_0_1)) {"));
-    ck_assert_ptr_null(strstr(src, "kt_par1_"));
+    ck_assert_ptr_nonnull(
+        strstr(kern, "if (kt_par1_mk(A, B, C, kt_B_layout, kt_i_0_0, kt_j_0_1)) {"));
+    ck_assert_ptr_null(strstr(src, "kt_par2_"));
     /* k.1 (64) around the 4 x 16 register tile: four copies (the pragma is
      * the line before the loop) */
     const char *k1 = strstr(fn, "for (long long kt_k_1_");
@@ -328,6 +332,94 @@ START_TEST(codegen_outlines_parallel_body_and_unrolls_reduce_loop)
     check_against_reference(mm, src, "sk", 3);
     free(src);
     kt_dag_free(mm);
+}
+END_TEST
+
+/* Layout rewrite: matmul's B (layout-free, as TVM's tutorial declares it) is
+ * copied into the order of the loops of the tiled nest that index it, loops
+ * of extent 1 dropped, and the update reads the copy; the copy is exact (the
+ * answers match the reference). A conv2d's weight is rewritten too; a
+ * batch_matmul's B is not layout-free and stays as it is. */
+START_TEST(codegen_rewrites_weight_layout)
+{
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
+    kt_sched_params_t p = test_params();
+    const char *j =
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+        "{\"ann\":[0,1,64],\"ann2\":[2,1,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
+        "\"name\":\"C\",\"tile\":[[2,4,2,4],[3,1,4,4],[8,4]]}],\"version\":1}";
+    kt_sched_state_t *st = kt_sched_state_from_json(j, mm, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_lower_t *L = kt_lower(mm, st);
+    ck_assert_ptr_nonnull(L);
+    int lay = -1;
+    for (int i = 0; i < L->nbufs; i++)
+        if (strcmp(L->bufs[i].label, "B.layout") == 0)
+            lay = i;
+    ck_assert_int_ge(lay, 0);
+    ck_assert_int_eq(L->bufs[lay].kind, KT_BUF_HEAP);
+    /* loops indexing B, in nest order: j.0 (3), j.1 (1, dropped), k.0 (8),
+     * j.2 (4), k.1 (4), j.3 (4) */
+    static const int64_t want[] = {3, 8, 4, 4, 4};
+    ck_assert_int_eq(L->bufs[lay].ndim, 5);
+    for (int d = 0; d < 5; d++)
+        ck_assert_int_eq(L->bufs[lay].shape[d], want[d]);
+    ck_assert_int_eq(L->nsubs, 1);
+    ck_assert_int_eq(L->subs[0].buf, lay);
+    ck_assert_int_eq(L->stmts[L->subs[0].stmt].kind, KT_STMT_UPDATE);
+    /* the copy comes first in the program */
+    int top = L->first, x = top;
+    while (x >= 0 && L->nodes[x].kind == KT_NODE_LOOP)
+        x = L->nodes[x].child;
+    ck_assert_int_ge(x, 0);
+    ck_assert_int_eq(L->nodes[x].kind, KT_NODE_STMT);
+    ck_assert_int_eq(L->stmts[L->nodes[x].stmt].kind, KT_STMT_COPY);
+    ck_assert_int_eq(L->stmts[L->nodes[x].stmt].dst, lay);
+    kt_lower_free(L);
+
+    char *src = kt_codegen_emit_c(mm, st, "lk");
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(
+        strstr(src, "float *restrict kt_B_layout = (float *)malloc(sizeof(float) * 1536ULL);"));
+    ck_assert_ptr_nonnull(strstr(src, "*kt_B_layout["));   /* the update reads the copy */
+    ck_assert_ptr_null(strstr(src, "*B["));
+    ck_assert_ptr_nonnull(strstr(src, "free(kt_B_layout);"));
+    check_against_reference(mm, src, "lk", 11);
+    free(src);
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
+
+    /* conv2d NHWC: of the tiled states sampled, the weight is rewritten */
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 6, 6, 8, 16, 3, 3, &s1p1, NULL, 0);
+    ck_assert_ptr_nonnull(cv);
+    kt_sched_state_t *sts[8];
+    ck_assert_int_eq(kt_test_collect_states(cv, &p, 5, sts, 8), 8);
+    int rewritten = 0;
+    for (int i = 0; i < 8; i++) {
+        char *c = kt_codegen_emit_c(cv, sts[i], "ck");
+        ck_assert_msg(c != NULL, "%s", kt_err_msg());
+        if (strstr(c, "kt_weight_layout[")) {
+            rewritten++;
+            check_against_reference(cv, c, "ck", 13 + (uint64_t)i);
+        }
+        free(c);
+        kt_sched_state_free(sts[i]);
+    }
+    ck_assert_int_gt(rewritten, 0);
+    kt_dag_free(cv);
+
+    /* batch_matmul: B is not layout-free */
+    kt_dag_t *bm = kt_ops_batch_matmul(2, 16, 16, 16, NULL, 0);
+    ck_assert_int_eq(kt_test_collect_states(bm, &p, 7, sts, 4), 4);
+    for (int i = 0; i < 4; i++) {
+        char *c = kt_codegen_emit_c(bm, sts[i], "bk");
+        ck_assert_ptr_nonnull(c);
+        ck_assert_ptr_null(strstr(c, "_layout"));
+        free(c);
+        kt_sched_state_free(sts[i]);
+    }
+    kt_dag_free(bm);
 }
 END_TEST
 
@@ -370,6 +462,7 @@ int main(void)
     tcase_add_test(tc, codegen_emit_rejects_bad_input);
     tcase_add_test(tc, codegen_large_local_tile_uses_heap);
     tcase_add_test(tc, codegen_outlines_parallel_body_and_unrolls_reduce_loop);
+    tcase_add_test(tc, codegen_rewrites_weight_layout);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);
     tcase_add_test(tc, codegen_batch_matmul_states_match_reference);

@@ -252,8 +252,9 @@ END_TEST
 /* ---- a hand-checked state ----------------------------------------------------- */
 
 /* matmul 64x64x64, i split 4x2x2x4, j 2x2x1x16, k 16x4; i.0@j.0 parallel
- * (8 threads), j.3 vectorized (16). Lowered: C (init, register-tile
- * copy-back) and C.reg (load, update over k). */
+ * (8 threads), j.3 vectorized (16). Lowered: B.layout (the copy of B in
+ * the nest's order), C (init, register-tile copy-back) and C.reg (load,
+ * update over k). */
 static const char *MM_STATE =
     "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
     "{\"ann\":[2,1,0],\"kind\":\"tiled\",\"name\":\"C\","
@@ -271,11 +272,21 @@ START_TEST(feature_matmul_known_tiling_values)
     uint32_t nrows;
     int *rb;
     ck_assert_int_eq(kt_feature_extract_lower(dag, st, L, &rows, &nrows, &rb), 0);
-    ck_assert_uint_eq(nrows, 2);
-    ck_assert_str_eq(L->bufs[rb[0]].label, "C");
-    ck_assert_str_eq(L->bufs[rb[1]].label, "C.reg");
-    const float *c = rows, *reg = rows + KT_FEATURE_COUNT;
+    ck_assert_uint_eq(nrows, 3);
+    ck_assert_str_eq(L->bufs[rb[0]].label, "B.layout");
+    ck_assert_str_eq(L->bufs[rb[1]].label, "C");
+    ck_assert_str_eq(L->bufs[rb[2]].label, "C.reg");
+    const float *lay = rows, *c = rows + KT_FEATURE_COUNT, *reg = rows + 2 * KT_FEATURE_COUNT;
     const double n3 = 64.0 * 64 * 64;
+
+    /* B copied once into the nest's order (j.0 j.1 k.0 k.1 j.3), its outer
+     * loop shared by the threads; both sides walk j.3 contiguously */
+    ck_assert_double_eq_tol(unlog(lay[fidx("outer_prod")]), 64.0 * 64, 1e-2);
+    ck_assert_float_eq(lay[fidx("num_loops")], 5);
+    ck_assert_double_eq_tol(unlog(lay[fidx("alloc_heap_bytes")]), 64.0 * 64 * 4, 1e-1);
+    ck_assert_double_eq_tol(unlog(lay[fidx("parallel.prod")]), 2, 1e-4);
+    ck_assert_float_eq(lay[fidx("inner.contig")], 2);
+    ck_assert_float_eq(lay[fidx("float_mul")], 0);
 
     /* ops: 64^3 multiply-adds, all in the update of C.reg */
     ck_assert_double_eq_tol(unlog(reg[fidx("float_mul")]), n3, 1.0);
@@ -401,7 +412,8 @@ START_TEST(feature_tilings_give_different_rows)
     /* the same work, laid out differently */
     ck_assert_double_eq_tol(float_ops(ra, na), float_ops(rb, nb), 2);
     ck_assert_int_ne(memcmp(ra, rb, sizeof(float) * KT_FEATURE_COUNT * na), 0);
-    const float *regb = rb + KT_FEATURE_COUNT;
+    ck_assert_uint_eq(na, 3);   /* B.layout, C, C.reg */
+    const float *regb = rb + 2 * KT_FEATURE_COUNT;
     ck_assert_float_eq(regb[fidx("vec.pos_none")], 1);
     ck_assert_float_eq(regb[fidx("parallel.num")], 1);
     ck_assert_double_eq_tol(unlog(regb[fidx("parallel.prod")]), 4, 1e-4);

@@ -445,13 +445,26 @@ START_TEST(analysis_finds_reuse_inlining_and_reductions)
     ck_assert_int_eq(prod[0], find_stage(d, "A"));
     ck_assert_int_eq(kt_dag_consumers(d, find_stage(d, "B"), cons), 1);
     ck_assert_int_eq(cons[0], c);
+    /* B is a weight a kernel may re-lay out (TVM's layout_free_placeholders); A is not */
+    ck_assert(kt_dag_stage(d, find_stage(d, "B"))->layout_free);
+    ck_assert(!kt_dag_stage(d, find_stage(d, "A"))->layout_free);
     kt_workload_free(w);
+
+    /* only placeholders are layout-free */
+    kt_dag_t *dd = kt_ops_matmul(4, 4, 4, 0, NULL, 0);
+    ck_assert_int_eq(kt_dag_set_layout_free(dd, find_stage(dd, "C")), KT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "not a placeholder"));
+    ck_assert_int_eq(kt_dag_set_layout_free(dd, 99), KT_EINVAL);
+    ck_assert_int_eq(kt_dag_set_layout_free(dd, find_stage(dd, "A")), 0);
+    kt_dag_free(dd);
 
     w = kt_workload_parse(forms[3]);
     d = kt_workload_dag(w);
     int conv = find_stage(d, "conv2d_nhwc");
     ck_assert(kt_dag_has_data_reuse(d, conv) && kt_dag_is_reduction(d, conv));
     ck_assert(kt_dag_is_inlinable(d, find_stage(d, "pad_temp")));
+    ck_assert(kt_dag_stage(d, find_stage(d, "weight"))->layout_free);
+    ck_assert(!kt_dag_stage(d, find_stage(d, "data"))->layout_free);
     ck_assert(!kt_dag_is_elementwise(d, find_stage(d, "pad_temp")));
     ck_assert(kt_dag_is_inlinable(d, find_stage(d, "T_bias_add")));
     ck_assert(kt_dag_is_elementwise(d, find_stage(d, "T_bias_add")));

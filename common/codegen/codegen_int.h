@@ -43,12 +43,23 @@ kt_lower_stmt_t kt_lower_stmt_new(kt_stmt_kind_t kind, int stage);
 /* Store s and append a STMT node for it under parent; the statement id or -1. */
 int kt_lower_add_stmt(kt_lower_ctx_t *c, int parent, const kt_lower_stmt_t *s);
 
+/* Layout rewrite of the weights read by tiled stages (lower_layout.c): a
+ * heap copy in the nest's loop order, a copy nest before the consumer's and a
+ * sub redirecting the update's loads; run on a finished CPU program. */
+void kt_lower_rewrite_layouts(kt_lower_ctx_t *c);
+
 /* Lowering of a GPU state (lower_gpu.c); kt_lower() dispatches to it. */
 kt_lower_t *kt_lower_gpu(const kt_dag_t *dag, const kt_sched_state_t *st);
 
 /* Append text to b with every load `name[...]` replaced by repl (the
  * bracketed index skipped, nested brackets included). */
 void kt_codegen_replace_loads(const char *text, const char *name, const char *repl, kt_sbuf_t *b);
+/* Replace, in text, the loads every sub of statement si redirects (L->subs)
+ * with access(ctx, buf, idx) of the buffer they read instead. */
+typedef void (*kt_codegen_access_fn)(void *ctx, int buf, const kt_lower_index_t *idx,
+                                     kt_sbuf_t *b);
+void kt_codegen_apply_subs(const kt_dag_t *dag, const kt_lower_t *L, int si,
+                           kt_codegen_access_fn access, void *ctx, kt_sbuf_t *text);
 
 /* ---- index printing (emit_c.c), shared by the C and CUDA emitters ----------------- */
 

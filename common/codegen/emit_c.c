@@ -205,6 +205,35 @@ void kt_codegen_replace_loads(const char *text, const char *name, const char *re
     }
 }
 
+void kt_codegen_apply_subs(const kt_dag_t *dag, const kt_lower_t *L, int si,
+                           kt_codegen_access_fn access, void *ctx, kt_sbuf_t *text)
+{
+    kt_sbuf_t tmp;
+    kt_sbuf_init(&tmp);
+    for (int i = 0; i < L->nsubs; i++) {
+        const kt_lower_sub_t *x = &L->subs[i];
+        if (x->stmt != si)
+            continue;
+        kt_sbuf_t repl;
+        kt_sbuf_init(&repl);
+        access(ctx, x->buf, x->idx, &repl);
+        kt_sbuf_clear(&tmp);
+        kt_codegen_replace_loads(text->data ? text->data : "", kt_dag_stage(dag, x->stage)->name,
+                                 repl.data ? repl.data : "", &tmp);
+        kt_sbuf_clear(text);
+        kt_sbuf_puts(text, tmp.data ? tmp.data : "");
+        if (repl.failed || tmp.failed)
+            text->failed = 1;
+        kt_sbuf_free(&repl);
+    }
+    kt_sbuf_free(&tmp);
+}
+
+static void access_c_fn(void *ctx, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
+{
+    access_c(ctx, buf, idx, b);
+}
+
 static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
 {
     const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
@@ -222,6 +251,9 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
     if (rc && !e->rc)
         e->rc = rc;
     if (!rc) {
+        /* loads redirected to another buffer: a rewritten weight's copy */
+        kt_codegen_apply_subs(e->dag, e->L, (int)(s - e->L->stmts), access_c_fn, (void *)e->L,
+                              &text);
         if (s->kind == KT_STMT_COMPUTE && s->src >= 0) {
             kt_sbuf_t repl;
             kt_sbuf_init(&repl);

@@ -106,6 +106,11 @@ void kt_gpu_emit_access(kt_gpu_emit_t *e, int buf, const kt_lower_index_t *idx, 
 
 /* ---- statements ------------------------------------------------------------------------ */
 
+static void gpu_access_fn(void *ctx, int buf, const kt_lower_index_t *idx, kt_sbuf_t *b)
+{
+    kt_gpu_emit_access(ctx, buf, idx, b);
+}
+
 static void body(kt_gpu_emit_t *e, int si, kt_sbuf_t *b)
 {
     const kt_lower_t *L = e->L;
@@ -124,25 +129,13 @@ static void body(kt_gpu_emit_t *e, int si, kt_sbuf_t *b)
     for (int i = 0; i < L->nsubs; i++)
         if (L->subs[i].stmt == si)
             mask &= ~(1ULL << L->subs[i].stage);
-    kt_sbuf_t text, tmp;
+    kt_sbuf_t text;
     kt_sbuf_init(&text);
-    kt_sbuf_init(&tmp);
     int rc = kt_codegen_expr_c(e->dag, s->stage, ss->body, axis_c, mask, &text);
     if (rc && !e->rc)
         e->rc = rc;
-    for (int i = 0; !rc && i < L->nsubs; i++) {
-        const kt_lower_sub_t *x = &L->subs[i];
-        if (x->stmt != si)
-            continue;
-        kt_sbuf_t repl;
-        kt_sbuf_init(&repl);
-        kt_gpu_emit_access(e, x->buf, x->idx, &repl);
-        kt_sbuf_clear(&tmp);
-        kt_codegen_replace_loads(text.data, kt_dag_stage(e->dag, x->stage)->name, repl.data, &tmp);
-        kt_sbuf_clear(&text);
-        kt_sbuf_puts(&text, tmp.data ? tmp.data : "");
-        kt_sbuf_free(&repl);
-    }
+    if (!rc)
+        kt_codegen_apply_subs(e->dag, L, si, gpu_access_fn, e, &text);
     if (!rc && s->kind == KT_STMT_COMPUTE && s->src >= 0) {
         kt_sbuf_t repl;
         kt_sbuf_init(&repl);
@@ -153,10 +146,9 @@ static void body(kt_gpu_emit_t *e, int si, kt_sbuf_t *b)
     } else if (!rc) {
         kt_sbuf_puts(b, text.data ? text.data : "");
     }
-    if (text.failed || tmp.failed)
+    if (text.failed)
         b->failed = 1;
     kt_sbuf_free(&text);
-    kt_sbuf_free(&tmp);
     for (int a = 0; a < na; a++)
         kt_sbuf_free(&ax[a]);
 }

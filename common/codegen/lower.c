@@ -577,6 +577,8 @@ kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st)
             continue;   /* lowered inside its consumer */
         lower_stage(&c, s, -1, NULL);
     }
+    if (!c.rc)
+        kt_lower_rewrite_layouts(&c);
     if (c.rc) {
         kt_err_prefix("lowering");
         kt_lower_free(L);

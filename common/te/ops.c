@@ -247,6 +247,8 @@ kt_dag_t *kt_ops_matmul_ex(int64_t M, int64_t N, int64_t K, int b_transposed,
     }
     int a = kt_dag_placeholder(d, "A", 2, sa);
     int b = kt_dag_placeholder(d, "B", 2, sb);
+    if (b >= 0)
+        kt_dag_set_layout_free(d, b);   /* as TVM's matmul tutorial declares B */
     static const char *const axn[] = {"i", "j"}, *const rn[] = {"k"};
     int c = kt_dag_compute(d, "C", b_transposed ? "matmul_nt" : "matmul", 2, sc, axn, 1, &K, rn,
                            KT_RED_SUM);
@@ -268,6 +270,8 @@ kt_dag_t *kt_ops_dense_ex(int64_t M, int64_t N, int64_t K, const kt_epi_t *epi, 
     int64_t sa[2] = {M, K}, sb[2] = {N, K}, sc[2] = {M, N};
     int a = kt_dag_placeholder(d, "data", 2, sa);
     int b = kt_dag_placeholder(d, "weight", 2, sb);
+    if (b >= 0)
+        kt_dag_set_layout_free(d, b);
     static const char *const axn[] = {"i", "j"}, *const rn[] = {"k"};
     int c = kt_dag_compute(d, "T_dense", "dense", 2, sc, axn, 1, &K, rn, KT_RED_SUM);
     if (a < 0 || b < 0 || c < 0)
@@ -468,6 +472,8 @@ kt_dag_t *kt_ops_conv2d(kt_layout_t layout, int64_t N, int64_t H, int64_t W, int
         return finish(d, data);
     int pad = add_pad(d, data, nchw ? 2 : 1, &p, 0.0);
     int wt = kt_dag_placeholder(d, "weight", 4, sw);
+    if (wt >= 0)
+        kt_dag_set_layout_free(d, wt);
     if (pad < 0 || wt < 0)
         return finish(d, -1);
     int rc, out;
@@ -548,6 +554,8 @@ kt_dag_t *kt_ops_depthwise_conv2d(kt_layout_t layout, int64_t N, int64_t H, int6
         return finish(d, data);
     int pad = add_pad(d, data, nchw ? 2 : 1, &p, 0.0);
     int wt = kt_dag_placeholder(d, "weight", 4, sw);
+    if (wt >= 0)
+        kt_dag_set_layout_free(d, wt);
     /* axes b c i j (NCHW) or b i j c (NHWC) | di dj = 4 5 */
     static const char *const an_nhwc[] = {"b", "i", "j", "c"}, *const an_nchw[] = {"b", "c", "i", "j"};
     static const char *const rn[] = {"di", "dj"};

@@ -166,6 +166,15 @@ int kt_dag_placeholder(kt_dag_t *dag, const char *name, int ndim, const int64_t 
     return dag->nstages++;
 }
 
+int kt_dag_set_layout_free(kt_dag_t *dag, int stage)
+{
+    if (!dag || stage < 0 || stage >= dag->nstages ||
+        dag->stages[stage].kind != KT_STAGE_PLACEHOLDER)
+        return kt_err_set(KT_EINVAL, "layout-free: stage %d is not a placeholder", stage);
+    dag->stages[stage].layout_free = 1;
+    return KT_OK;
+}
+
 int kt_dag_compute(kt_dag_t *dag, const char *name, const char *tag, int ndim,
                    const int64_t *shape, const char *const *axis_names, int nreduce,
                    const int64_t *reduce_ext, const char *const *reduce_names, kt_reduce_t rop)

@@ -91,6 +91,9 @@ typedef struct kt_stage {
     const char *tag;                 /* operator tag: "matmul", "conv2d_nhwc", "pad",
                                         "elemwise", "softmax_max", ... (arena string) */
     int is_output;                   /* 1 for the DAG's output stage(s) */
+    int layout_free;                 /* placeholder: a weight whose layout a kernel may
+                                        rewrite for the loop nest reading it (TVM's
+                                        layout_free_placeholders); not in the hash text */
 } kt_stage_t;
 
 typedef struct kt_dag kt_dag_t;
@@ -109,6 +112,9 @@ int kt_te_name_check(const char *name, const char *what);
 
 /* Add a placeholder (input tensor); returns its stage index or negative. */
 int kt_dag_placeholder(kt_dag_t *dag, const char *name, int ndim, const int64_t *shape);
+
+/* Mark placeholder `stage` layout-free (see kt_stage_t). 0 or KT_EINVAL. */
+int kt_dag_set_layout_free(kt_dag_t *dag, int stage);
 
 /* Add a compute stage. axis_names / reduce_names may be NULL (then i0.., k0..).
  * body is built afterwards with the kt_ex_* constructors and set with
