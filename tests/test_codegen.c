@@ -380,7 +380,7 @@ START_TEST(codegen_rewrites_weight_layout)
     char *src = kt_codegen_emit_c(mm, st, "lk");
     ck_assert_ptr_nonnull(src);
     ck_assert_ptr_nonnull(
-        strstr(src, "float *restrict kt_B_layout = (float *)malloc(sizeof(float) * 1536ULL);"));
+        strstr(src, "float *restrict kt_B_layout = (float *)aligned_alloc(64, sizeof(float) * 1536ULL);"));
     ck_assert_ptr_nonnull(strstr(src, "*kt_B_layout["));   /* the update reads the copy */
     ck_assert_ptr_null(strstr(src, "*B["));
     ck_assert_ptr_nonnull(strstr(src, "free(kt_B_layout);"));

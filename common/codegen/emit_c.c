@@ -629,7 +629,12 @@ int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, cons
         int64_t n = 1;
         for (int d = 0; d < bf->ndim; d++)
             n *= bf->shape[d];
-        kt_sbuf_printf(b, "    float *restrict %s = (float *)malloc(sizeof(float) * %lldULL);\n",
+        /* Cache-line aligned (malloc gives 16 bytes): a vector load of a weight's
+         * rewritten layout that straddles two lines made one conv2d 35% slower.
+         * aligned_alloc wants a multiple of the alignment. */
+        n = (n + 15) / 16 * 16;
+        kt_sbuf_printf(b,
+                       "    float *restrict %s = (float *)aligned_alloc(64, sizeof(float) * %lldULL);\n",
                        bf->name, (long long)n);
         nheap++;
     }
