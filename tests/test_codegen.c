@@ -36,13 +36,28 @@ static kt_sched_params_t test_params(void)
     return p;
 }
 
-/* The C source of one state given as JSON (the test fails if it does not
- * parse or emit). The caller frees it. */
-static char *emit_json(const kt_dag_t *dag, const char *json, const char *entry)
+/* One state given as JSON (the test fails if it does not parse); the
+ * caller frees it. */
+static kt_sched_state_t *parse_json(const kt_dag_t *dag, const char *json)
 {
     kt_sched_params_t p = test_params();
     kt_sched_state_t *st = kt_sched_state_from_json(json, dag, &p);
     ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    return st;
+}
+
+/* matmul 64x48x32 with a cache-write stage at level 2: i 2x4x2x4, j 3x1x4x4,
+ * k 8x4, i.0@j.0 parallel, j.3 vectorized. */
+static const char *MM_CACHE_WRITE =
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+    "{\"ann\":[0,1,64],\"ann2\":[2,1,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
+    "\"name\":\"C\",\"tile\":[[2,4,2,4],[3,1,4,4],[8,4]]}],\"version\":1}";
+
+/* The C source of one state given as JSON (the test fails if it does not
+ * parse or emit). The caller frees it. */
+static char *emit_json(const kt_dag_t *dag, const char *json, const char *entry)
+{
+    kt_sched_state_t *st = parse_json(dag, json);
     char *src = kt_codegen_emit_c(dag, st, entry);
     ck_assert_msg(src != NULL, "%s", kt_err_msg());
     kt_sched_state_free(st);
@@ -194,13 +209,7 @@ END_TEST
 START_TEST(codegen_lowering_has_local_tiles_and_annotations)
 {
     kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
-    kt_sched_params_t p = test_params();
-    const char *j =
-        "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
-        "{\"ann\":[0,1,64],\"ann2\":[2,1,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
-        "\"name\":\"C\",\"tile\":[[2,4,2,4],[3,1,4,4],[8,4]]}],\"version\":1}";
-    kt_sched_state_t *st = kt_sched_state_from_json(j, mm, &p);
-    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_sched_state_t *st = parse_json(mm, MM_CACHE_WRITE);
     kt_lower_t *L = kt_lower(mm, st);
     ck_assert_ptr_nonnull(L);
     int local = -1, reg = -1, par = 0, vec = 0, unr = 0;
@@ -344,12 +353,7 @@ START_TEST(codegen_rewrites_weight_layout)
 {
     kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
     kt_sched_params_t p = test_params();
-    const char *j =
-        "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
-        "{\"ann\":[0,1,64],\"ann2\":[2,1,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
-        "\"name\":\"C\",\"tile\":[[2,4,2,4],[3,1,4,4],[8,4]]}],\"version\":1}";
-    kt_sched_state_t *st = kt_sched_state_from_json(j, mm, &p);
-    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_sched_state_t *st = parse_json(mm, MM_CACHE_WRITE);
     kt_lower_t *L = kt_lower(mm, st);
     ck_assert_ptr_nonnull(L);
     int lay = -1;

@@ -42,6 +42,9 @@ void kt_lower_append(kt_lower_ctx_t *c, int parent, int node);
 kt_lower_stmt_t kt_lower_stmt_new(kt_stmt_kind_t kind, int stage);
 /* Store s and append a STMT node for it under parent; the statement id or -1. */
 int kt_lower_add_stmt(kt_lower_ctx_t *c, int parent, const kt_lower_stmt_t *s);
+/* Make statement stmt's loads of stage read buffer buf at idx[0..ndim) instead. */
+void kt_lower_add_sub(kt_lower_ctx_t *c, int stmt, int stage, int buf, const kt_lower_index_t *idx,
+                      int ndim);
 
 /* Layout rewrite of the weights read by tiled stages (lower_layout.c): a
  * heap copy in the nest's loop order, a copy nest before the consumer's and a

@@ -172,3 +172,20 @@ void kt_lower_ctx_init(kt_lower_ctx_t *c, const kt_dag_t *dag, const kt_sched_st
             L->bufs[c->gbuf[s]].arg = i;
     }
 }
+
+void kt_lower_add_sub(kt_lower_ctx_t *c, int stmt, int stage, int buf, const kt_lower_index_t *idx,
+                      int ndim)
+{
+    kt_lower_t *L = c->L;
+    if (stmt < 0 || kt_lower_grow(c, (void **)&L->subs, &c->cap_subs, L->nsubs, sizeof(*L->subs)))
+        return;
+    kt_lower_sub_t *x = &L->subs[L->nsubs++];
+    memset(x, 0, sizeof(*x));
+    x->stmt = stmt;
+    x->stage = stage;
+    x->buf = buf;
+    for (int d = 0; d < ndim; d++)
+        x->idx[d] = idx[d];
+    for (int d = ndim; d <= KT_TE_MAX_DIMS; d++)
+        x->idx[d] = kt_lower_idx_none();
+}

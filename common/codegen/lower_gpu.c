@@ -91,22 +91,6 @@ static void alloc(g_t *c, int parent, int buf)
         c->L->nodes[n].buf = buf;
 }
 
-static void add_sub(g_t *c, int stmt, int stage, int buf, const kt_lower_index_t *idx, int ndim)
-{
-    kt_lower_t *L = c->L;
-    if (stmt < 0 || kt_lower_grow(c, (void **)&L->subs, &c->cap_subs, L->nsubs, sizeof(*L->subs)))
-        return;
-    kt_lower_sub_t *x = &L->subs[L->nsubs++];
-    memset(x, 0, sizeof(*x));
-    x->stmt = stmt;
-    x->stage = stage;
-    x->buf = buf;
-    for (int d = 0; d < ndim; d++)
-        x->idx[d] = idx[d];
-    for (int d = ndim; d <= KT_TE_MAX_DIMS; d++)
-        x->idx[d] = kt_lower_idx_none();
-}
-
 static int new_kernel(g_t *c, const kt_sched_gpu_kernel_t *k)
 {
     kt_lower_t *L = c->L;
@@ -659,7 +643,7 @@ static void lower_tiled(g_t *c, int s, const kt_sched_gpu_kernel_t *k)
                 kt_lower_idx_add(c, &bi[d], tl.r2[r], cf);
             }
         }
-        add_sub(c, us, x->p, x->buf, bi, x->acc.ndim);
+        kt_lower_add_sub(c, us, x->p, x->buf, bi, x->acc.ndim);
     }
     unroll(c, first, e->ann.unroll);
 

@@ -190,17 +190,14 @@ static void rewrite_one(kt_lower_ctx_t *c, int k, int p)
     snprintf(name, sizeof(name), "kt_%s_layout", ps->name);
     snprintf(label, sizeof(label), "%s.layout", ps->name);
     int buf = kt_lower_new_buf(c, KT_BUF_HEAP, p, name, label, n, shape);
-    if (buf < 0 || kt_lower_grow(c, (void **)&L->subs, &c->cap_subs, L->nsubs, sizeof(*L->subs)))
+    if (buf < 0)
         return;
-    kt_lower_sub_t *x = &L->subs[L->nsubs++];
-    memset(x, 0, sizeof(*x));
-    x->stmt = k;
-    x->stage = p;
-    x->buf = buf;
-    for (int d = 0; d <= KT_TE_MAX_DIMS; d++)
-        x->idx[d] = kt_lower_idx_none();
-    for (int m = 0; m < n; m++)
-        kt_lower_idx_add(c, &x->idx[m], lay[m].iter, 1);
+    kt_lower_index_t idx[KT_TE_MAX_DIMS + 1];
+    for (int m = 0; m < n; m++) {
+        idx[m] = kt_lower_idx_none();
+        kt_lower_idx_add(c, &idx[m], lay[m].iter, 1);
+    }
+    kt_lower_add_sub(c, k, p, buf, idx, n);
     add_copy_nest(c, p, path[0], lay, n, buf);
 }
 
