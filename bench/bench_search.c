@@ -16,7 +16,9 @@
  * + sgemm and, when built with oneDNN, its direct convolution: bench_blas.h),
  * with the machine's practical peak (the fastest baseline or sgemm 512^3):
  * the share of it each policy's confirmed best reaches, and the share a 1.3x
- * lead over the second policy at the last checkpoint would need.
+ * lead over the second policy at the last checkpoint would need, of it and
+ * of the core's multiply-add ceiling (fma_peak.h), beyond which no kernel
+ * goes.
  * Policies and seeds run one after the other: builds overlap runs, so on a
  * 2-core machine a second bench beside this one slows the kernels it times.
  *
@@ -47,6 +49,7 @@
 
 #include "bench_blas.h"
 #include "bench_local.h"
+#include "fma_peak.h"
 #include "measure/measurer.h"
 #include "search/search.h"
 #include "util/err.h"
@@ -339,6 +342,10 @@ static void parse_list(const char *s, int *out, int *n, int cap)
 static void print_baseline(size_t wi, double flops, run_t runs[][MAX_SEEDS])
 {
     static double sgemm512_s;   /* sgemm 512^3, timed once per run */
+    static double core_gf;      /* the core's multiply-add ceiling, once per run */
+    static int core_vb;
+    if (core_gf == 0)
+        core_gf = kt_bench_fma_peak_gflops(&core_vb);
     const int *d = workloads[wi].d;
     int is512 = !workloads[wi].conv && d[0] == 512 && d[1] == 512 && d[2] == 512;
     if (sgemm512_s == 0 && !is512)
@@ -370,13 +377,18 @@ static void print_baseline(size_t wi, double flops, run_t runs[][MAX_SEEDS])
                100 * flops / median(v, nseeds) * 1e-9 / peak);
     }
     printf(" of the peak\n");
+    printf("core multiply-add ceiling %.0fGF (%d-byte vectors, one thread): the practical peak is "
+           "%.0f%% of it\n", core_gf, core_vb, 100 * peak / core_gf);
     if (npol == 2) {
         double v[MAX_SEEDS];
         for (int k = 0; k < nseeds; k++)
             v[k] = runs[1][k].best[ncheck - 1];
         double need = median(v, nseeds) / 1.3;
-        printf("1.3x over %s at %d trials needs %.3f ms: %.0f%% of the peak\n", policies[1],
-               checkpoints[ncheck - 1], need * 1e3, 100 * flops / need * 1e-9 / peak);
+        double need_gf = flops / need * 1e-9;
+        printf("1.3x over %s at %d trials needs %.3f ms: %.0f%% of the peak, %.0f%% of the "
+               "core's ceiling%s\n", policies[1], checkpoints[ncheck - 1], need * 1e3,
+               100 * need_gf / peak, 100 * need_gf / core_gf,
+               need_gf > core_gf ? " (out of reach on this machine)" : "");
     }
 }
 
