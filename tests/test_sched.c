@@ -518,6 +518,77 @@ START_TEST(sched_hashes_differ_for_different_states)
 }
 END_TEST
 
+/* Keys of a that b lacks. */
+static int knobs_missing(const uint64_t *a, int na, const uint64_t *b, int nb)
+{
+    int miss = 0;
+    for (int i = 0; i < na; i++) {
+        int found = 0;
+        for (int j = 0; j < nb && !found; j++)
+            found = a[i] == b[j];
+        miss += !found;
+    }
+    return miss;
+}
+
+START_TEST(sched_knobs_name_each_decision_once)
+{
+    kt_sched_params_t p = params16();
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, EPI_RELU, 1);
+    kt_sched_state_t **sk;
+    int n;
+    ck_assert_int_eq(kt_sched_sketches(mm, &p, &sk, &n), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 21);
+    enum { CAP = 8 * KT_SCHED_KNOBS_PER_STAGE };
+    uint64_t ka[CAP], kb[CAP];
+    for (int t = 0; t < 40; t++) {
+        kt_sched_state_t *a = kt_sched_sample(mm, &p, sk[t % n], &rng);
+        ck_assert_ptr_nonnull(a);
+        int na = kt_sched_state_knobs(a, ka, CAP);
+        ck_assert_int_gt(na, 0);
+        ck_assert_int_le(na, a->nstages * KT_SCHED_KNOBS_PER_STAGE);
+        for (int i = 0; i < na; i++) {
+            ck_assert_uint_ne(ka[i], 0);
+            for (int j = i + 1; j < na; j++)
+                ck_assert_uint_ne(ka[i], ka[j]);   /* one key per decision */
+        }
+        /* the same state, the same keys */
+        kt_sched_state_t *b = kt_sched_state_clone(a);
+        ck_assert_int_eq(kt_sched_state_knobs(b, kb, CAP), na);
+        ck_assert_mem_eq(ka, kb, (size_t)na * sizeof(uint64_t));
+        /* one decision changed: exactly one key differs each way */
+        int tiled = -1;
+        for (int s = 0; s < a->nstages && tiled < 0; s++)
+            if (a->stages[s].kind == KT_SK_TILED)
+                tiled = s;
+        ck_assert_int_ge(tiled, 0);
+        b->stages[tiled].ann.unroll = a->stages[tiled].ann.unroll == 16 ? 64 : 16;
+        int nb = kt_sched_state_knobs(b, kb, CAP);
+        ck_assert_int_eq(nb, na);
+        ck_assert_int_eq(knobs_missing(ka, na, kb, nb), 1);
+        /* the same value at another level is another decision */
+        kt_sched_state_t *c = kt_sched_state_clone(a);
+        int32_t *sp = c->stages[tiled].split[0];
+        int32_t x = sp[2];
+        sp[2] = sp[3];
+        sp[3] = x;
+        int nc = kt_sched_state_knobs(c, kb, CAP);
+        ck_assert_int_eq(knobs_missing(ka, na, kb, nc), sp[2] == sp[3] ? 0 : 2);
+        kt_sched_state_free(a);
+        kt_sched_state_free(b);
+        kt_sched_state_free(c);
+    }
+    /* too little room: an error, not a short list */
+    kt_sched_state_t *a = kt_sched_sample(mm, &p, sk[0], &rng);
+    ck_assert_int_eq(kt_sched_state_knobs(a, ka, KT_SCHED_KNOBS_PER_STAGE), KT_EINVAL);
+    ck_assert_int_eq(kt_sched_state_knobs(NULL, ka, CAP), KT_EINVAL);
+    kt_sched_state_free(a);
+    free_all(sk, n);
+    kt_dag_free(mm);
+}
+END_TEST
+
 START_TEST(sched_print_shows_loop_nest_and_annotations)
 {
     kt_sched_params_t p = params16();
@@ -660,6 +731,7 @@ int main(void)
     tcase_add_test(tc, sched_random_mutations_keep_validity);
     tcase_add_test(tc, sched_validate_survives_corrupted_states);
     tcase_add_test(tc, sched_hashes_differ_for_different_states);
+    tcase_add_test(tc, sched_knobs_name_each_decision_once);
     tcase_add_test(tc, sched_print_shows_loop_nest_and_annotations);
     tcase_add_test(tc, sched_validate_rejects_inconsistent_states);
     tcase_add_test(tc, sched_compute_location_choices_follow_consumers);

@@ -136,6 +136,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.retry_search_one_round_on_empty, 10);
     ck_assert_int_eq(o.num_warmup_sample, 32);   /* ktune's: the model guides round 2 */
     ck_assert_int_eq(o.model_label, KT_MODEL_LABEL_RANK);   /* ktune's: pairwise objective */
+    ck_assert_double_eq(o.diversity_filter_ratio, 0);       /* Ansor's pick */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -155,8 +156,10 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_double_eq(o.eps_greedy, 0.05);
     ck_assert_int_eq(kt_search_opts_set(&o, "eps_greedy=0.1,evolutionary_search_population=512,"
                                             "evolutionary_search_num_iters=2,model_label=log,"
-                                            "num_warmup_sample=64,foresee_keep=16"),
+                                            "num_warmup_sample=64,foresee_keep=16,"
+                                            "diversity_filter_ratio=4"),
                      0);
+    ck_assert_double_eq(o.diversity_filter_ratio, 4);
     ck_assert_double_eq(o.eps_greedy, 0.1);
     ck_assert_int_eq(o.evolutionary_search_population, 512);
     ck_assert_int_eq(o.evolutionary_search_num_iters, 2);
@@ -178,6 +181,8 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"evolutionary_search_population=100000000", "populations must be at most"},
         {"evolutionary_search_num_iters=5000", "at most 1000"},
         {"model_label=hinge", "unknown value 'hinge'"},
+        {"diversity_filter_ratio=0.5", "diversity_filter_ratio must be 0 (off) or in [1, 64]"},
+        {"diversity_filter_ratio=100", "diversity_filter_ratio must be 0 (off) or in [1, 64]"},
         {"seed=3", "job's seed"},
         {"policy=sketch.random", "job's policy"},
         {"eps_greedy", "is not key=value"},
@@ -469,6 +474,76 @@ START_TEST(search_eps_greedy_share_and_population_follow_the_options)
     ck_assert_int_gt(s.nsketches, 0);
     kt_search_policy_free(sp);
     kt_workload_free(w);
+}
+END_TEST
+
+/* Distinct knob values (kt_sched_state_knobs) among n states. */
+static int knob_coverage(kt_sched_state_t *const *st, int n)
+{
+    enum { CAP = 4096 };
+    static uint64_t seen[CAP];
+    int nseen = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t k[8 * KT_SCHED_KNOBS_PER_STAGE];
+        int nk = kt_sched_state_knobs(st[i], k, 8 * KT_SCHED_KNOBS_PER_STAGE);
+        ck_assert_int_gt(nk, 0);
+        for (int j = 0; j < nk; j++) {
+            int found = 0;
+            for (int t = 0; t < nseen && !found; t++)
+                found = seen[t] == k[j];
+            if (!found) {
+                ck_assert_int_lt(nseen, CAP);
+                seen[nseen++] = k[j];
+            }
+        }
+    }
+    return nseen;
+}
+
+/* One round's proposals of a policy with this diversity_filter_ratio. */
+static int propose_with_diversity(double ratio, uint64_t seed, kt_sched_state_t ***st,
+                                  kt_search_stats_t *s)
+{
+    kt_workload_t *w = matmul(64, 64, 64);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", seed);
+    o.eps_greedy = 0;
+    o.evolutionary_search_population = 256;
+    o.diversity_filter_ratio = ratio;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+    int got = kt_search_propose(sp, 16, st);
+    kt_search_stats(sp, s);
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+    return got;
+}
+
+START_TEST(search_diversity_pick_covers_more_knob_values)
+{
+    for (uint64_t seed = 30; seed < 33; seed++) {
+        kt_sched_state_t **plain, **diverse;
+        kt_search_stats_t sp, sd;
+        ck_assert_int_eq(propose_with_diversity(0, seed, &plain, &sp), 16);
+        ck_assert_int_eq(propose_with_diversity(4, seed, &diverse, &sd), 16);
+        /* Ansor keeps the best 2n states; the diversity pick draws from 4n */
+        ck_assert_int_eq(sp.last_best, 32);
+        ck_assert_int_eq(sd.last_best, 64);
+        ck_assert_int_eq(sd.last_picked_best, 16);
+        /* the same sampled population and model: the diverse picks cover
+         * more of the choices than the best-scored 16 */
+        int cp = knob_coverage(plain, 16), cd = knob_coverage(diverse, 16);
+        ck_assert_msg(cd > cp, "seed %llu: diverse picks cover %d knob values, plain %d",
+                      (unsigned long long)seed, cd, cp);
+        /* and they are distinct states */
+        for (int i = 0; i < 16; i++)
+            for (int j = i + 1; j < 16; j++)
+                ck_assert(!kt_sched_state_equal(diverse[i], diverse[j]));
+        free_states(plain, 16);
+        free_states(diverse, 16);
+    }
 }
 END_TEST
 
@@ -789,6 +864,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_one_round_measures_real_kernels_and_tracks_the_best);
     tcase_add_test(tc, search_never_proposes_measured_preloaded_or_reported_states);
     tcase_add_test(tc, search_eps_greedy_share_and_population_follow_the_options);
+    tcase_add_test(tc, search_diversity_pick_covers_more_knob_values);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
     tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);

@@ -679,3 +679,42 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
     }
     return 0;
 }
+
+/* One knob key: stage, decision and value packed, then hashed (xxHash via
+ * kt_hash64) so the keys index open-addressing sets directly. */
+static uint64_t knob_key(int stage, int decision, int64_t value)
+{
+    int64_t packed[3] = {stage, decision, value};
+    uint64_t h = kt_hash64(packed, sizeof packed);
+    return h ? h : 1;
+}
+
+int kt_sched_state_knobs(const kt_sched_state_t *st, uint64_t *out, int cap)
+{
+    if (!st || !out || cap < st->nstages * KT_SCHED_KNOBS_PER_STAGE)
+        return kt_err_set(KT_EINVAL, "state knobs: no state, or room for fewer than %d keys",
+                          st ? st->nstages * KT_SCHED_KNOBS_PER_STAGE : 0);
+    int n = 0;
+    for (int i = 0; i < st->nstages; i++) {
+        const kt_sched_stage_t *s = &st->stages[i];
+        if (s->kind == KT_SK_INPUT)
+            continue;   /* nothing chosen */
+        out[n++] = knob_key(i, 0, s->kind | s->fuse << 8 | s->cache_write << 16 |
+                                      (int64_t)s->level << 24 | (int64_t)s->rf_inner << 32);
+        out[n++] = knob_key(i, 1, s->at_stage | s->at_depth << 8);
+        const kt_sched_ann_t *a[2] = {&s->ann, &s->ann2};
+        for (int k = 0; k < 2; k++) {
+            out[n++] = knob_key(i, 2 + 3 * k, a[k]->parallel);
+            out[n++] = knob_key(i, 3 + 3 * k, a[k]->vectorize);
+            out[n++] = knob_key(i, 4 + 3 * k, a[k]->unroll);
+        }
+        out[n++] = knob_key(i, 8, s->threads);
+        out[n++] = knob_key(i, 9, s->smem);
+        out[n++] = knob_key(i, 10, s->vec);
+        for (int ax = 0; ax < KT_SCHED_MAX_AXES; ax++)
+            for (int l = 0; l < KT_SCHED_MAX_LEVELS; l++)
+                if (s->split[ax][l])
+                    out[n++] = knob_key(i, 11 + ax * KT_SCHED_MAX_LEVELS + l, s->split[ax][l]);
+    }
+    return n;
+}

@@ -247,6 +247,16 @@ kt_sched_state_t *kt_sched_state_from_json(const char *json, const kt_dag_t *dag
 /* Stable 64-bit hash of the canonical JSON (kt_hash64); 0 on OOM. */
 uint64_t kt_sched_state_hash(const kt_sched_state_t *st, const kt_dag_t *dag);
 
+/* The state's decisions as knob values (AutoTVM's config knobs): one key per
+ * (stage, decision, value), a decision being a stage's structure, its compute
+ * location, one split factor of one axis at one level, or one annotation.
+ * Two states share a key where they made the same choice; a diversity-aware
+ * pick counts the keys a set of states covers. Keys are uniform 64-bit
+ * hashes (never 0). Writes at most cap keys into out and returns their
+ * number; KT_EINVAL when cap < KT_SCHED_KNOBS_PER_STAGE x nstages. */
+#define KT_SCHED_KNOBS_PER_STAGE (KT_SCHED_MAX_AXES * KT_SCHED_MAX_LEVELS + 11)
+int kt_sched_state_knobs(const kt_sched_state_t *st, uint64_t *out, int cap);
+
 /* The loop nest, TVM style, one loop per line indented by depth:
  *   parallel i.0@j.0@ (0,64)
  *     for k.0 (0,32)

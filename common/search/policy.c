@@ -76,6 +76,10 @@ static int opts_check(const kt_search_opts_t *o)
         return kt_err_set(KT_EINVAL, "search: num_warmup_sample must be >= 0");
     if (!kt_model_label_name(o->model_label))
         return kt_err_set(KT_EINVAL, "search: unknown model_label %d", o->model_label);
+    if (!(o->diversity_filter_ratio == 0 ||
+          (o->diversity_filter_ratio >= 1 && o->diversity_filter_ratio <= KT_SEARCH_MAX_DIVERSITY)))
+        return kt_err_set(KT_EINVAL, "search: diversity_filter_ratio must be 0 (off) or in [1, %d]",
+                          KT_SEARCH_MAX_DIVERSITY);
     if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
         return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
                                      "foresee_num_iters >= 0");
@@ -111,6 +115,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"retry_search_one_round_on_empty",
          offsetof(kt_search_opts_t, retry_search_one_round_on_empty), 'i'},
         {"num_warmup_sample", offsetof(kt_search_opts_t, num_warmup_sample), 'i'},
+        {"diversity_filter_ratio", offsetof(kt_search_opts_t, diversity_filter_ratio), 'd'},
         {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
         {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
         {"foresee_keep", offsetof(kt_search_opts_t, foresee_keep), 'i'},
@@ -762,9 +767,82 @@ out:
     return rc;
 }
 
+/* Moves best->st[i] to out, marked as proposed. */
+static int take(kt_search_policy_t *sp, kt_slist_t *src, int i, kt_slist_t *out)
+{
+    int rc = kt_hset_add(&sp->measured, src->hash[i]);
+    if (rc < 0)
+        return rc;
+    if ((rc = kt_slist_push(out, src->st[i], src->hash[i])))
+        return rc;
+    src->st[i] = NULL;
+    return 0;
+}
+
+/* AutoTVM's submodular pick with zero scores (diversity_filter_ratio): up to
+ * num_good new states from the first ratio x n of best, each the one whose
+ * knob values add most to those the earlier picks cover; best is in score
+ * order, so ties go to the better score. Greedy coverage: a round measures a
+ * spread of the model's favourites instead of sixty variants of one. */
+static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t *best,
+                        kt_slist_t *out)
+{
+    int pool = (int)ceil(sp->opts.diversity_filter_ratio * n);
+    if (pool > best->n)
+        pool = best->n;
+    const int per = kt_dag_num_stages(sp->dag) * KT_SCHED_KNOBS_PER_STAGE;
+    uint64_t *keys = malloc((size_t)(pool > 0 ? pool : 1) * (size_t)per * sizeof(uint64_t));
+    int *nkeys = malloc((size_t)(pool > 0 ? pool : 1) * sizeof(int));
+    kt_hset_t covered = {0};
+    int rc = 0;
+    if (!keys || !nkeys) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < pool; i++) {
+        nkeys[i] = -1;   /* not a candidate */
+        if (!best->st[i] || !is_new(sp, best->hash[i]))
+            continue;
+        if ((nkeys[i] = kt_sched_state_knobs(best->st[i], keys + (size_t)i * per, per)) < 0) {
+            rc = nkeys[i];
+            goto out;
+        }
+    }
+    for (int k = 0; k < num_good; k++) {
+        int arg = -1, top = -1;
+        for (int i = 0; i < pool; i++) {
+            if (nkeys[i] < 0)
+                continue;
+            int fresh = 0;
+            for (int j = 0; j < nkeys[i]; j++)
+                fresh += !kt_hset_has(&covered, keys[(size_t)i * per + j]);
+            if (fresh > top) {
+                top = fresh;
+                arg = i;
+            }
+        }
+        if (arg < 0)
+            break;   /* the pool is spent: pick() goes on with the rest of best */
+        for (int j = 0; j < nkeys[arg]; j++)
+            if ((rc = kt_hset_add(&covered, keys[(size_t)arg * per + j])) < 0)
+                goto out;
+        nkeys[arg] = -1;
+        if ((rc = take(sp, best, arg, out)))
+            goto out;
+        sp->stats.last_picked_best++;
+    }
+    rc = 0;
+out:
+    free(keys);
+    free(nkeys);
+    kt_hset_free(&covered);
+    return rc;
+}
+
 /* Ansor's PickStatesWithEpsGreedy: the first (1 - eps) x n from the best
- * states, the rest from the random ones (each falls back on the other),
- * never a state measured or proposed before. */
+ * states (chosen for diversity when diversity_filter_ratio is set), the rest
+ * from the random ones (each falls back on the other), never a state
+ * measured or proposed before. */
 static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd,
                 kt_slist_t *out)
 {
@@ -772,6 +850,8 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     int num_good = n - num_random;
     int ob = 0, orr = 0, rc = 0;
     sp->stats.last_picked_best = sp->stats.last_picked_random = 0;
+    if (sp->opts.diversity_filter_ratio > 0 && (rc = pick_diverse(sp, n, num_good, best, out)))
+        return rc;
     while (out->n < n) {
         int from_best;
         if (out->n < num_good)
@@ -782,14 +862,10 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
             break;
         kt_slist_t *src = from_best ? best : rnd;
         int i = from_best ? ob++ : orr++;
-        uint64_t h = src->hash[i];
-        if (!is_new(sp, h))
+        if (!src->st[i] || !is_new(sp, src->hash[i]))
             continue;
-        if ((rc = kt_hset_add(&sp->measured, h)) < 0)
+        if ((rc = take(sp, src, i, out)))
             return rc;
-        if ((rc = kt_slist_push(out, src->st[i], h)))
-            return rc;
-        src->st[i] = NULL;
         if (from_best)
             sp->stats.last_picked_best++;
         else
@@ -829,8 +905,11 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
         rc = c ? kt_slist_push(&rnd, c, pop.hash[k]) : kt_err_set(KT_ENOMEM, "out of memory");
     }
     sp->stats.last_random = rnd.n;
+    /* Ansor keeps the best 2n; a diversity pick draws from ratio x n */
+    int keep = 2 * n, pool = (int)ceil(sp->opts.diversity_filter_ratio * n);
     if (rc == 0)
-        rc = evolve(sp, &pop, sampled, sp->opts.evolutionary_search_num_iters, 2 * n, &best);
+        rc = evolve(sp, &pop, sampled, sp->opts.evolutionary_search_num_iters,
+                    pool > keep ? pool : keep, &best);
     if (rc == 0)
         rc = pick(sp, n, &best, &rnd, out);
     if (rc == 0 && out->n == 0)

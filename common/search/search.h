@@ -59,6 +59,12 @@ typedef struct {
     int retry_search_one_round_on_empty;   /* 10 */
     int num_warmup_sample;                 /* records before the xgb model is trusted: 32 (Ansor 100) */
     int model_label;                       /* KT_MODEL_LABEL_* of the xgb model: rank (see policy.c) */
+    /* AutoTVM's diversity-aware pick (its diversity_filter_ratio): 0 = off,
+     * Ansor's pick of the best-scored states. r >= 1: the (1 - eps) x n
+     * picks come from the r x n best-scored new states, chosen one by one
+     * to cover the most knob values (kt_sched_state_knobs) not yet covered
+     * by the round's earlier picks, ties to the better score. */
+    double diversity_filter_ratio;         /* 0 */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
@@ -71,6 +77,8 @@ void kt_search_opts_default(kt_search_opts_t *o);
  * policy accepts. */
 #define KT_SEARCH_MAX_POPULATION (1 << 20)
 #define KT_SEARCH_MAX_ITERS 1000
+/* Largest diversity_filter_ratio (the candidate pool is ratio x n states). */
+#define KT_SEARCH_MAX_DIVERSITY 64
 
 /* Sets options from "key=value,..." (a job's search_params): the numeric
  * fields above by name, and model_label=throughput|log|rank. policy and seed
