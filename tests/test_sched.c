@@ -477,13 +477,22 @@ START_TEST(sched_validate_survives_corrupted_states)
 }
 END_TEST
 
+/* matmul 64x48x32 + relu and its sketches under params16(). */
+static kt_dag_t *mm_relu_sketches(kt_sched_params_t *p, kt_sched_state_t ***sk, int *n)
+{
+    *p = params16();
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, EPI_RELU, 1);
+    ck_assert_ptr_nonnull(mm);
+    ck_assert_int_eq(kt_sched_sketches(mm, p, sk, n), 0);
+    return mm;
+}
+
 START_TEST(sched_hashes_differ_for_different_states)
 {
-    kt_sched_params_t p = params16();
-    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, EPI_RELU, 1);
+    kt_sched_params_t p;
     kt_sched_state_t **sk;
     int n;
-    ck_assert_int_eq(kt_sched_sketches(mm, &p, &sk, &n), 0);
+    kt_dag_t *mm = mm_relu_sketches(&p, &sk, &n);
     kt_rng_t rng;
     kt_rng_seed(&rng, 9);
     enum { N = 300 };
@@ -533,11 +542,10 @@ static int knobs_missing(const uint64_t *a, int na, const uint64_t *b, int nb)
 
 START_TEST(sched_knobs_name_each_decision_once)
 {
-    kt_sched_params_t p = params16();
-    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, EPI_RELU, 1);
+    kt_sched_params_t p;
     kt_sched_state_t **sk;
     int n;
-    ck_assert_int_eq(kt_sched_sketches(mm, &p, &sk, &n), 0);
+    kt_dag_t *mm = mm_relu_sketches(&p, &sk, &n);
     kt_rng_t rng;
     kt_rng_seed(&rng, 21);
     enum { CAP = 8 * KT_SCHED_KNOBS_PER_STAGE };
@@ -621,11 +629,10 @@ END_TEST
 
 START_TEST(sched_validate_rejects_inconsistent_states)
 {
-    kt_sched_params_t p = params16();
-    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, EPI_RELU, 1);
+    kt_sched_params_t p;
     kt_sched_state_t **sk;
     int n;
-    ck_assert_int_eq(kt_sched_sketches(mm, &p, &sk, &n), 0);
+    kt_dag_t *mm = mm_relu_sketches(&p, &sk, &n);
     kt_rng_t rng;
     kt_rng_seed(&rng, 1);
     kt_sched_state_t *st = kt_sched_sample(mm, &p, sk[0], &rng);
