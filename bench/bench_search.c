@@ -11,7 +11,8 @@
  * time (wall, search + building + measuring) to each checkpoint. Every candidate is
  * timed once, as the search times it; at a run's end its 3 best are timed
  * again (--confirm-repeat repeats of 40 ms, the fastest kept), and the
- * "confirmd" row compares what the policies really found. Library
+ * "confirmd" row compares what the policies really found (a run whose
+ * re-timing is over CONFIRM_DRIFT off is named: its host's load changed). Library
  * baselines are timed in the same run (OpenBLAS sgemm; for the conv2d im2col
  * + sgemm and, when built with oneDNN, its direct convolution: bench_blas.h),
  * with the machine's practical peak (the fastest baseline or sgemm 512^3):
@@ -60,6 +61,9 @@
 #define MAX_POL 2
 #define MAX_ROUNDS 64
 #define CONFIRM 3   /* a run's best candidates measured again at its end */
+/* Re-timed bests further than this from the search's timing (a share) are
+ * flagged: on a quiet machine they agree within a few percent. */
+#define CONFIRM_DRIFT 0.15
 
 static int checkpoints[MAX_CHECK] = {64, 128, 256};
 static int ncheck = 3;
@@ -493,6 +497,16 @@ int main(int argc, char **argv)
         print_row("confirmd", v, flops);
         printf("(confirmd: each run's %d best candidates timed again, the fastest of %d repeats "
                "of 40 ms)\n", CONFIRM, confirm_repeat);
+        /* a re-timing far from the search's own timing means the host's load
+         * changed during the run: its figures compare badly with other runs */
+        for (int pi = 0; pi < npol; pi++)
+            for (int k = 0; k < nseeds; k++) {
+                double b = runs[pi][k].best[ncheck - 1], c = runs[pi][k].confirmed;
+                if (b > 0 && c > 0 && fabs(c / b - 1) > CONFIRM_DRIFT)
+                    printf("warning: %s seed %d re-timed at %.3f ms against %.3f ms in the "
+                           "search (%+.0f%%): the host's load changed during the run\n",
+                           policies[pi], 1000 + k, c * 1e3, b * 1e3, 100 * (c / b - 1));
+            }
         print_baseline(wi, flops, runs);
         int maxr = 0;
         for (int pi = 0; pi < npol; pi++)
