@@ -767,7 +767,7 @@ out:
     return rc;
 }
 
-/* Moves best->st[i] to out, marked as proposed. */
+/* Moves src->st[i] to out, marked as proposed. */
 static int take(kt_search_policy_t *sp, kt_slist_t *src, int i, kt_slist_t *out)
 {
     int rc = kt_hset_add(&sp->measured, src->hash[i]);
@@ -779,6 +779,14 @@ static int take(kt_search_policy_t *sp, kt_slist_t *src, int i, kt_slist_t *out)
     return 0;
 }
 
+/* States a diversity pick of n chooses from (diversity_filter_ratio x n; 0
+ * when off): the evolution keeps at least as many, pick_diverse draws from
+ * that many of the best. */
+static int diversity_pool(const kt_search_policy_t *sp, int n)
+{
+    return (int)ceil(sp->opts.diversity_filter_ratio * n);
+}
+
 /* AutoTVM's submodular pick with zero scores (diversity_filter_ratio): up to
  * num_good new states from the first ratio x n of best, each the one whose
  * knob values add most to those the earlier picks cover; best is in score
@@ -787,7 +795,7 @@ static int take(kt_search_policy_t *sp, kt_slist_t *src, int i, kt_slist_t *out)
 static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t *best,
                         kt_slist_t *out)
 {
-    int pool = (int)ceil(sp->opts.diversity_filter_ratio * n);
+    int pool = diversity_pool(sp, n);
     if (pool > best->n)
         pool = best->n;
     const int per = kt_dag_num_stages(sp->dag) * KT_SCHED_KNOBS_PER_STAGE;
@@ -906,7 +914,7 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     }
     sp->stats.last_random = rnd.n;
     /* Ansor keeps the best 2n; a diversity pick draws from ratio x n */
-    int keep = 2 * n, pool = (int)ceil(sp->opts.diversity_filter_ratio * n);
+    int keep = 2 * n, pool = diversity_pool(sp, n);
     if (rc == 0)
         rc = evolve(sp, &pop, sampled, sp->opts.evolutionary_search_num_iters,
                     pool > keep ? pool : keep, &best);
