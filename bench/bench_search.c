@@ -287,10 +287,12 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
             out->secs[c] = kt_time_mono() - start;
             out->best[c++] = best;
         }
-        fprintf(stderr, "  %s seed %llu: %d trials, best %.3f ms, picks' median %.3f ms (search "
-                        "%.2f s, train %.2f s, measure %.1f s)\n",
-                policy, (unsigned long long)seed, trials, best * 1e3, picks * 1e3, s, t,
-                wall - s - t);
+        kt_search_stats_t ss;
+        kt_search_stats(sp, &ss);
+        fprintf(stderr, "  %s seed %llu: %d trials, best %.3f ms, picks' median %.3f ms, %d "
+                        "register tiles (search %.2f s, train %.2f s, measure %.1f s)\n",
+                policy, (unsigned long long)seed, trials, best * 1e3, picks * 1e3,
+                ss.last_tile_families, s, t, wall - s - t);
     }
     double best = INFINITY;
     kt_search_best(sp, &best, NULL);

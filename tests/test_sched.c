@@ -540,6 +540,15 @@ static int knobs_missing(const uint64_t *a, int na, const uint64_t *b, int nb)
     return miss;
 }
 
+/* The first TILED stage of a state (every sampled matmul state has one). */
+static int first_tiled(const kt_sched_state_t *st)
+{
+    for (int s = 0; s < st->nstages; s++)
+        if (st->stages[s].kind == KT_SK_TILED)
+            return s;
+    return -1;
+}
+
 START_TEST(sched_knobs_name_each_decision_once)
 {
     kt_sched_params_t p;
@@ -566,10 +575,7 @@ START_TEST(sched_knobs_name_each_decision_once)
         ck_assert_int_eq(kt_sched_state_knobs(b, kb, CAP), na);
         ck_assert_mem_eq(ka, kb, (size_t)na * sizeof(uint64_t));
         /* one decision changed: exactly one key differs each way */
-        int tiled = -1;
-        for (int s = 0; s < a->nstages && tiled < 0; s++)
-            if (a->stages[s].kind == KT_SK_TILED)
-                tiled = s;
+        int tiled = first_tiled(a);
         ck_assert_int_ge(tiled, 0);
         b->stages[tiled].ann.unroll = a->stages[tiled].ann.unroll == 16 ? 64 : 16;
         int nb = kt_sched_state_knobs(b, kb, CAP);
@@ -592,6 +598,50 @@ START_TEST(sched_knobs_name_each_decision_once)
     ck_assert_int_eq(kt_sched_state_knobs(a, ka, KT_SCHED_KNOBS_PER_STAGE), KT_EINVAL);
     ck_assert_int_eq(kt_sched_state_knobs(NULL, ka, CAP), KT_EINVAL);
     kt_sched_state_free(a);
+    free_all(sk, n);
+    kt_dag_free(mm);
+}
+END_TEST
+
+START_TEST(sched_tile_key_names_the_register_tile)
+{
+    kt_sched_params_t p;
+    kt_sched_state_t **sk;
+    int n;
+    kt_dag_t *mm = mm_relu_sketches(&p, &sk, &n);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 33);
+    for (int t = 0; t < 40; t++) {
+        kt_sched_state_t *a = kt_sched_sample(mm, &p, sk[t % n], &rng);
+        ck_assert_ptr_nonnull(a);
+        int s = first_tiled(a);
+        ck_assert_int_ge(s, 0);
+        uint64_t key = kt_sched_state_tile_key(a);
+        ck_assert_uint_ne(key, 0);
+        kt_sched_state_t *b = kt_sched_state_clone(a);
+        /* outer levels, reduce splits and annotations: the same tile */
+        int32_t *sp = b->stages[s].split[0];
+        int32_t x = sp[0];
+        sp[0] = sp[1];
+        sp[1] = x;
+        b->stages[s].split[2][0] += 1;   /* the reduce axis */
+        b->stages[s].ann.unroll = a->stages[s].ann.unroll == 16 ? 64 : 16;
+        ck_assert_uint_eq(kt_sched_state_tile_key(b), key);
+        /* another innermost factor of either spatial axis: another tile */
+        for (int ax = 0; ax < 2; ax++) {
+            kt_sched_state_t *c = kt_sched_state_clone(a);
+            c->stages[s].split[ax][KT_SCHED_SPATIAL_LEVELS - 1] *= 2;
+            ck_assert_uint_ne(kt_sched_state_tile_key(c), key);
+            kt_sched_state_free(c);
+        }
+        kt_sched_state_free(a);
+        kt_sched_state_free(b);
+    }
+    /* no tiled stage, no family */
+    kt_sched_state_t *plain = kt_sched_state_new(mm);
+    ck_assert_uint_eq(kt_sched_state_tile_key(plain), 0);
+    ck_assert_uint_eq(kt_sched_state_tile_key(NULL), 0);
+    kt_sched_state_free(plain);
     free_all(sk, n);
     kt_dag_free(mm);
 }
@@ -739,6 +789,7 @@ int main(void)
     tcase_add_test(tc, sched_validate_survives_corrupted_states);
     tcase_add_test(tc, sched_hashes_differ_for_different_states);
     tcase_add_test(tc, sched_knobs_name_each_decision_once);
+    tcase_add_test(tc, sched_tile_key_names_the_register_tile);
     tcase_add_test(tc, sched_print_shows_loop_nest_and_annotations);
     tcase_add_test(tc, sched_validate_rejects_inconsistent_states);
     tcase_add_test(tc, sched_compute_location_choices_follow_consumers);

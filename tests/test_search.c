@@ -137,6 +137,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.num_warmup_sample, 32);   /* ktune's: the model guides round 2 */
     ck_assert_int_eq(o.model_label, KT_MODEL_LABEL_RANK);   /* ktune's: pairwise objective */
     ck_assert_double_eq(o.diversity_filter_ratio, 0);       /* Ansor's pick */
+    ck_assert_double_eq(o.tile_family_share, 1);            /* no cap */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -157,9 +158,10 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_int_eq(kt_search_opts_set(&o, "eps_greedy=0.1,evolutionary_search_population=512,"
                                             "evolutionary_search_num_iters=2,model_label=log,"
                                             "num_warmup_sample=64,foresee_keep=16,"
-                                            "diversity_filter_ratio=4"),
+                                            "diversity_filter_ratio=4,tile_family_share=0.25"),
                      0);
     ck_assert_double_eq(o.diversity_filter_ratio, 4);
+    ck_assert_double_eq(o.tile_family_share, 0.25);
     ck_assert_double_eq(o.eps_greedy, 0.1);
     ck_assert_int_eq(o.evolutionary_search_population, 512);
     ck_assert_int_eq(o.evolutionary_search_num_iters, 2);
@@ -183,6 +185,8 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"model_label=hinge", "unknown value 'hinge'"},
         {"diversity_filter_ratio=0.5", "diversity_filter_ratio must be 0 (off) or in [1, 64]"},
         {"diversity_filter_ratio=100", "diversity_filter_ratio must be 0 (off) or in [1, 64]"},
+        {"tile_family_share=0", "tile_family_share must be in (0, 1]"},
+        {"tile_family_share=1.5", "tile_family_share must be in (0, 1]"},
         {"seed=3", "job's seed"},
         {"policy=sketch.random", "job's policy"},
         {"eps_greedy", "is not key=value"},
@@ -547,6 +551,84 @@ START_TEST(search_diversity_pick_covers_more_knob_values)
 }
 END_TEST
 
+/* One round of 16 proposals (no eps-greedy share) of a random-model policy
+ * on an m^3 matmul with this tile_family_share; the number of register
+ * tiles among them, and the most picks one tile got. */
+static int propose_with_tile_share(int m, double share, uint64_t seed, int *tiles, int *most,
+                                   kt_search_stats_t *s)
+{
+    kt_workload_t *w = matmul(m, m, m);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", seed);
+    o.eps_greedy = 0;
+    o.evolutionary_search_population = 256;
+    o.tile_family_share = share;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+    kt_sched_state_t **st;
+    int got = kt_search_propose(sp, 16, &st);
+    kt_search_stats(sp, s);
+    uint64_t key[16];
+    int count[16];
+    *tiles = *most = 0;
+    for (int i = 0; i < got; i++) {
+        uint64_t k = kt_sched_state_tile_key(st[i]);
+        ck_assert_uint_ne(k, 0);
+        int t = 0;
+        while (t < *tiles && key[t] != k)
+            t++;
+        if (t == *tiles) {
+            key[t] = k;
+            count[t] = 0;
+            (*tiles)++;
+        }
+        if (++count[t] > *most)
+            *most = count[t];
+    }
+    free_states(st, got);
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+    return got;
+}
+
+START_TEST(search_tile_cap_spreads_picks_over_register_tiles)
+{
+    int plain_tiles = 0;
+    for (uint64_t seed = 40; seed < 43; seed++) {
+        int tiles, most;
+        kt_search_stats_t s;
+        /* no cap (Ansor's pick): the best-scored 16 */
+        ck_assert_int_eq(propose_with_tile_share(64, 1, seed, &tiles, &most, &s), 16);
+        ck_assert_int_eq(s.last_tile_families, tiles);
+        ck_assert_int_eq(s.last_best, 32);
+        plain_tiles += tiles;
+        /* a quarter: at most 4 of the 16 picks share a tile; the pool
+         * doubles so that other tiles are there to pick */
+        ck_assert_int_eq(propose_with_tile_share(64, 0.25, seed, &tiles, &most, &s), 16);
+        ck_assert_int_le(most, 4);
+        ck_assert_int_ge(tiles, 4);
+        ck_assert_int_eq(s.last_best, 64);
+        ck_assert_int_eq(s.last_picked_best, 16);
+        /* one per tile: 16 tiles */
+        ck_assert_int_eq(propose_with_tile_share(64, 1.0 / 16, seed, &tiles, &most, &s), 16);
+        ck_assert_int_eq(most, 1);
+        ck_assert_int_eq(tiles, 16);
+        ck_assert_int_eq(s.last_tile_families, 16);
+    }
+    /* random scores still repeat tiles when nothing spreads them */
+    ck_assert_int_lt(plain_tiles, 3 * 16);
+    /* fewer tiles than the cap asks for (4x4x4: innermost factors 1, 2 or 4
+     * of two axes, 9 tiles): the round is still filled, from the full ones */
+    int tiles, most;
+    kt_search_stats_t s;
+    ck_assert_int_eq(propose_with_tile_share(4, 1.0 / 16, 44, &tiles, &most, &s), 16);
+    ck_assert_int_le(tiles, 9);
+    ck_assert_int_gt(most, 1);
+}
+END_TEST
+
 START_TEST(search_tiny_space_is_exhausted_then_propose_returns_zero)
 {
     /* 1x1x1 matmul: no tile sizes to choose, only a handful of annotations */
@@ -865,6 +947,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_never_proposes_measured_preloaded_or_reported_states);
     tcase_add_test(tc, search_eps_greedy_share_and_population_follow_the_options);
     tcase_add_test(tc, search_diversity_pick_covers_more_knob_values);
+    tcase_add_test(tc, search_tile_cap_spreads_picks_over_register_tiles);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
     tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);

@@ -718,3 +718,26 @@ int kt_sched_state_knobs(const kt_sched_state_t *st, uint64_t *out, int cap)
     }
     return n;
 }
+
+uint64_t kt_sched_state_tile_key(const kt_sched_state_t *st)
+{
+    if (!st)
+        return 0;
+    /* reduce axes have fewer levels: their entry at the spatial innermost
+     * level is 0 and adds nothing but a constant */
+    const int inner = (st->target == KT_SCHED_TARGET_CUDA ? KT_SCHED_GPU_SPATIAL_LEVELS
+                                                          : KT_SCHED_SPATIAL_LEVELS) - 1;
+    int64_t packed[1 + KT_SCHED_MAX_AXES];
+    uint64_t h = 0;
+    for (int i = 0; i < st->nstages; i++) {
+        const kt_sched_stage_t *s = &st->stages[i];
+        if (s->kind != KT_SK_TILED)
+            continue;
+        packed[0] = (int64_t)(h ^ (uint64_t)i);
+        for (int ax = 0; ax < KT_SCHED_MAX_AXES; ax++)
+            packed[1 + ax] = s->split[ax][inner];
+        h = kt_hash64(packed, sizeof packed);
+        h = h ? h : 1;
+    }
+    return h;
+}

@@ -257,6 +257,12 @@ uint64_t kt_sched_state_hash(const kt_sched_state_t *st, const kt_dag_t *dag);
 #define KT_SCHED_KNOBS_PER_STAGE (KT_SCHED_MAX_AXES * KT_SCHED_MAX_LEVELS + 11)
 int kt_sched_state_knobs(const kt_sched_state_t *st, uint64_t *out, int cap);
 
+/* The state's register tile: a hash of the innermost spatial split factor of
+ * every axis of every TILED stage (CPU level 3, GPU level 4), the loop nest's
+ * accumulator block, the choice that sets most of a kernel's speed. States
+ * with the same key are one tile family. 0 when no stage is tiled. */
+uint64_t kt_sched_state_tile_key(const kt_sched_state_t *st);
+
 /* The loop nest, TVM style, one loop per line indented by depth:
  *   parallel i.0@j.0@ (0,64)
  *     for k.0 (0,32)

@@ -6,6 +6,7 @@
  * and a child combining two parents' stages is rarely valid here (a fused or
  * computed-at stage follows its producer's tiling), so evolution is mutation
  * only. */
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * / 0.850 against 0.883 / 0.866 / 0.844, bench_model_quality on a Zen 3
      * machine); the search only needs the order of its candidates. */
     o->model_label = KT_MODEL_LABEL_RANK;
+    o->tile_family_share = 1;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
     o->foresee_keep = 64;
@@ -80,6 +82,8 @@ static int opts_check(const kt_search_opts_t *o)
           (o->diversity_filter_ratio >= 1 && o->diversity_filter_ratio <= KT_SEARCH_MAX_DIVERSITY)))
         return kt_err_set(KT_EINVAL, "search: diversity_filter_ratio must be 0 (off) or in [1, %d]",
                           KT_SEARCH_MAX_DIVERSITY);
+    if (!(o->tile_family_share > 0 && o->tile_family_share <= 1))
+        return kt_err_set(KT_EINVAL, "search: tile_family_share must be in (0, 1]");
     if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
         return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
                                      "foresee_num_iters >= 0");
@@ -116,6 +120,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
          offsetof(kt_search_opts_t, retry_search_one_round_on_empty), 'i'},
         {"num_warmup_sample", offsetof(kt_search_opts_t, num_warmup_sample), 'i'},
         {"diversity_filter_ratio", offsetof(kt_search_opts_t, diversity_filter_ratio), 'd'},
+        {"tile_family_share", offsetof(kt_search_opts_t, tile_family_share), 'd'},
         {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
         {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
         {"foresee_keep", offsetof(kt_search_opts_t, foresee_keep), 'i'},
@@ -767,15 +772,64 @@ out:
     return rc;
 }
 
-/* Moves src->st[i] to out, marked as proposed. */
-static int take(kt_search_policy_t *sp, kt_slist_t *src, int i, kt_slist_t *out)
+/* Picks per register tile in one round (tile_family_share). A round has
+ * tens of picks: a linear scan of the tiles seen is enough. */
+typedef struct {
+    uint64_t *key;
+    int *count;
+    int n, cap;   /* tiles seen; picks allowed per tile (INT_MAX: no cap) */
+} tiles_t;
+
+static int tiles_init(tiles_t *t, int room, int cap)
 {
+    t->key = malloc((size_t)(room > 0 ? room : 1) * sizeof *t->key);
+    t->count = malloc((size_t)(room > 0 ? room : 1) * sizeof *t->count);
+    t->n = 0;
+    t->cap = cap;
+    return t->key && t->count ? 0 : kt_err_set(KT_ENOMEM, "out of memory");
+}
+
+static void tiles_free(tiles_t *t)
+{
+    free(t->key);
+    free(t->count);
+}
+
+static int tiles_find(const tiles_t *t, uint64_t key)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->key[i] == key)
+            return i;
+    return -1;
+}
+
+/* A state with no tiled stage (key 0) belongs to no family. */
+static int tiles_full(const tiles_t *t, uint64_t key)
+{
+    int i = key ? tiles_find(t, key) : -1;
+    return i >= 0 && t->count[i] >= t->cap;
+}
+
+/* Moves src->st[i] to out, marked as proposed, counted in its tile (tiles
+ * has room for every pick of the round). */
+static int take(kt_search_policy_t *sp, kt_slist_t *src, int i, tiles_t *tiles, kt_slist_t *out)
+{
+    uint64_t key = kt_sched_state_tile_key(src->st[i]);
     int rc = kt_hset_add(&sp->measured, src->hash[i]);
     if (rc < 0)
         return rc;
     if ((rc = kt_slist_push(out, src->st[i], src->hash[i])))
         return rc;
     src->st[i] = NULL;
+    if (key) {
+        int k = tiles_find(tiles, key);
+        if (k < 0) {
+            k = tiles->n++;
+            tiles->key[k] = key;
+            tiles->count[k] = 0;
+        }
+        tiles->count[k]++;
+    }
     return 0;
 }
 
@@ -793,7 +847,7 @@ static int diversity_pool(const kt_search_policy_t *sp, int n)
  * order, so ties go to the better score. Greedy coverage: a round measures a
  * spread of the model's favourites instead of sixty variants of one. */
 static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t *best,
-                        kt_slist_t *out)
+                        tiles_t *tiles, kt_slist_t *out)
 {
     int pool = diversity_pool(sp, n);
     if (pool > best->n)
@@ -819,7 +873,7 @@ static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t 
     for (int k = 0; k < num_good; k++) {
         int arg = -1, top = -1;
         for (int i = 0; i < pool; i++) {
-            if (nkeys[i] < 0)
+            if (nkeys[i] < 0 || tiles_full(tiles, kt_sched_state_tile_key(best->st[i])))
                 continue;
             int fresh = 0;
             for (int j = 0; j < nkeys[i]; j++)
@@ -835,7 +889,7 @@ static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t 
             if ((rc = kt_hset_add(&covered, keys[(size_t)arg * per + j])) < 0)
                 goto out;
         nkeys[arg] = -1;
-        if ((rc = take(sp, best, arg, out)))
+        if ((rc = take(sp, best, arg, tiles, out)))
             goto out;
         sp->stats.last_picked_best++;
     }
@@ -847,20 +901,46 @@ out:
     return rc;
 }
 
+/* Up to num_good new states of best in score order, none from a tile that
+ * has its share already (with no cap: Ansor's pick of the best). */
+static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, tiles_t *tiles,
+                       kt_slist_t *out)
+{
+    for (int i = 0; i < best->n && out->n < num_good; i++) {
+        if (!best->st[i] || !is_new(sp, best->hash[i]) ||
+            tiles_full(tiles, kt_sched_state_tile_key(best->st[i])))
+            continue;
+        int rc = take(sp, best, i, tiles, out);
+        if (rc)
+            return rc;
+        sp->stats.last_picked_best++;
+    }
+    return 0;
+}
+
 /* Ansor's PickStatesWithEpsGreedy: the first (1 - eps) x n from the best
- * states (chosen for diversity when diversity_filter_ratio is set), the rest
- * from the random ones (each falls back on the other), never a state
- * measured or proposed before. */
+ * states (chosen for diversity when diversity_filter_ratio is set, at most
+ * tile_family_share of them of one register tile while others are left),
+ * the rest from the random ones (each falls back on the other), never a
+ * state measured or proposed before. */
 static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd,
                 kt_slist_t *out)
 {
     int num_random = (int)(sp->opts.eps_greedy * n);
     int num_good = n - num_random;
-    int ob = 0, orr = 0, rc = 0;
+    int ob = 0, orr = 0, rc;
+    double share = sp->opts.tile_family_share;
+    tiles_t tiles;
     sp->stats.last_picked_best = sp->stats.last_picked_random = 0;
-    if (sp->opts.diversity_filter_ratio > 0 && (rc = pick_diverse(sp, n, num_good, best, out)))
-        return rc;
-    while (out->n < n) {
+    if ((rc = tiles_init(&tiles, n, share >= 1 ? INT_MAX : (int)ceil(share * num_good))))
+        goto out;
+    if (tiles.cap < 1)
+        tiles.cap = 1;
+    if (sp->opts.diversity_filter_ratio > 0)
+        rc = pick_diverse(sp, n, num_good, best, &tiles, out);
+    else
+        rc = pick_capped(sp, num_good, best, &tiles, out);
+    while (rc == 0 && out->n < n) {
         int from_best;
         if (out->n < num_good)
             from_best = ob < best->n ? 1 : orr < rnd->n ? 0 : -1;
@@ -872,14 +952,17 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
         int i = from_best ? ob++ : orr++;
         if (!src->st[i] || !is_new(sp, src->hash[i]))
             continue;
-        if ((rc = take(sp, src, i, out)))
-            return rc;
+        if ((rc = take(sp, src, i, &tiles, out)))
+            break;
         if (from_best)
             sp->stats.last_picked_best++;
         else
             sp->stats.last_picked_random++;
     }
-    return 0;
+    sp->stats.last_tile_families = tiles.n;
+out:
+    tiles_free(&tiles);
+    return rc;
 }
 
 /* One round: sample, add measured, draw random states, evolve, pick. */
@@ -913,8 +996,9 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
         rc = c ? kt_slist_push(&rnd, c, pop.hash[k]) : kt_err_set(KT_ENOMEM, "out of memory");
     }
     sp->stats.last_random = rnd.n;
-    /* Ansor keeps the best 2n; a diversity pick draws from ratio x n */
-    int keep = 2 * n, pool = diversity_pool(sp, n);
+    /* Ansor keeps the best 2n; a diversity pick draws from ratio x n, a
+     * capped one from 4n (the other tiles trail the favourite's) */
+    int keep = sp->opts.tile_family_share < 1 ? 4 * n : 2 * n, pool = diversity_pool(sp, n);
     if (rc == 0)
         rc = evolve(sp, &pop, sampled, sp->opts.evolutionary_search_num_iters,
                     pool > keep ? pool : keep, &best);

@@ -65,6 +65,12 @@ typedef struct {
      * to cover the most knob values (kt_sched_state_knobs) not yet covered
      * by the round's earlier picks, ties to the better score. */
     double diversity_filter_ratio;         /* 0 */
+    /* The largest share of a round's (1 - eps) x n model picks that may
+     * share one register tile (kt_sched_state_tile_key); the rest go to the
+     * best-scored states of other tiles, and only when those run out to
+     * more of the full ones. 1 = no cap (Ansor). A model that has seen one
+     * tile family run fast otherwise spends whole rounds on it. */
+    double tile_family_share;              /* 1 */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
@@ -156,6 +162,7 @@ typedef struct {
     int last_random;            /* random states drawn for eps-greedy */
     int last_picked_best;       /* states proposed from the heap */
     int last_picked_random;     /* states proposed from the random ones */
+    int last_tile_families;     /* distinct register tiles among the last round's picks */
     uint64_t foresee_passes;    /* foresee passes run for this task by its family */
     int foresight;              /* states kept by the last pass, waiting for the next round */
     int last_from_foresight;    /* foresight states that seeded the last round's population */
