@@ -605,11 +605,11 @@ START_TEST(search_tile_cap_spreads_picks_over_register_tiles)
         ck_assert_int_eq(s.last_best, 32);
         plain_tiles += tiles;
         /* a quarter: at most 4 of the 16 picks share a tile; the pool
-         * doubles so that other tiles are there to pick */
+         * grows so that other tiles are there to pick */
         ck_assert_int_eq(propose_with_tile_share(64, 0.25, seed, &tiles, &most, &s), 16);
         ck_assert_int_le(most, 4);
         ck_assert_int_ge(tiles, 4);
-        ck_assert_int_eq(s.last_best, 64);
+        ck_assert_int_gt(s.last_best, 64);
         ck_assert_int_eq(s.last_picked_best, 16);
         /* one per tile: 16 tiles */
         ck_assert_int_eq(propose_with_tile_share(64, 1.0 / 16, seed, &tiles, &most, &s), 16);

@@ -27,6 +27,10 @@
 /* Mutation attempts per population slot before the rest is filled with copies
  * (a state space where nothing mutates would otherwise loop forever). */
 #define MUTATE_TRIES_PER_SLOT 20
+/* Best-scored states per pick a capped pick (tile_family_share < 1) chooses
+ * from: in one conv2d run, the best 4n held 6-13 register tiles, one of them
+ * most of the states, and the cap ran out of others. */
+#define TILE_CAP_POOL 16
 
 void kt_search_opts_default(kt_search_opts_t *o)
 {
@@ -997,8 +1001,10 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     }
     sp->stats.last_random = rnd.n;
     /* Ansor keeps the best 2n; a diversity pick draws from ratio x n, a
-     * capped one from 4n (the other tiles trail the favourite's) */
-    int keep = sp->opts.tile_family_share < 1 ? 4 * n : 2 * n, pool = diversity_pool(sp, n);
+     * capped one from TILE_CAP_POOL x n (a favourite tile fills most of the
+     * best 4n: the other tiles trail it) */
+    int keep = sp->opts.tile_family_share < 1 ? TILE_CAP_POOL * n : 2 * n;
+    int pool = diversity_pool(sp, n);
     if (rc == 0)
         rc = evolve(sp, &pop, sampled, sp->opts.evolutionary_search_num_iters,
                     pool > keep ? pool : keep, &best);
