@@ -137,7 +137,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.num_warmup_sample, 32);   /* ktune's: the model guides round 2 */
     ck_assert_int_eq(o.model_label, KT_MODEL_LABEL_RANK);   /* ktune's: pairwise objective */
     ck_assert_double_eq(o.diversity_filter_ratio, 0);       /* Ansor's pick */
-    ck_assert_double_eq(o.tile_family_share, 1);            /* no cap */
+    ck_assert_double_eq(o.tile_family_share, 0.25);         /* ktune's: 4+ tiles a round */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -449,6 +449,7 @@ START_TEST(search_eps_greedy_share_and_population_follow_the_options)
     o.evolutionary_search_population = 100;
     o.sample_init_use_measured_ratio = 0.1;
     o.evolutionary_search_num_iters = 7;   /* a random model caps it at 3 */
+    o.tile_family_share = 1;               /* Ansor's pick: the heap holds 2n */
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
     ck_assert_ptr_nonnull(sp);
 
@@ -516,6 +517,7 @@ static int propose_with_diversity(double ratio, uint64_t seed, kt_sched_state_t 
     o.eps_greedy = 0;
     o.evolutionary_search_population = 256;
     o.diversity_filter_ratio = ratio;
+    o.tile_family_share = 1;   /* the diversity pick alone */
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
     ck_assert_ptr_nonnull(sp);
     int got = kt_search_propose(sp, 16, st);

@@ -56,7 +56,14 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * / 0.850 against 0.883 / 0.866 / 0.844, bench_model_quality on a Zen 3
      * machine); the search only needs the order of its candidates. */
     o->model_label = KT_MODEL_LABEL_RANK;
-    o->tile_family_share = 1;
+    /* Ansor's pick takes the best-scored states, and after a round or two
+     * of training 58-62 of each round's 64 share one register tile, the
+     * one the model saw run fastest; a seed stuck on a poor one stays
+     * there (conv2d: 3.88 ms, the other seeds 2.65 and 2.90). A quarter
+     * per tile (bench_search, same seeds, same hour: conv2d 2.53 / 2.91 /
+     * 3.34 ms, matmul 512 3.11 ms against 3.63 ms) keeps 4+ tiles in
+     * every round. */
+    o->tile_family_share = 0.25;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
     o->foresee_keep = 64;

@@ -70,7 +70,7 @@ typedef struct {
      * best-scored states of other tiles, and only when those run out to
      * more of the full ones. 1 = no cap (Ansor). A model that has seen one
      * tile family run fast otherwise spends whole rounds on it. */
-    double tile_family_share;              /* 1 */
+    double tile_family_share;              /* 0.25 */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
