@@ -58,11 +58,11 @@ void kt_search_opts_default(kt_search_opts_t *o)
     o->model_label = KT_MODEL_LABEL_RANK;
     /* Ansor's pick takes the best-scored states, and after a round or two
      * of training 58-62 of each round's 64 share one register tile, the
-     * one the model saw run fastest; a seed stuck on a poor one stays
-     * there (conv2d: 3.88 ms, the other seeds 2.65 and 2.90). A quarter
-     * per tile (bench_search, same seeds, same hour: conv2d 2.53 / 2.91 /
-     * 3.34 ms, matmul 512 3.11 ms against 3.63 ms) keeps 4+ tiles in
-     * every round. */
+     * one the model saw run fastest; a seed that settles on a poor one
+     * stays there (conv2d seed 1001: 3.6-3.9 ms in all four runs). A
+     * quarter per tile keeps 6-12 tiles in every round (bench_search,
+     * Zen 3: matmul 512 3.11 and 3.04 ms against 3.63 ms; conv2d within
+     * the seeds' spread: median 2.96 ms of 12 seed runs, 2.90 of 9 without). */
     o->tile_family_share = 0.25;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
