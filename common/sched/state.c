@@ -699,9 +699,15 @@ int kt_sched_state_knobs(const kt_sched_state_t *st, uint64_t *out, int cap)
         const kt_sched_stage_t *s = &st->stages[i];
         if (s->kind == KT_SK_INPUT)
             continue;   /* nothing chosen */
-        out[n++] = knob_key(i, 0, s->kind | s->fuse << 8 | s->cache_write << 16 |
-                                      (int64_t)s->level << 24 | (int64_t)s->rf_inner << 32);
-        out[n++] = knob_key(i, 1, s->at_stage | s->at_depth << 8);
+        /* one byte each (as unsigned: -1 means none, and shifting a
+         * negative value is undefined) */
+        out[n++] = knob_key(i, 0, (int64_t)((uint64_t)(uint8_t)s->kind |
+                                            (uint64_t)(uint8_t)s->fuse << 8 |
+                                            (uint64_t)(uint8_t)s->cache_write << 16 |
+                                            (uint64_t)(uint8_t)s->level << 24 |
+                                            (uint64_t)(uint8_t)s->rf_inner << 32));
+        out[n++] = knob_key(i, 1, (int64_t)((uint64_t)(uint8_t)s->at_stage |
+                                            (uint64_t)(uint8_t)s->at_depth << 8));
         const kt_sched_ann_t *a[2] = {&s->ann, &s->ann2};
         for (int k = 0; k < 2; k++) {
             out[n++] = knob_key(i, 2 + 3 * k, a[k]->parallel);
