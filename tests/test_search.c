@@ -505,19 +505,20 @@ static int knob_coverage(kt_sched_state_t *const *st, int n)
     return nseen;
 }
 
-/* One round's proposals of a policy with this diversity_filter_ratio. */
-static int propose_with_diversity(double ratio, uint64_t seed, kt_sched_state_t ***st,
-                                  kt_search_stats_t *s)
+/* One round of 16 proposals (no eps-greedy share) of a random-model policy
+ * on an m^3 matmul with these pick options. */
+static int propose_round(int m, double diversity, double share, uint64_t seed,
+                         kt_sched_state_t ***st, kt_search_stats_t *s)
 {
-    kt_workload_t *w = matmul(64, 64, 64);
+    kt_workload_t *w = matmul(m, m, m);
     kt_sched_params_t p;
     one_thread_params(&p);
     kt_search_opts_t o;
     small_opts(&o, "sketch.random", seed);
     o.eps_greedy = 0;
     o.evolutionary_search_population = 256;
-    o.diversity_filter_ratio = ratio;
-    o.tile_family_share = 1;   /* the diversity pick alone */
+    o.diversity_filter_ratio = diversity;
+    o.tile_family_share = share;
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
     ck_assert_ptr_nonnull(sp);
     int got = kt_search_propose(sp, 16, st);
@@ -525,6 +526,14 @@ static int propose_with_diversity(double ratio, uint64_t seed, kt_sched_state_t 
     kt_search_policy_free(sp);
     kt_workload_free(w);
     return got;
+}
+
+/* One round's proposals of a policy with this diversity_filter_ratio (the
+ * diversity pick alone: no tile cap). */
+static int propose_with_diversity(double ratio, uint64_t seed, kt_sched_state_t ***st,
+                                  kt_search_stats_t *s)
+{
+    return propose_round(64, ratio, 1, seed, st, s);
 }
 
 START_TEST(search_diversity_pick_covers_more_knob_values)
@@ -553,25 +562,13 @@ START_TEST(search_diversity_pick_covers_more_knob_values)
 }
 END_TEST
 
-/* One round of 16 proposals (no eps-greedy share) of a random-model policy
- * on an m^3 matmul with this tile_family_share; the number of register
- * tiles among them, and the most picks one tile got. */
+/* One round of propose_round with this tile_family_share; the number of
+ * register tiles among its proposals, and the most picks one tile got. */
 static int propose_with_tile_share(int m, double share, uint64_t seed, int *tiles, int *most,
                                    kt_search_stats_t *s)
 {
-    kt_workload_t *w = matmul(m, m, m);
-    kt_sched_params_t p;
-    one_thread_params(&p);
-    kt_search_opts_t o;
-    small_opts(&o, "sketch.random", seed);
-    o.eps_greedy = 0;
-    o.evolutionary_search_population = 256;
-    o.tile_family_share = share;
-    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
-    ck_assert_ptr_nonnull(sp);
     kt_sched_state_t **st;
-    int got = kt_search_propose(sp, 16, &st);
-    kt_search_stats(sp, s);
+    int got = propose_round(m, 0, share, seed, &st, s);
     uint64_t key[16];
     int count[16];
     *tiles = *most = 0;
@@ -590,8 +587,6 @@ static int propose_with_tile_share(int m, double share, uint64_t seed, int *tile
             *most = count[t];
     }
     free_states(st, got);
-    kt_search_policy_free(sp);
-    kt_workload_free(w);
     return got;
 }
 
