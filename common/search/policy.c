@@ -62,8 +62,8 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * stays there (conv2d seed 1001: 3.6-3.9 ms in all four runs). A
      * quarter per tile keeps 6-12 tiles in every round (bench_search,
      * Zen 3, two A/B pairs: matmul 512 3.11 / 2.99 ms against 3.63 / 3.14
-     * ms; conv2d within
-     * the seeds' spread: median 2.96 ms of 12 seed runs, 2.90 of 9 without). */
+     * ms; conv2d within the seeds' spread: median 2.96 ms of 12 seed runs,
+     * 2.90 of 9 without). */
     o->tile_family_share = 0.25;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
