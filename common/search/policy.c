@@ -822,11 +822,11 @@ static int tiles_full(const tiles_t *t, uint64_t key)
     return i >= 0 && t->count[i] >= t->cap;
 }
 
-/* Moves src->st[i] to out, marked as proposed, counted in its tile (tiles
- * has room for every pick of the round). */
-static int take(kt_search_policy_t *sp, kt_slist_t *src, int i, tiles_t *tiles, kt_slist_t *out)
+/* Moves src->st[i], whose tile key is key, to out, marked as proposed and
+ * counted in its tile (tiles has room for every pick of the round). */
+static int take(kt_search_policy_t *sp, kt_slist_t *src, int i, uint64_t key, tiles_t *tiles,
+                kt_slist_t *out)
 {
-    uint64_t key = kt_sched_state_tile_key(src->st[i]);
     int rc = kt_hset_add(&sp->measured, src->hash[i]);
     if (rc < 0)
         return rc;
@@ -866,10 +866,11 @@ static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t 
         pool = best->n;
     const int per = kt_dag_num_stages(sp->dag) * KT_SCHED_KNOBS_PER_STAGE;
     uint64_t *keys = malloc((size_t)(pool > 0 ? pool : 1) * (size_t)per * sizeof(uint64_t));
+    uint64_t *tile = malloc((size_t)(pool > 0 ? pool : 1) * sizeof(uint64_t));
     int *nkeys = malloc((size_t)(pool > 0 ? pool : 1) * sizeof(int));
     kt_hset_t covered = {0};
     int rc = 0;
-    if (!keys || !nkeys) {
+    if (!keys || !tile || !nkeys) {
         rc = kt_err_set(KT_ENOMEM, "out of memory");
         goto out;
     }
@@ -881,11 +882,12 @@ static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t 
             rc = nkeys[i];
             goto out;
         }
+        tile[i] = kt_sched_state_tile_key(best->st[i]);
     }
     for (int k = 0; k < num_good; k++) {
         int arg = -1, top = -1;
         for (int i = 0; i < pool; i++) {
-            if (nkeys[i] < 0 || tiles_full(tiles, kt_sched_state_tile_key(best->st[i])))
+            if (nkeys[i] < 0 || tiles_full(tiles, tile[i]))
                 continue;
             int fresh = 0;
             for (int j = 0; j < nkeys[i]; j++)
@@ -901,13 +903,14 @@ static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t 
             if ((rc = kt_hset_add(&covered, keys[(size_t)arg * per + j])) < 0)
                 goto out;
         nkeys[arg] = -1;
-        if ((rc = take(sp, best, arg, tiles, out)))
+        if ((rc = take(sp, best, arg, tile[arg], tiles, out)))
             goto out;
         sp->stats.last_picked_best++;
     }
     rc = 0;
 out:
     free(keys);
+    free(tile);
     free(nkeys);
     kt_hset_free(&covered);
     return rc;
@@ -919,10 +922,12 @@ static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, t
                        kt_slist_t *out)
 {
     for (int i = 0; i < best->n && out->n < num_good; i++) {
-        if (!best->st[i] || !is_new(sp, best->hash[i]) ||
-            tiles_full(tiles, kt_sched_state_tile_key(best->st[i])))
+        if (!best->st[i] || !is_new(sp, best->hash[i]))
             continue;
-        int rc = take(sp, best, i, tiles, out);
+        uint64_t key = kt_sched_state_tile_key(best->st[i]);
+        if (tiles_full(tiles, key))
+            continue;
+        int rc = take(sp, best, i, key, tiles, out);
         if (rc)
             return rc;
         sp->stats.last_picked_best++;
@@ -944,10 +949,10 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     double share = sp->opts.tile_family_share;
     tiles_t tiles;
     sp->stats.last_picked_best = sp->stats.last_picked_random = 0;
-    if ((rc = tiles_init(&tiles, n, share >= 1 ? INT_MAX : (int)ceil(share * num_good))))
+    /* at least one pick per tile, whatever the share of a small round */
+    int cap = share >= 1 ? INT_MAX : (int)ceil(share * num_good);
+    if ((rc = tiles_init(&tiles, n, cap > 1 ? cap : 1)))
         goto out;
-    if (tiles.cap < 1)
-        tiles.cap = 1;
     if (sp->opts.diversity_filter_ratio > 0)
         rc = pick_diverse(sp, n, num_good, best, &tiles, out);
     else
@@ -964,7 +969,7 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
         int i = from_best ? ob++ : orr++;
         if (!src->st[i] || !is_new(sp, src->hash[i]))
             continue;
-        if ((rc = take(sp, src, i, &tiles, out)))
+        if ((rc = take(sp, src, i, kt_sched_state_tile_key(src->st[i]), &tiles, out)))
             break;
         if (from_best)
             sp->stats.last_picked_best++;
