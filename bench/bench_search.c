@@ -23,7 +23,7 @@
  * Policies and seeds run one after the other: builds overlap runs, so on a
  * 2-core machine a second bench beside this one slows the kernels it times.
  *
- *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 64]
+ *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 32]
  *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
  *                [--population 2048] [--iters 4] [--min-repeat-ms 100] [--timer wall|cpu]
  *                [--confirm-repeat 5] [--dump FILE]
@@ -52,6 +52,7 @@
 #include "bench_local.h"
 #include "fma_peak.h"
 #include "measure/measurer.h"
+#include "scheduler/scheduler.h"
 #include "search/search.h"
 #include "util/err.h"
 #include "util/util.h"
@@ -68,7 +69,7 @@
 static int checkpoints[MAX_CHECK] = {64, 128, 256};
 static int ncheck = 3;
 static int nseeds = 3;
-static int per_round = 64;
+static int per_round = KT_SCHEDULER_DEFAULT_PER_ROUND;
 static int population = 2048;
 static int num_iters = 4;
 static int timer = KT_RUNNER_TIMER_WALL;

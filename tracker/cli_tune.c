@@ -106,7 +106,7 @@ static const char *JOB_HELP =
     "                        params: eps_greedy, evolutionary_search_population,\n"
     "                        evolutionary_search_num_iters, num_warmup_sample,\n"
     "                        model_label=rank|log|throughput, ...; see README)\n"
-    "  --per-round N         measurements per round (default 64, at most trials/tasks)\n"
+    "  --per-round N         measurements per round (default 32, at most trials/tasks)\n"
     "  --early-stopping N    stop a task after N trials without improvement\n"
     "  --seed S              random seed of the search and the input data (default 0)\n"
     "  --priority N          queue priority on shared runners (larger first; default 0)\n"

@@ -29,7 +29,7 @@
 #include "te/workload.h"
 
 /* Defaults of a job's options, TVM's where TVM has one. */
-#define KT_JOB_DEFAULT_PER_ROUND 64        /* TuningOptions.num_measures_per_round */
+#define KT_JOB_DEFAULT_PER_ROUND KT_SCHEDULER_DEFAULT_PER_ROUND /* TVM: 64 */
 #define KT_JOB_DEFAULT_NUMBER 3            /* runs per repeat (LocalRunner) */
 #define KT_JOB_DEFAULT_REPEAT 1
 #define KT_JOB_DEFAULT_MIN_REPEAT_MS 100

@@ -84,7 +84,7 @@ void kt_scheduler_config_default(kt_scheduler_config_t *cfg)
     memset(cfg, 0, sizeof *cfg);
     cfg->strategy = KT_SCHEDULER_GRADIENT;
     cfg->num_measure_trials = 0;
-    cfg->num_measures_per_round = 64;
+    cfg->num_measures_per_round = KT_SCHEDULER_DEFAULT_PER_ROUND;
     cfg->early_stopping = -1;
     cfg->eps_random = 0.05;
     cfg->alpha = 0.2;
