@@ -134,7 +134,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.evolutionary_search_num_iters, 4);
     ck_assert_double_eq(o.evolutionary_search_mutation_prob, 0.85);
     ck_assert_int_eq(o.retry_search_one_round_on_empty, 10);
-    ck_assert_int_eq(o.num_warmup_sample, 32);   /* ktune's: the model guides round 2 */
+    ck_assert_int_eq(o.num_warmup_sample, 32);   /* ktune's: guides the third round of 32 */
     ck_assert_int_eq(o.model_label, KT_MODEL_LABEL_RANK);   /* ktune's: pairwise objective */
     ck_assert_double_eq(o.diversity_filter_ratio, 0);       /* Ansor's pick */
     ck_assert_double_eq(o.tile_family_share, 0.25);         /* ktune's: 4+ tiles a round */
