@@ -506,9 +506,9 @@ static int knob_coverage(kt_sched_state_t *const *st, int n)
 }
 
 /* One round of 16 proposals (no eps-greedy share) of a random-model policy
- * on an m^3 matmul with these pick options. */
-static int propose_round(int m, double diversity, double share, uint64_t seed,
-                         kt_sched_state_t ***st, kt_search_stats_t *s)
+ * on an m^3 matmul with these pick options and population. */
+static int propose_round_of(int m, double diversity, double share, int population, uint64_t seed,
+                            kt_sched_state_t ***st, kt_search_stats_t *s)
 {
     kt_workload_t *w = matmul(m, m, m);
     kt_sched_params_t p;
@@ -516,7 +516,7 @@ static int propose_round(int m, double diversity, double share, uint64_t seed,
     kt_search_opts_t o;
     small_opts(&o, "sketch.random", seed);
     o.eps_greedy = 0;
-    o.evolutionary_search_population = 256;
+    o.evolutionary_search_population = population;
     o.diversity_filter_ratio = diversity;
     o.tile_family_share = share;
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
@@ -526,6 +526,12 @@ static int propose_round(int m, double diversity, double share, uint64_t seed,
     kt_search_policy_free(sp);
     kt_workload_free(w);
     return got;
+}
+
+static int propose_round(int m, double diversity, double share, uint64_t seed,
+                         kt_sched_state_t ***st, kt_search_stats_t *s)
+{
+    return propose_round_of(m, diversity, share, 256, seed, st, s);
 }
 
 /* One round's proposals of a policy with this diversity_filter_ratio (the
@@ -623,6 +629,16 @@ START_TEST(search_tile_cap_spreads_picks_over_register_tiles)
     ck_assert_int_eq(propose_with_tile_share(4, 1.0 / 16, 44, &tiles, &most, &s), 16);
     ck_assert_int_le(tiles, 9);
     ck_assert_int_gt(most, 1);
+    /* the capped pick chooses from a population's worth of the scored
+     * states when that is more than 16n (a favourite tile can fill the
+     * best 16n alone); Ansor's pick still keeps the best 2n */
+    kt_sched_state_t **st;
+    ck_assert_int_eq(propose_round_of(64, 0, 0.25, 1024, 45, &st, &s), 16);
+    ck_assert_int_eq(s.last_best, 1024);
+    free_states(st, 16);
+    ck_assert_int_eq(propose_round_of(64, 0, 1, 1024, 45, &st, &s), 16);
+    ck_assert_int_eq(s.last_best, 32);
+    free_states(st, 16);
 }
 END_TEST
 

@@ -27,9 +27,8 @@
 /* Mutation attempts per population slot before the rest is filled with copies
  * (a state space where nothing mutates would otherwise loop forever). */
 #define MUTATE_TRIES_PER_SLOT 20
-/* Best-scored states per pick a capped pick (tile_family_share < 1) chooses
- * from: in one conv2d run, the best 4n held 6-13 register tiles, one of them
- * most of the states, and the cap ran out of others. */
+/* Fewest best-scored states per pick a capped pick (tile_family_share < 1)
+ * chooses from; it keeps at least a population's worth (see search_round). */
 #define TILE_CAP_POOL 16
 
 void kt_search_opts_default(kt_search_opts_t *o)
@@ -1014,9 +1013,21 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     }
     sp->stats.last_random = rnd.n;
     /* Ansor keeps the best 2n; a diversity pick draws from ratio x n, a
-     * capped one from TILE_CAP_POOL x n (a favourite tile fills most of the
-     * best 4n: the other tiles trail it) */
-    int keep = sp->opts.tile_family_share < 1 ? TILE_CAP_POOL * n : 2 * n;
+     * capped one from the best TILE_CAP_POOL x n or, if more, a population's
+     * worth of all the states the evolution scored. A favourite tile fills
+     * most of the best 4n, and with rounds of 32 the best 16n of conv2d
+     * seeds held one tile alone (93 of 96 picks of rounds 6-8 shared it):
+     * the cap had nothing else to choose, and the seeds that settled so on
+     * 16-channel tiles ended at 1.47-1.63 ms, those on 32 or 64 channels at
+     * 1.19-1.44. Keeping 2,048 (Sapphire Rapids, 6 seeds, sketch.xgb at 256
+     * trials): 1.33 ms against 1.45, every round 5-8 tiles, no seed on
+     * 16-channel tiles alone; matmul 512 within the seeds' spread. */
+    int keep = 2 * n;
+    if (sp->opts.tile_family_share < 1) {
+        keep = TILE_CAP_POOL * n;
+        if (keep < sp->opts.evolutionary_search_population)
+            keep = sp->opts.evolutionary_search_population;
+    }
     int pool = diversity_pool(sp, n);
     if (rc == 0)
         rc = evolve(sp, &pop, sampled, sp->opts.evolutionary_search_num_iters,
