@@ -165,7 +165,7 @@ int kt_cli_tasks(int argc, char **argv)
     if (json && rc == 0) {
         /* Keep standard output a loadable list; issues go to standard error. */
         char *issues = NULL;
-        kt_net_tasks_t only = {NULL, 0, t->issues, t->nissues};
+        kt_net_tasks_t only = {.issues = t->issues, .nissues = t->nissues};
         if (t->nissues && (issues = kt_net_tasks_text(&only)))
             fputs(issues, stderr);
         free(issues);

@@ -46,6 +46,9 @@ int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
 /* The naive reference kernel: one plain loop nest per compute stage, no
  * schedule. Used to check every candidate's answers. */
 char *kt_codegen_reference_c(const kt_dag_t *dag, const char *entry);
+/* The reference function alone, appended to b (a file with several kernels
+ * and one preamble). 0 or negative. */
+int kt_codegen_reference_c_into(const kt_dag_t *dag, const char *entry, kt_sbuf_t *b);
 
 /* ---- tuned kernels (lower.c, emit_c.c) ------------------------------------ */
 

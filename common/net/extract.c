@@ -20,7 +20,7 @@ typedef struct {
     int *cons;
     int *claimed;   /* anchor of the task a layer was fused into, or -1 */
     kt_net_tasks_t *out;
-    int cap_tasks, cap_issues;
+    int cap_tasks, cap_issues, cap_inst;
 } ex_t;
 
 /* ---- results ------------------------------------------------------------------- */
@@ -55,9 +55,11 @@ static int issue(ex_t *e, kt_net_issue_kind_t kind, const net_layer_t *l, const 
     return KT_OK;
 }
 
-/* Add one appearance of the workload in `obj` (consumed); merges by key. */
-static int add_task(ex_t *e, json_t *obj, const char *desc, const net_layer_t *anchor)
+/* Add one appearance of the workload in `obj` (consumed); merges by key.
+ * *index receives the task's index, or -1 when te rejected the workload. */
+static int add_task(ex_t *e, json_t *obj, const char *desc, const net_layer_t *anchor, int *index)
 {
+    *index = -1;
     char *text = json_dumps(obj, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(obj);
     if (!text)
@@ -75,6 +77,7 @@ static int add_task(ex_t *e, json_t *obj, const char *desc, const net_layer_t *a
         if (strcmp(kt_workload_key(t->tasks[i].wl), kt_workload_key(wl)) == 0) {
             t->tasks[i].weight++;
             kt_workload_free(wl);
+            *index = i;
             return KT_OK;
         }
     if (t->ntasks == e->cap_tasks) {
@@ -87,6 +90,7 @@ static int add_task(ex_t *e, json_t *obj, const char *desc, const net_layer_t *a
         t->tasks = n;
         e->cap_tasks = cap;
     }
+    *index = t->ntasks;
     kt_net_task_t *task = &t->tasks[t->ntasks++];
     memset(task, 0, sizeof(*task));
     task->wl = wl;
@@ -271,8 +275,11 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
             /* The scale folds into the task's weights or forward into the
              * next convolution where it can (TVM's FoldScaleAxis), else it
              * stays a multiply (as TVM's "add, multiply, add, relu" tasks). */
-            if (!(const_weights && only_bias) &&
-                !folds_forward(e, c, C->op == NET_SCALE && C->scalar, chan))
+            if (const_weights && only_bias)
+                e->out->layer_fold[c] = KT_NET_FOLD_WEIGHTS;
+            else if (folds_forward(e, c, C->op == NET_SCALE && C->scalar, chan))
+                e->out->layer_fold[c] = KT_NET_FOLD_FORWARD;
+            else
                 ok = push_epi(g, C->op == NET_SCALE && C->scalar ? KT_EPI_MULTIPLY_SCALAR
                                                                  : KT_EPI_MULTIPLY);
             if (ok && C->op == NET_BATCH_NORM)
@@ -290,9 +297,11 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
             return issue(e, KT_NET_NOT_FUSED, C, "te has no '%s' epilogue; it runs as a "
                          "separate simple operator", C->label);
         }
-        if (!ok)
+        if (!ok) {
+            e->out->layer_fold[c] = KT_NET_FOLD_NONE;   /* it runs on its own after all */
             return issue(e, KT_NET_NOT_FUSED, C, "the task already has %d epilogues (te's limit)",
                          KT_OPS_MAX_EPILOGUE);
+        }
         e->claimed[c] = a;
         kt_sbuf_printf(&g->desc, " + %s", C->name);
         tail = c;
@@ -449,6 +458,41 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
     return w;
 }
 
+/* Record the appearance of `task` anchored at layer a: the anchor and the
+ * layers fused into it, which form a chain in layer order. */
+static int add_instance(ex_t *e, int a, int task)
+{
+    kt_net_tasks_t *t = e->out;
+    if (t->ninstances == e->cap_inst) {
+        int cap = e->cap_inst ? e->cap_inst * 2 : 32;
+        kt_net_instance_t *n = realloc(t->instances, (size_t)cap * sizeof(*n));
+        if (!n)
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        t->instances = n;
+        e->cap_inst = cap;
+    }
+    int nf = 0;
+    for (int i = a + 1; i < e->net->n; i++)
+        nf += e->claimed[i] == a;
+    kt_net_instance_t *in = &t->instances[t->ninstances];
+    memset(in, 0, sizeof(*in));
+    in->task = task;
+    in->anchor = a;
+    in->tail = a;
+    if (nf && !(in->fused = malloc((size_t)nf * sizeof(int))))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    for (int i = a + 1; i < e->net->n; i++)
+        if (e->claimed[i] == a) {
+            in->fused[in->nfused++] = i;
+            in->tail = i;
+        }
+    t->layer_instance[a] = t->ninstances;
+    for (int k = 0; k < in->nfused; k++)
+        t->layer_instance[in->fused[k]] = t->ninstances;
+    t->ninstances++;
+    return KT_OK;
+}
+
 static int extract_anchor(ex_t *e, int a, anchor_t kind)
 {
     const net_layer_t *A = &e->net->layers[a];
@@ -464,10 +508,13 @@ static int extract_anchor(ex_t *e, int a, anchor_t kind)
         json_t *w = rc ? NULL : workload_of(e, A, kind, &g, &rc);
         if (w) {
             rc = kt_sbuf_ok(&g.desc);
+            int task = -1;
             if (rc)
                 json_decref(w);
             else
-                rc = add_task(e, w, g.desc.data, A);
+                rc = add_task(e, w, g.desc.data, A, &task);
+            if (rc == KT_OK && task >= 0)
+                rc = add_instance(e, a, task);
         }
     }
     kt_sbuf_free(&g.desc);
@@ -490,6 +537,11 @@ void kt_net_tasks_free(kt_net_tasks_t *t)
         free(t->issues[i].op);
         free(t->issues[i].msg);
     }
+    for (int i = 0; i < t->ninstances; i++)
+        free(t->instances[i].fused);
+    free(t->instances);
+    free(t->layer_instance);
+    free(t->layer_fold);
     free(t->tasks);
     free(t->issues);
     free(t);
@@ -515,6 +567,15 @@ kt_net_tasks_t *kt_net_extract(const kt_net_t *net, kt_net_layout_t layout)
         rc = kt_err_set(KT_ENOMEM, "out of memory");
         goto done;
     }
+    e.out->nlayers = n;
+    e.out->layer_instance = malloc(((size_t)n + 1) * sizeof(int));
+    e.out->layer_fold = calloc((size_t)n + 1, 1);
+    if (!e.out->layer_instance || !e.out->layer_fold) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        e.out->layer_instance[i] = -1;
     /* Consumer lists (CSR), in layer order. */
     for (int i = 0; i < n; i++)
         for (int k = 0; k < net->layers[i].nin; k++)

@@ -120,11 +120,34 @@ typedef struct {
     char *msg;     /* why */
 } kt_net_issue_t;
 
+/* How a fused batch norm or scale layer's multiplier was folded. */
+typedef enum {
+    KT_NET_FOLD_NONE = 0,   /* not folded: a "multiply" epilogue (or not a scale at all) */
+    KT_NET_FOLD_WEIGHTS,    /* into the anchor's weights and the biases before it */
+    KT_NET_FOLD_FORWARD,    /* into the input channels of every convolution or dense layer
+                               reading it (through at most one relu; TVM's FoldScaleAxis,
+                               exact for positive multipliers) */
+} kt_net_fold_t;
+
+/* One appearance of a task in the network: what `ktune build` calls. */
+typedef struct {
+    int task;     /* index into tasks */
+    int anchor;   /* the anchor operator's layer */
+    int tail;     /* the last fused layer (the anchor when none): its output is the result */
+    int *fused;   /* the elementwise layers fused after the anchor, in chain order */
+    int nfused;
+} kt_net_instance_t;
+
 typedef struct {
     kt_net_task_t *tasks;
     int ntasks;
     kt_net_issue_t *issues;
     int nissues;
+    kt_net_instance_t *instances;   /* in layer order of their anchors */
+    int ninstances;
+    int nlayers;
+    int *layer_instance;            /* per layer: the instance it is part of, or -1 */
+    unsigned char *layer_fold;      /* per layer: a kt_net_fold_t */
 } kt_net_tasks_t;
 
 /* Extract the tasks of `net` with te operators of `layout`. NULL + kt_err only

@@ -1,0 +1,812 @@
+/* Writing a tuned network as a C library: kernels, graph runner, weights (netlib.h). */
+#include "netlib.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+#include "sched/state.h"
+#include "tensorio/tensorio.h"
+#include "util/err.h"
+#include "util/sbuf.h"
+#include "util/util.h"
+
+void kt_netlib_c_name(const char *name, char *out, size_t cap)
+{
+    size_t n = 0;
+    if (cap == 0)
+        return;
+    if (!name || !*name)
+        name = "network";
+    if (!((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z') ||
+          name[0] == '_') && n + 1 < cap)
+        out[n++] = 'n';
+    for (const char *c = name; *c && n + 1 < cap; c++) {
+        int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                 (*c >= '0' && *c <= '9') || *c == '_';
+        out[n++] = ok ? *c : '_';
+    }
+    out[n] = '\0';
+}
+
+/* A C string literal of s. */
+static void put_cstr(kt_sbuf_t *b, const char *s)
+{
+    kt_sbuf_puts(b, "\"");
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            kt_sbuf_printf(b, "\\%c", *c);
+        else if (*c < 32 || *c >= 127 || *c == '?')
+            kt_sbuf_printf(b, "\\%03o", *c);
+        else
+            kt_sbuf_printf(b, "%c", *c);
+    }
+    kt_sbuf_puts(b, "\"");
+}
+
+/* Text of a comment: no comment terminator, no line break. */
+static void put_comment_text(kt_sbuf_t *b, const char *s)
+{
+    for (const char *c = s; *c; c++)
+        kt_sbuf_printf(b, "%c", (*c == '*' && c[1] == '/') || *c == '\n' ? ' ' : *c);
+}
+
+static void put_shape(kt_sbuf_t *b, const kt_plan_value_t *v)
+{
+    for (int d = 0; d < v->ndim; d++)
+        kt_sbuf_printf(b, "%s%lld", d ? ", " : "", (long long)v->dims[d]);
+}
+
+/* The C expression of value v's memory. */
+static void put_value(kt_sbuf_t *b, const kt_net_plan_t *p, int v)
+{
+    v = kt_net_plan_root(p, v);
+    const kt_plan_value_t *x = &p->values[v];
+    if (x->kind == KT_PLAN_V_INPUT)
+        kt_sbuf_puts(b, "((float *)input)");
+    else if (x->kind == KT_PLAN_V_OUTPUT)
+        kt_sbuf_puts(b, "output");
+    else
+        kt_sbuf_printf(b, "(A + %lldLL)", (long long)(x->offset / 4));
+}
+
+static void put_ref(kt_sbuf_t *b, const kt_net_plan_t *p, kt_plan_ref_t r)
+{
+    if (r.id < 0)
+        kt_sbuf_puts(b, "NULL");
+    else if (r.weight)
+        kt_sbuf_printf(b, "m->w[%d]", r.id);
+    else
+        put_value(b, p, r.id);
+}
+
+/* Row-major strides of dims (model layout). */
+static void strides(const int64_t *dims, int ndim, int64_t *st)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= dims[d];
+    }
+}
+
+static void put_ll_array(kt_sbuf_t *b, const char *name, const int64_t *v, int n)
+{
+    kt_sbuf_printf(b, "        static const long long %s[%d] = {", name, n > 0 ? n : 1);
+    for (int d = 0; d < n; d++)
+        kt_sbuf_printf(b, "%s%lldLL", d ? ", " : "", (long long)v[d]);
+    kt_sbuf_puts(b, n > 0 ? "};\n" : "0};\n");
+}
+
+static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, int k)
+{
+    const kt_plan_step_t *s = &p->steps[k];
+    const kt_plan_value_t *o = &p->values[s->out];
+    const kt_plan_value_t *x = s->nin && !s->in[0].weight ? &p->values[s->in[0].id] : NULL;
+    long long n = (long long)o->numel;
+    kt_sbuf_printf(b, "    { /* step %d: ", k);
+    put_comment_text(b, s->name);
+    kt_sbuf_puts(b, " */\n");
+    if (s->kind != KT_PLAN_TASK) {
+        kt_sbuf_puts(b, "        float *y = ");
+        put_value(b, p, s->out);
+        kt_sbuf_puts(b, ";\n");
+        if (s->kind != KT_PLAN_CONCAT && s->kind != KT_PLAN_BINARY) {
+            kt_sbuf_puts(b, "        const float *x = ");
+            put_value(b, p, s->in[0].id);
+            kt_sbuf_puts(b, ";\n");
+        }
+    }
+    switch (s->kind) {
+    case KT_PLAN_TASK:
+        kt_sbuf_puts(b, "        float *b[] = {");
+        for (int q = 0; q < s->nin; q++) {
+            put_ref(b, p, s->in[q]);
+            kt_sbuf_puts(b, ", ");
+        }
+        put_value(b, p, s->out);
+        kt_sbuf_printf(b, "};\n        if (NET_task%d(b) != 0)\n"
+                          "            return kt_fail(\"step %d: a kernel could not allocate "
+                          "memory\");\n",
+                       s->task, k);
+        kt_sbuf_printf(b, "#ifdef KTUNE_CHECK\n        if (err && kt_check_task(NET_ref%d, b, %d, "
+                          "%lldLL, &err[%d]) != 0)\n            return -1;\n#endif\n",
+                       s->task, s->nin + 1, n, k);
+        break;
+    case KT_PLAN_COPY:
+        kt_sbuf_printf(b, "        if (y != x)\n            memcpy(y, x, sizeof(float) * %lldULL);\n",
+                       n);
+        break;
+    case KT_PLAN_LAYOUT: {
+        long long N = o->dims[0], C = o->dims[1], H = o->dims[2], W = o->dims[3];
+        /* The loops follow the written tensor, so stores are contiguous. */
+        const char *src = o->nhwc ? "((nn * %lldLL + c) * %lldLL + h) * %lldLL + w"
+                                  : "((nn * %lldLL + h) * %lldLL + w) * %lldLL + c";
+        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n", n);
+        kt_sbuf_printf(b, "        for (long long nh = 0; nh < %lldLL; nh++) {\n",
+                       N * (o->nhwc ? H : C));
+        if (o->nhwc) {
+            kt_sbuf_printf(b, "            long long nn = nh / %lldLL, h = nh %% %lldLL;\n", H, H);
+            kt_sbuf_printf(b, "            for (long long w = 0; w < %lldLL; w++)\n"
+                              "                for (long long c = 0; c < %lldLL; c++)\n"
+                              "                    y[(nh * %lldLL + w) * %lldLL + c] = x[",
+                           W, C, W, C);
+            kt_sbuf_printf(b, src, C, H, W);
+        } else {
+            kt_sbuf_printf(b, "            long long nn = nh / %lldLL, c = nh %% %lldLL;\n", C, C);
+            kt_sbuf_printf(b, "            for (long long h = 0; h < %lldLL; h++)\n"
+                              "                for (long long w = 0; w < %lldLL; w++)\n"
+                              "                    y[(nh * %lldLL + h) * %lldLL + w] = x[",
+                           H, W, H, W);
+            kt_sbuf_printf(b, src, H, W, C);
+        }
+        kt_sbuf_puts(b, "];\n        }\n");
+        break;
+    }
+    case KT_PLAN_UNARY: {
+        const char *f = "v > 0.0f ? v : 0.0f";
+        char clip[160];
+        switch (s->unary) {
+        case KT_PLAN_RELU: break;
+        case KT_PLAN_GELU: f = "0.5f * v * (1.0f + erff(v * 0.70710678118654752f))"; break;
+        case KT_PLAN_SIGMOID: f = "1.0f / (1.0f + expf(-v))"; break;
+        case KT_PLAN_TANH: f = "tanhf(v)"; break;
+        case KT_PLAN_CLIP:
+            snprintf(clip, sizeof clip, "kt_maxf(kt_minf(v, %.9gf), %.9gf)", s->hi, s->lo);
+            f = clip;
+            break;
+        }
+        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
+                          "        for (long long i = 0; i < %lldLL; i++) {\n"
+                          "            float v = x[i];\n            y[i] = %s;\n        }\n",
+                       n, n, f);
+        break;
+    }
+    case KT_PLAN_CHANNEL:
+        kt_sbuf_puts(b, "        const float *sc = ");
+        put_ref(b, p, s->in[1]);
+        kt_sbuf_puts(b, ", *sh = ");
+        put_ref(b, p, s->in[2]);
+        kt_sbuf_printf(b, ";\n        KT_PARALLEL_FOR(%lldLL)\n"
+                          "        for (long long oc = 0; oc < %lldLL; oc++) {\n"
+                          "            long long c = oc %% %lldLL;\n"
+                          "            float s = sc ? sc[c] : 1.0f, t = sh ? sh[c] : 0.0f;\n"
+                          "            for (long long i = 0; i < %lldLL; i++)\n"
+                          "                y[oc * %lldLL + i] = x[oc * %lldLL + i] * s + t;\n"
+                          "        }\n",
+                       n, (long long)(s->outer * s->chan), (long long)s->chan,
+                       (long long)s->inner, (long long)s->inner, (long long)s->inner);
+        break;
+    case KT_PLAN_BINARY: {
+        static const char *const ops[] = {"+", "*", "-", "/"};
+        kt_sbuf_puts(b, "        const float *x = ");
+        put_value(b, p, s->in[0].id);
+        kt_sbuf_puts(b, ", *z = ");
+        put_value(b, p, s->in[1].id);
+        kt_sbuf_puts(b, ";\n");
+        if (!s->chan) {
+            kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
+                              "        for (long long i = 0; i < %lldLL; i++)\n"
+                              "            y[i] = x[i] %s z[i];\n",
+                           n, n, ops[s->binary_mul]);
+            break;
+        }
+        /* numpy broadcasting: shapes aligned at the last axis, size-1 axes repeat. */
+        const kt_plan_value_t *vx = &p->values[s->in[0].id], *vz = &p->values[s->in[1].id];
+        int64_t sx[KT_NET_MAX_DIMS], sz[KT_NET_MAX_DIMS], tx[KT_NET_MAX_DIMS], tz[KT_NET_MAX_DIMS];
+        strides(vx->dims, vx->ndim, tx);
+        strides(vz->dims, vz->ndim, tz);
+        for (int d = 0; d < o->ndim; d++) {
+            int dx = d - (o->ndim - vx->ndim), dz = d - (o->ndim - vz->ndim);
+            sx[d] = dx < 0 || vx->dims[dx] == 1 ? 0 : tx[dx];
+            sz[d] = dz < 0 || vz->dims[dz] == 1 ? 0 : tz[dz];
+        }
+        put_ll_array(b, "D", o->dims, o->ndim);
+        put_ll_array(b, "SX", sx, o->ndim);
+        put_ll_array(b, "SZ", sz, o->ndim);
+        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
+                          "        for (long long i = 0; i < %lldLL; i++) {\n"
+                          "            long long r = i, ix = 0, iz = 0;\n"
+                          "            for (int d = %d; d >= 0; d--) {\n"
+                          "                long long q = r %% D[d];\n"
+                          "                r /= D[d];\n"
+                          "                ix += q * SX[d];\n                iz += q * SZ[d];\n"
+                          "            }\n            y[i] = x[ix] %s z[iz];\n        }\n",
+                       n, n, o->ndim - 1, ops[s->binary_mul]);
+        break;
+    }
+    case KT_PLAN_TRANSPOSE: {
+        int64_t t[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
+        strides(x->dims, x->ndim, t);
+        for (int d = 0; d < o->ndim; d++)
+            sp[d] = t[s->perm[d]];
+        put_ll_array(b, "D", o->dims, o->ndim);
+        put_ll_array(b, "S", sp, o->ndim);
+        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
+                          "        for (long long i = 0; i < %lldLL; i++) {\n"
+                          "            long long r = i, ix = 0;\n"
+                          "            for (int d = %d; d >= 0; d--) {\n"
+                          "                ix += (r %% D[d]) * S[d];\n                r /= D[d];\n"
+                          "            }\n            y[i] = x[ix];\n        }\n",
+                       n, n, o->ndim - 1);
+        break;
+    }
+    case KT_PLAN_CONCAT: {
+        int64_t outer = 1, inner = 1, at = 0;
+        for (int d = 0; d < s->axis; d++)
+            outer *= o->dims[d];
+        for (int d = s->axis + 1; d < o->ndim; d++)
+            inner *= o->dims[d];
+        for (int q = 0; q < s->nin; q++) {
+            int64_t a = p->values[s->in[q].id].dims[s->axis];
+            kt_sbuf_puts(b, "        {\n            const float *x = ");
+            put_value(b, p, s->in[q].id);
+            kt_sbuf_printf(b, ";\n            for (long long oo = 0; oo < %lldLL; oo++)\n"
+                              "                memcpy(y + (oo * %lldLL + %lldLL) * %lldLL, "
+                              "x + oo * %lldLL, sizeof(float) * %lldULL);\n        }\n",
+                           (long long)outer, (long long)o->dims[s->axis], (long long)at,
+                           (long long)inner, (long long)(a * inner), (long long)(a * inner));
+            at += a;
+        }
+        break;
+    }
+    }
+    kt_sbuf_printf(b, "    }\n    if (t)\n        t[%d] = kt_lap(&t0);\n", k);
+    return KT_OK;
+}
+
+/* The safetensors reader of the generated file: a strict scanner of the
+ * header's JSON (string keys, objects, arrays, numbers) that finds each
+ * weight by name and checks its dtype, shape and offsets. */
+static const char *const LOADER =
+    "static const char *kt_ws(const char *p, const char *e)\n"
+    "{\n"
+    "    while (p < e && (*p == ' ' || *p == '\\n' || *p == '\\r' || *p == '\\t'))\n"
+    "        p++;\n"
+    "    return p;\n"
+    "}\n"
+    "\n"
+    "/* A string: its raw text (escapes kept) in s, n. */\n"
+    "static const char *kt_jstr(const char *p, const char *e, const char **s, size_t *n)\n"
+    "{\n"
+    "    p = kt_ws(p, e);\n"
+    "    if (p >= e || *p != '\"')\n"
+    "        return NULL;\n"
+    "    const char *q = ++p;\n"
+    "    while (q < e && *q != '\"')\n"
+    "        q += *q == '\\\\' ? 2 : 1;\n"
+    "    if (q >= e)\n"
+    "        return NULL;\n"
+    "    *s = p;\n"
+    "    *n = (size_t)(q - p);\n"
+    "    return q + 1;\n"
+    "}\n"
+    "\n"
+    "static const char *kt_jint(const char *p, const char *e, long long *v)\n"
+    "{\n"
+    "    p = kt_ws(p, e);\n"
+    "    if (p >= e || *p < '0' || *p > '9')\n"
+    "        return NULL;\n"
+    "    *v = 0;\n"
+    "    while (p < e && *p >= '0' && *p <= '9') {\n"
+    "        if (*v > 100000000000000LL)\n"
+    "            return NULL;\n"
+    "        *v = *v * 10 + (*p++ - '0');\n"
+    "    }\n"
+    "    return p;\n"
+    "}\n"
+    "\n"
+    "static const char *kt_jskip(const char *p, const char *e, int depth)\n"
+    "{\n"
+    "    p = kt_ws(p, e);\n"
+    "    if (p >= e || depth > 32)\n"
+    "        return NULL;\n"
+    "    if (*p == '\"') {\n"
+    "        const char *s;\n"
+    "        size_t n;\n"
+    "        return kt_jstr(p, e, &s, &n);\n"
+    "    }\n"
+    "    if (*p == '{' || *p == '[') {\n"
+    "        char close = *p == '{' ? '}' : ']';\n"
+    "        p = kt_ws(p + 1, e);\n"
+    "        if (p < e && *p == close)\n"
+    "            return p + 1;\n"
+    "        for (;;) {\n"
+    "            if (close == '}') {\n"
+    "                const char *s;\n"
+    "                size_t n;\n"
+    "                if (!(p = kt_jstr(p, e, &s, &n)) || (p = kt_ws(p, e)) >= e || *p++ != ':')\n"
+    "                    return NULL;\n"
+    "            }\n"
+    "            if (!(p = kt_jskip(p, e, depth + 1)) || (p = kt_ws(p, e)) >= e)\n"
+    "                return NULL;\n"
+    "            if (*p == close)\n"
+    "                return p + 1;\n"
+    "            if (*p++ != ',')\n"
+    "                return NULL;\n"
+    "        }\n"
+    "    }\n"
+    "    while (p < e && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\\n')\n"
+    "        p++;\n"
+    "    return p;\n"
+    "}\n"
+    "\n"
+    "/* One tensor entry {\"dtype\": .., \"shape\": [..], \"data_offsets\": [b, e]}. */\n"
+    "static const char *kt_jentry(const char *p, const char *e, int *f32, long long *numel,\n"
+    "                             long long *off)\n"
+    "{\n"
+    "    *f32 = 0;\n"
+    "    *numel = -1;\n"
+    "    off[0] = off[1] = -1;\n"
+    "    if ((p = kt_ws(p, e)) >= e || *p++ != '{')\n"
+    "        return NULL;\n"
+    "    for (;;) {\n"
+    "        const char *k;\n"
+    "        size_t kn;\n"
+    "        if (!(p = kt_jstr(p, e, &k, &kn)) || (p = kt_ws(p, e)) >= e || *p++ != ':')\n"
+    "            return NULL;\n"
+    "        if (kn == 5 && !memcmp(k, \"dtype\", 5)) {\n"
+    "            const char *v;\n"
+    "            size_t vn;\n"
+    "            if (!(p = kt_jstr(p, e, &v, &vn)))\n"
+    "                return NULL;\n"
+    "            *f32 = vn == 3 && !memcmp(v, \"F32\", 3);\n"
+    "        } else if ((kn == 5 && !memcmp(k, \"shape\", 5)) ||\n"
+    "                   (kn == 12 && !memcmp(k, \"data_offsets\", 12))) {\n"
+    "            int shape = kn == 5, i = 0;\n"
+    "            long long prod = 1, v;\n"
+    "            if ((p = kt_ws(p, e)) >= e || *p++ != '[')\n"
+    "                return NULL;\n"
+    "            if ((p = kt_ws(p, e)) < e && *p == ']') {\n"
+    "                p++;\n"
+    "            } else {\n"
+    "                for (;;) {\n"
+    "                    if (!(p = kt_jint(p, e, &v)))\n"
+    "                        return NULL;\n"
+    "                    if (shape) {\n"
+    "                        if (v != 0 && prod > 100000000000000LL / v)\n"
+    "                            return NULL;\n"
+    "                        prod *= v;\n"
+    "                    } else if (i < 2) {\n"
+    "                        off[i] = v;\n"
+    "                    }\n"
+    "                    i++;\n"
+    "                    if ((p = kt_ws(p, e)) >= e)\n"
+    "                        return NULL;\n"
+    "                    if (*p == ']') {\n"
+    "                        p++;\n"
+    "                        break;\n"
+    "                    }\n"
+    "                    if (*p++ != ',')\n"
+    "                        return NULL;\n"
+    "                }\n"
+    "            }\n"
+    "            if (shape)\n"
+    "                *numel = prod;\n"
+    "            else if (i != 2)\n"
+    "                return NULL;\n"
+    "        } else if (!(p = kt_jskip(p, e, 1))) {\n"
+    "            return NULL;\n"
+    "        }\n"
+    "        if ((p = kt_ws(p, e)) >= e)\n"
+    "            return NULL;\n"
+    "        if (*p == '}')\n"
+    "            return p + 1;\n"
+    "        if (*p++ != ',')\n"
+    "            return NULL;\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* Reads every weight of the table into one 64-byte aligned block. */\n"
+    "static int kt_load(NET_t *m, const char *path)\n"
+    "{\n"
+    "    FILE *f = fopen(path, \"rb\");\n"
+    "    if (!f)\n"
+    "        return kt_fail(\"cannot open %s\", path);\n"
+    "    unsigned char h8[8];\n"
+    "    char *hdr = NULL;\n"
+    "    int rc = -1;\n"
+    "    long long *begin = calloc(KT_NW + 1, sizeof(long long));\n"
+    "    if (!begin) {\n"
+    "        kt_fail(\"out of memory\");\n"
+    "        goto out;\n"
+    "    }\n"
+    "    if (fseek(f, 0, SEEK_END) != 0) {\n"
+    "        kt_fail(\"%s: cannot seek\", path);\n"
+    "        goto out;\n"
+    "    }\n"
+    "    long long size = ftell(f);\n"
+    "    rewind(f);\n"
+    "    if (size < 8 || fread(h8, 1, 8, f) != 8) {\n"
+    "        kt_fail(\"%s: not a safetensors file (too short)\", path);\n"
+    "        goto out;\n"
+    "    }\n"
+    "    unsigned long long hl = 0;\n"
+    "    for (int i = 7; i >= 0; i--)\n"
+    "        hl = hl << 8 | h8[i];\n"
+    "    if (hl < 2 || hl > (unsigned long long)(size - 8)) {\n"
+    "        kt_fail(\"%s: not a safetensors file (header length %llu)\", path, hl);\n"
+    "        goto out;\n"
+    "    }\n"
+    "    long long data_bytes = size - 8 - (long long)hl;\n"
+    "    hdr = malloc(hl);\n"
+    "    m->blob = aligned_alloc(64, ((size_t)data_bytes + 64) / 64 * 64);\n"
+    "    if (!hdr || !m->blob) {\n"
+    "        kt_fail(\"out of memory\");\n"
+    "        goto out;\n"
+    "    }\n"
+    "    if (fread(hdr, 1, hl, f) != hl ||\n"
+    "        fread(m->blob, 1, (size_t)data_bytes, f) != (size_t)data_bytes) {\n"
+    "        kt_fail(\"%s: read failed\", path);\n"
+    "        goto out;\n"
+    "    }\n"
+    "    for (int i = 0; i < KT_NW; i++)\n"
+    "        begin[i] = -1;\n"
+    "    const char *p = kt_ws(hdr, hdr + hl), *e = hdr + hl;\n"
+    "    if (p >= e || *p++ != '{') {\n"
+    "        kt_fail(\"%s: the header is not a JSON object\", path);\n"
+    "        goto out;\n"
+    "    }\n"
+    "    for (int first = 1;; first = 0) {\n"
+    "        const char *k;\n"
+    "        size_t kn;\n"
+    "        if ((p = kt_ws(p, e)) < e && *p == '}' && first)\n"
+    "            break;\n"
+    "        if (!(p = kt_jstr(p, e, &k, &kn)) || (p = kt_ws(p, e)) >= e || *p++ != ':') {\n"
+    "            kt_fail(\"%s: malformed header\", path);\n"
+    "            goto out;\n"
+    "        }\n"
+    "        int w = -1;\n"
+    "        for (int i = 0; i < KT_NW && w < 0; i++)\n"
+    "            if (strlen(kt_weight_names[i]) == kn && !memcmp(kt_weight_names[i], k, kn))\n"
+    "                w = i;\n"
+    "        if (w < 0) {\n"
+    "            p = kt_jskip(p, e, 1);\n"
+    "        } else {\n"
+    "            int f32;\n"
+    "            long long numel, off[2];\n"
+    "            p = kt_jentry(p, e, &f32, &numel, off);\n"
+    "            if (p && (!f32 || numel != kt_weight_numel[w] || off[1] - off[0] != numel * 4 ||\n"
+    "                      off[0] < 0 || off[0] % 4 != 0 || off[1] > data_bytes)) {\n"
+    "                kt_fail(\"%s: tensor '%s' is not float32 of %lld values inside the file\",\n"
+    "                        path, kt_weight_names[w], kt_weight_numel[w]);\n"
+    "                goto out;\n"
+    "            }\n"
+    "            if (p)\n"
+    "                begin[w] = off[0];\n"
+    "        }\n"
+    "        if (!p || (p = kt_ws(p, e)) >= e) {\n"
+    "            kt_fail(\"%s: malformed header\", path);\n"
+    "            goto out;\n"
+    "        }\n"
+    "        if (*p == '}')\n"
+    "            break;\n"
+    "        if (*p++ != ',') {\n"
+    "            kt_fail(\"%s: malformed header\", path);\n"
+    "            goto out;\n"
+    "        }\n"
+    "    }\n"
+    "    for (int i = 0; i < KT_NW; i++) {\n"
+    "        if (begin[i] < 0) {\n"
+    "            kt_fail(\"%s: tensor '%s' is missing\", path, kt_weight_names[i]);\n"
+    "            goto out;\n"
+    "        }\n"
+    "        m->w[i] = m->blob + begin[i] / 4;\n"
+    "    }\n"
+    "    rc = 0;\n"
+    "out:\n"
+    "    free(begin);\n"
+    "    free(hdr);\n"
+    "    fclose(f);\n"
+    "    return rc;\n"
+    "}\n";
+
+/* Replace every "NET" token (the prefix placeholder) of t by name. */
+static void put_named(kt_sbuf_t *b, const char *t, const char *name)
+{
+    for (const char *c = t; *c;) {
+        const char *q = strstr(c, "NET");
+        if (!q) {
+            kt_sbuf_puts(b, c);
+            break;
+        }
+        kt_sbuf_putn(b, c, (size_t)(q - c));
+        kt_sbuf_puts(b, name);
+        c = q + 3;
+    }
+}
+
+static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_t *tasks,
+                       const kt_netlib_kernel_t *kernels, const char *name, int *ndefault)
+{
+    kt_sbuf_t t;
+    kt_sbuf_init(&t);
+    kt_sbuf_printf(&t, "/* NET.c: the network NET as built by ktune build (see NET.h). */\n");
+    kt_codegen_preamble_c(&t);
+    kt_sbuf_puts(&t, "#include <stdarg.h>\n#include <stdio.h>\n#include <time.h>\n"
+                     "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n#include \"NET.h\"\n\n"
+                     "/* Loops of the simple layers go parallel when they are large enough. */\n"
+                     "#ifdef _OPENMP\n#define KT_PRAGMA(x) _Pragma(#x)\n"
+                     "#define KT_PARALLEL_FOR(n) KT_PRAGMA(omp parallel for if ((n) > 32768))\n"
+                     "#else\n#define KT_PARALLEL_FOR(n)\n#endif\n\n");
+    kt_sched_params_t params;
+    kt_sched_params_default(&params);
+    int rc = KT_OK;
+    *ndefault = 0;
+    for (int i = 0; i < tasks->ntasks && rc == KT_OK; i++) {
+        const kt_dag_t *dag = kt_workload_dag(tasks->tasks[i].wl);
+        char entry[KT_NETLIB_MAX_NAME + 32];
+        snprintf(entry, sizeof entry, "%s_task%d", name, i);
+        kt_sbuf_printf(&t, "/* Task %d: ", i);
+        put_comment_text(&t, tasks->tasks[i].desc);
+        if (kernels[i].state_json) {
+            kt_sbuf_printf(&t, "; the best measured schedule (%.4f ms). */\n",
+                           kernels[i].measured_ms);
+            kt_sched_state_t *st = kt_sched_state_from_json(kernels[i].state_json, dag, &params);
+            if (!st)
+                rc = kt_err_prefix("task %d: its record's state", i);
+            else
+                rc = kt_codegen_emit_c_into(dag, st, entry, &t);
+            kt_sched_state_free(st);
+        } else {
+            kt_sbuf_puts(&t, "; no record: ktune's naive reference. */\n");
+            (*ndefault)++;
+            rc = kt_codegen_reference_c_into(dag, entry, &t);
+        }
+        kt_sbuf_puts(&t, "\n");
+    }
+    kt_sbuf_puts(&t, "#ifdef KTUNE_CHECK\n");
+    for (int i = 0; i < tasks->ntasks && rc == KT_OK; i++) {
+        char entry[KT_NETLIB_MAX_NAME + 32];
+        snprintf(entry, sizeof entry, "%s_ref%d", name, i);
+        rc = kt_codegen_reference_c_into(kt_workload_dag(tasks->tasks[i].wl), entry, &t);
+    }
+    kt_sbuf_puts(&t, "#endif\n\n");
+    if (rc) {
+        kt_sbuf_free(&t);
+        return rc;
+    }
+    /* Tables of steps and weights. */
+    kt_sbuf_printf(&t, "#define KT_NSTEPS %d\n#define KT_NW %d\n", p->nsteps, p->nweights);
+    kt_sbuf_puts(&t, "static const char *const kt_step_names[KT_NSTEPS] = {\n");
+    for (int k = 0; k < p->nsteps; k++) {
+        kt_sbuf_puts(&t, "    ");
+        put_cstr(&t, p->steps[k].name);
+        kt_sbuf_puts(&t, ",\n");
+    }
+    kt_sbuf_puts(&t, "};\nstatic const int kt_step_tasks[KT_NSTEPS] = {");
+    for (int k = 0; k < p->nsteps; k++)
+        kt_sbuf_printf(&t, "%s%d", k ? ", " : "", p->steps[k].task);
+    kt_sbuf_puts(&t, "};\nstatic const char *const kt_weight_names[KT_NW + 1] = {\n");
+    for (int k = 0; k < p->nweights; k++) {
+        kt_sbuf_puts(&t, "    ");
+        put_cstr(&t, p->weights[k].name);
+        kt_sbuf_puts(&t, ",\n");
+    }
+    kt_sbuf_puts(&t, "    NULL};\nstatic const long long kt_weight_numel[KT_NW + 1] = {");
+    for (int k = 0; k < p->nweights; k++)
+        kt_sbuf_printf(&t, "%lldLL, ", (long long)p->weights[k].numel);
+    kt_sbuf_printf(&t, "0};\n\n"
+                       "struct NET {\n    float *arena;\n    float *blob;\n"
+                       "    float *w[KT_NW + 1];\n};\n\n"
+                       "static _Thread_local char kt_msg[512];\n\n"
+                       "const char *NET_last_error(void)\n{\n    return kt_msg;\n}\n\n"
+                       "static int kt_fail(const char *fmt, ...)\n{\n    va_list ap;\n"
+                       "    va_start(ap, fmt);\n    vsnprintf(kt_msg, sizeof kt_msg, fmt, ap);\n"
+                       "    va_end(ap);\n    return -1;\n}\n\n");
+    kt_sbuf_puts(&t, LOADER);
+    kt_sbuf_printf(&t,
+        "\nNET_t *NET_create(const char *weights_path)\n{\n"
+        "    NET_t *m = calloc(1, sizeof(*m));\n"
+        "    if (!m) {\n        kt_fail(\"out of memory\");\n        return NULL;\n    }\n"
+        "    m->arena = aligned_alloc(64, %lldULL);\n"
+        "    if (!m->arena) {\n        kt_fail(\"out of memory (arena of %lld bytes)\");\n"
+        "        NET_destroy(m);\n        return NULL;\n    }\n"
+        "    if (kt_load(m, weights_path) != 0) {\n        NET_destroy(m);\n        return NULL;\n"
+        "    }\n    return m;\n}\n\n"
+        "void NET_destroy(NET_t *m)\n{\n    if (!m)\n        return;\n    free(m->arena);\n"
+        "    free(m->blob);\n    free(m);\n}\n\n"
+        "int NET_set_threads(int n)\n{\n    if (n < 1)\n        return -1;\n#ifdef _OPENMP\n"
+        "    omp_set_num_threads(n);\n    return 0;\n#else\n    return n == 1 ? 0 : -1;\n#endif\n}\n\n"
+        "int NET_num_steps(void)\n{\n    return KT_NSTEPS;\n}\n\n"
+        "const char *NET_step_name(int i)\n{\n"
+        "    return i >= 0 && i < KT_NSTEPS ? kt_step_names[i] : NULL;\n}\n\n"
+        "int NET_step_task(int i)\n{\n    return i >= 0 && i < KT_NSTEPS ? kt_step_tasks[i] : -1;\n}\n\n"
+        "static double kt_lap(double *t0)\n{\n    struct timespec ts;\n"
+        "    clock_gettime(CLOCK_MONOTONIC, &ts);\n"
+        "    double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec, d = now - *t0;\n"
+        "    *t0 = now;\n    return d;\n}\n\n"
+        "#ifdef KTUNE_CHECK\n"
+        "/* Runs the reference on the kernel's inputs into scratch memory and\n"
+        " * compares: the largest difference over the reference's largest magnitude. */\n"
+        "static int kt_check_task(int (*ref)(float **), float **b, int nb, long long n, double *err)\n"
+        "{\n    float *got = b[nb - 1], *want = malloc(sizeof(float) * (size_t)n);\n"
+        "    if (!want)\n        return kt_fail(\"out of memory\");\n    b[nb - 1] = want;\n"
+        "    int rc = ref(b);\n    b[nb - 1] = got;\n    double big = 0, diff = 0;\n"
+        "    for (long long i = 0; rc == 0 && i < n; i++) {\n"
+        "        double a = fabs((double)want[i]), d = fabs((double)got[i] - (double)want[i]);\n"
+        "        big = a > big ? a : big;\n"
+        "        diff = d > diff || d != d ? d : diff;\n    }\n    free(want);\n"
+        "    *err = big > 0 ? diff / big : diff;\n"
+        "    return rc == 0 ? 0 : kt_fail(\"a reference kernel could not allocate memory\");\n}\n"
+        "#endif\n\n"
+        "static int kt_exec(NET_t *m, const float *input, float *output, double *t, double *err)\n"
+        "{\n    float *A = m->arena;\n    double t0 = 0;\n    (void)err;\n"
+        "    if (t)\n        kt_lap(&t0);\n",
+        (long long)((p->arena_bytes + 64) / 64 * 64), (long long)p->arena_bytes);
+    for (int k = 0; k < p->nsteps && rc == KT_OK; k++)
+        rc = emit_step(&t, p, k);
+    kt_sbuf_puts(&t,
+        "    (void)A;\n    return 0;\n}\n\n"
+        "int NET_run(NET_t *m, const float *input, float *output)\n{\n"
+        "    if (!m || !input || !output)\n        return kt_fail(\"NET_run: a NULL argument\");\n"
+        "    return kt_exec(m, input, output, NULL, NULL);\n}\n\n"
+        "int NET_run_timed(NET_t *m, const float *input, float *output, double *step_seconds)\n{\n"
+        "    if (!m || !input || !output || !step_seconds)\n"
+        "        return kt_fail(\"NET_run_timed: a NULL argument\");\n"
+        "    return kt_exec(m, input, output, step_seconds, NULL);\n}\n\n"
+        "#ifdef KTUNE_CHECK\n"
+        "int NET_check(NET_t *m, const float *input, float *output, double *step_err)\n{\n"
+        "    if (!m || !input || !output || !step_err)\n"
+        "        return kt_fail(\"NET_check: a NULL argument\");\n"
+        "    for (int k = 0; k < KT_NSTEPS; k++)\n        step_err[k] = -1;\n"
+        "    return kt_exec(m, input, output, NULL, step_err);\n}\n#endif\n");
+    if (rc == KT_OK)
+        rc = kt_sbuf_ok(&t);
+    if (rc == KT_OK) {
+        put_named(b, t.data, name);
+        rc = kt_sbuf_ok(b);
+    }
+    kt_sbuf_free(&t);
+    return rc;
+}
+
+static int emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_t *tasks,
+                       const char *name, const char *source, int ndefault)
+{
+    const kt_plan_value_t *in = &p->values[p->input], *out = &p->values[p->output];
+    char guard[KT_NETLIB_MAX_NAME + 8];
+    size_t g = 0;
+    for (const char *c = name; *c && g + 3 < sizeof guard; c++)
+        guard[g++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 32 : *c);
+    memcpy(guard + g, "_H", 3);
+    kt_sbuf_t t;
+    kt_sbuf_init(&t);
+    kt_sbuf_puts(&t, "/*\n * NET: ");
+    put_comment_text(&t, source);
+    kt_sbuf_printf(&t, ", built by ktune build: %d task%s (%d with the naive\n"
+                       " * reference: no record), %d steps, an arena of %lld bytes.\n",
+                   tasks->ntasks, tasks->ntasks == 1 ? "" : "s", ndefault, p->nsteps,
+                   (long long)p->arena_bytes);
+    kt_sbuf_puts(&t, " *\n * Build: cc -O3 -march=native -fopenmp -c NET.c\n"
+                     " *        (link the program with -fopenmp -lm; add -DKTUNE_CHECK for\n"
+                     " *        NET_check, which also runs every task's reference kernel)\n"
+                     " *\n"
+                     " * Use:   NET_t *m = NET_create(\"NET.safetensors\");\n"
+                     " *        NET_run(m, input, output);   (0 on success)\n"
+                     " *        NET_destroy(m);\n"
+                     " * input and output are dense float32 in the model's own layout (NCHW for\n"
+                     " * ONNX and PyTorch models) with the shapes below, whatever layout the\n"
+                     " * kernels use inside (the runner converts at the edges).\n"
+                     " *\n"
+                     " * Ownership: NET_create reads the weights file into the instance (the\n"
+                     " * file may go away after) and allocates its arena; NET_destroy frees both\n"
+                     " * (accepts NULL). The caller owns input and output.\n"
+                     " * Thread-safety: NET_run writes the instance's arena, so one instance\n"
+                     " * runs on one thread at a time; separate instances are independent.\n"
+                     " * NET_set_threads sets the OpenMP threads of the calling thread's runs.\n"
+                     " * Errors: NULL or -1, with a message in NET_last_error() (per thread).\n"
+                     " */\n");
+    kt_sbuf_printf(&t, "#ifndef %s\n#define %s\n\n", guard, guard);
+    kt_sbuf_printf(&t, "#define NET_INPUT_NDIM %d\n#define NET_INPUT_SHAPE {", in->ndim);
+    put_shape(&t, in);
+    kt_sbuf_printf(&t, "}\n#define NET_INPUT_NUMEL %lldLL\n", (long long)in->numel);
+    kt_sbuf_printf(&t, "#define NET_OUTPUT_NDIM %d\n#define NET_OUTPUT_SHAPE {", out->ndim);
+    put_shape(&t, out);
+    kt_sbuf_printf(&t, "}\n#define NET_OUTPUT_NUMEL %lldLL\n\n", (long long)out->numel);
+    kt_sbuf_puts(&t,
+        "typedef struct NET NET_t;\n\n"
+        "/* ---- the network ---- */\n"
+        "NET_t *NET_create(const char *weights_path);\n"
+        "int NET_run(NET_t *m, const float *input, float *output);\n"
+        "void NET_destroy(NET_t *m);\n"
+        "int NET_set_threads(int threads);\n"
+        "const char *NET_last_error(void);\n\n"
+        "/* ---- profiling: the steps in order, each a task's kernel (NET_step_task >= 0)\n"
+        " * or a simple layer, and one run timing each (seconds) ---- */\n"
+        "int NET_num_steps(void);\n"
+        "const char *NET_step_name(int i);\n"
+        "int NET_step_task(int i);\n"
+        "int NET_run_timed(NET_t *m, const float *input, float *output, double *step_seconds);\n\n"
+        "#ifdef KTUNE_CHECK\n"
+        "/* A run that also runs each task's reference kernel on the same inputs;\n"
+        " * step_err[i]: largest difference / the reference's largest magnitude\n"
+        " * (-1 for steps that are no task). */\n"
+        "int NET_check(NET_t *m, const float *input, float *output, double *step_err);\n"
+        "#endif\n\n#endif\n");
+    int rc = kt_sbuf_ok(&t);
+    if (rc == KT_OK) {
+        put_named(b, t.data, name);
+        rc = kt_sbuf_ok(b);
+    }
+    kt_sbuf_free(&t);
+    return rc;
+}
+
+static int write_sbuf(const char *dir, const char *name, const char *ext, kt_sbuf_t *b)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s%s", dir, name, ext);
+    if (kt_file_write(path, b->data, b->len) != 0)
+        return kt_err_prefix("writing %s", path);
+    return KT_OK;
+}
+
+int kt_netlib_write(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
+                    const kt_netlib_kernel_t *kernels, const char *name, const char *source,
+                    const char *dir, kt_netlib_info_t *info)
+{
+    kt_netlib_info_t inf;
+    memset(&inf, 0, sizeof inf);
+    kt_netlib_c_name(name, inf.name, sizeof inf.name);
+    inf.ntasks = tasks->ntasks;
+    inf.nsteps = plan->nsteps;
+    inf.arena_bytes = plan->arena_bytes;
+    inf.naive_bytes = plan->naive_bytes;
+    kt_sbuf_t c, h;
+    kt_sbuf_init(&c);
+    kt_sbuf_init(&h);
+    int rc = emit_source(&c, plan, tasks, kernels, inf.name, &inf.ndefault);
+    if (rc == KT_OK)
+        rc = emit_header(&h, plan, tasks, inf.name, source ? source : inf.name, inf.ndefault);
+    if (rc == KT_OK)
+        rc = write_sbuf(dir, inf.name, ".c", &c);
+    if (rc == KT_OK)
+        rc = write_sbuf(dir, inf.name, ".h", &h);
+    kt_sbuf_free(&c);
+    kt_sbuf_free(&h);
+    if (rc)
+        return rc;
+    kt_safetensors_writer_t *w = kt_safetensors_writer_new();
+    if (!w)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    for (int k = 0; k < plan->nweights && rc == KT_OK; k++) {
+        const kt_plan_weight_t *x = &plan->weights[k];
+        rc = kt_safetensors_writer_add(w, x->name, x->data, x->dims, x->ndim);
+        inf.weight_bytes += x->numel * 4;
+    }
+    if (rc == KT_OK)
+        rc = kt_safetensors_writer_set_metadata(w, "producer", "ktune build");
+    if (rc == KT_OK)
+        rc = kt_safetensors_writer_set_metadata(w, "network", inf.name);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, inf.name);
+    if (rc == KT_OK)
+        rc = kt_safetensors_writer_save(w, path);
+    kt_safetensors_writer_free(w);
+    if (rc == KT_OK && info)
+        *info = inf;
+    return rc;
+}
