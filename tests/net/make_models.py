@@ -25,7 +25,8 @@ Hand-built with onnx.helper (python3-onnx):
                     converts: Conv with bias, BatchNormalization (epsilon
                     1e-3), Add / Mul / Div / Sub of constants, Gemm transB=0
                     with alpha and beta, Gemm transB=1 with a broadcast C, a
-                    MatMul of a float16 constant through a Cast, LayerNormalization
+                    MatMul of a float16 constant through a Cast, LayerNormalization,
+                    Gemm of two activations (alpha: a scale, beta * C: an add)
   external.onnx     a conv whose weight is stored in an external file (absent)
   short_raw.onnx, short_floats.onnx  a bias whose data is shorter than its shape
 
@@ -318,6 +319,7 @@ if onnx is not None:
     w_t1, c_t1 = arr(6, 100), np.array([0.75], np.float32)
     w_mm = arr(6, 3).astype(np.float16)
     ln_g, ln_b = arr(3), arr(3)
+    c_g = arr(1, 2)
     nodes = [
         helper.make_node("Conv", ["x", "w_conv", "b_conv"], ["c"], name="conv"),
         helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["b"],
@@ -333,8 +335,12 @@ if onnx is not None:
         helper.make_node("Gemm", ["g0", "w_t1", "c_t1"], ["g1"], name="gemm_t1", transB=1),
         helper.make_node("Cast", ["w_mm16"], ["w_mm"], name="cast", to=TensorProto.FLOAT),
         helper.make_node("MatMul", ["g1", "w_mm"], ["mm"], name="mm"),
-        helper.make_node("LayerNormalization", ["mm", "ln_g", "ln_b"], ["y"], name="ln",
+        helper.make_node("LayerNormalization", ["mm", "ln_g", "ln_b"], ["n"], name="ln",
                          epsilon=1e-4),
+        # Both operands activations: a matmul, a scale by alpha and the add
+        # of C times beta.
+        helper.make_node("Gemm", ["n", "z", "c_g"], ["y"], name="gemm_act", alpha=0.5,
+                         beta=3.0),
     ]
     inits = [t_raw("w_conv", w_conv), t_floats("b_conv", b_conv), t_raw("gamma", gamma),
              t_raw("beta", beta), t_floats("mean", mean), t_raw("var", var),
@@ -342,10 +348,11 @@ if onnx is not None:
              t_floats("c_div", c_div), t_raw("c_full", c_full), t_raw("c_sub", c_sub),
              t_floats("w_t0", w_t0), t_raw("c_t0", c_t0), t_raw("w_t1", w_t1),
              t_floats("c_t1", c_t1), t_raw("w_mm16", w_mm, TensorProto.FLOAT16),
-             t_raw("ln_g", ln_g), t_floats("ln_b", ln_b)]
+             t_raw("ln_g", ln_g), t_floats("ln_b", ln_b), t_raw("c_g", c_g)]
     xp = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    zp = helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 2])
     yp = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    model = helper.make_model(helper.make_graph(nodes, "params", [xp], [yp], inits),
+    model = helper.make_model(helper.make_graph(nodes, "params", [xp, zp], [yp], inits),
                               opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, os.path.join(out, "params.onnx"))
@@ -353,6 +360,7 @@ if onnx is not None:
     f32 = np.float32
     expect = [
         {"op": "input", "name": "x"},
+        {"op": "input", "name": "z"},
         {"op": "conv2d", "name": "conv", "weight": fl(w_conv), "bias": fl(b_conv)},
         {"op": "batch_norm", "name": "bn", "gamma": fl(gamma), "beta": fl(beta),
          "mean": fl(mean), "var": fl(var), "eps": float(f32(1e-3))},
@@ -368,6 +376,8 @@ if onnx is not None:
         {"op": "dense", "name": "mm", "weight": fl(w_mm.astype(np.float32).T)},
         {"op": "layer_norm", "name": "ln", "gamma": fl(ln_g), "beta": fl(ln_b),
          "eps": float(f32(1e-4))},
+        {"op": "scale", "name": "gemm_act", "value": [0.5]},
+        {"op": "input", "name": "const:c_g*3", "value": fl(f32(3.0) * c_g)},
     ]
     with open(os.path.join(out, "params.params.json"), "w") as f:
         json.dump({"ops": ["input", "conv2d", "dense", "batch_norm", "bias_add", "scale",
