@@ -40,7 +40,7 @@ typedef struct {
     json_t *vals;           /* value name -> code: >= 0 layer, < 0 -(constant + 1) */
     json_t *declared;       /* value name -> index into decl (value_info / outputs) */
     json_t *uses;           /* value name -> number of node inputs reading it */
-    json_t *materialized;   /* constant name -> layer index of its input layer */
+    json_t *materialized;   /* constant name (and factor) -> layer index of its input layer */
     cval_t *consts;
     int nconsts, cap;
     int params_missing;     /* a layer parameter's values are not in the file */
