@@ -1142,6 +1142,231 @@ START_TEST(net_onnx_rejects_truncated_and_random_files)
 }
 END_TEST
 
+/* ---- constant parameters ---------------------------------------------------------- */
+
+static const char *const param_roles[] = {"weight", "bias", "gamma", "beta", "mean", "var",
+                                          "value"};
+
+/* Compare the parameters of `net` with MODEL.params.json written by
+ * make_models.py: every layer whose op is listed in "ops", in network order,
+ * must carry exactly the listed roles with exactly the listed float32 values
+ * (and the epsilon when given). */
+static void check_params(const kt_net_t *net, const char *json_path, const char *what)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(json_path, 0, &jerr);
+    ck_assert_msg(root != NULL, "%s: %s", json_path, jerr.text);
+    json_t *ops = json_object_get(root, "ops"), *layers = json_object_get(root, "layers");
+    ck_assert(json_is_array(ops) && json_is_array(layers));
+    ck_assert_int_eq(kt_net_has_params(net), 1);
+    size_t k = 0;
+    for (int i = 0; i < kt_net_num_layers(net); i++) {
+        const char *op = kt_net_layer_op(net, i);
+        int listed = 0;
+        for (size_t j = 0; j < json_array_size(ops); j++)
+            listed |= strcmp(op, json_string_value(json_array_get(ops, j))) == 0;
+        if (!listed)
+            continue;
+        ck_assert_msg(k < json_array_size(layers), "%s: layer %d '%s' (%s) is not expected",
+                      what, i, kt_net_layer_name(net, i), op);
+        json_t *want = json_array_get(layers, k++);
+        const char *name = kt_net_layer_name(net, i);
+        ck_assert_msg(strcmp(op, json_string_value(json_object_get(want, "op"))) == 0,
+                      "%s: layer %d '%s' is %s, expected %s", what, i, name, op,
+                      json_string_value(json_object_get(want, "op")));
+        json_t *wname = json_object_get(want, "name");
+        if (wname)
+            ck_assert_str_eq(name, json_string_value(wname));
+        for (size_t r = 0; r < KT_ARRAY_LEN(param_roles); r++) {
+            json_t *v = json_object_get(want, param_roles[r]);
+            int64_t n = -1;
+            const float *got = kt_net_layer_param(net, i, param_roles[r], &n);
+            if (!v) {
+                ck_assert_msg(got == NULL, "%s: layer '%s' has an unexpected '%s'", what, name,
+                              param_roles[r]);
+                continue;
+            }
+            ck_assert_msg(got != NULL, "%s: layer '%s' has no '%s'", what, name, param_roles[r]);
+            ck_assert_msg(n == (int64_t)json_array_size(v), "%s: layer '%s' '%s': %lld values, "
+                          "expected %zu", what, name, param_roles[r], (long long)n,
+                          json_array_size(v));
+            for (int64_t j = 0; j < n; j++) {
+                float e = (float)json_number_value(json_array_get(v, (size_t)j));
+                ck_assert_msg(got[j] == e, "%s: layer '%s' '%s'[%lld] = %.9g, expected %.9g",
+                              what, name, param_roles[r], (long long)j, got[j], e);
+            }
+        }
+        json_t *eps = json_object_get(want, "eps");
+        if (eps)
+            ck_assert_msg(kt_net_layer_eps(net, i) == json_number_value(eps),
+                          "%s: layer '%s' eps %.9g, expected %.9g", what, name,
+                          kt_net_layer_eps(net, i), json_number_value(eps));
+    }
+    ck_assert_msg(k == json_array_size(layers), "%s: %zu of %zu expected layers found", what, k,
+                  json_array_size(layers));
+    json_decref(root);
+}
+
+static int layer_named(const kt_net_t *net, const char *name)
+{
+    for (int i = 0; i < kt_net_num_layers(net); i++)
+        if (strcmp(kt_net_layer_name(net, i), name) == 0)
+            return i;
+    ck_abort_msg("no layer named '%s'", name);
+    return -1;
+}
+
+START_TEST(net_builtin_and_file_networks_carry_no_params)
+{
+    kt_net_t *nets[2] = {kt_net_builtin("resnet-18", 1, 0), NULL};
+    char *path = source_path("tests/net/cnn.json");
+    nets[1] = kt_net_load_file(path);
+    free(path);
+    for (int k = 0; k < 2; k++) {
+        kt_net_t *net = nets[k];
+        ck_assert_ptr_nonnull(net);
+        ck_assert_int_eq(kt_net_has_params(net), 0);
+        int bn = 0;
+        for (int i = 0; i < kt_net_num_layers(net); i++) {
+            int64_t n = 7;
+            for (size_t r = 0; r < KT_ARRAY_LEN(param_roles); r++)
+                ck_assert_ptr_null(kt_net_layer_param(net, i, param_roles[r], &n));
+            ck_assert_int_eq(n, 0);
+            const char *op = kt_net_layer_op(net, i);
+            if (strcmp(op, "batch_norm") == 0 || strcmp(op, "layer_norm") == 0) {
+                ck_assert(kt_net_layer_eps(net, i) == 1e-5);
+                bn++;
+            } else {
+                ck_assert(kt_net_layer_eps(net, i) == -1.0);
+            }
+        }
+        ck_assert_int_gt(bn, 0);
+        ck_assert(kt_net_layer_eps(net, -1) == -1.0);
+        ck_assert(kt_net_layer_eps(net, kt_net_num_layers(net)) == -1.0);
+        kt_net_free(net);
+    }
+    ck_assert_int_eq(kt_net_has_params(NULL), 0);
+    ck_assert_ptr_null(kt_net_layer_param(NULL, 0, "weight", NULL));
+}
+END_TEST
+
+START_TEST(net_onnx_keeps_parameters_in_canonical_layouts)
+{
+    char *p = model("params.onnx"), *j = model("params.params.json");
+    if (!p || !j) {
+        free(p);
+        free(j);
+        return;
+    }
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    check_params(net, j, "params.onnx");
+    /* A few values stated here, not only by the script: the folded scalar,
+     * the inverted divisor, the broadcast Gemm C and the epsilons as float32. */
+    int64_t n;
+    const float *v = kt_net_layer_param(net, layer_named(net, "mulc"), "value", &n);
+    ck_assert(n == 1 && v[0] == 2.5f);
+    v = kt_net_layer_param(net, layer_named(net, "divc"), "value", &n);
+    ck_assert(n == 3 && v[0] == 0.5f && v[1] == 0.25f && v[2] == (float)(1.0 / (double)0.3f));
+    v = kt_net_layer_param(net, layer_named(net, "gemm_t1"), "bias", &n);
+    ck_assert_int_eq(n, 6);
+    for (int k = 0; k < 6; k++)
+        ck_assert(v[k] == 0.75f);
+    ck_assert_ptr_nonnull(kt_net_layer_param(net, layer_named(net, "gemm_t0"), "weight", &n));
+    ck_assert_int_eq(n, 48 * 100);
+    ck_assert(kt_net_layer_eps(net, layer_named(net, "bn")) == (double)1e-3f);
+    ck_assert(kt_net_layer_eps(net, layer_named(net, "ln")) == (double)1e-4f);
+    ck_assert(kt_net_layer_eps(net, layer_named(net, "conv")) == -1.0);
+    ck_assert_ptr_null(kt_net_layer_param(net, layer_named(net, "conv"), "gamma", &n));
+    ck_assert_int_eq(n, 0);
+    ck_assert_ptr_null(kt_net_layer_param(net, layer_named(net, "flat"), "value", NULL));
+    ck_assert_ptr_null(kt_net_layer_param(net, kt_net_num_layers(net), "weight", NULL));
+    ck_assert_ptr_null(kt_net_layer_param(net, 1, NULL, NULL));
+    kt_net_free(net);
+    free(p);
+    free(j);
+}
+END_TEST
+
+START_TEST(net_onnx_torch_parameters_match_the_modules)
+{
+    static const char *const names[] = {"cnn_bn", "block"};
+    for (size_t k = 0; k < KT_ARRAY_LEN(names); k++) {
+        char file[64], jfile[64];
+        snprintf(file, sizeof(file), "%s.onnx", names[k]);
+        snprintf(jfile, sizeof(jfile), "%s.params.json", names[k]);
+        char *p = model(file), *j = model(jfile);
+        if (p && j) {
+            kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+            ck_assert_msg(net != NULL, "%s", kt_err_msg());
+            check_params(net, j, file);
+            kt_net_free(net);
+        }
+        free(p);
+        free(j);
+    }
+    /* Batch norms folded by the exporter: every conv and dense carries its
+     * weight and the bias the folding made. */
+    static const char *const folded[] = {"cnn.onnx", "mobile.onnx"};
+    for (size_t k = 0; k < KT_ARRAY_LEN(folded); k++) {
+        char *p = model(folded[k]);
+        if (!p)
+            continue;
+        kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+        ck_assert_msg(net != NULL, "%s", kt_err_msg());
+        ck_assert_int_eq(kt_net_has_params(net), 1);
+        int anchors = 0;
+        for (int i = 0; i < kt_net_num_layers(net); i++) {
+            const char *op = kt_net_layer_op(net, i);
+            if (strcmp(op, "conv2d") != 0 && strcmp(op, "dense") != 0)
+                continue;
+            int64_t dims[KT_NET_MAX_DIMS], nw = 0, nb = 0;
+            ck_assert_int_ge(kt_net_layer_shape(net, i, dims), 2);
+            ck_assert_ptr_nonnull(kt_net_layer_param(net, i, "weight", &nw));
+            ck_assert_ptr_nonnull(kt_net_layer_param(net, i, "bias", &nb));
+            ck_assert_int_eq(nb, dims[1]);   /* output channels or units */
+            ck_assert_int_eq(nw % nb, 0);
+            anchors++;
+        }
+        ck_assert_int_ge(anchors, 4);   /* cnn: 3 convs and fc; mobile: 4 and fc */
+        kt_net_free(net);
+        free(p);
+    }
+}
+END_TEST
+
+START_TEST(net_onnx_external_weights_import_without_values)
+{
+    char *p = model("external.onnx");
+    if (!p)
+        return;
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_net_has_params(net), 0);
+    ck_assert_ptr_null(kt_net_layer_param(net, layer_named(net, "conv"), "weight", NULL));
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->ntasks, 1);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(p);
+    /* A parameter shorter than its shape is malformed, whichever field holds it. */
+    static const char *const shorts[] = {"short_raw.onnx", "short_floats.onnx"};
+    for (size_t k = 0; k < KT_ARRAY_LEN(shorts); k++) {
+        p = model(shorts[k]);
+        if (!p)
+            continue;
+        ck_assert_ptr_null(kt_net_onnx_load(p, NULL, 0, 0));
+        const char *msg = kt_err_msg();
+        ck_assert_msg(strstr(msg, "ONNX") && strstr(msg, "initializer 'b'") &&
+                          (strstr(msg, "raw_data holds 12 bytes") ||
+                           strstr(msg, "holds 3 values")),
+                      "%s: message '%s'", shorts[k], msg);
+        free(p);
+    }
+}
+END_TEST
+
 START_TEST(net_input_spec_parses_and_rejects)
 {
     kt_net_input_t in;
@@ -1182,6 +1407,7 @@ int main(void)
     tcase_add_test(tf, net_file_errors_name_the_layer_and_field);
     tcase_add_test(tf, net_file_fuses_new_epilogues_and_reports_the_rest);
     tcase_add_test(tf, net_input_spec_parses_and_rejects);
+    tcase_add_test(tf, net_builtin_and_file_networks_carry_no_params);
     suite_add_tcase(s, tf);
 
     TCase *to = tcase_create("onnx");
@@ -1194,6 +1420,9 @@ int main(void)
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
     tcase_add_test(to, net_onnx_folds_shape_arithmetic_and_infers_shape_ops);
     tcase_add_test(to, net_onnx_rejects_truncated_and_random_files);
+    tcase_add_test(to, net_onnx_keeps_parameters_in_canonical_layouts);
+    tcase_add_test(to, net_onnx_torch_parameters_match_the_modules);
+    tcase_add_test(to, net_onnx_external_weights_import_without_values);
     suite_add_tcase(s, to);
 
     SRunner *sr = srunner_create(s);

@@ -73,6 +73,8 @@ void kt_net_free(kt_net_t *net)
         free(net->layers[i].label);
         free(net->layers[i].in);
         free(net->layers[i].reason);
+        for (int k = 0; k < net->layers[i].nparam; k++)
+            free(net->layers[i].param[k].v);
     }
     free(net->layers);
     json_decref(net->index);
@@ -120,6 +122,7 @@ int net_layer_add(kt_net_t *net, const char *name, net_op_t op, const char *labe
     l->groups = 1;
     l->affine = 1;
     l->axis = -1;
+    l->eps = 1e-5;
     l->out.ndim = -1;
     l->name = kt_strdup(name);
     l->label = kt_strdup(label ? label : net_op_name(op));
@@ -505,6 +508,21 @@ int net_layer_finish(kt_net_t *net, int i)
     }
 }
 
+int net_layer_set_param(kt_net_t *net, int i, const char *role, float *v, int64_t numel)
+{
+    net_layer_t *l = net_layer(net, i);
+    int bad = !l || !role || !v || numel < 1 || l->nparam == NET_MAX_PARAMS;
+    for (int k = 0; !bad && k < l->nparam; k++)
+        bad = strcmp(l->param[k].role, role) == 0;
+    if (bad) {
+        free(v);
+        return kt_err_set(KT_EINTERNAL, "layer %d: cannot attach parameter '%s'", i,
+                          role ? role : "");
+    }
+    l->param[l->nparam++] = (net_param_t){role, v, numel};
+    return KT_OK;
+}
+
 int net_add_unsupported(kt_net_t *net, const char *name, const char *label, const int *inputs,
                         int ninputs, const net_shape_t *shape, const char *reason)
 {
@@ -582,4 +600,30 @@ int kt_net_layer_shape(const kt_net_t *net, int i, int64_t *dims)
     for (int k = 0; k < s->ndim; k++)
         dims[k] = s->d[k];
     return s->ndim;
+}
+
+int kt_net_has_params(const kt_net_t *net) { return net && net->has_params; }
+
+const float *kt_net_layer_param(const kt_net_t *net, int i, const char *role, int64_t *numel)
+{
+    if (numel)
+        *numel = 0;
+    if (!net || !net->has_params || i < 0 || i >= net->n || !role)
+        return NULL;
+    const net_layer_t *l = &net->layers[i];
+    for (int k = 0; k < l->nparam; k++)
+        if (strcmp(l->param[k].role, role) == 0) {
+            if (numel)
+                *numel = l->param[k].numel;
+            return l->param[k].v;
+        }
+    return NULL;
+}
+
+double kt_net_layer_eps(const kt_net_t *net, int i)
+{
+    if (!net || i < 0 || i >= net->n)
+        return -1.0;
+    const net_layer_t *l = &net->layers[i];
+    return l->op == NET_BATCH_NORM || l->op == NET_LAYER_NORM ? l->eps : -1.0;
 }

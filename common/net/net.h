@@ -4,7 +4,8 @@
  * sigmoid, tanh, residual add, pooling, softmax, layer norm and shape-only ops
  * such as reshape) whose shapes are inferred when it is built. It comes from
  * the built-in model zoo, a JSON network file (NETWORKS.md) or an ONNX model;
- * it never holds weight values, only their shapes.
+ * ONNX models also carry their layers' constant parameter values (below);
+ * the others hold only the parameters' shapes.
  *
  * kt_net_extract() partitions a network into tuning tasks as TVM's
  * auto_scheduler.extract_tasks does: each anchor operator (conv2d, grouped
@@ -97,6 +98,35 @@ int kt_net_num_layers(const kt_net_t *net);
 const char *kt_net_layer_name(const kt_net_t *net, int i);
 const char *kt_net_layer_op(const kt_net_t *net, int i);
 int kt_net_layer_shape(const kt_net_t *net, int i, int64_t *dims);
+
+/* ---- constant parameters ----------------------------------------------------
+ * Networks imported from ONNX carry the values of their layers' constant
+ * parameters (float32, row-major, in the canonical layouts below, whatever
+ * form the model stored them in); built-in and network-file networks carry
+ * none (the caller makes its own, e.g. seeded random ones).
+ *   conv2d:      "weight" [CO, CI/groups, KH, KW], "bias" [CO] if the layer has one
+ *   dense:       "weight" [N, K] (units x input features), "bias" [N] if it has one
+ *   batch_norm:  "gamma", "beta", "mean", "var", each [C]; epsilon: kt_net_layer_eps
+ *   bias_add:    "value": [C] along the layer's axis, or [1] for a scalar
+ *   scale:       "value": [C] along the layer's axis, or [1] for a scalar
+ *   layer_norm:  "gamma", "beta" [D] when affine; epsilon: kt_net_layer_eps
+ *   input:       "value" in the layer's shape for a constant the model uses as
+ *                an activation (op "input", e.g. a [M, N] Gemm bias or a
+ *                position table added to the data); graph inputs have none
+ * Folding is applied: a Gemm's alpha and beta are in its weight and bias, a
+ * subtracted constant is negated and a divisor inverted (bias_add / scale
+ * "value"). An ONNX model whose values are not all in the file (external
+ * data, or constants computed by nodes the importer does not fold) carries
+ * none: kt_net_has_params() is 0 and its tasks are still extracted. */
+int kt_net_has_params(const kt_net_t *net);   /* 1 when values are carried */
+/* The values of parameter `role` of layer i and their count; NULL (kt_err not
+ * set) when the layer has no such parameter or the network carries none. The
+ * pointer lives as long as the network. */
+const float *kt_net_layer_param(const kt_net_t *net, int i, const char *role, int64_t *numel);
+/* Batch norm / layer norm epsilon of layer i (1e-5 unless the model says
+ * otherwise; ONNX stores it as a float32 attribute, returned as stored); -1
+ * for a bad index or a layer of another op. */
+double kt_net_layer_eps(const kt_net_t *net, int i);
 
 /* ---- tasks ------------------------------------------------------------- */
 

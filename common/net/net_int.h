@@ -56,6 +56,14 @@ typedef struct {
     int64_t d[KT_NET_MAX_DIMS];
 } net_shape_t;
 
+/* One constant parameter's values (net.h lists the roles and layouts). */
+#define NET_MAX_PARAMS 4   /* batch norm: gamma, beta, mean, var */
+typedef struct {
+    const char *role;    /* a string literal: "weight", "bias", "gamma", ... */
+    float *v;            /* owned; numel float32 values, row-major */
+    int64_t numel;
+} net_param_t;
+
 typedef struct {
     char *name;
     char *label;         /* op as the source wrote it ("conv2d", "Conv", "clip") */
@@ -83,6 +91,9 @@ typedef struct {
     char *reason;        /* unsupported: why */
     int marked_output;   /* named as a network output by the source */
     int secondary;       /* unsupported: an extra output, reported only when used */
+    double eps;          /* batch norm, layer norm: epsilon (1e-5 unless the source says) */
+    net_param_t param[NET_MAX_PARAMS];   /* constant values (ONNX import only) */
+    int nparam;
 } net_layer_t;
 
 struct kt_net {
@@ -92,6 +103,7 @@ struct kt_net {
     int n, cap;
     char *is_output;     /* per layer: the network returns it (set by net_seal) */
     int noutputs_marked; /* 0: outputs are the layers nobody consumes */
+    int has_params;      /* every layer's constant values are attached (ONNX import) */
 };
 
 /* ---- building -------------------------------------------------------------- */
@@ -106,6 +118,10 @@ net_layer_t *net_layer(kt_net_t *net, int i);
 /* Validate the layer's attributes and infer its output shape; 0 or KT_EINVAL
  * with a message naming the field ("field 'kernel': ..."). */
 int net_layer_finish(kt_net_t *net, int i);
+/* Attach the values of parameter `role` (a string literal) to layer i; the
+ * layer takes ownership of v (freed here on failure). 0, KT_ENOMEM or
+ * KT_EINTERNAL (a bad index, a role given twice, too many parameters). */
+int net_layer_set_param(kt_net_t *net, int i, const char *role, float *v, int64_t numel);
 /* Append and finish an unsupported layer with an optional known shape. */
 int net_add_unsupported(kt_net_t *net, const char *name, const char *label, const int *inputs,
                         int ninputs, const net_shape_t *shape, const char *reason);

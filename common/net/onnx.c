@@ -1,8 +1,9 @@
 /* ONNX import: decode a model with protobuf-c (proto/onnx.proto), infer
- * shapes node by node and build the layer graph (net.h). Weights matter only
- * for their shapes; small constants (shapes, axes, scalars) are read and
- * folded so the Shape -> Gather -> Concat -> Reshape chains exporters write
- * resolve to plain reshapes. */
+ * shapes node by node and build the layer graph (net.h). Small constants
+ * (shapes, axes, scalars) are read and folded so the Shape -> Gather ->
+ * Concat -> Reshape chains exporters write resolve to plain reshapes; the
+ * layers' parameters (weights, biases, norm statistics) are converted to
+ * float32 in their canonical layouts from the tensors that hold them. */
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -26,6 +27,10 @@ typedef struct {
     int known;              /* values known (iv/fv hold numel entries) */
     int64_t *iv;
     double *fv;
+    /* The tensor holding all its values (initializers, Constant values and
+     * reshapes or float casts of them): large weights are read from it only
+     * when a layer needs them. */
+    const Onnx__TensorProto *src;
 } cval_t;
 
 typedef struct {
@@ -35,9 +40,10 @@ typedef struct {
     json_t *vals;           /* value name -> code: >= 0 layer, < 0 -(constant + 1) */
     json_t *declared;       /* value name -> index into decl (value_info / outputs) */
     json_t *uses;           /* value name -> number of node inputs reading it */
-    json_t *materialized;   /* constant name -> layer index of its input layer */
+    json_t *materialized;   /* constant name (and factor) -> layer index of its input layer */
     cval_t *consts;
     int nconsts, cap;
+    int params_missing;     /* a layer parameter's values are not in the file */
     char *skip;             /* per node: inside a collapsed gelu pattern */
     const char **gelu_in;   /* per node: the gelu's input when the node ends a pattern */
 } imp_t;
@@ -265,6 +271,135 @@ static int read_tensor(const Onnx__TensorProto *t, cval_t *c, const char *what)
     return KT_OK;
 }
 
+/* IEEE half precision to float (exact: every half is a float). */
+static float half_to_float(uint32_t h)
+{
+    int e = (int)((h >> 10) & 0x1f), m = (int)(h & 0x3ff);
+    float v = e == 0    ? ldexpf((float)m, -24)
+              : e == 31 ? (m ? NAN : INFINITY)
+                        : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static float bf16_to_float(uint32_t h)
+{
+    uint32_t u = (h & 0xffff) << 16;   /* bfloat16 is the top half of a float */
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* All numel values of tensor t as float32 (a new array); *v stays NULL when
+ * the file does not hold them (external data, strings, complex numbers,
+ * uint64_data, which protobuf-c does not decode here). */
+static int tensor_floats(const Onnx__TensorProto *t, int64_t numel, float **v)
+{
+    *v = NULL;
+    int dt = t->has_data_type ? t->data_type : 0, size;
+    if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+        return KT_OK;
+    switch (dt) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: size = 4; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: size = 8; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: size = 2; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT8:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: size = 1; break;
+    default: return KT_OK;
+    }
+    size_t have;
+    if (t->has_raw_data) {
+        have = t->raw_data.len / (size_t)size;
+    } else {
+        switch (dt) {
+        case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: have = t->n_float_data; break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: have = t->n_double_data; break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: have = t->n_int64_data; break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32:
+        case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: return KT_OK;   /* uint64_data */
+        default: have = t->n_int32_data;
+        }
+    }
+    /* read_tensor checked this already; a second look keeps this function
+     * safe on its own. */
+    if ((int64_t)have < numel)
+        return kt_err_set(KT_EINVAL, "tensor '%s' holds %zu values, but its shape has %lld "
+                          "elements", t->name ? t->name : "", have, (long long)numel);
+    float *o = malloc((size_t)(numel > 0 ? numel : 1) * sizeof(float));
+    if (!o)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    for (int64_t k = 0; k < numel; k++) {
+        double x;
+        if (t->has_raw_data) {
+            uint64_t u = le(t->raw_data.data + k * size, size);
+            switch (dt) {
+            case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: {
+                uint32_t u32 = (uint32_t)u;
+                float f;
+                memcpy(&f, &u32, 4);
+                x = f;
+                break;
+            }
+            case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: memcpy(&x, &u, 8); break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: x = half_to_float((uint32_t)u); break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: x = bf16_to_float((uint32_t)u); break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: x = (double)(int64_t)u; break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: x = (int32_t)(uint32_t)u; break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: x = (int16_t)(uint16_t)u; break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: x = (int8_t)(uint8_t)u; break;
+            default: x = (double)u;   /* unsigned types and bool */
+            }
+        } else {
+            switch (dt) {
+            case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: x = t->float_data[k]; break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: x = t->double_data[k]; break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: x = (double)t->int64_data[k]; break;
+            /* 16-bit floats sit in int32_data as their bit patterns. */
+            case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+                x = half_to_float((uint32_t)t->int32_data[k]);
+                break;
+            case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
+                x = bf16_to_float((uint32_t)t->int32_data[k]);
+                break;
+            default: x = t->int32_data[k];
+            }
+        }
+        o[k] = (float)x;
+    }
+    *v = o;
+    return KT_OK;
+}
+
+/* All values of constant `code` as float32 (a new array of *numel), from
+ * its folded values or its tensor; *v stays NULL when neither holds them
+ * (external data, a computation too large to fold, ConstantOfShape of an
+ * unknown value). */
+static int const_floats(imp_t *im, int code, float **v, int64_t *numel)
+{
+    const cval_t *c = cst(im, code);
+    *v = NULL;
+    *numel = cnumel(c);
+    if (*numel < 1)
+        return KT_OK;
+    if (c->known) {
+        float *o = malloc((size_t)*numel * sizeof(float));
+        if (!o)
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        for (int64_t k = 0; k < *numel; k++)
+            o[k] = (float)cget_f(c, k);
+        *v = o;
+        return KT_OK;
+    }
+    return c->src ? tensor_floats(c->src, *numel, v) : KT_OK;
+}
+
 /* ---- attributes -------------------------------------------------------------------- */
 
 static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name)
@@ -342,37 +477,87 @@ static const net_shape_t *lshape(const nd_t *d, int k)
 
 static cval_t *cin(nd_t *d, int k) { return cst(d->im, d->code[k]); }
 
+/* How a parameter's stored values become the layer's. */
+typedef enum { P_AS_IS = 0, P_NEGATE, P_INVERT } pfix_t;
+
+/* Attach constant input k's values, times `factor` and then negated or
+ * inverted, to layer i as parameter `role`. Values the file does not hold
+ * (external data...) mark the network as carrying none instead: its tasks
+ * need only shapes. */
+static int attach(nd_t *d, int i, const char *role, int k, double factor, pfix_t fix)
+{
+    float *v = NULL;
+    int64_t n = 0;
+    int rc = is_const(d, k) ? const_floats(d->im, d->code[k], &v, &n) : KT_OK;
+    if (rc)
+        return rc;
+    if (!v) {
+        d->im->params_missing = 1;
+        return KT_OK;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        double x = factor == 1.0 ? v[j] : (float)(factor * v[j]);
+        v[j] = fix == P_NEGATE ? (float)-x : fix == P_INVERT ? (float)(1.0 / x) : (float)x;
+    }
+    return net_layer_set_param(d->im->net, i, role, v, n);
+}
+
 /* A constant used as an activation becomes a graph input layer (a
- * placeholder of the task, as TVM binds params). */
-static int materialize(nd_t *d, int k, int *layer)
+ * placeholder of the task, as TVM binds params) carrying the constant's
+ * values times `factor` (-1 for x - C, Gemm's beta for its C), one layer per
+ * constant and factor. */
+static int materialize_scaled(nd_t *d, int k, double factor, int *layer)
 {
     imp_t *im = d->im;
     const char *nm = d->n->input[k];
-    json_t *m = json_object_get(im->materialized, nm);
+    char *key = malloc(strlen(nm) + 32);
+    if (!key)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    if (factor == 1.0)
+        strcpy(key, nm);
+    else
+        sprintf(key, "%s\x01%.17g", nm, factor);   /* \x01: no clash with a real name */
+    json_t *m = json_object_get(im->materialized, key);
     if (m) {
         *layer = (int)json_integer_value(m);
+        free(key);
         return KT_OK;
     }
     cval_t *c = cin(d, k);
-    if (c->ndim < 1)
+    if (c->ndim < 1) {
+        free(key);
         return unsup(d, "input '%s' is a constant of unknown or scalar shape used as a tensor", nm);
-    char name[200];
-    snprintf(name, sizeof(name), "const:%.180s", nm);
-    for (int k = 1; net_find(im->net, name) >= 0; k++)
-        snprintf(name, sizeof(name), "const:%.170s#%d", nm, k);
+    }
+    char name[200], sfx[40] = "";
+    if (factor != 1.0)
+        snprintf(sfx, sizeof(sfx), "*%g", factor);
+    snprintf(name, sizeof(name), "const:%.150s%s", nm, sfx);
+    for (int j = 1; net_find(im->net, name) >= 0; j++)
+        snprintf(name, sizeof(name), "const:%.140s%s#%d", nm, sfx, j);
     int i = net_layer_add(im->net, name, NET_INPUT, "constant", NULL, 0);
-    if (i < 0)
+    if (i < 0) {
+        free(key);
         return i;
+    }
     net_layer_t *l = net_layer(im->net, i);
     l->ntarget = c->ndim;
     memcpy(l->target, c->d, sizeof(l->target));
     int rc = net_layer_finish(im->net, i);
-    if (rc < 0)
+    if (rc < 0) {
+        free(key);
         return unsup(d, "constant '%s': %s", nm, kt_err_msg());
-    if (json_object_set_new_nocheck(im->materialized, nm, json_integer(i)))
+    }
+    rc = json_object_set_new_nocheck(im->materialized, key, json_integer(i));
+    free(key);
+    if (rc)
         return kt_err_set(KT_ENOMEM, "out of memory");
     *layer = i;
-    return KT_OK;
+    return attach(d, i, "value", k, factor, P_AS_IS);
+}
+
+static int materialize(nd_t *d, int k, int *layer)
+{
+    return materialize_scaled(d, k, 1.0, layer);
 }
 
 /* Input k as a layer index (materializing constants). */
@@ -544,6 +729,9 @@ static int h_conv(nd_t *d)
     l->bias = has_in(d, 2);
     if (l->bias && !(is_const(d, 2) && cnumel(cin(d, 2)) == w->d[0]))
         return unsup(d, "the bias must be a constant of %lld values", (long long)w->d[0]);
+    if ((rc = attach(d, i, "weight", 1, 1.0, P_AS_IS)) ||
+        (has_in(d, 2) && (rc = attach(d, i, "bias", 2, 1.0, P_AS_IS))))
+        return rc;
     return finish_out(d, i, 0);
 }
 
@@ -611,6 +799,61 @@ static int transposed(nd_t *d, int x, const char *suffix, int *out)
     return rc;
 }
 
+/* A dense layer's weight [N, K] from a constant [N, K] (Gemm transB=1) or
+ * [K, N] (MatMul, Gemm transB=0), scaled by Gemm's alpha as the layer has
+ * no separate scale. */
+static int dense_weight(nd_t *d, int i, int64_t K, int64_t N, int64_t tb, double alpha)
+{
+    float *w = NULL;
+    int64_t n;
+    int rc = const_floats(d->im, d->code[1], &w, &n);
+    if (rc)
+        return rc;
+    if (!w) {
+        d->im->params_missing = 1;
+        return KT_OK;
+    }
+    float *o = w;
+    if (!tb) {
+        if (!(o = malloc((size_t)(N * K) * sizeof(float)))) {
+            free(w);
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++)
+                o[j * K + k] = w[k * N + j];
+        free(w);
+    }
+    if (alpha != 1.0)
+        for (int64_t j = 0; j < N * K; j++)
+            o[j] = (float)(alpha * o[j]);
+    return net_layer_set_param(d->im->net, i, "weight", o, N * K);
+}
+
+/* A dense layer's bias [N] from Gemm's C ([N], [1, N] or one value
+ * broadcast), times beta. */
+static int dense_bias(nd_t *d, int i, int64_t N, double beta)
+{
+    float *c = NULL;
+    int64_t n;
+    int rc = const_floats(d->im, d->code[2], &c, &n);
+    if (rc)
+        return rc;
+    if (!c) {
+        d->im->params_missing = 1;
+        return KT_OK;
+    }
+    float *b = malloc((size_t)N * sizeof(float));
+    if (!b) {
+        free(c);
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    for (int64_t j = 0; j < N; j++)
+        b[j] = beta == 1.0 ? c[n == 1 ? 0 : j] : (float)(beta * c[n == 1 ? 0 : j]);
+    free(c);
+    return net_layer_set_param(d->im->net, i, "bias", b, N);
+}
+
 static int h_matmul(nd_t *d, int gemm)
 {
     int rc, a, b;
@@ -643,6 +886,9 @@ static int h_matmul(nd_t *d, int gemm)
         if (i < 0)
             return i;
         l->channels = N;
+        if ((rc = dense_weight(d, i, K, N, tb, alpha)))
+            return rc;
+        l = net_layer(d->im->net, i);
     } else {
         if ((rc = in_layer(d, 1, &b)))
             return rc;
@@ -660,6 +906,13 @@ static int h_matmul(nd_t *d, int gemm)
             if (i < 0)
                 return i;
             l->scalar = 1;
+            float *v = malloc(sizeof(float));
+            if (!v)
+                return kt_err_set(KT_ENOMEM, "out of memory");
+            *v = (float)alpha;
+            if ((rc = net_layer_set_param(d->im->net, i, "value", v, 1)))
+                return rc;
+            l = net_layer(d->im->net, i);
         }
     }
     if (gemm && has_in(d, 2) && beta != 0.0) {
@@ -671,12 +924,14 @@ static int h_matmul(nd_t *d, int gemm)
                   (c->ndim < 2 || c->d[0] == 1);
         if (l->op == NET_DENSE && vec) {
             l->bias = 1;
+            if ((rc = dense_bias(d, i, N, beta)))
+                return rc;
         } else {
             /* A full [M, N] constant: a residual-like add of a constant tensor. */
             if ((rc = finish(d, i)))
                 return rc;
             int bl;
-            if ((rc = materialize(d, 2, &bl)))
+            if ((rc = materialize_scaled(d, 2, beta, &bl)))
                 return rc;
             int in[2] = {i, bl};
             char sfx[16] = "bias";
@@ -733,12 +988,16 @@ static int h_binary(nd_t *d, const char *op)
                 return i;
             l->scalar = axis == -2;
             l->axis = axis == -2 ? 0 : axis;
+            /* The constant has one non-1 dimension: its values in order are
+             * those along the axis. */
+            if ((rc = attach(d, i, "value", ci, 1.0, sub ? P_NEGATE : div ? P_INVERT : P_AS_IS)))
+                return rc;
             return finish_out(d, i, 0);
         }
         if ((add || (sub && ci == 1)) && cnumel(c) >= 0) {
             /* x + C with C of x's shape: the add of two tensors (-C for sub). */
             int cl;
-            if ((rc = materialize(d, ci, &cl)))
+            if ((rc = materialize_scaled(d, ci, sub ? -1.0 : 1.0, &cl)))
                 return rc;
             int in[2] = {x, cl};
             return finish_out(d, new_layer(d, NULL, NET_ADD, op, in, 2, &l), 0);
@@ -864,11 +1123,23 @@ static int h_layer_norm(nd_t *d)
     for (size_t k = 1; k < d->n->n_output; k++)
         if (*d->n->output[k])
             return unsup(d, "the Mean and InvStdDev outputs are not supported");
+    int64_t D = xs->ndim >= 1 ? xs->d[xs->ndim - 1] : -1;
+    for (int k = 1; scale && k <= 2; k++)
+        if (is_const(d, k) && cnumel(cin(d, k)) != D)
+            return unsup(d, "input %d has %lld values for a last axis of %lld", k,
+                         (long long)cnumel(cin(d, k)), (long long)D);
+    double eps;
+    if (attr_float(d, "epsilon", 1e-5, &eps))
+        return UNSUP;
     net_layer_t *l;
     int i = new_layer(d, NULL, NET_LAYER_NORM, "LayerNormalization", &x, 1, &l);
     if (i < 0)
         return i;
     l->affine = scale;
+    l->eps = eps;
+    if (scale && ((rc = attach(d, i, "gamma", 1, 1.0, P_AS_IS)) ||
+                  (rc = attach(d, i, "beta", 2, 1.0, P_AS_IS))))
+        return rc;
     return finish_out(d, i, 0);
 }
 
@@ -880,7 +1151,30 @@ static int h_batch_norm(nd_t *d)
     for (size_t k = 1; k < d->n->n_output; k++)
         if (*d->n->output[k])
             return unsup(d, "training outputs (running mean and variance) are not supported");
-    return simple(d, NET_BATCH_NORM, "BatchNormalization");
+    int x, rc;
+    if ((rc = in_layer(d, 0, &x)))
+        return rc;
+    const net_shape_t *xs = &d->im->net->layers[x].out;
+    if (xs->ndim < 2)
+        return unsup(d, "the input needs channels on axis 1 (rank %d)", xs->ndim);
+    int64_t C = xs->d[1];
+    for (int k = 1; k <= 4; k++)
+        if (cnumel(cin(d, k)) != C)
+            return unsup(d, "input %d has %lld values for %lld channels", k,
+                         (long long)cnumel(cin(d, k)), (long long)C);
+    double eps;
+    if (attr_float(d, "epsilon", 1e-5, &eps))
+        return UNSUP;
+    net_layer_t *l;
+    int i = new_layer(d, NULL, NET_BATCH_NORM, "BatchNormalization", &x, 1, &l);
+    if (i < 0)
+        return i;
+    l->eps = eps;
+    static const char *const roles[] = {"gamma", "beta", "mean", "var"};
+    for (int k = 1; k <= 4; k++)
+        if ((rc = attach(d, i, roles[k - 1], k, 1.0, P_AS_IS)))
+            return rc;
+    return finish_out(d, i, 0);
 }
 
 /* ---- shape operators ----------------------------------------------------------------- */
@@ -1332,6 +1626,11 @@ static int fold(nd_t *d, const char *op)
             a = cin(d, 0);   /* new_const may have moved the table */
             o->ndim = a->ndim;
             memcpy(o->d, a->d, sizeof(o->d));
+            /* float32 parameters read through a cast to float or double are
+             * the same values. */
+            if (to == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+                to == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
+                o->src = a->src;
             int to_int = to == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
                          to == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ||
                          to == ONNX__TENSOR_PROTO__DATA_TYPE__INT16 ||
@@ -1414,7 +1713,8 @@ static int fold(nd_t *d, const char *op)
         a = cin(d, 0);
         o->ndim = n;
         memcpy(o->d, t, (size_t)n * sizeof(int64_t));
-        if (a->known) {   /* the same values in the same order */
+        o->src = a->src;   /* the same values in the same order */
+        if (a->known) {
             if (calloc_vals(o, a->is_int))
                 return KT_ENOMEM;
             a = cin(d, 0);
@@ -1541,7 +1841,37 @@ static int fold(nd_t *d, const char *op)
         for (int i = 0; i < n; i++)
             if (t[i] < 0)
                 return unsup(d, "a negative dimension");
-        return KT_OK;   /* value unknown: it only ever feeds shape-free uses here */
+        /* The fill value (a one-element tensor, float 0 by default): a
+         * constant used as an activation carries its values. */
+        double fill = 0;
+        int fill_int = 0;
+        const Onnx__AttributeProto *va = attr(d->n, "value");
+        if (va && va->t) {
+            cval_t c;
+            memset(&c, 0, sizeof(c));
+            rc = read_tensor(va->t, &c, "ConstantOfShape value");
+            int ok = rc == KT_OK && c.known && cnumel(&c) == 1;
+            if (ok) {
+                fill = cget_f(&c, 0);
+                fill_int = c.is_int;
+            }
+            free(c.iv);
+            free(c.fv);
+            if (rc == KT_ENOMEM)
+                return rc;
+            kt_err_clear();
+            if (!ok)
+                return KT_OK;   /* values unknown: shape-only uses still work */
+        }
+        if (calloc_vals(o, fill_int))
+            return KT_ENOMEM;
+        for (int64_t k = 0; o->known && k < cnumel(o); k++) {
+            if (fill_int)
+                o->iv[k] = (int64_t)fill;
+            else
+                o->fv[k] = fill;
+        }
+        return KT_OK;
     }
     return unsup(d, "its inputs are all constants, and folding %s is not supported", op);
 }
@@ -1920,6 +2250,7 @@ static int convert_node(imp_t *im, int idx)
             rc = read_tensor(a->t, o, "Constant value");
             if (rc == KT_EINVAL)
                 return kt_err_prefix("node %d '%s' (Constant)", idx, d.name);
+            o->src = a->t;
         } else if ((a = attr(n, "value_float")) || (a = attr(n, "value_int"))) {
             o->ndim = 0;
             if ((rc = calloc_vals(o, a->has_i)))
@@ -2088,6 +2419,7 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
         snprintf(what, sizeof(what), "initializer '%.250s'", t->name);
         if ((rc = read_tensor(t, c, what)) || (rc = define(im, t->name, code)))
             return rc;
+        im->consts[-code - 1].src = t;
     }
     for (size_t i = 0; i < g->n_value_info; i++)
         if ((rc = declared_shape(im, g->value_info[i])))
@@ -2142,6 +2474,7 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     }
     if (im->net->n == 0)
         return kt_err_set(KT_EINVAL, "the model has no layers");
+    im->net->has_params = !im->params_missing;
     return net_seal(im->net);
 }
 

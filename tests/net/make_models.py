@@ -21,12 +21,27 @@ Hand-built with onnx.helper (python3-onnx):
   symbolic.onnx     an input whose batch dimension is symbolic
   shapes.onnx       Shape/Gather/Unsqueeze/Concat/Reshape, Slice, Split, Squeeze
                     and an opset-11 Softmax over axis 1
+  params.onnx       known parameter values in every stored form the importer
+                    converts: Conv with bias, BatchNormalization (epsilon
+                    1e-3), Add / Mul / Div / Sub of constants, Gemm transB=0
+                    with alpha and beta, Gemm transB=1 with a broadcast C, a
+                    MatMul of a float16 constant through a Cast, LayerNormalization,
+                    Gemm of two activations (alpha: a scale, beta * C: an add)
+  external.onnx     a conv whose weight is stored in an external file (absent)
+  short_raw.onnx, short_floats.onnx  a bias whose data is shorter than its shape
+
+Expected parameter values, computed here with numpy in the canonical layouts
+of net.h (kt_net_layer_param), go to MODEL.params.json for cnn_bn.onnx,
+block.onnx and params.onnx: {"ops": [ops compared], "layers": [{"op", "name"
+(optional), "eps" (optional), ROLE: [values]...}]} listing, in network order,
+every layer whose op is in "ops"; a role not listed must be absent.
 
 Each model is written only when its library imports; OUTDIR/made lists the
 files written. Exit status 77 when neither library is available.
 The equivalent network files are cnn.json, mobile.json and block.json next to
 this script.
 """
+import json
 import math
 import os
 import sys
@@ -133,11 +148,66 @@ if torch is not None:
     for bn in (cnn.b1, cnn.b2):  # non-trivial statistics, as after training
         bn.running_mean.uniform_(-0.5, 0.5)
         bn.running_var.uniform_(0.5, 2.0)
+        with torch.no_grad():
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
     export(cnn, torch.randn(1, 3, 32, 32), "cnn.onnx")
     cnn.use_mean = True
     export(cnn, torch.randn(1, 3, 32, 32), "cnn_bn.onnx", opset=11,
            training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
-    export(Block(), torch.randn(1, 12, 64), "block.onnx")
+
+    def vals(t):
+        return [float(v) for v in t.detach().numpy().astype("float32").ravel()]
+
+    def conv_params(c):
+        e = {"op": "conv2d", "weight": vals(c.weight)}
+        if c.bias is not None:
+            e["bias"] = vals(c.bias)
+        return e
+
+    def bn_params(b):
+        return {"op": "batch_norm", "gamma": vals(b.weight), "beta": vals(b.bias),
+                "mean": vals(b.running_mean), "var": vals(b.running_var),
+                "eps": float(torch.tensor(b.eps, dtype=torch.float32))}
+
+    def write_params(name, ops, layers):
+        with open(os.path.join(out, name), "w") as f:
+            json.dump({"ops": ops, "layers": layers}, f)
+        made.append(name)
+
+    # The module's own tensors: the importer must return them as stored in
+    # torch (nn.Linear's weight is [N, K] like dense's).
+    write_params("cnn_bn.params.json", ["conv2d", "dense", "batch_norm"], [
+        conv_params(cnn.c1), bn_params(cnn.b1), conv_params(cnn.c2), bn_params(cnn.b2),
+        conv_params(cnn.c3),
+        {"op": "dense", "weight": vals(cnn.fc.weight), "bias": vals(cnn.fc.bias)}])
+
+    block = Block()
+    with torch.no_grad():  # distinct layer norm parameters
+        for ln in (block.ln1, block.ln2):
+            ln.weight.uniform_(0.5, 1.5)
+            ln.bias.uniform_(-0.5, 0.5)
+    export(block, torch.randn(1, 12, 64), "block.onnx")
+    # Linear layers on a 3-D input export as MatMul with the weight stored
+    # transposed ([K, N]) plus an Add of the bias; q is scaled by 1/sqrt(16).
+    lin = []
+    for m in (block.q, block.k, block.v):
+        lin.append({"op": "dense", "weight": vals(m.weight)})
+        lin.append({"op": "bias_add", "value": vals(m.bias)})
+        if m is block.q:
+            lin.append({"op": "scale", "value": [0.25]})
+
+    def ln_params(ln):
+        return {"op": "layer_norm", "gamma": vals(ln.weight), "beta": vals(ln.bias),
+                "eps": float(torch.tensor(ln.eps, dtype=torch.float32))}
+
+    def dense_bias(m):
+        return [{"op": "dense", "weight": vals(m.weight)},
+                {"op": "bias_add", "value": vals(m.bias)}]
+
+    write_params("block.params.json", ["dense", "bias_add", "scale", "layer_norm"],
+                 lin + dense_bias(block.o) + [ln_params(block.ln1)] + dense_bias(block.f1) +
+                 dense_bias(block.f2) + [ln_params(block.ln2)])
     mobile = Mobile()
     for bn in (mobile.b1, mobile.b2):
         bn.running_mean.uniform_(-0.5, 0.5)
@@ -220,6 +290,127 @@ if onnx is not None:
     model.ir_version = 6
     onnx.save(model, os.path.join(out, "shapes.onnx"))
     made.append("shapes.onnx")
+
+if onnx is not None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def arr(*dims):
+        return rng.uniform(-1, 1, dims).astype(np.float32)
+
+    def t_floats(name, a):   # float_data
+        return helper.make_tensor(name, TensorProto.FLOAT, a.shape, a.ravel().tolist())
+
+    def t_raw(name, a, dtype=TensorProto.FLOAT):   # raw_data
+        return helper.make_tensor(name, dtype, a.shape, a.tobytes(), raw=True)
+
+    def fl(a):
+        return [float(v) for v in np.asarray(a, dtype=np.float32).ravel()]
+
+    w_conv, b_conv = arr(3, 2, 1, 1), arr(3)
+    gamma, beta = arr(3) + 2, arr(3)
+    mean, var = arr(3), arr(3) + 1.5
+    c_add = arr(3, 1, 1)
+    c_div = np.array([2, 4, 0.3], np.float32).reshape(1, 3, 1, 1)
+    c_full = arr(3, 4, 4)   # two non-1 dimensions: added as a tensor, negated
+    c_sub = arr(3, 1, 1)
+    w_t0, c_t0 = arr(48, 100), arr(100)   # 4,800 values: read from the tensor
+    w_t1, c_t1 = arr(6, 100), np.array([0.75], np.float32)
+    w_mm = arr(6, 3).astype(np.float16)
+    ln_g, ln_b = arr(3), arr(3)
+    c_g = arr(1, 2)
+    nodes = [
+        helper.make_node("Conv", ["x", "w_conv", "b_conv"], ["c"], name="conv"),
+        helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["b"],
+                         name="bn", epsilon=1e-3),
+        helper.make_node("Add", ["c_add", "b"], ["a"], name="addc"),
+        helper.make_node("Mul", ["a", "two_half"], ["m"], name="mulc"),
+        helper.make_node("Div", ["m", "c_div"], ["dv"], name="divc"),
+        helper.make_node("Sub", ["dv", "c_full"], ["sf"], name="subfull"),
+        helper.make_node("Sub", ["sf", "c_sub"], ["sv"], name="subc"),
+        helper.make_node("Flatten", ["sv"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "w_t0", "c_t0"], ["g0"], name="gemm_t0", alpha=0.5,
+                         beta=2.0),
+        helper.make_node("Gemm", ["g0", "w_t1", "c_t1"], ["g1"], name="gemm_t1", transB=1),
+        helper.make_node("Cast", ["w_mm16"], ["w_mm"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["g1", "w_mm"], ["mm"], name="mm"),
+        helper.make_node("LayerNormalization", ["mm", "ln_g", "ln_b"], ["n"], name="ln",
+                         epsilon=1e-4),
+        # Both operands activations: a matmul, a scale by alpha and the add
+        # of C times beta.
+        helper.make_node("Gemm", ["n", "z", "c_g"], ["y"], name="gemm_act", alpha=0.5,
+                         beta=3.0),
+    ]
+    inits = [t_raw("w_conv", w_conv), t_floats("b_conv", b_conv), t_raw("gamma", gamma),
+             t_raw("beta", beta), t_floats("mean", mean), t_raw("var", var),
+             t_raw("c_add", c_add), helper.make_tensor("two_half", TensorProto.FLOAT, [], [2.5]),
+             t_floats("c_div", c_div), t_raw("c_full", c_full), t_raw("c_sub", c_sub),
+             t_floats("w_t0", w_t0), t_raw("c_t0", c_t0), t_raw("w_t1", w_t1),
+             t_floats("c_t1", c_t1), t_raw("w_mm16", w_mm, TensorProto.FLOAT16),
+             t_raw("ln_g", ln_g), t_floats("ln_b", ln_b), t_raw("c_g", c_g)]
+    xp = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    zp = helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 2])
+    yp = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(nodes, "params", [xp, zp], [yp], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, os.path.join(out, "params.onnx"))
+    made.append("params.onnx")
+    f32 = np.float32
+    expect = [
+        {"op": "input", "name": "x"},
+        {"op": "input", "name": "z"},
+        {"op": "conv2d", "name": "conv", "weight": fl(w_conv), "bias": fl(b_conv)},
+        {"op": "batch_norm", "name": "bn", "gamma": fl(gamma), "beta": fl(beta),
+         "mean": fl(mean), "var": fl(var), "eps": float(f32(1e-3))},
+        {"op": "bias_add", "name": "addc", "value": fl(c_add)},
+        {"op": "scale", "name": "mulc", "value": [2.5]},
+        {"op": "scale", "name": "divc", "value": fl(1.0 / c_div.astype(np.float64))},
+        {"op": "input", "name": "const:c_full*-1", "value": fl(-c_full)},
+        {"op": "bias_add", "name": "subc", "value": fl(-c_sub)},
+        # alpha (0.5) scales the [K, N] weight transposed to [N, K], beta the bias.
+        {"op": "dense", "name": "gemm_t0", "weight": fl(f32(0.5) * w_t0.T),
+         "bias": fl(f32(2.0) * c_t0)},
+        {"op": "dense", "name": "gemm_t1", "weight": fl(w_t1), "bias": fl(np.repeat(c_t1, 6))},
+        {"op": "dense", "name": "mm", "weight": fl(w_mm.astype(np.float32).T)},
+        {"op": "layer_norm", "name": "ln", "gamma": fl(ln_g), "beta": fl(ln_b),
+         "eps": float(f32(1e-4))},
+        {"op": "scale", "name": "gemm_act", "value": [0.5]},
+        {"op": "input", "name": "const:c_g*3", "value": fl(f32(3.0) * c_g)},
+    ]
+    with open(os.path.join(out, "params.params.json"), "w") as f:
+        json.dump({"ops": ["input", "conv2d", "dense", "batch_norm", "bias_add", "scale",
+                           "layer_norm"], "layers": expect}, f)
+    made.append("params.params.json")
+
+    # A weight in an external file: the model imports (tasks need shapes
+    # only) but carries no values. Serialized directly: onnx.save would look
+    # for the file.
+    w_ext = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 2, 1, 1],
+                        data_location=TensorProto.EXTERNAL)
+    entry = w_ext.external_data.add()
+    entry.key, entry.value = "location", "weights.bin"
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "external", [xp], [yp],
+        [w_ext]), opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    with open(os.path.join(out, "external.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    made.append("external.onnx")
+
+    # A conv bias with 3 of its 4 values, as raw_data and as float_data.
+    for name, bias in (("short_raw.onnx", t_raw("b", arr(3))),
+                       ("short_floats.onnx", t_floats("b", arr(3)))):
+        bias.dims[:] = [4]
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv")], "short", [xp],
+            [yp], [t_raw("w", arr(4, 2, 1, 1)), bias]),
+            opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(model.SerializeToString())
+        made.append(name)
 
 with open(os.path.join(out, "made"), "w") as f:
     f.write("\n".join(made) + "\n")
