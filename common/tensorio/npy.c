@@ -272,8 +272,11 @@ static int npy_read_file(kt_tio_in_t *in, float **data, int64_t *dims, int *ndim
     const char *path = in->path;
     unsigned char pre[8];
     if (in->size < sizeof pre) {
-        if (kt_tio_in_read(in, pre, (size_t)in->size, "magic") == 0 &&
-            memcmp(pre, npy_magic, (size_t)in->size) == 0 && in->size > 0)
+        /* A prefix of the magic is a cut-off .npy file, anything else is not
+         * one at all. */
+        size_t m = in->size < sizeof npy_magic ? (size_t)in->size : sizeof npy_magic;
+        if (in->size > 0 && kt_tio_in_read(in, pre, (size_t)in->size, "magic") == 0 &&
+            memcmp(pre, npy_magic, m) == 0)
             return kt_err_set(KT_EINVAL, "%s: truncated .npy file (%" PRIu64 " bytes)", path,
                               in->size);
         return kt_err_set(KT_EINVAL, "%s: not a .npy file (bad magic)", path);
