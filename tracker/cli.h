@@ -26,9 +26,53 @@ int kt_cli_status(int argc, char **argv);    /* cli_jobs.c */
 int kt_cli_cancel(int argc, char **argv);
 int kt_cli_best(int argc, char **argv);
 int kt_cli_export(int argc, char **argv);
+int kt_cli_build(int argc, char **argv);      /* cli_build.c */
+int kt_cli_run(int argc, char **argv);
 
 /* Print "ktune: <message>" for the current kt_err and return 1. */
 int kt_cli_fail(const char *what);
+
+/* ---- The network options (cli_net.c) ------------------------------------------------- */
+
+#include "net/net.h"
+
+#define KT_CLI_MAX_INPUTS 16
+
+/* The network a command works on and how its tasks are extracted. */
+typedef struct {
+    const char *network, *file, *onnx;
+    kt_net_layout_t layout;
+    int layout_given;
+    int batch, seq_len;   /* 0: the default */
+    int ninputs;
+    kt_net_input_t inputs[KT_CLI_MAX_INPUTS];
+} kt_cli_net_t;
+
+/* getopt codes of the network options; other options of a command must not use them. */
+enum { KT_CLI_O_NETWORK = 950, KT_CLI_O_NETFILE, KT_CLI_O_ONNX, KT_CLI_O_LAYOUT, KT_CLI_O_BATCH,
+       KT_CLI_O_SEQLEN, KT_CLI_O_INPUT };
+#define KT_CLI_NET_OPTIONS                                                                     \
+    {"network", required_argument, 0, KT_CLI_O_NETWORK},                                       \
+        {"network-file", required_argument, 0, KT_CLI_O_NETFILE},                              \
+        {"onnx", required_argument, 0, KT_CLI_O_ONNX},                                         \
+        {"layout", required_argument, 0, KT_CLI_O_LAYOUT},                                     \
+        {"batch", required_argument, 0, KT_CLI_O_BATCH},                                       \
+        {"seq-len", required_argument, 0, KT_CLI_O_SEQLEN},                                    \
+        {"input", required_argument, 0, KT_CLI_O_INPUT}
+/* Their --help lines. */
+extern const char *const KT_CLI_NET_HELP;
+
+void kt_cli_net_init(kt_cli_net_t *n);
+/* Take a network option: 1 taken, 0 not one, 2 a bad value (said on stderr). */
+int kt_cli_net_option(const char *cmd, kt_cli_net_t *n, int code, const char *arg);
+/* How many of --network, --network-file, --onnx were given. */
+int kt_cli_net_given(const kt_cli_net_t *n);
+/* Exactly one network and options that apply to it: 0, or 2 after saying why. */
+int kt_cli_net_check(const char *cmd, const kt_cli_net_t *n);
+/* The network; NULL after printing why. */
+kt_net_t *kt_cli_net_load(const char *cmd, const kt_cli_net_t *n);
+/* The name, file or model it came from. */
+const char *kt_cli_net_source(const kt_cli_net_t *n);
 
 /* ---- Shared by the job commands (cli_jobs.c) ---------------------------------------- */
 

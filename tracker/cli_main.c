@@ -21,6 +21,8 @@ static const kt_cli_cmd_t commands[] = {
     {"cancel", "cancel a job on a tracker", kt_cli_cancel},
     {"best", "the best records of a workload or of a job's tasks", kt_cli_best},
     {"export", "write a job's best kernels as C, or its records as JSON", kt_cli_export},
+    {"build", "build a tuned network as a C library (kernels, runner, weights)", kt_cli_build},
+    {"run", "build, run and time a tuned network; --check it against the reference", kt_cli_run},
     {NULL, NULL, NULL},
 };
 

@@ -10,8 +10,6 @@
 #include "util/err.h"
 #include "util/util.h"
 
-#define MAX_INPUTS 16
-
 static void tasks_usage(FILE *out)
 {
     fprintf(out,
@@ -45,66 +43,30 @@ static void tasks_usage(FILE *out)
             "be loaded or has no task; 2 bad usage\n");
 }
 
-static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || !end || *end || v < lo || v > hi) {
-        fprintf(stderr, "ktune tasks: %s needs an integer in %d..%d, not '%s'\n", opt, lo, hi, s);
-        return 2;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 int kt_cli_tasks(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"network", required_argument, NULL, 'n'}, {"network-file", required_argument, NULL, 'f'},
-        {"onnx", required_argument, NULL, 'x'},    {"layout", required_argument, NULL, 'l'},
-        {"batch", required_argument, NULL, 'b'},   {"seq-len", required_argument, NULL, 's'},
-        {"input", required_argument, NULL, 'i'},   {"json", no_argument, NULL, 'j'},
-        {"out", required_argument, NULL, 'o'},     {"list", no_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        KT_CLI_NET_OPTIONS,
+        {"json", no_argument, NULL, 'j'},
+        {"out", required_argument, NULL, 'o'},
+        {"list", no_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    const char *network = NULL, *file = NULL, *onnx = NULL, *out_path = NULL;
-    kt_net_layout_t layout = KT_NET_NHWC;
-    int batch = 0, seq_len = 0, json = 0, list = 0, ninputs = 0;
-    kt_net_input_t inputs[MAX_INPUTS];
+    kt_cli_net_t n;
+    kt_cli_net_init(&n);
+    const char *out_path = NULL;
+    int json = 0, list = 0;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int taken = kt_cli_net_option("tasks", &n, c, optarg);
+        if (taken == 2)
+            return 2;
+        if (taken)
+            continue;
         switch (c) {
-        case 'n': network = optarg; break;
-        case 'f': file = optarg; break;
-        case 'x': onnx = optarg; break;
-        case 'l':
-            if (kt_net_layout_parse(optarg, &layout)) {
-                fprintf(stderr, "ktune tasks: %s\n", kt_err_msg());
-                return 2;
-            }
-            break;
-        case 'b':
-            if (parse_int("--batch", optarg, 1, 65536, &batch))
-                return 2;
-            break;
-        case 's':
-            if (parse_int("--seq-len", optarg, 1, 65536, &seq_len))
-                return 2;
-            break;
-        case 'i':
-            if (ninputs == MAX_INPUTS) {
-                fprintf(stderr, "ktune tasks: at most %d --input options\n", MAX_INPUTS);
-                return 2;
-            }
-            if (kt_net_parse_input_spec(optarg, &inputs[ninputs]) != 0) {
-                fprintf(stderr, "ktune tasks: %s\n", kt_err_msg());
-                return 2;
-            }
-            ninputs++;
-            break;
         case 'j': json = 1; break;
         case 'o': out_path = optarg; break;
         case 'L': list = 1; break;
@@ -120,33 +82,16 @@ int kt_cli_tasks(int argc, char **argv)
         return 2;
     }
     if (list) {
-        for (const char *const *n = kt_net_builtin_names(); *n; n++)
-            printf("%s\n", *n);
+        for (const char *const *nm = kt_net_builtin_names(); *nm; nm++)
+            printf("%s\n", *nm);
         return 0;
     }
-    if (!!network + !!file + !!onnx != 1) {
-        fprintf(stderr, "ktune tasks: give exactly one of --network, --network-file, --onnx\n");
+    if (kt_cli_net_check("tasks", &n))
         return 2;
-    }
-    if (ninputs && !onnx) {
-        fprintf(stderr, "ktune tasks: --input applies to --onnx only\n");
-        return 2;
-    }
-    if (seq_len && !(network && strcmp(network, "bert-base") == 0)) {
-        fprintf(stderr, "ktune tasks: --seq-len applies to --network bert-base only\n");
-        return 2;
-    }
-    if (batch && file) {
-        fprintf(stderr, "ktune tasks: --batch does not apply to --network-file (its input "
-                        "layers give the shapes)\n");
-        return 2;
-    }
-    kt_net_t *net = network ? kt_net_builtin(network, batch ? batch : 1, seq_len)
-                    : file  ? kt_net_load_file(file)
-                            : kt_net_onnx_load(onnx, inputs, ninputs, batch);
+    kt_net_t *net = kt_cli_net_load("tasks", &n);
     if (!net)
-        return kt_cli_fail(NULL);
-    kt_net_tasks_t *t = kt_net_extract(net, layout);
+        return 1;
+    kt_net_tasks_t *t = kt_net_extract(net, n.layout);
     kt_net_free(net);
     if (!t)
         return kt_cli_fail("extracting tasks");

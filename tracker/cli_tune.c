@@ -53,12 +53,12 @@
 
 /* ---- Job options ---------------------------------------------------------------------------- */
 
-enum { O_NETWORK = 1000, O_BATCH, O_WORKLOAD, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
+enum { O_WORKLOAD = 1000, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
        O_POLICY, O_DB, O_JSON, O_SEED, O_PER_ROUND, O_EARLY, O_PRIORITY, O_NUMBER, O_REPEAT,
        O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_SEARCH_PARAMS, O_HELP };
 
 static const struct option job_opts[] = {
-    {"network", required_argument, 0, O_NETWORK},   {"batch", required_argument, 0, O_BATCH},
+    KT_CLI_NET_OPTIONS,
     {"workload", required_argument, 0, O_WORKLOAD}, {"target", required_argument, 0, O_TARGET},
     {"trials", required_argument, 0, O_TRIALS},     KT_CLI_CONN_OPTIONS,
     {"key", required_argument, 0, O_KEY},           {"strategy", required_argument, 0, O_STRATEGY},
@@ -76,8 +76,9 @@ static const struct option job_opts[] = {
 
 typedef struct {
     kt_cli_conn_t conn;
-    const char *network, *workload, *target, *key, *strategy, *policy, *search_params;
-    int batch, per_round, early, priority, number, repeat, min_repeat, run_timeout, no_check;
+    kt_cli_net_t net;
+    const char *workload, *target, *key, *strategy, *policy, *search_params;
+    int per_round, early, priority, number, repeat, min_repeat, run_timeout, no_check;
     int min_repeat_given;
     long long trials;
     unsigned long long seed;
@@ -90,8 +91,6 @@ static const char *runner_key(const job_args_t *a)
 }
 
 static const char *JOB_HELP =
-    "  --network NAME        a built-in network (resnet-18, resnet-50, mobilenet-v2,\n"
-    "                        bert-base, ...; see ktune tasks); --batch N (default 1)\n"
     "  --workload FILE|JSON  one workload object, or a list of workloads or of\n"
     "                        {\"workload\": {...}, \"weight\": W}, inline or in a file\n"
     "  --target T            cpu (default) or cuda (runners with --device cuda:N)\n"
@@ -144,7 +143,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
 {
     memset(a, 0, sizeof *a);
     kt_cli_conn_init(&a->conn, 0);
-    a->batch = 1;
+    kt_cli_net_init(&a->net);
     optind = 1;
     opterr = 0;
     int c, li = -1;
@@ -152,11 +151,12 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         long long v = 0;
         const char *name = li >= 0 ? job_opts[li].name : "";
         int conn = kt_cli_conn_option(cmd, &a->conn, c, optarg);
+        if (!conn)
+            conn = kt_cli_net_option(cmd, &a->net, c, optarg);
         if (conn == 2)
             return 2;
         switch (conn ? 0 : c) {
         case 0: break;
-        case O_NETWORK: a->network = optarg; break;
         case O_WORKLOAD: a->workload = optarg; break;
         case O_TARGET: a->target = optarg; break;
         case O_KEY: a->key = optarg; break;
@@ -184,7 +184,6 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
             }
             break;
         }
-        case O_BATCH:
         case O_TRIALS:
         case O_PER_ROUND:
         case O_EARLY:
@@ -197,7 +196,6 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
             if (parse_num(cmd, name, optarg, lo, 1000000000LL, &v))
                 return 2;
             switch (c) {
-            case O_BATCH: a->batch = (int)v; break;
             case O_TRIALS: a->trials = v; break;
             case O_PER_ROUND: a->per_round = (int)v; break;
             case O_EARLY: a->early = (int)v; break;
@@ -222,9 +220,16 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         fprintf(stderr, "ktune %s: unexpected argument '%s'\n", cmd, argv[optind]);
         return 2;
     }
-    if (!a->network == !a->workload) {
-        fprintf(stderr, "ktune %s: give --network NAME or --workload FILE|JSON (one of them)\n",
-                cmd);
+    if (kt_cli_net_given(&a->net) + !!a->workload != 1) {
+        fprintf(stderr, "ktune %s: give one of --network NAME, --network-file F, --onnx MODEL or "
+                        "--workload FILE|JSON\n", cmd);
+        return 2;
+    }
+    if (!a->workload && kt_cli_net_check(cmd, &a->net))
+        return 2;
+    if (a->workload && (a->net.layout_given || a->net.batch || a->net.ninputs || a->net.seq_len)) {
+        fprintf(stderr, "ktune %s: --layout, --batch, --input and --seq-len apply to networks, "
+                        "not to --workload\n", cmd);
         return 2;
     }
     /* The tracker checks these too; saying so here spares starting daemons. */
@@ -283,10 +288,13 @@ static int load_tasks(const char *cmd, const job_args_t *a, tasks_t *t)
         }
         return 0;
     }
-    kt_net_t *net = kt_net_builtin(a->network, a->batch, 0);
-    kt_net_tasks_t *nt = net ? kt_net_extract(net, KT_NET_NHWC) : NULL;
+    const char *src = kt_cli_net_source(&a->net);
+    kt_net_t *net = kt_cli_net_load(cmd, &a->net);
+    if (!net)
+        return 1;
+    kt_net_tasks_t *nt = kt_net_extract(net, a->net.layout);
     if (!nt) {
-        fprintf(stderr, "ktune %s: --network %s: %s\n", cmd, a->network, kt_err_msg());
+        fprintf(stderr, "ktune %s: %s: %s\n", cmd, src, kt_err_msg());
         kt_net_free(net);
         return 1;
     }
@@ -300,10 +308,10 @@ static int load_tasks(const char *cmd, const job_args_t *a, tasks_t *t)
         t->n = i + 1;
     }
     if (rc)
-        fprintf(stderr, "ktune %s: --network %s: %s\n", cmd, a->network, kt_err_msg());
+        fprintf(stderr, "ktune %s: %s: %s\n", cmd, src, kt_err_msg());
     else if (nt->nissues > 0 && !a->conn.json)
-        fprintf(stderr, "ktune %s: %s: %d layer%s not tuned (see ktune tasks --network %s)\n",
-                cmd, a->network, nt->nissues, nt->nissues == 1 ? "" : "s", a->network);
+        fprintf(stderr, "ktune %s: %s: %d layer%s not tuned (see ktune tasks)\n", cmd, src,
+                nt->nissues, nt->nissues == 1 ? "" : "s");
     kt_net_tasks_free(nt);
     kt_net_free(net);
     return rc;
@@ -490,14 +498,14 @@ int kt_cli_submit(int argc, char **argv)
     job_args_t a;
     int rc = parse_job_args("submit", argc, argv, 0, &a);
     if (rc < 0) {
-        printf("usage: ktune submit (--network NAME | --workload FILE|JSON) --tracker HOST:PORT\n"
-               "                    [options]\n"
+        printf("usage: ktune submit (--network NAME | --network-file F | --onnx MODEL |\n"
+               "                     --workload FILE|JSON) --tracker HOST:PORT [options]\n"
                "\n"
                "Submit a tuning job and print its id; the job runs on the tracker whether or\n"
                "not anyone watches it (ktune watch JOB, ktune status JOB).\n"
                "\n"
-               "options:\n%s",
-               JOB_HELP);
+               "options:\n%s%s",
+               KT_CLI_NET_HELP, JOB_HELP);
         return 0;
     }
     if (rc)
@@ -996,7 +1004,8 @@ static int tune_embedded(const job_args_t *a, const job_msg_t *m)
 static void tune_usage(FILE *out)
 {
     fprintf(out,
-            "usage: ktune tune (--network NAME | --workload FILE|JSON) [options]\n"
+            "usage: ktune tune (--network NAME | --network-file F | --onnx MODEL |\n"
+            "                   --workload FILE|JSON) [options]\n"
             "\n"
             "Tune every task of a network (or the given workloads) and print the task\n"
             "scheduler's table after every round, then the best kernel of each task.\n"
@@ -1006,9 +1015,9 @@ static void tune_usage(FILE *out)
             "again resumes from there: nothing stored is measured again. With --tracker,\n"
             "the job is submitted there and watched (leaving does not stop it).\n"
             "\n"
-            "options:\n%s"
+            "options:\n%s%s"
             "  --db PATH             the embedded tracker's store (default ./ktune.db)\n",
-            JOB_HELP);
+            KT_CLI_NET_HELP, JOB_HELP);
 }
 
 int kt_cli_tune(int argc, char **argv)

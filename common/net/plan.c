@@ -916,6 +916,66 @@ static const char *issue_of(const kt_net_tasks_t *t, const char *name)
     return NULL;
 }
 
+/* Whether everything layer i (with its fused layers) reads is computed. */
+static int ready(const ctx_t *c, int i)
+{
+    const net_layer_t *l = &c->net->layers[i];
+    int inst = c->tasks->layer_instance[i];
+    if (inst >= 0) {
+        const kt_net_instance_t *in = &c->tasks->instances[inst];
+        if (in->anchor != i)
+            return 1;   /* planned with its anchor */
+        for (int k = 0; k < l->nin; k++)
+            if (c->lv[l->in[k]] < 0)
+                return 0;
+        for (int k = 0; k < in->nfused; k++) {
+            const net_layer_t *f = &c->net->layers[in->fused[k]];
+            int prev = k ? in->fused[k - 1] : in->anchor;
+            for (int q = 0; q < f->nin; q++)
+                if (f->in[q] != prev && c->lv[f->in[q]] < 0)
+                    return 0;
+        }
+        return 1;
+    }
+    if (l->op == NET_UNSUPPORTED || l->blocked)
+        return 1;   /* reported when planned */
+    for (int k = 0; k < l->nin; k++)
+        if (c->lv[l->in[k]] < 0)
+            return 0;
+    return 1;
+}
+
+static int plan_layer(ctx_t *c, int i)
+{
+    const kt_net_t *net = c->net;
+    const kt_net_tasks_t *tasks = c->tasks;
+    const net_layer_t *l = &net->layers[i];
+    int inst = tasks->layer_instance[i];
+    if (l->blocked || l->op == NET_UNSUPPORTED) {
+        if (l->op == NET_UNSUPPORTED && l->secondary)
+            return KT_OK;   /* an output nobody reads */
+        return kt_err_set(KT_EUNSUP, "layer '%s' (%s) is not supported: %s", l->name, l->label,
+                          l->reason ? l->reason : "its input shapes are unknown");
+    }
+    if (l->op == NET_INPUT) {
+        if (c->p->input >= 0)
+            return kt_err_set(KT_EUNSUP, "the network has several inputs; ktune build runs "
+                              "networks with one input and one output");
+        c->p->input = c->lv[i] = new_value(c, KT_PLAN_V_INPUT, &l->out, 0);
+        return c->lv[i] < 0 ? c->lv[i] : KT_OK;
+    }
+    if (inst >= 0)
+        return tasks->instances[inst].anchor == i ? plan_instance(c, &tasks->instances[inst])
+                                                  : KT_OK;
+    if (l->op == NET_CONV2D || l->op == NET_DENSE || l->op == NET_MATMUL || l->op == NET_POOL ||
+        l->op == NET_GLOBAL_POOL || l->op == NET_SOFTMAX || l->op == NET_LAYER_NORM) {
+        const char *why = issue_of(tasks, l->name);
+        return kt_err_set(KT_EUNSUP, "layer '%s' (%s) has no task%s%s", l->name, l->label,
+                          why ? ": " : "", why ? why : "");
+    }
+    return plan_simple(c, i);
+}
+
 kt_net_plan_t *kt_net_plan(const kt_net_t *net, const kt_net_tasks_t *tasks,
                            kt_net_layout_t layout, uint64_t seed)
 {
@@ -949,35 +1009,26 @@ kt_net_plan_t *kt_net_plan(const kt_net_t *net, const kt_net_tasks_t *tasks,
                         "one input and one output", nout);
         goto done;
     }
-    for (int i = 0; i < net->n && rc == KT_OK; i++) {
-        const net_layer_t *l = &net->layers[i];
-        int inst = tasks->layer_instance[i];
-        if (l->blocked || l->op == NET_UNSUPPORTED) {
-            if (l->op == NET_UNSUPPORTED && l->secondary)
-                continue;   /* an output nobody reads */
-            rc = kt_err_set(KT_EUNSUP, "layer '%s' (%s) is not supported: %s", l->name, l->label,
-                            l->reason ? l->reason : "its input shapes are unknown");
-        } else if (l->op == NET_INPUT) {
-            if (c.p->input >= 0) {
-                rc = kt_err_set(KT_EUNSUP, "the network has several inputs; ktune build runs "
-                                "networks with one input and one output");
-                break;
-            }
-            c.p->input = c.lv[i] = new_value(&c, KT_PLAN_V_INPUT, &l->out, 0);
-            rc = c.lv[i] < 0 ? c.lv[i] : KT_OK;
-        } else if (inst >= 0) {
-            if (tasks->instances[inst].anchor == i)
-                rc = plan_instance(&c, &tasks->instances[inst]);
-        } else if (l->op == NET_CONV2D || l->op == NET_DENSE || l->op == NET_MATMUL ||
-                   l->op == NET_POOL || l->op == NET_GLOBAL_POOL || l->op == NET_SOFTMAX ||
-                   l->op == NET_LAYER_NORM) {
-            const char *why = issue_of(tasks, l->name);
-            rc = kt_err_set(KT_EUNSUP, "layer '%s' (%s) has no task%s%s", l->name, l->label,
-                            why ? ": " : "", why ? why : "");
-        } else {
-            rc = plan_simple(&c, i);
+    /* Layers in order, each as soon as its inputs are computed: a residual
+     * fused into an earlier convolution may come later in layer order. */
+    char *done = calloc((size_t)net->n + 1, 1);
+    if (!done)
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+    for (int progress = 1; rc == KT_OK && progress;) {
+        progress = 0;
+        for (int i = 0; i < net->n && rc == KT_OK; i++) {
+            if (done[i] || !ready(&c, i))
+                continue;
+            rc = plan_layer(&c, i);
+            done[i] = 1;
+            progress = 1;
         }
     }
+    for (int i = 0; i < net->n && rc == KT_OK; i++)
+        if (!done[i] && !(net->layers[i].op == NET_UNSUPPORTED && net->layers[i].secondary))
+            rc = kt_err_set(KT_EINTERNAL, "layer '%s': its inputs are never computed",
+                            net->layers[i].name);
+    free(done);
     if (rc == KT_OK && c.p->input < 0)
         rc = kt_err_set(KT_EUNSUP, "the network has no input");
     if (rc == KT_OK) {

@@ -1,0 +1,205 @@
+/* Compiling a written network library and running it in this process (netlib.h). */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "netlib.h"
+#include "util/err.h"
+#include "util/util.h"
+
+extern char **environ;
+
+#define MAX_DIMS 8
+
+struct kt_netlib {
+    void *so;
+    void *inst;
+    int check;
+    int in_ndim, out_ndim;
+    int64_t in_dims[MAX_DIMS], out_dims[MAX_DIMS];
+    void *(*create)(const char *);
+    int (*run)(void *, const float *, float *);
+    int (*run_timed)(void *, const float *, float *, double *);
+    int (*check_fn)(void *, const float *, float *, double *);
+    void (*destroy)(void *);
+    int (*set_threads)(int);
+    const char *(*last_error)(void);
+    int (*num_steps)(void);
+    const char *(*step_name)(int);
+    int (*step_task)(int);
+};
+
+/* Run the compiler; its output goes to log. 0, or KT_EIO with the log. */
+static int compile(const char *src, const char *so, int check, const char *log)
+{
+    const char *cc = getenv("CC");
+    char *const argv[] = {(char *)(cc && *cc ? cc : "cc"), "-O3", "-march=native", "-fopenmp",
+                          "-shared", "-fPIC", "-std=c17", (char *)(check ? "-DKTUNE_CHECK" : "-DKTUNE"),
+                          "-o", (char *)so, (char *)src, "-lm", NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return kt_err_set(KT_EIO, "cannot run the C compiler '%s'", argv[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return KT_OK;
+    size_t n = 0;
+    char *text = kt_file_read(log, &n);
+    kt_err_set(KT_EIO, "compiling %s failed: %.2000s", src, text ? text : "(no output)");
+    free(text);
+    return KT_EIO;
+}
+
+static int sym(kt_netlib_t *n, const char *name, const char *what, void **out, int required)
+{
+    char s[KT_NETLIB_MAX_NAME + 32];
+    snprintf(s, sizeof s, "%s_%s", name, what);
+    *out = dlsym(n->so, s);
+    if (!*out && required)
+        return kt_err_set(KT_EINVAL, "the library has no %s", s);
+    return KT_OK;
+}
+
+/* The shapes are read back from the header's macros, so the handle needs no
+ * other description of the network. */
+static int read_shapes(kt_netlib_t *n, const char *hpath, const char *name)
+{
+    size_t len = 0;
+    char *h = kt_file_read(hpath, &len);
+    if (!h)
+        return kt_err_prefix("reading %s", hpath);
+    int rc = KT_OK;
+    for (int k = 0; k < 2 && rc == KT_OK; k++) {
+        char key[KT_NETLIB_MAX_NAME + 32];
+        snprintf(key, sizeof key, "#define %s_%s_SHAPE {", name, k ? "OUTPUT" : "INPUT");
+        char *p = strstr(h, key);
+        int *nd = k ? &n->out_ndim : &n->in_ndim;
+        int64_t *dims = k ? n->out_dims : n->in_dims;
+        *nd = 0;
+        if (!p) {
+            rc = kt_err_set(KT_EINVAL, "%s has no %s", hpath, key);
+            break;
+        }
+        p += strlen(key);
+        while (*p && *p != '}' && *nd < MAX_DIMS) {
+            char *e;
+            long long v = strtoll(p, &e, 10);
+            if (e == p)
+                break;
+            dims[(*nd)++] = v;
+            p = e;
+            while (*p == ',' || *p == ' ')
+                p++;
+        }
+    }
+    free(h);
+    return rc;
+}
+
+kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int check)
+{
+    char src[4096], so[4096], log[4096], hdr[4096], weights[4096];
+    snprintf(src, sizeof src, "%s/%s.c", dir, name);
+    snprintf(hdr, sizeof hdr, "%s/%s.h", dir, name);
+    snprintf(so, sizeof so, "%s/%s%s.so", dir, name, check ? "_check" : "");
+    snprintf(log, sizeof log, "%s/%s%s.log", dir, name, check ? "_check" : "");
+    snprintf(weights, sizeof weights, "%s/%s.safetensors", dir, name);
+    kt_netlib_t *n = calloc(1, sizeof(*n));
+    if (!n) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    n->check = check;
+    if (read_shapes(n, hdr, name) || compile(src, so, check, log))
+        goto fail;
+    unlink(log);
+    /* RTLD_LOCAL: two networks (or two builds of one) never share symbols. */
+    n->so = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!n->so) {
+        kt_err_set(KT_EIO, "loading %s: %s", so, dlerror());
+        goto fail;
+    }
+    if (sym(n, name, "create", (void **)&n->create, 1) ||
+        sym(n, name, "run", (void **)&n->run, 1) ||
+        sym(n, name, "run_timed", (void **)&n->run_timed, 1) ||
+        sym(n, name, "destroy", (void **)&n->destroy, 1) ||
+        sym(n, name, "set_threads", (void **)&n->set_threads, 1) ||
+        sym(n, name, "last_error", (void **)&n->last_error, 1) ||
+        sym(n, name, "num_steps", (void **)&n->num_steps, 1) ||
+        sym(n, name, "step_name", (void **)&n->step_name, 1) ||
+        sym(n, name, "step_task", (void **)&n->step_task, 1) ||
+        sym(n, name, "check", (void **)&n->check_fn, check))
+        goto fail;
+    n->inst = n->create(weights);
+    if (!n->inst) {
+        kt_err_set(KT_EINVAL, "%s", n->last_error());
+        goto fail;
+    }
+    return n;
+fail:
+    kt_netlib_close(n);
+    return NULL;
+}
+
+void kt_netlib_close(kt_netlib_t *n)
+{
+    if (!n)
+        return;
+    if (n->inst)
+        n->destroy(n->inst);
+    if (n->so)
+        dlclose(n->so);
+    free(n);
+}
+
+int kt_netlib_input_shape(const kt_netlib_t *n, int64_t *dims)
+{
+    memcpy(dims, n->in_dims, (size_t)n->in_ndim * sizeof(int64_t));
+    return n->in_ndim;
+}
+
+int kt_netlib_output_shape(const kt_netlib_t *n, int64_t *dims)
+{
+    memcpy(dims, n->out_dims, (size_t)n->out_ndim * sizeof(int64_t));
+    return n->out_ndim;
+}
+
+int kt_netlib_set_threads(kt_netlib_t *n, int threads)
+{
+    if (n->set_threads(threads) != 0)
+        return kt_err_set(KT_EINVAL, "cannot run on %d threads (built without OpenMP?)",
+                          threads);
+    return KT_OK;
+}
+
+int kt_netlib_run(kt_netlib_t *n, const float *input, float *output, double *step_seconds)
+{
+    int rc = step_seconds ? n->run_timed(n->inst, input, output, step_seconds)
+                          : n->run(n->inst, input, output);
+    return rc == 0 ? KT_OK : kt_err_set(KT_EINVAL, "%s", n->last_error());
+}
+
+int kt_netlib_check(kt_netlib_t *n, const float *input, float *output, double *step_err)
+{
+    if (!n->check_fn)
+        return kt_err_set(KT_ESTATE, "the library was not opened for checking");
+    return n->check_fn(n->inst, input, output, step_err) == 0
+               ? KT_OK
+               : kt_err_set(KT_EINVAL, "%s", n->last_error());
+}
+
+int kt_netlib_num_steps(const kt_netlib_t *n) { return n->num_steps(); }
+const char *kt_netlib_step_name(const kt_netlib_t *n, int i) { return n->step_name(i); }
+int kt_netlib_step_task(const kt_netlib_t *n, int i) { return n->step_task(i); }

@@ -1,0 +1,71 @@
+"""Makes the network the build suite runs: a small residual CNN in PyTorch
+(conv + batch norm + relu, max pool, a residual block, a strided 1x1
+downsample, global average pool, dense, softmax) with non-trivial batch-norm
+statistics, exported to ONNX twice (batch norm kept, and folded by the
+exporter), an input and PyTorch's output as .npy files.
+
+usage: make_small.py OUTDIR
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.conv3 = nn.Conv2d(16, 16, 3, padding=1, bias=True)
+        self.bn3 = nn.BatchNorm2d(16)
+        self.down = nn.Conv2d(16, 24, 1, stride=2, bias=False)
+        self.bn4 = nn.BatchNorm2d(24)
+        self.fc = nn.Linear(24, 10)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.pool(y)
+        z = F.relu(self.bn2(self.conv2(y)))
+        z = self.bn3(self.conv3(z))
+        y = F.relu(z + y)
+        y = F.relu(self.bn4(self.down(y)))
+        y = torch.flatten(F.adaptive_avg_pool2d(y, 1), 1)
+        return torch.softmax(self.fc(y), dim=1)
+
+
+def main():
+    out = sys.argv[1]
+    torch.manual_seed(7)
+    model = Small()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                n = m.num_features
+                # Negative gammas too: a fold must not assume positive scales.
+                m.weight.copy_(torch.empty(n).uniform_(-1.5, 1.5))
+                m.bias.copy_(torch.randn(n) * 0.5)
+                m.running_mean.copy_(torch.randn(n) * 0.5)
+                m.running_var.copy_(torch.empty(n).uniform_(0.5, 2.0))
+    model.eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        y = model(x)
+    np.save(os.path.join(out, "x.npy"), x.numpy().astype(np.float32))
+    np.save(os.path.join(out, "y_ref.npy"), y.numpy().astype(np.float32))
+    np.save(os.path.join(out, "x_bad_shape.npy"), np.zeros((1, 3, 32), np.float32))
+    np.save(os.path.join(out, "x_int.npy"), np.zeros((1, 3, 32, 32), np.int64))
+    kw = dict(input_names=["data"], output_names=["prob"])
+    torch.onnx.export(model, x, os.path.join(out, "small.onnx"), opset_version=17, **kw)
+    torch.onnx.export(model, x, os.path.join(out, "small_bn.onnx"), opset_version=11,
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False, **kw)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,610 @@
+/* ktune build and ktune run: a tuned network as a C library, run and timed. */
+#include <errno.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "net/plan.h"
+#include "runtime/netlib.h"
+#include "sched/state.h"
+#include "tensorio/tensorio.h"
+#include "te/workload.h"
+#include "util/err.h"
+#include "util/rng.h"
+#include "util/util.h"
+
+/* Tolerance of --check: what kernels are verified with while tuning. */
+#define CHECK_TOLERANCE 1e-4
+/* Steps listed in run's time table. */
+#define TOP_STEPS 10
+
+enum { O_DB = 1000, O_JOB, O_TARGET, O_ARCH, O_OUT, O_SEED, O_NAME, O_IN, O_OUTPUT, O_REPEAT,
+       O_THREADS, O_CHECK, O_HELP };
+
+typedef struct {
+    kt_cli_net_t net;
+    kt_cli_conn_t conn;
+    int64_t job;
+    const char *target, *out, *name, *input, *output;
+    unsigned long long seed;
+    int repeat, threads, check;
+} build_args_t;
+
+static const char *const BUILD_HELP =
+    "  --db PATH             the store to take records from (default ./ktune.db; a\n"
+    "                        missing default store means no records)\n"
+    "  --tracker HOST:PORT   take the records from a tracker instead (QueryBest);\n"
+    "                        --token-file F, --tls-ca F, --timeout MS as elsewhere\n"
+    "  --job J               only records measured by job J\n"
+    "  --target cpu          the target (cpu; cuda is not built yet)\n"
+    "  --seed S              seed of a built-in network's random weights (default 0)\n"
+    "  --name NAME           the C prefix of the library (default: the network's name)\n";
+
+static void build_usage(FILE *f)
+{
+    fprintf(f, "usage: ktune build (--network NAME | --network-file F | --onnx MODEL)\n"
+               "                   [--layout NHWC|NCHW] [--batch N] [--db PATH | --tracker ADDR]\n"
+               "                   [--job J] [--target cpu] [--seed S] [--name NAME] --out DIR\n"
+               "\n"
+               "Build the network with the best valid record of each of its tasks as a C\n"
+               "library: DIR/NAME.c (kernels and a graph runner on one arena), DIR/NAME.h\n"
+               "(create, run, destroy; shapes; the build line) and DIR/NAME.safetensors (the\n"
+               "weights, batch norm folded and laid out for the kernels: an ONNX model's own,\n"
+               "random ones from --seed for built-in networks and network files). A task\n"
+               "without a record runs ktune's naive reference kernel, with a warning.\n"
+               "\n"
+               "options:\n%s%s  -h, --help            print this help and exit\n"
+               "\n"
+               "exit status: 0 success; 1 failure (unsupported layer, unreadable store, ...);\n"
+               "2 bad usage\n",
+            KT_CLI_NET_HELP, BUILD_HELP);
+}
+
+static void run_usage(FILE *f)
+{
+    fprintf(f, "usage: ktune run (--network NAME | --network-file F | --onnx MODEL) [build\n"
+               "                 options] [--input x.npy] [--output y.npy] [--repeat N]\n"
+               "                 [--threads N] [--check] [--out DIR]\n"
+               "\n"
+               "Build the network as ktune build does (into a temporary directory unless\n"
+               "--out), compile and run it: a per-layer time table (the %d slowest steps)\n"
+               "and, last, 'latency: M ms (min A, max B) over N runs, T threads' (M the\n"
+               "median).\n"
+               "\n"
+               "options:\n%s%s"
+               "  --out DIR             keep the library in DIR\n"
+               "  --input x.npy         the input (float32, the model's input shape; default:\n"
+               "                        uniform in [-1, 1) from --seed)\n"
+               "  --output y.npy        write the output there\n"
+               "  --repeat N            timed runs (default 20), after one warm-up run\n"
+               "  --threads N           OpenMP threads (default 1)\n"
+               "  --check               also run ktune's naive reference kernel of every task\n"
+               "                        on the same inputs and print the largest relative\n"
+               "                        error (fails above %g)\n"
+               "  -h, --help            print this help and exit\n"
+               "\n"
+               "exit status: 0 success; 1 failure (bad input file, a failed check, ...); 2 bad\n"
+               "usage\n",
+            TOP_STEPS, KT_CLI_NET_HELP, BUILD_HELP, CHECK_TOLERANCE);
+}
+
+static int parse_ll(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
+                    long long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || !end || *end || v < lo || v > hi) {
+        fprintf(stderr, "ktune %s: %s wants an integer in %lld..%lld, not '%s'\n", cmd, opt, lo,
+                hi, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+/* 0, 2 (bad usage, said), or -1 for --help. */
+static int parse_args(const char *cmd, int run, int argc, char **argv, build_args_t *a)
+{
+    static const struct option opts[] = {
+        KT_CLI_NET_OPTIONS,
+        KT_CLI_CONN_OPTIONS,
+        {"db", required_argument, 0, O_DB},
+        {"job", required_argument, 0, O_JOB},
+        {"target", required_argument, 0, O_TARGET},
+        {"arch", required_argument, 0, O_ARCH},
+        {"out", required_argument, 0, O_OUT},
+        {"seed", required_argument, 0, O_SEED},
+        {"name", required_argument, 0, O_NAME},
+        {"input", required_argument, 0, O_IN},
+        {"output", required_argument, 0, O_OUTPUT},
+        {"repeat", required_argument, 0, O_REPEAT},
+        {"threads", required_argument, 0, O_THREADS},
+        {"check", no_argument, 0, O_CHECK},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    memset(a, 0, sizeof *a);
+    kt_cli_net_init(&a->net);
+    kt_cli_conn_init(&a->conn, 0);
+    a->repeat = 20;
+    a->threads = 1;
+    optind = 1;
+    opterr = 0;
+    int c;
+    long long v;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        /* --input is an ONNX input shape for build, the input tensor for run. */
+        if (c == KT_CLI_O_INPUT && run)
+            c = O_IN;
+        int taken = kt_cli_net_option(cmd, &a->net, c, optarg);
+        if (!taken)
+            taken = kt_cli_conn_option(cmd, &a->conn, c, optarg);
+        if (taken == 2)
+            return 2;
+        if (taken)
+            continue;
+        int runonly = c == O_IN || c == O_OUTPUT || c == O_REPEAT || c == O_THREADS || c == O_CHECK;
+        if (runonly && !run) {
+            fprintf(stderr, "ktune %s: %s is an option of ktune run\n", cmd, argv[optind - 1]);
+            return 2;
+        }
+        switch (c) {
+        case O_DB:
+            a->conn.db = optarg;
+            a->conn.db_given = 1;
+            break;
+        case O_JOB:
+            if (kt_cli_parse_id(cmd, "--job", optarg, &a->job))
+                return 2;
+            break;
+        case O_TARGET: a->target = optarg; break;
+        case O_ARCH:
+            fprintf(stderr, "ktune %s: --arch applies to --target cuda, which ktune build does not "
+                            "support yet\n", cmd);
+            return 2;
+        case O_OUT: a->out = optarg; break;
+        case O_NAME: a->name = optarg; break;
+        case O_IN: a->input = optarg; break;
+        case O_OUTPUT: a->output = optarg; break;
+        case O_CHECK: a->check = 1; break;
+        case O_SEED:
+            if (parse_ll(cmd, "--seed", optarg, 0, INT64_MAX, &v))
+                return 2;
+            a->seed = (unsigned long long)v;
+            break;
+        case O_REPEAT:
+            if (parse_ll(cmd, "--repeat", optarg, 1, 100000, &v))
+                return 2;
+            a->repeat = (int)v;
+            break;
+        case O_THREADS:
+            if (parse_ll(cmd, "--threads", optarg, 1, 1024, &v))
+                return 2;
+            a->threads = (int)v;
+            break;
+        case 'h':
+        case O_HELP: return -1;
+        default:
+            fprintf(stderr, "ktune %s: bad option '%s' (see ktune %s --help)\n", cmd,
+                    argv[optind - 1], cmd);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ktune %s: unexpected argument '%s'\n", cmd, argv[optind]);
+        return 2;
+    }
+    if (kt_cli_net_check(cmd, &a->net))
+        return 2;
+    if (a->target && strcmp(a->target, "cpu") != 0) {
+        fprintf(stderr, "ktune %s: --target %s: only cpu networks can be built so far\n", cmd,
+                a->target);
+        return 2;
+    }
+    if (!run && !a->out) {
+        fprintf(stderr, "ktune %s: --out DIR is required\n", cmd);
+        return 2;
+    }
+    if (a->conn.tracker && a->conn.db_given) {
+        fprintf(stderr, "ktune %s: give --db or --tracker, not both\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- records ------------------------------------------------------------------------ */
+
+/* The best valid record of each task: states[i] (strdup'd, NULL when none)
+ * and its cost in ms. 0, or 1 after printing why. */
+static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tasks_t *t,
+                        char **states, double *ms)
+{
+    if (!a->conn.db_given && access(a->conn.db, F_OK) != 0) {
+        fprintf(stderr, "ktune %s: no store at %s: every task gets the default schedule\n", cmd,
+                a->conn.db);
+        return 0;
+    }
+    kt_store_t *s = kt_cli_open_store(cmd, a->conn.db);
+    if (!s)
+        return 1;
+    int rc = 0;
+    for (int i = 0; i < t->ntasks && rc == 0; i++) {
+        kt_record_list_t *l = NULL;
+        const char *key = kt_workload_key(t->tasks[i].wl);
+        if (a->job) {
+            kt_store_filter_t f = {.workload_key = key, .target = "cpu", .job_id = a->job,
+                                   .valid_only = 1};
+            rc = kt_store_get_records(s, &f, &l);
+        } else {
+            rc = kt_store_best(s, key, "cpu", &l);
+            if (rc == KT_ENOTFOUND)
+                rc = 0;
+        }
+        const kt_record_t *best = NULL;
+        for (size_t k = 0; l && k < l->n; k++)
+            if (!best || l->items[k].mean_cost < best->mean_cost)
+                best = &l->items[k];
+        if (best) {
+            states[i] = kt_strdup(best->state_json);
+            ms[i] = best->mean_cost * 1e3;
+            if (!states[i])
+                rc = kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        kt_record_list_free(l);
+    }
+    kt_store_close(s);
+    return rc ? kt_cli_fail(cmd) : 0;
+}
+
+static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_tasks_t *t,
+                          char **states, double *ms)
+{
+    kt_rpc_client_t *cl = a->job ? kt_cli_connect(cmd, &a->conn) : NULL;
+    if (a->job && !cl)
+        return 1;
+    int rc = 0;
+    for (int i = 0; i < t->ntasks && rc == 0; i++) {
+        const char *key = kt_workload_key(t->tasks[i].wl);
+        if (!a->job) {
+            Ktune__V1__QueryBestRequest req = KTUNE__V1__QUERY_BEST_REQUEST__INIT;
+            req.workload_key = (char *)key;
+            req.target = "cpu";
+            req.top_k = 1;
+            ProtobufCMessage *resp = NULL;
+            if (kt_cli_call(cmd, &a->conn, "/ktune.v1.Tracker/QueryBest", &req.base,
+                            &ktune__v1__query_best_response__descriptor, &resp)) {
+                rc = 1;
+                break;
+            }
+            Ktune__V1__QueryBestResponse *r = (Ktune__V1__QueryBestResponse *)resp;
+            if (r->n_records) {
+                states[i] = kt_strdup(r->records[0]->state_json);
+                ms[i] = r->records[0]->mean_cost * 1e3;
+            }
+            protobuf_c_message_free_unpacked(resp, NULL);
+            continue;
+        }
+        /* The records of one job: ListRecords, the fastest kept. */
+        Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
+        req.workload_key = (char *)key;
+        req.target = "cpu";
+        req.job_id = a->job;
+        req.valid_only = 1;
+        kt_rpc_reader_t *rd = kt_rpc_reader_open(cl, "/ktune.v1.Tracker/ListRecords", &req.base,
+                                                 &ktune__v1__record__descriptor,
+                                                 a->conn.timeout_ms ? a->conn.timeout_ms
+                                                                    : KT_CLI_DEFAULT_TIMEOUT_MS);
+        if (!rd) {
+            rc = kt_cli_fail(cmd);
+            break;
+        }
+        ProtobufCMessage *msg = NULL;
+        int r;
+        double best = INFINITY;
+        while ((r = kt_rpc_reader_next(rd, &msg)) == 1) {
+            Ktune__V1__Record *rec = (Ktune__V1__Record *)msg;
+            if (rec->mean_cost < best) {
+                free(states[i]);
+                states[i] = kt_strdup(rec->state_json);
+                best = rec->mean_cost;
+                ms[i] = best * 1e3;
+            }
+            protobuf_c_message_free_unpacked(msg, NULL);
+        }
+        kt_rpc_status_t st = {0};
+        if (kt_rpc_reader_close(rd, &st) != 0 || r < 0)
+            rc = kt_cli_rpc_fail(cmd, &a->conn, &st);
+    }
+    kt_rpc_client_free(cl);
+    return rc;
+}
+
+/* ---- building ------------------------------------------------------------------------ */
+
+/* Build the network into dir; the library's C name in name. 0 or 1 (said). */
+static int build_into(const char *cmd, const build_args_t *a, const char *dir, char *name,
+                      size_t cap, int quiet)
+{
+    kt_net_t *net = kt_cli_net_load(cmd, &a->net);
+    if (!net)
+        return 1;
+    int rc = 1;
+    kt_net_plan_t *plan = NULL;
+    kt_net_tasks_t *t = kt_net_extract(net, a->net.layout);
+    char **states = NULL;
+    double *ms = NULL;
+    kt_netlib_kernel_t *kern = NULL;
+    if (!t) {
+        kt_cli_fail(cmd);
+        goto done;
+    }
+    plan = kt_net_plan(net, t, a->net.layout, a->seed);
+    if (!plan) {
+        fprintf(stderr, "ktune %s: %s: %s\n", cmd, kt_cli_net_source(&a->net), kt_err_msg());
+        goto done;
+    }
+    states = calloc((size_t)t->ntasks + 1, sizeof *states);
+    ms = calloc((size_t)t->ntasks + 1, sizeof *ms);
+    kern = calloc((size_t)t->ntasks + 1, sizeof *kern);
+    if (!states || !ms || !kern) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        kt_cli_fail(cmd);
+        goto done;
+    }
+    if ((a->conn.tracker ? gather_tracker : gather_store)(cmd, a, t, states, ms))
+        goto done;
+    for (int i = 0; i < t->ntasks; i++) {
+        kern[i].state_json = states[i];
+        kern[i].measured_ms = ms[i];
+        if (!states[i])
+            fprintf(stderr, "task %d (%s %s): no record, default schedule\n", i,
+                    kt_workload_op(t->tasks[i].wl), t->tasks[i].desc);
+    }
+    kt_netlib_info_t info;
+    const char *base = a->name ? a->name : kt_net_name(net);
+    char source[512];
+    snprintf(source, sizeof source, "%s (%s layout%s)", kt_cli_net_source(&a->net),
+             a->net.layout == KT_NET_NHWC ? "NHWC" : "NCHW",
+             plan->params_random ? ", random weights" : "");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "ktune %s: cannot create %s: %s\n", cmd, dir, strerror(errno));
+        goto done;
+    }
+    if (kt_netlib_write(plan, t, kern, base, source, dir, &info) != 0) {
+        kt_cli_fail(cmd);
+        goto done;
+    }
+    snprintf(name, cap, "%s", info.name);
+    if (!quiet)
+        printf("wrote %s/%s.c, %s.h and %s.safetensors: %d task%s (%d tuned), %d steps, arena "
+               "%.2f MiB (%.2f MiB without reuse), weights %.2f MiB\n",
+               dir, info.name, info.name, info.name, info.ntasks, info.ntasks == 1 ? "" : "s",
+               info.ntasks - info.ndefault, info.nsteps, info.arena_bytes / 1048576.0,
+               info.naive_bytes / 1048576.0, info.weight_bytes / 1048576.0);
+    rc = 0;
+done:
+    for (int i = 0; states && i < t->ntasks; i++)
+        free(states[i]);
+    free(states);
+    free(ms);
+    free(kern);
+    kt_net_plan_free(plan);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    return rc;
+}
+
+int kt_cli_build(int argc, char **argv)
+{
+    build_args_t a;
+    int rc = parse_args("build", 0, argc, argv, &a);
+    if (rc < 0) {
+        build_usage(stdout);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    char name[KT_NETLIB_MAX_NAME];
+    return build_into("build", &a, a.out, name, sizeof name, 0);
+}
+
+/* ---- running ------------------------------------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+typedef struct {
+    int step;
+    double sec;
+} step_time_t;
+
+static int by_time(const void *x, const void *y)
+{
+    const step_time_t *a = x, *b = y;
+    return a->sec < b->sec ? 1 : a->sec > b->sec ? -1 : a->step - b->step;
+}
+
+/* The input: the .npy file, checked against the network's shape, or seeded noise. */
+static float *load_input(const build_args_t *a, const int64_t *dims, int ndim, int64_t numel)
+{
+    if (!a->input) {
+        float *x = malloc((size_t)numel * sizeof(float));
+        if (!x) {
+            fprintf(stderr, "ktune run: out of memory\n");
+            return NULL;
+        }
+        kt_rng_t r;
+        kt_rng_seed(&r, a->seed ^ 0x5eedf00dull);
+        for (int64_t i = 0; i < numel; i++)
+            x[i] = (float)(2.0 * kt_rng_double(&r) - 1.0);
+        return x;
+    }
+    float *x = NULL;
+    int64_t d[KT_NET_MAX_DIMS];
+    int nd = 0;
+    if (kt_npy_read(a->input, &x, d, &nd) != 0) {
+        fprintf(stderr, "ktune run: --input: %s\n", kt_err_msg());
+        return NULL;
+    }
+    if (kt_npy_check_shape(d, nd, dims, ndim) != 0) {
+        fprintf(stderr, "ktune run: --input %s: %s\n", a->input, kt_err_msg());
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+static int run_network(const build_args_t *a, const char *dir, const char *name)
+{
+    kt_netlib_t *n = kt_netlib_open(dir, name, a->check);
+    if (!n)
+        return kt_cli_fail("run");
+    int rc = 1;
+    int64_t din[KT_NET_MAX_DIMS], dout[KT_NET_MAX_DIMS];
+    int nin = kt_netlib_input_shape(n, din), nout = kt_netlib_output_shape(n, dout);
+    int64_t numel_in = 1, numel_out = 1;
+    for (int d = 0; d < nin; d++)
+        numel_in *= din[d];
+    for (int d = 0; d < nout; d++)
+        numel_out *= dout[d];
+    int nsteps = kt_netlib_num_steps(n);
+    float *x = load_input(a, din, nin, numel_in);
+    float *y = malloc((size_t)numel_out * sizeof(float));
+    double *steps = calloc((size_t)nsteps + 1, sizeof(double));
+    double *sum = calloc((size_t)nsteps + 1, sizeof(double));
+    double *lat = calloc((size_t)a->repeat + 1, sizeof(double));
+    step_time_t *order = calloc((size_t)nsteps + 1, sizeof(step_time_t));
+    if (!x || !y || !steps || !sum || !lat || !order) {
+        if (x)
+            fprintf(stderr, "ktune run: out of memory\n");
+        goto done;
+    }
+    if (kt_netlib_set_threads(n, a->threads) != 0 || kt_netlib_run(n, x, y, NULL) != 0) {
+        kt_cli_fail("run");
+        goto done;
+    }
+    for (int r = 0; r < a->repeat; r++) {
+        double t0 = kt_time_mono();
+        if (kt_netlib_run(n, x, y, steps) != 0) {
+            kt_cli_fail("run");
+            goto done;
+        }
+        lat[r] = kt_time_mono() - t0;
+        for (int k = 0; k < nsteps; k++)
+            sum[k] += steps[k];
+    }
+    double total = 0;
+    for (int k = 0; k < nsteps; k++) {
+        order[k] = (step_time_t){.step = k, .sec = sum[k] / a->repeat};
+        total += order[k].sec;
+    }
+    qsort(order, (size_t)nsteps, sizeof *order, by_time);
+    int top = nsteps < TOP_STEPS ? nsteps : TOP_STEPS;
+    printf("| Step | Task |  Time (ms) | Share | Layers\n");
+    printf("-------------------------------------------------------------\n");
+    for (int i = 0; i < top; i++) {
+        int k = order[i].step, task = kt_netlib_step_task(n, k);
+        char tid[16] = "-";
+        if (task >= 0)
+            snprintf(tid, sizeof tid, "%d", task);
+        printf("| %4d | %4s | %10.4f | %4.1f%% | %s\n", k, tid, order[i].sec * 1e3,
+               total > 0 ? 100.0 * order[i].sec / total : 0.0, kt_netlib_step_name(n, k));
+    }
+    printf("-------------------------------------------------------------\n");
+    printf("%d steps, %d listed (%.1f%% of the time)\n", nsteps, top,
+           total > 0 ? 100.0 * ({
+               double s = 0;
+               for (int i = 0; i < top; i++)
+                   s += order[i].sec;
+               s;
+           }) / total
+                     : 0.0);
+    if (a->check) {
+        double *err = steps;
+        if (kt_netlib_check(n, x, y, err) != 0) {
+            kt_cli_fail("run");
+            goto done;
+        }
+        int worst = -1;
+        for (int k = 0; k < nsteps; k++)
+            if (err[k] >= 0 && (worst < 0 || err[k] > err[worst] || isnan(err[k])))
+                worst = k;
+        if (worst < 0) {
+            printf("check: no task to check\n");
+        } else {
+            printf("check: largest relative error %.3g (step %d, task %d: %s) against ktune's "
+                   "naive reference, tolerance %g\n",
+                   err[worst], worst, kt_netlib_step_task(n, worst),
+                   kt_netlib_step_name(n, worst), CHECK_TOLERANCE);
+            if (!(err[worst] <= CHECK_TOLERANCE)) {
+                fprintf(stderr, "ktune run: check failed: step %d (%s) differs from the reference "
+                                "by %.3g\n", worst, kt_netlib_step_name(n, worst), err[worst]);
+                goto done;
+            }
+        }
+    }
+    if (a->output && kt_npy_write(a->output, y, dout, nout) != 0) {
+        fprintf(stderr, "ktune run: --output: %s\n", kt_err_msg());
+        goto done;
+    }
+    qsort(lat, (size_t)a->repeat, sizeof *lat, cmp_double);
+    double med = a->repeat % 2 ? lat[a->repeat / 2]
+                               : 0.5 * (lat[a->repeat / 2 - 1] + lat[a->repeat / 2]);
+    printf("latency: %.4f ms (min %.4f, max %.4f) over %d runs, %d thread%s\n", med * 1e3,
+           lat[0] * 1e3, lat[a->repeat - 1] * 1e3, a->repeat, a->threads,
+           a->threads == 1 ? "" : "s");
+    rc = 0;
+done:
+    free(x);
+    free(y);
+    free(steps);
+    free(sum);
+    free(lat);
+    free(order);
+    kt_netlib_close(n);
+    return rc;
+}
+
+int kt_cli_run(int argc, char **argv)
+{
+    build_args_t a;
+    int rc = parse_args("run", 1, argc, argv, &a);
+    if (rc < 0) {
+        run_usage(stdout);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    char tmp[] = "/tmp/ktune-run-XXXXXX";
+    const char *dir = a.out;
+    if (!dir && !(dir = mkdtemp(tmp))) {
+        fprintf(stderr, "ktune run: cannot create a temporary directory: %s\n", strerror(errno));
+        return 1;
+    }
+    char name[KT_NETLIB_MAX_NAME];
+    rc = build_into("run", &a, dir, name, sizeof name, 1);
+    if (rc == 0)
+        rc = run_network(&a, dir, name);
+    if (!a.out)
+        nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}

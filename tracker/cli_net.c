@@ -1,0 +1,114 @@
+/* The network options every network command shares: --network, --network-file,
+ * --onnx, --input, --layout, --batch, --seq-len (cli.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util/err.h"
+
+const char *const KT_CLI_NET_HELP =
+    "  --network NAME        a built-in network (ktune tasks --list)\n"
+    "  --network-file FILE   a JSON network file (format in NETWORKS.md)\n"
+    "  --onnx FILE           an ONNX model\n"
+    "  --input NAME=DIMS     shape of an ONNX graph input, e.g. data=1x3x224x224\n"
+    "  --layout L            te operators for 4-D tensors: NHWC (default) or NCHW\n"
+    "  --batch N             batch size of a built-in network (default 1), or of an\n"
+    "                        ONNX model's symbolic first input dimension\n"
+    "  --seq-len L           sequence length of bert-base (default 128)\n";
+
+void kt_cli_net_init(kt_cli_net_t *n)
+{
+    memset(n, 0, sizeof *n);
+    n->layout = KT_NET_NHWC;
+}
+
+static int parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || !end || *end || v < lo || v > hi) {
+        fprintf(stderr, "ktune %s: %s needs an integer in %d..%d, not '%s'\n", cmd, opt, lo, hi,
+                s);
+        return 2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int kt_cli_net_option(const char *cmd, kt_cli_net_t *n, int code, const char *arg)
+{
+    switch (code) {
+    case KT_CLI_O_NETWORK: n->network = arg; return 1;
+    case KT_CLI_O_NETFILE: n->file = arg; return 1;
+    case KT_CLI_O_ONNX: n->onnx = arg; return 1;
+    case KT_CLI_O_LAYOUT:
+        if (kt_net_layout_parse(arg, &n->layout)) {
+            fprintf(stderr, "ktune %s: %s\n", cmd, kt_err_msg());
+            return 2;
+        }
+        n->layout_given = 1;
+        return 1;
+    case KT_CLI_O_BATCH:
+        return parse_int(cmd, "--batch", arg, 1, 65536, &n->batch) ? 2 : 1;
+    case KT_CLI_O_SEQLEN:
+        return parse_int(cmd, "--seq-len", arg, 1, 65536, &n->seq_len) ? 2 : 1;
+    case KT_CLI_O_INPUT:
+        if (n->ninputs == KT_CLI_MAX_INPUTS) {
+            fprintf(stderr, "ktune %s: at most %d --input options\n", cmd, KT_CLI_MAX_INPUTS);
+            return 2;
+        }
+        if (kt_net_parse_input_spec(arg, &n->inputs[n->ninputs]) != 0) {
+            fprintf(stderr, "ktune %s: %s\n", cmd, kt_err_msg());
+            return 2;
+        }
+        n->ninputs++;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int kt_cli_net_given(const kt_cli_net_t *n)
+{
+    return !!n->network + !!n->file + !!n->onnx;
+}
+
+int kt_cli_net_check(const char *cmd, const kt_cli_net_t *n)
+{
+    if (kt_cli_net_given(n) != 1) {
+        fprintf(stderr, "ktune %s: give exactly one of --network, --network-file, --onnx\n", cmd);
+        return 2;
+    }
+    if (n->ninputs && !n->onnx) {
+        fprintf(stderr, "ktune %s: --input applies to --onnx only\n", cmd);
+        return 2;
+    }
+    if (n->seq_len && !(n->network && strcmp(n->network, "bert-base") == 0)) {
+        fprintf(stderr, "ktune %s: --seq-len applies to --network bert-base only\n", cmd);
+        return 2;
+    }
+    if (n->batch && n->file) {
+        fprintf(stderr, "ktune %s: --batch does not apply to --network-file (its input "
+                        "layers give the shapes)\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
+kt_net_t *kt_cli_net_load(const char *cmd, const kt_cli_net_t *n)
+{
+    kt_net_t *net = n->network ? kt_net_builtin(n->network, n->batch ? n->batch : 1, n->seq_len)
+                    : n->file  ? kt_net_load_file(n->file)
+                               : kt_net_onnx_load(n->onnx, n->inputs, n->ninputs, n->batch);
+    if (!net)
+        fprintf(stderr, "ktune %s: %s: %s\n", cmd, kt_cli_net_source(n), kt_err_msg());
+    return net;
+}
+
+const char *kt_cli_net_source(const kt_cli_net_t *n)
+{
+    return n->network ? n->network : n->file ? n->file : n->onnx ? n->onnx : "";
+}
