@@ -13,6 +13,7 @@
 #include "measure/measure.h"
 #include "measure/cuda_runner.h"
 #include "measure/hw_params.h"
+#include "measure/hw_params_json.h"
 #include "measure/runner.h"
 #include "registry/registry.h"
 #include "rpc/rpc.h"
@@ -67,31 +68,6 @@ static void usage(FILE *out)
 }
 
 /* ---- The device ----------------------------------------------------------------------- */
-
-/* Cores in a "0-3,6" list; 0 when it does not parse (kt_runner_new reports why). */
-static int cpu_list_count(const char *s)
-{
-    int n = 0;
-    while (*s) {
-        char *end;
-        long a = strtol(s, &end, 10), b = a;
-        if (end == s || a < 0)
-            return 0;
-        if (*end == '-') {
-            s = end + 1;
-            b = strtol(s, &end, 10);
-            if (end == s || b < a)
-                return 0;
-        }
-        n += (int)(b - a + 1);
-        if (*end == ',')
-            end++;
-        else if (*end)
-            return 0;
-        s = end;
-    }
-    return n;
-}
 
 /* ---- Run ------------------------------------------------------------------------------ */
 
@@ -463,10 +439,7 @@ int main(int argc, char **argv)
         cuda_ordinal = (int)ordinal;
     }
     /* The tracker refuses other keys; say so now rather than retry forever. */
-    size_t klen = strlen(dev_key);
-    if (klen == 0 || klen >= KT_REGISTRY_KEY_MAX ||
-        strspn(dev_key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") !=
-            klen) {
+    if (!kt_registry_key_ok(dev_key)) {
         fprintf(stderr, "ktune-runner: --key wants letters, digits and ._:- (under %d bytes), "
                 "not '%s'\n", KT_REGISTRY_KEY_MAX, dev_key);
         return 2;
@@ -475,7 +448,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", device);
         return 2;
     }
-    int cores = cpus ? cpu_list_count(cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int cores = cpus ? kt_cpu_list_parse(cpus, NULL) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus && cores <= 0) {
         fprintf(stderr, "ktune-runner: --cpus wants a list like 0-3,6, not '%s'\n", cpus);
         return 2;

@@ -84,6 +84,12 @@
 #define KT_REGISTRY_KEY_MAX 64                /* device key or target, NUL included */
 #define KT_REGISTRY_MAX_TARGETS 8             /* targets one worker may list */
 
+/* 1 when `key` is a valid device key (or worker target): 1 to
+ * KT_REGISTRY_KEY_MAX - 1 bytes of letters, digits and ._:-; 0 otherwise
+ * (NULL included). Runners, the registry and job submission all check keys
+ * with it. */
+int kt_registry_key_ok(const char *key);
+
 /* ---- Tracker side: types ----------------------------------------------------- */
 
 typedef struct kt_registry kt_registry_t;
