@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "jobs_int.h"
+#include "service/jobs_int.h"
 #include "rpc/rpc.h"
 #include "util/err.h"
 #include "util/log.h"

@@ -25,8 +25,8 @@
  * kt_tracker_build from any thread once started (each call blocks its
  * thread); handlers run on the gRPC threads.
  */
-#ifndef KT_TRACKER_TRACKER_H
-#define KT_TRACKER_TRACKER_H
+#ifndef KT_SERVICE_TRACKER_H
+#define KT_SERVICE_TRACKER_H
 
 #include <jansson.h>
 

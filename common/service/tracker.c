@@ -2,7 +2,7 @@
  * The tracker's core wiring: gRPC server + registry + sweep timer + HTTP
  * status + per-peer RPC clients. See tracker.h.
  */
-#include "tracker.h"
+#include "service/tracker.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "codegen/codegen.h"
-#include "jobs_int.h"
+#include "service/jobs_int.h"
 #include "measure/hw_params.h"
 #include "measure/hw_params_json.h"
 #include "measure/runner.h"

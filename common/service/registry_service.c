@@ -9,7 +9,7 @@
 #include "ktune.pb-c.h"
 #include "registry/registry.h"
 #include "rpc/rpc.h"
-#include "tracker.h"
+#include "service/tracker.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/util.h"
