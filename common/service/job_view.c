@@ -1,6 +1,4 @@
-/*
- * A stored job seen by the task scheduler. See job_view.h.
- */
+/* A stored job seen by the task scheduler; see job_view.h. */
 #include "service/job_view.h"
 
 #include <math.h>

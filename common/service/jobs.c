@@ -1,6 +1,4 @@
-/*
- * The job manager: jobs, their threads and their rounds. See jobs.h.
- */
+/* The job manager: jobs, their threads and their rounds (build on workers, run on runners, commit); see jobs.h. */
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>

@@ -1,8 +1,4 @@
-/*
- * The job methods of the Tracker service: SubmitJob, CancelJob, JobStatus,
- * ListJobs, WatchJob, QueryBest and ListRecords, translating between
- * ktune.proto and the job manager / record store. See jobs.h.
- */
+/* The Tracker service's job methods (SubmitJob ... ListRecords) over the job manager and the store; see jobs.h. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

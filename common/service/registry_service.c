@@ -1,7 +1,4 @@
-/*
- * The registry's RPC methods on the tracker: RegisterPeer, Heartbeat and
- * QueueStatus translate between ktune.proto messages and common/registry.
- */
+/* The Tracker service's registry methods (RegisterPeer, Heartbeat, QueueStatus); see tracker.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
