@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
 if [ -f build/build.ninja ]; then meson setup --reconfigure build >/dev/null; else meson setup build >/dev/null; fi
 ninja -C build
-./build/tracker/ktune --version
-./build/tracker/ktune tune --workload '{"op":"matmul","M":512,"N":512,"K":512}' \
+./build/cli/ktune --version
+./build/cli/ktune tune --workload '{"op":"matmul","M":512,"N":512,"K":512}' \
     --trials 64 --per-round 16 --db ktune.db
-./build/tracker/ktune status --db ktune.db
+./build/cli/ktune status --db ktune.db

@@ -1,8 +1,5 @@
-/* ktune-runner: times candidates on one device for the tracker. */
-#include <inttypes.h>
-#include <pthread.h>
+/* ktune-runner: serves the Run service (common/measure/run_service.h) on one device for a tracker. */
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,20 +7,17 @@
 
 #include "kt_config.h"
 #include "ktune.pb-c.h"
-#include "measure/measure.h"
-#include "measure/cuda_runner.h"
-#include "measure/hw_params.h"
-#include "measure/runner.h"
+#include "measure/hw_params_json.h"
+#include "measure/run_service.h"
+#include "peer_cmdline.h"
 #include "registry/registry.h"
-#include "rpc/rpc.h"
+#include "service/peer_daemon.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/util.h"
 
 /* A running batch gets this long to finish after SIGINT/SIGTERM. */
 #define DEFAULT_DRAIN_MS 60000
-/* Most candidates one Run request may carry. */
-#define MAX_CANDIDATES 4096
 
 static void usage(FILE *out)
 {
@@ -67,321 +61,6 @@ static void usage(FILE *out)
 }
 
 /* ---- The device ----------------------------------------------------------------------- */
-
-/* Cores in a "0-3,6" list; 0 when it does not parse (kt_runner_new reports why). */
-static int cpu_list_count(const char *s)
-{
-    int n = 0;
-    while (*s) {
-        char *end;
-        long a = strtol(s, &end, 10), b = a;
-        if (end == s || a < 0)
-            return 0;
-        if (*end == '-') {
-            s = end + 1;
-            b = strtol(s, &end, 10);
-            if (end == s || b < a)
-                return 0;
-        }
-        n += (int)(b - a + 1);
-        if (*end == ',')
-            end++;
-        else if (*end)
-            return 0;
-        s = end;
-    }
-    return n;
-}
-
-/* ---- Run ------------------------------------------------------------------------------ */
-
-typedef struct {
-    pthread_mutex_t run_mu;   /* one batch at a time: concurrent timings would disturb each other */
-    atomic_int in_flight;     /* batches running or waiting for run_mu */
-    int threads;              /* default OpenMP threads; 0 = leave OpenMP's default */
-    const char *cpus;
-    int cuda_device;          /* --device cuda:N: its ordinal; -1 for the CPU */
-    int timer;                /* KT_RUNNER_TIMER_*; CPU only with one thread */
-} runner_ctx_t;
-
-static int in_flight(void *user)
-{
-    return atomic_load(&((runner_ctx_t *)user)->in_flight);
-}
-
-/* Options for one request; INVALID_ARGUMENT text in *why when they are bad. */
-static int run_options(const runner_ctx_t *x, const Ktune__V1__RunRequest *in, kt_runner_opts_t *o,
-                       const char **why)
-{
-    kt_runner_opts_default(o);
-    o->num_threads = x->threads;
-    o->cpu_list = x->cpus;
-    o->seed = in->seed;
-    o->timer = x->timer;
-    const Ktune__V1__MeasureOptions *m = in->options;
-    if (!m)
-        return 0;
-    if (m->number < 0 || m->repeat < 0 || m->min_repeat_ms < 0 || m->cooldown_interval < 0 ||
-        m->timeout_ms < 0 || m->num_threads < 0) {
-        *why = "negative MeasureOptions value";
-        return KT_EINVAL;
-    }
-    o->number = m->number;
-    o->repeat = m->repeat;
-    o->min_repeat_ms = m->min_repeat_ms;
-    o->cooldown_interval = m->cooldown_interval;
-    o->enable_cpu_cache_flush = m->enable_cpu_cache_flush;
-    o->timeout = m->timeout_ms / 1000.0;
-    o->check_correctness = m->check_correctness;
-    if (m->num_threads)
-        o->num_threads = m->num_threads;
-    if (x->timer == KT_RUNNER_TIMER_CPU && o->num_threads != 1) {
-        *why = "this runner times by CPU time (--timer cpu) and runs kernels with one thread";
-        return KT_EINVAL;
-    }
-    return 0;
-}
-
-static uint64_t parse_hash(const char *s)
-{
-    if (!s || strlen(s) != 16)
-        return 0;   /* the runner computes it */
-    char *end;
-    uint64_t h = strtoull(s, &end, 16);
-    return *end ? 0 : h;
-}
-
-/* Why a candidate cannot be run at all, or NULL when it can. launches
- * (KT_RUNNER_MAX_LAUNCHES entries) holds a multi-kernel candidate's list. */
-static const char *candidate_problem(const Ktune__V1__RunCandidate *c, int cuda,
-                                     kt_run_input_t *in, kt_cuda_launch_t *launches)
-{
-    memset(in, 0, sizeof *in);
-    in->target = cuda ? KT_MEASURE_TARGET_CUDA : KT_MEASURE_TARGET_CPU;
-    if (cuda && c->n_launch_names > 0) {
-        /* Several kernels: 7 values each (grid x y z, block x y z, shared bytes). */
-        if (c->n_launch_names > KT_RUNNER_MAX_LAUNCHES)
-            return "too many launches (at most 16)";
-        if (c->n_launch_dims != 7 * c->n_launch_names)
-            return "launch_dims must hold 7 values per launch name";
-        for (size_t l = 0; l < c->n_launch_names; l++) {
-            const int32_t *d = c->launch_dims + 7 * l;
-            if (!c->launch_names[l] || !*c->launch_names[l])
-                return "a launch has no kernel name";
-            for (int i = 0; i < 7; i++)
-                if (d[i] < (i < 6 ? 1 : 0))
-                    return "launch_dims must be positive";
-            launches[l] = (kt_cuda_launch_t){
-                .name = c->launch_names[l],
-                .grid = {(unsigned)d[0], (unsigned)d[1], (unsigned)d[2]},
-                .block = {(unsigned)d[3], (unsigned)d[4], (unsigned)d[5]},
-                .shared_bytes = (unsigned)d[6]};
-        }
-        in->launches = launches;
-        in->n_launches = (int)c->n_launch_names;
-    } else if (cuda) {
-        /* grid x, y, z, block x, y, z [, dynamic shared bytes] */
-        if (c->n_launch_dims != 6 && c->n_launch_dims != 7)
-            return "a cuda candidate needs launch_dims: grid x y z, block x y z [, shared bytes]";
-        for (size_t i = 0; i < c->n_launch_dims; i++)
-            if (c->launch_dims[i] < (i < 6 ? 1 : 0))
-                return "launch_dims must be positive";
-        for (int i = 0; i < 3; i++) {
-            in->launch.grid[i] = (unsigned)c->launch_dims[i];
-            in->launch.block[i] = (unsigned)c->launch_dims[3 + i];
-        }
-        in->launch.shared_bytes = c->n_launch_dims == 7 ? (unsigned)c->launch_dims[6] : 0;
-    }
-    if (cuda) {
-        if (c->workspace_bytes < 0 || c->workspace_bytes > ((int64_t)1 << 40))
-            return "workspace_bytes out of range";
-        in->workspace_bytes = (size_t)c->workspace_bytes;
-    }
-    if (!c->artifact.data || c->artifact.len == 0)
-        return "no artifact";
-    if (!c->entry || !*c->entry)
-        return "no entry point";
-    if (c->n_buf_elems < 1 || c->n_buf_elems > KT_MEASURE_MAX_BUFS)
-        return "buf_elems must list 1 to 32 buffers";
-    if (c->num_outputs < 1 || (size_t)c->num_outputs > c->n_buf_elems)
-        return "num_outputs must be between 1 and the number of buffers";
-    in->layout.num_bufs = (int)c->n_buf_elems;
-    in->layout.num_outputs = c->num_outputs;
-    for (size_t i = 0; i < c->n_buf_elems; i++)
-        in->layout.num_elems[i] = c->buf_elems[i];
-    if (kt_buf_layout_check(&in->layout) != 0)
-        return kt_err_msg();
-    in->prog = (kt_artifact_t){.data = c->artifact.data, .len = c->artifact.len,
-                               .hash = parse_hash(c->artifact_hash), .entry = c->entry};
-    if (c->reference.data && c->reference.len > 0) {
-        if (!c->reference_entry || !*c->reference_entry)
-            return "a reference artifact needs reference_entry";
-        in->ref = (kt_artifact_t){.data = c->reference.data, .len = c->reference.len,
-                                  .hash = parse_hash(c->reference_hash),
-                                  .entry = c->reference_entry};
-    }
-    return NULL;
-}
-
-static int fill_result(kt_rpc_call_t *call, uint64_t id, const kt_measure_result_t *r,
-                       Ktune__V1__MeasureResult *o)
-{
-    ktune__v1__measure_result__init(o);
-    o->candidate_id = id;
-    o->error_code = (Ktune__V1__MeasureError)r->error_no;
-    o->all_cost = r->all_cost;
-    o->timestamp = r->timestamp;
-    if (r->n_costs > 0) {
-        if (!(o->costs = kt_rpc_call_alloc(call, (size_t)r->n_costs * sizeof *o->costs)))
-            return KT_ENOMEM;
-        memcpy(o->costs, r->costs, (size_t)r->n_costs * sizeof *o->costs);
-        o->n_costs = (size_t)r->n_costs;
-    }
-    if (r->error_msg && !(o->error_msg = kt_rpc_call_strdup(call, r->error_msg)))
-        return KT_ENOMEM;
-    return 0;
-}
-
-static int run_batch(kt_rpc_call_t *call, runner_ctx_t *x, const Ktune__V1__RunRequest *in,
-                     Ktune__V1__RunResponse *out)
-{
-    const char *mine = x->cuda_device >= 0 ? "cuda" : "cpu";
-    if (in->target && *in->target && strcmp(in->target, mine) != 0)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
-                                "this runner times %s candidates, not '%s'", mine, in->target);
-    if (in->n_candidates > MAX_CANDIDATES)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
-                                "%zu candidates in one request; at most %d", in->n_candidates,
-                                MAX_CANDIDATES);
-    kt_runner_opts_t ro;
-    const char *why = NULL;
-    if (run_options(x, in, &ro, &why) != 0)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", why);
-    int n = (int)in->n_candidates;
-    if (n == 0)
-        return KT_RPC_OK;
-    kt_run_input_t *inputs = calloc((size_t)n, sizeof *inputs);
-    kt_measure_result_t *ran = calloc((size_t)n, sizeof *ran);   /* runnable ones, in order */
-    kt_measure_result_t *all = calloc((size_t)n, sizeof *all);   /* one per candidate */
-    int *which = calloc((size_t)n, sizeof *which);               /* runnable -> candidate */
-    kt_cuda_launch_t *launches = calloc((size_t)n * KT_RUNNER_MAX_LAUNCHES, sizeof *launches);
-    Ktune__V1__MeasureResult *arr = kt_rpc_call_alloc(call, (size_t)n * sizeof *arr);
-    out->results = kt_rpc_call_alloc(call, (size_t)n * sizeof *out->results);
-    int rc = 0, runnable = 0;
-    if (!inputs || !ran || !all || !which || !launches || !arr || !out->results) {
-        rc = kt_err_set(KT_ENOMEM, "Run: out of memory");
-        goto done;
-    }
-    /* A malformed candidate is its own INSTANTIATION_ERROR; the rest still run. */
-    for (int i = 0; i < n; i++) {
-        const char *problem =
-            candidate_problem(in->candidates[i], x->cuda_device >= 0, &inputs[runnable],
-                              launches + (size_t)runnable * KT_RUNNER_MAX_LAUNCHES);
-        if (problem) {
-            kt_measure_result_set_error(&all[i], KT_MEASURE_INSTANTIATION_ERROR, "%s", problem);
-            all[i].timestamp = kt_time_wall();
-        } else {
-            which[runnable++] = i;
-        }
-    }
-    if (runnable) {
-        /* A CUDA runner probes its device in a child, so this process never
-         * initialises CUDA and a faulting kernel cannot poison it. */
-        kt_cuda_runner_t *gpu = NULL;
-        kt_runner_t *runner = NULL;
-        if (x->cuda_device >= 0) {
-            kt_cuda_runner_opts_t co;
-            kt_cuda_runner_opts_default(&co);
-            co.run = ro;
-            co.run.enable_cpu_cache_flush = 0;
-            co.device = x->cuda_device;
-            if ((gpu = kt_cuda_runner_new(&co)))
-                runner = kt_cuda_runner_runner(gpu);
-        } else {
-            runner = kt_runner_new(&ro);
-        }
-        if (!runner) {
-            rc = kt_rpc_call_fail(call, x->cuda_device >= 0 ? KT_RPC_UNAVAILABLE
-                                                            : KT_RPC_INVALID_ARGUMENT,
-                                  "%s", kt_err_msg());
-            kt_cuda_runner_free(gpu);
-            goto done;
-        }
-        rc = kt_runner_run(runner, inputs, runnable, ran);
-        if (gpu)
-            kt_cuda_runner_free(gpu);
-        else
-            kt_runner_free(runner);
-        if (rc != 0) {
-            kt_err_prefix("Run");
-            goto done;
-        }
-        for (int k = 0; k < runnable; k++) {   /* move, not copy */
-            all[which[k]] = ran[k];
-            memset(&ran[k], 0, sizeof ran[k]);
-        }
-    }
-    int errors = 0;
-    for (int i = 0; i < n; i++) {
-        out->results[i] = &arr[i];
-        if (fill_result(call, in->candidates[i]->candidate_id, &all[i], &arr[i]) != 0) {
-            rc = kt_err_set(KT_ENOMEM, "Run: out of memory");
-            goto done;
-        }
-        errors += all[i].error_no != KT_MEASURE_NO_ERROR;
-    }
-    out->n_results = (size_t)n;
-    KT_INFO("run: batch of %d done, %d error%s", n, errors, errors == 1 ? "" : "s");
-done:
-    for (int i = 0; i < n; i++) {
-        if (ran)
-            kt_measure_result_clear(&ran[i]);
-        if (all)
-            kt_measure_result_clear(&all[i]);
-    }
-    free(ran);
-    free(all);
-    free(inputs);
-    free(which);
-    free(launches);
-    return rc;
-}
-
-static int h_run(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
-                 void *ud)
-{
-    runner_ctx_t *x = ud;
-    const Ktune__V1__RunRequest *in = (const Ktune__V1__RunRequest *)req;
-    atomic_fetch_add(&x->in_flight, 1);
-    pthread_mutex_lock(&x->run_mu);
-    int rc;
-    if (kt_rpc_call_cancelled(call)) {
-        rc = kt_rpc_call_fail(call, KT_RPC_CANCELLED, "the call ended before its batch started");
-    } else {
-        KT_INFO("run: batch of %zu candidate%s from %s", in->n_candidates,
-                in->n_candidates == 1 ? "" : "s", kt_rpc_call_peer(call));
-        rc = run_batch(call, x, in, (Ktune__V1__RunResponse *)resp);
-    }
-    pthread_mutex_unlock(&x->run_mu);
-    atomic_fetch_sub(&x->in_flight, 1);
-    return rc;
-}
-
-/* ---- Drain watchdog --------------------------------------------------------------------- */
-
-static int g_drain_ms;
-
-/* A batch that outlives the drain deadline is abandoned: the process exits
- * and its timing child dies with its parent thread. */
-static void *drain_watchdog(void *arg)
-{
-    (void)arg;
-    struct timespec ts = {.tv_sec = g_drain_ms / 1000 + 5, .tv_nsec = 0};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-    KT_ERROR("the running batch did not finish within the drain time; exiting without it");
-    _exit(1);
-}
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
@@ -438,114 +117,91 @@ int main(int argc, char **argv)
         {0, 0, 0, 0}};
     runner_args_t a = {.dev_key = "cpu", .device = "cpu", .timer = KT_RUNNER_TIMER_WALL,
                        .drain_ms = DEFAULT_DRAIN_MS};
-    kt_peer_cmdline_t cl;
+    kt_peer_daemon_opts_t cl;
     int exit_code = kt_peer_cmdline_parse(&cl, "ktune-runner", argc, argv, opts, runner_option,
                                           &a, usage);
     if (exit_code >= 0)
         return exit_code;
-    const char *dev_key = a.dev_key, *device = a.device, *cpus = a.cpus;
-    long threads = a.threads, drain_ms = a.drain_ms;
-    int cuda_ordinal = -1;      /* --device cuda:N */
-    kt_hw_params_t cuda_hw;
-    if (strncmp(device, "cuda:", 5) == 0) {
-        char *end;
-        long ordinal = strtol(device + 5, &end, 10);
-        if (*end || end == device + 5 || ordinal < 0) {
-            fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", device);
-            return 2;
-        }
-        /* Fail at start-up, not at the first batch: no driver, no device or
-         * a bad ordinal is said here (the probe runs in a child). */
-        if (kt_cuda_device_probe((int)ordinal, NULL, 0, &cuda_hw) != 0) {
-            fprintf(stderr, "ktune-runner: --device %s: %s\n", device, kt_err_msg());
-            return 1;
-        }
-        cuda_ordinal = (int)ordinal;
-    }
     /* The tracker refuses other keys; say so now rather than retry forever. */
-    size_t klen = strlen(dev_key);
-    if (klen == 0 || klen >= KT_REGISTRY_KEY_MAX ||
-        strspn(dev_key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") !=
-            klen) {
+    if (!kt_registry_key_ok(a.dev_key)) {
         fprintf(stderr, "ktune-runner: --key wants letters, digits and ._:- (under %d bytes), "
-                "not '%s'\n", KT_REGISTRY_KEY_MAX, dev_key);
+                "not '%s'\n", KT_REGISTRY_KEY_MAX, a.dev_key);
         return 2;
     }
-    if (cuda_ordinal < 0 && strcmp(device, "cpu") != 0) {
-        fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", device);
+    int ordinal;      /* --device cuda:N; -1 for the CPU */
+    if (kt_run_service_parse_device(a.device, &ordinal) != 0) {
+        fprintf(stderr, "ktune-runner: --device is cpu or cuda:N, not '%s'\n", a.device);
         return 2;
     }
-    int cores = cpus ? cpu_list_count(cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus && cores <= 0) {
-        fprintf(stderr, "ktune-runner: --cpus wants a list like 0-3,6, not '%s'\n", cpus);
+    int cores = a.cpus ? kt_cpu_list_parse(a.cpus, NULL) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores <= 0) {
+        fprintf(stderr, "ktune-runner: --cpus wants a list like 0-3,6, not '%s'\n", a.cpus);
         return 2;
     }
-    static runner_ctx_t x;
-    pthread_mutex_init(&x.run_mu, NULL);
-    x.threads = threads ? (int)threads : (cpus ? cores : 0);
-    x.timer = a.timer;
-    if (x.timer == KT_RUNNER_TIMER_CPU) {
-        if (cuda_ordinal >= 0) {
-            fprintf(stderr, "ktune-runner: --timer cpu times CPU kernels; a GPU is timed by its events\n");
+    /* Fail at start-up, not at the first batch: no driver, no device or a
+     * bad ordinal is said here (a GPU is probed in a child). */
+    kt_hw_params_t hw;
+    if (kt_run_service_device_params(ordinal, cores, &hw) != 0) {
+        fprintf(stderr, "ktune-runner: --device %s: %s\n", a.device, kt_err_msg());
+        return 1;
+    }
+    kt_run_service_opts_t ro = {.threads = a.threads ? (int)a.threads : (a.cpus ? cores : 0),
+                                .cpus = a.cpus, .cuda_device = ordinal, .timer = a.timer};
+    if (ro.timer == KT_RUNNER_TIMER_CPU) {
+        if (ordinal >= 0 || a.threads > 1) {
+            fprintf(stderr, ordinal >= 0 ? "ktune-runner: --timer cpu times CPU kernels; a GPU "
+                                           "is timed by its events\n"
+                                         : "ktune-runner: --timer cpu needs --threads 1 (the "
+                                           "CPU time of several threads adds up)\n");
             return 2;
         }
-        if (threads > 1) {
-            fprintf(stderr, "ktune-runner: --timer cpu needs --threads 1 (the CPU time of several "
-                            "threads adds up)\n");
-            return 2;
-        }
-        x.threads = 1;
+        ro.threads = 1;
     }
-    x.cpus = cpus;
-    x.cuda_device = cuda_ordinal;
+    kt_run_service_t *x = kt_run_service_new(&ro);
+    if (!x) {
+        KT_ERROR("%s", kt_err_msg());
+        return 1;
+    }
     kt_peer_service_t svc = {.health_service = "Runner",
                              .role = "runner",
-                             .method = "/ktune.v1.Runner/Run",
+                             .method = KT_RUN_SERVICE_METHOD,
                              .req_desc = &ktune__v1__run_request__descriptor,
                              .resp_desc = &ktune__v1__run_response__descriptor,
-                             .fn = h_run,
-                             .user = &x};
+                             .fn = kt_run_service_handle,
+                             .user = x};
     kt_peer_daemon_t *d = kt_peer_daemon_start(&cl, &svc);
     if (!d) {
         KT_ERROR("%s", kt_err_msg());
+        kt_run_service_free(x);
         return 1;
     }
     KT_INFO("ktune-runner %s listening on %s (%s%s), device %s", KT_VERSION,
             kt_peer_daemon_address(d), cl.tls_cert ? "TLS" : "plaintext",
-            kt_peer_daemon_has_token(d) ? ", token required" : "", device);
+            kt_peer_daemon_has_token(d) ? ", token required" : "", a.device);
     if (cl.tracker) {
-        /* The device as the search sees it: the probed GPU, or the host CPU
-         * with --cpus narrowing the cores. */
-        kt_hw_params_t hw;
-        if (cuda_ordinal >= 0) {
-            hw = cuda_hw;
-        } else {
-            kt_hw_params_local_cpu(&hw);
-            hw.num_cores = cores;
-        }
         Ktune__V1__DeviceInfo dev;
         kt_hw_params_to_proto(&hw, &dev);
         Ktune__V1__PeerInfo me = KTUNE__V1__PEER_INFO__INIT;
-        me.key = (char *)dev_key;
+        me.key = (char *)a.dev_key;
         me.device = &dev;
         me.capacity = 1;
         const char *addr = NULL;
-        if (kt_peer_daemon_register(d, &me, in_flight, &x, &addr) != 0) {
+        if (kt_peer_daemon_register(d, &me, kt_run_service_in_flight, x, &addr) != 0) {
             KT_ERROR("%s", kt_err_msg());
             kt_peer_daemon_stop(d, 0);
+            kt_run_service_free(x);
             return 1;
         }
         KT_INFO("registering with tracker %s as key %s at %s (%s, %s, %d cores)", cl.tracker,
-                dev_key, addr, hw.name, hw.arch, cores);
+                a.dev_key, addr, hw.name, hw.arch, cores);
     }
     int sig = kt_peer_daemon_wait(d);
     KT_INFO("%s: draining (no new calls; a running batch gets %ld ms)",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", drain_ms);
-    g_drain_ms = (int)drain_ms;
-    pthread_t wd;
-    if (pthread_create(&wd, NULL, drain_watchdog, NULL) == 0)
-        pthread_detach(wd);
-    kt_peer_daemon_stop(d, (int)drain_ms);
+            sig == SIGINT ? "SIGINT" : "SIGTERM", a.drain_ms);
+    /* A batch that outlives the drain is abandoned (its child dies with us). */
+    kt_peer_daemon_exit_after(d, (int)a.drain_ms + 5000);
+    kt_peer_daemon_stop(d, (int)a.drain_ms);
+    kt_run_service_free(x);
     KT_INFO("stopped");
     return 0;
 }

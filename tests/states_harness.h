@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "codegen/codegen.h"
+#include "codegen/lower.h"
 #include "codegen/verify.h"
 #include "sched/state.h"
 #include "te/ops.h"

@@ -88,7 +88,7 @@ static int ktune(char *const args[], char **out)
     char name[32];
     snprintf(name, sizeof name, "ktune%d", n++);
     run_t r;
-    start(&r, name, "tracker/ktune", args);
+    start(&r, name, "cli/ktune", args);
     int rc = finish(&r);
     *out = output(&r);
     return rc;
@@ -294,7 +294,7 @@ START_TEST(cli_tune_resumes_after_ctrl_c_without_measuring_twice)
     char *args[] = {"tune", "--workload", MATMUL, "--trials", "32", "--per-round", "8",
                     "--policy", "sketch.random", "--min-repeat-ms", "0", "--db", db, NULL};
     run_t r;
-    start(&r, "first", "tracker/ktune", args);
+    start(&r, "first", "cli/ktune", args);
     /* Ctrl-C once the first round is stored. */
     int seen = 0;
     for (int waited = 0; waited < RUN_MS && !seen; waited += 50) {

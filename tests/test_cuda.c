@@ -21,6 +21,7 @@
 #include "measure/builder.h"
 #include "measure/cuda_runner.h"
 #include "measure/hw_params.h"
+#include "measure/hw_params_json.h"
 #include "measure/measure.h"
 #include "measure/nvrtc.h"
 #include "measure/runner.h"

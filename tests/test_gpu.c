@@ -894,7 +894,7 @@ static char *ktune(const char *args, int *status)
     const char *root = getenv("KT_BUILD_ROOT");
     ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");
     char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "'%s/tracker/ktune' %s 2>&1", root, args);
+    snprintf(cmd, sizeof(cmd), "'%s/cli/ktune' %s 2>&1", root, args);
     FILE *f = popen(cmd, "r");
     ck_assert_ptr_nonnull(f);
     kt_sbuf_t b;

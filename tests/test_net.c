@@ -576,7 +576,7 @@ static int run_cli(const char *args, char **out)
 {
     const char *root = getenv("KT_BUILD_ROOT");
     char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "'%s/tracker/ktune' tasks %s 2>/dev/null", root ? root : "build",
+    snprintf(cmd, sizeof(cmd), "'%s/cli/ktune' tasks %s 2>/dev/null", root ? root : "build",
              args);
     FILE *f = popen(cmd, "r");
     ck_assert_ptr_nonnull(f);

@@ -23,8 +23,13 @@
 #include "ktune.pb-c.h"
 #include "registry/registry.h"
 #include "rpc/rpc.h"
+#include "service/peer_daemon.h"
 #include "util/err.h"
 #include "util/util.h"
+
+/* The daemons' shared command line is compiled into them, not into
+ * libktune; this suite compiles it in the same way. */
+#include "../daemon/peer_cmdline.c"
 
 /* ---- Fixtures -------------------------------------------------------------------------- */
 
@@ -777,7 +782,7 @@ static int own_option(void *user, int c, const char *arg)
 
 static void no_usage(FILE *out) { (void)out; }
 
-static int parse(int argc, char **argv, kt_peer_cmdline_t *cl, own_opts_t *o)
+static int parse(int argc, char **argv, kt_peer_daemon_opts_t *cl, own_opts_t *o)
 {
     static const struct option extra[] = {{"key", required_argument, 0, 'K'},
                                           {"flag", no_argument, 0, 'f'},
@@ -788,7 +793,7 @@ static int parse(int argc, char **argv, kt_peer_cmdline_t *cl, own_opts_t *o)
 
 START_TEST(peer_daemon_cmdline_parses_common_and_own_options)
 {
-    kt_peer_cmdline_t cl;
+    kt_peer_daemon_opts_t cl;
     own_opts_t o;
     char *ok[] = {"prog", "--tracker", "h:1", "--key", "k1", "--listen", "0.0.0.0:7",
                   "--flag", "--advertise", "a:2", "--token-file", "tok", "--tls-ca", "ca", NULL};
@@ -840,7 +845,7 @@ static int h_never(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMe
 
 START_TEST(peer_daemon_serves_its_health_and_stops)
 {
-    kt_peer_cmdline_t cl = {.prog = "ktune-test", .listen = "127.0.0.1:0"};
+    kt_peer_daemon_opts_t cl = {.listen = "127.0.0.1:0"};
     kt_peer_service_t svc = {.health_service = "Runner",
                              .role = "runner",
                              .method = "/ktune.v1.Runner/Run",

@@ -293,7 +293,7 @@ static void bin_path(char *buf, size_t size, const char *rel)
 static int run_cli(char *const args[], char *out, size_t size, const char *token_file_env)
 {
     char bin[4096];
-    bin_path(bin, sizeof bin, "tracker/ktune");
+    bin_path(bin, sizeof bin, "cli/ktune");
     char *argv[16] = {bin};
     for (int i = 0; args[i] && i < 14; i++)
         argv[i + 1] = args[i];

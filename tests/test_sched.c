@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/lower.h"
 #include "sched/state.h"
 #include "te/ops.h"
 #include "util/err.h"

@@ -225,7 +225,7 @@ static int run_cli(char *const args[], char *out, size_t size, const char *token
     static int runs;
     char name[32];
     snprintf(name, sizeof name, "cli%d", runs++);
-    proc_t *p = spawn(name, "tracker/ktune", args, token_env);
+    proc_t *p = spawn(name, "cli/ktune", args, token_env);
     int st = reap(p, WAIT_MS);
     char *s = log_of(p);
     snprintf(out, size, "%s", s);

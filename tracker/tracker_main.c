@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "http/http.h"
-#include "jobs.h"
+#include "service/jobs.h"
 #include "kt_config.h"
 #include "registry/registry.h"
-#include "tracker.h"
+#include "service/tracker.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/util.h"

@@ -220,6 +220,15 @@ typedef struct kt_lower {
 kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st);
 void kt_lower_free(kt_lower_t *l);
 
+/* The loop nest of a state, TVM style, one loop per line indented by depth
+ * (print.c, from its lowering):
+ *   parallel i.0@j.0@ (0,64)
+ *     for k.0 (0,32)
+ *       vectorize j.3 (0,16)
+ *         C.local = ...
+ * Caller frees; NULL on error. */
+char *kt_sched_state_print(const kt_dag_t *dag, const kt_sched_state_t *st);
+
 /* Identity value of a reduction as C text: "0.0f" or "(-INFINITY)". */
 const char *kt_lower_identity_c(kt_reduce_t rop);
 

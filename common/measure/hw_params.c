@@ -1,4 +1,7 @@
+/* Hardware parameters: presets, checks and overrides (hw_params.h), JSON and
+ * DeviceInfo conversions (hw_params_json.h). */
 #include "measure/hw_params.h"
+#include "measure/hw_params_json.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
  *     each the values of a reference part, see kt_hw_params_preset());
  *   - the local CPU, detected ("cpu");
  *   - a CUDA runner reading its device (cuda_runner.h);
- *   - JSON (records, CLI files) and DeviceInfo messages (RPC);
+ *   - JSON (records, CLI files) and DeviceInfo messages (RPC), hw_params_json.h;
  * and overrides from a "key=value,key=value" string (CLI --hw).
  *
  * Shared memory: max_shared_memory_per_block is the 48 KiB every CUDA device
@@ -19,17 +19,17 @@
  * 163 KiB on sm_80, 99 KiB on sm_86/sm_89, 227 KiB on sm_90); schedules that
  * want them can raise the limit with an override.
  *
+ * This header is the plain value and what needs nothing but libc; the
+ * schedule state (common/sched) includes it. The JSON and DeviceInfo
+ * conversions are in hw_params_json.h.
+ *
  * A kt_hw_params_t is a plain value (fixed-size strings, no pointers): copy it
- * freely, nothing to free. Everything here is thread-safe except that the
- * JSON and proto conversions borrow their arguments for the call.
+ * freely, nothing to free. Everything here is thread-safe.
  */
 #ifndef KT_MEASURE_HW_PARAMS_H
 #define KT_MEASURE_HW_PARAMS_H
 
-#include <jansson.h>
 #include <stdint.h>
-
-#include "ktune.pb-c.h"
 
 /* String field sizes, NUL included. */
 #define KT_HW_TARGET_LEN 16
@@ -90,26 +90,5 @@ int kt_hw_params_set(kt_hw_params_t *hw, const char *key, const char *value);
 /* Apply "key=value,key=value" (blanks around keys and values ignored; values
  * cannot contain commas) and validate the result; all or nothing. */
 int kt_hw_params_override(kt_hw_params_t *hw, const char *spec);
-
-/* ---- JSON ---- */
-
-/* An object with one member per field (cc_major/cc_minor are implied by
- * arch and not written). New reference; NULL with kt_err set when out of
- * memory or a string is not UTF-8. */
-json_t *kt_hw_params_to_json(const kt_hw_params_t *hw);
-/* Apply the members of `obj` to *hw (so *hw is the base for absent members:
- * zero it, or start from a preset) and validate; all or nothing. KT_EINVAL
- * naming the member for unknown members and wrong types. */
-int kt_hw_params_from_json(const json_t *obj, kt_hw_params_t *hw);
-
-/* ---- proto DeviceInfo ---- */
-
-/* Fill `msg` (initialised here); its strings point into *hw, so hw must
- * outlive msg's use and msg must not be freed with the protobuf-c
- * free_unpacked. */
-void kt_hw_params_to_proto(const kt_hw_params_t *hw, Ktune__V1__DeviceInfo *msg);
-/* Read a DeviceInfo (e.g. one a runner registered with) and validate it.
- * KT_EINVAL when a string is too long or the values are inconsistent. */
-int kt_hw_params_from_proto(const Ktune__V1__DeviceInfo *msg, kt_hw_params_t *hw);
 
 #endif

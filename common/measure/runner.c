@@ -52,35 +52,12 @@ void kt_runner_opts_default(kt_runner_opts_t *o)
     o->seed = 1;
 }
 
-/* "0-3,6" -> set; KT_EINVAL on syntax errors or cores out of range. */
+/* "0-3,6" -> set; KT_EINVAL on syntax errors or cores out of range or not
+ * this process's. */
 static int parse_cpu_list(const char *s, cpu_set_t *set)
 {
-    CPU_ZERO(set);
-    const char *p = s;
-    int any = 0;
-    while (*p) {
-        char *end;
-        long a = strtol(p, &end, 10);
-        if (end == p || a < 0 || a >= CPU_SETSIZE)
-            return kt_err_set(KT_EINVAL, "runner: bad cpu list '%s'", s);
-        long b = a;
-        p = end;
-        if (*p == '-') {
-            b = strtol(p + 1, &end, 10);
-            if (end == p + 1 || b < a || b >= CPU_SETSIZE)
-                return kt_err_set(KT_EINVAL, "runner: bad cpu list '%s'", s);
-            p = end;
-        }
-        for (long c = a; c <= b; c++)
-            CPU_SET((int)c, set);
-        any = 1;
-        if (*p == ',')
-            p++;
-        else if (*p)
-            return kt_err_set(KT_EINVAL, "runner: bad cpu list '%s'", s);
-    }
-    if (!any)
-        return kt_err_set(KT_EINVAL, "runner: empty cpu list");
+    if (kt_cpu_list_parse(s, set) < 0)
+        return kt_err_prefix("runner");
     cpu_set_t allowed, both;
     if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
         CPU_AND(&both, &allowed, set);

@@ -131,6 +131,11 @@ static int word_ok(const char *s, size_t max)
     return 1;
 }
 
+int kt_registry_key_ok(const char *key)
+{
+    return word_ok(key, KT_REGISTRY_KEY_MAX);
+}
+
 /* Addresses: printable, no blanks (host:port, [v6]:port, dns:///name:port). */
 static int address_ok(const char *s)
 {
@@ -575,7 +580,7 @@ static int desc_check(const kt_peer_desc_t *d)
                                      "(under %d bytes)", KT_REGISTRY_ADDR_MAX);
     if (d->peer_id && *d->peer_id && !word_ok(d->peer_id, KT_REGISTRY_ID_MAX))
         return kt_err_set(KT_EINVAL, "register: malformed peer id");
-    if (d->role == KT_PEER_RUNNER && !word_ok(d->key, KT_REGISTRY_KEY_MAX))
+    if (d->role == KT_PEER_RUNNER && !kt_registry_key_ok(d->key))
         return kt_err_set(KT_EINVAL, "register: a runner needs a device key of letters, digits "
                                      "and ._:- (under %d bytes)", KT_REGISTRY_KEY_MAX);
     if (d->role == KT_PEER_WORKER) {
@@ -583,7 +588,7 @@ static int desc_check(const kt_peer_desc_t *d)
             return kt_err_set(KT_EINVAL, "register: a worker lists 1 to %d targets",
                               KT_REGISTRY_MAX_TARGETS);
         for (int i = 0; i < d->n_targets; i++)
-            if (!word_ok(d->targets[i], KT_REGISTRY_KEY_MAX))
+            if (!kt_registry_key_ok(d->targets[i]))
                 return kt_err_set(KT_EINVAL, "register: malformed target");
     }
     return 0;
@@ -763,7 +768,7 @@ int64_t kt_registry_request(kt_registry_t *r, const char *key, int priority)
 
 int64_t kt_registry_request_for(kt_registry_t *r, const char *key, int priority, int64_t owner)
 {
-    if (!r || !word_ok(key, KT_REGISTRY_KEY_MAX))
+    if (!r || !kt_registry_key_ok(key))
         return kt_err_set(KT_EINVAL, "request: malformed device key '%s'", key ? key : "");
     pthread_mutex_lock(&r->mu);
     int64_t id = grow((void **)&r->tickets, &r->cap_tickets, r->n_tickets + 1,
@@ -874,7 +879,7 @@ int kt_registry_cancel(kt_registry_t *r, int64_t ticket)
 
 int kt_registry_acquire_worker(kt_registry_t *r, const char *target, kt_lease_t *out)
 {
-    if (!r || !out || !word_ok(target, KT_REGISTRY_KEY_MAX))
+    if (!r || !out || !kt_registry_key_ok(target))
         return kt_err_set(KT_EINVAL, "acquire: malformed target");
     pthread_mutex_lock(&r->mu);
     double now = now_locked(r);

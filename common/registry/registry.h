@@ -13,8 +13,9 @@
  * its batch is done. Tickets may name an owner (a job): at equal priority
  * the runners of a key are then shared fairly among owners (the owner
  * holding the fewest of them goes first, then the one served least
- * recently, so two busy jobs alternate), FIFO within an owner. It holds no sockets: the tracker's RPC handlers feed it
- * (tracker/registry_service.c) and a timer calls kt_registry_sweep().
+ * recently, so two busy jobs alternate), FIFO within an owner. It holds no
+ * sockets: the tracker's RPC handlers feed it
+ * (common/service/registry_service.c) and a timer calls kt_registry_sweep().
  *
  *   Ids. A new peer gets "<role>-<n>" ("runner-3"). A peer that registers
  *   again with the id it had keeps it: when the id is registered at the same
@@ -45,11 +46,8 @@
  * logs once per change of state, and never gives up: a tracker that is down
  * or refuses the token is a state, not an error.
  *
- * Peer daemon (kt_peer_daemon_t) is what ktune-runner and ktune-worker
- * share around their one service: the common command-line options
- * (--tracker, --listen, --advertise, --token-file, --tls-*), the gRPC server
- * with its health service, registration through an agent, and the stop on
- * SIGINT/SIGTERM that deregisters first and then drains in-flight calls.
+ * The daemon around a runner's or worker's service, which drives an agent,
+ * is common/service/peer_daemon.h.
  *
  * Ownership: the registry copies everything it is given. Snapshots
  * (kt_peer_t, kt_queue_info_t arrays, dropped id lists) are the caller's and
@@ -66,9 +64,7 @@
 #ifndef KT_REGISTRY_REGISTRY_H
 #define KT_REGISTRY_REGISTRY_H
 
-#include <getopt.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdint.h>
 
 #include "ktune.pb-c.h"
@@ -83,6 +79,12 @@
 #define KT_REGISTRY_ADDR_MAX 256              /* "host:port", NUL included */
 #define KT_REGISTRY_KEY_MAX 64                /* device key or target, NUL included */
 #define KT_REGISTRY_MAX_TARGETS 8             /* targets one worker may list */
+
+/* 1 when `key` is a valid device key (or worker target): 1 to
+ * KT_REGISTRY_KEY_MAX - 1 bytes of letters, digits and ._:-; 0 otherwise
+ * (NULL included). Runners, the registry and job submission all check keys
+ * with it. */
+int kt_registry_key_ok(const char *key);
 
 /* ---- Tracker side: types ----------------------------------------------------- */
 
@@ -293,60 +295,5 @@ uint64_t kt_peer_agent_registrations(kt_peer_agent_t *a);
  * 127.0.0.1, a remote one the interface that routes to it), or by 127.0.0.1
  * when tracker is NULL or cannot be resolved. 0 or KT_EINVAL. */
 int kt_peer_advertise_address(const char *bound, const char *tracker, char *out, size_t size);
-
-/* ---- Peer side: the daemon around one service ------------------------------------ */
-
-/* The options every peer daemon takes; strings point into argv. */
-typedef struct {
-    const char *prog;                     /* "ktune-runner", for messages */
-    const char *tracker;                  /* --tracker, or NULL: serve only */
-    const char *listen;                   /* --listen (default 127.0.0.1:0) */
-    const char *advertise;                /* --advertise, or NULL */
-    const char *token_file;               /* --token-file (default $KT_TOKEN_FILE) */
-    const char *tls_cert, *tls_key, *tls_ca;
-} kt_peer_cmdline_t;
-
-/* A daemon's own option: getopt's code c with its argument (NULL for a flag).
- * 0 when taken, or 2 after printing why it is bad to stderr. */
-typedef int (*kt_peer_option_fn)(void *user, int c, const char *arg);
-
-/* Parse argv: the common options plus `extra` (getopt_long entries ending
- * with a zero entry; their codes must not be T l A t c k C V h), handed to
- * `fn`. -1 to go on; otherwise the exit code: 0 after --help or --version
- * (usage() or "<prog> <version>" printed), 2 on a usage error (said on
- * stderr). */
-int kt_peer_cmdline_parse(kt_peer_cmdline_t *cl, const char *prog, int argc, char **argv,
-                          const struct option *extra, kt_peer_option_fn fn, void *user,
-                          void (*usage)(FILE *out));
-
-/* The one service a daemon serves. */
-typedef struct {
-    const char *health_service;           /* "Runner": /ktune.v1.<it>/Health */
-    const char *role;                     /* "runner" / "worker" (health answer, PeerInfo) */
-    const char *method;                   /* "/ktune.v1.Runner/Run" */
-    const ProtobufCMessageDescriptor *req_desc, *resp_desc;
-    kt_rpc_unary_fn fn;
-    void *user;
-} kt_peer_service_t;
-
-typedef struct kt_peer_daemon kt_peer_daemon_t;
-
-/* Block SIGINT and SIGTERM in this thread (call before any thread exists,
- * so every later thread inherits the mask), read the token, start the
- * server with the service. NULL with kt_err set. */
-kt_peer_daemon_t *kt_peer_daemon_start(const kt_peer_cmdline_t *cl, const kt_peer_service_t *svc);
-const char *kt_peer_daemon_address(const kt_peer_daemon_t *d);   /* bound "host:port" */
-int kt_peer_daemon_has_token(const kt_peer_daemon_t *d);
-/* With --tracker: register `me` (role from the service, address set here
- * to the advertised one, which *addr gets when not NULL) and heartbeat; without, 0
- * and nothing. 0 or negative with kt_err. */
-int kt_peer_daemon_register(kt_peer_daemon_t *d, Ktune__V1__PeerInfo *me,
-                            kt_peer_in_flight_fn in_flight, void *user, const char **addr);
-/* Wait for SIGINT or SIGTERM; returns it. */
-int kt_peer_daemon_wait(kt_peer_daemon_t *d);
-/* Deregister (heartbeats stop, so the tracker leases nothing more here),
- * stop the server giving in-flight calls drain_ms, wipe the token and free.
- * Accepts NULL. */
-void kt_peer_daemon_stop(kt_peer_daemon_t *d, int drain_ms);
 
 #endif

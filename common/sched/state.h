@@ -12,7 +12,8 @@
  *
  * Split factors are always exact factorizations of the extents, so the
  * generated code never needs bounds checks. The loop nest a state stands
- * for is built by common/codegen/lower.h; kt_sched_state_print() shows it.
+ * for is built by common/codegen/lower.h, which also prints it
+ * (kt_sched_state_print()).
  *
  * GPU states (target KT_SCHED_TARGET_CUDA, made when the parameters name
  * that target) follow Ansor's GPU rules instead; see "GPU states" below.
@@ -262,14 +263,6 @@ int kt_sched_state_knobs(const kt_sched_state_t *st, uint64_t *out, int cap);
  * accumulator block, the choice that sets most of a kernel's speed. States
  * with the same key are one tile family. 0 when no stage is tiled. */
 uint64_t kt_sched_state_tile_key(const kt_sched_state_t *st);
-
-/* The loop nest, TVM style, one loop per line indented by depth:
- *   parallel i.0@j.0@ (0,64)
- *     for k.0 (0,32)
- *       vectorize j.3 (0,16)
- *         C.local = ...
- * NULL on error. */
-char *kt_sched_state_print(const kt_dag_t *dag, const kt_sched_state_t *st);
 
 /* Short name of a kind ("tiled") and the reverse lookup (-1 if unknown). */
 const char *kt_sched_kind_name(int kind);

@@ -101,12 +101,10 @@ typedef void (*kt_scheduler_round_fn)(void *user, const kt_scheduler_t *s, int t
 typedef void (*kt_scheduler_latency_fn)(void *user, int64_t trials, double elapsed,
                                         double est_latency);
 
-/* Measurements per round of a task: half of TVM's 64. A round's search
- * costs 1-2 s against 10-30 s of building and measuring, so rounds of 32
- * retrain the model twice as often for the same trials; on ResNet's conv2d
- * that feedback took the median of three seeds' best after 256 trials from
- * 2.9-3.9 ms to 2.6 ms (README, "Search"). Larger rounds keep more runners
- * busy per search (--per-round). */
+/* Measurements per round of a task: half of TVM's 64, because a round's
+ * search is cheap next to its measurement, and smaller rounds retrain the
+ * cost model twice as often for the same trials. Larger rounds keep more
+ * runners busy per search (--per-round). */
 #define KT_SCHEDULER_DEFAULT_PER_ROUND 32
 
 typedef struct {

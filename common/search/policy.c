@@ -1,6 +1,6 @@
 /* The sketch search policy: initial population, evolutionary search scored by
- * the cost model, epsilon-greedy pick, feedback (ANSOR_NOTES.md, "One round
- * of search").
+ * the cost model, epsilon-greedy pick, feedback (as Ansor's SketchPolicy does
+ * one round of search; search.h states the contract).
  *
  * Crossover is not done: Ansor's released SketchPolicy does not do it either,
  * and a child combining two parents' stages is rarely valid here (a fused or
@@ -44,25 +44,18 @@ void kt_search_opts_default(kt_search_opts_t *o)
     o->evolutionary_search_num_iters = 4;
     o->evolutionary_search_mutation_prob = 0.85;
     o->retry_search_one_round_on_empty = 10;
-    /* Ansor's is 100: with rounds of 64 its second round is still random.
-     * A model trained on 32-64 random programs already picks far better
-     * than chance (of 1,000 measured conv2d programs: the best of its top 64
-     * 2.6 ms against 3.3 ms for 64 random ones, median of 12 draws). */
+    /* Ansor's is 100; lower, because a model trained on a few dozen random
+     * programs already picks far better than chance, so the model takes
+     * over from random sampling one round earlier. */
     o->num_warmup_sample = 32;
-    /* The pairwise objective: on 1,000 measured random programs of each of
-     * matmul 512, ResNet's conv2d and a depthwise conv2d it ranks held-out
-     * pairs as well or better than log-throughput regression (0.884 / 0.877
-     * / 0.850 against 0.883 / 0.866 / 0.844, bench_model_quality on a Zen 3
-     * machine); the search only needs the order of its candidates. */
+    /* The pairwise ranking objective, because the search only needs the
+     * order of its candidates and ranking orders them at least as well as
+     * regression on throughput. */
     o->model_label = KT_MODEL_LABEL_RANK;
-    /* Ansor's pick takes the best-scored states, and after a round or two
-     * of training 58-62 of each round's 64 share one register tile, the
-     * one the model saw run fastest; a seed that settles on a poor one
-     * stays there (conv2d seed 1001: 3.6-3.9 ms in all four runs). A
-     * quarter per tile keeps 6-12 tiles in every round (bench_search,
-     * Zen 3, two A/B pairs: matmul 512 3.11 / 2.99 ms against 3.63 / 3.14
-     * ms; conv2d within the seeds' spread: median 2.96 ms of 12 seed runs,
-     * 2.90 of 9 without). */
+    /* At most a quarter of a round per register tile, because Ansor's
+     * plain best-scored pick soon fills whole rounds with the one tile the
+     * model saw run fastest, and a search that settles on a poor tile that
+     * way never leaves it. */
     o->tile_family_share = 0.25;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
@@ -1012,16 +1005,10 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
         rc = c ? kt_slist_push(&rnd, c, pop.hash[k]) : kt_err_set(KT_ENOMEM, "out of memory");
     }
     sp->stats.last_random = rnd.n;
-    /* Ansor keeps the best 2n; a diversity pick draws from ratio x n, a
-     * capped one from the best TILE_CAP_POOL x n or, if more, a population's
-     * worth of all the states the evolution scored. A favourite tile fills
-     * most of the best 4n, and with rounds of 32 the best 16n of conv2d
-     * seeds held one tile alone (93 of 96 picks of rounds 6-8 shared it):
-     * the cap had nothing else to choose, and the seeds that settled so on
-     * 16-channel tiles ended at 1.47-1.63 ms, those on 32 or 64 channels at
-     * 1.19-1.44. Keeping 2,048 (Sapphire Rapids, 6 seeds, sketch.xgb at 256
-     * trials): 1.33 ms against 1.45, every round 5-8 tiles, no seed on
-     * 16-channel tiles alone; matmul 512 within the seeds' spread. */
+    /* Ansor keeps the best 2n; a diversity pick draws from ratio x n, and a
+     * tile-capped pick from the best TILE_CAP_POOL x n or, if more, a
+     * population's worth of the scored states, because a favourite tile can
+     * fill a smaller pool alone and leave the cap nothing else to choose. */
     int keep = 2 * n;
     if (sp->opts.tile_family_share < 1) {
         keep = TILE_CAP_POOL * n;

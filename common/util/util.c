@@ -144,3 +144,37 @@ uint64_t kt_hash64(const void *data, size_t len)
 {
     return (uint64_t)XXH3_64bits(data, len);
 }
+
+int kt_cpu_list_parse(const char *list, cpu_set_t *set)
+{
+    cpu_set_t mine;
+    if (!set)
+        set = &mine;
+    CPU_ZERO(set);
+    if (!list)
+        return kt_err_set(KT_EINVAL, "no cpu list");
+    const char *p = list;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10);
+        if (end == p || a < 0 || a >= CPU_SETSIZE)
+            return kt_err_set(KT_EINVAL, "bad cpu list '%s'", list);
+        long b = a;
+        p = end;
+        if (*p == '-') {
+            b = strtol(p + 1, &end, 10);
+            if (end == p + 1 || b < a || b >= CPU_SETSIZE)
+                return kt_err_set(KT_EINVAL, "bad cpu list '%s'", list);
+            p = end;
+        }
+        for (long c = a; c <= b; c++)
+            CPU_SET((int)c, set);
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return kt_err_set(KT_EINVAL, "bad cpu list '%s'", list);
+    }
+    if (CPU_COUNT(set) == 0)
+        return kt_err_set(KT_EINVAL, "empty cpu list");
+    return CPU_COUNT(set);
+}

@@ -6,6 +6,7 @@
 #ifndef KT_UTIL_UTIL_H
 #define KT_UTIL_UTIL_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,13 @@ char *kt_token_read(const char *path);
 
 /* strdup that sets kt_err on failure. */
 char *kt_strdup(const char *s);
+
+/* Parse a CPU list ("0-3,6": cores and inclusive ranges, comma-separated)
+ * into *set (may be NULL to only check it). Returns the number of distinct
+ * cores (> 0), or KT_EINVAL naming the list when it does not parse, is empty
+ * or names a core >= CPU_SETSIZE. Whether this process may use the cores is
+ * the caller's check. */
+int kt_cpu_list_parse(const char *list, cpu_set_t *set);
 
 /* 64-bit xxHash of a buffer (XXH3), stable across runs and machines. */
 uint64_t kt_hash64(const void *data, size_t len);

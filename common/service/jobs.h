@@ -43,13 +43,13 @@
  * stop and free from the tracker's main thread (stop before
  * kt_tracker_stop); kt_jobs_submit and kt_jobs_cancel from any thread.
  */
-#ifndef KT_TRACKER_JOBS_H
-#define KT_TRACKER_JOBS_H
+#ifndef KT_SERVICE_JOBS_H
+#define KT_SERVICE_JOBS_H
 
 #include <stdint.h>
 
 #include "ktune.pb-c.h"
-#include "tracker.h"
+#include "service/tracker.h"
 
 typedef struct kt_jobs kt_jobs_t;
 

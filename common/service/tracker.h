@@ -25,8 +25,8 @@
  * kt_tracker_build from any thread once started (each call blocks its
  * thread); handlers run on the gRPC threads.
  */
-#ifndef KT_TRACKER_TRACKER_H
-#define KT_TRACKER_TRACKER_H
+#ifndef KT_SERVICE_TRACKER_H
+#define KT_SERVICE_TRACKER_H
 
 #include <jansson.h>
 
@@ -100,7 +100,7 @@ int kt_tracker_run(kt_tracker_t *t, const char *address, const Ktune__V1__RunReq
 int kt_tracker_build(kt_tracker_t *t, const char *address, const Ktune__V1__BuildRequest *req,
                      int deadline_ms, Ktune__V1__BuildResponse **resp, kt_rpc_status_t *st);
 
-/* ---- wiring inside tracker/ ---------------------------------------------------------- */
+/* ---- wiring inside common/service ---------------------------------------------------------- */
 
 /* What the registry's RPC methods serve from; must outlive the server. */
 typedef struct {

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "codegen/lower.h"
-#include "state.h"
+#include "sched/state.h"
 #include "util/err.h"
 #include "util/sbuf.h"
 

@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "codegen/codegen.h"
+#include "codegen/lower.h"
 #include "codegen/verify.h"
 #include "feature/feature.h"
 #include "measure/cuda_runner.h"

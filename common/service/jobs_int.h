@@ -4,8 +4,8 @@
  * function is called while holding either (the scheduler's latency
  * callback takes job_t.mu inside the scheduler's lock).
  */
-#ifndef KT_TRACKER_JOBS_INT_H
-#define KT_TRACKER_JOBS_INT_H
+#ifndef KT_SERVICE_JOBS_INT_H
+#define KT_SERVICE_JOBS_INT_H
 
 #include <jansson.h>
 #include <pthread.h>
@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 #include "http/metrics.h"
-#include "job_view.h"
-#include "jobs.h"
+#include "service/job_view.h"
+#include "service/jobs.h"
 #include "registry/registry.h"
 #include "scheduler/scheduler.h"
 #include "search/search.h"

@@ -17,7 +17,7 @@
 
 #include "cli.h"
 #include "codegen/codegen.h"
-#include "job_view.h"
+#include "service/job_view.h"
 #include "ktune.pb-c.h"
 #include "rpc/rpc.h"
 #include "sched/state.h"

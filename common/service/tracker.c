@@ -1,8 +1,5 @@
-/*
- * The tracker's core wiring: gRPC server + registry + sweep timer + HTTP
- * status + per-peer RPC clients. See tracker.h.
- */
-#include "tracker.h"
+/* The tracker's core: gRPC server, registry and sweep timer, HTTP status, per-peer clients; see tracker.h. */
+#include "service/tracker.h"
 
 #include <pthread.h>
 #include <stdio.h>

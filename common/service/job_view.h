@@ -17,8 +17,8 @@
  * kt_job_view_scheduler() are the caller's. Threads: a view is read-only once
  * loaded; a store handle is used by one thread at a time (store.h).
  */
-#ifndef KT_TRACKER_JOB_VIEW_H
-#define KT_TRACKER_JOB_VIEW_H
+#ifndef KT_SERVICE_JOB_VIEW_H
+#define KT_SERVICE_JOB_VIEW_H
 
 #include <jansson.h>
 #include <stdint.h>

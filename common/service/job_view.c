@@ -1,7 +1,5 @@
-/*
- * A stored job seen by the task scheduler. See job_view.h.
- */
-#include "job_view.h"
+/* A stored job seen by the task scheduler; see job_view.h. */
+#include "service/job_view.h"
 
 #include <math.h>
 #include <stdio.h>

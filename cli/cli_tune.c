@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "job_view.h"
+#include "service/job_view.h"
 #include "ktune.pb-c.h"
 #include "net/net.h"
 #include "rpc/rpc.h"

@@ -1,15 +1,11 @@
-/*
- * The job methods of the Tracker service: SubmitJob, CancelJob, JobStatus,
- * ListJobs, WatchJob, QueryBest and ListRecords, translating between
- * ktune.proto and the job manager / record store. See jobs.h.
- */
+/* The Tracker service's job methods (SubmitJob ... ListRecords) over the job manager and the store; see jobs.h. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "jobs_int.h"
+#include "service/jobs_int.h"
 #include "rpc/rpc.h"
 #include "util/err.h"
 #include "util/log.h"

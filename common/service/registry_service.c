@@ -1,7 +1,4 @@
-/*
- * The registry's RPC methods on the tracker: RegisterPeer, Heartbeat and
- * QueueStatus translate between ktune.proto messages and common/registry.
- */
+/* The Tracker service's registry methods (RegisterPeer, Heartbeat, QueueStatus); see tracker.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +6,7 @@
 #include "ktune.pb-c.h"
 #include "registry/registry.h"
 #include "rpc/rpc.h"
-#include "tracker.h"
+#include "service/tracker.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/util.h"

@@ -1,6 +1,4 @@
-/*
- * The job manager: jobs, their threads and their rounds. See jobs.h.
- */
+/* The job manager: jobs, their threads and their rounds (build on workers, run on runners, commit); see jobs.h. */
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>
@@ -12,8 +10,9 @@
 #include <unistd.h>
 
 #include "codegen/codegen.h"
-#include "jobs_int.h"
+#include "service/jobs_int.h"
 #include "measure/hw_params.h"
+#include "measure/hw_params_json.h"
 #include "measure/runner.h"
 #include "sched/state.h"
 #include "util/err.h"
@@ -1379,13 +1378,6 @@ static int job_start(kt_jobs_t *m, job_t *j)
 
 /* ---- Submit --------------------------------------------------------------------------------- */
 
-static int key_ok(const char *k)
-{
-    size_t n = strlen(k);
-    return n > 0 && n < KT_REGISTRY_KEY_MAX &&
-           strspn(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") == n;
-}
-
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
 {
     if (atomic_load(&m->stopping))
@@ -1403,7 +1395,7 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
     if (kt_search_policy_check(policy) != 0)
         return kt_err_code();
     const char *key = in->runner_key && *in->runner_key ? in->runner_key : "cpu";
-    if (!key_ok(key))
+    if (!kt_registry_key_ok(key))
         return kt_err_set(KT_EINVAL, "runner key '%s': letters, digits and ._:- only", key);
     if (strcmp(target, "cuda") == 0 && !(in->runner_key && *in->runner_key))
         key = "cuda";   /* the CPU runners' default key cannot time CUDA kernels */

@@ -1,0 +1,70 @@
+/* The command line ktune-runner and ktune-worker share; see peer_cmdline.h. */
+#include "peer_cmdline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kt_config.h"
+
+static const struct option common_opts[] = {
+    {"tracker", required_argument, 0, 'T'},    {"listen", required_argument, 0, 'l'},
+    {"advertise", required_argument, 0, 'A'},  {"token-file", required_argument, 0, 't'},
+    {"tls-cert", required_argument, 0, 'c'},   {"tls-key", required_argument, 0, 'k'},
+    {"tls-ca", required_argument, 0, 'C'},     {"version", no_argument, 0, 'V'},
+    {"help", no_argument, 0, 'h'}};
+#define NCOMMON (sizeof common_opts / sizeof common_opts[0])
+#define MAX_OPTS 64
+
+int kt_peer_cmdline_parse(kt_peer_daemon_opts_t *cl, const char *prog, int argc, char **argv,
+                          const struct option *extra, kt_peer_option_fn fn, void *user,
+                          void (*usage)(FILE *out))
+{
+    *cl = (kt_peer_daemon_opts_t){.listen = "127.0.0.1:0", .token_file = getenv("KT_TOKEN_FILE")};
+    struct option opts[MAX_OPTS];
+    size_t n = 0;
+    for (size_t i = 0; i < NCOMMON; i++)
+        opts[n++] = common_opts[i];
+    for (size_t i = 0; extra && extra[i].name && n + 1 < MAX_OPTS; i++) {
+        /* A daemon's own option must not reuse a common option's code: the
+         * switch below would take it for the common one. */
+        for (size_t k = 0; k < NCOMMON; k++)
+            if (extra[i].val == common_opts[k].val) {
+                fprintf(stderr, "%s: option --%s clashes with --%s (code '%c')\n", prog,
+                        extra[i].name, common_opts[k].name, common_opts[k].val);
+                return 2;
+            }
+        opts[n++] = extra[i];
+    }
+    opts[n] = (struct option){0, 0, 0, 0};
+    int c;
+    optind = 0;   /* GNU getopt: start over completely (a process may parse twice) */
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'V': printf("%s %s\n", prog, KT_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        case 'T': cl->tracker = optarg; break;
+        case 'l': cl->listen = optarg; break;
+        case 'A': cl->advertise = optarg; break;
+        case 't': cl->token_file = optarg; break;
+        case 'c': cl->tls_cert = optarg; break;
+        case 'k': cl->tls_key = optarg; break;
+        case 'C': cl->tls_ca = optarg; break;
+        case '?': usage(stderr); return 2;
+        default: {
+            int rc = fn ? fn(user, c, optarg) : 2;
+            if (rc != 0)
+                return rc;
+        }
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if ((cl->tls_cert == NULL) != (cl->tls_key == NULL)) {
+        fprintf(stderr, "%s: --tls-cert and --tls-key go together\n", prog);
+        return 2;
+    }
+    return -1;
+}
