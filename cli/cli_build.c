@@ -594,6 +594,11 @@ int kt_cli_run(int argc, char **argv)
     }
     if (rc)
         return rc;
+    /* Say so before building when the input cannot be read at all. */
+    if (a.input && access(a.input, R_OK) != 0) {
+        fprintf(stderr, "ktune run: --input %s: %s\n", a.input, strerror(errno));
+        return 1;
+    }
     char tmp[] = "/tmp/ktune-run-XXXXXX";
     const char *dir = a.out;
     if (!dir && !(dir = mkdtemp(tmp))) {

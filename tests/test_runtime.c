@@ -1,0 +1,540 @@
+/*
+ * Suite "runtime": networks built and run with their tuned kernels (ktune
+ * build, ktune run, net/plan.h, runtime/netlib.h). A small residual CNN made
+ * by PyTorch (tests/runtime/make_small.py: conv + batch norm + relu, max
+ * pool, a residual add, a strided 1x1 convolution, global pool, dense,
+ * softmax, batch-norm statistics that are not the identity) is tuned for a
+ * few trials, built from the store and through a tracker, run, and its
+ * output compared with PyTorch's; ResNet-18 with random weights runs in
+ * both layouts with every task's kernel checked against the reference and
+ * the two outputs compared; the generated library is linked into a program
+ * twice with different weights; bad input gets its message and exit status
+ * and leaves the store as it was. Nothing asserts how fast anything runs.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "net/net.h"
+#include "net/plan.h"
+#include "sched/state.h"
+#include "store/store.h"
+#include "tensorio/tensorio.h"
+#include "te/workload.h"
+#include "util/err.h"
+#include "util/rng.h"
+#include "util/util.h"
+
+#include "kt_test_proc.h"
+
+/* Upper bound of one ktune command (the machine may be slow and busy). */
+#define RUN_MS 400000
+/* Outputs agree within this, relative to the largest magnitude (the bar). */
+#define TOL 1e-4
+
+static char models[256];        /* the suite's PyTorch models and tensors */
+static char models_err[2048];   /* why make_small.py failed, or "" */
+
+static void suite_setup(void)
+{
+    kt_test_suite_dir("kt_runtime_");
+    snprintf(models, sizeof models, "%s/models", kt_test_base);
+    mkdir(models, 0700);
+    const char *src = getenv("KT_SOURCE_ROOT");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -W ignore '%s/tests/runtime/make_small.py' '%s' > '%s/log' 2>&1",
+             src ? src : ".", models, models);
+    if (system(cmd) != 0) {
+        snprintf(cmd, sizeof cmd, "%s/log", models);
+        char *log = kt_file_read(cmd, NULL);
+        snprintf(models_err, sizeof models_err, "make_small.py failed: %.1900s",
+                 log ? log : "(no output)");
+        free(log);
+    }
+}
+
+static void suite_teardown(void) { kt_test_suite_dir_remove(); }
+
+static void test_setup(void) { kt_test_make_dir(); }
+
+/* The models exist: a generator that failed is a failure, never a skip
+ * (python3-torch is a dependency deploy/install-deps.sh installs). */
+static void need_models(void) { ck_assert_msg(models_err[0] == '\0', "%s", models_err); }
+
+/* Run build-root binary rel to the end; exit status, output in *out. */
+static int run_bin(const char *rel, char *const args[], char **out)
+{
+    static int n;
+    char file[64];
+    snprintf(file, sizeof file, "run%d.out", n++);
+    static const char *const drop[] = {"KT_TOKEN_FILE=", NULL};
+    kt_test_proc_t p;
+    kt_test_spawn(&p, file, 0, rel, args, drop, NULL);
+    int st = 0;
+    if (!kt_test_wait(&p, RUN_MS, &st))
+        ck_abort_msg("%s did not finish", p.log);
+    *out = kt_test_output(&p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int ktune(char *const args[], char **out) { return run_bin("cli/ktune", args, out); }
+
+static char *path_in(const char *dir, const char *name)
+{
+    static char buf[8][1100];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, sizeof buf[0], "%.512s/%.512s", dir, name);
+    return p;
+}
+
+/* Largest |a - b| over the largest |b|, for two .npy files of one shape. */
+static double npy_rel_diff(const char *a, const char *b)
+{
+    float *x = NULL, *y = NULL;
+    int64_t dx[8], dy[8];
+    int nx = 0, ny = 0;
+    ck_assert_msg(kt_npy_read(a, &x, dx, &nx) == 0, "%s", kt_err_msg());
+    ck_assert_msg(kt_npy_read(b, &y, dy, &ny) == 0, "%s", kt_err_msg());
+    ck_assert_int_eq(nx, ny);
+    int64_t n = 1;
+    for (int d = 0; d < nx; d++) {
+        ck_assert_int_eq(dx[d], dy[d]);
+        n *= dx[d];
+    }
+    double big = 0, diff = 0;
+    for (int64_t i = 0; i < n; i++) {
+        big = fmax(big, fabs(y[i]));
+        double d = fabs((double)x[i] - y[i]);
+        diff = d > diff || isnan(d) ? d : diff;
+    }
+    free(x);
+    free(y);
+    return big > 0 ? diff / big : diff;
+}
+
+/* The last line of out is `latency: M ms (min A, max B) over N runs, T threads`. */
+static void assert_latency_line(const char *out, int runs, int threads)
+{
+    const char *last = out, *p;
+    size_t len = strlen(out);
+    while (len && out[len - 1] == '\n')
+        len--;
+    for (p = out; p < out + len; p++)
+        if (*p == '\n')
+            last = p + 1;
+    double m, a, b;
+    int n, t;
+    char tail[64] = "";
+    ck_assert_msg(sscanf(last, "latency: %lf ms (min %lf, max %lf) over %d runs, %d %63[a-z]", &m,
+                         &a, &b, &n, &t, tail) == 6, "last line: %s", last);
+    ck_assert_msg(a <= m && m <= b && a > 0, "%s", last);
+    ck_assert_int_eq(n, runs);
+    ck_assert_int_eq(t, threads);
+    ck_assert_str_eq(tail, threads == 1 ? "thread" : "threads");
+}
+
+static char *file_bytes(const char *path, size_t *n)
+{
+    char *s = kt_file_read(path, n);
+    ck_assert_msg(s != NULL, "cannot read %s", path);
+    return s;
+}
+
+/* ---- the plan, in process ---------------------------------------------------------------- */
+
+START_TEST(runtime_plan_of_resnet18_reuses_the_arena_and_converts_only_at_the_edges)
+{
+    kt_net_t *net = kt_net_builtin("resnet-18", 1, 0);
+    ck_assert_ptr_nonnull(net);
+    for (int lay = 0; lay < 2; lay++) {
+        kt_net_tasks_t *t = kt_net_extract(net, lay ? KT_NET_NCHW : KT_NET_NHWC);
+        ck_assert_ptr_nonnull(t);
+        kt_net_plan_t *p = kt_net_plan(net, t, lay ? KT_NET_NCHW : KT_NET_NHWC, 3);
+        ck_assert_msg(p != NULL, "%s", kt_err_msg());
+        ck_assert_int_eq(p->params_random, 1);
+        int tasks = 0, layouts = 0;
+        for (int k = 0; k < p->nsteps; k++) {
+            tasks += p->steps[k].kind == KT_PLAN_TASK;
+            layouts += p->steps[k].kind == KT_PLAN_LAYOUT;
+        }
+        /* Every appearance of a task is one kernel call, in either layout. */
+        ck_assert_int_eq(tasks, t->ninstances);
+        /* NHWC converts the NCHW input once; the pooled [1, 512, 1, 1] needs none. */
+        ck_assert_int_eq(layouts, lay ? 0 : 1);
+        ck_assert_int_lt(p->arena_bytes, p->naive_bytes / 2);
+        /* Values alive at the same step never overlap. */
+        for (int k = 0; k < p->nsteps; k++) {
+            const kt_plan_step_t *s = &p->steps[k];
+            for (int q = 0; q < s->nin; q++) {
+                if (s->in[q].weight || s->in[q].id < 0)
+                    continue;
+                const kt_plan_value_t *a = &p->values[kt_net_plan_root(p, s->in[q].id)];
+                const kt_plan_value_t *o = &p->values[kt_net_plan_root(p, s->out)];
+                if (a->kind != KT_PLAN_V_ARENA || o->kind != KT_PLAN_V_ARENA)
+                    continue;
+                ck_assert_msg(a->offset + a->numel * 4 <= o->offset ||
+                                  o->offset + o->numel * 4 <= a->offset,
+                              "step %d (%s) reads and writes overlapping memory", k, s->name);
+            }
+        }
+        kt_net_plan_free(p);
+        kt_net_tasks_free(t);
+    }
+    kt_net_free(net);
+}
+END_TEST
+
+START_TEST(runtime_plan_names_what_it_cannot_run)
+{
+    /* An elementwise function without a task or a simple form. */
+    kt_net_t *net = kt_net_parse_json(
+        "{\"name\": \"odd\", \"layers\": [{\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 8]},"
+        "{\"name\": \"fc\", \"op\": \"dense\", \"units\": 4},"
+        "{\"name\": \"e\", \"op\": \"elementwise\", \"fn\": \"exp\"}]}");
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_null(kt_net_plan(net, t, KT_NET_NHWC, 0));
+    ck_assert_msg(strstr(kt_err_msg(), "'e'") && strstr(kt_err_msg(), "cannot run"), "%s",
+                  kt_err_msg());
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+}
+END_TEST
+
+/* ---- a PyTorch model, tuned, built and run ---------------------------------------------- */
+
+START_TEST(runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker)
+{
+    need_models();
+    char db[512], y[512], tok[512], port_file[512], out_dir[512];
+    snprintf(db, sizeof db, "%s/tuned.db", kt_test_dir);
+    snprintf(y, sizeof y, "%s/y.npy", kt_test_dir);
+    snprintf(tok, sizeof tok, "%s/token", kt_test_dir);
+    snprintf(port_file, sizeof port_file, "%s/addr", kt_test_dir);
+    snprintf(out_dir, sizeof out_dir, "%s/lib", kt_test_dir);
+    char *model = path_in(models, "small_bn.onnx"), *x = path_in(models, "x.npy");
+    char *y_ref = path_in(models, "y_ref.npy");
+    char *out = NULL;
+
+    char *tune[] = {"tune", "--onnx", model, "--trials", "16", "--db", db, NULL};
+    ck_assert_msg(ktune(tune, &out) == 0, "%s", out);
+    free(out);
+
+    /* From the store, in both layouts, every kernel checked against its reference. */
+    const char *layouts[] = {"NHWC", "NCHW"};
+    for (int l = 0; l < 2; l++) {
+        char *run[] = {"run", "--onnx", model, "--db", db, "--layout", (char *)layouts[l],
+                       "--input", x, "--output", y, "--repeat", "3", "--check", NULL};
+        ck_assert_msg(ktune(run, &out) == 0, "%s", out);
+        ck_assert_msg(strstr(out, "check: largest relative error"), "%s", out);
+        /* Tuned in NHWC: the NCHW tasks are other workloads, without records. */
+        ck_assert_msg(!strstr(out, "no record") == !l, "%s", out);
+        assert_latency_line(out, 3, 1);
+        free(out);
+        double d = npy_rel_diff(y, y_ref);
+        ck_assert_msg(d <= TOL, "%s: %g from PyTorch", layouts[l], d);
+    }
+    /* The exporter's folded model computes the same. */
+    char *folded[] = {"run", "--onnx", path_in(models, "small.onnx"), "--db", db, "--input", x,
+                      "--output", y, "--repeat", "1", "--threads", "2", NULL};
+    ck_assert_msg(ktune(folded, &out) == 0, "%s", out);
+    assert_latency_line(out, 1, 2);
+    free(out);
+    ck_assert_double_le(npy_rel_diff(y, y_ref), TOL);
+
+    /* The same records served by a tracker (QueryBest), and one job's (ListRecords). */
+    ck_assert_int_eq(kt_file_write(tok, "rt-secret\n", 10), 0);
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--token-file", tok,
+                     "--port-file", port_file, NULL};
+    kt_test_proc_t tr;
+    kt_test_spawn(&tr, "tracker.out", 0, "tracker/ktune-tracker", targs, NULL, NULL);
+    char *addr = NULL;
+    for (int waited = 0; waited < 60000 && !addr; waited += 20) {
+        addr = kt_file_read(port_file, NULL);
+        if (!addr)
+            kt_test_sleep_ms(20);
+    }
+    ck_assert_ptr_nonnull(addr);
+    addr[strcspn(addr, "\n")] = '\0';
+    char *remote[] = {"run", "--onnx", model, "--tracker", addr, "--token-file", tok, "--input",
+                      x, "--output", y, "--repeat", "2", NULL};
+    ck_assert_msg(ktune(remote, &out) == 0, "%s", out);
+    ck_assert_msg(!strstr(out, "no record"), "%s", out);
+    free(out);
+    ck_assert_double_le(npy_rel_diff(y, y_ref), TOL);
+    char *job[] = {"build", "--onnx", model, "--tracker", addr, "--token-file", tok, "--job", "1",
+                   "--out", out_dir, NULL};
+    ck_assert_msg(ktune(job, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "8 tasks (8 tuned)"), "%s", out);
+    free(out);
+    char *nojob[] = {"build", "--onnx", model, "--tracker", addr, "--token-file", tok, "--job",
+                     "7", "--out", out_dir, NULL};
+    ck_assert_msg(ktune(nojob, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "8 tasks (0 tuned)") && strstr(out, "no record, default schedule"),
+                  "%s", out);
+    free(out);
+    char *notok[] = {"build", "--onnx", model, "--tracker", addr, "--out", out_dir, NULL};
+    ck_assert_int_eq(ktune(notok, &out), 1);
+    ck_assert_msg(strstr(out, "UNAUTHENTICATED"), "%s", out);
+    free(out);
+    free(addr);
+    kill(tr.pid, SIGTERM);
+    int st = 0;
+    ck_assert(kt_test_wait(&tr, 30000, &st));
+}
+END_TEST
+
+/* ---- ResNet-18 in both layouts ------------------------------------------------------------ */
+
+/* A store with one sampled schedule per task of resnet-18 in `layout`, so
+ * the build runs real schedules (not the reference) against the check. */
+static void store_sampled_states(const char *db, kt_net_layout_t layout)
+{
+    kt_net_t *net = kt_net_builtin("resnet-18", 1, 0);
+    kt_net_tasks_t *t = kt_net_extract(net, layout);
+    ck_assert_ptr_nonnull(t);
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    kt_sched_params_t params;
+    kt_sched_params_default(&params);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 11);
+    for (int i = 0; i < t->ntasks; i++) {
+        const kt_dag_t *dag = kt_workload_dag(t->tasks[i].wl);
+        kt_sched_state_t **sk = NULL;
+        int nsk = 0;
+        ck_assert_int_eq(kt_sched_sketches(dag, &params, &sk, &nsk), 0);
+        ck_assert_int_gt(nsk, 0);
+        kt_sched_state_t *st = kt_sched_sample(dag, &params, sk[0], &rng);
+        ck_assert_ptr_nonnull(st);
+        char *json = kt_sched_state_to_json(st, dag);
+        double cost = 1e-3;
+        kt_record_t r = {.workload_key = kt_workload_key(t->tasks[i].wl), .target = "cpu",
+                         .state_json = json, .state_hash = kt_sched_state_hash(st, dag),
+                         .costs = &cost, .ncosts = 1, .timestamp = 1.0};
+        ck_assert_msg(kt_store_put_records(s, &r, 1) == 0, "%s", kt_err_msg());
+        free(json);
+        kt_sched_state_free(st);
+        for (int k = 0; k < nsk; k++)
+            kt_sched_state_free(sk[k]);
+        free(sk);
+    }
+    kt_store_close(s);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+}
+
+START_TEST(runtime_resnet18_runs_checked_in_both_layouts_with_one_answer)
+{
+    const char *layouts[] = {"NHWC", "NCHW"};
+    char y[2][512];
+    for (int l = 0; l < 2; l++) {
+        char db[512];
+        snprintf(db, sizeof db, "%s/r%d.db", kt_test_dir, l);
+        snprintf(y[l], sizeof y[l], "%s/y%d.npy", kt_test_dir, l);
+        store_sampled_states(db, l ? KT_NET_NCHW : KT_NET_NHWC);
+        char *out = NULL;
+        char *run[] = {"run", "--network", "resnet-18", "--layout", (char *)layouts[l], "--db", db,
+                       "--seed", "5", "--output", y[l], "--repeat", "1", "--check", NULL};
+        ck_assert_msg(ktune(run, &out) == 0, "%s", out);
+        ck_assert_msg(strstr(out, "check: largest relative error"), "%s", out);
+        ck_assert_msg(!strstr(out, "no record"), "%s", out);
+        assert_latency_line(out, 1, 1);
+        free(out);
+    }
+    /* Same seed, same weights: the layouts differ only in rounding. */
+    double d = npy_rel_diff(y[0], y[1]);
+    ck_assert_msg(d <= TOL, "NHWC and NCHW differ by %g", d);
+}
+END_TEST
+
+/* ---- the library in a program --------------------------------------------------------------- */
+
+static const char *const PROGRAM =
+    "#include <stdio.h>\n#include <stdlib.h>\n#include \"small_cnn.h\"\n"
+    "static int save(const char *p, const float *y) {\n"
+    "    FILE *f = fopen(p, \"wb\");\n"
+    "    int ok = f && fwrite(y, sizeof(float), small_cnn_OUTPUT_NUMEL, f) == small_cnn_OUTPUT_NUMEL;\n"
+    "    return f && fclose(f) == 0 && ok ? 0 : 1;\n}\n"
+    "int main(int argc, char **argv) {\n"
+    "    if (argc != 6) return 2;\n"
+    "    static float x[small_cnn_INPUT_NUMEL], y1[small_cnn_OUTPUT_NUMEL], y2[small_cnn_OUTPUT_NUMEL];\n"
+    "    FILE *f = fopen(argv[1], \"rb\");\n"
+    "    if (!f || fread(x, sizeof(float), small_cnn_INPUT_NUMEL, f) != small_cnn_INPUT_NUMEL) return 3;\n"
+    "    fclose(f);\n"
+    "    small_cnn_t *a = small_cnn_create(argv[2]), *b = small_cnn_create(argv[3]);\n"
+    "    if (!a || !b) { fprintf(stderr, \"%s\\n\", small_cnn_last_error()); return 4; }\n"
+    "    if (small_cnn_run(a, x, y1) || small_cnn_run(b, x, y2) || small_cnn_run(a, x, y1)) return 5;\n"
+    "    small_cnn_destroy(a);\n    small_cnn_destroy(b);\n"
+    "    if (small_cnn_create(\"/nonexistent.safetensors\")) return 6;\n"
+    "    printf(\"%s\\n\", small_cnn_last_error());\n"
+    "    return save(argv[4], y1) || save(argv[5], y2);\n}\n";
+
+START_TEST(runtime_generated_library_links_into_a_program_twice)
+{
+    const char *src = getenv("KT_SOURCE_ROOT");
+    char netfile[512], x[512], prog[512], exe[512], cmd[4096];
+    snprintf(netfile, sizeof netfile, "%s/tests/net/cnn.json", src ? src : ".");
+    snprintf(x, sizeof x, "%s/x.npy", kt_test_dir);
+    snprintf(prog, sizeof prog, "%s/main.c", kt_test_dir);
+    snprintf(exe, sizeof exe, "%s/main", kt_test_dir);
+    /* The input, as .npy for ktune run and raw for the program. */
+    static float in[3 * 32 * 32];
+    kt_rng_t r;
+    kt_rng_seed(&r, 99);
+    for (int i = 0; i < 3 * 32 * 32; i++)
+        in[i] = (float)(kt_rng_double(&r) * 2 - 1);
+    int64_t dims[4] = {1, 3, 32, 32};
+    ck_assert_int_eq(kt_npy_write(x, in, dims, 4), 0);
+    ck_assert_int_eq(kt_file_write(path_in(kt_test_dir, "x.bin"), in, sizeof in), 0);
+    char *out = NULL;
+    char dirs[2][512], want[2][512];
+    for (int k = 0; k < 2; k++) {
+        snprintf(dirs[k], sizeof dirs[k], "%s/seed%d", kt_test_dir, k + 1);
+        snprintf(want[k], sizeof want[k], "%s/want%d.npy", kt_test_dir, k + 1);
+        char seed[8];
+        snprintf(seed, sizeof seed, "%d", k + 1);
+        char *run[] = {"run", "--network-file", netfile, "--seed", seed, "--out", dirs[k],
+                       "--input", x, "--output", want[k], "--repeat", "1", "--db",
+                       path_in(kt_test_dir, "none.db"), NULL};
+        /* A --db that does not exist is an error... */
+        ck_assert_int_eq(ktune(run, &out), 1);
+        ck_assert_msg(strstr(out, "no store at"), "%s", out);
+        free(out);
+        /* ...an empty store is not: every task gets the default schedule. */
+        kt_store_t *s = kt_store_open(path_in(kt_test_dir, "none.db"), KT_STORE_CREATE);
+        ck_assert_ptr_nonnull(s);
+        kt_store_close(s);
+        ck_assert_msg(ktune(run, &out) == 0, "%s", out);
+        ck_assert_msg(strstr(out, "no record, default schedule"), "%s", out);
+        free(out);
+        unlink(path_in(kt_test_dir, "none.db"));
+    }
+    /* Both builds share one source: the weights differ, the code does not. */
+    size_t n1, n2;
+    char *c1 = file_bytes(path_in(dirs[0], "small_cnn.c"), &n1);
+    char *c2 = file_bytes(path_in(dirs[1], "small_cnn.c"), &n2);
+    ck_assert(n1 == n2 && memcmp(c1, c2, n1) == 0);
+    free(c1);
+    free(c2);
+    ck_assert_int_eq(kt_file_write(prog, PROGRAM, strlen(PROGRAM)), 0);
+    snprintf(cmd, sizeof cmd, "cc -O2 -march=native -fopenmp -std=c17 -I'%s' -o '%s' '%s' '%s/small_cnn.c' "
+             "-lm > '%s/cc.log' 2>&1", dirs[0], exe, prog, dirs[0], kt_test_dir);
+    ck_assert_msg(system(cmd) == 0, "%s", kt_file_read(path_in(kt_test_dir, "cc.log"), NULL));
+    char *w1 = path_in(dirs[0], "small_cnn.safetensors"), *w2 = path_in(dirs[1], "small_cnn.safetensors");
+    char *o1 = path_in(kt_test_dir, "o1.bin"), *o2 = path_in(kt_test_dir, "o2.bin");
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s' '%s' '%s' > '%s/prog.log' 2>&1", exe,
+             path_in(kt_test_dir, "x.bin"), w1, w2, o1, o2, kt_test_dir);
+    ck_assert_msg(system(cmd) == 0, "%s", kt_file_read(path_in(kt_test_dir, "prog.log"), NULL));
+    char *log = file_bytes(path_in(kt_test_dir, "prog.log"), NULL);
+    ck_assert_msg(strstr(log, "cannot open /nonexistent.safetensors"), "%s", log);
+    free(log);
+    /* Each instance computes what ktune run computed with its weights. */
+    for (int k = 0; k < 2; k++) {
+        size_t n = 0;
+        float *got = (float *)file_bytes(k ? o2 : o1, &n);
+        float *w = NULL;
+        int64_t d[8];
+        int nd = 0;
+        ck_assert_int_eq(kt_npy_read(want[k], &w, d, &nd), 0);
+        ck_assert_int_eq(n, 10 * sizeof(float));
+        for (int i = 0; i < 10; i++)
+            ck_assert_msg(fabsf(got[i] - w[i]) <= 1e-5f * (1 + fabsf(w[i])), "%d: %g vs %g", i,
+                          got[i], w[i]);
+        free(got);
+        free(w);
+    }
+    ck_assert_double_gt(npy_rel_diff(want[0], want[1]), 1e-3);
+}
+END_TEST
+
+/* ---- bad input ---------------------------------------------------------------------------- */
+
+START_TEST(runtime_bad_input_names_the_cause_and_leaves_the_store)
+{
+    need_models();
+    char db[512];
+    snprintf(db, sizeof db, "%s/s.db", kt_test_dir);
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    kt_store_close(s);
+    size_t n0;
+    char *before = file_bytes(db, &n0);
+    char *model = path_in(models, "small_bn.onnx");
+    struct {
+        int rc;
+        const char *want;
+        char *args[16];
+    } cases[] = {
+        {1, "expected shape [1, 3, 32, 32], got [1, 3, 32]",
+         {"run", "--onnx", model, "--db", db, "--input", path_in(models, "x_bad_shape.npy"), NULL}},
+        {1, "'<i8' not supported",
+         {"run", "--onnx", model, "--db", db, "--input", path_in(models, "x_int.npy"), NULL}},
+        {1, "No such file",
+         {"run", "--onnx", model, "--db", db, "--input", path_in(kt_test_dir, "nope.npy"), NULL}},
+        {1, "no store at", {"build", "--onnx", model, "--db", path_in(kt_test_dir, "typo.db"),
+                            "--out", kt_test_dir, NULL}},
+        {2, "--out DIR is required", {"build", "--network", "resnet-18", NULL}},
+        {2, "exactly one of", {"build", "--network", "resnet-18", "--onnx", model, "--out",
+                               kt_test_dir, NULL}},
+        {2, "only cpu networks", {"run", "--network", "resnet-18", "--target", "cuda", NULL}},
+        {2, "is an option of ktune run", {"build", "--network", "resnet-18", "--check", "--out",
+                                          kt_test_dir, NULL}},
+        {2, "--repeat wants an integer", {"run", "--network", "resnet-18", "--repeat", "0", NULL}},
+        {1, "unknown network", {"build", "--network", "resnet-19", "--out", kt_test_dir, NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        int rc = ktune(cases[i].args, &out);
+        ck_assert_msg(rc == cases[i].rc && strstr(out, cases[i].want),
+                      "case %zu: exit %d, want %d and '%s': %s", i, rc, cases[i].rc,
+                      cases[i].want, out);
+        free(out);
+    }
+    /* A network with a layer no step can run. */
+    char netfile[512];
+    snprintf(netfile, sizeof netfile, "%s/odd.json", kt_test_dir);
+    const char *odd = "{\"name\": \"odd\", \"layers\": [{\"name\": \"x\", \"op\": \"input\", "
+                      "\"shape\": [1, 8]}, {\"name\": \"fc\", \"op\": \"dense\", \"units\": 4}, "
+                      "{\"name\": \"e\", \"op\": \"elementwise\", \"fn\": \"exp\"}]}";
+    ck_assert_int_eq(kt_file_write(netfile, odd, strlen(odd)), 0);
+    char *bad[] = {"build", "--network-file", netfile, "--db", db, "--out", kt_test_dir, NULL};
+    char *out = NULL;
+    ck_assert_int_eq(ktune(bad, &out), 1);
+    ck_assert_msg(strstr(out, "layer 'e' (exp)") && strstr(out, "cannot run"), "%s", out);
+    free(out);
+    size_t n1;
+    char *after = file_bytes(db, &n1);
+    ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("runtime");
+    TCase *tc = tcase_create("runtime");
+    tcase_set_timeout(tc, 900);
+    tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(tc, test_setup, NULL);
+    tcase_add_test(tc, runtime_plan_of_resnet18_reuses_the_arena_and_converts_only_at_the_edges);
+    tcase_add_test(tc, runtime_plan_names_what_it_cannot_run);
+    tcase_add_test(tc, runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker);
+    tcase_add_test(tc, runtime_resnet18_runs_checked_in_both_layouts_with_one_answer);
+    tcase_add_test(tc, runtime_generated_library_links_into_a_program_twice);
+    tcase_add_test(tc, runtime_bad_input_names_the_cause_and_leaves_the_store);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
