@@ -23,7 +23,9 @@ Hand-built with onnx.helper (python3-onnx):
                     and an opset-11 Softmax over axis 1
 
 Each model is written only when its library imports; OUTDIR/made lists the
-files written. Exit status 77 when neither library is available.
+files written. Exit status 77 when neither library is available. Both are test
+dependencies (deploy/install-deps.sh): test_net.c fails every test whose model
+is missing, with this script's output as the reason.
 The equivalent network files are cnn.json, mobile.json and block.json next to
 this script.
 """
@@ -41,7 +43,7 @@ reasons = []
 try:
     import torch
     import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means "skip"
+except Exception as e:  # noqa: BLE001 - any import failure: its models are not made
     torch = None
     reasons.append("python3-torch is not importable (%s)" % e)
 
