@@ -35,6 +35,16 @@
 
 #include "kt_config.h"
 
+/* The suite's process starts the skip log afresh (the tests are its forked
+ * children, which do not run constructors again), so a log left by an
+ * earlier run never marks a test of this one as skipped. */
+__attribute__((constructor)) static void kt_skip_log_reset(void)
+{
+    const char *log = getenv("KT_SKIP_LOG");
+    if (log && *log && truncate(log, 0) != 0 && errno != ENOENT)
+        fprintf(stderr, "kt_skip: cannot empty %s: %s\n", log, strerror(errno));
+}
+
 /* Records the skip of the test whose function is `fn` (START_TEST's
  * "<test>_fn"); fails the test when it cannot be recorded. */
 __attribute__((format(printf, 2, 3), unused)) static void kt_skip_record(const char *fn,
@@ -78,7 +88,7 @@ __attribute__((format(printf, 2, 3), unused)) static void kt_skip_record(const c
 __attribute__((unused)) static void kt_fail_without_cuda(const char *what)
 {
     int have_toolkit = access(KT_CUDA_PATH "/include/nvrtc.h", R_OK) == 0;
-    ck_abort_msg("built without CUDA, so %s cannot be tested: %s", what,
+    ck_abort_msg("built without CUDA (%s): %s", what,
                  have_toolkit ? "the toolkit is in " KT_CUDA_PATH
                                 ": reconfigure the build with CUDA enabled"
                               : "install the CUDA toolkit in " KT_CUDA_PATH

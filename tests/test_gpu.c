@@ -151,9 +151,11 @@ static void check_shape(family_t *f, const char *what, kt_dag_t *dag, int n, uin
     kt_dag_free(dag);
 }
 
-/* Compile src for arch; on failure or any warning write a message to fd. */
-static int nvrtc_ok(const family_t *f, const char *src, const char *arch, const char *opts,
-                    int check_kernels, char *msg, size_t cap)
+/* Compile src for arch; on failure or any warning write a message to fd.
+ * (Unused in a build without CUDA.) */
+__attribute__((unused)) static int nvrtc_ok(const family_t *f, const char *src, const char *arch,
+                                            const char *opts, int check_kernels, char *msg,
+                                            size_t cap)
 {
     kt_nvrtc_result_t r;
     int rc = kt_nvrtc_compile(src, arch, opts, 0, &r);
