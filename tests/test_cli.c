@@ -35,6 +35,8 @@
 #include "util/err.h"
 #include "util/util.h"
 
+#include "kt_skip.h"
+
 #include "kt_test_proc.h"
 
 /* Upper bound of one ktune run (the machine may be slow and busy). */
@@ -400,7 +402,7 @@ START_TEST(cli_export_cuda_writes_kernels_and_launches)
     ck_assert_ptr_nonnull(kt_nvrtc_result_kernel(&r, "ktune_task0_k0"));
     kt_nvrtc_result_clear(&r);
 #else
-    printf("SKIP: built without CUDA (NVRTC compile of the exported kernels)\n");
+    kt_fail_without_cuda("NVRTC compile of the exported kernels");
 #endif
     free(cu);
     /* The same job as C is refused: its states are GPU schedules. */

@@ -2,9 +2,9 @@
  * Suite "cuda": hardware parameters (presets, overrides, JSON, DeviceInfo),
  * NVRTC compilation, the builder's CUDA path, and the CUDA runner.
  *
- * Tests that need the toolkit print "SKIP: built without CUDA" and pass in a
- * -Dcuda=disabled build; tests that need a GPU print "SKIP: no CUDA device
- * (<reason>)" and pass where there is none (Check has no skip).
+ * Tests that need the toolkit fail in a build without it; tests that need a
+ * GPU skip where there is none, after checking that the runner says "no CUDA
+ * device" (tests/kt_skip.h).
  */
 #include <check.h>
 #include <limits.h>
@@ -27,6 +27,8 @@
 #include "measure/runner.h"
 #include "util/err.h"
 #include "util/util.h"
+
+#include "kt_skip.h"
 
 #define N 1024
 
@@ -281,7 +283,7 @@ START_TEST(nvrtc_compiles_kernel_to_cubin_with_resource_usage)
     kt_nvrtc_result_t res;
     ck_assert_int_eq(kt_nvrtc_compile(VADD_CU, NULL, NULL, 0, &res), KT_EUNSUP);
     ck_assert_ptr_nonnull(strstr(kt_err_msg(), "built without CUDA"));
-    printf("SKIP: built without CUDA (NVRTC compile tests)\n");
+    kt_fail_without_cuda("NVRTC compile tests");
 #else
     int major = 0, minor = 0;
     ck_assert_int_eq(kt_nvrtc_version(&major, &minor), 0);
@@ -326,7 +328,7 @@ END_TEST
 START_TEST(nvrtc_syntax_error_carries_program_log)
 {
 #if !KT_HAVE_CUDA
-    printf("SKIP: built without CUDA (NVRTC error test)\n");
+    kt_fail_without_cuda("NVRTC error test");
 #else
     kt_nvrtc_result_t res;
     ck_assert_int_eq(kt_nvrtc_compile(SYNTAX_ERROR_CU, "sm_80", NULL, 0, &res), KT_EINVAL);
@@ -348,7 +350,7 @@ START_TEST(nvrtc_refuses_architectures_it_cannot_target)
 {
 #if !KT_HAVE_CUDA
     ck_assert_int_eq(kt_nvrtc_check_arch("sm_80"), KT_EUNSUP);
-    printf("SKIP: built without CUDA (NVRTC architecture test)\n");
+    kt_fail_without_cuda("NVRTC architecture test");
 #else
     int archs[64];
     int n = kt_nvrtc_supported_archs(archs, 64);
@@ -389,7 +391,7 @@ START_TEST(builder_builds_cuda_once_through_the_cache)
 #if !KT_HAVE_CUDA
     ck_assert_int_eq(kt_builder_build(b, &in, 1, &r), KT_EUNSUP);
     ck_assert_ptr_nonnull(strstr(kt_err_msg(), "without CUDA"));
-    printf("SKIP: built without CUDA (builder CUDA path)\n");
+    kt_fail_without_cuda("builder CUDA path");
 #else
     ck_assert_int_eq(kt_builder_build(b, &in, 1, &r), 0);
     ck_assert_msg(r.error_no == KT_MEASURE_NO_ERROR, "%s", r.error_msg ? r.error_msg : "");
@@ -442,7 +444,7 @@ END_TEST
 START_TEST(builder_cuda_options_checked_and_timeout_kills_nvrtc)
 {
 #if !KT_HAVE_CUDA
-    printf("SKIP: built without CUDA (builder CUDA options)\n");
+    kt_fail_without_cuda("builder CUDA options");
 #else
     kt_builder_opts_t o;
     kt_builder_opts_default(&o);
@@ -502,7 +504,7 @@ START_TEST(cuda_runner_reports_why_there_is_no_device)
 #if !KT_HAVE_CUDA
     ck_assert_ptr_null(kt_cuda_runner_new(&o));
     ck_assert_int_eq(kt_err_code(), KT_EUNSUP);
-    printf("SKIP: built without CUDA (CUDA runner)\n");
+    kt_fail_without_cuda("CUDA runner");
 #else
     /* The toolkit's stub loads but answers cuInit with CUDA_ERROR_STUB_LIBRARY. */
     char stub[512];
@@ -527,8 +529,7 @@ START_TEST(cuda_runner_reports_why_there_is_no_device)
     if (!c) {
         ck_assert_int_eq(kt_err_code(), KT_ENOTFOUND);
         ck_assert_ptr_nonnull(strstr(kt_err_msg(), "no CUDA device"));
-        printf("SKIP: %s\n", kt_err_msg());
-        return;
+        KT_SKIP_NO_GPU("%s", kt_err_msg());
     }
     const kt_hw_params_t *hw = kt_cuda_runner_hw_params(c);
     ck_assert_str_eq(hw->target, "cuda");
@@ -618,7 +619,7 @@ static void check_fault_batch(kt_cuda_runner_t *c, const planted_t *p)
 START_TEST(cuda_runner_on_gpu_measures_checks_and_survives_faults)
 {
 #if !KT_HAVE_CUDA
-    printf("SKIP: built without CUDA (GPU measurement)\n");
+    kt_fail_without_cuda("GPU measurement");
 #else
     kt_cuda_runner_opts_t o;
     kt_cuda_runner_opts_default(&o);
@@ -626,15 +627,14 @@ START_TEST(cuda_runner_on_gpu_measures_checks_and_survives_faults)
     o.run.repeat = 2;
     kt_cuda_runner_t *c = kt_cuda_runner_new(&o);
     if (!c) {
-        printf("SKIP: %s\n", kt_err_msg());
-        return;
+        ck_assert_int_eq(kt_err_code(), KT_ENOTFOUND);
+        ck_assert_ptr_nonnull(strstr(kt_err_msg(), "no CUDA device"));
+        KT_SKIP_NO_GPU("%s", kt_err_msg());
     }
     const kt_hw_params_t *hw = kt_cuda_runner_hw_params(c);
-    if (kt_nvrtc_check_arch(hw->arch) < 0) {
-        printf("SKIP: %s\n", kt_err_msg());
-        kt_cuda_runner_free(c);
-        return;
-    }
+    /* A GPU the toolkit cannot compile for is a failure, not a skip. */
+    ck_assert_msg(kt_nvrtc_check_arch(hw->arch) == 0, "GPU %s (%s): %s", hw->name, hw->arch,
+                  kt_err_msg());
     kt_builder_opts_t bo;
     kt_builder_opts_default(&bo);
     bo.cuda_arch = hw->arch;
@@ -752,7 +752,7 @@ static kt_build_input_t cpu_src(const char *src, const char *entry)
 START_TEST(cuda_runner_path_runs_against_emulated_driver)
 {
 #if !KT_HAVE_CUDA
-    printf("SKIP: built without CUDA (CUDA runner path)\n");
+    kt_fail_without_cuda("CUDA runner path");
 #else
     /* The emulated driver, with the attribute and error numbers of cuda.h. */
     char defs[512];

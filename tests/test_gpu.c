@@ -10,8 +10,8 @@
  * needs seconds per tiled kernel, so the whole program is compiled with -G
  * (front end, PTX generation and ptxas at -O0: every error and warning but
  * the optimizer's), and the states with the smallest register tiles once
- * more with full optimization. Tests needing NVRTC print "SKIP: built
- * without CUDA" where it is missing. */
+ * more with full optimization. Tests needing NVRTC fail in a build without
+ * it (tests/kt_skip.h). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +30,8 @@
 #include "util/err.h"
 #include "util/rng.h"
 #include "util/util.h"
+
+#include "kt_skip.h"
 
 #include "states_harness.h"
 
@@ -149,9 +151,11 @@ static void check_shape(family_t *f, const char *what, kt_dag_t *dag, int n, uin
     kt_dag_free(dag);
 }
 
-/* Compile src for arch; on failure or any warning write a message to fd. */
-static int nvrtc_ok(const family_t *f, const char *src, const char *arch, const char *opts,
-                    int check_kernels, char *msg, size_t cap)
+/* Compile src for arch; on failure or any warning write a message to fd.
+ * (Unused in a build without CUDA.) */
+__attribute__((unused)) static int nvrtc_ok(const family_t *f, const char *src, const char *arch,
+                                            const char *opts, int check_kernels, char *msg,
+                                            size_t cap)
 {
     kt_nvrtc_result_t r;
     int rc = kt_nvrtc_compile(src, arch, opts, 0, &r);
@@ -210,7 +214,9 @@ static void family_end(family_t *f, const char *family)
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: NVRTC: %s", family, cmsg);
     ck_assert_int_ge(f->nopt, 1);
 #else
-    printf("SKIP: built without CUDA (%s: NVRTC compile of %d kernels)\n", family, f->nkernels);
+    char what[128];
+    snprintf(what, sizeof what, "%s: NVRTC compile of %d kernels", family, f->nkernels);
+    kt_fail_without_cuda(what);
 #endif
     kt_sbuf_free(&f->cuda);
     kt_sbuf_free(&f->cuda_opt);
@@ -874,7 +880,7 @@ START_TEST(gpu_cuda_source_has_kernels_barriers_and_shuffles)
     ck_assert_ptr_null(strstr(r.log, "warning"));
     kt_nvrtc_result_clear(&r);
 #else
-    printf("SKIP: built without CUDA (NVRTC compile of the softmax kernels)\n");
+    kt_fail_without_cuda("NVRTC compile of the softmax kernels");
 #endif
     kt_codegen_cuda_clear(&cu);
     emu = kt_codegen_emit_cuda_emu(sm, st, "sm");

@@ -37,7 +37,9 @@ block.onnx and params.onnx: {"ops": [ops compared], "layers": [{"op", "name"
 every layer whose op is in "ops"; a role not listed must be absent.
 
 Each model is written only when its library imports; OUTDIR/made lists the
-files written. Exit status 77 when neither library is available.
+files written. Exit status 77 when neither library is available. Both are test
+dependencies (deploy/install-deps.sh): test_net.c fails every test whose model
+is missing, with this script's output as the reason.
 The equivalent network files are cnn.json, mobile.json and block.json next to
 this script.
 """
@@ -56,7 +58,7 @@ reasons = []
 try:
     import torch
     import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means "skip"
+except Exception as e:  # noqa: BLE001 - any import failure: its models are not made
     torch = None
     reasons.append("python3-torch is not importable (%s)" % e)
 
