@@ -369,7 +369,17 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
                     kt_workload_op(t->tasks[i].wl), t->tasks[i].desc);
     }
     kt_netlib_info_t info;
+    /* An ONNX graph's own name is the exporter's ("torch_jit"): the file says more. */
+    char stem[256];
     const char *base = a->name ? a->name : kt_net_name(net);
+    if (!a->name && a->net.onnx) {
+        const char *slash = strrchr(a->net.onnx, '/');
+        snprintf(stem, sizeof stem, "%s", slash ? slash + 1 : a->net.onnx);
+        char *dot = strrchr(stem, '.');
+        if (dot && dot != stem)
+            *dot = '\0';
+        base = stem;
+    }
     char source[512];
     snprintf(source, sizeof source, "%s (%s layout%s)", kt_cli_net_source(&a->net),
              a->net.layout == KT_NET_NHWC ? "NHWC" : "NCHW",

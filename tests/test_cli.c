@@ -431,7 +431,11 @@ START_TEST(cli_bad_input_names_the_cause)
         int rc;
         const char *msg;
     } cases[] = {
-        {{"tune", NULL}, 2, "--network NAME or --workload"},
+        {{"tune", NULL}, 2, "--onnx MODEL or --workload FILE|JSON"},
+        {{"tune", "--network", "resnet-18", "--onnx", "m.onnx", NULL}, 2, "give one of"},
+        {{"tune", "--workload", MATMUL, "--layout", "NCHW", NULL}, 2, "apply to networks"},
+        {{"submit", "--onnx", "/nonexistent.onnx", "--tracker", "127.0.0.1:1", NULL}, 1,
+         "/nonexistent.onnx"},
         {{"tune", "--workload", "{\"op\":\"matmul\",\"M\":8}", "--db", db, NULL}, 1,
          "field 'N' is missing"},
         {{"tune", "--workload", MATMUL, "--target", "tpu", NULL}, 2, "unknown --target"},

@@ -273,6 +273,8 @@ START_TEST(runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker)
     ck_assert_msg(ktune(job, &out) == 0, "%s", out);
     ck_assert_msg(strstr(out, "8 tasks (8 tuned)"), "%s", out);
     free(out);
+    /* Named after the model's file, not the exporter's graph name. */
+    ck_assert_int_eq(access(path_in(out_dir, "small_bn.h"), R_OK), 0);
     char *nojob[] = {"build", "--onnx", model, "--tracker", addr, "--token-file", tok, "--job",
                      "7", "--out", out_dir, NULL};
     ck_assert_msg(ktune(nojob, &out) == 0, "%s", out);
