@@ -275,6 +275,12 @@ START_TEST(runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker)
     free(out);
     /* Named after the model's file, not the exporter's graph name. */
     ck_assert_int_eq(access(path_in(out_dir, "small_bn.h"), R_OK), 0);
+    /* Weights are laid out for their kernels at build time: no kernel copies one. */
+    char *src = file_bytes(path_in(out_dir, "small_bn.c"), NULL);
+    ck_assert_msg(strstr(src, "_layout = kt_bufs[") != NULL, "no kernel reads a packed weight");
+    ck_assert_msg(strstr(src, "_layout = (float *)aligned_alloc") == NULL,
+                  "a kernel still copies its weight");
+    free(src);
     char *nojob[] = {"build", "--onnx", model, "--tracker", addr, "--token-file", tok, "--job",
                      "7", "--out", out_dir, NULL};
     ck_assert_msg(ktune(nojob, &out) == 0, "%s", out);

@@ -66,6 +66,35 @@ char *kt_codegen_emit_c(const kt_dag_t *dag, const struct kt_sched_state *st, co
 int kt_codegen_emit_c_into(const kt_dag_t *dag, const struct kt_sched_state *st,
                            const char *entry, kt_sbuf_t *b);
 
+/* ---- weights laid out ahead of time (lower_layout.c) -------------------------------
+ *
+ * A tuned CPU kernel copies each layout-free weight its tiled loops read
+ * into the order they read it (Ansor's layout rewrite), on every call. A
+ * network built once can do that copy once: the packed variant of the
+ * kernel takes those weights already permuted and copies nothing. */
+
+#define KT_CODEGEN_MAX_PACKS 8
+
+/* One weight's packed layout: element i of the packed array (row-major over
+ * shape) is the weight's element at offset sum over m of idx_m * step[m]. */
+typedef struct {
+    int buf;                            /* the kernel buffer (bufs[] index) */
+    int ndim;
+    int64_t shape[KT_TE_MAX_DIMS + 1];
+    int64_t step[KT_TE_MAX_DIMS + 1];   /* source offset per step of loop m */
+} kt_codegen_pack_t;
+
+/* The weights state st's kernel re-lays out: fills out[0..cap) and returns
+ * their number (0: none), or negative. */
+int kt_codegen_packs(const kt_dag_t *dag, const struct kt_sched_state *st, kt_codegen_pack_t *out,
+                     int cap);
+/* Permute a weight into its packed layout (unpack: back). src and dst hold
+ * the weight's element count and do not overlap. */
+void kt_codegen_pack(const kt_codegen_pack_t *pk, const float *src, float *dst, int unpack);
+/* kt_codegen_emit_c_into's kernel taking the packed weights. */
+int kt_codegen_emit_c_packed_into(const kt_dag_t *dag, const struct kt_sched_state *st,
+                                  const char *entry, kt_sbuf_t *b);
+
 /* ---- GPU states (lower_gpu.c, emit_cuda.c, emit_cuda_emu.c) -------------------------
  *
  * CUDA: one `extern "C" __global__` kernel per kernel of the state

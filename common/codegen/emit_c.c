@@ -580,8 +580,8 @@ int kt_codegen_check_entry(const kt_dag_t *dag, const char *entry)
     return 0;
 }
 
-int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry,
-                           kt_sbuf_t *b)
+static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry,
+                       kt_sbuf_t *b, int prepacked)
 {
     if (!dag || !st || !b)
         return kt_err_set(KT_EINVAL, "emit: missing DAG, state or buffer");
@@ -590,7 +590,7 @@ int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, cons
     int rc = kt_codegen_check_entry(dag, entry);
     if (rc)
         return rc;
-    kt_lower_t *L = kt_lower(dag, st);
+    kt_lower_t *L = kt_lower_ex(dag, st, prepacked);
     if (!L)
         return kt_err_code() ? kt_err_code() : KT_EINVAL;
     /* GCC tunes AVX-512 CPUs for 256-bit vectors by default; tiled kernels
@@ -671,6 +671,68 @@ int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, cons
     if (e.rc)
         return kt_err_prefix("emit");
     return kt_sbuf_ok(out);
+}
+
+int kt_codegen_emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry,
+                           kt_sbuf_t *b)
+{
+    return emit_c_into(dag, st, entry, b, 0);
+}
+
+int kt_codegen_emit_c_packed_into(const kt_dag_t *dag, const kt_sched_state_t *st,
+                                  const char *entry, kt_sbuf_t *b)
+{
+    return emit_c_into(dag, st, entry, b, 1);
+}
+
+int kt_codegen_packs(const kt_dag_t *dag, const kt_sched_state_t *st, kt_codegen_pack_t *out,
+                     int cap)
+{
+    if (!dag || !st || st->target != KT_SCHED_TARGET_CPU)
+        return kt_err_set(KT_EINVAL, "packs: a CPU state is needed");
+    kt_lower_t *L = kt_lower_ex(dag, st, 1);
+    if (!L)
+        return kt_err_code() ? kt_err_code() : KT_EINVAL;
+    int n = L->npacks < cap ? L->npacks : cap;
+    for (int k = 0; k < n; k++) {
+        const kt_lower_pack_t *pk = &L->packs[k];
+        const kt_stage_t *ws = kt_dag_stage(dag, pk->stage);
+        memset(&out[k], 0, sizeof(out[k]));
+        out[k].buf = pk->arg;
+        out[k].ndim = pk->ndim;
+        /* The source offset each new loop steps by: coef times the stride
+         * of the weight dimension it walks. */
+        for (int m = 0; m < pk->ndim; m++) {
+            int64_t stride = 1;
+            for (int d = ws->ndim - 1; d > pk->dim[m]; d--)
+                stride *= ws->shape[d];
+            out[k].shape[m] = pk->shape[m];
+            out[k].step[m] = pk->coef[m] * stride;
+        }
+    }
+    kt_lower_free(L);
+    return n;
+}
+
+void kt_codegen_pack(const kt_codegen_pack_t *pk, const float *src, float *dst, int unpack)
+{
+    int64_t n = 1, idx[KT_TE_MAX_DIMS + 1] = {0};
+    for (int m = 0; m < pk->ndim; m++)
+        n *= pk->shape[m];
+    int64_t at = 0;   /* source offset of idx */
+    for (int64_t i = 0; i < n; i++) {
+        if (unpack)
+            dst[at] = src[i];
+        else
+            dst[i] = src[at];
+        for (int m = pk->ndim - 1; m >= 0; m--) {   /* the next index, odometer order */
+            at += pk->step[m];
+            if (++idx[m] < pk->shape[m])
+                break;
+            at -= pk->step[m] * pk->shape[m];
+            idx[m] = 0;
+        }
+    }
 }
 
 char *kt_codegen_emit_c(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry)

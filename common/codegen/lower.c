@@ -539,6 +539,11 @@ void kt_lower_free(kt_lower_t *l)
 
 kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st)
 {
+    return kt_lower_ex(dag, st, 0);
+}
+
+kt_lower_t *kt_lower_ex(const kt_dag_t *dag, const kt_sched_state_t *st, int prepacked)
+{
     if (st && st->target == KT_SCHED_TARGET_CUDA)
         return kt_lower_gpu(dag, st);
     /* Structure only: lowering is correct whatever the split bounds were. */
@@ -561,6 +566,7 @@ kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st)
     }
     L->first = -1;
     L->inline_mask = kt_sched_inline_mask(st);
+    L->prepacked = prepacked;
     ctx_t c;
     kt_lower_ctx_init(&c, dag, st, L);
     for (int s = 0; s < n; s++) {

@@ -168,6 +168,20 @@ typedef struct {
     kt_lower_index_t idx[KT_TE_MAX_DIMS + 1];
 } kt_lower_sub_t;
 
+#define KT_LOWER_MAX_PACKS 8   /* rewritten weights of one program */
+
+/* One weight re-laid out for its consumer's loops (lower_layout.c): loop m of
+ * the new layout (extent shape[m]) walks dimension dim[m] of the weight in
+ * steps of coef[m]; together they are a permutation of the weight. */
+typedef struct {
+    int stage;                              /* the weight's placeholder */
+    int arg;                                /* its kernel argument */
+    int ndim;
+    int64_t shape[KT_TE_MAX_DIMS + 1];
+    int dim[KT_TE_MAX_DIMS + 1];
+    int64_t coef[KT_TE_MAX_DIMS + 1];
+} kt_lower_pack_t;
+
 typedef struct kt_lower {
     int nnodes, niters, nstmts, nbufs;
     kt_lower_node_t *nodes;
@@ -184,6 +198,9 @@ typedef struct kt_lower {
     kt_lower_guard_t *guards;
     kt_lower_sub_t *subs;
     int64_t workspace;      /* floats of the workspace holding the HEAP buffers */
+    /* CPU weight rewrites: copied in the kernel, or read as given (prepacked) */
+    int npacks, prepacked;
+    kt_lower_pack_t packs[KT_LOWER_MAX_PACKS];
 } kt_lower_t;
 
 /* ---- GPU programs ------------------------------------------------------------------
@@ -218,6 +235,9 @@ typedef struct kt_lower {
  * of the parameters are not enforced here; GPU states: nor the hardware
  * limits). NULL with a message on error. */
 kt_lower_t *kt_lower(const kt_dag_t *dag, const kt_sched_state_t *st);
+/* The same with prepacked set: every weight the program re-lays out is
+ * taken already in its new layout (packs[] says which), with no copy. */
+kt_lower_t *kt_lower_ex(const kt_dag_t *dag, const kt_sched_state_t *st, int prepacked);
 void kt_lower_free(kt_lower_t *l);
 
 /* The loop nest of a state, TVM style, one loop per line indented by depth

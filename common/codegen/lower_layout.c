@@ -183,22 +183,39 @@ static void rewrite_one(kt_lower_ctx_t *c, int k, int p)
     }
     if (!np || !n || !covers(L, ps, axes, &st, lay, n))
         return;
+    if (L->npacks == KT_LOWER_MAX_PACKS)
+        return;
     int64_t shape[KT_TE_MAX_DIMS + 1];
     for (int m = 0; m < n; m++)
         shape[m] = L->iters[lay[m].iter].extent;
     char name[KT_LOWER_NAME], label[KT_LOWER_NAME];
     snprintf(name, sizeof(name), "kt_%s_layout", ps->name);
     snprintf(label, sizeof(label), "%s.layout", ps->name);
-    int buf = kt_lower_new_buf(c, KT_BUF_HEAP, p, name, label, n, shape);
+    /* Prepacked: the caller passes the weight in this layout as its argument. */
+    int arg = L->bufs[c->gbuf[p]].arg;
+    int buf = kt_lower_new_buf(c, L->prepacked ? KT_BUF_INPUT : KT_BUF_HEAP, p, name, label, n,
+                               shape);
     if (buf < 0)
         return;
+    kt_lower_pack_t *pk = &L->packs[L->npacks++];
+    pk->stage = p;
+    pk->arg = arg;
+    pk->ndim = n;
+    for (int m = 0; m < n; m++) {
+        pk->shape[m] = shape[m];
+        pk->dim[m] = lay[m].dim;
+        pk->coef[m] = lay[m].coef;
+    }
+    if (L->prepacked)
+        L->bufs[buf].arg = arg;
     kt_lower_index_t idx[KT_TE_MAX_DIMS + 1];
     for (int m = 0; m < n; m++) {
         idx[m] = kt_lower_idx_none();
         kt_lower_idx_add(c, &idx[m], lay[m].iter, 1);
     }
     kt_lower_add_sub(c, k, p, buf, idx, n);
-    add_copy_nest(c, p, path[0], lay, n, buf);
+    if (!L->prepacked)
+        add_copy_nest(c, p, path[0], lay, n, buf);
 }
 
 void kt_lower_rewrite_layouts(kt_lower_ctx_t *c)

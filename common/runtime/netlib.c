@@ -13,6 +13,12 @@
 #include "util/sbuf.h"
 #include "util/util.h"
 
+/* The weights a task's kernel takes packed (codegen.h); n 0: none. */
+typedef struct {
+    int n;
+    kt_codegen_pack_t p[KT_CODEGEN_MAX_PACKS];
+} packs_t;
+
 void kt_netlib_c_name(const char *name, char *out, size_t cap)
 {
     size_t n = 0;
@@ -100,7 +106,7 @@ static void put_ll_array(kt_sbuf_t *b, const char *name, const int64_t *v, int n
     kt_sbuf_puts(b, n > 0 ? "};\n" : "0};\n");
 }
 
-static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, int k)
+static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs, int k)
 {
     const kt_plan_step_t *s = &p->steps[k];
     const kt_plan_value_t *o = &p->values[s->out];
@@ -131,9 +137,27 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, int k)
                           "            return kt_fail(\"step %d: a kernel could not allocate "
                           "memory\");\n",
                        s->task, k);
-        kt_sbuf_printf(b, "#ifdef KTUNE_CHECK\n        if (err && kt_check_task(NET_ref%d, b, %d, "
-                          "%lldLL, &err[%d]) != 0)\n            return -1;\n#endif\n",
+        /* The reference reads the weights in their own layout: unpack. */
+        const packs_t *pk = &packs[s->task];
+        kt_sbuf_puts(b, "#ifdef KTUNE_CHECK\n        if (err) {\n");
+        for (int q = 0; q < pk->n; q++) {
+            const kt_codegen_pack_t *x = &pk->p[q];
+            char dn[16], sn[16];
+            snprintf(dn, sizeof dn, "D%d", q);
+            snprintf(sn, sizeof sn, "S%d", q);
+            put_ll_array(b, dn, x->shape, x->ndim);
+            put_ll_array(b, sn, x->step, x->ndim);
+            kt_sbuf_printf(b, "            float *keep%d = b[%d];\n"
+                              "            if (!(b[%d] = kt_unpack(keep%d, D%d, S%d, %d)))\n"
+                              "                return kt_fail(\"out of memory\");\n",
+                           q, x->buf, x->buf, q, q, q, x->ndim);
+        }
+        kt_sbuf_printf(b, "            int bad = kt_check_task(NET_ref%d, b, %d, %lldLL, &err[%d]);\n",
                        s->task, s->nin + 1, n, k);
+        for (int q = 0; q < pk->n; q++)
+            kt_sbuf_printf(b, "            free(b[%d]);\n            b[%d] = keep%d;\n",
+                           pk->p[q].buf, pk->p[q].buf, q);
+        kt_sbuf_puts(b, "            if (bad)\n                return -1;\n        }\n#endif\n");
         break;
     case KT_PLAN_COPY:
         kt_sbuf_printf(b, "        if (y != x)\n            memcpy(y, x, sizeof(float) * %lldULL);\n",
@@ -538,8 +562,22 @@ static void put_named(kt_sbuf_t *b, const char *t, const char *name)
     }
 }
 
+/* Whether every buffer of task i's packs is a constant in every call of
+ * it: a weight that is an activation (a matmul's B) cannot be packed ahead. */
+static int packs_are_weights(const kt_net_plan_t *p, int task, const packs_t *pk)
+{
+    for (int k = 0; k < p->nsteps; k++) {
+        const kt_plan_step_t *s = &p->steps[k];
+        for (int q = 0; s->kind == KT_PLAN_TASK && s->task == task && q < pk->n; q++)
+            if (pk->p[q].buf >= s->nin || !s->in[pk->p[q].buf].weight)
+                return 0;
+    }
+    return 1;
+}
+
 static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_t *tasks,
-                       const kt_netlib_kernel_t *kernels, const char *name, int *ndefault)
+                       const kt_netlib_kernel_t *kernels, const char *name, packs_t *packs,
+                       int *ndefault)
 {
     kt_sbuf_t t;
     kt_sbuf_init(&t);
@@ -565,8 +603,16 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
             kt_sbuf_printf(&t, "; the best measured schedule (%.4f ms). */\n",
                            kernels[i].measured_ms);
             kt_sched_state_t *st = kt_sched_state_from_json(kernels[i].state_json, dag, &params);
+            int np = st ? kt_codegen_packs(dag, st, packs[i].p, KT_CODEGEN_MAX_PACKS) : -1;
+            packs[i].n = np > 0 ? np : 0;
+            if (!packs_are_weights(p, i, &packs[i]))
+                packs[i].n = 0;
             if (!st)
                 rc = kt_err_prefix("task %d: its record's state", i);
+            else if (np < 0)
+                rc = np;
+            else if (packs[i].n)   /* weights laid out at build time, not per call */
+                rc = kt_codegen_emit_c_packed_into(dag, st, entry, &t);
             else
                 rc = kt_codegen_emit_c_into(dag, st, entry, &t);
             kt_sched_state_free(st);
@@ -650,14 +696,25 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         "        big = a > big ? a : big;\n"
         "        diff = d > diff || d != d ? d : diff;\n    }\n    free(want);\n"
         "    *err = big > 0 ? diff / big : diff;\n"
-        "    return rc == 0 ? 0 : kt_fail(\"a reference kernel could not allocate memory\");\n}\n"
+        "    return rc == 0 ? 0 : kt_fail(\"a reference kernel could not allocate memory\");\n}\n\n"
+        "/* A packed weight back in its own layout (malloc'd): packed element i is\n"
+        " * the weight's element at sum(idx_m * S[m]) (codegen.h's kt_codegen_pack). */\n"
+        "static float *kt_unpack(const float *p, const long long *D, const long long *S, int n)\n"
+        "{\n    long long total = 1, idx[16] = {0}, at = 0;\n"
+        "    for (int m = 0; m < n; m++)\n        total *= D[m];\n"
+        "    float *w = malloc(sizeof(float) * (size_t)total);\n"
+        "    for (long long i = 0; w && i < total; i++) {\n        w[at] = p[i];\n"
+        "        for (int m = n - 1; m >= 0; m--) {\n            at += S[m];\n"
+        "            if (++idx[m] < D[m])\n                break;\n"
+        "            at -= S[m] * D[m];\n            idx[m] = 0;\n        }\n    }\n"
+        "    return w;\n}\n"
         "#endif\n\n"
         "static int kt_exec(NET_t *m, const float *input, float *output, double *t, double *err)\n"
         "{\n    float *A = m->arena;\n    double t0 = 0;\n    (void)err;\n"
         "    if (t)\n        kt_lap(&t0);\n",
         (long long)((p->arena_bytes + 64) / 64 * 64), (long long)p->arena_bytes);
     for (int k = 0; k < p->nsteps && rc == KT_OK; k++)
-        rc = emit_step(&t, p, k);
+        rc = emit_step(&t, p, packs, k);
     kt_sbuf_puts(&t,
         "    (void)A;\n    return 0;\n}\n\n"
         "int NET_run(NET_t *m, const float *input, float *output)\n{\n"
@@ -778,7 +835,10 @@ int kt_netlib_write(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
     kt_sbuf_t c, h;
     kt_sbuf_init(&c);
     kt_sbuf_init(&h);
-    int rc = emit_source(&c, plan, tasks, kernels, inf.name, &inf.ndefault);
+    packs_t *packs = calloc((size_t)tasks->ntasks + 1, sizeof *packs);
+    if (!packs)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    int rc = emit_source(&c, plan, tasks, kernels, inf.name, packs, &inf.ndefault);
     if (rc == KT_OK)
         rc = emit_header(&h, plan, tasks, inf.name, source ? source : inf.name, inf.ndefault);
     if (rc == KT_OK)
@@ -787,15 +847,39 @@ int kt_netlib_write(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
         rc = write_sbuf(dir, inf.name, ".h", &h);
     kt_sbuf_free(&c);
     kt_sbuf_free(&h);
-    if (rc)
-        return rc;
-    kt_safetensors_writer_t *w = kt_safetensors_writer_new();
-    if (!w)
-        return kt_err_set(KT_ENOMEM, "out of memory");
+    kt_safetensors_writer_t *w = rc ? NULL : kt_safetensors_writer_new();
+    if (!rc && !w)
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+    /* Each weight goes to the file in the layout its kernel reads. */
+    const kt_codegen_pack_t **how = calloc((size_t)plan->nweights + 1, sizeof *how);
+    if (!rc && !how)
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+    for (int k = 0; k < plan->nsteps && rc == KT_OK; k++) {
+        const kt_plan_step_t *s = &plan->steps[k];
+        for (int q = 0; s->kind == KT_PLAN_TASK && q < packs[s->task].n; q++)
+            how[s->in[packs[s->task].p[q].buf].id] = &packs[s->task].p[q];
+    }
     for (int k = 0; k < plan->nweights && rc == KT_OK; k++) {
         const kt_plan_weight_t *x = &plan->weights[k];
-        rc = kt_safetensors_writer_add(w, x->name, x->data, x->dims, x->ndim);
+        if (!how[k]) {
+            rc = kt_safetensors_writer_add(w, x->name, x->data, x->dims, x->ndim);
+        } else {
+            float *packed = malloc((size_t)x->numel * sizeof(float));
+            if (!packed) {
+                rc = kt_err_set(KT_ENOMEM, "out of memory");
+                break;
+            }
+            kt_codegen_pack(how[k], x->data, packed, 0);
+            rc = kt_safetensors_writer_add(w, x->name, packed, how[k]->shape, how[k]->ndim);
+            free(packed);
+        }
         inf.weight_bytes += x->numel * 4;
+    }
+    free(how);
+    free(packs);
+    if (rc) {
+        kt_safetensors_writer_free(w);
+        return rc;
     }
     if (rc == KT_OK)
         rc = kt_safetensors_writer_set_metadata(w, "producer", "ktune build");
