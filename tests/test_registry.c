@@ -28,8 +28,8 @@
 #include "util/util.h"
 
 /* The daemons' shared command line is compiled into them, not into
- * libktune; this suite compiles it in the same way. */
-#include "../daemon/peer_cmdline.c"
+ * libktune; tests/meson.build links it into this suite the same way. */
+#include "peer_cmdline.h"
 
 /* ---- Fixtures -------------------------------------------------------------------------- */
 
