@@ -31,6 +31,10 @@ int kt_cli_run(int argc, char **argv);
 
 /* Print "ktune: <message>" for the current kt_err and return 1. */
 int kt_cli_fail(const char *what);
+/* An integer option in lo..hi: 0, or 2 after saying "ktune CMD: OPT wants an
+ * integer in lo..hi, not 'S'". */
+int kt_cli_parse_num(const char *cmd, const char *opt, const char *s, long long lo,
+                     long long hi, long long *out);
 
 /* ---- The network options (cli_net.c) ------------------------------------------------- */
 

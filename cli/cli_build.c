@@ -95,21 +95,6 @@ static void run_usage(FILE *f)
             TOP_STEPS, KT_CLI_NET_HELP, BUILD_HELP, CHECK_TOLERANCE);
 }
 
-static int parse_ll(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
-                    long long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || !end || *end || v < lo || v > hi) {
-        fprintf(stderr, "ktune %s: %s wants an integer in %lld..%lld, not '%s'\n", cmd, opt, lo,
-                hi, s);
-        return 2;
-    }
-    *out = v;
-    return 0;
-}
-
 /* 0, 2 (bad usage, said), or -1 for --help. */
 static int parse_args(const char *cmd, int run, int argc, char **argv, build_args_t *a)
 {
@@ -176,17 +161,17 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         case O_OUTPUT: a->output = optarg; break;
         case O_CHECK: a->check = 1; break;
         case O_SEED:
-            if (parse_ll(cmd, "--seed", optarg, 0, INT64_MAX, &v))
+            if (kt_cli_parse_num(cmd, "--seed", optarg, 0, INT64_MAX, &v))
                 return 2;
             a->seed = (unsigned long long)v;
             break;
         case O_REPEAT:
-            if (parse_ll(cmd, "--repeat", optarg, 1, 100000, &v))
+            if (kt_cli_parse_num(cmd, "--repeat", optarg, 1, 100000, &v))
                 return 2;
             a->repeat = (int)v;
             break;
         case O_THREADS:
-            if (parse_ll(cmd, "--threads", optarg, 1, 1024, &v))
+            if (kt_cli_parse_num(cmd, "--threads", optarg, 1, 1024, &v))
                 return 2;
             a->threads = (int)v;
             break;

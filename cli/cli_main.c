@@ -1,5 +1,7 @@
 /* ktune: the client CLI. Dispatches to the command groups in cli_<group>.c. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -33,6 +35,21 @@ int kt_cli_fail(const char *what)
     else
         fprintf(stderr, "ktune: %s\n", kt_err_msg());
     return 1;
+}
+
+int kt_cli_parse_num(const char *cmd, const char *opt, const char *s, long long lo,
+                     long long hi, long long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || !end || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "ktune %s: %s wants an integer in %lld..%lld, not '%s'\n", cmd, opt, lo,
+                hi, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
 }
 
 static void usage(FILE *out)

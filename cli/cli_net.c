@@ -1,8 +1,6 @@
 /* The network options every network command shares: --network, --network-file,
  * --onnx, --input, --layout, --batch, --seq-len (cli.h). */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -24,16 +22,12 @@ void kt_cli_net_init(kt_cli_net_t *n)
     n->layout = KT_NET_NHWC;
 }
 
+/* An int option in lo..hi: 0, or 2 after saying why. */
 static int parse_int(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || !end || *end || v < lo || v > hi) {
-        fprintf(stderr, "ktune %s: %s needs an integer in %d..%d, not '%s'\n", cmd, opt, lo, hi,
-                s);
+    long long v = 0;
+    if (kt_cli_parse_num(cmd, opt, s, lo, hi, &v))
         return 2;
-    }
     *out = (int)v;
     return 0;
 }

@@ -124,21 +124,6 @@ static const char *JOB_HELP =
     "workload, unreachable tracker, UNAUTHENTICATED, the job failed or was\n"
     "cancelled, ...); 2 bad usage\n";
 
-static int parse_num(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
-                     long long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || !end || *end || v < lo || v > hi) {
-        fprintf(stderr, "ktune %s: --%s wants an integer in %lld..%lld, not '%s'\n", cmd, opt, lo,
-                hi, s);
-        return 2;
-    }
-    *out = v;
-    return 0;
-}
-
 /* 0, 2 (bad usage) or -1 (--help). */
 static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, job_args_t *a)
 {
@@ -194,7 +179,9 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_MIN_REPEAT:
         case O_RUN_TIMEOUT: {
             long long lo = c == O_PRIORITY ? -1000000 : c == O_MIN_REPEAT ? 0 : 1;
-            if (parse_num(cmd, name, optarg, lo, 1000000000LL, &v))
+            char opt[64];
+            snprintf(opt, sizeof opt, "--%s", name);
+            if (kt_cli_parse_num(cmd, opt, optarg, lo, 1000000000LL, &v))
                 return 2;
             switch (c) {
             case O_TRIALS: a->trials = v; break;
