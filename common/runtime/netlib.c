@@ -1,5 +1,6 @@
 /* Writing a tuned network as a C library: kernels, graph runner, weights (netlib.h). */
 #include "netlib.h"
+#include "netlib_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,7 +39,7 @@ void kt_netlib_c_name(const char *name, char *out, size_t cap)
 }
 
 /* A C string literal of s. */
-static void put_cstr(kt_sbuf_t *b, const char *s)
+void kt_netlib_put_cstr(kt_sbuf_t *b, const char *s)
 {
     kt_sbuf_puts(b, "\"");
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
@@ -53,7 +54,7 @@ static void put_cstr(kt_sbuf_t *b, const char *s)
 }
 
 /* Text of a comment: no comment terminator, no line break. */
-static void put_comment_text(kt_sbuf_t *b, const char *s)
+void kt_netlib_put_comment(kt_sbuf_t *b, const char *s)
 {
     for (const char *c = s; *c; c++)
         kt_sbuf_printf(b, "%c", (*c == '*' && c[1] == '/') || *c == '\n' ? ' ' : *c);
@@ -89,7 +90,7 @@ static void put_ref(kt_sbuf_t *b, const kt_net_plan_t *p, kt_plan_ref_t r)
 }
 
 /* Row-major strides of dims (model layout). */
-static void strides(const int64_t *dims, int ndim, int64_t *st)
+void kt_netlib_strides(const int64_t *dims, int ndim, int64_t *st)
 {
     int64_t s = 1;
     for (int d = ndim - 1; d >= 0; d--) {
@@ -98,7 +99,7 @@ static void strides(const int64_t *dims, int ndim, int64_t *st)
     }
 }
 
-static void put_ll_array(kt_sbuf_t *b, const char *name, const int64_t *v, int n)
+void kt_netlib_put_ll_array(kt_sbuf_t *b, const char *name, const int64_t *v, int n)
 {
     kt_sbuf_printf(b, "        static const long long %s[%d] = {", name, n > 0 ? n : 1);
     for (int d = 0; d < n; d++)
@@ -113,7 +114,7 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
     const kt_plan_value_t *x = s->nin && !s->in[0].weight ? &p->values[s->in[0].id] : NULL;
     long long n = (long long)o->numel;
     kt_sbuf_printf(b, "    { /* step %d: ", k);
-    put_comment_text(b, s->name);
+    kt_netlib_put_comment(b, s->name);
     kt_sbuf_puts(b, " */\n");
     if (s->kind != KT_PLAN_TASK) {
         kt_sbuf_puts(b, "        float *y = ");
@@ -145,8 +146,8 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
             char dn[16], sn[16];
             snprintf(dn, sizeof dn, "D%d", q);
             snprintf(sn, sizeof sn, "S%d", q);
-            put_ll_array(b, dn, x->shape, x->ndim);
-            put_ll_array(b, sn, x->step, x->ndim);
+            kt_netlib_put_ll_array(b, dn, x->shape, x->ndim);
+            kt_netlib_put_ll_array(b, sn, x->step, x->ndim);
             kt_sbuf_printf(b, "            float *keep%d = b[%d];\n"
                               "            if (!(b[%d] = kt_unpack(keep%d, D%d, S%d, %d)))\n"
                               "                return kt_fail(\"out of memory\");\n",
@@ -240,16 +241,16 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         /* numpy broadcasting: shapes aligned at the last axis, size-1 axes repeat. */
         const kt_plan_value_t *vx = &p->values[s->in[0].id], *vz = &p->values[s->in[1].id];
         int64_t sx[KT_NET_MAX_DIMS], sz[KT_NET_MAX_DIMS], tx[KT_NET_MAX_DIMS], tz[KT_NET_MAX_DIMS];
-        strides(vx->dims, vx->ndim, tx);
-        strides(vz->dims, vz->ndim, tz);
+        kt_netlib_strides(vx->dims, vx->ndim, tx);
+        kt_netlib_strides(vz->dims, vz->ndim, tz);
         for (int d = 0; d < o->ndim; d++) {
             int dx = d - (o->ndim - vx->ndim), dz = d - (o->ndim - vz->ndim);
             sx[d] = dx < 0 || vx->dims[dx] == 1 ? 0 : tx[dx];
             sz[d] = dz < 0 || vz->dims[dz] == 1 ? 0 : tz[dz];
         }
-        put_ll_array(b, "D", o->dims, o->ndim);
-        put_ll_array(b, "SX", sx, o->ndim);
-        put_ll_array(b, "SZ", sz, o->ndim);
+        kt_netlib_put_ll_array(b, "D", o->dims, o->ndim);
+        kt_netlib_put_ll_array(b, "SX", sx, o->ndim);
+        kt_netlib_put_ll_array(b, "SZ", sz, o->ndim);
         kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
                           "        for (long long i = 0; i < %lldLL; i++) {\n"
                           "            long long r = i, ix = 0, iz = 0;\n"
@@ -263,11 +264,11 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
     }
     case KT_PLAN_TRANSPOSE: {
         int64_t t[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
-        strides(x->dims, x->ndim, t);
+        kt_netlib_strides(x->dims, x->ndim, t);
         for (int d = 0; d < o->ndim; d++)
             sp[d] = t[s->perm[d]];
-        put_ll_array(b, "D", o->dims, o->ndim);
-        put_ll_array(b, "S", sp, o->ndim);
+        kt_netlib_put_ll_array(b, "D", o->dims, o->ndim);
+        kt_netlib_put_ll_array(b, "S", sp, o->ndim);
         kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
                           "        for (long long i = 0; i < %lldLL; i++) {\n"
                           "            long long r = i, ix = 0;\n"
@@ -304,7 +305,7 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
 /* The safetensors reader of the generated file: a strict scanner of the
  * header's JSON (string keys, objects, arrays, numbers) that finds each
  * weight by name and checks its dtype, shape and offsets. */
-static const char *const LOADER =
+const char *const KT_NETLIB_LOADER =
     "static const char *kt_ws(const char *p, const char *e)\n"
     "{\n"
     "    while (p < e && (*p == ' ' || *p == '\\n' || *p == '\\r' || *p == '\\t'))\n"
@@ -539,6 +540,7 @@ static const char *const LOADER =
     "        }\n"
     "        m->w[i] = m->blob + begin[i] / 4;\n"
     "    }\n"
+    "    m->blob_bytes = data_bytes;\n"
     "    rc = 0;\n"
     "out:\n"
     "    free(begin);\n"
@@ -548,7 +550,7 @@ static const char *const LOADER =
     "}\n";
 
 /* Replace every "NET" token (the prefix placeholder) of t by name. */
-static void put_named(kt_sbuf_t *b, const char *t, const char *name)
+void kt_netlib_put_named(kt_sbuf_t *b, const char *t, const char *name)
 {
     for (const char *c = t; *c;) {
         const char *q = strstr(c, "NET");
@@ -560,6 +562,30 @@ static void put_named(kt_sbuf_t *b, const char *t, const char *name)
         kt_sbuf_puts(b, name);
         c = q + 3;
     }
+}
+
+void kt_netlib_put_tables(kt_sbuf_t *b, const kt_net_plan_t *p)
+{
+    kt_sbuf_printf(b, "#define KT_NSTEPS %d\n#define KT_NW %d\n", p->nsteps, p->nweights);
+    kt_sbuf_puts(b, "static const char *const kt_step_names[KT_NSTEPS] = {\n");
+    for (int k = 0; k < p->nsteps; k++) {
+        kt_sbuf_puts(b, "    ");
+        kt_netlib_put_cstr(b, p->steps[k].name);
+        kt_sbuf_puts(b, ",\n");
+    }
+    kt_sbuf_puts(b, "};\nstatic const int kt_step_tasks[KT_NSTEPS] = {");
+    for (int k = 0; k < p->nsteps; k++)
+        kt_sbuf_printf(b, "%s%d", k ? ", " : "", p->steps[k].task);
+    kt_sbuf_puts(b, "};\nstatic const char *const kt_weight_names[KT_NW + 1] = {\n");
+    for (int k = 0; k < p->nweights; k++) {
+        kt_sbuf_puts(b, "    ");
+        kt_netlib_put_cstr(b, p->weights[k].name);
+        kt_sbuf_puts(b, ",\n");
+    }
+    kt_sbuf_puts(b, "    NULL};\nstatic const long long kt_weight_numel[KT_NW + 1] = {");
+    for (int k = 0; k < p->nweights; k++)
+        kt_sbuf_printf(b, "%lldLL, ", (long long)p->weights[k].numel);
+    kt_sbuf_puts(b, "0};\n");
 }
 
 /* Whether every buffer of task i's packs is a constant in every call of
@@ -598,7 +624,7 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         char entry[KT_NETLIB_MAX_NAME + 32];
         snprintf(entry, sizeof entry, "%s_task%d", name, i);
         kt_sbuf_printf(&t, "/* Task %d: ", i);
-        put_comment_text(&t, tasks->tasks[i].desc);
+        kt_netlib_put_comment(&t, tasks->tasks[i].desc);
         if (kernels[i].state_json) {
             kt_sbuf_printf(&t, "; the best measured schedule (%.4f ms). */\n",
                            kernels[i].measured_ms);
@@ -634,35 +660,16 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         kt_sbuf_free(&t);
         return rc;
     }
-    /* Tables of steps and weights. */
-    kt_sbuf_printf(&t, "#define KT_NSTEPS %d\n#define KT_NW %d\n", p->nsteps, p->nweights);
-    kt_sbuf_puts(&t, "static const char *const kt_step_names[KT_NSTEPS] = {\n");
-    for (int k = 0; k < p->nsteps; k++) {
-        kt_sbuf_puts(&t, "    ");
-        put_cstr(&t, p->steps[k].name);
-        kt_sbuf_puts(&t, ",\n");
-    }
-    kt_sbuf_puts(&t, "};\nstatic const int kt_step_tasks[KT_NSTEPS] = {");
-    for (int k = 0; k < p->nsteps; k++)
-        kt_sbuf_printf(&t, "%s%d", k ? ", " : "", p->steps[k].task);
-    kt_sbuf_puts(&t, "};\nstatic const char *const kt_weight_names[KT_NW + 1] = {\n");
-    for (int k = 0; k < p->nweights; k++) {
-        kt_sbuf_puts(&t, "    ");
-        put_cstr(&t, p->weights[k].name);
-        kt_sbuf_puts(&t, ",\n");
-    }
-    kt_sbuf_puts(&t, "    NULL};\nstatic const long long kt_weight_numel[KT_NW + 1] = {");
-    for (int k = 0; k < p->nweights; k++)
-        kt_sbuf_printf(&t, "%lldLL, ", (long long)p->weights[k].numel);
-    kt_sbuf_printf(&t, "0};\n\n"
-                       "struct NET {\n    float *arena;\n    float *blob;\n"
+    kt_netlib_put_tables(&t, p);
+    kt_sbuf_printf(&t, "\n"
+                       "struct NET {\n    float *arena;\n    float *blob;\n    long long blob_bytes;\n"
                        "    float *w[KT_NW + 1];\n};\n\n"
                        "static _Thread_local char kt_msg[512];\n\n"
                        "const char *NET_last_error(void)\n{\n    return kt_msg;\n}\n\n"
                        "static int kt_fail(const char *fmt, ...)\n{\n    va_list ap;\n"
                        "    va_start(ap, fmt);\n    vsnprintf(kt_msg, sizeof kt_msg, fmt, ap);\n"
                        "    va_end(ap);\n    return -1;\n}\n\n");
-    kt_sbuf_puts(&t, LOADER);
+    kt_sbuf_puts(&t, KT_NETLIB_LOADER);
     kt_sbuf_printf(&t,
         "\nNET_t *NET_create(const char *weights_path)\n{\n"
         "    NET_t *m = calloc(1, sizeof(*m));\n"
@@ -733,15 +740,15 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
     if (rc == KT_OK)
         rc = kt_sbuf_ok(&t);
     if (rc == KT_OK) {
-        put_named(b, t.data, name);
+        kt_netlib_put_named(b, t.data, name);
         rc = kt_sbuf_ok(b);
     }
     kt_sbuf_free(&t);
     return rc;
 }
 
-static int emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_t *tasks,
-                       const char *name, const char *source, int ndefault)
+int kt_netlib_emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_t *tasks,
+                          const char *name, const char *source, int ndefault, const char *arch)
 {
     const kt_plan_value_t *in = &p->values[p->input], *out = &p->values[p->output];
     char guard[KT_NETLIB_MAX_NAME + 8];
@@ -752,16 +759,25 @@ static int emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
     kt_sbuf_t t;
     kt_sbuf_init(&t);
     kt_sbuf_puts(&t, "/*\n * NET: ");
-    put_comment_text(&t, source);
-    kt_sbuf_printf(&t, ", built by ktune build: %d task%s (%d with the naive\n"
-                       " * reference: no record), %d steps, an arena of %lld bytes.\n",
-                   tasks->ntasks, tasks->ntasks == 1 ? "" : "s", ndefault, p->nsteps,
-                   (long long)p->arena_bytes);
-    kt_sbuf_puts(&t, " *\n * Build: cc -O3 -march=native -fopenmp -c NET.c\n"
-                     " *        (link the program with -fopenmp -lm; add -DKTUNE_CHECK for\n"
-                     " *        NET_check, which also runs every task's reference kernel)\n"
-                     " *\n"
-                     " * Use:   NET_t *m = NET_create(\"NET.safetensors\");\n"
+    kt_netlib_put_comment(&t, source);
+    kt_sbuf_printf(&t, ", built by ktune build: %d task%s (%d with the %s\n"
+                       " * schedule: no record), %d steps, an arena of %lld bytes.\n",
+                   tasks->ntasks, tasks->ntasks == 1 ? "" : "s", ndefault,
+                   arch ? "default GPU" : "naive reference", p->nsteps, (long long)p->arena_bytes);
+    if (arch)
+        kt_sbuf_printf(&t, " *\n * CUDA (%s): NET.cu holds the kernels (NET.cubin: compiled by NVRTC\n"
+                           " * at build time; by hand: nvcc -cubin -arch=%s NET.cu); NET_host.c\n"
+                           " * loads it beside the weights file and launches the kernels in order\n"
+                           " * on one stream with the Driver API.\n"
+                           " * Build: cc -O2 -I/usr/local/cuda/include -c NET_host.c\n"
+                           " *        (link the program with -lcuda)\n *\n",
+                       arch, arch);
+    else
+        kt_sbuf_puts(&t, " *\n * Build: cc -O3 -march=native -fopenmp -c NET.c\n"
+                         " *        (link the program with -fopenmp -lm; add -DKTUNE_CHECK for\n"
+                         " *        NET_check, which also runs every task's reference kernel)\n"
+                         " *\n");
+    kt_sbuf_puts(&t, " * Use:   NET_t *m = NET_create(\"NET.safetensors\");\n"
                      " *        NET_run(m, input, output);   (0 on success)\n"
                      " *        NET_destroy(m);\n"
                      " * input and output are dense float32 in the model's own layout (NCHW for\n"
@@ -805,20 +821,56 @@ static int emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         "#endif\n\n#endif\n");
     int rc = kt_sbuf_ok(&t);
     if (rc == KT_OK) {
-        put_named(b, t.data, name);
+        kt_netlib_put_named(b, t.data, name);
         rc = kt_sbuf_ok(b);
     }
     kt_sbuf_free(&t);
     return rc;
 }
 
-static int write_sbuf(const char *dir, const char *name, const char *ext, kt_sbuf_t *b)
+int kt_netlib_write_text(const char *dir, const char *name, const char *ext, kt_sbuf_t *b)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s%s", dir, name, ext);
     if (kt_file_write(path, b->data, b->len) != 0)
         return kt_err_prefix("writing %s", path);
     return KT_OK;
+}
+
+int kt_netlib_write_weights(const kt_net_plan_t *plan, const kt_codegen_pack_t *const *how,
+                            const char *dir, const char *name, int64_t *bytes)
+{
+    kt_safetensors_writer_t *w = kt_safetensors_writer_new();
+    if (!w)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    int rc = KT_OK;
+    *bytes = 0;
+    for (int k = 0; k < plan->nweights && rc == KT_OK; k++) {
+        const kt_plan_weight_t *x = &plan->weights[k];
+        if (!how || !how[k]) {
+            rc = kt_safetensors_writer_add(w, x->name, x->data, x->dims, x->ndim);
+        } else {
+            float *packed = malloc((size_t)x->numel * sizeof(float));
+            if (!packed) {
+                rc = kt_err_set(KT_ENOMEM, "out of memory");
+                break;
+            }
+            kt_codegen_pack(how[k], x->data, packed, 0);
+            rc = kt_safetensors_writer_add(w, x->name, packed, how[k]->shape, how[k]->ndim);
+            free(packed);
+        }
+        *bytes += x->numel * 4;
+    }
+    if (rc == KT_OK)
+        rc = kt_safetensors_writer_set_metadata(w, "producer", "ktune build");
+    if (rc == KT_OK)
+        rc = kt_safetensors_writer_set_metadata(w, "network", name);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+    if (rc == KT_OK)
+        rc = kt_safetensors_writer_save(w, path);
+    kt_safetensors_writer_free(w);
+    return rc;
 }
 
 int kt_netlib_write(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
@@ -840,16 +892,14 @@ int kt_netlib_write(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
         return kt_err_set(KT_ENOMEM, "out of memory");
     int rc = emit_source(&c, plan, tasks, kernels, inf.name, packs, &inf.ndefault);
     if (rc == KT_OK)
-        rc = emit_header(&h, plan, tasks, inf.name, source ? source : inf.name, inf.ndefault);
+        rc = kt_netlib_emit_header(&h, plan, tasks, inf.name, source ? source : inf.name,
+                                   inf.ndefault, NULL);
     if (rc == KT_OK)
-        rc = write_sbuf(dir, inf.name, ".c", &c);
+        rc = kt_netlib_write_text(dir, inf.name, ".c", &c);
     if (rc == KT_OK)
-        rc = write_sbuf(dir, inf.name, ".h", &h);
+        rc = kt_netlib_write_text(dir, inf.name, ".h", &h);
     kt_sbuf_free(&c);
     kt_sbuf_free(&h);
-    kt_safetensors_writer_t *w = rc ? NULL : kt_safetensors_writer_new();
-    if (!rc && !w)
-        rc = kt_err_set(KT_ENOMEM, "out of memory");
     /* Each weight goes to the file in the layout its kernel reads. */
     const kt_codegen_pack_t **how = calloc((size_t)plan->nweights + 1, sizeof *how);
     if (!rc && !how)
@@ -859,37 +909,10 @@ int kt_netlib_write(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
         for (int q = 0; s->kind == KT_PLAN_TASK && q < packs[s->task].n; q++)
             how[s->in[packs[s->task].p[q].buf].id] = &packs[s->task].p[q];
     }
-    for (int k = 0; k < plan->nweights && rc == KT_OK; k++) {
-        const kt_plan_weight_t *x = &plan->weights[k];
-        if (!how[k]) {
-            rc = kt_safetensors_writer_add(w, x->name, x->data, x->dims, x->ndim);
-        } else {
-            float *packed = malloc((size_t)x->numel * sizeof(float));
-            if (!packed) {
-                rc = kt_err_set(KT_ENOMEM, "out of memory");
-                break;
-            }
-            kt_codegen_pack(how[k], x->data, packed, 0);
-            rc = kt_safetensors_writer_add(w, x->name, packed, how[k]->shape, how[k]->ndim);
-            free(packed);
-        }
-        inf.weight_bytes += x->numel * 4;
-    }
+    if (rc == KT_OK)
+        rc = kt_netlib_write_weights(plan, how, dir, inf.name, &inf.weight_bytes);
     free(how);
     free(packs);
-    if (rc) {
-        kt_safetensors_writer_free(w);
-        return rc;
-    }
-    if (rc == KT_OK)
-        rc = kt_safetensors_writer_set_metadata(w, "producer", "ktune build");
-    if (rc == KT_OK)
-        rc = kt_safetensors_writer_set_metadata(w, "network", inf.name);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.safetensors", dir, inf.name);
-    if (rc == KT_OK)
-        rc = kt_safetensors_writer_save(w, path);
-    kt_safetensors_writer_free(w);
     if (rc == KT_OK && info)
         *info = inf;
     return rc;
