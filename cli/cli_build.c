@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "measure/cuda_runner.h"
+#include "measure/nvrtc.h"
 #include "net/plan.h"
 #include "runtime/netlib.h"
 #include "sched/state.h"
@@ -32,7 +34,7 @@ typedef struct {
     kt_cli_net_t net;
     kt_cli_conn_t conn;
     int64_t job;
-    const char *target, *out, *name, *input, *output;
+    const char *target, *arch, *out, *name, *input, *output;
     unsigned long long seed;
     int repeat, threads, check;
 } build_args_t;
@@ -43,7 +45,11 @@ static const char *const BUILD_HELP =
     "  --tracker HOST:PORT   take the records from a tracker instead (QueryBest);\n"
     "                        --token-file F, --tls-ca F, --timeout MS as elsewhere\n"
     "  --job J               only records measured by job J\n"
-    "  --target cpu          the target (cpu; cuda is not built yet)\n"
+    "  --target cpu|cuda     the target (default cpu); cuda writes NAME.cu (and\n"
+    "                        NAME.cubin), NAME_host.c (Driver API) with the GPU\n"
+    "                        records of each task, a seeded default GPU schedule\n"
+    "                        otherwise\n"
+    "  --arch sm_XY          the GPU architecture of --target cuda (default sm_90)\n"
     "  --seed S              seed of a built-in network's random weights (default 0)\n"
     "  --name NAME           the C prefix of the library (default: the network's name)\n";
 
@@ -51,7 +57,8 @@ static void build_usage(FILE *f)
 {
     fprintf(f, "usage: ktune build (--network NAME | --network-file F | --onnx MODEL)\n"
                "                   [--layout NHWC|NCHW] [--batch N] [--db PATH | --tracker ADDR]\n"
-               "                   [--job J] [--target cpu] [--seed S] [--name NAME] --out DIR\n"
+               "                   [--job J] [--target cpu|cuda] [--arch sm_XY] [--seed S]\n"
+               "                   [--name NAME] --out DIR\n"
                "\n"
                "Build the network with the best valid record of each of its tasks as a C\n"
                "library: DIR/NAME.c (kernels and a graph runner on one arena), DIR/NAME.h\n"
@@ -94,6 +101,10 @@ static void run_usage(FILE *f)
                "usage\n",
             TOP_STEPS, KT_CLI_NET_HELP, BUILD_HELP, CHECK_TOLERANCE);
 }
+
+static int is_cuda(const build_args_t *a) { return a->target && strcmp(a->target, "cuda") == 0; }
+
+static const char *target_of(const build_args_t *a) { return a->target ? a->target : "cpu"; }
 
 /* 0, 2 (bad usage, said), or -1 for --help. */
 static int parse_args(const char *cmd, int run, int argc, char **argv, build_args_t *a)
@@ -151,10 +162,7 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
                 return 2;
             break;
         case O_TARGET: a->target = optarg; break;
-        case O_ARCH:
-            fprintf(stderr, "ktune %s: --arch applies to --target cuda, which ktune build does not "
-                            "support yet\n", cmd);
-            return 2;
+        case O_ARCH: a->arch = optarg; break;
         case O_OUT: a->out = optarg; break;
         case O_NAME: a->name = optarg; break;
         case O_IN: a->input = optarg; break;
@@ -189,9 +197,17 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
     }
     if (kt_cli_net_check(cmd, &a->net))
         return 2;
-    if (a->target && strcmp(a->target, "cpu") != 0) {
-        fprintf(stderr, "ktune %s: --target %s: only cpu networks can be built so far\n", cmd,
-                a->target);
+    if (a->target && strcmp(a->target, "cpu") != 0 && strcmp(a->target, "cuda") != 0) {
+        fprintf(stderr, "ktune %s: unknown --target '%s' (cpu or cuda)\n", cmd, a->target);
+        return 2;
+    }
+    if (a->arch && !is_cuda(a)) {
+        fprintf(stderr, "ktune %s: --arch needs --target cuda\n", cmd);
+        return 2;
+    }
+    if (is_cuda(a) && a->check) {
+        fprintf(stderr, "ktune %s: --check runs the CPU build's reference kernels; it does not "
+                        "apply to --target cuda\n", cmd);
         return 2;
     }
     if (!run && !a->out) {
@@ -225,11 +241,11 @@ static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tas
         kt_record_list_t *l = NULL;
         const char *key = kt_workload_key(t->tasks[i].wl);
         if (a->job) {
-            kt_store_filter_t f = {.workload_key = key, .target = "cpu", .job_id = a->job,
-                                   .valid_only = 1};
+            kt_store_filter_t f = {.workload_key = key, .target = target_of(a),
+                                   .job_id = a->job, .valid_only = 1};
             rc = kt_store_get_records(s, &f, &l);
         } else {
-            rc = kt_store_best(s, key, "cpu", &l);
+            rc = kt_store_best(s, key, target_of(a), &l);
             if (rc == KT_ENOTFOUND)
                 rc = 0;
         }
@@ -261,7 +277,7 @@ static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_t
         if (!a->job) {
             Ktune__V1__QueryBestRequest req = KTUNE__V1__QUERY_BEST_REQUEST__INIT;
             req.workload_key = (char *)key;
-            req.target = "cpu";
+            req.target = (char *)target_of(a);
             req.top_k = 1;
             ProtobufCMessage *resp = NULL;
             if (kt_cli_call(cmd, &a->conn, "/ktune.v1.Tracker/QueryBest", &req.base,
@@ -280,7 +296,7 @@ static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_t
         /* The records of one job: ListRecords, the fastest kept. */
         Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
         req.workload_key = (char *)key;
-        req.target = "cpu";
+        req.target = (char *)target_of(a);
         req.job_id = a->job;
         req.valid_only = 1;
         kt_rpc_reader_t *rd = kt_rpc_reader_open(cl, "/ktune.v1.Tracker/ListRecords", &req.base,
@@ -373,17 +389,26 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
         fprintf(stderr, "ktune %s: cannot create %s: %s\n", cmd, dir, strerror(errno));
         goto done;
     }
-    if (kt_netlib_write(plan, t, kern, base, source, dir, &info) != 0) {
+    if ((is_cuda(a) ? kt_netlib_write_cuda(plan, t, kern, base, source,
+                                           a->arch ? a->arch : KT_NVRTC_DEFAULT_ARCH, dir, &info)
+                    : kt_netlib_write(plan, t, kern, base, source, dir, &info)) != 0) {
         kt_cli_fail(cmd);
         goto done;
     }
     snprintf(name, cap, "%s", info.name);
+    if (!quiet && is_cuda(a))
+        printf("wrote %s/%s.cu, %s_host.c, %s.h, %s.safetensors%s%s%s for %s: ", dir, info.name,
+               info.name, info.name, info.name, info.cubin ? " and " : "",
+               info.cubin ? info.name : "", info.cubin ? ".cubin" : " (no NVRTC: no cubin)",
+               a->arch ? a->arch : KT_NVRTC_DEFAULT_ARCH);
+    else if (!quiet)
+        printf("wrote %s/%s.c, %s.h and %s.safetensors: ", dir, info.name, info.name, info.name);
     if (!quiet)
-        printf("wrote %s/%s.c, %s.h and %s.safetensors: %d task%s (%d tuned), %d steps, arena "
-               "%.2f MiB (%.2f MiB without reuse), weights %.2f MiB\n",
-               dir, info.name, info.name, info.name, info.ntasks, info.ntasks == 1 ? "" : "s",
-               info.ntasks - info.ndefault, info.nsteps, info.arena_bytes / 1048576.0,
-               info.naive_bytes / 1048576.0, info.weight_bytes / 1048576.0);
+        printf("%d task%s (%d tuned), %d steps, arena %.2f MiB (%.2f MiB without reuse), weights "
+               "%.2f MiB\n",
+               info.ntasks, info.ntasks == 1 ? "" : "s", info.ntasks - info.ndefault, info.nsteps,
+               info.arena_bytes / 1048576.0, info.naive_bytes / 1048576.0,
+               info.weight_bytes / 1048576.0);
     rc = 0;
 done:
     for (int i = 0; states && i < t->ntasks; i++)
@@ -470,7 +495,9 @@ static float *load_input(const build_args_t *a, const int64_t *dims, int ndim, i
 
 static int run_network(const build_args_t *a, const char *dir, const char *name)
 {
-    kt_netlib_t *n = kt_netlib_open(dir, name, a->check);
+    kt_netlib_t *n = kt_netlib_open(dir, name, is_cuda(a) ? KT_NETLIB_CUDA
+                                               : a->check ? KT_NETLIB_CHECK
+                                                          : 0);
     if (!n)
         return kt_cli_fail("run");
     int rc = 1;
@@ -589,6 +616,14 @@ int kt_cli_run(int argc, char **argv)
     }
     if (rc)
         return rc;
+    /* Without a GPU there is nothing to run a cuda build on: say so first. */
+    if (is_cuda(&a)) {
+        kt_hw_params_t hw;
+        if (kt_cuda_device_probe(0, NULL, 60, &hw) != 0) {
+            fprintf(stderr, "ktune run: --target cuda needs an NVIDIA GPU: %s\n", kt_err_msg());
+            return 1;
+        }
+    }
     /* Say so before building when the input cannot be read at all. */
     if (a.input && access(a.input, R_OK) != 0) {
         fprintf(stderr, "ktune run: --input %s: %s\n", a.input, strerror(errno));

@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 
 #include "net/net.h"
+#include "measure/cuda_runner.h"
+#include "measure/nvrtc.h"
 #include "net/plan.h"
 #include "sched/state.h"
 #include "store/store.h"
@@ -28,6 +30,8 @@
 #include "util/rng.h"
 #include "util/util.h"
 
+#include "kt_config.h"
+#include "kt_skip.h"
 #include "kt_test_proc.h"
 
 /* Upper bound of one ktune command (the machine may be slow and busy). */
@@ -462,6 +466,108 @@ START_TEST(runtime_generated_library_links_into_a_program_twice)
 }
 END_TEST
 
+/* ---- the CUDA build ----------------------------------------------------------------------- */
+
+START_TEST(runtime_cuda_build_compiles_and_runs_where_there_is_a_gpu)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    need_models();
+    char dir[512], db[512], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
+    snprintf(db, sizeof db, "%s/cu.db", kt_test_dir);
+    char *model = path_in(models, "small_bn.onnx");
+    /* A store with a GPU schedule for the first task only: the others get
+     * the seeded default schedule. */
+    kt_net_t *net = kt_net_onnx_load(model, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_ptr_nonnull(t);
+    kt_hw_params_t hw;
+    kt_sched_params_t params;
+    ck_assert_int_eq(kt_hw_params_preset("sm_80", &hw), 0);
+    ck_assert_int_eq(kt_sched_params_from_hw(&hw, &params), 0);
+    const kt_dag_t *dag = kt_workload_dag(t->tasks[0].wl);
+    kt_sched_state_t **sk = NULL;
+    int nsk = 0;
+    ck_assert_int_eq(kt_sched_sketches(dag, &params, &sk, &nsk), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 3);
+    kt_sched_state_t *st = NULL;
+    for (int tries = 0; tries < 64 && !st; tries++) {
+        st = kt_sched_sample(dag, &params, sk[tries % nsk], &rng);
+        if (st && kt_sched_state_validate(dag, &params, st) != 0) {
+            kt_sched_state_free(st);
+            st = NULL;
+        }
+    }
+    ck_assert_ptr_nonnull(st);
+    char *json = kt_sched_state_to_json(st, dag);
+    double cost = 1e-4;
+    kt_record_t r = {.workload_key = kt_workload_key(t->tasks[0].wl), .target = "cuda",
+                     .state_json = json, .state_hash = kt_sched_state_hash(st, dag),
+                     .costs = &cost, .ncosts = 1, .timestamp = 1.0};
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_msg(kt_store_put_records(s, &r, 1) == 0, "%s", kt_err_msg());
+    kt_store_close(s);
+    free(json);
+    kt_sched_state_free(st);
+    for (int k = 0; k < nsk; k++)
+        kt_sched_state_free(sk[k]);
+    free(sk);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+
+    char *out = NULL;
+    char *build[] = {"build", "--onnx", model, "--target", "cuda", "--arch", "sm_80", "--db", db,
+                     "--out", dir, NULL};
+    ck_assert_msg(ktune(build, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "8 tasks (1 tuned)") && strstr(out, "small_bn.cubin"), "%s", out);
+    free(out);
+    /* The .cu compiles with NVRTC and holds every kernel the host launches. */
+    char *cu = file_bytes(path_in(dir, "small_bn.cu"), NULL);
+    kt_nvrtc_result_t res;
+    ck_assert_msg(kt_nvrtc_compile(cu, "sm_75", NULL, 0, &res) == 0, "%s", kt_err_msg());
+    char *host = file_bytes(path_in(dir, "small_bn_host.c"), NULL);
+    for (const char *q = strstr(host, "kt_fn_names[KT_NF] = {"); q && *q != '}'; q++) {
+        if (*q != '"')
+            continue;
+        char fn[256];
+        const char *e = strchr(q + 1, '"');
+        snprintf(fn, sizeof fn, "%.*s", (int)(e - q - 1), q + 1);
+        ck_assert_msg(kt_nvrtc_result_kernel(&res, fn) != NULL, "no kernel %s", fn);
+        q = e;
+    }
+    kt_nvrtc_result_clear(&res);
+    free(cu);
+    free(host);
+    /* The host runner compiles without a warning and links against the driver. */
+    snprintf(cmd, sizeof cmd,
+             "cc -std=c17 -Wall -Wextra -Werror -O2 -shared -fPIC -I'%s/include' -o '%s/h.so' "
+             "'%s/small_bn_host.c' -L'%s/lib64/stubs' -lcuda > '%s/cc.log' 2>&1",
+             KT_CUDA_PATH, dir, dir, KT_CUDA_PATH, dir);
+    ck_assert_msg(system(cmd) == 0, "%s", kt_file_read(path_in(dir, "cc.log"), NULL));
+
+    char y[512];
+    snprintf(y, sizeof y, "%s/y.npy", kt_test_dir);
+    char *run[] = {"run", "--onnx", model, "--target", "cuda", "--arch", "sm_80", "--db", db,
+                   "--input", path_in(models, "x.npy"), "--output", y, "--repeat", "3", NULL};
+    int rc = ktune(run, &out);
+    kt_hw_params_t dev;
+    if (kt_cuda_device_probe(0, NULL, 60, &dev) != 0) {
+        ck_assert_int_eq(rc, 1);
+        ck_assert_msg(strstr(out, "--target cuda needs an NVIDIA GPU"), "%s", out);
+        free(out);
+        KT_SKIP_NO_GPU("running the CUDA build");
+    }
+    ck_assert_msg(rc == 0, "%s", out);
+    free(out);
+    ck_assert_double_le(npy_rel_diff(y, path_in(models, "y_ref.npy")), TOL);
+}
+END_TEST
+
 /* ---- bad input ---------------------------------------------------------------------------- */
 
 START_TEST(runtime_bad_input_names_the_cause_and_leaves_the_store)
@@ -491,7 +597,11 @@ START_TEST(runtime_bad_input_names_the_cause_and_leaves_the_store)
         {2, "--out DIR is required", {"build", "--network", "resnet-18", NULL}},
         {2, "exactly one of", {"build", "--network", "resnet-18", "--onnx", model, "--out",
                                kt_test_dir, NULL}},
-        {2, "only cpu networks", {"run", "--network", "resnet-18", "--target", "cuda", NULL}},
+        {2, "unknown --target 'tpu'", {"run", "--network", "resnet-18", "--target", "tpu", NULL}},
+        {2, "--arch needs --target cuda", {"build", "--network", "resnet-18", "--arch", "sm_80",
+                                           "--out", kt_test_dir, NULL}},
+        {2, "does not apply to --target cuda", {"run", "--network", "resnet-18", "--target",
+                                                "cuda", "--check", NULL}},
         {2, "is an option of ktune run", {"build", "--network", "resnet-18", "--check", "--out",
                                           kt_test_dir, NULL}},
         {2, "--repeat wants an integer", {"run", "--network", "resnet-18", "--repeat", "0", NULL}},
@@ -537,6 +647,7 @@ int main(void)
     tcase_add_test(tc, runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker);
     tcase_add_test(tc, runtime_resnet18_runs_checked_in_both_layouts_with_one_answer);
     tcase_add_test(tc, runtime_generated_library_links_into_a_program_twice);
+    tcase_add_test(tc, runtime_cuda_build_compiles_and_runs_where_there_is_a_gpu);
     tcase_add_test(tc, runtime_bad_input_names_the_cause_and_leaves_the_store);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

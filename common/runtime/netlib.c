@@ -607,7 +607,8 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
 {
     kt_sbuf_t t;
     kt_sbuf_init(&t);
-    kt_sbuf_printf(&t, "/* NET.c: the network NET as built by ktune build (see NET.h). */\n");
+    kt_sbuf_printf(&t, "/* NET.c: the network NET as built by ktune build (see NET.h). */\n"
+                       "#define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c17 */\n");
     kt_codegen_preamble_c(&t);
     kt_sbuf_puts(&t, "#include <stdarg.h>\n#include <stdio.h>\n#include <time.h>\n"
                      "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n#include \"NET.h\"\n\n"

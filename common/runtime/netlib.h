@@ -43,6 +43,7 @@ typedef struct {
     int ntasks, ndefault;            /* tasks, and those without a schedule */
     int nsteps;
     int64_t arena_bytes, naive_bytes, weight_bytes;
+    int cubin;                       /* CUDA: NAME.cubin was compiled (NVRTC) */
 } kt_netlib_info_t;
 
 /* A C identifier made from any name ("resnet-18" -> "resnet_18"); fits cap. */
@@ -55,14 +56,28 @@ int kt_netlib_write(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
                     const kt_netlib_kernel_t *kernels, const char *name, const char *source,
                     const char *dir, kt_netlib_info_t *info);
 
+/* The CUDA build (--target cuda) for GPU architecture arch (a preset name,
+ * sm_XY): <dir>/<name>.cu (every task's kernels: its record's GPU schedule or
+ * a seeded default one, and the simple layers' kernels), <name>.cubin (by
+ * NVRTC, when libktune has it), <name>_host.c (the Driver API runner behind
+ * the same API as the C build, loading <name>.cubin beside the weights),
+ * <name>.h and <name>.safetensors. */
+int kt_netlib_write_cuda(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
+                         const kt_netlib_kernel_t *kernels, const char *name, const char *source,
+                         const char *arch, const char *dir, kt_netlib_info_t *info);
+
 /* ---- running a written library in this process ------------------------------------ */
 
 typedef struct kt_netlib kt_netlib_t;
 
-/* Compile <dir>/<name>.c (with -DKTUNE_CHECK when check is set) into a
- * shared object beside it, load it and create an instance from
- * <dir>/<name>.safetensors. NULL with the compiler's or loader's message. */
-kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int check);
+#define KT_NETLIB_CHECK 1   /* compile with -DKTUNE_CHECK: kt_netlib_check works */
+#define KT_NETLIB_CUDA 2    /* the CUDA build: <name>_host.c, linked with the driver */
+
+/* Compile <dir>/<name>.c (flags: KT_NETLIB_CHECK, or KT_NETLIB_CUDA for
+ * <name>_host.c) into a shared object beside it, load it and create an
+ * instance from <dir>/<name>.safetensors. NULL with the compiler's or
+ * loader's message. */
+kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int flags);
 void kt_netlib_close(kt_netlib_t *n);
 
 /* Shapes of the input and output (model layout). */

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kt_config.h"
 #include "netlib.h"
 #include "util/err.h"
 #include "util/util.h"
@@ -35,12 +36,21 @@ struct kt_netlib {
 };
 
 /* Run the compiler; its output goes to log. 0, or KT_EIO with the log. */
-static int compile(const char *src, const char *so, int check, const char *log)
+static int compile(const char *src, const char *so, int flags, const char *log)
 {
     const char *cc = getenv("CC");
-    char *const argv[] = {(char *)(cc && *cc ? cc : "cc"), "-O3", "-march=native", "-fopenmp",
-                          "-shared", "-fPIC", "-std=c17", (char *)(check ? "-DKTUNE_CHECK" : "-DKTUNE"),
-                          "-o", (char *)so, (char *)src, "-lm", NULL};
+    char inc[4200], lib[4200];
+    snprintf(inc, sizeof inc, "-I%s/include", KT_CUDA_PATH);
+    snprintf(lib, sizeof lib, "-L%s/lib64/stubs", KT_CUDA_PATH);
+    char *const cpu[] = {(char *)(cc && *cc ? cc : "cc"), "-O3", "-march=native", "-fopenmp",
+                         "-shared", "-fPIC", "-std=c17",
+                         (char *)(flags & KT_NETLIB_CHECK ? "-DKTUNE_CHECK" : "-DKTUNE"), "-o",
+                         (char *)so, (char *)src, "-lm", NULL};
+    /* The host runner links the driver by its SONAME (the toolkit's stub
+     * stands in at link time). */
+    char *const gpu[] = {(char *)(cc && *cc ? cc : "cc"), "-O2", "-shared", "-fPIC", "-std=c17",
+                         inc, "-o", (char *)so, (char *)src, lib, "-lcuda", NULL};
+    char *const *argv = flags & KT_NETLIB_CUDA ? gpu : cpu;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -108,13 +118,19 @@ static int read_shapes(kt_netlib_t *n, const char *hpath, const char *name)
     return rc;
 }
 
-kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int check)
+kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int flags)
 {
     char src[4096], so[4096], log[4096], hdr[4096], weights[4096];
-    snprintf(src, sizeof src, "%s/%s.c", dir, name);
+    int check = flags & KT_NETLIB_CHECK, cuda = flags & KT_NETLIB_CUDA;
+    const char *variant = cuda ? "_host" : check ? "_check" : "";
+    if (check && cuda) {
+        kt_err_set(KT_EUNSUP, "--check runs the CPU build's reference kernels: not for cuda");
+        return NULL;
+    }
+    snprintf(src, sizeof src, "%s/%s%s.c", dir, name, cuda ? "_host" : "");
     snprintf(hdr, sizeof hdr, "%s/%s.h", dir, name);
-    snprintf(so, sizeof so, "%s/%s%s.so", dir, name, check ? "_check" : "");
-    snprintf(log, sizeof log, "%s/%s%s.log", dir, name, check ? "_check" : "");
+    snprintf(so, sizeof so, "%s/%s%s.so", dir, name, variant);
+    snprintf(log, sizeof log, "%s/%s%s.log", dir, name, variant);
     snprintf(weights, sizeof weights, "%s/%s.safetensors", dir, name);
     kt_netlib_t *n = calloc(1, sizeof(*n));
     if (!n) {
@@ -122,7 +138,7 @@ kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int check)
         return NULL;
     }
     n->check = check;
-    if (read_shapes(n, hdr, name) || compile(src, so, check, log))
+    if (read_shapes(n, hdr, name) || compile(src, so, flags, log))
         goto fail;
     unlink(log);
     /* RTLD_LOCAL: two networks (or two builds of one) never share symbols. */
