@@ -1324,6 +1324,7 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     if (!(j->fam = kt_search_family_new((const kt_workload_t *const *)v->wl, v->ntasks,
                                         &j->params, &so)))
         goto fail;
+    kt_search_family_set_pool(j->fam, m->pool);
     for (int i = 0; i < v->ntasks; i++) {
         job_task_t *t = &j->tasks[i];
         t->m = m;
@@ -1648,8 +1649,9 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     pthread_cond_init(&m->store_cv, NULL);
     m->t = t;
     m->reg = kt_tracker_registry(t);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    m->cpu_slots = ncpu < 1 ? 1 : ncpu > 256 ? 256 : (int)ncpu;
+    m->cpu_slots = kt_pool_online_cores();
+    if (!(m->pool = kt_pool_new(m->cpu_slots)))
+        goto fail;
     if (!(m->db = kt_strdup(db_path && *db_path ? db_path : KT_JOBS_DEFAULT_DB)))
         goto fail;
     if (!(m->store = kt_store_open(m->db, KT_STORE_CREATE))) {
@@ -1676,6 +1678,31 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
 fail:
     kt_jobs_free(m);
     return NULL;
+}
+
+int kt_jobs_set_search_threads(kt_jobs_t *m, int n)
+{
+    if (!m)
+        return kt_err_set(KT_EINVAL, "search threads: no job manager");
+    if (n < 1 || n > KT_POOL_MAX_THREADS)
+        return kt_err_set(KT_EINVAL, "search threads: %d (want 1..%d)", n, KT_POOL_MAX_THREADS);
+    pthread_mutex_lock(&m->mu);
+    int started = m->jobs != NULL;
+    pthread_mutex_unlock(&m->mu);
+    if (started)
+        return kt_err_set(KT_ESTATE, "search threads: set before jobs start");
+    kt_pool_t *p = kt_pool_new(n);
+    if (!p)
+        return kt_err_code();
+    kt_pool_free(m->pool);
+    m->pool = p;
+    m->cpu_slots = n;
+    return 0;
+}
+
+int kt_jobs_search_threads(const kt_jobs_t *m)
+{
+    return m ? m->cpu_slots : 0;
 }
 
 int kt_jobs_start(kt_jobs_t *m)
@@ -1740,6 +1767,7 @@ void kt_jobs_free(kt_jobs_t *m)
         job_free(j);
     }
     kt_store_close(m->store);
+    kt_pool_free(m->pool);   /* after the jobs: their policies borrowed it */
     pthread_mutex_destroy(&m->store_mu);
     pthread_cond_destroy(&m->store_cv);
     free(m->db);
