@@ -787,6 +787,32 @@ static int cand_make_cuda(const kt_workload_t *wl, const job_task_t *t, cand_t *
     return 0;
 }
 
+/* KT_BENCH_DISPATCH_ONLY: n empty states (the candidates are stub_make's). */
+static int stub_propose(int n, kt_sched_state_t ***out)
+{
+    if (!(*out = calloc((size_t)n, sizeof **out)))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    return n;
+}
+
+/* A placeholder candidate, distinct from every other of this tracker (its
+ * source, hash and record), for the dispatch-only benchmark. */
+static int stub_make(kt_jobs_t *m, cand_t *c)
+{
+    unsigned long long k = atomic_fetch_add(&m->stub_seq, 1);
+    char buf[96];
+    snprintf(buf, sizeof buf, "{\"stub\": %llu}", k);
+    c->json = kt_strdup(buf);
+    snprintf(buf, sizeof buf, "/* dispatch-only placeholder %llu */\n", k);
+    c->cand.source = kt_strdup(buf);
+    if (!c->json || !c->cand.source)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    snprintf(c->cand.entry, sizeof c->cand.entry, "stub");
+    c->hash = kt_hash64(c->json, strlen(c->json));
+    c->made = 1;
+    return 0;
+}
+
 /* The round proper; 0 (completed or aborted because the job stops) or
  * negative (the job fails). A store handle is held only to propose (the
  * policy asks the store what was measured) and to commit, not while
@@ -815,7 +841,8 @@ static int round_run(job_round_t *r)
     t->fast = kt_store_count_records(st, &kf, &kc) == 0 && kc.total == t->known;
     kt_jobs_store_put(j->m, st);
     st = NULL;
-    int n = kt_search_family_propose(j->fam, r->task, r->n, &states);
+    int n = j->m->dispatch_only ? stub_propose(r->n, &states)
+                                : kt_search_family_propose(j->fam, r->task, r->n, &states);
     t->fast = 0;
     tp[1] = kt_time_mono();
     if (n <= 0) {
@@ -844,6 +871,11 @@ static int round_run(job_round_t *r)
         t->have_ref = 1;
     }
     for (int i = 0; i < n; i++) {
+        if (j->m->dispatch_only) {
+            if ((rc = stub_make(j->m, &c[i])) != 0)
+                goto out;
+            continue;
+        }
         if (!(c[i].json = kt_sched_state_to_json(c[i].st, kt_workload_dag(wl)))) {
             rc = kt_err_code() ? kt_err_code() : KT_ENOMEM;
             goto out;
@@ -961,7 +993,7 @@ static int round_run(job_round_t *r)
     /* Training the model (xgb) is the other CPU-bound step; a stopping job
      * still feeds back what it committed. */
     in_cpu = cpu_enter(j, 1) == 0;
-    rc = kt_search_family_feedback(j->fam, r->task, states, costs, n);
+    rc = j->m->dispatch_only ? 0 : kt_search_family_feedback(j->fam, r->task, states, costs, n);
     if (in_cpu)
         cpu_leave(j->m);
     in_cpu = 0;
@@ -1649,6 +1681,10 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     pthread_cond_init(&m->store_cv, NULL);
     m->t = t;
     m->reg = kt_tracker_registry(t);
+    const char *stub = getenv("KT_BENCH_DISPATCH_ONLY");
+    if ((m->dispatch_only = stub && strcmp(stub, "1") == 0))
+        KT_WARN("KT_BENCH_DISPATCH_ONLY=1: jobs measure placeholders, not schedules "
+                "(a benchmark of dispatch; never for tuning)");
     m->cpu_slots = kt_pool_online_cores();
     if (!(m->pool = kt_pool_new(m->cpu_slots)))
         goto fail;

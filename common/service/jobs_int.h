@@ -105,6 +105,11 @@ struct kt_jobs {
      * other slots leave idle (a job of one task, or the last task running).
      * Its threads only help: each round also works on its own chunks. */
     kt_pool_t *pool;
+    /* KT_BENCH_DISPATCH_ONLY=1 (bench/bench_tracker only): rounds skip the
+     * search and code generation, proposing placeholder candidates, so that
+     * the benchmark measures dispatch alone. Never for tuning. */
+    int dispatch_only;
+    atomic_ullong stub_seq;
     /* Group commit: rounds that finish while another round's COMMIT is
      * running (an fsync) are written together in the next transaction, so
      * the store sees one fsync per group instead of one per round. */
