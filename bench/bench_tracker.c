@@ -10,15 +10,19 @@
  * tracker: search, code generation, splitting rounds, leasing runners, the
  * RPCs and committing records.
  *
- * For N = 1, 8, 64 and 256 runners (trials = 64 N, at least 128 and at most
- * 8192, so every run lasts a few seconds of simulated measurement) it prints
+ * Three modes: "dispatch" (the tracker's search and code generation stubbed
+ * with KT_BENCH_DISPATCH_ONLY=1: placeholder candidates, what dispatch alone
+ * sustains), "search x1" and "search x2" (the real sketch.random search and
+ * code generation at --search-threads 1 and 2); KT_BENCH_MODES="dispatch"
+ * (or any names, comma-separated) runs only those. For N = 1, 8, 64, 256 and
+ * 1024 runners (trials = 64 N, at most 8192) it prints
  * the throughput (measurements/s), the added latency per round (wall time
  * beyond the simulated runner time spread over N runners, per round), the
  * scaling efficiency, throughput at N / (N x throughput at 1), the tracker's
  * CPU time per measurement, and where its rounds spend their time (mean ms
  * per round in propose, make, build, run, commit, from the tracker's debug
  * log).
- * Usage: bench_tracker [sim_ms_per_candidate [max_runners]] (default 100, 256);
+ * Usage: bench_tracker [sim_ms_per_candidate [max_runners]] (default 100, 1024);
  * KT_BENCH_TRACKER=PATH runs another ktune-tracker binary (A/B comparisons),
  * KT_BENCH_KEEP=1 keeps the stores and the tracker logs. */
 #include <fcntl.h>
@@ -41,11 +45,15 @@
 #include "util/log.h"
 #include "util/util.h"
 
-#define MAX_RUNNERS 256
+#define MAX_RUNNERS 1024
 #define TASKS 16
 #define PER_ROUND 64
 
 static char dir[64], bin_dir[1024];
+/* The mode of the current run: the tracker's --search-threads (NULL: its
+ * default) and whether its search is stubbed (KT_BENCH_DISPATCH_ONLY=1). */
+static const char *search_threads;
+static int dispatch_only;
 static int sim_ms = 100;
 static atomic_long sim_busy_us;   /* simulated runner time handed out */
 static atomic_long measured;      /* candidates answered */
@@ -68,6 +76,8 @@ static pid_t spawn(const char *rel, char *const args[], const char *log)
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         setenv("KT_LOG_LEVEL", "debug", 1);   /* the rounds' phase times */
+        if (dispatch_only && strstr(rel, "ktune-tracker"))
+            setenv("KT_BENCH_DISPATCH_ONLY", "1", 1);
         dup2(fd, 1);
         dup2(fd, 2);
         execv(bin, argv);
@@ -241,7 +251,8 @@ static int run_once(int runners, int trials, result_t *out)
     snprintf(addr_file, sizeof addr_file, "%s/addr%d", dir, runners);
     snprintf(log, sizeof log, "%s/tracker%d.log", dir, runners);
     char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--port-file",
-                     addr_file, NULL};
+                     addr_file, search_threads ? "--search-threads" : NULL,
+                     (char *)search_threads, NULL};
     pid_t tracker = spawn("tracker/ktune-tracker", targs, log);
     char *addr = NULL;
     for (int i = 0; i < 3000 && !(addr = kt_file_read(addr_file, NULL)); i++)
@@ -380,30 +391,47 @@ int main(int argc, char **argv)
            "simulated measurement per candidate) and a fake worker (no compiles); a real\n"
            "ktune-tracker: %d tasks, rounds of %d, sketch.random, round-robin\n",
            sim_ms, TASKS, PER_ROUND);
-    printf("%7s %6s %8s %7s %10s %9s %6s %8s | %s\n", "runners", "trials", "wall (s)", "meas/s",
-           "added ms/r", "effic.", "cpu s", "cpu ms/m",
-           "ms per round: propose make build run commit");
-    static const int counts[] = {1, 8, 64, MAX_RUNNERS};
-    double base = 0;
+    /* dispatch: the search and code generation stubbed (placeholder
+     * candidates), what the tracker's dispatch alone sustains; search x1 /
+     * x2: the real search and code generation at --search-threads 1 and 2. */
+    static const struct {
+        const char *name, *threads;
+        int stub;
+    } modes[] = {{"dispatch", NULL, 1}, {"search x1", "1", 0}, {"search x2", "2", 0}};
+    const char *only = getenv("KT_BENCH_MODES");   /* e.g. "dispatch" or "search x2" */
+    static const int counts[] = {1, 8, 64, 256, MAX_RUNNERS};
     int rc = 0;
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0] && counts[i] <= max_runners; i++) {
-        int r = counts[i];
-        int trials = r * PER_ROUND > 8192 ? 8192 : r * PER_ROUND;
-        result_t res = {0};
-        if (run_once(r, trials, &res) != 0) {
-            rc = 1;
-            break;
+    for (size_t mi = 0; mi < sizeof modes / sizeof modes[0] && rc == 0; mi++) {
+        if (only && *only && !strstr(only, modes[mi].name))
+            continue;
+        search_threads = modes[mi].threads;
+        dispatch_only = modes[mi].stub;
+        printf("\n%s%s%s\n", modes[mi].name,
+               modes[mi].stub ? " (search and code generation stubbed)" : ", --search-threads ",
+               modes[mi].stub ? "" : modes[mi].threads);
+        printf("%7s %6s %8s %7s %10s %9s %6s %8s | %s\n", "runners", "trials", "wall (s)",
+               "meas/s", "added ms/r", "effic.", "cpu s", "cpu ms/m",
+               "ms per round: propose make build run commit");
+        double base = 0;
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0] && counts[i] <= max_runners; i++) {
+            int r = counts[i];
+            int trials = r * PER_ROUND > 8192 ? 8192 : r * PER_ROUND;
+            result_t res = {0};
+            if (run_once(r, trials, &res) != 0) {
+                rc = 1;
+                break;
+            }
+            double tput = res.measured / res.wall;
+            if (r == 1)
+                base = tput;
+            /* Beyond the simulated runner time spread over the runners. */
+            double added = (res.wall - res.busy / r) / res.rounds * 1e3;
+            printf("%7d %6d %8.2f %7.1f %10.1f %8.1f%% %6.2f %8.2f | %.0f %.0f %.0f %.0f %.0f\n",
+                   r, trials, res.wall, tput, added, 100.0 * tput / (r * base), res.cpu,
+                   res.measured ? res.cpu * 1e3 / res.measured : 0, res.phase[0], res.phase[1],
+                   res.phase[2], res.phase[3], res.phase[4]);
+            fflush(stdout);
         }
-        double tput = res.measured / res.wall;
-        if (r == 1)
-            base = tput;
-        /* Beyond the simulated runner time spread over the runners. */
-        double added = (res.wall - res.busy / r) / res.rounds * 1e3;
-        printf("%7d %6d %8.2f %7.1f %10.1f %8.1f%% %6.2f %8.2f | %.0f %.0f %.0f %.0f %.0f\n", r,
-               trials, res.wall, tput, added, 100.0 * tput / (r * base), res.cpu,
-               res.measured ? res.cpu * 1e3 / res.measured : 0, res.phase[0], res.phase[1],
-               res.phase[2], res.phase[3], res.phase[4]);
-        fflush(stdout);
     }
     /* KT_BENCH_KEEP=1 keeps the stores and the tracker logs for a look. */
     char cmd[128];

@@ -741,6 +741,28 @@ START_TEST(service_runner_refuses_cuda_device_and_bad_options)
 }
 END_TEST
 
+/* --search-threads sizes the tracker's search pool (logged at start-up);
+ * out of range or not a number is bad usage. */
+START_TEST(service_tracker_takes_search_threads)
+{
+    char *args[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", (char *)db_path(),
+                    "--search-threads", "3", NULL};
+    proc_t *t = spawn("tracker", "tracker/ktune-tracker", args, NULL);
+    ck_assert_msg(wait_log(t, "; 3 search threads", WAIT_MS), "%s", log_of(t));
+    stop_all();   /* SIGTERM: exits 0, the pool's threads joined */
+    const char *bad[] = {"0", "257", "2x", ""};
+    for (int i = 0; i < 4; i++) {
+        char *a[] = {"--http", "off", "--search-threads", (char *)bad[i], NULL};
+        char name[32];
+        snprintf(name, sizeof name, "tracker-bad%d", i);
+        proc_t *b = spawn(name, "tracker/ktune-tracker", a, NULL);
+        int ws = reap(b, WAIT_MS);
+        ck_assert(WIFEXITED(ws));
+        ck_assert_int_eq(WEXITSTATUS(ws), 2);
+        ck_assert(wait_log(b, "--search-threads wants 1..256", 0));
+    }
+}
+END_TEST
 
 /* ---- Jobs -------------------------------------------------------------------------------- */
 
@@ -1379,6 +1401,7 @@ int main(void)
     tcase_add_test(tc, service_missing_or_wrong_token_is_unauthenticated);
     tcase_add_test(tc, service_sigterm_lets_the_running_batch_finish);
     tcase_add_test(tc, service_runner_refuses_cuda_device_and_bad_options);
+    tcase_add_test(tc, service_tracker_takes_search_threads);
     suite_add_tcase(s, tc);
     TCase *jobs = tcase_create("jobs");
     tcase_set_timeout(jobs, 400);

@@ -1,10 +1,14 @@
 #include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 START_TEST(err_set_and_prefix_compose_message)
@@ -46,6 +50,99 @@ START_TEST(hash64_is_stable)
 }
 END_TEST
 
+/* ---- thread pool ---- */
+
+typedef struct {
+    atomic_int hits[1000];
+    atomic_int started1;
+    int waited_ok;
+} pool_ctx_t;
+
+static void count_item(void *arg, int i)
+{
+    pool_ctx_t *c = arg;
+    atomic_fetch_add(&c->hits[i], 1);
+}
+
+START_TEST(pool_for_runs_every_item_once)
+{
+    static pool_ctx_t c;
+    ck_assert_ptr_null(kt_pool_new(0));
+    ck_assert_int_eq(kt_err_code(), KT_EINVAL);
+    ck_assert_ptr_null(kt_pool_new(KT_POOL_MAX_THREADS + 1));
+    ck_assert_int_eq(kt_pool_threads(NULL), 1);
+    kt_pool_for(NULL, 1000, count_item, &c);   /* inline */
+    for (int w = 1; w <= 3; w++) {
+        kt_pool_t *p = kt_pool_new(w);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(kt_pool_threads(p), w);
+        kt_pool_for(p, 1000, count_item, &c);
+        kt_pool_for(p, 0, count_item, &c);
+        kt_pool_free(p);
+    }
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_eq(atomic_load(&c.hits[i]), 4);
+    ck_assert_int_ge(kt_pool_online_cores(), 1);
+}
+END_TEST
+
+/* Item 0 returns only once item 1 has started (or after 10 s): with a pool 2
+ * wide they run at the same time, on two threads. */
+static void wait_for_item1(void *arg, int i)
+{
+    pool_ctx_t *c = arg;
+    if (i == 1) {
+        atomic_store(&c->started1, 1);
+        return;
+    }
+    for (int ms = 0; ms < 10000 && !atomic_load(&c->started1); ms++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    c->waited_ok = atomic_load(&c->started1);
+}
+
+START_TEST(pool_for_runs_items_on_two_threads_at_once)
+{
+    static pool_ctx_t c;
+    kt_pool_t *p = kt_pool_new(2);
+    ck_assert_ptr_nonnull(p);
+    kt_pool_for(p, 2, wait_for_item1, &c);
+    ck_assert_msg(c.waited_ok, "item 1 did not start while item 0 ran");
+    kt_pool_free(p);
+}
+END_TEST
+
+typedef struct {
+    kt_pool_t *p;
+    pool_ctx_t *c;
+} caller_t;
+
+static void *caller(void *arg)
+{
+    caller_t *a = arg;
+    for (int r = 0; r < 20; r++)
+        kt_pool_for(a->p, 1000, count_item, a->c);
+    return NULL;
+}
+
+START_TEST(pool_is_shared_by_concurrent_loops)
+{
+    static pool_ctx_t c;
+    kt_pool_t *p = kt_pool_new(2);
+    ck_assert_ptr_nonnull(p);
+    caller_t a = {p, &c};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, caller, &a), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    kt_pool_free(p);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_eq(atomic_load(&c.hits[i]), 80);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("util");
@@ -53,6 +150,9 @@ int main(void)
     tcase_add_test(tc, err_set_and_prefix_compose_message);
     tcase_add_test(tc, token_read_strips_whitespace_and_rejects_empty);
     tcase_add_test(tc, hash64_is_stable);
+    tcase_add_test(tc, pool_for_runs_every_item_once);
+    tcase_add_test(tc, pool_for_runs_items_on_two_threads_at_once);
+    tcase_add_test(tc, pool_is_shared_by_concurrent_loops);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -12,6 +12,7 @@
 #include "service/tracker.h"
 #include "util/err.h"
 #include "util/log.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 /* In-flight calls get this long to finish after SIGINT/SIGTERM. */
@@ -39,9 +40,14 @@ static void usage(FILE *out)
             "  --tls-cert F         server certificate (PEM); enables TLS with --tls-key\n"
             "  --tls-key F          server private key (PEM)\n"
             "  --tls-ca F           CA (PEM) to verify runners and workers served over TLS\n"
+            "  --search-threads N   threads for the searches (candidate generation, scoring,\n"
+            "                       model training) of all jobs (1..%d; default: the online\n"
+            "                       cores, here %d); a seeded job proposes the same states\n"
+            "                       whatever N\n"
             "  --version            print the version and exit\n"
             "  -h, --help           print this help and exit\n",
-            KT_REGISTRY_DEFAULT_HEARTBEAT_MS, KT_REGISTRY_MISSED_BEATS);
+            KT_REGISTRY_DEFAULT_HEARTBEAT_MS, KT_REGISTRY_MISSED_BEATS, KT_POOL_MAX_THREADS,
+            kt_pool_online_cores());
 }
 
 int main(int argc, char **argv)
@@ -57,10 +63,12 @@ int main(int argc, char **argv)
         {"tls-cert", required_argument, 0, 'c'}, {"tls-key", required_argument, 0, 'k'},
         {"tls-ca", required_argument, 0, 'C'},   {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},           {"db", required_argument, 0, 'd'},
-        {"port-file", required_argument, 0, 'p'}, {0, 0, 0, 0}};
+        {"port-file", required_argument, 0, 'p'}, {"search-threads", required_argument, 0, 's'},
+        {0, 0, 0, 0}};
     kt_tracker_opts_t to = {.listen = KT_TRACKER_DEFAULT_LISTEN, .http = KT_HTTP_DEFAULT_BIND};
     const char *token_file = getenv("KT_TOKEN_FILE");
     const char *db = KT_JOBS_DEFAULT_DB, *port_file = NULL;
+    int search_threads = 0;   /* 0: the job manager's default, the online cores */
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -77,6 +85,17 @@ int main(int argc, char **argv)
                 return 2;
             }
             to.heartbeat_ms = (int)ms;
+            break;
+        }
+        case 's': {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end || n < 1 || n > KT_POOL_MAX_THREADS) {
+                fprintf(stderr, "ktune-tracker: --search-threads wants 1..%d, got '%s'\n",
+                        KT_POOL_MAX_THREADS, optarg);
+                return 2;
+            }
+            search_threads = (int)n;
             break;
         }
         case 't': token_file = optarg; break;
@@ -119,7 +138,8 @@ int main(int argc, char **argv)
         free(token);
     }
     kt_jobs_t *jobs = t ? kt_jobs_new(t, db) : NULL;
-    if (!t || !jobs || kt_tracker_start(t) != 0) {
+    if (!t || !jobs || (search_threads && kt_jobs_set_search_threads(jobs, search_threads) != 0) ||
+        kt_tracker_start(t) != 0) {
         KT_ERROR("%s", kt_err_msg());
         kt_jobs_free(jobs);
         kt_tracker_stop(t, 0);
@@ -131,7 +151,7 @@ int main(int argc, char **argv)
             kt_registry_heartbeat_ms(kt_tracker_registry(t)));
     if (kt_tracker_http_port(t) > 0)
         KT_INFO("status page and /metrics on http port %d", kt_tracker_http_port(t));
-    KT_INFO("record store %s", db);
+    KT_INFO("record store %s; %d search threads", db, kt_jobs_search_threads(jobs));
     int rc = 0;
     if (kt_jobs_start(jobs) != 0) {
         KT_ERROR("resuming jobs: %s", kt_err_msg());

@@ -34,6 +34,12 @@ struct kt_search_family {
     pthread_mutex_t mu;
 };
 
+void kt_search_family_set_pool(kt_search_family_t *f, kt_pool_t *pool)
+{
+    for (int i = 0; f && i < f->n; i++)
+        kt_search_set_pool(f->pol[i], pool);
+}
+
 const char *const *kt_search_policy_names(void)
 {
     return policy_names;

@@ -252,6 +252,12 @@ void kt_search_set_has_measured(kt_search_policy_t *sp, kt_search_has_measured_f
     sp->has_user = user;
 }
 
+void kt_search_set_pool(kt_search_policy_t *sp, kt_pool_t *pool)
+{
+    if (sp)
+        sp->pool = pool;
+}
+
 void kt_search_stats(const kt_search_policy_t *sp, kt_search_stats_t *out)
 {
     if (!out)

@@ -44,6 +44,7 @@
 #include "sched/state.h"
 #include "store/store.h"
 #include "te/workload.h"
+#include "util/pool.h"
 
 /* Options of a policy; kt_search_opts_default() gives Ansor's defaults but for
  * num_warmup_sample (see policy.c). */
@@ -117,6 +118,14 @@ kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_
 void kt_search_policy_free(kt_search_policy_t *sp);   /* accepts NULL */
 
 void kt_search_set_has_measured(kt_search_policy_t *sp, kt_search_has_measured_fn fn, void *user);
+
+/* Score populations (and extract training features) on `pool` (borrowed:
+ * it must outlive the policy or be unset first; NULL: the calling thread,
+ * the default). The proposals of a seeded policy are the same states in
+ * the same order whatever the pool's width: only feature extraction is
+ * spread, in chunks joined in state order, while sampling and mutation
+ * draw from the policy's own RNG on the calling thread. */
+void kt_search_set_pool(kt_search_policy_t *sp, kt_pool_t *pool);
 
 /* Resume: a state measured earlier (its JSON as stored) with its mean cost
  * in seconds (<= 0 or non-finite: it failed). It counts as measured and
@@ -294,6 +303,8 @@ kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
                                          const kt_sched_params_t *params,
                                          const kt_search_opts_t *opts);
 void kt_search_family_free(kt_search_family_t *f);
+/* kt_search_set_pool for every task's policy. */
+void kt_search_family_set_pool(kt_search_family_t *f, kt_pool_t *pool);
 
 int kt_search_family_num_tasks(const kt_search_family_t *f);
 /* Task i's policy (borrowed): for preload, has_measured, best, stats. */

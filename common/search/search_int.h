@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "search/search.h"
+#include "util/pool.h"
 
 /* A set of state hashes. Zero-initialize; kt_hset_free releases. */
 typedef struct {
@@ -62,6 +63,7 @@ struct kt_search_policy {
 
     kt_search_has_measured_fn has_fn;
     void *has_user;
+    kt_pool_t *pool;             /* borrowed; NULL: score on the calling thread */
 
     double search_s, train_s;
     kt_search_stats_t stats;

@@ -787,6 +787,32 @@ static int cand_make_cuda(const kt_workload_t *wl, const job_task_t *t, cand_t *
     return 0;
 }
 
+/* KT_BENCH_DISPATCH_ONLY: n empty states (the candidates are stub_make's). */
+static int stub_propose(int n, kt_sched_state_t ***out)
+{
+    if (!(*out = calloc((size_t)n, sizeof **out)))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    return n;
+}
+
+/* A placeholder candidate, distinct from every other of this tracker (its
+ * source, hash and record), for the dispatch-only benchmark. */
+static int stub_make(kt_jobs_t *m, cand_t *c)
+{
+    unsigned long long k = atomic_fetch_add(&m->stub_seq, 1);
+    char buf[96];
+    snprintf(buf, sizeof buf, "{\"stub\": %llu}", k);
+    c->json = kt_strdup(buf);
+    snprintf(buf, sizeof buf, "/* dispatch-only placeholder %llu */\n", k);
+    c->cand.source = kt_strdup(buf);
+    if (!c->json || !c->cand.source)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    snprintf(c->cand.entry, sizeof c->cand.entry, "stub");
+    c->hash = kt_hash64(c->json, strlen(c->json));
+    c->made = 1;
+    return 0;
+}
+
 /* The round proper; 0 (completed or aborted because the job stops) or
  * negative (the job fails). A store handle is held only to propose (the
  * policy asks the store what was measured) and to commit, not while
@@ -815,7 +841,8 @@ static int round_run(job_round_t *r)
     t->fast = kt_store_count_records(st, &kf, &kc) == 0 && kc.total == t->known;
     kt_jobs_store_put(j->m, st);
     st = NULL;
-    int n = kt_search_family_propose(j->fam, r->task, r->n, &states);
+    int n = j->m->dispatch_only ? stub_propose(r->n, &states)
+                                : kt_search_family_propose(j->fam, r->task, r->n, &states);
     t->fast = 0;
     tp[1] = kt_time_mono();
     if (n <= 0) {
@@ -844,6 +871,11 @@ static int round_run(job_round_t *r)
         t->have_ref = 1;
     }
     for (int i = 0; i < n; i++) {
+        if (j->m->dispatch_only) {
+            if ((rc = stub_make(j->m, &c[i])) != 0)
+                goto out;
+            continue;
+        }
         if (!(c[i].json = kt_sched_state_to_json(c[i].st, kt_workload_dag(wl)))) {
             rc = kt_err_code() ? kt_err_code() : KT_ENOMEM;
             goto out;
@@ -961,7 +993,7 @@ static int round_run(job_round_t *r)
     /* Training the model (xgb) is the other CPU-bound step; a stopping job
      * still feeds back what it committed. */
     in_cpu = cpu_enter(j, 1) == 0;
-    rc = kt_search_family_feedback(j->fam, r->task, states, costs, n);
+    rc = j->m->dispatch_only ? 0 : kt_search_family_feedback(j->fam, r->task, states, costs, n);
     if (in_cpu)
         cpu_leave(j->m);
     in_cpu = 0;
@@ -1324,6 +1356,7 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     if (!(j->fam = kt_search_family_new((const kt_workload_t *const *)v->wl, v->ntasks,
                                         &j->params, &so)))
         goto fail;
+    kt_search_family_set_pool(j->fam, m->pool);
     for (int i = 0; i < v->ntasks; i++) {
         job_task_t *t = &j->tasks[i];
         t->m = m;
@@ -1648,8 +1681,13 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     pthread_cond_init(&m->store_cv, NULL);
     m->t = t;
     m->reg = kt_tracker_registry(t);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    m->cpu_slots = ncpu < 1 ? 1 : ncpu > 256 ? 256 : (int)ncpu;
+    const char *stub = getenv("KT_BENCH_DISPATCH_ONLY");
+    if ((m->dispatch_only = stub && strcmp(stub, "1") == 0))
+        KT_WARN("KT_BENCH_DISPATCH_ONLY=1: jobs measure placeholders, not schedules "
+                "(a benchmark of dispatch; never for tuning)");
+    m->cpu_slots = kt_pool_online_cores();
+    if (!(m->pool = kt_pool_new(m->cpu_slots)))
+        goto fail;
     if (!(m->db = kt_strdup(db_path && *db_path ? db_path : KT_JOBS_DEFAULT_DB)))
         goto fail;
     if (!(m->store = kt_store_open(m->db, KT_STORE_CREATE))) {
@@ -1676,6 +1714,31 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
 fail:
     kt_jobs_free(m);
     return NULL;
+}
+
+int kt_jobs_set_search_threads(kt_jobs_t *m, int n)
+{
+    if (!m)
+        return kt_err_set(KT_EINVAL, "search threads: no job manager");
+    if (n < 1 || n > KT_POOL_MAX_THREADS)
+        return kt_err_set(KT_EINVAL, "search threads: %d (want 1..%d)", n, KT_POOL_MAX_THREADS);
+    pthread_mutex_lock(&m->mu);
+    int started = m->jobs != NULL;
+    pthread_mutex_unlock(&m->mu);
+    if (started)
+        return kt_err_set(KT_ESTATE, "search threads: set before jobs start");
+    kt_pool_t *p = kt_pool_new(n);
+    if (!p)
+        return kt_err_code();
+    kt_pool_free(m->pool);
+    m->pool = p;
+    m->cpu_slots = n;
+    return 0;
+}
+
+int kt_jobs_search_threads(const kt_jobs_t *m)
+{
+    return m ? m->cpu_slots : 0;
 }
 
 int kt_jobs_start(kt_jobs_t *m)
@@ -1740,6 +1803,7 @@ void kt_jobs_free(kt_jobs_t *m)
         job_free(j);
     }
     kt_store_close(m->store);
+    kt_pool_free(m->pool);   /* after the jobs: their policies borrowed it */
     pthread_mutex_destroy(&m->store_mu);
     pthread_cond_destroy(&m->store_cv);
     free(m->db);

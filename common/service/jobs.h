@@ -64,6 +64,15 @@ typedef struct kt_jobs kt_jobs_t;
 /* Open (create) the store at db_path and add the job RPCs, the snapshot
  * function and the metrics to `t` (before kt_tracker_start). NULL + kt_err. */
 kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path);
+/* Run the searches on n threads (1..KT_POOL_MAX_THREADS; default: the
+ * online cores): at most n rounds of any jobs propose, make candidates or
+ * train at a time, and each scores its population on a pool n wide. A
+ * seeded job proposes the same states whatever n. Before kt_jobs_start and
+ * any submission: 0, KT_EINVAL for n out of range, KT_ESTATE once jobs
+ * exist. */
+int kt_jobs_set_search_threads(kt_jobs_t *m, int n);
+/* The current width (the online cores unless set). */
+int kt_jobs_search_threads(const kt_jobs_t *m);
 /* Resume the unfinished jobs of the store (after kt_tracker_start). A job
  * that cannot be resumed is marked failed and logged; 0 or a store error. */
 int kt_jobs_start(kt_jobs_t *m);

@@ -15,6 +15,7 @@
 #include "http/metrics.h"
 #include "service/job_view.h"
 #include "service/jobs.h"
+#include "util/pool.h"
 #include "registry/registry.h"
 #include "scheduler/scheduler.h"
 #include "search/search.h"
@@ -99,6 +100,16 @@ struct kt_jobs {
      * RPC threads (heartbeats, Run replies). Under mu. */
     int cpu_slots, cpu_busy;
     struct cpu_waiter *cpu_queue;     /* rounds waiting for a slot, first first */
+    /* The search pool (cpu_slots wide, --search-threads): a round in a slot
+     * scores its population on it, so one task's search uses the cores the
+     * other slots leave idle (a job of one task, or the last task running).
+     * Its threads only help: each round also works on its own chunks. */
+    kt_pool_t *pool;
+    /* KT_BENCH_DISPATCH_ONLY=1 (bench/bench_tracker only): rounds skip the
+     * search and code generation, proposing placeholder candidates, so that
+     * the benchmark measures dispatch alone. Never for tuning. */
+    int dispatch_only;
+    atomic_ullong stub_seq;
     /* Group commit: rounds that finish while another round's COMMIT is
      * running (an fsync) are written together in the next transaction, so
      * the store sees one fsync per group instead of one per round. */
