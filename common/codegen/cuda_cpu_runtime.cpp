@@ -361,9 +361,10 @@ extern "C" int kt_cuda_cpu_run(float **bufs, int nbufs, const size_t *numel, con
         }
     }
     for (int i = 0; !rc && i < made; i++) {
-        const char *what = i < nbufs ? "buffer" : "workspace";
-        if (!dbuf_zones_intact(&d[i]))
-            rc = fail("a kernel wrote outside %s %d", what, i);
+        if (!dbuf_zones_intact(&d[i]) && i == nbufs)
+            rc = fail("a kernel wrote outside the workspace");
+        else if (!dbuf_zones_intact(&d[i]))
+            rc = fail("a kernel wrote outside buffer %d", i);
         else if (i < nbufs && is_input[i] && memcmp(d[i].p, bufs[i], d[i].bytes) != 0)
             rc = fail("a kernel wrote into input buffer %d", i);
     }
