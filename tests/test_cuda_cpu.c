@@ -140,6 +140,87 @@ static char *swap_bindings(const char *src)
     return c;
 }
 
+/* ---- the built-ins, on hand-written softmax kernels of one warp -------------------------- */
+
+/* softmax over 32 values, one per lane: a butterfly max (xor), an
+ * inclusive scan of the exponentials (up) whose last lane is broadcast
+ * (idx). BODY is replaced by each variant's extra line. */
+static const char *SOFTMAX_WARP =
+    "extern \"C\" __global__ void __launch_bounds__(32) s_k0(const float *__restrict__ x,\n"
+    "                                                       float *__restrict__ y)\n"
+    "{\n"
+    "    const int t = (int)threadIdx.x;\n"
+    "    float v = x[t], m = v;\n"
+    "    for (int o = 16; o > 0; o >>= 1)\n"
+    "        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));\n"
+    "    float e = expf(v - m), s = e;\n"
+    "    for (int o = 1; o < 32; o <<= 1) {\n"
+    "        float u = __shfl_up_sync(0xffffffffu, s, o);\n"
+    "        if (t >= o)\n"
+    "            s += u;\n"
+    "    }\n"
+    "    s = __shfl_sync(0xffffffffu, s, 31);\n"
+    "    BODY\n"
+    "    y[t] = e / s;\n"
+    "}\n";
+
+/* The same sum through shared memory and atomicAdd, between barriers. */
+static const char *SOFTMAX_ATOMIC =
+    "    __shared__ float kt_sum;\n"
+    "    if (t == 0)\n"
+    "        kt_sum = 0.0f;\n"
+    "    __syncthreads();\n"
+    "    atomicAdd(&kt_sum, e);\n"
+    "    __syncthreads();\n"
+    "    s = kt_sum;\n";
+
+START_TEST(cuda_cpu_builtins_exchange_like_cuda_and_report_faults)
+{
+    kt_dag_t *sm = kt_ops_softmax(2, (int64_t[]){1, 32});
+    ck_assert_ptr_nonnull(sm);
+    kt_codegen_ref_t *ref = kt_codegen_ref_new(sm, SEED);
+    ck_assert_msg(ref != NULL, "%s", kt_err_msg());
+    kt_codegen_launch_t l = {.name = "s_k0", .grid = {1, 1, 1}, .block = {32, 1, 1}};
+    kt_codegen_cuda_t cu = {.launches = &l, .n_launches = 1};
+    static const struct {
+        const char *body;   /* the BODY line */
+        const char *fault;  /* NULL: passes; else the fault message's words */
+    } cases[] = {
+        {"", NULL},
+        {NULL, NULL},   /* SOFTMAX_ATOMIC */
+        {"if (t < 16) __syncthreads();", "exited"},   /* a barrier not every thread reaches */
+        {"if (t < 16) s = __shfl_xor_sync(0xffffffffu, s, 1);", "deadlock"},
+        {"if (t == 0) ((float *)x)[0] = 0.0f;", "wrote into input buffer 0"},
+        {"if (t == 0) y[32] = 0.0f;", "wrote outside buffer 1"},
+        {"if (t == 0) *(float2 *)&y[1] = *(const float2 *)&x[1];", "misaligned float2"},
+        {"s = __shfl_sync(0xffffffffu, s, 31, 24);", "width 24"},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+        char *src = replace(SOFTMAX_WARP, "BODY", cases[i].body ? cases[i].body : SOFTMAX_ATOMIC,
+                            0);
+        double err = 1;
+        int rc = check(ref, sm, &cu, src, &err);
+        if (!cases[i].fault) {
+            ck_assert_msg(rc == 0, "case %zu: %s", i, kt_err_msg());
+            ck_assert(err <= KT_CODEGEN_MAX_REL_ERR);
+        } else {
+            ck_assert_msg(rc == KT_EIO && strstr(kt_err_msg(), "CUDA fault") &&
+                              strstr(kt_err_msg(), cases[i].fault),
+                          "case %zu (%s): %d %s", i, cases[i].fault, rc, kt_err_msg());
+        }
+        free(src);
+    }
+    /* a block of 33 threads exceeds the kernel's __launch_bounds__(32) */
+    char *src = replace(SOFTMAX_WARP, "BODY", "", 0);
+    l.block[0] = 33;
+    ck_assert_int_ne(check(ref, sm, &cu, src, NULL), 0);
+    ck_assert_msg(strstr(kt_err_msg(), "__launch_bounds__(32)"), "%s", kt_err_msg());
+    free(src);
+    kt_codegen_ref_free(ref);
+    kt_dag_free(sm);
+}
+END_TEST
+
 /* ---- shared memory and barriers ---------------------------------------------------- */
 
 START_TEST(cuda_cpu_catches_swapped_bindings_and_missing_barriers_in_tiled_matmul)
@@ -312,6 +393,7 @@ int main(void)
     Suite *s = suite_create("cuda_cpu");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, cuda_cpu_builtins_exchange_like_cuda_and_report_faults);
     tcase_add_test(tc, cuda_cpu_catches_swapped_bindings_and_missing_barriers_in_tiled_matmul);
     tcase_add_test(tc, cuda_cpu_catches_shuffle_and_barrier_bugs_in_softmax_and_layer_norm);
     tcase_add_test(tc, cuda_cpu_reports_misaligned_vector_fetch);
