@@ -6,7 +6,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  # build
+  # build (build-essential brings g++ too: the CUDA kernels' CPU check compiles with it)
   build-essential pkg-config meson ninja-build
   # libktune and the daemons
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libsqlite3-dev libxgboost-dev

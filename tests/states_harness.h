@@ -1,8 +1,8 @@
 /*
  * Shared by the suites that compile many schedule states and check them
- * (codegen, gpu, feature, sched): conv2d parameters, a varied set of random
- * states of one DAG, and the emit / compile / compare-with-the-reference
- * harness. Header-only (static inline) so each suite includes what it uses.
+ * (codegen, gpu, feature, sched, cuda_cpu): conv2d parameters, a varied set
+ * of random states of one DAG, and the emit / compile / compare-with-the-
+ * reference harnesses (C kernels, and CUDA text run on the CPU). Header-only (static inline) so each suite includes what it uses.
  * Ownership: states from kt_test_collect_states belong to the caller.
  */
 #ifndef KT_TESTS_STATES_HARNESS_H
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "codegen/codegen.h"
+#include "codegen/cuda_cpu.h"
 #include "codegen/lower.h"
 #include "codegen/verify.h"
 #include "sched/state.h"
@@ -164,6 +165,90 @@ static inline void kt_test_check_states(const char *what, const kt_dag_t *dag,
     }
 }
 
+
+/* The CUDA text of n GPU states (entries <prefix>_<i>) run on the CPU
+ * (codegen/cuda_cpu.h): two programs, half the states each, compiled at
+ * once with g++ (one in a child process), each state checked against the
+ * reference; fails the test naming the first state that disagrees. */
+static inline void kt_test_check_cuda_cpu_states(const char *what, const kt_dag_t *dag,
+                                                 kt_sched_state_t **st, int n, uint64_t seed,
+                                                 const char *prefix)
+{
+    char dir[] = "/tmp/kt_test_cucpu_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char *src[2], *drv[2];
+    for (int half = 0; half < 2; half++) {
+        kt_sbuf_t cu, dr;
+        kt_sbuf_init(&cu);
+        kt_sbuf_init(&dr);
+        kt_codegen_preamble_cuda(&cu);
+        kt_sbuf_puts(&dr, kt_cuda_cpu_runtime());
+        for (int i = half; i < n; i += 2) {
+            char entry[32];
+            snprintf(entry, sizeof(entry), "%s_%d", prefix, i);
+            kt_codegen_cuda_t meta;
+            int rc = kt_codegen_emit_cuda_into(dag, st[i], entry, &cu, &meta);
+            ck_assert_msg(rc == 0, "%s: emit %d: %s", what, i, kt_err_msg());
+            rc = kt_cuda_cpu_driver_into(dag, cu.data, &meta, entry, &dr);
+            ck_assert_msg(rc == 0, "%s: driver %d: %s", what, i, kt_err_msg());
+            kt_codegen_cuda_clear(&meta);
+        }
+        src[half] = kt_sbuf_take(&cu);
+        drv[half] = kt_sbuf_take(&dr);
+        ck_assert(src[half] && drv[half]);
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    int half = pid == 0 ? 1 : 0;
+    char so[256];
+    snprintf(so, sizeof(so), "%s/k%d.so", dir, half);
+    char *log = NULL;
+    int rc = kt_cuda_cpu_compile(src[half], drv[half], so, &log);
+    if (pid == 0) {
+        if (rc)
+            fprintf(stderr, "%s: compile of half 1: %s\n%s\n", what, kt_err_msg(),
+                    log ? log : "");
+        _exit(rc == 0 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ck_assert_msg(rc == 0, "%s: compile: %s\n%.4000s", what, kt_err_msg(), log ? log : "");
+    free(log);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: compile of half 1 failed",
+                  what);
+    for (half = 0; half < 2; half++) {
+        free(src[half]);
+        free(drv[half]);
+    }
+
+    kt_codegen_ref_t *ref = kt_codegen_ref_new(dag, seed);
+    ck_assert_msg(ref != NULL, "%s: reference: %s", what, kt_err_msg());
+    int bad = -1;
+    char msg[768] = "";
+    double bad_err = 0;
+    for (int i = 0; i < n && bad < 0; i++) {
+        char entry[32];
+        snprintf(entry, sizeof(entry), "%s_%d", prefix, i);
+        snprintf(so, sizeof(so), "%s/k%d.so", dir, i % 2);
+        if (kt_codegen_ref_check_so(ref, so, entry, &bad_err) != 0) {
+            bad = i;
+            snprintf(msg, sizeof(msg), "%s", kt_err_msg());
+        }
+    }
+    kt_codegen_ref_free(ref);
+    for (half = 0; half < 2; half++) {
+        snprintf(so, sizeof(so), "%s/k%d.so", dir, half);
+        unlink(so);
+    }
+    rmdir(dir);
+    if (bad >= 0) {
+        char *j = kt_sched_state_to_json(st[bad], dag);
+        char *pr = kt_sched_state_print(dag, st[bad]);
+        ck_abort_msg("%s: state %d fails on the CPU (%s, err %g)\n%.1500s\n%.1500s", what, bad,
+                     msg, bad_err, j, pr);
+    }
+}
 
 /* The epilogues and window operators networks need beyond the basic ones,
  * one shape each, as {name, dag} items for a family list (codegen and gpu

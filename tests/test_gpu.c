@@ -1,11 +1,11 @@
 /* Suite "gpu": GPU sketch rules and annotation, GPU state JSON, hardware
- * limits, CUDA emission through NVRTC and the CPU emulation of the CUDA
- * kernels checked against the naive reference.
+ * limits, CUDA emission through NVRTC and the exact CUDA text run on the
+ * CPU (codegen/cuda_cpu.h) checked against the naive reference.
  *
  * Every operator family gets FAMILY_STATES random GPU states (sampled from
  * every sketch, some mutated further) spread over its shapes. Per shape the
- * CPU emulations of all states go into two C files compiled at once (two
- * cores); per family the CUDA kernels of all states go into one NVRTC
+ * CUDA text of all states goes into two programs that g++ compiles at once
+ * (two cores) and runs on the CPU; per family the CUDA kernels of all states go into one NVRTC
  * program, compiled for sm_80 and sm_90 side by side. NVRTC's optimizer
  * needs seconds per tiled kernel, so the whole program is compiled with -G
  * (front end, PTX generation and ptxas at -O0: every error and warning but
@@ -94,7 +94,7 @@ static int64_t tile_cost(const kt_dag_t *dag, const kt_sched_state_t *st)
     return c;
 }
 
-/* n random states of one shape: emulations checked against the reference,
+/* n random states of one shape: CUDA text run on the CPU against the reference,
  * CUDA kernels added to the family's program. */
 static void check_shape(family_t *f, const char *what, kt_dag_t *dag, int n, uint64_t seed,
                         int shape)
@@ -106,8 +106,9 @@ static void check_shape(family_t *f, const char *what, kt_dag_t *dag, int n, uin
     int got = kt_test_collect_states(dag, &p, seed, st, n);
     ck_assert_int_eq(got, n);
 
-    kt_test_check_states(what, dag, st, n, seed, "emu", kt_codegen_emit_cuda_emu_into,
-                         KT_CODEGEN_EMU_CFLAGS);
+    /* the exact text NVRTC compiles, run on the CPU (the emulation printed
+     * from the same lowering would not run the CUDA printer) */
+    kt_test_check_cuda_cpu_states(what, dag, st, n, seed, "cu");
 
     /* the CUDA kernels, and the cheapest states once more for -O3 */
     int cheap[OPT_STATES];
@@ -245,7 +246,7 @@ static const kt_epilogue_t EPI_ADD_RELU[] = {KT_EPI_ADD, KT_EPI_RELU};
 static const kt_epilogue_t EPI_ALL[] = {KT_EPI_BIAS_ADD, KT_EPI_RELU, KT_EPI_ADD, KT_EPI_GELU};
 static const kt_epilogue_t EPI_BIAS_GELU[] = {KT_EPI_BIAS_ADD, KT_EPI_GELU};
 
-START_TEST(gpu_matmul_states_compile_and_emulate)
+START_TEST(gpu_matmul_states_compile_and_run_on_cpu)
 {
     FAMILY("matmul", {"matmul 7x13x17", kt_ops_matmul(7, 13, 17, 0, NULL, 0)},
            {"matmul NT 16x24x32", kt_ops_matmul(16, 24, 32, 1, NULL, 0)},
@@ -253,7 +254,7 @@ START_TEST(gpu_matmul_states_compile_and_emulate)
 }
 END_TEST
 
-START_TEST(gpu_dense_states_compile_and_emulate)
+START_TEST(gpu_dense_states_compile_and_run_on_cpu)
 {
     FAMILY("dense", {"dense+gelu 5x12x16", kt_ops_dense(5, 12, 16, EPI_GELU, 1)},
            {"dense 1x24x100 (GEMV)", kt_ops_dense(1, 24, 100, NULL, 0)},
@@ -261,14 +262,14 @@ START_TEST(gpu_dense_states_compile_and_emulate)
 }
 END_TEST
 
-START_TEST(gpu_batch_matmul_states_compile_and_emulate)
+START_TEST(gpu_batch_matmul_states_compile_and_run_on_cpu)
 {
     FAMILY("batch_matmul", {"batch_matmul 2x6x10x14", kt_ops_batch_matmul(2, 6, 10, 14, NULL, 0)},
            {"batch_matmul+add+relu", kt_ops_batch_matmul(3, 5, 8, 7, EPI_ADD_RELU, 2)});
 }
 END_TEST
 
-START_TEST(gpu_epilogue_states_compile_and_emulate)
+START_TEST(gpu_epilogue_states_compile_and_run_on_cpu)
 {
     kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
     FAMILY("epilogues", {"matmul+bias+relu+add+gelu", kt_ops_matmul(9, 10, 11, 0, EPI_ALL, 4)},
@@ -277,7 +278,7 @@ START_TEST(gpu_epilogue_states_compile_and_emulate)
 }
 END_TEST
 
-START_TEST(gpu_conv2d_nhwc_states_compile_and_emulate)
+START_TEST(gpu_conv2d_nhwc_states_compile_and_run_on_cpu)
 {
     kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1),
                        d2 = kt_test_conv_p(1, 2, 2), none = kt_test_conv_p(1, 0, 1);
@@ -290,7 +291,7 @@ START_TEST(gpu_conv2d_nhwc_states_compile_and_emulate)
 }
 END_TEST
 
-START_TEST(gpu_conv2d_nchw_states_compile_and_emulate)
+START_TEST(gpu_conv2d_nchw_states_compile_and_run_on_cpu)
 {
     kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), d2 = kt_test_conv_p(1, 2, 2);
     FAMILY("conv2d nchw",
@@ -300,7 +301,7 @@ START_TEST(gpu_conv2d_nchw_states_compile_and_emulate)
 }
 END_TEST
 
-START_TEST(gpu_depthwise_states_compile_and_emulate)
+START_TEST(gpu_depthwise_states_compile_and_run_on_cpu)
 {
     kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), s1p1 = kt_test_conv_p(1, 1, 1);
     FAMILY("depthwise", {"depthwise s1 p1 +relu",
@@ -309,7 +310,7 @@ START_TEST(gpu_depthwise_states_compile_and_emulate)
 }
 END_TEST
 
-START_TEST(gpu_pool_states_compile_and_emulate)
+START_TEST(gpu_pool_states_compile_and_run_on_cpu)
 {
     kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), s1p1 = kt_test_conv_p(1, 1, 1),
                        s1p0 = kt_test_conv_p(1, 0, 1);
@@ -322,7 +323,7 @@ START_TEST(gpu_pool_states_compile_and_emulate)
 }
 END_TEST
 
-START_TEST(gpu_softmax_and_layer_norm_states_compile_and_emulate)
+START_TEST(gpu_softmax_and_layer_norm_states_compile_and_run_on_cpu)
 {
     FAMILY("softmax", {"softmax 6x33", kt_ops_softmax(2, (int64_t[]){6, 33})},
            {"softmax 2x3x100", kt_ops_softmax(3, (int64_t[]){2, 3, 100})});
@@ -333,7 +334,7 @@ END_TEST
 
 /* Epilogues and window operators networks need beyond the basic ones, one
  * shape each (as codegen_network_op_states_match_reference). */
-START_TEST(gpu_network_op_states_compile_and_emulate)
+START_TEST(gpu_network_op_states_compile_and_run_on_cpu)
 {
     kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1);
     FAMILY("network ops",
@@ -925,13 +926,19 @@ START_TEST(gpu_cli_samples_verifies_and_shows_cuda)
              "--seed 2 --verify --print",
              wl);
     char *out = ktune(args, &status);
-    ck_assert_msg(status == 0, "%s", out);
-    ck_assert_msg(strstr(out, "3 passed, 0 failed") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "at most 256 threads") != NULL, "%s", out);
-    ck_assert_msg(strstr(out, "CPU emulation") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "(CUDA on CPU: max relative error") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "threadIdx.x") != NULL, "%s", out);   /* --print */
 #if KT_HAVE_CUDA
+    ck_assert_msg(status == 0, "%s", out);
+    ck_assert_msg(strstr(out, "3 passed, 0 failed\n") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "NVRTC sm_80: ktune_kernel_k") != NULL, "%s", out);
+#else
+    /* run on the CPU, but never compiled for a GPU: not counted as passed */
+    ck_assert_msg(status == 1, "%s", out);
+    ck_assert_msg(strstr(out, "0 passed, 0 failed, 3 unverified (not compiled by NVRTC)"), "%s",
+                  out);
+    ck_assert_msg(strstr(out, "state 0: UNVERIFIED"), "%s", out);
 #endif
     /* show the CUDA source and the emulation of the first state */
     const char *line = strstr(out, "state 0: sketch");
@@ -990,16 +997,16 @@ int main(void)
     suite_add_tcase(s, rules);
     TCase *tc = tcase_create("families");
     tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, gpu_matmul_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_dense_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_batch_matmul_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_epilogue_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_conv2d_nhwc_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_conv2d_nchw_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_depthwise_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_pool_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_softmax_and_layer_norm_states_compile_and_emulate);
-    tcase_add_test(tc, gpu_network_op_states_compile_and_emulate);
+    tcase_add_test(tc, gpu_matmul_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_dense_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_batch_matmul_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_epilogue_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_conv2d_nhwc_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_conv2d_nchw_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_depthwise_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_pool_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_softmax_and_layer_norm_states_compile_and_run_on_cpu);
+    tcase_add_test(tc, gpu_network_op_states_compile_and_run_on_cpu);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

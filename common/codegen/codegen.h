@@ -116,7 +116,10 @@ int kt_codegen_emit_c_packed_into(const kt_dag_t *dag, const struct kt_sched_sta
  * placement are the CUDA kernel's, printed by the same code, so the verify
  * harness (verify.h) checking the emulation against the reference checks
  * the CUDA kernel's indexing. Outputs, workspace, shared memory and
- * registers start as NaN, so a read of anything not written shows. */
+ * registers start as NaN, so a read of anything not written shows. It does
+ * not run the CUDA printer's text, so `--verify` and the gpu suite check
+ * that text itself on the CPU instead (cuda_cpu.h); the emulation remains
+ * for `ktune kernel show --emulation`. */
 
 #define KT_CODEGEN_KERNEL_NAME 128
 

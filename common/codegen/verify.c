@@ -78,22 +78,42 @@ int kt_codegen_compile_flags(const char *src, const char *out_so_path, const cha
 {
     if (log)
         *log = NULL;
-    if (!src || !out_so_path)
+    if (!src)
         return kt_err_set(KT_EINVAL, "compile: no source or output path");
-    char dir[512], cpath[600], lpath[600];
+    kt_codegen_file_t f = {.name = "kernel.c", .text = src, .include = 0};
+    return kt_codegen_compile_files("KT_CC", "cc", &f, 1, cflags ? cflags : KT_CODEGEN_CFLAGS,
+                                    out_so_path, log);
+}
+
+int kt_codegen_compile_files(const char *cc_env, const char *cc_default,
+                             const kt_codegen_file_t *files, int nfiles, const char *cflags,
+                             const char *out_so_path, char **log)
+{
+    if (log)
+        *log = NULL;
+    if (!files || nfiles < 1 || nfiles > 4 || !cflags || !out_so_path || !cc_default)
+        return kt_err_set(KT_EINVAL, "compile: no files, flags or output path");
+    char dir[512], paths[4][600] = {{0}}, lpath[600];
     int rc = make_tmpdir(dir, sizeof(dir));
     if (rc)
         return rc;
-    snprintf(cpath, sizeof(cpath), "%s/kernel.c", dir);
     snprintf(lpath, sizeof(lpath), "%s/cc.log", dir);
-    rc = kt_file_write(cpath, src, strlen(src));
+    int written = 0;
+    for (; rc == KT_OK && written < nfiles; written++) {
+        if (!files[written].name || !files[written].text || strchr(files[written].name, '/'))
+            rc = kt_err_set(KT_EINVAL, "compile: file %d has no name or text", written);
+        else {
+            snprintf(paths[written], sizeof(paths[written]), "%s/%s", dir, files[written].name);
+            rc = kt_file_write(paths[written], files[written].text, strlen(files[written].text));
+        }
+    }
     if (rc == KT_OK) {
-        const char *cc = getenv("KT_CC");
+        const char *cc = cc_env ? getenv(cc_env) : NULL;
         if (!cc || !*cc)
-            cc = "cc";
+            cc = cc_default;
         char flags[512];
-        snprintf(flags, sizeof(flags), "%s", cflags ? cflags : KT_CODEGEN_CFLAGS);
-        char *argv[32];
+        snprintf(flags, sizeof(flags), "%s", cflags);
+        char *argv[40];
         int argc = 0;
         argv[argc++] = (char *)cc;
         char *save = NULL;
@@ -102,7 +122,15 @@ int kt_codegen_compile_flags(const char *src, const char *out_so_path, const cha
             argv[argc++] = tok;
         argv[argc++] = "-o";
         argv[argc++] = (char *)out_so_path;
-        argv[argc++] = cpath;
+        /* headers first: -include applies to the sources named after it */
+        for (int i = 0; i < nfiles; i++)
+            if (files[i].include) {
+                argv[argc++] = "-include";
+                argv[argc++] = paths[i];
+            }
+        for (int i = 0; i < nfiles; i++)
+            if (!files[i].include)
+                argv[argc++] = paths[i];
         argv[argc++] = "-lm";
         argv[argc] = NULL;
         posix_spawn_file_actions_t fa;
@@ -114,7 +142,7 @@ int kt_codegen_compile_flags(const char *src, const char *out_so_path, const cha
         int err = posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
         posix_spawn_file_actions_destroy(&fa);
         if (err) {
-            rc = kt_err_set(KT_EIO, "cannot run the C compiler '%s': %s", cc, strerror(err));
+            rc = kt_err_set(KT_EIO, "cannot run the compiler '%s': %s", cc, strerror(err));
         } else {
             int status = 0;
             rc = wait_child(pid, KT_CODEGEN_COMPILE_TIMEOUT, &status);
@@ -135,7 +163,9 @@ int kt_codegen_compile_flags(const char *src, const char *out_so_path, const cha
                 free(text);
         }
     }
-    unlink(cpath);
+    for (int i = 0; i < written; i++)
+        if (paths[i][0])
+            unlink(paths[i]);
     unlink(lpath);
     rmdir(dir);
     return rc;
@@ -284,10 +314,25 @@ struct kt_codegen_ref {
     unsigned serial;
 };
 
+/* What the child printed on stderr, for a failure's message: the head
+ * (where a kernel's fault report is), "" when nothing. */
+static const char *child_stderr(const char *path, char *buf, size_t cap)
+{
+    char *text = kt_file_read(path, NULL);
+    snprintf(buf, cap, "%s%s", text && *text ? ": " : "", text ? text : "");
+    size_t n = strlen(buf);
+    while (n > 0 && buf[n - 1] == '\n')
+        buf[--n] = '\0';
+    free(text);
+    return buf;
+}
+
 /* Run the kernel in so_path in a child; outputs land in ref->shared. */
 static int run_isolated(kt_codegen_ref_t *ref, const char *so_path, const char *entry)
 {
     memset(ref->shared, 0xff, ref->shared_bytes);
+    char epath[600], ebuf[700];
+    snprintf(epath, sizeof(epath), "%s/stderr.txt", ref->dir);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0)
@@ -298,6 +343,12 @@ static int run_isolated(kt_codegen_ref_t *ref, const char *so_path, const char *
         static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
         for (size_t i = 0; i < KT_ARRAY_LEN(fatal); i++)
             signal(fatal[i], SIG_DFL);
+        /* a kernel that reports a fault says why on stderr */
+        int efd = open(epath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (efd >= 0) {
+            dup2(efd, 2);
+            close(efd);
+        }
         void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
         void *sym = h ? dlsym(h, entry) : NULL;
         if (!sym)
@@ -308,15 +359,17 @@ static int run_isolated(kt_codegen_ref_t *ref, const char *so_path, const char *
     }
     int status = 0;
     int rc = wait_child(pid, KT_CODEGEN_RUN_TIMEOUT, &status);
+    child_stderr(epath, ebuf, sizeof(ebuf));
+    unlink(epath);
     if (rc)
         return kt_err_prefix("running kernel");
     if (WIFSIGNALED(status))
-        return kt_err_set(KT_EIO, "kernel crashed with signal %d (%s)", WTERMSIG(status),
-                          strsignal(WTERMSIG(status)));
+        return kt_err_set(KT_EIO, "kernel crashed with signal %d (%s)%s", WTERMSIG(status),
+                          strsignal(WTERMSIG(status)), ebuf);
     if (!WIFEXITED(status) || WEXITSTATUS(status) == 120)
-        return kt_err_set(KT_EIO, "cannot load kernel entry '%s'", entry);
+        return kt_err_set(KT_EIO, "cannot load kernel entry '%s'%s", entry, ebuf);
     if (WEXITSTATUS(status) != 0)
-        return kt_err_set(KT_EIO, "kernel returned an error (allocation failed?)");
+        return kt_err_set(KT_EIO, "kernel returned an error%s", *ebuf ? ebuf : " (allocation failed?)");
     return KT_OK;
 }
 

@@ -64,6 +64,22 @@ int kt_codegen_compile(const char *src, const char *out_so_path, char **log);
 int kt_codegen_compile_flags(const char *src, const char *out_so_path, const char *cflags,
                              char **log);
 
+/* One file of a compile with several (kt_codegen_compile_files). */
+typedef struct {
+    const char *name;   /* its name in the private temp directory, no '/' */
+    const char *text;
+    int include;        /* 1: passed as -include <file> before the sources; 0: a source */
+} kt_codegen_file_t;
+
+/* Compile 1 to 4 files into the shared object out_so_path with the compiler
+ * named by the environment variable cc_env (NULL or unset: cc_default) and
+ * cflags (blank-separated, at most 20 words): e.g. the CUDA-on-CPU check
+ * (cuda_cpu.h) compiles CUDA source with a prelude through $KT_CXX / g++.
+ * Errors, log and time limit as kt_codegen_compile. */
+int kt_codegen_compile_files(const char *cc_env, const char *cc_default,
+                             const kt_codegen_file_t *files, int nfiles, const char *cflags,
+                             const char *out_so_path, char **log);
+
 /* A loaded kernel library (dlopen in this process). */
 typedef struct kt_codegen_lib kt_codegen_lib_t;
 
@@ -97,7 +113,8 @@ kt_codegen_ref_t *kt_codegen_ref_new(const kt_dag_t *dag, uint64_t seed);
  * *max_rel_err (when not NULL) to the error, +inf when the kernel could not
  * be compiled or run. 0 when it passes; KT_EINVAL when it does not compile
  * or its answers differ (the message says which), KT_EIO when it crashed or
- * returned non-zero, KT_ETIMEOUT when it ran too long. */
+ * returned non-zero (the message ends with what the kernel printed on
+ * stderr: a fault report), KT_ETIMEOUT when it ran too long. */
 int kt_codegen_ref_check(kt_codegen_ref_t *ref, const char *src, const char *entry,
                          double *max_rel_err);
 
