@@ -15,7 +15,8 @@
  *
  * HTTP (when opts.http is set): / and /api/status show the snapshot (version,
  * uptime, "jobs": [] unless a module fills it, "runners", "workers",
- * "queue"), /metrics the registry gauges and counters. An HTTP address that
+ * "queue"), /metrics the registry gauges and counters; with a token, every
+ * route but /healthz needs it as a bearer token (http.h). An HTTP address that
  * cannot be bound is logged as a warning and the tracker serves gRPC anyway:
  * the status page is a convenience, the RPC service is the tracker.
  *
