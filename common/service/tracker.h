@@ -109,6 +109,11 @@ typedef struct {
     kt_metric_t *registrations;   /* counter by role; may be NULL */
 } kt_registry_service_t;
 
+/* RegisterPeer's checks before the registry's own: a peer with a known role
+ * and at most KT_REGISTRY_MAX_TARGETS targets, described in *d (pointing
+ * into req). 0 or KT_EINVAL (the fuzz targets call it without sockets). */
+int kt_tracker_register_desc(const Ktune__V1__RegisterRequest *req, kt_peer_desc_t *d);
+
 /* Register Tracker/RegisterPeer, Heartbeat and QueueStatus on `s`, served
  * from svc (registry_service.c). */
 int kt_tracker_registry_service_add(kt_rpc_server_t *s, kt_registry_service_t *svc);
