@@ -475,7 +475,18 @@ static const net_shape_t *lshape(const nd_t *d, int k)
     return &d->im->net->layers[d->code[k]].out;
 }
 
-static cval_t *cin(nd_t *d, int k) { return cst(d->im, d->code[k]); }
+/* Constant input k. An absent optional input ("" in the node) is no
+ * constant: it reads as an unknown value rather than as the slot before the
+ * table (a node of constants only, folded, may name "" as its input). */
+static cval_t *cin(nd_t *d, int k)
+{
+    static _Thread_local cval_t absent = {.ndim = -1};
+    if (!is_const(d, k)) {
+        absent = (cval_t){.ndim = -1};   /* a fold may have written to it: reset */
+        return &absent;
+    }
+    return cst(d->im, d->code[k]);
+}
 
 /* How a parameter's stored values become the layer's. */
 typedef enum { P_AS_IS = 0, P_NEGATE, P_INVERT } pfix_t;
