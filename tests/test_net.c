@@ -1404,6 +1404,27 @@ START_TEST(net_onnx_fold_with_an_absent_input_is_safe)
 }
 END_TEST
 
+/* Found by fuzz_onnx (fuzz/corpus/onnx/regress-dims-overflow): two
+ * dimensions under 2^40 each whose product overflows int64 passed the
+ * element limit. An initializer of 2^39 x 2^39 must be refused by it. */
+START_TEST(net_onnx_huge_initializer_dims_do_not_overflow)
+{
+    static const unsigned char model[] = {
+        0x08, 0x08, 0x42, 0x04, 0x0a, 0x00, 0x10, 0x11, 0x3a, 0x52, 0x0a, 0x0e,
+        0x0a, 0x01, 0x78, 0x0a, 0x01, 0x77, 0x12, 0x01, 0x79, 0x22, 0x03, 0x41,
+        0x64, 0x64, 0x12, 0x01, 0x67, 0x2a, 0x13, 0x08, 0x80, 0x80, 0x80, 0x80,
+        0x80, 0x10, 0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10, 0x10, 0x01, 0x42,
+        0x01, 0x77, 0x5a, 0x13, 0x0a, 0x01, 0x78, 0x12, 0x0e, 0x0a, 0x0c, 0x08,
+        0x01, 0x12, 0x08, 0x0a, 0x02, 0x08, 0x01, 0x0a, 0x02, 0x08, 0x04, 0x62,
+        0x13, 0x0a, 0x01, 0x79, 0x12, 0x0e, 0x0a, 0x0c, 0x08, 0x01, 0x12, 0x08,
+        0x0a, 0x02, 0x08, 0x01, 0x0a, 0x02, 0x08, 0x04,
+    };
+    kt_net_t *net = kt_net_onnx_parse(model, sizeof model, NULL, 0, 1);
+    ck_assert_msg(net == NULL, "a 2^78-element initializer was accepted");
+    ck_assert_msg(strstr(kt_err_msg(), "more than 2^40 elements"), "%s", kt_err_msg());
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("net");
@@ -1436,6 +1457,7 @@ int main(void)
     tcase_add_unchecked_fixture(to, onnx_setup, onnx_teardown);
     tcase_add_test(to, net_onnx_cnn_matches_its_network_file);
     tcase_add_test(to, net_onnx_fold_with_an_absent_input_is_safe);
+    tcase_add_test(to, net_onnx_huge_initializer_dims_do_not_overflow);
     tcase_add_test(to, net_onnx_transformer_block_matches_its_network_file);
     tcase_add_test(to, net_onnx_mobile_cnn_matches_its_network_file);
     tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);

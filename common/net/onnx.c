@@ -172,8 +172,12 @@ static int read_tensor(const Onnx__TensorProto *t, cval_t *c, const char *what)
         if (t->dims[i] < 0)
             return kt_err_set(KT_EINVAL, "%s: dimension %zu is negative (%lld)", what, i,
                               (long long)t->dims[i]);
-        if (t->dims[i] > ((int64_t)1 << 40) || (numel *= t->dims[i]) > ((int64_t)1 << 40))
+        /* Checked by division: the product of two dimensions under 2^40
+         * can overflow int64. */
+        const int64_t lim = (int64_t)1 << 40;
+        if (t->dims[i] > lim || (t->dims[i] > 0 && numel > lim / t->dims[i]))
             return kt_err_set(KT_EINVAL, "%s: more than 2^40 elements", what);
+        numel *= t->dims[i];
         c->d[i] = t->dims[i];
     }
     c->ndim = (int)t->n_dims;
