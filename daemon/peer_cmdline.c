@@ -3,15 +3,18 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kt_config.h"
+#include "util/err.h"
+#include "util/util.h"
 
 static const struct option common_opts[] = {
     {"tracker", required_argument, 0, 'T'},    {"listen", required_argument, 0, 'l'},
     {"advertise", required_argument, 0, 'A'},  {"token-file", required_argument, 0, 't'},
     {"tls-cert", required_argument, 0, 'c'},   {"tls-key", required_argument, 0, 'k'},
     {"tls-ca", required_argument, 0, 'C'},     {"version", no_argument, 0, 'V'},
-    {"help", no_argument, 0, 'h'}};
+    {"help", no_argument, 0, 'h'},             {"insecure", no_argument, 0, 'I'}};
 #define NCOMMON (sizeof common_opts / sizeof common_opts[0])
 #define MAX_OPTS 64
 
@@ -49,6 +52,7 @@ int kt_peer_cmdline_parse(kt_peer_daemon_opts_t *cl, const char *prog, int argc,
         case 'c': cl->tls_cert = optarg; break;
         case 'k': cl->tls_key = optarg; break;
         case 'C': cl->tls_ca = optarg; break;
+        case 'I': cl->insecure = 1; break;
         case '?': usage(stderr); return 2;
         default: {
             int rc = fn ? fn(user, c, optarg) : 2;
@@ -64,6 +68,13 @@ int kt_peer_cmdline_parse(kt_peer_daemon_opts_t *cl, const char *prog, int argc,
     }
     if ((cl->tls_cert == NULL) != (cl->tls_key == NULL)) {
         fprintf(stderr, "%s: --tls-cert and --tls-key go together\n", prog);
+        return 2;
+    }
+    /* Secure by default, decided before anything is bound: a runner or
+     * worker runs the code it is sent, so an open port needs a token. */
+    int token_given = cl->token_file && *cl->token_file;
+    if (kt_listen_check("gRPC", cl->listen, token_given, cl->insecure) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, kt_err_msg());
         return 2;
     }
     return -1;

@@ -1,7 +1,7 @@
 /*
  * The command line every peer daemon (ktune-runner, ktune-worker) takes:
  * --tracker, --listen, --advertise, --token-file, --tls-cert, --tls-key,
- * --tls-ca, --version and --help, plus the daemon's own options, parsed into
+ * --tls-ca, --insecure, --version and --help, plus the daemon's own options, parsed into
  * the library's kt_peer_daemon_opts_t. Not part of libktune: it is compiled
  * into the daemons (daemon/meson.build), since only a program's edge reads
  * argv and writes usage to stderr.
@@ -21,10 +21,11 @@
 typedef int (*kt_peer_option_fn)(void *user, int c, const char *arg);
 
 /* Parse argv: the common options plus `extra` (getopt_long entries ending
- * with a zero entry; their codes must not be T l A t c k C V h), handed to
+ * with a zero entry; their codes must not be T l A t c k C V h I), handed to
  * `fn`. -1 to go on; otherwise the exit code: 0 after --help or --version
  * (usage() or "<prog> <version>" printed), 2 on a usage error (said on
- * stderr). Defaults: listen 127.0.0.1:0, token file $KT_TOKEN_FILE. */
+ * stderr), a listen address beyond loopback without a token file or
+ * --insecure included (the file itself is read by kt_peer_daemon_start). Defaults: listen 127.0.0.1:0, token file $KT_TOKEN_FILE. */
 int kt_peer_cmdline_parse(kt_peer_daemon_opts_t *opts, const char *prog, int argc, char **argv,
                           const struct option *extra, kt_peer_option_fn fn, void *user,
                           void (*usage)(FILE *out));

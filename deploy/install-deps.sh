@@ -15,6 +15,8 @@ PACKAGES=(
   check libsubunit-dev openssl sqlite3 systemd python3-yaml python3-grpcio python3-grpc-tools python3-torch python3-onnx
   # benchmarks
   libopenblas-dev libdnnl-dev hyperfine
+  # fuzzing (deploy/fuzz.sh: libFuzzer with ASan and UBSan)
+  clang
 )
 
 SUDO=""

@@ -35,7 +35,8 @@ static void usage(FILE *out)
             "  --key KEY            device key to register under (default: cpu)\n"
             "  --device DEV         cpu (default) or cuda:N\n"
             "  --listen ADDR        gRPC address to serve (default 127.0.0.1:0, a free port;\n"
-            "                       use 0.0.0.0:PORT for a tracker on another host)\n"
+            "                       use 0.0.0.0:PORT for a tracker on another host, which\n"
+            "                       needs --token-file or --insecure)\n"
             "  --advertise ADDR     address the tracker should dial (default: the bound\n"
             "                       address; a wildcard host becomes the local address that\n"
             "                       routes to the tracker, 127.0.0.1 for a local tracker)\n"
@@ -51,6 +52,8 @@ static void usage(FILE *out)
             "  --tls-cert F         server certificate (PEM); enables TLS with --tls-key\n"
             "  --tls-key F          server private key (PEM)\n"
             "  --tls-ca F           CA (PEM) to verify a tracker served over TLS\n"
+            "  --insecure           serve beyond loopback without a token (anyone who\n"
+            "                       reaches the port can run code here; docs/security.md)\n"
             "  --version            print the version and exit\n"
             "  -h, --help           print this help and exit\n"
             "\n"
@@ -173,7 +176,8 @@ int main(int argc, char **argv)
     if (!d) {
         KT_ERROR("%s", kt_err_msg());
         kt_run_service_free(x);
-        return 1;
+        /* Refused for security (a token others can read): a usage error. */
+        return kt_err_code() == KT_EAUTH ? 2 : 1;
     }
     KT_INFO("ktune-runner %s listening on %s (%s%s), device %s", KT_VERSION,
             kt_peer_daemon_address(d), cl.tls_cert ? "TLS" : "plaintext",

@@ -556,6 +556,8 @@ START_TEST(cli_read_commands_against_a_tracker_need_its_token)
     snprintf(db, sizeof db, "%s/t.db", kt_test_dir);
     snprintf(port_file, sizeof port_file, "%s/addr", kt_test_dir);
     ck_assert_int_eq(kt_file_write(tok, "cli-secret\n", 11), 0);
+    /* Daemons refuse token files other users can read (docs/security.md). */
+    ck_assert_int_eq(chmod(tok, 0600), 0);
     char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--token-file", tok,
                      "--port-file", port_file, NULL};
     run_t tr;

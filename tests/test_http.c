@@ -15,6 +15,7 @@
 #include "http/http.h"
 #include "http/metrics.h"
 #include "util/err.h"
+#include "util/util.h"
 
 #define LV(...) ((const char *const[]){__VA_ARGS__})
 
@@ -33,7 +34,15 @@ static void resp_free(resp_t *r)
     free(r->body);
 }
 
+static resp_t http_do_auth(int port, const char *method, const char *path, const char *auth);
+
 static resp_t http_do(int port, const char *method, const char *path)
+{
+    return http_do_auth(port, method, path, NULL);
+}
+
+/* As http_do, with "Authorization: <auth>" when auth is not NULL. */
+static resp_t http_do_auth(int port, const char *method, const char *path, const char *auth)
 {
     resp_t r = {.status = -1};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -43,11 +52,12 @@ static resp_t http_do(int port, const char *method, const char *path)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    char req[512];
+    char req[1024];
     int n = snprintf(req, sizeof req,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                     "Content-Length: 0\r\n\r\n",
-                     method, path);
+                     "%s%s%sContent-Length: 0\r\n\r\n",
+                     method, path, auth ? "Authorization: " : "", auth ? auth : "",
+                     auth ? "\r\n" : "");
     ck_assert_int_eq(write(fd, req, (size_t)n), n);
     size_t len = 0, cap = 4096;
     char *buf = malloc(cap);
@@ -542,6 +552,58 @@ START_TEST(server_answers_every_route)
 }
 END_TEST
 
+START_TEST(server_with_a_token_needs_the_bearer_everywhere_but_healthz)
+{
+    kt_metrics_t *m = kt_metrics_new("ktune");
+    provider_t p = {.snap = sample_snapshot(2)};
+    char secret[] = "s3cret-token";
+    kt_http_config_t cfg = {.bind = "127.0.0.1:0", .metrics = m, .snapshot = provide,
+                            .snapshot_user = &p, .token = secret};
+    kt_http_server_t *s = kt_http_server_start(&cfg);
+    ck_assert_msg(s != NULL, "start: %s", kt_err_msg());
+    /* The server keeps its own copy: the caller may wipe its string. */
+    memset(secret, 'x', strlen(secret));
+    int port = kt_http_server_port(s);
+    char v[256];
+
+    resp_t r = http_do(port, "GET", "/healthz");
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    const char *paths[] = {"/api/status", "/", "/metrics"};
+    const char *wrong[] = {NULL, "", "Bearer", "Bearer ", "Bearer s3cret-toke", "Bearer s3cret-tokenn",
+                           "bearer s3cret-token", "s3cret-token", "Basic s3cret-token",
+                           "Bearer xxxxxxxxxxxx"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(paths); i++) {
+        for (size_t k = 0; k < KT_ARRAY_LEN(wrong); k++) {
+            r = http_do_auth(port, "GET", paths[i], wrong[k]);
+            ck_assert_msg(r.status == 401, "%s with '%s': %d", paths[i],
+                          wrong[k] ? wrong[k] : "(none)", r.status);
+            ck_assert(header(&r, "WWW-Authenticate", v, sizeof v));
+            ck_assert_ptr_null(strstr(r.body, "conv2d"));   /* nothing of the snapshot */
+            resp_free(&r);
+        }
+        r = http_do_auth(port, "GET", paths[i], "Bearer s3cret-token");
+        ck_assert_int_eq(r.status, 200);
+        resp_free(&r);
+    }
+    r = http_do_auth(port, "GET", "/api/status", "Bearer s3cret-token");
+    json_t *got = json_loads(r.body, 0, NULL);
+    ck_assert(json_equal(got, p.snap));
+    json_decref(got);
+    resp_free(&r);
+    kt_http_server_stop(s);
+    json_decref(p.snap);
+    kt_metrics_free(m);
+}
+END_TEST
+
+START_TEST(server_default_address_is_loopback)
+{
+    /* The status lists every job's workloads: serving it wider is a choice. */
+    ck_assert(kt_addr_is_loopback(KT_HTTP_DEFAULT_BIND));
+}
+END_TEST
+
 START_TEST(server_reports_provider_failure_as_500)
 {
     provider_t p = {.snap = sample_snapshot(2), .fail = 1};
@@ -627,6 +689,8 @@ int main(void)
     tcase_add_test(tc, status_page_handles_short_and_odd_curves);
     tcase_add_test(tc, status_page_tolerates_missing_and_mistyped_fields);
     tcase_add_test(tc, server_answers_every_route);
+    tcase_add_test(tc, server_with_a_token_needs_the_bearer_everywhere_but_healthz);
+    tcase_add_test(tc, server_default_address_is_loopback);
     tcase_add_test(tc, server_reports_provider_failure_as_500);
     tcase_add_test(tc, server_stops_and_starts_twice);
     tcase_add_test(tc, server_rejects_bad_or_busy_address);

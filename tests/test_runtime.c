@@ -254,6 +254,8 @@ START_TEST(runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker)
 
     /* The same records served by a tracker (QueryBest), and one job's (ListRecords). */
     ck_assert_int_eq(kt_file_write(tok, "rt-secret\n", 10), 0);
+    /* Daemons refuse token files other users can read (docs/security.md). */
+    ck_assert_int_eq(chmod(tok, 0600), 0);
     char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--token-file", tok,
                      "--port-file", port_file, NULL};
     kt_test_proc_t tr;

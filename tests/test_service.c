@@ -609,6 +609,9 @@ START_TEST(service_missing_or_wrong_token_is_unauthenticated)
     char tok[512], wrong[512], tracker[64];
     write_file("token", "svc-secret\n", tok, sizeof tok);
     write_file("wrong", "not-the-secret\n", wrong, sizeof wrong);
+    /* Daemons refuse token files other users can read (docs/security.md). */
+    ck_assert_int_eq(chmod(tok, 0600), 0);
+    ck_assert_int_eq(chmod(wrong, 0600), 0);
     start_tracker("127.0.0.1:0", tok, tracker);
     proc_t *bad[3];
     bad[0] = start_runner("runner-none", tracker, NULL);
@@ -1261,6 +1264,8 @@ START_TEST(service_job_rpcs_refuse_missing_or_wrong_token)
 {
     char tok[512], tracker[64];
     write_file("token", "job-secret\n", tok, sizeof tok);
+    /* Daemons refuse token files other users can read (docs/security.md). */
+    ck_assert_int_eq(chmod(tok, 0600), 0);
     start_tracker("127.0.0.1:0", tok, tracker);
     job_spec_t js = {.trials = 8, .per_round = 8};
     kt_rpc_status_t st;
@@ -1388,6 +1393,130 @@ START_TEST(service_python_client_submits_a_job_and_reads_the_best)
 }
 END_TEST
 
+/* ---- Secure by default (docs/security.md) ---------------------------------------------------- */
+
+/* GET path from 127.0.0.1:port with an optional Authorization value; the
+ * HTTP status code (-1 when there is no answer). */
+static int http_status_of(int port, const char *path, const char *auth)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[512];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%s\r\n", path,
+                     auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "");
+    ck_assert_int_eq(write(fd, req, (size_t)n), n);
+    char buf[256] = "";
+    size_t len = 0;
+    ssize_t r;
+    while (len + 1 < sizeof buf && (r = read(fd, buf + len, sizeof buf - len - 1)) > 0)
+        len += (size_t)r;
+    buf[len] = '\0';
+    close(fd);
+    int code = -1;
+    if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
+        return -1;
+    return code;
+}
+
+/* p exits with status 2 and says why: every string of `why` (NULL-ended). */
+static void assert_refused(proc_t *p, const char *const why[])
+{
+    int ws = reap(p, WAIT_MS);
+    char *log = log_of(p);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 2, "%s: status %d: %s", p->log, ws, log);
+    for (int i = 0; why[i]; i++)
+        ck_assert_msg(strstr(log, why[i]) != NULL, "%s: wanted '%s' in: %s", p->log, why[i], log);
+    free(log);
+}
+
+START_TEST(service_daemons_refuse_open_ports_without_a_token)
+{
+    char tok[512], open_tok[512];
+    write_file("token", "sec-secret\n", tok, sizeof tok);
+    ck_assert_int_eq(chmod(tok, 0600), 0);
+    write_file("open-token", "sec-secret\n", open_tok, sizeof open_tok);
+    ck_assert_int_eq(chmod(open_tok, 0640), 0);
+    const char *db = db_path();
+
+    /* Beyond loopback without a token: refused before anything is bound. */
+    char *t_any[] = {"--listen", "0.0.0.0:0", "--http", "off", "--db", (char *)db, NULL};
+    char *t_default[] = {"--http", "off", "--db", (char *)db, NULL};   /* 0.0.0.0:9190 */
+    char *t_http[] = {"--listen", "127.0.0.1:0", "--http", "0.0.0.0:0", "--db", (char *)db, NULL};
+    char *r_any[] = {"--listen", "0.0.0.0:0", "--key", "cpu-test", NULL};
+    char *w_any[] = {"--listen", "[::]:0", NULL};
+    proc_t *refused[] = {spawn("t-any", "tracker/ktune-tracker", t_any, NULL),
+                         spawn("t-default", "tracker/ktune-tracker", t_default, NULL),
+                         spawn("t-http", "tracker/ktune-tracker", t_http, NULL),
+                         spawn("r-any", "server/ktune-runner", r_any, NULL),
+                         spawn("w-any", "worker/ktune-worker", w_any, NULL)};
+    /* The message says why and names every way out. */
+    static const char *const open_port[] = {"without a token", "--token-file", "KT_TOKEN_FILE",
+                                            "--insecure", NULL};
+    for (size_t i = 0; i < KT_ARRAY_LEN(refused); i++)
+        assert_refused(refused[i], open_port);
+    char *log = log_of(refused[2]);
+    ck_assert_msg(strstr(log, "refusing to serve HTTP on 0.0.0.0:0"), "%s", log);
+    free(log);
+
+    /* A token file other users can read is refused by every daemon. */
+    char *t_open[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", (char *)db,
+                      "--token-file", open_tok, NULL};
+    char *r_loop[] = {"--listen", "127.0.0.1:0", "--key", "cpu-test", NULL};
+    char *w_loop[] = {"--listen", "127.0.0.1:0", NULL};
+    static const char *const readable[] = {"other users", "chmod 600", NULL};
+    assert_refused(spawn("t-open", "tracker/ktune-tracker", t_open, NULL), readable);
+    assert_refused(spawn("r-open", "server/ktune-runner", r_loop, open_tok), readable);
+    assert_refused(spawn("w-open", "worker/ktune-worker", w_loop, open_tok), readable);
+
+    /* The explicit choices start: a token, or --insecure. */
+    char *t_tok[] = {"--listen", "0.0.0.0:0", "--http", "off", "--db", (char *)db,
+                     "--token-file", tok, NULL};
+    char *r_insecure[] = {"--listen", "0.0.0.0:0", "--key", "cpu-test", "--insecure", NULL};
+    char *w_tok[] = {"--listen", "0.0.0.0:0", NULL};
+    proc_t *ok[] = {spawn("t-tok", "tracker/ktune-tracker", t_tok, NULL),
+                    spawn("r-insecure", "server/ktune-runner", r_insecure, NULL),
+                    spawn("w-tok", "worker/ktune-worker", w_tok, tok)};
+    for (size_t i = 0; i < KT_ARRAY_LEN(ok); i++)
+        ck_assert_msg(wait_log(ok[i], "listening on 0.0.0.0:", WAIT_MS), "%s", ok[i]->log);
+    stop_all();
+    char *t_insecure[] = {"--listen", "0.0.0.0:0", "--http", "0.0.0.0:0", "--db", (char *)db,
+                          "--insecure", NULL};
+    proc_t *ti = spawn("t-insecure", "tracker/ktune-tracker", t_insecure, NULL);
+    ck_assert(wait_log(ti, "http port ", WAIT_MS));
+    stop_all();
+}
+END_TEST
+
+START_TEST(service_tracker_http_needs_the_bearer_token)
+{
+    char tok[512];
+    write_file("token", "http-secret\n", tok, sizeof tok);
+    ck_assert_int_eq(chmod(tok, 0600), 0);
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--db",
+                     (char *)db_path(), "--token-file", tok, NULL};
+    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
+    ck_assert(wait_log(tr, "http port ", WAIT_MS));
+    char *tl = log_of(tr);
+    int port = atoi(strstr(tl, "http port ") + strlen("http port "));
+    free(tl);
+    ck_assert_int_gt(port, 0);
+    /* /healthz carries nothing and stays open; everything else needs the token. */
+    ck_assert_int_eq(http_status_of(port, "/healthz", NULL), 200);
+    const char *paths[] = {"/api/status", "/", "/metrics"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(paths); i++) {
+        ck_assert_int_eq(http_status_of(port, paths[i], NULL), 401);
+        ck_assert_int_eq(http_status_of(port, paths[i], "Bearer http-secre"), 401);
+        ck_assert_int_eq(http_status_of(port, paths[i], "Bearer http-secret!"), 401);
+        ck_assert_int_eq(http_status_of(port, paths[i], "http-secret"), 401);
+        ck_assert_int_eq(http_status_of(port, paths[i], "Bearer http-secret"), 200);
+    }
+    stop_all();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("service");
@@ -1415,6 +1544,13 @@ int main(void)
     tcase_add_test(jobs, service_cuda_job_waits_for_a_runner_and_workers_build_cuda);
     tcase_add_test(jobs, service_python_client_submits_a_job_and_reads_the_best);
     suite_add_tcase(s, jobs);
+    TCase *sec = tcase_create("security");
+    tcase_set_timeout(sec, 180);
+    tcase_add_unchecked_fixture(sec, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(sec, test_setup, NULL);
+    tcase_add_test(sec, service_daemons_refuse_open_ports_without_a_token);
+    tcase_add_test(sec, service_tracker_http_needs_the_bearer_token);
+    suite_add_tcase(s, sec);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/err.h"
@@ -39,6 +40,59 @@ START_TEST(token_read_strips_whitespace_and_rejects_empty)
     unlink(path);
     ck_assert_ptr_null(kt_token_read("/nonexistent/kt/token"));
     ck_assert_int_eq(kt_err_code(), KT_EIO);
+}
+END_TEST
+
+START_TEST(token_read_refuses_a_file_other_users_can_read)
+{
+    char path[] = "/tmp/kt_tokXXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "s3cret\n", 7), 7);
+    close(fd);
+    const mode_t refused[] = {0640, 0604, 0660, 0644, 0620, 0602};
+    for (size_t i = 0; i < KT_ARRAY_LEN(refused); i++) {
+        ck_assert_int_eq(chmod(path, refused[i]), 0);
+        kt_err_clear();
+        ck_assert_ptr_null(kt_token_read(path));
+        ck_assert_int_eq(kt_err_code(), KT_EAUTH);
+        ck_assert_msg(strstr(kt_err_msg(), "other users") && strstr(kt_err_msg(), "chmod 600"),
+                      "%s", kt_err_msg());
+    }
+    const mode_t allowed[] = {0600, 0400};
+    for (size_t i = 0; i < KT_ARRAY_LEN(allowed); i++) {
+        ck_assert_int_eq(chmod(path, allowed[i]), 0);
+        char *t = kt_token_read(path);
+        ck_assert_msg(t != NULL, "%s", kt_err_msg());
+        ck_assert_str_eq(t, "s3cret");
+        free(t);
+    }
+    unlink(path);
+}
+END_TEST
+
+START_TEST(listen_addresses_beyond_loopback_need_a_token)
+{
+    const char *loop[] = {"127.0.0.1:9190", "127.1.2.3:0", "localhost:9190", "LOCALHOST:1",
+                          "[::1]:9190", "ipv4:127.0.0.1:5", "[::ffff:127.0.0.1]:1",
+                          "unix:/tmp/kt.sock", "127.0.0.1"};
+    const char *open_[] = {"0.0.0.0:9190", ":9190", "[::]:9190", "10.0.0.1:9190",
+                           "myhost:9190", "128.0.0.1:1", "[::2]:1", "[::1:1", "",
+                           "127.0.0.1.evil.com:1", "[::ffff:10.0.0.1]:1", "0.0.0.0"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(loop); i++) {
+        ck_assert_msg(kt_addr_is_loopback(loop[i]) == 1, "%s", loop[i]);
+        ck_assert_int_eq(kt_listen_check("gRPC", loop[i], 0, 0), 0);
+    }
+    for (size_t i = 0; i < KT_ARRAY_LEN(open_); i++) {
+        ck_assert_msg(kt_addr_is_loopback(open_[i]) == 0, "%s", open_[i]);
+        ck_assert_int_eq(kt_listen_check("gRPC", open_[i], 1, 0), 0);   /* a token */
+        ck_assert_int_eq(kt_listen_check("gRPC", open_[i], 0, 1), 0);   /* --insecure */
+        ck_assert_int_eq(kt_listen_check("gRPC", open_[i], 0, 0), KT_EAUTH);
+        ck_assert_msg(strstr(kt_err_msg(), "--token-file") && strstr(kt_err_msg(), "KT_TOKEN_FILE") &&
+                          strstr(kt_err_msg(), "--insecure"),
+                      "%s", kt_err_msg());
+    }
+    ck_assert_int_eq(kt_addr_is_loopback(NULL), 0);
 }
 END_TEST
 
@@ -149,6 +203,8 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, err_set_and_prefix_compose_message);
     tcase_add_test(tc, token_read_strips_whitespace_and_rejects_empty);
+    tcase_add_test(tc, token_read_refuses_a_file_other_users_can_read);
+    tcase_add_test(tc, listen_addresses_beyond_loopback_need_a_token);
     tcase_add_test(tc, hash64_is_stable);
     tcase_add_test(tc, pool_for_runs_every_item_once);
     tcase_add_test(tc, pool_for_runs_items_on_two_threads_at_once);

@@ -28,9 +28,14 @@ static void usage(FILE *out)
             "resume from the store when a tracker starts again on it.\n"
             "\n"
             "options:\n"
-            "  --listen ADDR        gRPC address to serve (default 0.0.0.0:9190; port 0 picks one)\n"
+            "  --listen ADDR        gRPC address to serve (default " KT_TRACKER_DEFAULT_LISTEN
+            "; port 0 picks one);\n"
+            "                       beyond loopback it needs --token-file or --insecure\n"
             "  --http ADDR          status page and /metrics (default " KT_HTTP_DEFAULT_BIND
-            "; 'off' for none)\n"
+            "; 'off' for none);\n"
+            "                       beyond loopback it needs --token-file or --insecure, and\n"
+            "                       with a token every route but /healthz needs\n"
+            "                       'Authorization: Bearer <token>'\n"
             "  --db PATH            record store (SQLite; created if missing; default " KT_JOBS_DEFAULT_DB ")\n"
             "  --port-file F        once serving, write the bound gRPC address to F\n"
             "  --heartbeat-ms N     heartbeat interval given to runners and workers (default %d);\n"
@@ -44,6 +49,9 @@ static void usage(FILE *out)
             "                       model training) of all jobs (1..%d; default: the online\n"
             "                       cores, here %d); a seeded job proposes the same states\n"
             "                       whatever N\n"
+            "  --insecure           serve beyond loopback without a token (anyone who reaches\n"
+            "                       the port can submit jobs and read the status; see\n"
+            "                       docs/security.md)\n"
             "  --version            print the version and exit\n"
             "  -h, --help           print this help and exit\n",
             KT_REGISTRY_DEFAULT_HEARTBEAT_MS, KT_REGISTRY_MISSED_BEATS, KT_POOL_MAX_THREADS,
@@ -64,12 +72,13 @@ int main(int argc, char **argv)
         {"tls-ca", required_argument, 0, 'C'},   {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},           {"db", required_argument, 0, 'd'},
         {"port-file", required_argument, 0, 'p'}, {"search-threads", required_argument, 0, 's'},
+        {"insecure", no_argument, 0, 'I'},
         {0, 0, 0, 0}};
     kt_tracker_opts_t to = {.listen = KT_TRACKER_DEFAULT_LISTEN, .http = KT_HTTP_DEFAULT_BIND};
     const char *token_file = getenv("KT_TOKEN_FILE");
     const char *db = KT_JOBS_DEFAULT_DB, *port_file = NULL;
     int search_threads = 0;   /* 0: the job manager's default, the online cores */
-    int c;
+    int c, insecure = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'V': printf("ktune-tracker %s\n", KT_VERSION); return 0;
@@ -104,6 +113,7 @@ int main(int argc, char **argv)
         case 'c': to.tls_cert = optarg; break;
         case 'k': to.tls_key = optarg; break;
         case 'C': to.tls_ca = optarg; break;
+        case 'I': insecure = 1; break;
         default: usage(stderr); return 2;
         }
     }
@@ -116,10 +126,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "ktune-tracker: --tls-cert and --tls-key go together\n");
         return 2;
     }
+    /* Secure by default: decided from the command line alone, before
+     * anything is bound, so a refused start leaves no port open. */
+    int token_given = token_file && *token_file;
+    if (kt_listen_check("gRPC", to.listen, token_given, insecure) != 0 ||
+        (to.http && kt_listen_check("HTTP", to.http, token_given, insecure) != 0)) {
+        fprintf(stderr, "ktune-tracker: %s\n", kt_err_msg());
+        return 2;
+    }
     char *token = NULL;
-    if (token_file && *token_file && !(token = kt_token_read(token_file))) {
-        KT_ERROR("%s", kt_err_msg());
-        return 1;
+    if (token_given && !(token = kt_token_read(token_file))) {
+        /* A token other users can read is refused like an open port (2);
+         * a missing file stays a start-up failure (1). */
+        fprintf(stderr, "ktune-tracker: %s\n", kt_err_msg());
+        return kt_err_code() == KT_EAUTH ? 2 : 1;
     }
     to.token = token;
     int have_token = token != NULL;

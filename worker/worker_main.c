@@ -32,7 +32,8 @@ static void usage(FILE *out)
             "  --cache-dir DIR      keep built artifacts here across restarts (default: a\n"
             "                       private directory removed at exit)\n"
             "  --listen ADDR        gRPC address to serve (default 127.0.0.1:0, a free port;\n"
-            "                       use 0.0.0.0:PORT for a tracker on another host)\n"
+            "                       use 0.0.0.0:PORT for a tracker on another host, which\n"
+            "                       needs --token-file or --insecure)\n"
             "  --advertise ADDR     address the tracker should dial (default: the bound\n"
             "                       address; a wildcard host becomes the local address that\n"
             "                       routes to the tracker, 127.0.0.1 for a local tracker)\n"
@@ -41,6 +42,8 @@ static void usage(FILE *out)
             "  --tls-cert F         server certificate (PEM); enables TLS with --tls-key\n"
             "  --tls-key F          server private key (PEM)\n"
             "  --tls-ca F           CA (PEM) to verify a tracker served over TLS\n"
+            "  --insecure           serve beyond loopback without a token (anyone who\n"
+            "                       reaches the port can run code here; docs/security.md)\n"
             "  --version            print the version and exit\n"
             "  -h, --help           print this help and exit\n");
 }
@@ -103,6 +106,9 @@ int main(int argc, char **argv)
     kt_peer_daemon_t *d = kt_peer_daemon_start(&cl, &svc);
     if (!d) {
         KT_ERROR("%s", kt_err_msg());
+        /* Refused for security (a token others can read): a usage error. */
+        if (kt_err_code() == KT_EAUTH)
+            rc = 2;
         goto out;
     }
     KT_INFO("ktune-worker %s listening on %s (%s%s), %ld parallel builds", KT_VERSION,

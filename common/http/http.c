@@ -25,6 +25,8 @@ struct kt_http_server {
     pthread_t thread;
     int thread_started;
     int port;
+    char *auth;               /* "Bearer <token>", or NULL when none is required */
+    size_t auth_len;
 };
 
 /* libevent must know about pthreads before the first event_base is made, or
@@ -117,6 +119,22 @@ static void serve_status(kt_http_server_t *s, struct evhttp_request *req, int ht
     free(body);
 }
 
+/* Constant-time in the content, so the time of a wrong guess says nothing
+ * about how much of it matched. */
+static int auth_ok(const kt_http_server_t *s, struct evhttp_request *req)
+{
+    if (!s->auth)
+        return 1;
+    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!v)
+        return 0;
+    size_t n = strlen(v);
+    unsigned diff = n != s->auth_len;
+    for (size_t j = 0; j < n; j++)
+        diff |= (unsigned)((unsigned char)v[j] ^ (unsigned char)s->auth[j % s->auth_len]);
+    return diff == 0;
+}
+
 static void handle(struct evhttp_request *req, void *arg)
 {
     kt_http_server_t *s = arg;
@@ -142,6 +160,12 @@ static void handle(struct evhttp_request *req, void *arg)
     if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
         reply_text(req, 405, "Method Not Allowed", "method not allowed\n");
+        return;
+    }
+    if (route != R_HEALTH && !auth_ok(s, req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                          "Bearer realm=\"ktune\"");
+        reply_text(req, 401, "Unauthorized", "missing or wrong bearer token\n");
         return;
     }
     switch (route) {
@@ -214,6 +238,10 @@ static void server_free(kt_http_server_t *s)
         event_free(s->stop_ev);
     if (s->base)
         event_base_free(s->base);
+    if (s->auth) {
+        memset(s->auth, 0, s->auth_len);
+        free(s->auth);
+    }
     free(s);
 }
 
@@ -255,6 +283,18 @@ kt_http_server_t *kt_http_server_start(const kt_http_config_t *cfg)
     }
     s->cfg = *cfg;
     s->cfg.bind = NULL;   /* not needed after binding; the caller's string is not kept */
+    s->cfg.token = NULL;  /* kept as s->auth, which the server owns and wipes */
+    if (cfg->token && *cfg->token) {
+        s->auth_len = strlen("Bearer ") + strlen(cfg->token);
+        s->auth = malloc(s->auth_len + 1);
+        if (!s->auth) {
+            free(host);
+            server_free(s);
+            kt_err_set(KT_ENOMEM, "out of memory");
+            return NULL;
+        }
+        snprintf(s->auth, s->auth_len + 1, "Bearer %s", cfg->token);
+    }
     s->base = event_base_new();
     s->http = s->base ? evhttp_new(s->base) : NULL;
     s->stop_ev = s->base ? event_new(s->base, -1, 0, on_stop, s) : NULL;

@@ -9,6 +9,13 @@
  *   GET /api/status   the provider's JSON snapshot as is (application/json)
  *   GET /             an HTML page rendered from the same snapshot
  *
+ * Access (docs/security.md): with a token configured, every route but
+ * /healthz needs "Authorization: Bearer <token>" and answers 401 without it
+ * (the snapshot lists every job's workloads, the metrics the cluster's
+ * shape); /healthz carries nothing and stays open for liveness probes.
+ * Without a token every route is open, which is why the default address is
+ * loopback and daemons refuse a wider one without a token (kt_listen_check).
+ *
  * The snapshot provider returns a JSON description of the tracker state in
  * the schema below; the HTTP side only reads it, so the tracker decides what
  * to show. If the provider fails (NULL), / and /api/status answer 500 with
@@ -62,7 +69,7 @@
 typedef struct kt_http_server kt_http_server_t;
 
 /* The tracker's default HTTP address (its gRPC port is 9190). */
-#define KT_HTTP_DEFAULT_BIND "0.0.0.0:9191"
+#define KT_HTTP_DEFAULT_BIND "127.0.0.1:9191"
 /* Seconds between automatic reloads of the status page. */
 #define KT_HTTP_DEFAULT_REFRESH_S 5
 
@@ -76,6 +83,7 @@ typedef struct {
     kt_http_snapshot_fn snapshot;  /* NULL: / and /api/status are 404 */
     void *snapshot_user;
     int refresh_s;                 /* status page reload period; 0 = default, < 0 = none */
+    const char *token;             /* bearer token required (copied); NULL or "" = none */
 } kt_http_config_t;
 
 /* --- start / stop ------------------------------------------------------ */

@@ -100,6 +100,53 @@ static int word_ok(const char *s, int identifier)
     return 1;
 }
 
+/* Why a candidate fails alone (INSTANTIATION_ERROR), or NULL. */
+static const char *candidate_problem(const Ktune__V1__BuildCandidate *c)
+{
+    if (!c || !word_ok(c->entry, 1))
+        return "entry must be a C identifier";
+    if (!c->source || !*c->source)
+        return "empty source";
+    return NULL;
+}
+
+/* The request-level checks: KT_EINVAL with the INVALID_ARGUMENT text, or 0
+ * with the target and -march value. */
+static int check_request(const Ktune__V1__BuildRequest *in, kt_measure_target_t *target,
+                         const char **march)
+{
+    if (!in->target || !*in->target || strcmp(in->target, "cpu") == 0)
+        *target = KT_MEASURE_TARGET_CPU;
+    else if (strcmp(in->target, "cuda") == 0)
+        *target = KT_MEASURE_TARGET_CUDA;
+    else
+        return kt_err_set(KT_EINVAL, "unknown target '%s'", in->target);
+    *march = !in->arch || !*in->arch ? "native" : in->arch;
+    if (!word_ok(*march, 0))
+        return kt_err_set(KT_EINVAL, "malformed arch '%s'", *march);
+    if (in->timeout_ms < 0 || in->timeout_ms > MAX_TIMEOUT_MS)
+        return kt_err_set(KT_EINVAL, "timeout_ms must be 0..%d", MAX_TIMEOUT_MS);
+    if (in->n_candidates > KT_BUILD_SERVICE_MAX_CANDIDATES)
+        return kt_err_set(KT_EINVAL, "%zu candidates in one request; at most %d",
+                          in->n_candidates, KT_BUILD_SERVICE_MAX_CANDIDATES);
+    return 0;
+}
+
+int kt_build_service_check(const Ktune__V1__BuildRequest *in, int *bad)
+{
+    kt_measure_target_t target;
+    const char *march;
+    int rc = check_request(in, &target, &march);
+    if (rc != 0)
+        return rc;
+    int nbad = 0;
+    for (size_t i = 0; i < in->n_candidates; i++)
+        nbad += candidate_problem(in->candidates[i]) != NULL;
+    if (bad)
+        *bad = nbad;
+    return 0;
+}
+
 /* ---- Build ------------------------------------------------------------------------------- */
 
 static int fill_result(kt_rpc_call_t *call, const Ktune__V1__BuildCandidate *c,
@@ -130,23 +177,9 @@ static int build_batch(kt_rpc_call_t *call, kt_build_service_t *x, const Ktune__
                        Ktune__V1__BuildResponse *out)
 {
     kt_measure_target_t target;
-    if (!in->target || !*in->target || strcmp(in->target, "cpu") == 0)
-        target = KT_MEASURE_TARGET_CPU;
-    else if (strcmp(in->target, "cuda") == 0)
-        target = KT_MEASURE_TARGET_CUDA;
-    else
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "unknown target '%s'",
-                                in->target);
-    const char *march = !in->arch || !*in->arch ? "native" : in->arch;
-    if (!word_ok(march, 0))
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "malformed arch '%s'", march);
-    if (in->timeout_ms < 0 || in->timeout_ms > MAX_TIMEOUT_MS)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "timeout_ms must be 0..%d",
-                                MAX_TIMEOUT_MS);
-    if (in->n_candidates > KT_BUILD_SERVICE_MAX_CANDIDATES)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
-                                "%zu candidates in one request; at most %d", in->n_candidates,
-                                KT_BUILD_SERVICE_MAX_CANDIDATES);
+    const char *march;
+    if (check_request(in, &target, &march) != 0)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", kt_err_msg());
     int n = (int)in->n_candidates;
     if (n == 0)
         return KT_RPC_OK;
@@ -164,11 +197,7 @@ static int build_batch(kt_rpc_call_t *call, kt_build_service_t *x, const Ktune__
         inputs[i].target = target;
         inputs[i].entry = c->entry;
         /* A candidate without source or a callable name fails alone. */
-        if (!word_ok(c->entry, 1))
-            inputs[i].instantiation_error = "entry must be a C identifier";
-        else if (!c->source || !*c->source)
-            inputs[i].instantiation_error = "empty source";
-        else
+        if (!(inputs[i].instantiation_error = candidate_problem(c)))
             inputs[i].source = c->source;
     }
     /* The builder's timeout is per build; 0 keeps its default (15 s). */

@@ -53,4 +53,10 @@ int kt_build_service_handle(kt_rpc_call_t *call, const ProtobufCMessage *req,
 /* Candidates being built or waiting now (a kt_peer_in_flight_fn). */
 int kt_build_service_in_flight(void *svc);
 
+/* Validate a Build request as the handler does, building nothing (the fuzz
+ * targets use it without sockets). KT_EINVAL with the INVALID_ARGUMENT text
+ * the handler would answer, or 0 with *bad (may be NULL) the number of
+ * candidates that would fail alone with INSTANTIATION_ERROR. */
+int kt_build_service_check(const Ktune__V1__BuildRequest *req, int *bad);
+
 #endif

@@ -202,6 +202,43 @@ static const char *candidate_problem(const Ktune__V1__RunCandidate *c, int cuda,
     return NULL;
 }
 
+/* The request-level checks: KT_EINVAL with the INVALID_ARGUMENT text, or 0
+ * with the runner options in *ro. */
+static int check_request(const kt_run_service_t *x, const Ktune__V1__RunRequest *in,
+                         kt_runner_opts_t *ro)
+{
+    const char *mine = x->cuda_device >= 0 ? "cuda" : "cpu";
+    if (in->target && *in->target && strcmp(in->target, mine) != 0)
+        return kt_err_set(KT_EINVAL, "this runner times %s candidates, not '%s'", mine,
+                          in->target);
+    if (in->n_candidates > KT_RUN_SERVICE_MAX_CANDIDATES)
+        return kt_err_set(KT_EINVAL, "%zu candidates in one request; at most %d",
+                          in->n_candidates, KT_RUN_SERVICE_MAX_CANDIDATES);
+    const char *why = NULL;
+    if (run_options(x, in, ro, &why) != 0)
+        return kt_err_set(KT_EINVAL, "%s", why);
+    return 0;
+}
+
+int kt_run_service_check(const kt_run_service_t *x, const Ktune__V1__RunRequest *in, int *bad)
+{
+    kt_runner_opts_t ro;
+    int rc = check_request(x, in, &ro);
+    if (rc != 0)
+        return rc;
+    kt_run_input_t input;
+    kt_cuda_launch_t *launches = calloc(KT_RUNNER_MAX_LAUNCHES, sizeof *launches);
+    if (!launches)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    int nbad = 0;
+    for (size_t i = 0; i < in->n_candidates; i++)
+        nbad += candidate_problem(in->candidates[i], x->cuda_device >= 0, &input, launches) != NULL;
+    free(launches);
+    if (bad)
+        *bad = nbad;
+    return 0;
+}
+
 static int fill_result(kt_rpc_call_t *call, uint64_t id, const kt_measure_result_t *r,
                        Ktune__V1__MeasureResult *o)
 {
@@ -224,18 +261,9 @@ static int fill_result(kt_rpc_call_t *call, uint64_t id, const kt_measure_result
 static int run_batch(kt_rpc_call_t *call, kt_run_service_t *x, const Ktune__V1__RunRequest *in,
                      Ktune__V1__RunResponse *out)
 {
-    const char *mine = x->cuda_device >= 0 ? "cuda" : "cpu";
-    if (in->target && *in->target && strcmp(in->target, mine) != 0)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
-                                "this runner times %s candidates, not '%s'", mine, in->target);
-    if (in->n_candidates > KT_RUN_SERVICE_MAX_CANDIDATES)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
-                                "%zu candidates in one request; at most %d", in->n_candidates,
-                                KT_RUN_SERVICE_MAX_CANDIDATES);
     kt_runner_opts_t ro;
-    const char *why = NULL;
-    if (run_options(x, in, &ro, &why) != 0)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", why);
+    if (check_request(x, in, &ro) != 0)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", kt_err_msg());
     int n = (int)in->n_candidates;
     if (n == 0)
         return KT_RPC_OK;

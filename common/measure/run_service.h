@@ -66,4 +66,12 @@ int kt_run_service_handle(kt_rpc_call_t *call, const ProtobufCMessage *req,
 /* Batches running or waiting now (a kt_peer_in_flight_fn; svc is the service). */
 int kt_run_service_in_flight(void *svc);
 
+/* Validate a Run request as the handler does, running nothing (the fuzz
+ * targets decode and validate every request this way, without sockets).
+ * KT_EINVAL with the INVALID_ARGUMENT text the handler would answer, or 0
+ * with *bad (may be NULL) the number of candidates that would fail alone
+ * with INSTANTIATION_ERROR. */
+int kt_run_service_check(const kt_run_service_t *svc, const Ktune__V1__RunRequest *req,
+                         int *bad);
+
 #endif

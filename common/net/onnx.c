@@ -172,8 +172,12 @@ static int read_tensor(const Onnx__TensorProto *t, cval_t *c, const char *what)
         if (t->dims[i] < 0)
             return kt_err_set(KT_EINVAL, "%s: dimension %zu is negative (%lld)", what, i,
                               (long long)t->dims[i]);
-        if (t->dims[i] > ((int64_t)1 << 40) || (numel *= t->dims[i]) > ((int64_t)1 << 40))
+        /* Checked by division: the product of two dimensions under 2^40
+         * can overflow int64. */
+        const int64_t lim = (int64_t)1 << 40;
+        if (t->dims[i] > lim || (t->dims[i] > 0 && numel > lim / t->dims[i]))
             return kt_err_set(KT_EINVAL, "%s: more than 2^40 elements", what);
+        numel *= t->dims[i];
         c->d[i] = t->dims[i];
     }
     c->ndim = (int)t->n_dims;
@@ -475,7 +479,18 @@ static const net_shape_t *lshape(const nd_t *d, int k)
     return &d->im->net->layers[d->code[k]].out;
 }
 
-static cval_t *cin(nd_t *d, int k) { return cst(d->im, d->code[k]); }
+/* Constant input k. An absent optional input ("" in the node) is no
+ * constant: it reads as an unknown value rather than as the slot before the
+ * table (a node of constants only, folded, may name "" as its input). */
+static cval_t *cin(nd_t *d, int k)
+{
+    static _Thread_local cval_t absent = {.ndim = -1};
+    if (!is_const(d, k)) {
+        absent = (cval_t){.ndim = -1};   /* a fold may have written to it: reset */
+        return &absent;
+    }
+    return cst(d->im, d->code[k]);
+}
 
 /* How a parameter's stored values become the layer's. */
 typedef enum { P_AS_IS = 0, P_NEGATE, P_INVERT } pfix_t;

@@ -1411,76 +1411,108 @@ static int job_start(kt_jobs_t *m, job_t *j)
 
 /* ---- Submit --------------------------------------------------------------------------------- */
 
+/* The job's target, strategy, policy and runner key with defaults applied. */
+static void job_names(const Ktune__V1__Job *in, const char **target, const char **strategy,
+                      const char **policy, const char **key)
+{
+    *target = in->target && *in->target ? in->target : "cpu";
+    *strategy = in->strategy && *in->strategy ? in->strategy : "gradient";
+    *policy = in->policy && *in->policy ? in->policy : "sketch.xgb";
+    *key = in->runner_key && *in->runner_key ? in->runner_key : "cpu";
+}
+
+int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload_t **wl)
+{
+    if (!in || in->n_tasks == 0)
+        return kt_err_set(KT_EINVAL, "a job needs at least one task");
+    const char *target, *strategy, *policy, *key;
+    job_names(in, &target, &strategy, &policy, &key);
+    if (strcmp(target, "cpu") != 0 && strcmp(target, "cuda") != 0)
+        return kt_err_set(KT_EINVAL, "unknown target '%s' (cpu or cuda)", target);
+    if (kt_scheduler_strategy_parse(strategy) < 0)
+        return kt_err_set(KT_EINVAL,
+                          "unknown strategy '%s' (gradient, round-robin or sequential)", strategy);
+    if (kt_search_policy_check(policy) != 0)
+        return kt_err_code();
+    if (!kt_registry_key_ok(key))
+        return kt_err_set(KT_EINVAL, "runner key '%s': letters, digits and ._:- only", key);
+    kt_job_opts_t o;
+    int rc = kt_job_opts_from_proto(in->options, opts ? opts : &o);
+    if (rc != 0)
+        return rc;
+    if ((opts ? opts : &o)->trials < (int64_t)in->n_tasks)
+        return kt_err_set(KT_EINVAL,
+                          "num_measure_trials (%lld) must be at least the number of tasks (%zu)",
+                          (long long)(opts ? opts : &o)->trials, in->n_tasks);
+    int n = (int)in->n_tasks;
+    /* Without the caller's array the workloads are parsed (duplicates need
+     * every key) and freed here. */
+    kt_workload_t **own = wl ? NULL : calloc((size_t)n, sizeof *own);
+    if (!wl && !own)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    kt_workload_t **w = wl ? wl : own;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const Ktune__V1__Task *t = in->tasks[i];
+        if (!t || !t->workload || !t->workload->json || !*t->workload->json) {
+            rc = kt_err_set(KT_EINVAL, "task %d has no workload JSON", i);
+        } else if (t->target && *t->target && strcmp(t->target, target) != 0) {
+            rc = kt_err_set(KT_EINVAL, "task %d is for target '%s', the job for '%s'", i,
+                            t->target, target);
+        } else if (!(t->weight >= 0) || !isfinite(t->weight)) {
+            rc = kt_err_set(KT_EINVAL, "task %d: weight must be >= 0", i);
+        } else if (!(w[i] = kt_workload_parse(t->workload->json))) {
+            rc = kt_err_code();
+            kt_err_prefix("task %d", i);
+        } else {
+            for (int k = 0; rc == 0 && k < i; k++)
+                if (strcmp(kt_workload_key(w[k]), kt_workload_key(w[i])) == 0)
+                    rc = kt_err_set(KT_EINVAL, "tasks %d and %d have the same workload %s", k,
+                                    i, kt_workload_key(w[i]));
+        }
+    }
+    if (rc != 0 || own)
+        for (int i = 0; i < n; i++) {
+            kt_workload_free(w[i]);
+            w[i] = NULL;
+        }
+    free(own);
+    return rc;
+}
+
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
 {
     if (atomic_load(&m->stopping))
         return kt_err_set(KT_ESTATE, "the tracker is stopping; submit again when it is back");
     if (!in || in->n_tasks == 0)
         return kt_err_set(KT_EINVAL, "a job needs at least one task");
-    const char *target = in->target && *in->target ? in->target : "cpu";
-    if (strcmp(target, "cpu") != 0 && strcmp(target, "cuda") != 0)
-        return kt_err_set(KT_EINVAL, "unknown target '%s' (cpu or cuda)", target);
-    const char *strategy = in->strategy && *in->strategy ? in->strategy : "gradient";
-    if (kt_scheduler_strategy_parse(strategy) < 0)
-        return kt_err_set(KT_EINVAL,
-                          "unknown strategy '%s' (gradient, round-robin or sequential)", strategy);
-    const char *policy = in->policy && *in->policy ? in->policy : "sketch.xgb";
-    if (kt_search_policy_check(policy) != 0)
-        return kt_err_code();
-    const char *key = in->runner_key && *in->runner_key ? in->runner_key : "cpu";
-    if (!kt_registry_key_ok(key))
-        return kt_err_set(KT_EINVAL, "runner key '%s': letters, digits and ._:- only", key);
+    const char *target, *strategy, *policy, *key;
+    job_names(in, &target, &strategy, &policy, &key);
     if (strcmp(target, "cuda") == 0 && !(in->runner_key && *in->runner_key))
         key = "cuda";   /* the CPU runners' default key cannot time CUDA kernels */
-    kt_job_opts_t opts;
-    int rc = kt_job_opts_from_proto(in->options, &opts);
-    if (rc != 0)
-        return rc;
-    if (opts.trials < (int64_t)in->n_tasks)
-        return kt_err_set(KT_EINVAL,
-                          "num_measure_trials (%lld) must be at least the number of tasks (%zu)",
-                          (long long)opts.trials, in->n_tasks);
     int n = (int)in->n_tasks;
+    kt_job_opts_t opts;
     kt_workload_t **wl = calloc((size_t)n, sizeof *wl);
     kt_store_task_t *tasks = calloc((size_t)n, sizeof *tasks);
-    json_t *oj = kt_job_opts_to_json(&opts);
-    char *opts_text = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(oj);
-    if (!wl || !tasks || !opts_text) {
+    char *opts_text = NULL;
+    int rc;
+    if (!wl || !tasks) {
         rc = kt_err_set(KT_ENOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i < n; i++) {
-        const Ktune__V1__Task *t = in->tasks[i];
-        if (!t || !t->workload || !t->workload->json || !*t->workload->json) {
-            rc = kt_err_set(KT_EINVAL, "task %d has no workload JSON", i);
-            goto out;
-        }
-        if (t->target && *t->target && strcmp(t->target, target) != 0) {
-            rc = kt_err_set(KT_EINVAL, "task %d is for target '%s', the job for '%s'", i,
-                            t->target, target);
-            goto out;
-        }
-        if (!(t->weight >= 0) || !isfinite(t->weight)) {
-            rc = kt_err_set(KT_EINVAL, "task %d: weight must be >= 0", i);
-            goto out;
-        }
-        if (!(wl[i] = kt_workload_parse(t->workload->json))) {
-            rc = kt_err_code();
-            kt_err_prefix("task %d", i);
-            goto out;
-        }
-        for (int k = 0; k < i; k++)
-            if (strcmp(kt_workload_key(wl[k]), kt_workload_key(wl[i])) == 0) {
-                rc = kt_err_set(KT_EINVAL, "tasks %d and %d have the same workload %s", k, i,
-                                kt_workload_key(wl[i]));
-                goto out;
-            }
+    if ((rc = kt_jobs_check_job(in, &opts, wl)) != 0)
+        goto out;
+    json_t *oj = kt_job_opts_to_json(&opts);
+    opts_text = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(oj);
+    if (!opts_text) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
         tasks[i] = (kt_store_task_t){.index = i,
                                      .workload_key = kt_workload_key(wl[i]),
-                                     .weight = t->weight > 0 ? t->weight : 1,
+                                     .weight = in->tasks[i]->weight > 0 ? in->tasks[i]->weight : 1,
                                      .target = target};
-    }
     kt_store_job_t job = {.created = kt_time_wall(),
                           .state = "queued",
                           .target = target,

@@ -49,6 +49,8 @@
 #include <stdint.h>
 
 #include "ktune.pb-c.h"
+#include "service/job_view.h"
+#include "te/workload.h"
 #include "service/tracker.h"
 
 typedef struct kt_jobs kt_jobs_t;
@@ -88,6 +90,11 @@ void kt_jobs_free(kt_jobs_t *m);
  * wrong; KT_EUNSUP for a target ktune cannot tune yet; KT_ESTATE while
  * stopping. */
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *job, int64_t *id);
+/* The checks of kt_jobs_submit that need no tracker (SubmitJob's validation,
+ * also run by the fuzz targets): 0, or KT_EINVAL naming what is wrong. With
+ * opts, the job's options go there; with wl (n_tasks entries), the parsed
+ * workloads, which the caller frees (left NULL on failure). */
+int kt_jobs_check_job(const Ktune__V1__Job *job, kt_job_opts_t *opts, kt_workload_t **wl);
 /* Cancel a job and wait up to wait_ms for its rounds to stop. KT_ENOTFOUND,
  * KT_ESTATE when it already ended. */
 int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms);

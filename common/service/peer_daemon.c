@@ -42,6 +42,10 @@ kt_peer_daemon_t *kt_peer_daemon_start(const kt_peer_daemon_opts_t *cl,
     pthread_sigmask(SIG_BLOCK, &d->sigs, NULL);
     if (cl->token_file && *cl->token_file && !(d->token = kt_token_read(cl->token_file)))
         goto fail;
+    /* The command line checked this already; a library caller gets the
+     * same rule, since the service runs whatever code it is sent. */
+    if (kt_listen_check("gRPC", cl->listen, d->token != NULL, cl->insecure) != 0)
+        goto fail;
     kt_rpc_server_opts_t so = {.listen = cl->listen,
                                .token = d->token,
                                .tls_cert = cl->tls_cert,
@@ -53,7 +57,7 @@ kt_peer_daemon_t *kt_peer_daemon_start(const kt_peer_daemon_opts_t *cl,
         kt_rpc_server_start(d->srv) != 0)
         goto fail;
     const char *bound = kt_rpc_server_address(d->srv);
-    if (!d->token && strncmp(bound, "127.", 4) != 0)
+    if (!d->token && !kt_addr_is_loopback(bound))
         KT_WARN("no token: anyone who reaches %s can run code on this host "
                 "(set --token-file or KT_TOKEN_FILE)", bound);
     return d;

@@ -26,6 +26,7 @@ typedef struct {
     const char *token_file;               /* shared token (first line), or NULL */
     const char *tls_cert, *tls_key;       /* serve TLS with these (PEM), or NULL */
     const char *tls_ca;                   /* verify the tracker with this CA, or NULL */
+    int insecure;                         /* --insecure: no token needed beyond loopback */
 } kt_peer_daemon_opts_t;
 
 /* The one service a daemon serves. */

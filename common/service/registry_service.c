@@ -11,28 +11,37 @@
 #include "util/log.h"
 #include "util/util.h"
 
+int kt_tracker_register_desc(const Ktune__V1__RegisterRequest *req, kt_peer_desc_t *d)
+{
+    const Ktune__V1__PeerInfo *in = req->peer;
+    if (!in)
+        return kt_err_set(KT_EINVAL, "RegisterPeer: no peer");
+    int role = kt_peer_role_from_name(in->role);
+    if (role < 0)
+        return kt_err_set(KT_EINVAL, "RegisterPeer: role must be runner or worker");
+    if (in->n_targets > KT_REGISTRY_MAX_TARGETS)
+        return kt_err_set(KT_EINVAL, "RegisterPeer: more than %d targets",
+                          KT_REGISTRY_MAX_TARGETS);
+    *d = (kt_peer_desc_t){.peer_id = in->peer_id,
+                          .role = (kt_peer_role_t)role,
+                          .address = in->address,
+                          .key = in->key,
+                          .capacity = in->capacity,
+                          .targets = (const char *const *)in->targets,
+                          .n_targets = (int)in->n_targets,
+                          .device = in->device};
+    return 0;
+}
+
 static int h_register(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
                       void *ud)
 {
     kt_registry_service_t *svc = ud;
     const Ktune__V1__PeerInfo *in = ((const Ktune__V1__RegisterRequest *)req)->peer;
-    if (!in)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "RegisterPeer: no peer");
-    int role = kt_peer_role_from_name(in->role);
-    if (role < 0)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
-                                "RegisterPeer: role must be runner or worker");
-    kt_peer_desc_t d = {.peer_id = in->peer_id,
-                        .role = (kt_peer_role_t)role,
-                        .address = in->address,
-                        .key = in->key,
-                        .capacity = in->capacity,
-                        .targets = (const char *const *)in->targets,
-                        .n_targets = (int)in->n_targets,
-                        .device = in->device};
-    if (in->n_targets > KT_REGISTRY_MAX_TARGETS)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
-                                "RegisterPeer: more than %d targets", KT_REGISTRY_MAX_TARGETS);
+    kt_peer_desc_t d;
+    if (kt_tracker_register_desc((const Ktune__V1__RegisterRequest *)req, &d) != 0)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", kt_err_msg());
+    int role = (int)d.role;
     char id[KT_REGISTRY_ID_MAX];
     int rc = kt_registry_register(svc->registry, &d, id);
     if (rc != 0)

@@ -297,7 +297,8 @@ int kt_tracker_start(kt_tracker_t *t)
         return rc;
     if (t->http) {
         kt_http_config_t hc = {.bind = t->http, .metrics = t->metrics,
-                               .snapshot = http_snapshot, .snapshot_user = t};
+                               .snapshot = http_snapshot, .snapshot_user = t,
+                               .token = t->token};
         if (!(t->http_server = kt_http_server_start(&hc)))
             KT_WARN("no HTTP status page: %s", kt_err_msg());
     }

@@ -15,7 +15,8 @@
  *
  * HTTP (when opts.http is set): / and /api/status show the snapshot (version,
  * uptime, "jobs": [] unless a module fills it, "runners", "workers",
- * "queue"), /metrics the registry gauges and counters. An HTTP address that
+ * "queue"), /metrics the registry gauges and counters; with a token, every
+ * route but /healthz needs it as a bearer token (http.h). An HTTP address that
  * cannot be bound is logged as a warning and the tracker serves gRPC anyway:
  * the status page is a convenience, the RPC service is the tracker.
  *
@@ -107,6 +108,11 @@ typedef struct {
     kt_registry_t *registry;
     kt_metric_t *registrations;   /* counter by role; may be NULL */
 } kt_registry_service_t;
+
+/* RegisterPeer's checks before the registry's own: a peer with a known role
+ * and at most KT_REGISTRY_MAX_TARGETS targets, described in *d (pointing
+ * into req). 0 or KT_EINVAL (the fuzz targets call it without sockets). */
+int kt_tracker_register_desc(const Ktune__V1__RegisterRequest *req, kt_peer_desc_t *d);
 
 /* Register Tracker/RegisterPeer, Heartbeat and QueueStatus on `s`, served
  * from svc (registry_service.c). */

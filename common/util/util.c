@@ -5,7 +5,10 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +130,18 @@ char *kt_token_read(const char *path)
         kt_err_set(KT_EINVAL, "token file %s is empty", path);
         return NULL;
     }
+    /* Checked once the file proved readable, so a missing or empty file is
+     * reported as such first. */
+    struct stat st;
+    if (stat(path, &st) == 0 && (st.st_mode & 077) != 0) {
+        memset(buf, 0, strlen(s) + (size_t)(s - buf));
+        free(buf);
+        kt_err_set(KT_EAUTH,
+                   "token file %s is accessible by other users (mode %04o); "
+                   "make it private with: chmod 600 %s",
+                   path, (unsigned)(st.st_mode & 07777), path);
+        return NULL;
+    }
     char *tok = kt_strdup(s);
     free(buf);
     return tok;
@@ -177,4 +192,60 @@ int kt_cpu_list_parse(const char *list, cpu_set_t *set)
     if (CPU_COUNT(set) == 0)
         return kt_err_set(KT_EINVAL, "empty cpu list");
     return CPU_COUNT(set);
+}
+
+int kt_addr_is_loopback(const char *addr)
+{
+    if (!addr)
+        return 0;
+    /* A Unix socket is reachable only through the file system of this host. */
+    if (strncmp(addr, "unix:", 5) == 0 || strncmp(addr, "unix-abstract:", 14) == 0)
+        return 1;
+    /* gRPC accepts scheme prefixes; the host follows them. */
+    if (strncmp(addr, "ipv4:", 5) == 0 || strncmp(addr, "ipv6:", 5) == 0)
+        addr += 5;
+    else if (strncmp(addr, "dns:", 4) == 0)
+        addr += 4;
+    char host[256];
+    const char *hs = addr, *he;
+    if (addr[0] == '[') {
+        hs = addr + 1;
+        he = strchr(hs, ']');
+        if (!he)
+            return 0;
+    } else {
+        he = strrchr(addr, ':');
+        if (!he)
+            he = addr + strlen(addr);
+    }
+    size_t n = (size_t)(he - hs);
+    if (n == 0 || n >= sizeof host)
+        return 0;
+    memcpy(host, hs, n);
+    host[n] = '\0';
+    if (strcasecmp(host, "localhost") == 0)
+        return 1;
+    struct in_addr a4;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET6, host, &a6) == 1) {
+        if (IN6_IS_ADDR_LOOPBACK(&a6))
+            return 1;
+        return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+int kt_listen_check(const char *what, const char *addr, int have_token, int insecure)
+{
+    if (have_token || insecure || kt_addr_is_loopback(addr))
+        return KT_OK;
+    return kt_err_set(KT_EAUTH,
+                      "refusing to serve %s on %s without a token: anyone who can reach it "
+                      "could %s; give a token with --token-file F (or KT_TOKEN_FILE=F, a file "
+                      "of mode 600), listen on 127.0.0.1, or pass --insecure to accept the risk",
+                      what, addr ? addr : "(default)",
+                      strcmp(what, "HTTP") == 0 ? "read every job's workloads"
+                                                : "submit work and run code on this host");
 }

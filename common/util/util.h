@@ -22,8 +22,22 @@ char *kt_file_read(const char *path, size_t *len);
 int kt_file_write(const char *path, const void *data, size_t len);
 
 /* Read a secret token from a file: first line, surrounding whitespace
- * stripped; an empty token is an error. Caller frees. */
+ * stripped; an empty token is an error. A file other users may read or
+ * write (mode & 077) is refused with KT_EAUTH: the token authorizes running
+ * code on every runner, so a world-readable copy is a leaked one. Caller
+ * frees. */
 char *kt_token_read(const char *path);
+
+/* 1 when a listen address ("host:port", "[v6]:port", "unix:path") only
+ * accepts connections from this host: 127.0.0.0/8, ::1, "localhost" or a
+ * Unix socket. 0 for anything else, a wildcard or empty host included. */
+int kt_addr_is_loopback(const char *addr);
+
+/* The secure-by-default rule for a daemon serving `what` ("gRPC", "HTTP")
+ * on `addr`: loopback is always allowed; beyond loopback only with a token
+ * or with insecure set (--insecure). 0, or KT_EAUTH with a message naming
+ * --token-file, KT_TOKEN_FILE and --insecure. */
+int kt_listen_check(const char *what, const char *addr, int have_token, int insecure);
 
 /* strdup that sets kt_err on failure. */
 char *kt_strdup(const char *s);
