@@ -8,9 +8,11 @@
 #      `ktune kernel sample --target cuda --arch sm_XY --verify`: NVRTC for the
 #      device's architecture, the CUDA text run on the CPU, and the kernels run
 #      by the Driver API runner on the GPU against the reference;
-#   2. the suites whose tests need a GPU (cuda, gpu), which must skip nothing;
+#   2. the suites whose tests need a GPU (cuda, gpu, runtime), which must skip
+#      nothing;
 #   3. a `--target cuda` tuning job through an embedded tracker, a worker and
 #      a `--device cuda:0` runner (`ktune tune`), for a few trials;
+#   4. `ktune run --target cuda` of ResNet-18 against the CPU build's output;
 # then prints a summary and exits 1 if anything failed.
 #
 # usage: deploy/gpu-check.sh [BUILD_DIR]   (default ./build; built when missing)
@@ -84,7 +86,7 @@ for f in "${families[@]}"; do
 done
 
 # 2. the suites whose tests need a GPU: nothing may be skipped here
-for suite in cuda gpu; do
+for suite in cuda gpu runtime; do
   meson test -C "$build" "$suite" >"$tmp/suite-$suite.txt" 2>&1
   rc=$?
   skips="$build/tests/test_$suite.skips"
@@ -101,6 +103,20 @@ done
 rc=$?
 record "tune --target cuda ($trials trials)" $rc "exit $rc: $(grep -m1 -iE 'best|error' "$tmp/tune.txt" || tail -n 1 "$tmp/tune.txt")"
 [ $rc -eq 0 ] || tail -n 5 "$tmp/tune.txt" | sed 's/^/        /'
+
+# 4. ResNet-18 built for the GPU against the CPU build: same seed, same weights (the
+#    store of step 3 holds no record of its tasks: default schedules on both)
+"$ktune" run --network resnet-18 --seed 3 --repeat 3 --output "$tmp/r18_cpu.npy" \
+    --db "$tmp/gpu.db" >"$tmp/r18_cpu.txt" 2>&1 || true
+"$ktune" run --network resnet-18 --seed 3 --repeat 20 --target cuda --arch "$arch" \
+    --output "$tmp/r18_gpu.npy" --db "$tmp/gpu.db" >"$tmp/r18_gpu.txt" 2>&1
+rc=$?
+diff=$(/usr/bin/python3 -c "import numpy as n, sys; a=n.load(sys.argv[1]); b=n.load(sys.argv[2]); print('%.3g' % (abs(a-b).max()/abs(b).max()))" \
+       "$tmp/r18_gpu.npy" "$tmp/r18_cpu.npy" 2>/dev/null || echo nan)
+if [ $rc -eq 0 ] && ! /usr/bin/python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-4 else 1)" "$diff"; then
+  rc=1
+fi
+record "run --target cuda resnet-18" $rc "exit $rc, $(tail -n 1 "$tmp/r18_gpu.txt"), off the CPU build by $diff"
 
 echo
 echo "gpu-check summary ($arch):"
