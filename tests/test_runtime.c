@@ -8,8 +8,11 @@
  * output compared with PyTorch's; ResNet-18 with random weights runs in
  * both layouts with every task's kernel checked against the reference and
  * the two outputs compared; the generated library is linked into a program
- * twice with different weights; bad input gets its message and exit status
- * and leaves the store as it was. Nothing asserts how fast anything runs.
+ * twice with different weights; the CUDA build's generated host runner runs
+ * unchanged on the CPU (linked with tests/cuda_driver_cpu.c instead of
+ * -lcuda, its .cu compiled by codegen/cuda_cpu.h) and matches the CPU build
+ * and PyTorch; bad input gets its message and exit status and leaves the
+ * store as it was. Nothing asserts how fast anything runs.
  */
 #include <check.h>
 #include <math.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codegen/cuda_cpu.h"
 #include "net/net.h"
 #include "measure/cuda_runner.h"
 #include "measure/nvrtc.h"
@@ -568,6 +572,127 @@ START_TEST(runtime_cuda_build_compiles_and_runs_where_there_is_a_gpu)
 }
 END_TEST
 
+/* ---- the CUDA build on the CPU -------------------------------------------------------------- */
+
+/* Runs small_bn through its generated host runner: two instances, a
+ * profiled run, a bad weights path; writes the first instance's output. */
+static const char *const CU_PROGRAM =
+    "#include <stdio.h>\n#include <string.h>\n#include \"small_bn.h\"\n"
+    "int main(int argc, char **argv) {\n"
+    "    if (argc != 4) return 2;\n"
+    "    static float x[small_bn_INPUT_NUMEL], y1[small_bn_OUTPUT_NUMEL], y2[small_bn_OUTPUT_NUMEL];\n"
+    "    double t[64];\n"
+    "    FILE *f = fopen(argv[1], \"rb\");\n"
+    "    if (!f || fread(x, sizeof(float), small_bn_INPUT_NUMEL, f) != small_bn_INPUT_NUMEL) return 3;\n"
+    "    fclose(f);\n"
+    "    small_bn_t *a = small_bn_create(argv[2]), *b = small_bn_create(argv[2]);\n"
+    "    if (!a || !b) { fprintf(stderr, \"create: %s\\n\", small_bn_last_error()); return 4; }\n"
+    "    if (small_bn_num_steps() > 64) return 5;\n"
+    "    if (small_bn_run(a, x, y1) || small_bn_run_timed(b, x, y2, t)) {\n"
+    "        fprintf(stderr, \"run: %s\\n\", small_bn_last_error()); return 6; }\n"
+    "    /* instances and runs are independent: the same bits every time */\n"
+    "    if (memcmp(y1, y2, sizeof y1)) { fprintf(stderr, \"instances differ\\n\"); return 7; }\n"
+    "    small_bn_destroy(b);\n"
+    "    if (small_bn_run(a, x, y2) || memcmp(y1, y2, sizeof y1)) {\n"
+    "        fprintf(stderr, \"second run: %s\\n\", small_bn_last_error()); return 8; }\n"
+    "    small_bn_destroy(a);\n"
+    "    if (small_bn_create(argv[3])) return 9;\n"
+    "    printf(\"%s\\n\", small_bn_last_error());\n"
+    "    f = fopen(\"y.bin\", \"wb\");\n"
+    "    int ok = f && fwrite(y1, sizeof(float), small_bn_OUTPUT_NUMEL, f) == small_bn_OUTPUT_NUMEL;\n"
+    "    return f && fclose(f) == 0 && ok ? 0 : 10;\n}\n";
+
+/* Largest |got - want| over the largest |want|; got is raw float32. */
+static double bin_rel_diff(const char *got_path, const char *want_npy)
+{
+    size_t n = 0;
+    float *got = (float *)file_bytes(got_path, &n), *w = NULL;
+    int64_t d[8];
+    int nd = 0;
+    ck_assert_msg(kt_npy_read(want_npy, &w, d, &nd) == 0, "%s", kt_err_msg());
+    int64_t numel = 1;
+    for (int i = 0; i < nd; i++)
+        numel *= d[i];
+    ck_assert_int_eq((int64_t)n, numel * (int64_t)sizeof(float));
+    double big = 0, diff = 0;
+    for (int64_t i = 0; i < numel; i++) {
+        big = fmax(big, fabs(w[i]));
+        double e = fabs((double)got[i] - w[i]);
+        diff = e > diff || isnan(e) ? e : diff;
+    }
+    free(got);
+    free(w);
+    return big > 0 ? diff / big : diff;
+}
+
+START_TEST(runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    need_models();
+    const char *build = getenv("KT_BUILD_ROOT");
+    ck_assert_msg(build != NULL, "KT_BUILD_ROOT is not set");
+    char dir[512], db[512], cmd[8192], y_cpu[512];
+    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
+    snprintf(db, sizeof db, "%s/empty.db", kt_test_dir);
+    snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
+    char *model = path_in(models, "small_bn.onnx"), *x = path_in(models, "x.npy");
+    /* An empty store: every task gets its default schedule, CPU and GPU. */
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    kt_store_close(s);
+    char *out = NULL;
+    char *cubuild[] = {"build", "--onnx", model, "--target", "cuda", "--arch", "sm_80", "--db",
+                       db, "--out", dir, NULL};
+    ck_assert_msg(ktune(cubuild, &out) == 0, "%s", out);
+    free(out);
+    char *cpurun[] = {"run", "--onnx", model, "--db", db, "--input", x, "--output", y_cpu,
+                      "--repeat", "1", NULL};
+    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
+    free(out);
+
+    /* The CPU build of the very text NVRTC compiled, where the stand-in's
+     * cuModuleLoad("small_bn.cubin") finds it. */
+    char *cu = file_bytes(path_in(dir, "small_bn.cu"), NULL);
+    char *log = NULL;
+    int rc = kt_cuda_cpu_module_compile(cu, path_in(dir, "small_bn.cpu.so"), &log);
+    ck_assert_msg(rc == 0, "%s: %s", kt_err_msg(), log ? log : "");
+    free(log);
+    free(cu);
+
+    /* The input as raw floats for the program. */
+    float *xv = NULL;
+    int64_t xd[8];
+    int xn = 0;
+    ck_assert_int_eq(kt_npy_read(x, &xv, xd, &xn), 0);
+    ck_assert_int_eq(kt_file_write(path_in(kt_test_dir, "x.bin"), xv, 3 * 32 * 32 * sizeof(float)),
+                     0);
+    free(xv);
+    /* The host file unchanged, against the toolkit's cuda.h, linked with the
+     * stand-in instead of -lcuda. */
+    ck_assert_int_eq(kt_file_write(path_in(kt_test_dir, "main.c"), CU_PROGRAM, strlen(CU_PROGRAM)),
+                     0);
+    snprintf(cmd, sizeof cmd,
+             "cc -std=c17 -Wall -Wextra -Werror -O2 -I'%s/include' -I'%s' -o '%s/main' '%s/main.c' "
+             "'%s/small_bn_host.c' '%s/tests/libkt_cuda_driver_cpu.so' -Wl,-rpath,'%s/tests' "
+             "> '%s/cc.log' 2>&1",
+             KT_CUDA_PATH, dir, kt_test_dir, kt_test_dir, dir, build, build, kt_test_dir);
+    ck_assert_msg(system(cmd) == 0, "%s", kt_file_read(path_in(kt_test_dir, "cc.log"), NULL));
+    snprintf(cmd, sizeof cmd, "cd '%s' && ./main x.bin '%s' /nonexistent.safetensors > run.log 2>&1",
+             kt_test_dir, path_in(dir, "small_bn.safetensors"));
+    int st = system(cmd);
+    char *runlog = file_bytes(path_in(kt_test_dir, "run.log"), NULL);
+    ck_assert_msg(st == 0, "exit %d: %s", st, runlog);
+    ck_assert_msg(strstr(runlog, "cannot open /nonexistent.safetensors"), "%s", runlog);
+    free(runlog);
+    double d_cpu = bin_rel_diff(path_in(kt_test_dir, "y.bin"), y_cpu);
+    double d_ref = bin_rel_diff(path_in(kt_test_dir, "y.bin"), path_in(models, "y_ref.npy"));
+    ck_assert_msg(d_cpu <= TOL && d_ref <= TOL, "CUDA build on the CPU: %g from the CPU build, "
+                  "%g from PyTorch", d_cpu, d_ref);
+}
+END_TEST
+
 /* ---- bad input ---------------------------------------------------------------------------- */
 
 START_TEST(runtime_bad_input_names_the_cause_and_leaves_the_store)
@@ -650,6 +775,13 @@ int main(void)
     tcase_add_test(tc, runtime_cuda_build_compiles_and_runs_where_there_is_a_gpu);
     tcase_add_test(tc, runtime_bad_input_names_the_cause_and_leaves_the_store);
     suite_add_tcase(s, tc);
+    /* Its own case, so CK_RUN_CASE=cuda_on_cpu runs it alone. */
+    TCase *cc = tcase_create("cuda_on_cpu");
+    tcase_set_timeout(cc, 900);
+    tcase_add_unchecked_fixture(cc, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(cc, test_setup, NULL);
+    tcase_add_test(cc, runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build);
+    suite_add_tcase(s, cc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);
