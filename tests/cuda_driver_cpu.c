@@ -255,10 +255,11 @@ CUresult cuModuleLoad(CUmodule *module, const char *fname)
         say("cuModuleLoad: only NAME.cubin maps to a CPU module (NAME.cpu.so)");
         return CUDA_ERROR_INVALID_IMAGE;
     }
-    char *so = malloc(len + 8);
+    char *so = malloc(len + 10);
     if (!so)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    snprintf(so, len + 8, "%.*s.cpu.so", (int)(len - 6), fname);
+    /* "./" for a bare name: dlopen would search the library path instead */
+    snprintf(so, len + 10, "%s%.*s.cpu.so", strchr(fname, '/') ? "" : "./", (int)(len - 6), fname);
     if (stat(so, &st) != 0) {
         char msg[MSG_CAP];
         snprintf(msg, sizeof msg, "cuModuleLoad(%s): no CPU build %s", fname, so);

@@ -221,7 +221,8 @@ static void emit_host_step(kt_sbuf_t *b, const kt_net_plan_t *p, const task_cu_t
                             "(size_t)n));\n");
             break;
         case KT_PLAN_UNARY:
-            kt_sbuf_printf(b, "        int op = %d;\n        float lo = %.9gf, hi = %.9gf;\n",
+            /* %e, not %g: "0f" or "6f" is no float literal (an integer with a suffix) */
+            kt_sbuf_printf(b, "        int op = %d;\n        float lo = %.9ef, hi = %.9ef;\n",
                            (int)s->unary, s->lo, s->hi);
             put_simple(b, K_UNARY, n, "", "&x, &y, &n, &op, &lo, &hi");
             break;
