@@ -713,14 +713,16 @@ END_TEST
 
 /* Every simple layer's kernel (layout, unary, channel, flat and broadcast
  * binary, transpose, concat: kt_net_bcast and kt_net_transpose take a
- * struct by value) around one task, against the CPU build. */
+ * struct by value) around one task, against the CPU build. The clip
+ * bounds are whole numbers on purpose: both builds once printed them as
+ * "1f", no C literal. */
 static const char *const SIMPLE_NET =
     "{\"name\": \"simple\", \"layers\": [\n"
     " {\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 6, 5, 7]},\n"
     " {\"name\": \"t\", \"op\": \"tanh\"},\n"
     " {\"name\": \"s\", \"op\": \"scale\", \"per_channel\": true},\n"
     " {\"name\": \"ba\", \"op\": \"bias_add\"},\n"
-    " {\"name\": \"cl\", \"op\": \"clip\", \"min\": -0.5, \"max\": 0.8},\n"
+    " {\"name\": \"cl\", \"op\": \"clip\", \"min\": -1, \"max\": 1},\n"
     " {\"name\": \"sg\", \"op\": \"sigmoid\", \"inputs\": [\"x\"]},\n"
     " {\"name\": \"m\", \"op\": \"mul\", \"inputs\": [\"cl\", \"sg\"]},\n"
     " {\"name\": \"gp\", \"op\": \"global_avg_pool\", \"inputs\": [\"m\"]},\n"
