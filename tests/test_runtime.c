@@ -8,8 +8,11 @@
  * output compared with PyTorch's; ResNet-18 with random weights runs in
  * both layouts with every task's kernel checked against the reference and
  * the two outputs compared; the generated library is linked into a program
- * twice with different weights; bad input gets its message and exit status
- * and leaves the store as it was. Nothing asserts how fast anything runs.
+ * twice with different weights; the CUDA build's generated host runner runs
+ * unchanged on the CPU (linked with tests/cuda_driver_cpu.c instead of
+ * -lcuda, its .cu compiled by codegen/cuda_cpu.h) and matches the CPU build
+ * and PyTorch; bad input gets its message and exit status and leaves the
+ * store as it was. Nothing asserts how fast anything runs.
  */
 #include <check.h>
 #include <math.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codegen/cuda_cpu.h"
 #include "net/net.h"
 #include "measure/cuda_runner.h"
 #include "measure/nvrtc.h"
@@ -570,6 +574,204 @@ START_TEST(runtime_cuda_build_compiles_and_runs_where_there_is_a_gpu)
 }
 END_TEST
 
+/* ---- the CUDA build on the CPU -------------------------------------------------------------- */
+
+/* Runs the network NET (-DNET=name -DNET_H='"name.h"') through its generated
+ * host runner: two instances, a profiled run, a second run, a bad weights
+ * path; writes the first instance's output to y.bin in the current
+ * directory. */
+static const char *const CU_PROGRAM =
+    "#include <stdio.h>\n#include <string.h>\n#include NET_H\n"
+    "#define CAT_(a, b) a##b\n#define CAT(a, b) CAT_(a, b)\n#define F(s) CAT(NET, _##s)\n"
+    "int main(int argc, char **argv) {\n"
+    "    if (argc != 4) return 2;\n"
+    "    static float x[F(INPUT_NUMEL)], y1[F(OUTPUT_NUMEL)], y2[F(OUTPUT_NUMEL)];\n"
+    "    double t[256];\n"
+    "    FILE *f = fopen(argv[1], \"rb\");\n"
+    "    if (!f || fread(x, sizeof(float), F(INPUT_NUMEL), f) != F(INPUT_NUMEL)) return 3;\n"
+    "    fclose(f);\n"
+    "    F(t) *a = F(create)(argv[2]), *b = F(create)(argv[2]);\n"
+    "    if (!a || !b) { fprintf(stderr, \"create: %s\\n\", F(last_error)()); return 4; }\n"
+    "    if (F(num_steps)() > 256) return 5;\n"
+    "    if (F(run)(a, x, y1) || F(run_timed)(b, x, y2, t)) {\n"
+    "        fprintf(stderr, \"run: %s\\n\", F(last_error)()); return 6; }\n"
+    "    /* instances and runs are independent: the same bits every time */\n"
+    "    if (memcmp(y1, y2, sizeof y1)) { fprintf(stderr, \"instances differ\\n\"); return 7; }\n"
+    "    F(destroy)(b);\n"
+    "    if (F(run)(a, x, y2) || memcmp(y1, y2, sizeof y1)) {\n"
+    "        fprintf(stderr, \"second run: %s\\n\", F(last_error)()); return 8; }\n"
+    "    F(destroy)(a);\n"
+    "    if (F(create)(argv[3])) return 9;\n"
+    "    printf(\"%s\\n\", F(last_error)());\n"
+    "    f = fopen(\"y.bin\", \"wb\");\n"
+    "    int ok = f && fwrite(y1, sizeof(float), F(OUTPUT_NUMEL), f) == F(OUTPUT_NUMEL);\n"
+    "    return f && fclose(f) == 0 && ok ? 0 : 10;\n}\n";
+
+/* Largest |got - want| over the largest |want|; got is raw float32. */
+static double bin_rel_diff(const char *got_path, const char *want_npy)
+{
+    size_t n = 0;
+    float *got = (float *)file_bytes(got_path, &n), *w = NULL;
+    int64_t d[8];
+    int nd = 0;
+    ck_assert_msg(kt_npy_read(want_npy, &w, d, &nd) == 0, "%s", kt_err_msg());
+    int64_t numel = 1;
+    for (int i = 0; i < nd; i++)
+        numel *= d[i];
+    ck_assert_int_eq((int64_t)n, numel * (int64_t)sizeof(float));
+    double big = 0, diff = 0;
+    for (int64_t i = 0; i < numel; i++) {
+        big = fmax(big, fabs(w[i]));
+        double e = fabs((double)got[i] - w[i]);
+        diff = e > diff || isnan(e) ? e : diff;
+    }
+    free(got);
+    free(w);
+    return big > 0 ? diff / big : diff;
+}
+
+/* Builds `args` (a ktune build ... --target cuda --out DIR) into DIR, then
+ * runs network `name` from it on the CPU: the .cu as a cuda_cpu module
+ * where the stand-in's cuModuleLoad("NAME.cubin") finds it, the host file
+ * compiled unchanged against the toolkit's cuda.h and linked with
+ * tests/cuda_driver_cpu.c instead of -lcuda, input x.npy. The output is
+ * DIR/y.bin. */
+static void cuda_on_cpu(char *const args[], const char *dir, const char *name, const char *x)
+{
+    const char *build = getenv("KT_BUILD_ROOT");
+    ck_assert_msg(build != NULL, "KT_BUILD_ROOT is not set");
+    char *out = NULL, file[300], cmd[8192];
+    ck_assert_msg(ktune(args, &out) == 0, "%s", out);
+    free(out);
+    snprintf(file, sizeof file, "%s.cu", name);
+    char *cu = file_bytes(path_in(dir, file), NULL);
+    char *log = NULL;
+    snprintf(file, sizeof file, "%s.cpu.so", name);
+    int rc = kt_cuda_cpu_module_compile(cu, path_in(dir, file), &log);
+    ck_assert_msg(rc == 0, "%s: %s", kt_err_msg(), log ? log : "");
+    free(log);
+    free(cu);
+    /* The input as raw floats for the program. */
+    float *xv = NULL;
+    int64_t xd[8];
+    int xn = 0;
+    ck_assert_int_eq(kt_npy_read(x, &xv, xd, &xn), 0);
+    int64_t numel = 1;
+    for (int d = 0; d < xn; d++)
+        numel *= xd[d];
+    ck_assert_int_eq(kt_file_write(path_in(dir, "x.bin"), xv, (size_t)numel * sizeof(float)), 0);
+    free(xv);
+    ck_assert_int_eq(kt_file_write(path_in(dir, "main.c"), CU_PROGRAM, strlen(CU_PROGRAM)), 0);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && cc -std=c17 -Wall -Wextra -Werror -O2 -I'%s/include' -I. "
+             "-DNET=%s -DNET_H='\"%s.h\"' -o main main.c %s_host.c "
+             "'%s/tests/libkt_cuda_driver_cpu.so' -Wl,-rpath,'%s/tests' > cc.log 2>&1",
+             dir, KT_CUDA_PATH, name, name, name, build, build);
+    ck_assert_msg(system(cmd) == 0, "%s", kt_file_read(path_in(dir, "cc.log"), NULL));
+    snprintf(cmd, sizeof cmd, "cd '%s' && ./main x.bin %s.safetensors /nonexistent.safetensors "
+             "> run.log 2>&1", dir, name);
+    int st = system(cmd);
+    char *runlog = file_bytes(path_in(dir, "run.log"), NULL);
+    ck_assert_msg(st == 0, "exit %d: %s", st, runlog);
+    ck_assert_msg(strstr(runlog, "cannot open /nonexistent.safetensors"), "%s", runlog);
+    free(runlog);
+}
+
+/* An empty store at kt_test_dir/empty.db: every task gets its default schedule. */
+static char *empty_store(void)
+{
+    char *db = path_in(kt_test_dir, "empty.db");
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    kt_store_close(s);
+    return db;
+}
+
+START_TEST(runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    need_models();
+    char dir[512], db[512], y_cpu[512];
+    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
+    snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
+    snprintf(db, sizeof db, "%s", empty_store());
+    char *model = path_in(models, "small_bn.onnx"), *x = path_in(models, "x.npy");
+    char *out = NULL;
+    char *cpurun[] = {"run", "--onnx", model, "--db", db, "--input", x, "--output", y_cpu,
+                      "--repeat", "1", NULL};
+    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
+    free(out);
+    char *cubuild[] = {"build", "--onnx", model, "--target", "cuda", "--arch", "sm_80", "--db",
+                       db, "--out", dir, NULL};
+    cuda_on_cpu(cubuild, dir, "small_bn", x);
+    double d_cpu = bin_rel_diff(path_in(dir, "y.bin"), y_cpu);
+    double d_ref = bin_rel_diff(path_in(dir, "y.bin"), path_in(models, "y_ref.npy"));
+    ck_assert_msg(d_cpu <= TOL && d_ref <= TOL, "CUDA build on the CPU: %g from the CPU build, "
+                  "%g from PyTorch", d_cpu, d_ref);
+}
+END_TEST
+
+/* Every simple layer's kernel (layout, unary, channel, flat and broadcast
+ * binary, transpose, concat: kt_net_bcast and kt_net_transpose take a
+ * struct by value) around one task, against the CPU build. The clip
+ * bounds are whole numbers on purpose: both builds once printed them as
+ * "1f", no C literal. */
+static const char *const SIMPLE_NET =
+    "{\"name\": \"simple\", \"layers\": [\n"
+    " {\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 6, 5, 7]},\n"
+    " {\"name\": \"t\", \"op\": \"tanh\"},\n"
+    " {\"name\": \"s\", \"op\": \"scale\", \"per_channel\": true},\n"
+    " {\"name\": \"ba\", \"op\": \"bias_add\"},\n"
+    " {\"name\": \"cl\", \"op\": \"clip\", \"min\": -1, \"max\": 1},\n"
+    " {\"name\": \"sg\", \"op\": \"sigmoid\", \"inputs\": [\"x\"]},\n"
+    " {\"name\": \"m\", \"op\": \"mul\", \"inputs\": [\"cl\", \"sg\"]},\n"
+    " {\"name\": \"gp\", \"op\": \"global_avg_pool\", \"inputs\": [\"m\"]},\n"
+    " {\"name\": \"bm\", \"op\": \"elementwise\", \"fn\": \"sub\", \"inputs\": [\"m\", \"gp\"]},\n"
+    " {\"name\": \"g\", \"op\": \"gelu\"},\n"
+    " {\"name\": \"tr\", \"op\": \"transpose\", \"perm\": [0, 2, 3, 1]},\n"
+    " {\"name\": \"tr2\", \"op\": \"transpose\", \"perm\": [0, 2, 3, 1], \"inputs\": [\"sg\"]},\n"
+    " {\"name\": \"cc\", \"op\": \"concat\", \"axis\": 3, \"inputs\": [\"tr\", \"tr2\"]},\n"
+    " {\"name\": \"r\", \"op\": \"relu\"}\n]}\n";
+
+START_TEST(runtime_cuda_build_of_every_simple_layer_runs_on_the_cpu)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    char dir[512], db[512], netfile[512], x[512], y_cpu[512];
+    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
+    snprintf(netfile, sizeof netfile, "%s/simple.json", kt_test_dir);
+    snprintf(x, sizeof x, "%s/x.npy", kt_test_dir);
+    snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
+    snprintf(db, sizeof db, "%s", empty_store());
+    ck_assert_int_eq(kt_file_write(netfile, SIMPLE_NET, strlen(SIMPLE_NET)), 0);
+    static float in[6 * 5 * 7];
+    kt_rng_t r;
+    kt_rng_seed(&r, 7);
+    for (int i = 0; i < 6 * 5 * 7; i++)
+        in[i] = (float)(kt_rng_double(&r) * 4 - 2);
+    int64_t dims[4] = {1, 6, 5, 7};
+    ck_assert_int_eq(kt_npy_write(x, in, dims, 4), 0);
+    char *out = NULL;
+    char *cpurun[] = {"run", "--network-file", netfile, "--seed", "3", "--db", db, "--input", x,
+                      "--output", y_cpu, "--repeat", "1", NULL};
+    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
+    free(out);
+    char *cubuild[] = {"build", "--network-file", netfile, "--seed", "3", "--target", "cuda",
+                       "--arch", "sm_80", "--db", db, "--out", dir, NULL};
+    cuda_on_cpu(cubuild, dir, "simple", x);
+    /* The host really launches the by-value struct kernels this test is for. */
+    char *host = file_bytes(path_in(dir, "simple_host.c"), NULL);
+    ck_assert_msg(strstr(host, "&x, &z, &y, &n, &op, &s") && strstr(host, "&x, &y, &n, &s"),
+                  "no broadcast or transpose launch");
+    free(host);
+    double d = bin_rel_diff(path_in(dir, "y.bin"), y_cpu);
+    ck_assert_msg(d <= TOL, "CUDA build on the CPU: %g from the CPU build", d);
+}
+END_TEST
+
 /* ---- bad input ---------------------------------------------------------------------------- */
 
 START_TEST(runtime_bad_input_names_the_cause_and_leaves_the_store)
@@ -652,6 +854,14 @@ int main(void)
     tcase_add_test(tc, runtime_cuda_build_compiles_and_runs_where_there_is_a_gpu);
     tcase_add_test(tc, runtime_bad_input_names_the_cause_and_leaves_the_store);
     suite_add_tcase(s, tc);
+    /* Its own case, so CK_RUN_CASE=cuda_on_cpu runs it alone. */
+    TCase *cc = tcase_create("cuda_on_cpu");
+    tcase_set_timeout(cc, 900);
+    tcase_add_unchecked_fixture(cc, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(cc, test_setup, NULL);
+    tcase_add_test(cc, runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build);
+    tcase_add_test(cc, runtime_cuda_build_of_every_simple_layer_runs_on_the_cpu);
+    suite_add_tcase(s, cc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);

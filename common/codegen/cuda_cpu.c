@@ -130,3 +130,105 @@ int kt_cuda_cpu_check(kt_codegen_ref_t *ref, const kt_dag_t *dag, const kt_codeg
     kt_sbuf_free(&drv);
     return rc;
 }
+
+/* The kernels cuModuleGetFunction can find by name: `extern "C" __global__
+ * void [__launch_bounds__(N)] NAME(`. Appends each NAME to b as a table
+ * entry; returns how many, or -1 on a malformed declaration. */
+static int module_table(const char *src, kt_sbuf_t *b)
+{
+    static const char key[] = "extern \"C\" __global__ void ";
+    int n = 0;
+    for (const char *p = strstr(src, key); p; p = strstr(p + 1, key)) {
+        const char *q = p + sizeof(key) - 1;
+        if (strncmp(q, "__launch_bounds__(", 18) == 0) {
+            q = strchr(q, ')');
+            if (!q)
+                return -1;
+            q++;
+            while (*q == ' ')
+                q++;
+        }
+        size_t len = strspn(q, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        if (len == 0 || len > 200 || q[len] != '(')
+            return -1;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)len, q);
+        kt_sbuf_printf(b, "    {\"%s\", {1u, 1u, 1u}, {1u, 1u, 1u}, %uu, kt_cuda_cpu_module::body<%s>},\n",
+                       name, launch_bounds(src, name), name);
+        n++;
+    }
+    return n;
+}
+
+int kt_cuda_cpu_module_into(const char *src, kt_sbuf_t *b)
+{
+    if (!src || !b)
+        return kt_err_set(KT_EINVAL, "CUDA on CPU: no module source");
+    kt_sbuf_t table;
+    kt_sbuf_init(&table);
+    int n = module_table(src, &table);
+    if (n <= 0 || kt_sbuf_ok(&table) != KT_OK) {
+        kt_sbuf_free(&table);
+        return n < 0 ? kt_err_set(KT_EINVAL, "CUDA on CPU: a malformed extern \"C\" __global__ "
+                                             "declaration")
+                     : n == 0 ? kt_err_set(KT_EINVAL, "CUDA on CPU: no extern \"C\" __global__ "
+                                                      "kernel in the module")
+                              : kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    kt_sbuf_puts(b, src);
+    kt_sbuf_puts(b,
+        "\n\n/* ---- the module's kernel table (cuda_cpu.c) ---- */\n"
+        "#include <stddef.h>\n#include <stdio.h>\n#include <utility>\n#include <type_traits>\n\n"
+        "struct kt_cuda_cpu_launch {\n    const char *name;\n    unsigned grid[3], block[3];\n"
+        "    unsigned bounds;\n    void (*body)(float **args);\n};\n"
+        "extern \"C\" int kt_cuda_cpu_launch_params(const kt_cuda_cpu_launch *l, void **params,\n"
+        "                                         char *msg, size_t cap);\n\n"
+        "namespace kt_cuda_cpu_module {\n"
+        "/* Each parameter read from its own slot as its own type: the layout\n"
+        " * comes from the kernel's signature, as in CUDA's launch. */\n"
+        "template <class... A, size_t... I>\n"
+        "void call(void (*f)(A...), void **p, std::index_sequence<I...>)\n{\n"
+        "    f(*static_cast<std::remove_cv_t<A> *>(p[I])...);\n}\n"
+        "template <class... A>\nvoid call(void (*f)(A...), void **p)\n{\n"
+        "    call(f, p, std::index_sequence_for<A...>{});\n}\n"
+        "template <auto F>\nvoid body(float **a)\n{\n"
+        "    call(F, reinterpret_cast<void **>(a));\n}\n"
+        "const kt_cuda_cpu_launch kernels[] = {\n");
+    kt_sbuf_puts(b, table.data);
+    kt_sbuf_printf(b,
+        "};\nconstexpr int nkernels = %d;\n} // namespace kt_cuda_cpu_module\n\n"
+        "extern \"C\" int kt_cuda_cpu_module_find(const char *name)\n{\n"
+        "    for (int k = 0; k < kt_cuda_cpu_module::nkernels; k++)\n"
+        "        if (strcmp(kt_cuda_cpu_module::kernels[k].name, name) == 0)\n"
+        "            return k;\n    return -1;\n}\n\n"
+        "extern \"C\" int kt_cuda_cpu_module_launch(int k, const unsigned grid[3],\n"
+        "                                         const unsigned block[3], void **params,\n"
+        "                                         char *msg, size_t cap)\n{\n"
+        "    if (k < 0 || k >= kt_cuda_cpu_module::nkernels) {\n"
+        "        snprintf(msg, cap, \"no kernel %%d in the module\", k);\n        return 1;\n    }\n"
+        "    kt_cuda_cpu_launch l = kt_cuda_cpu_module::kernels[k];\n"
+        "    for (int d = 0; d < 3; d++) {\n        l.grid[d] = grid[d];\n"
+        "        l.block[d] = block[d];\n    }\n"
+        "    return kt_cuda_cpu_launch_params(&l, params, msg, cap);\n}\n",
+        n);
+    kt_sbuf_free(&table);
+    return kt_sbuf_ok(b);
+}
+
+int kt_cuda_cpu_module_compile(const char *src, const char *so_path, char **log)
+{
+    if (log)
+        *log = NULL;
+    if (!src || !so_path)
+        return kt_err_set(KT_EINVAL, "CUDA on CPU: no module source or output");
+    kt_sbuf_t mod;
+    kt_sbuf_init(&mod);
+    int rc = kt_cuda_cpu_module_into(src, &mod);
+    if (rc) {
+        kt_sbuf_free(&mod);
+        return rc;
+    }
+    rc = kt_cuda_cpu_compile(mod.data, kt_cuda_cpu_runtime(), so_path, log);
+    kt_sbuf_free(&mod);
+    return rc;
+}

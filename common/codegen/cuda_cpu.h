@@ -67,6 +67,27 @@ const char *kt_cuda_cpu_runtime(void);
 int kt_cuda_cpu_driver_into(const kt_dag_t *dag, const char *src, const kt_codegen_cuda_t *cu,
                             const char *entry, kt_sbuf_t *b);
 
+/* ---- modules: what a CUDA Driver API stand-in loads ---------------------------- */
+
+/* Append to b a module's text: src (the CUDA text, unchanged), then a table
+ * of its `extern "C" __global__` kernels (the ones cuModuleGetFunction finds
+ * by name) and two C functions a Driver API stand-in finds with dlsym:
+ *   int kt_cuda_cpu_module_find(const char *name): the kernel's index, or -1;
+ *   int kt_cuda_cpu_module_launch(int k, const unsigned grid[3],
+ *       const unsigned block[3], void **params, char *msg, size_t cap):
+ *       runs kernel k with cuLaunchKernel's params (params[i] points at the
+ *       i-th parameter's value); 0, 1 a launch CUDA refuses (nothing ran),
+ *       2 a fault while it ran; the reason in msg.
+ * Each kernel's parameters are unpacked by a trampoline the compiler
+ * derives from the kernel's own signature, so a struct passed by value is
+ * copied with its real size, as CUDA's launch does. 0, or KT_EINVAL when
+ * src has no such kernel. */
+int kt_cuda_cpu_module_into(const char *src, kt_sbuf_t *b);
+
+/* Compile src as a module (kt_cuda_cpu_module_into, with the runtime) into
+ * the shared library so_path. Errors as kt_codegen_compile_files. */
+int kt_cuda_cpu_module_compile(const char *src, const char *so_path, char **log);
+
 /* ---- compile and check -------------------------------------------------------- */
 
 /* Compile CUDA text src (unchanged) and a driver file into so_path. Errors

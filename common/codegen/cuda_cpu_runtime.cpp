@@ -381,3 +381,39 @@ extern "C" int kt_cuda_cpu_run(float **bufs, int nbufs, const size_t *numel, con
     }
     return rc ? -1 : 0;
 }
+
+/* One launch with cuLaunchKernel's parameters (kt_cuda_cpu_module_into's
+ * modules call it): params[i] points at the i-th parameter's value, and
+ * l->body unpacks them by the kernel's own signature. 0; 1 a configuration
+ * CUDA refuses before running anything (nothing ran); 2 a fault while the
+ * kernel ran (its memory is then in an unknown state, as on a GPU). The
+ * message goes to msg either way. */
+extern "C" int kt_cuda_cpu_launch_params(const kt_cuda_cpu_launch *l, void **params, char *msg,
+                                         size_t cap)
+{
+    unsigned n = l->block[0] * l->block[1] * l->block[2];
+    S.faulted = 0;
+    msg[0] = '\0';
+    /* CUDA's own limits first, so a bad launch is refused as the driver does */
+    if (!l->block[0] || !l->block[1] || !l->block[2] || !l->grid[0] || !l->grid[1] || !l->grid[2]) {
+        snprintf(msg, cap, "kernel %s: empty grid or block", l->name);
+        return 1;
+    }
+    if (l->block[0] > 1024 || l->block[1] > 1024 || l->block[2] > 64 || n > (unsigned)MAX_THREADS ||
+        l->grid[1] > 65535 || l->grid[2] > 65535 || l->grid[0] > 0x7fffffffu) {
+        snprintf(msg, cap, "kernel %s: grid (%u,%u,%u) or block (%u,%u,%u) beyond CUDA's limits",
+                 l->name, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+                 l->block[2]);
+        return 1;
+    }
+    if (l->bounds && n > l->bounds) {
+        snprintf(msg, cap, "kernel %s: block of %u threads exceeds its __launch_bounds__(%u)",
+                 l->name, n, l->bounds);
+        return 1;
+    }
+    if (launch(*l, reinterpret_cast<float **>(params))) {
+        snprintf(msg, cap, "kernel %s: %s", l->name, S.fault);
+        return 2;
+    }
+    return 0;
+}

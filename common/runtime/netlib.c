@@ -199,7 +199,8 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         case KT_PLAN_SIGMOID: f = "1.0f / (1.0f + expf(-v))"; break;
         case KT_PLAN_TANH: f = "tanhf(v)"; break;
         case KT_PLAN_CLIP:
-            snprintf(clip, sizeof clip, "kt_maxf(kt_minf(v, %.9gf), %.9gf)", s->hi, s->lo);
+            /* %e, not %g: "6f" is no float literal (an integer with a suffix) */
+            snprintf(clip, sizeof clip, "kt_maxf(kt_minf(v, %.9ef), %.9ef)", s->hi, s->lo);
             f = clip;
             break;
         }

@@ -187,10 +187,13 @@ static void emit_host_step(kt_sbuf_t *b, const kt_net_plan_t *p, const task_cu_t
         for (int q = 0; q < nargs; q++)
             kt_sbuf_printf(b, "%s&p[%d]", q ? ", " : "", q);
         kt_sbuf_puts(b, "};\n");
+        /* No dynamic shared memory: smem_bytes is what the kernel declares
+         * statically; asking for it again as dynamic doubles the block's
+         * shared memory, and past 48 KiB in all CUDA refuses the launch. */
         for (int l = 0; l < t->meta.n_launches; l++) {
             const kt_codegen_launch_t *L = &t->meta.launches[l];
-            kt_sbuf_printf(b, "        CK(cuLaunchKernel(m->f[%d], %uu, %uu, %uu, %uu, %uu, %uu, %uu, "
-                              "0, a, NULL));\n",
+            kt_sbuf_printf(b, "        CK(cuLaunchKernel(m->f[%d], %uu, %uu, %uu, %uu, %uu, %uu, 0, "
+                              "0, a, NULL));   /* %u bytes of static shared memory */\n",
                            t->first_fn + l, L->grid[0], L->grid[1], L->grid[2], L->block[0],
                            L->block[1], L->block[2], L->smem_bytes);
         }
@@ -218,7 +221,8 @@ static void emit_host_step(kt_sbuf_t *b, const kt_net_plan_t *p, const task_cu_t
                             "(size_t)n));\n");
             break;
         case KT_PLAN_UNARY:
-            kt_sbuf_printf(b, "        int op = %d;\n        float lo = %.9gf, hi = %.9gf;\n",
+            /* %e, not %g: "0f" or "6f" is no float literal (an integer with a suffix) */
+            kt_sbuf_printf(b, "        int op = %d;\n        float lo = %.9ef, hi = %.9ef;\n",
                            (int)s->unary, s->lo, s->hi);
             put_simple(b, K_UNARY, n, "", "&x, &y, &n, &op, &lo, &hi");
             break;
