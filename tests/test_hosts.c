@@ -471,6 +471,11 @@ START_TEST(hosts_job_spans_two_hosts_and_survives_a_cut_link)
      * timeout; what they held is re-queued on host 1. */
     ck_assert_msg(wait_log_count(tr, "dropped runner", 2, WAIT_MS), "%s", log_of(tr));
     ck_assert_msg(wait_log_count(tr, "dropped worker", 1, WAIT_MS), "%s", log_of(tr));
+    /* The Run calls still waiting on host 2 (its answers cannot come back)
+     * are cancelled with the drop and their parts re-queued at once, not
+     * after the calls' deadline (60 s here: 5 x (5 s + 1 s) + 30 s). */
+    ck_assert_msg(wait_log_count(tr, "re-queued", 1, 20000),
+                  "the lost runners' batches were not re-queued: %s", log_of(tr));
     watch_done(job2, 150000);
     job_records(job2, &n, &dups);
     ck_assert_int_eq(n, 64);
