@@ -79,8 +79,10 @@ extern char **environ;
  * environment is this one without the variables named in `drop` ("NAME="
  * prefixes, NULL-terminated, may be NULL), plus `add` ("NAME=value" entries,
  * NULL-terminated, may be NULL). */
-static void kt_test_spawn(kt_test_proc_t *p, const char *file, int append, const char *rel,
-                          char *const args[], const char *const drop[], char *const add[])
+__attribute__((unused)) static void kt_test_spawn(kt_test_proc_t *p, const char *file,
+                                                  int append, const char *rel,
+                                                  char *const args[], const char *const drop[],
+                                                  char *const add[])
 {
     const char *root = getenv("KT_BUILD_ROOT");
     ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");

@@ -4,6 +4,7 @@
  */
 #include "rpc_int.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +20,19 @@
  * call itself: gRPC enforces the deadline, this only guards against a hang. */
 #define PLUCK_GRACE_MS 5000
 
+/* A unary call in flight, so kt_rpc_client_cancel_all() can reach it. */
+typedef struct active_call {
+    grpc_call *call;
+    struct active_call *next;
+} active_call_t;
+
 struct kt_rpc_client {
     char *target;
     char *auth;             /* "Bearer <token>" or NULL */
     grpc_channel *channel;
     kt_rpc_client_opts_t o; /* with defaults filled; no pointers kept */
+    pthread_mutex_t mu;     /* active */
+    active_call_t *active;  /* unary calls in flight (on the callers' stacks) */
 };
 
 kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_t *opts)
@@ -67,6 +76,7 @@ kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_
         kt_err_set(KT_ENOMEM, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&c->mu, NULL);
     if (o.token) {
         size_t n = strlen("Bearer ") + strlen(o.token) + 1;
         c->auth = malloc(n);
@@ -116,6 +126,7 @@ void kt_rpc_client_free(kt_rpc_client_t *c)
         return;
     if (c->channel)
         grpc_channel_destroy(c->channel);
+    pthread_mutex_destroy(&c->mu);
     if (c->auth) {
         memset(c->auth, 0, strlen(c->auth));
         free(c->auth);
@@ -125,6 +136,22 @@ void kt_rpc_client_free(kt_rpc_client_t *c)
 }
 
 const char *kt_rpc_client_target(const kt_rpc_client_t *c) { return c ? c->target : ""; }
+
+int kt_rpc_client_cancel_all(kt_rpc_client_t *c, const char *why)
+{
+    if (!c)
+        return 0;
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    /* grpc_call_cancel_with_status is thread-safe; the caller's pluck then
+     * completes at once with CANCELLED and this message. The list entry
+     * stays valid until its call unlinks it under mu. */
+    for (active_call_t *a = c->active; a; a = a->next, n++)
+        grpc_call_cancel_with_status(a->call, GRPC_STATUS_CANCELLED, why ? why : "cancelled",
+                                     NULL);
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
 
 /* ---- One call ------------------------------------------------------------------ */
 
@@ -205,11 +232,23 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
     ops[5].data.recv_status_on_client.status = &code;
     ops[5].data.recv_status_on_client.status_details = &details;
     char tag;
+    active_call_t me = {.call = call};
     grpc_call_error e = grpc_call_start_batch(call, ops, 6, &tag, NULL);
     if (e != GRPC_CALL_OK) {
         set_status(st, KT_RPC_INTERNAL, "cannot start the call (%d)", (int)e);
     } else {
+        pthread_mutex_lock(&c->mu);
+        me.next = c->active;
+        c->active = &me;
+        pthread_mutex_unlock(&c->mu);
         pluck_bounded(cq, call, &tag, deadline);
+        pthread_mutex_lock(&c->mu);
+        for (active_call_t **pp = &c->active; *pp; pp = &(*pp)->next)
+            if (*pp == &me) {
+                *pp = me.next;
+                break;
+            }
+        pthread_mutex_unlock(&c->mu);
         st->code = (int)code;
         kt_rpc_slice_copy(details, st->msg, sizeof st->msg);
     }

@@ -197,6 +197,14 @@ kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_
 void kt_rpc_client_free(kt_rpc_client_t *c);
 const char *kt_rpc_client_target(const kt_rpc_client_t *c);
 
+/* Cancel the unary calls now in flight on c (from any thread): each returns
+ * promptly with KT_RPC_CANCELLED and `why` as its message, instead of
+ * waiting for its deadline. For a peer known to be gone (the tracker drops
+ * a runner whose heartbeats stopped): a call to a host whose link is down
+ * gets no answer and no TCP reset, only its deadline. Later calls are not
+ * affected. Returns how many calls it cancelled. */
+int kt_rpc_client_cancel_all(kt_rpc_client_t *c, const char *why);
+
 /* Unary call: send `req`, unpack the answer with `resp_desc` into *resp
  * (caller frees with protobuf_c_message_free_unpacked). deadline_ms <= 0 uses
  * the client's default and bounds the whole call, retries included. Returns 0

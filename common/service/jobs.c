@@ -370,7 +370,10 @@ static void *build_part(void *arg)
             protobuf_c_message_free_unpacked(&resp->base, NULL);
             break;
         }
-        if ((rc == KT_EUNAVAIL || rc == KT_ETIMEOUT) && attempt + 1 < MAX_ATTEMPTS) {
+        /* CANCELLED: the worker was dropped while building (its calls are
+         * cancelled then); another worker builds the part. */
+        if ((rc == KT_EUNAVAIL || rc == KT_ETIMEOUT || st.code == KT_RPC_CANCELLED) &&
+            attempt + 1 < MAX_ATTEMPTS) {
             KT_WARN("job %" PRId64 ": build on worker %s failed (%s); trying again", j->id,
                     lease.peer_id, kt_err_msg());
             sleep_ms(POLL_MS);

@@ -56,8 +56,16 @@ static void forget_client(kt_tracker_t *t, const char *address)
     pthread_mutex_lock(&t->mu);
     for (client_entry_t **pp = &t->clients; *pp;) {
         client_entry_t *e = *pp;
-        if (!e->stale && strcmp(e->address, address) == 0)
+        if (!e->stale && strcmp(e->address, address) == 0) {
             e->stale = 1;
+            /* The calls still waiting on the dropped peer (a Run or Build
+             * on a host that went away) would otherwise hold their parts
+             * until their deadlines, minutes for a big batch: cancelled,
+             * the job re-queues them on the peers it still has. */
+            int n = kt_rpc_client_cancel_all(e->client, "the peer was dropped (no heartbeat)");
+            if (n > 0)
+                KT_INFO("cancelled %d call%s in flight to %s", n, n == 1 ? "" : "s", address);
+        }
         if (e->stale && e->refs == 0) {
             *pp = e->next;
             kt_rpc_client_free(e->client);
