@@ -16,6 +16,7 @@
 #include "measure/runner.h"
 #include "sched/state.h"
 #include "util/err.h"
+#include "util/kt_limits.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -1425,6 +1426,9 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
 {
     if (!in || in->n_tasks == 0)
         return kt_err_set(KT_EINVAL, "a job needs at least one task");
+    if (in->n_tasks > KT_LIMIT_TASKS)
+        return kt_err_set(KT_ELIMIT, "%zu tasks in one job; at most %d (KT_LIMIT_TASKS)",
+                          in->n_tasks, KT_LIMIT_TASKS);
     const char *target, *strategy, *policy, *key;
     job_names(in, &target, &strategy, &policy, &key);
     if (strcmp(target, "cpu") != 0 && strcmp(target, "cuda") != 0)
@@ -1479,7 +1483,52 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
     return rc;
 }
 
+/* KT_ELIMIT when one more job from `client` would pass KT_LIMIT_JOBS or
+ * KT_LIMIT_JOBS_PER_CLIENT; under submit_mu. */
+static int admit(kt_jobs_t *m, const char *client)
+{
+    int all = 0, mine = 0;
+    /* Jobs are only ever prepended and live until kt_jobs_free, so the list
+     * is walked without m->mu (a job's thread takes m->mu under j->mu). */
+    pthread_mutex_lock(&m->mu);
+    job_t *list = m->jobs;
+    pthread_mutex_unlock(&m->mu);
+    for (job_t *j = list; j; j = j->next) {
+        pthread_mutex_lock(&j->mu);
+        int active = !j->finished;
+        pthread_mutex_unlock(&j->mu);
+        all += active;
+        mine += active && client && *client && strcmp(j->client, client) == 0;
+    }
+    if (all >= KT_LIMIT_JOBS)
+        return kt_err_set(KT_ELIMIT, "%d jobs queued or running; at most %d (KT_LIMIT_JOBS)", all,
+                          KT_LIMIT_JOBS);
+    if (mine >= KT_LIMIT_JOBS_PER_CLIENT)
+        return kt_err_set(KT_ELIMIT,
+                          "%d jobs queued or running from this client; at most %d "
+                          "(KT_LIMIT_JOBS_PER_CLIENT)",
+                          mine, KT_LIMIT_JOBS_PER_CLIENT);
+    return 0;
+}
+
+static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id);
+
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
+{
+    return kt_jobs_submit_from(m, in, NULL, id);
+}
+
+int kt_jobs_submit_from(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id)
+{
+    pthread_mutex_lock(&m->submit_mu);
+    int rc = admit(m, client);
+    if (rc == 0)
+        rc = submit(m, in, client, id);
+    pthread_mutex_unlock(&m->submit_mu);
+    return rc;
+}
+
+static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id)
 {
     if (atomic_load(&m->stopping))
         return kt_err_set(KT_ESTATE, "the tracker is stopping; submit again when it is back");
@@ -1535,6 +1584,7 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
     kt_jobs_store_put(m, m->store);
     if (rc != 0)
         goto out;
+    snprintf(j->client, sizeof j->client, "%s", client ? client : "");
     if ((rc = job_start(m, j)) != 0) {
         job_free(j);
         goto out;
@@ -1706,6 +1756,7 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
         return NULL;
     }
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->submit_mu, NULL);
     cond_init_mono(&m->cv);
     pthread_mutex_init(&m->commit_mu, NULL);
     pthread_cond_init(&m->commit_cv, NULL);
@@ -1841,6 +1892,8 @@ void kt_jobs_free(kt_jobs_t *m)
     free(m->db);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->submit_mu);
+    kt_jobs_watch_clients_free(m);
     pthread_cond_destroy(&m->commit_cv);
     pthread_mutex_destroy(&m->commit_mu);
     free(m);
