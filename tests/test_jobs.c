@@ -137,7 +137,7 @@ typedef struct {
     kt_rpc_client_t *client;
 } service_t;
 
-static char g_dir[256], g_db[300];
+static char g_dir[256], g_db[400];
 
 static void make_dir(void)
 {
@@ -746,6 +746,244 @@ START_TEST(limits_candidates_and_artifact_size)
 }
 END_TEST
 
+/* ---- the store under faults ---------------------------------------------------------------- */
+
+/* n valid records of workload `key` (state hashes from base) into the store at path. */
+static void put_records(const char *path, const char *key, int base, int n)
+{
+    kt_store_t *st = kt_store_open(path, KT_STORE_CREATE);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_record_t *recs = calloc((size_t)n, sizeof *recs);
+    char (*json)[32] = calloc((size_t)n, sizeof *json);
+    double cost = 1e-3;
+    for (int i = 0; i < n; i++) {
+        snprintf(json[i], sizeof json[i], "{\"s\":%d}", base + i);
+        recs[i] = (kt_record_t){.workload_key = key, .target = "cpu", .state_json = json[i],
+                                .state_hash = (uint64_t)(base + i + 1), .costs = &cost,
+                                .ncosts = 1, .all_cost = 0.01, .timestamp = 1.0};
+    }
+    ck_assert_msg(kt_store_put_records(st, recs, (size_t)n) == 0, "%s", kt_err_msg());
+    free(recs);
+    free(json);
+    kt_store_close(st);
+}
+
+static void overwrite(const char *path, long off, size_t len, int byte)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    for (size_t i = 0; i < len; i++)
+        fputc(byte, f);
+    fclose(f);
+}
+
+/* A corrupted store: pages overwritten in the middle make the job manager
+ * (the tracker) refuse it, naming the file and PRAGMA integrity_check's
+ * finding; header garbage is refused as no database, naming the file. */
+START_TEST(faults_corrupted_store_is_refused)
+{
+    make_dir();
+    put_records(g_db, "[\"corrupt\", [1]]", 0, 5000);
+    FILE *f = fopen(g_db, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    ck_assert_int_gt(size, 16 * 4096);
+    overwrite(g_db, (size / 2) & ~4095L, 3 * 4096, 0x5a);
+
+    kt_tracker_opts_t to = {.listen = "127.0.0.1:0", .heartbeat_ms = 600000};
+    kt_tracker_t *t = kt_tracker_new(&to);
+    ck_assert_ptr_nonnull(t);
+    kt_jobs_t *m = kt_jobs_new(t, g_db);
+    ck_assert_msg(m == NULL, "a corrupted store was accepted");
+    const char *msg = kt_err_msg();
+    ck_assert_msg(strstr(msg, g_db) && strstr(msg, "PRAGMA integrity_check") &&
+                      strstr(msg, "integrity check: "),
+                  "%s", msg);
+    /* The finding itself follows, and it is not "ok". */
+    const char *finding = strstr(msg, "integrity check: ") + strlen("integrity check: ");
+    ck_assert_msg(*finding && strcmp(finding, "ok") != 0, "%s", msg);
+    kt_tracker_stop(t, 0);
+
+    overwrite(g_db, 0, 100, 0x77);
+    t = kt_tracker_new(&to);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_null(kt_jobs_new(t, g_db));
+    ck_assert_msg(strstr(kt_err_msg(), g_db) != NULL, "%s", kt_err_msg());
+    kt_tracker_stop(t, 0);
+    remove_dir();
+}
+END_TEST
+
+/* Mount a tmpfs of `kib` KiB at dir (the tests run as root, as CI does). */
+static void mount_tmpfs(const char *dir, int kib, const char *extra)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && mount -t tmpfs -o size=%dk%s tmpfs '%s'", dir, kib,
+             extra ? extra : "", dir);
+    ck_assert_msg(system(cmd) == 0, "%s failed (the fault tests mount a tmpfs: run as root)", cmd);
+}
+
+static void umount_dir(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "umount '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Fill the file system holding `path` with one file until ENOSPC. */
+static void fill_disk(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    static char block[4096];
+    while (fwrite(block, 1, sizeof block, f) == sizeof block && fflush(f) == 0)
+        ;
+    fclose(f);
+}
+
+/* A full disk during a run: commits fail and the job says so while the
+ * tracker answers JobStatus and QueryBest; the records committed before stay;
+ * once space is back the job goes on to done. */
+START_TEST(faults_full_disk_during_a_run)
+{
+    make_dir();
+    char mnt[300], filler[320];
+    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    mount_tmpfs(mnt, 8192, NULL);
+    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    fake_t worker, runner;
+    fake_start(&worker, 0, 0);
+    fake_start(&runner, 1, 50);
+    service_t s;
+    service_start(&s);
+    fake_register(s.t, &worker, 0);
+    fake_register(s.t, &runner, 1);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    int64_t id = submit(&s, 48, 4);
+    Ktune__V1__JobProgress *p = wait_job(&s, id, "running", 8);
+    ck_assert_str_eq(p->state, "running");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+
+    fill_disk(filler);
+    /* The job waits on the store and says why. */
+    int64_t trials = -1;
+    for (int waited = 0;; waited += 100) {
+        p = status(&s, id);
+        int waiting = strstr(p->message ? p->message : "", "the store cannot commit") != NULL;
+        trials = p->total_trials;
+        ck_assert_msg(strcmp(p->state, "running") == 0, "job %s: %s", p->state, p->message);
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+        if (waiting)
+            break;
+        ck_assert_msg(waited < WAIT_MS, "the job never reported the full store");
+        sleep_ms(100);
+    }
+    ck_assert_int_ge(trials, 8);
+    ck_assert_int_lt(trials, 48);
+    sleep_ms(500);
+    /* Reads are served: status, QueryBest of the records committed so far. */
+    p = status(&s, id);
+    ck_assert_int_eq(p->total_trials, trials);
+    ck_assert_str_eq(p->state, "running");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    kt_rpc_status_t st;
+    size_t got = 0;
+    ck_assert_msg(query_best(&s, NULL, id, 5, &got, &st) == 0, "%s", kt_err_msg());
+    ck_assert_uint_ge(got, 1);
+
+    /* Space back: the job goes on and ends with every trial stored. */
+    ck_assert_int_eq(unlink(filler), 0);
+    p = wait_job(&s, id, "done", 0);
+    ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
+    ck_assert_int_eq(p->total_trials, 48);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    service_stop(&s);
+    ck_assert_int_eq(stored_trials(id), 48);
+    kt_rpc_server_stop(worker.srv, 0);
+    kt_rpc_server_stop(runner.srv, 0);
+    umount_dir(mnt);
+    remove_dir();
+}
+END_TEST
+
+/* A store on a read-only file system (the file and the directory of its WAL
+ * read-only, as root cannot be refused by mode bits): the job manager does
+ * not start and says why, naming the file. */
+START_TEST(faults_read_only_store_is_refused)
+{
+    make_dir();
+    char mnt[300], cmd[1000];
+    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+    mount_tmpfs(mnt, 4096, NULL);
+    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    put_records(g_db, "[\"ro\", [1]]", 0, 10);
+    snprintf(cmd, sizeof cmd, "chmod 0400 '%s' && mount -o remount,ro '%s'", g_db, mnt);
+    ck_assert_int_eq(system(cmd), 0);
+    kt_tracker_opts_t to = {.listen = "127.0.0.1:0", .heartbeat_ms = 600000};
+    kt_tracker_t *t = kt_tracker_new(&to);
+    ck_assert_ptr_nonnull(t);
+    kt_jobs_t *m = kt_jobs_new(t, g_db);
+    ck_assert_msg(m == NULL, "a read-only store was accepted");
+    ck_assert_msg(strstr(kt_err_msg(), g_db) && strstr(kt_err_msg(), "read-only"), "%s",
+                  kt_err_msg());
+    kt_tracker_stop(t, 0);
+    /* The records are still there for a reader. */
+    kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
+    if (st) {
+        kt_store_counts_t c;
+        ck_assert_int_eq(kt_store_count_records(st, NULL, &c), 0);
+        ck_assert_int_eq(c.total, 10);
+        kt_store_close(st);
+    }
+    umount_dir(mnt);
+    remove_dir();
+}
+END_TEST
+
+/* `ktune records import` SIGKILLed midway: every transaction it began is in
+ * the store whole or not at all (the count is a multiple of the batch), and
+ * the file passes PRAGMA integrity_check. */
+START_TEST(faults_killed_import_is_all_or_none)
+{
+    make_dir();
+    char in[320], cmd[2400];
+    snprintf(in, sizeof in, "%s/records.jsonl", g_dir);
+    FILE *f = fopen(in, "w");
+    ck_assert_ptr_nonnull(f);
+    enum { N = 400000 };
+    for (int i = 0; i < N; i++)
+        fprintf(f,
+                "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s%d\",\"state_hash\":"
+                "\"%016x\",\"costs\":[1.5e-3],\"error_code\":0,\"all_cost\":1,\"timestamp\":%d}\n",
+                i, i + 1, i + 1);
+    fclose(f);
+    const char *root = getenv("KT_BUILD_ROOT");
+    ck_assert_ptr_nonnull(root);
+    snprintf(cmd, sizeof cmd,
+             "'%s/cli/ktune' records import --db '%s' --in '%s' >/dev/null 2>&1 & pid=$!; "
+             "for i in $(seq 200); do sleep 0.05; "
+             "[ -s '%s' ] && [ $(stat -c %%s '%s') -gt 2000000 ] && break; done; "
+             "kill -9 $pid; wait $pid; exit 0",
+             root, g_db, in, g_db, g_db);
+    ck_assert_int_eq(system(cmd), 0);
+    kt_store_t *st = kt_store_open(g_db, 0);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    ck_assert_msg(kt_store_integrity_check(st) == 0, "%s", kt_err_msg());
+    kt_store_counts_t c;
+    ck_assert_int_eq(kt_store_count_records(st, NULL, &c), 0);
+    kt_store_close(st);
+    ck_assert_msg(c.total > 0 && c.total < N, "killed after %lld records: not midway",
+                  (long long)c.total);
+    ck_assert_msg(c.total % KT_STORE_IMPORT_BATCH == 0, "%lld records: a torn transaction",
+                  (long long)c.total);
+    remove_dir();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("jobs");
@@ -764,6 +1002,13 @@ int main(void)
     tcase_add_test(lim, limits_watch_streams_per_client);
     tcase_add_test(lim, limits_records_per_query);
     suite_add_tcase(s, lim);
+    TCase *faults = tcase_create("store_faults");
+    tcase_set_timeout(faults, 600);
+    tcase_add_test(faults, faults_corrupted_store_is_refused);
+    tcase_add_test(faults, faults_read_only_store_is_refused);
+    tcase_add_test(faults, faults_killed_import_is_all_or_none);
+    tcase_add_test(faults, faults_full_disk_during_a_run);
+    suite_add_tcase(s, faults);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

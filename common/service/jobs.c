@@ -62,6 +62,10 @@ static void cond_init_mono(pthread_cond_t *cv)
     pthread_condattr_destroy(&ca);
 }
 
+/* First and longest wait between commits the store refused (disk full). */
+#define STORE_RETRY_MIN_MS 100
+#define STORE_RETRY_MAX_MS 2000
+
 static int job_stopping(const job_t *j)
 {
     return atomic_load(&j->m->stopping) || atomic_load(&j->cancel) || atomic_load(&j->failed);
@@ -767,7 +771,27 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
                                 .runner_key = j->view->info->job.runner_key,
                                 .job_id = j->id};
     }
-    int rc = commit_records(j->m, recs, (size_t)n);
+    /* A store that cannot write (disk full, I/O error) is retried, not
+     * fatal: the round's measurements wait in memory while the tracker
+     * keeps serving reads, and the job goes on once space is back. Bad
+     * records (KT_EINVAL) and a stopping job end the round as before. */
+    int rc, delay_ms = STORE_RETRY_MIN_MS, failures = 0;
+    while ((rc = commit_records(j->m, recs, (size_t)n)) == KT_EIO && !job_stopping(j)) {
+        if (failures++ == 0)
+            KT_ERROR("job %" PRId64 ": cannot commit %d records to the store (%s); the job "
+                     "waits and retries, the tracker keeps serving reads",
+                     j->id, n, kt_err_msg());
+        job_note(j, "the store cannot commit: %s", kt_err_msg());
+        for (int w = 0; w < delay_ms && !job_stopping(j); w += 50)
+            sleep_ms(50);
+        if (delay_ms < STORE_RETRY_MAX_MS)
+            delay_ms *= 2;
+    }
+    if (failures > 0 && rc == 0) {
+        KT_INFO("job %" PRId64 ": the store commits again after %d failed attempts", j->id,
+                failures);
+        job_note(j, NULL);
+    }
     free(recs);
     return rc;
 }
@@ -1775,6 +1799,13 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
         goto fail;
     if (!(m->store = kt_store_open(m->db, KT_STORE_CREATE))) {
         kt_err_prefix("store %s", m->db);
+        goto fail;
+    }
+    /* A damaged file is refused before any job runs on it: resuming from it
+     * or writing more records could spread the damage (restore a backup or
+     * `ktune records export` what is readable). */
+    if (kt_store_integrity_check(m->store) != 0) {
+        kt_err_prefix("store %s is damaged (PRAGMA integrity_check)", m->db);
         goto fail;
     }
 
