@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "ktune.pb-c.h"
+#include "measure/build_service.h"
+#include "measure/run_service.h"
 #include "registry/registry.h"
 #include "rpc/rpc.h"
 #include "service/job_view.h"
@@ -23,6 +25,7 @@
 #include "service/tracker.h"
 #include "store/store.h"
 #include "util/err.h"
+#include "util/kt_limits.h"
 
 #define WAIT_MS 120000
 
@@ -134,7 +137,7 @@ typedef struct {
     kt_rpc_client_t *client;
 } service_t;
 
-static char g_dir[256], g_db[300];
+static char g_dir[256], g_db[400];
 
 static void make_dir(void)
 {
@@ -345,6 +348,642 @@ START_TEST(jobs_resume_an_unfinished_job_after_the_manager_is_recreated)
 }
 END_TEST
 
+/* ---- limits (util/kt_limits.h) ------------------------------------------------------------ */
+
+/* A one-task job as a SubmitJob request; M picks the workload. */
+typedef struct {
+    Ktune__V1__Workload wl;
+    Ktune__V1__Task task, *tp;
+    Ktune__V1__TuningOptions to;
+    Ktune__V1__Job job;
+    char json[96];
+} job_msg_t;
+
+static void job_msg(job_msg_t *j, int M, const char *key, int trials)
+{
+    ktune__v1__workload__init(&j->wl);
+    snprintf(j->json, sizeof j->json, "{\"op\":\"matmul\",\"M\":%d,\"N\":64,\"K\":64}", M);
+    j->wl.json = j->json;
+    ktune__v1__task__init(&j->task);
+    j->task.workload = &j->wl;
+    j->task.weight = 1;
+    j->tp = &j->task;
+    ktune__v1__tuning_options__init(&j->to);
+    j->to.num_measure_trials = trials;
+    j->to.num_measures_per_round = 4;
+    j->to.seed = 7;
+    ktune__v1__job__init(&j->job);
+    j->job.tasks = &j->tp;
+    j->job.n_tasks = 1;
+    j->job.target = "cpu";
+    j->job.runner_key = (char *)key;
+    j->job.policy = "sketch.random";
+    j->job.options = &j->to;
+}
+
+static int submit_rpc(kt_rpc_client_t *c, Ktune__V1__Job *job, int64_t *id, kt_rpc_status_t *st)
+{
+    Ktune__V1__SubmitJobRequest req = KTUNE__V1__SUBMIT_JOB_REQUEST__INIT;
+    req.job = job;
+    ProtobufCMessage *out = NULL;
+    int rc = kt_rpc_call_unary(c, "/ktune.v1.Tracker/SubmitJob", &req.base,
+                               &ktune__v1__submit_job_response__descriptor, 30000, &out, st);
+    if (rc == 0) {
+        *id = ((Ktune__V1__SubmitJobResponse *)out)->job_id;
+        protobuf_c_message_free_unpacked(out, NULL);
+    }
+    return rc;
+}
+
+/* One client floods SubmitJob with 500 jobs for a key no runner serves: the
+ * first KT_LIMIT_JOBS_PER_CLIENT are taken, every later one is refused with
+ * RESOURCE_EXHAUSTED naming the limit, and another client's job runs to done
+ * meanwhile. */
+START_TEST(limits_submit_flood_is_refused_per_client)
+{
+    make_dir();
+    fake_t worker, runner;
+    fake_start(&worker, 0, 0);
+    fake_start(&runner, 1, 0);
+    service_t s;
+    service_start(&s);
+    fake_register(s.t, &worker, 0);
+    fake_register(s.t, &runner, 1);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    kt_rpc_client_t *flood = kt_rpc_client_new(kt_tracker_address(s.t), NULL);
+    ck_assert_ptr_nonnull(flood);
+
+    job_msg_t mine;
+    job_msg(&mine, 64, "cpu-fake", 16);
+    int64_t id = 0;
+    kt_rpc_status_t st;
+    ck_assert_msg(submit_rpc(s.client, &mine.job, &id, &st) == 0, "%s", kt_err_msg());
+
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 500; i++) {
+        job_msg_t f;
+        job_msg(&f, 1 + i, "nobody", 8);
+        int64_t fid;
+        int rc = submit_rpc(flood, &f.job, &fid, &st);
+        if (rc == 0) {
+            ck_assert_int_eq(refused, 0);   /* none taken after a refusal */
+            ok++;
+        } else {
+            ck_assert_int_eq(rc, KT_ELIMIT);
+            ck_assert_int_eq(st.code, KT_RPC_RESOURCE_EXHAUSTED);
+            ck_assert_msg(strstr(st.msg, "KT_LIMIT_JOBS_PER_CLIENT") != NULL, "%s", st.msg);
+            refused++;
+        }
+    }
+    ck_assert_int_eq(ok, KT_LIMIT_JOBS_PER_CLIENT);
+    ck_assert_int_eq(refused, 500 - KT_LIMIT_JOBS_PER_CLIENT);
+
+    Ktune__V1__JobProgress *p = wait_job(&s, id, "done", 0);
+    ck_assert_str_eq(p->state, "done");
+    ck_assert_int_eq(p->total_trials, 16);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    /* The other client is still at its own limit, not the tracker's. */
+    job_msg_t again;
+    job_msg(&again, 65, "cpu-fake", 4);
+    ck_assert_msg(submit_rpc(s.client, &again.job, &id, &st) == 0, "%s", kt_err_msg());
+    kt_rpc_client_free(flood);
+    service_stop(&s);
+    kt_rpc_server_stop(worker.srv, 0);
+    kt_rpc_server_stop(runner.srv, 0);
+    remove_dir();
+}
+END_TEST
+
+/* The tracker-wide cap: KT_LIMIT_JOBS jobs queued or running (from several
+ * clients) refuse the next submission, naming KT_LIMIT_JOBS. */
+START_TEST(limits_jobs_tracker_wide)
+{
+    make_dir();
+    service_t s;
+    service_start(&s);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    enum { NC = KT_LIMIT_JOBS / KT_LIMIT_JOBS_PER_CLIENT + 1 };
+    kt_rpc_client_t *c[NC];
+    int ok = 0, i = 0;
+    kt_rpc_status_t st;
+    for (int k = 0; k < NC; k++) {
+        c[k] = kt_rpc_client_new(kt_tracker_address(s.t), NULL);
+        ck_assert_ptr_nonnull(c[k]);
+    }
+    for (int k = 0; k < NC; k++)
+        for (int n = 0; n < KT_LIMIT_JOBS_PER_CLIENT; n++, i++) {
+            job_msg_t f;
+            job_msg(&f, 1 + i, "nobody", 8);
+            int64_t id;
+            int rc = submit_rpc(c[k], &f.job, &id, &st);
+            if (ok < KT_LIMIT_JOBS) {
+                ck_assert_msg(rc == 0, "job %d: %s", i, kt_err_msg());
+                ok++;
+            } else {
+                ck_assert_int_eq(st.code, KT_RPC_RESOURCE_EXHAUSTED);
+                ck_assert_msg(strstr(st.msg, "(KT_LIMIT_JOBS)") != NULL, "%s", st.msg);
+            }
+        }
+    ck_assert_int_eq(ok, KT_LIMIT_JOBS);
+    /* One cancelled frees a place. */
+    ck_assert_int_eq(kt_jobs_cancel(s.jobs, 1, 30000), 0);
+    job_msg_t f;
+    job_msg(&f, 100000, "nobody", 8);
+    int64_t id;
+    ck_assert_msg(submit_rpc(c[NC - 1], &f.job, &id, &st) == 0, "%s", kt_err_msg());
+    for (int k = 0; k < NC; k++)
+        kt_rpc_client_free(c[k]);
+    service_stop(&s);
+    remove_dir();
+}
+END_TEST
+
+/* KT_LIMIT_TASKS: a job of that many tasks passes the checks, one more is
+ * refused with KT_ELIMIT (RESOURCE_EXHAUSTED) naming the limit. */
+START_TEST(limits_tasks_per_job)
+{
+    int n = KT_LIMIT_TASKS + 1;
+    job_msg_t *j = calloc((size_t)n, sizeof *j);
+    Ktune__V1__Task **tp = calloc((size_t)n, sizeof *tp);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_ptr_nonnull(tp);
+    for (int i = 0; i < n; i++) {
+        job_msg(&j[i], 1 + i, "cpu", n);
+        tp[i] = &j[i].task;
+    }
+    Ktune__V1__Job job = j[0].job;
+    job.options = &j[0].to;
+    job.tasks = tp;
+    job.n_tasks = (size_t)n;
+    ck_assert_int_eq(kt_jobs_check_job(&job, NULL, NULL), KT_ELIMIT);
+    ck_assert_msg(strstr(kt_err_msg(), "KT_LIMIT_TASKS") != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_rpc_code_from_err(KT_ELIMIT), KT_RPC_RESOURCE_EXHAUSTED);
+    job.n_tasks = KT_LIMIT_TASKS;
+    ck_assert_msg(kt_jobs_check_job(&job, NULL, NULL) == 0, "%s", kt_err_msg());
+    free(tp);
+    free(j);
+}
+END_TEST
+
+/* 64 concurrent WatchJob streams from one client: KT_LIMIT_WATCH_PER_CLIENT
+ * are served, the others refused with RESOURCE_EXHAUSTED naming the limit;
+ * meanwhile another client's calls and its own stream are answered. */
+START_TEST(limits_watch_streams_per_client)
+{
+    make_dir();
+    service_t s;
+    service_start(&s);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    job_msg_t f;
+    job_msg(&f, 64, "nobody", 8);
+    int64_t id;
+    kt_rpc_status_t st;
+    ck_assert_msg(submit_rpc(s.client, &f.job, &id, &st) == 0, "%s", kt_err_msg());
+    kt_rpc_client_t *flood = kt_rpc_client_new(kt_tracker_address(s.t), NULL);
+    ck_assert_ptr_nonnull(flood);
+    Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
+    ref.job_id = id;
+    enum { N = 64 };
+    kt_rpc_reader_t *r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = kt_rpc_reader_open(flood, "/ktune.v1.Tracker/WatchJob", &ref.base,
+                                  &ktune__v1__job_progress__descriptor, 60000);
+        ck_assert_ptr_nonnull(r[i]);
+    }
+    int served = 0, refused = 0;
+    for (int i = 0; i < N; i++) {
+        ProtobufCMessage *msg = NULL;
+        int rc = kt_rpc_reader_next(r[i], &msg);
+        if (rc == 1) {
+            served++;
+            protobuf_c_message_free_unpacked(msg, NULL);
+            continue;
+        }
+        ck_assert_int_eq(kt_rpc_reader_close(r[i], &st), KT_ELIMIT);
+        r[i] = NULL;
+        ck_assert_int_eq(st.code, KT_RPC_RESOURCE_EXHAUSTED);
+        ck_assert_msg(strstr(st.msg, "KT_LIMIT_WATCH_PER_CLIENT") != NULL, "%s", st.msg);
+        refused++;
+    }
+    ck_assert_int_eq(served, KT_LIMIT_WATCH_PER_CLIENT);
+    ck_assert_int_eq(refused, N - KT_LIMIT_WATCH_PER_CLIENT);
+    /* Another client: a unary call and a stream of its own. */
+    Ktune__V1__JobProgress *p = status(&s, id);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    kt_rpc_reader_t *other = kt_rpc_reader_open(s.client, "/ktune.v1.Tracker/WatchJob",
+                                                &ref.base, &ktune__v1__job_progress__descriptor,
+                                                60000);
+    ProtobufCMessage *msg = NULL;
+    ck_assert_int_eq(kt_rpc_reader_next(other, &msg), 1);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    kt_rpc_reader_close(other, NULL);
+    for (int i = 0; i < N; i++)
+        if (r[i])
+            kt_rpc_reader_close(r[i], NULL);
+    kt_rpc_client_free(flood);
+    service_stop(&s);
+    remove_dir();
+}
+END_TEST
+
+static int query_best(service_t *s, const char *key, int64_t job, int top_k, size_t *n,
+                      kt_rpc_status_t *st)
+{
+    Ktune__V1__QueryBestRequest req = KTUNE__V1__QUERY_BEST_REQUEST__INIT;
+    req.workload_key = (char *)(key ? key : "");
+    req.job_id = job;
+    req.top_k = top_k;
+    ProtobufCMessage *out = NULL;
+    int rc = kt_rpc_call_unary(s->client, "/ktune.v1.Tracker/QueryBest", &req.base,
+                               &ktune__v1__query_best_response__descriptor, 60000, &out, st);
+    if (rc == 0) {
+        *n = ((Ktune__V1__QueryBestResponse *)out)->n_records;
+        protobuf_c_message_free_unpacked(out, NULL);
+    }
+    return rc;
+}
+
+/* ListRecords of the records of `key`; the count streamed, or a negative code. */
+static int64_t list_records(service_t *s, const char *key, int valid_only, kt_rpc_status_t *st)
+{
+    Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
+    req.workload_key = (char *)key;
+    req.valid_only = valid_only;
+    kt_rpc_reader_t *r = kt_rpc_reader_open(s->client, "/ktune.v1.Tracker/ListRecords",
+                                            &req.base, &ktune__v1__record__descriptor, 120000);
+    ck_assert_ptr_nonnull(r);
+    int64_t n = 0;
+    ProtobufCMessage *msg;
+    while (kt_rpc_reader_next(r, &msg) == 1) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        n++;
+    }
+    int rc = kt_rpc_reader_close(r, st);
+    return rc != 0 ? rc : n;
+}
+
+/* KT_LIMIT_TOP_K and KT_LIMIT_RECORDS on QueryBest and ListRecords: at the
+ * cap answered, past it RESOURCE_EXHAUSTED naming the limit. */
+START_TEST(limits_records_per_query)
+{
+    make_dir();
+    /* KT_LIMIT_RECORDS + 1 records of one workload, one of them invalid. */
+    const char *key = "[\"limits\", [1]]";
+    size_t n = KT_LIMIT_RECORDS + 1;
+    kt_record_t *recs = calloc(n, sizeof *recs);
+    double cost = 1e-3;
+    ck_assert_ptr_nonnull(recs);
+    char **states = calloc(n, sizeof *states);
+    for (size_t i = 0; i < n; i++) {
+        states[i] = malloc(32);
+        snprintf(states[i], 32, "{\"s\":%zu}", i);
+        recs[i] = (kt_record_t){.workload_key = key, .target = "cpu", .state_json = states[i],
+                                .state_hash = i + 1, .costs = &cost, .ncosts = 1,
+                                .all_cost = 0.01, .timestamp = 1.0};
+    }
+    recs[0].error_code = 2;
+    recs[0].costs = NULL;
+    recs[0].ncosts = 0;
+    recs[0].error_msg = "cc failed";
+    kt_store_t *st0 = kt_store_open(g_db, KT_STORE_CREATE);
+    ck_assert_msg(st0 != NULL, "%s", kt_err_msg());
+    ck_assert_msg(kt_store_put_records(st0, recs, n) == 0, "%s", kt_err_msg());
+    kt_store_close(st0);
+    for (size_t i = 0; i < n; i++)
+        free(states[i]);
+    free(states);
+    free(recs);
+
+    service_t s;
+    service_start(&s);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    kt_rpc_status_t st;
+    size_t got = 0;
+    ck_assert_msg(query_best(&s, key, 0, KT_LIMIT_TOP_K, &got, &st) == 0, "%s", kt_err_msg());
+    ck_assert_uint_eq(got, KT_LIMIT_TOP_K);
+    ck_assert_int_eq(query_best(&s, key, 0, KT_LIMIT_TOP_K + 1, &got, &st), KT_ELIMIT);
+    ck_assert_int_eq(st.code, KT_RPC_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(st.msg, "KT_LIMIT_TOP_K") != NULL, "%s", st.msg);
+
+    /* A job of 21 tasks: top_k x tasks past KT_LIMIT_RECORDS is refused. */
+    enum { T = 21 };
+    job_msg_t j[T];
+    Ktune__V1__Task *tp[T];
+    for (int i = 0; i < T; i++) {
+        job_msg(&j[i], 1 + i, "nobody", T);
+        tp[i] = &j[i].task;
+    }
+    Ktune__V1__Job job = j[0].job;
+    job.options = &j[0].to;
+    job.tasks = tp;
+    job.n_tasks = T;
+    int64_t id;
+    ck_assert_msg(submit_rpc(s.client, &job, &id, &st) == 0, "%s", kt_err_msg());
+    ck_assert_int_eq(query_best(&s, NULL, id, KT_LIMIT_RECORDS / T + 1, &got, &st), KT_ELIMIT);
+    ck_assert_msg(strstr(st.msg, "KT_LIMIT_RECORDS") != NULL, "%s", st.msg);
+    ck_assert_msg(query_best(&s, NULL, id, KT_LIMIT_RECORDS / T, &got, &st) == 0, "%s",
+                  kt_err_msg());
+
+    /* ListRecords: KT_LIMIT_RECORDS + 1 refused, the KT_LIMIT_RECORDS valid ones sent. */
+    ck_assert_int_eq(list_records(&s, key, 0, &st), KT_ELIMIT);
+    ck_assert_int_eq(st.code, KT_RPC_RESOURCE_EXHAUSTED);
+    ck_assert_msg(strstr(st.msg, "KT_LIMIT_RECORDS") != NULL, "%s", st.msg);
+    ck_assert_int_eq(list_records(&s, key, 1, &st), KT_LIMIT_RECORDS);
+    service_stop(&s);
+    remove_dir();
+}
+END_TEST
+
+/* KT_LIMIT_CANDIDATES and KT_LIMIT_ARTIFACT_BYTES on Build and Run requests
+ * (the handlers' own checks). */
+START_TEST(limits_candidates_and_artifact_size)
+{
+    size_t n = KT_LIMIT_CANDIDATES + 1;
+    Ktune__V1__BuildCandidate *bc = calloc(n, sizeof *bc), **bp = calloc(n, sizeof *bp);
+    Ktune__V1__RunCandidate *rc_ = calloc(n, sizeof *rc_), **rp = calloc(n, sizeof *rp);
+    ck_assert(bc && bp && rc_ && rp);
+    for (size_t i = 0; i < n; i++) {
+        ktune__v1__build_candidate__init(&bc[i]);
+        bp[i] = &bc[i];
+        ktune__v1__run_candidate__init(&rc_[i]);
+        rp[i] = &rc_[i];
+    }
+    Ktune__V1__BuildRequest b = KTUNE__V1__BUILD_REQUEST__INIT;
+    b.candidates = bp;
+    b.n_candidates = n;
+    ck_assert_int_eq(kt_build_service_check(&b, NULL), KT_ELIMIT);
+    ck_assert_msg(strstr(kt_err_msg(), "KT_LIMIT_CANDIDATES") != NULL, "%s", kt_err_msg());
+    b.n_candidates = n - 1;
+    ck_assert_msg(kt_build_service_check(&b, NULL) == 0, "%s", kt_err_msg());
+
+    kt_run_service_opts_t ro = {.cuda_device = -1};
+    kt_run_service_t *rs = kt_run_service_new(&ro);
+    ck_assert_msg(rs != NULL, "%s", kt_err_msg());
+    Ktune__V1__RunRequest r = KTUNE__V1__RUN_REQUEST__INIT;
+    r.candidates = rp;
+    r.n_candidates = n;
+    ck_assert_int_eq(kt_run_service_check(rs, &r, NULL), KT_ELIMIT);
+    ck_assert_msg(strstr(kt_err_msg(), "KT_LIMIT_CANDIDATES") != NULL, "%s", kt_err_msg());
+    r.n_candidates = n - 1;
+    ck_assert_msg(kt_run_service_check(rs, &r, NULL) == 0, "%s", kt_err_msg());
+    /* An artifact at the cap is checked as usual, one byte more refuses the request. */
+    uint8_t *art = calloc(1, KT_LIMIT_ARTIFACT_BYTES + 1);
+    ck_assert_ptr_nonnull(art);
+    r.n_candidates = 2;
+    rc_[1].artifact.data = art;
+    rc_[1].artifact.len = KT_LIMIT_ARTIFACT_BYTES;
+    ck_assert_msg(kt_run_service_check(rs, &r, NULL) == 0, "%s", kt_err_msg());
+    rc_[1].artifact.len = KT_LIMIT_ARTIFACT_BYTES + 1;
+    ck_assert_int_eq(kt_run_service_check(rs, &r, NULL), KT_ELIMIT);
+    ck_assert_msg(strstr(kt_err_msg(), "candidate 1") && strstr(kt_err_msg(), "KT_LIMIT_ARTIFACT_BYTES"),
+                  "%s", kt_err_msg());
+    free(art);
+    kt_run_service_free(rs);
+    free(bc);
+    free(bp);
+    free(rc_);
+    free(rp);
+}
+END_TEST
+
+/* ---- the store under faults ---------------------------------------------------------------- */
+
+/* n valid records of workload `key` (state hashes from base) into the store at path. */
+static void put_records(const char *path, const char *key, int base, int n)
+{
+    kt_store_t *st = kt_store_open(path, KT_STORE_CREATE);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_record_t *recs = calloc((size_t)n, sizeof *recs);
+    char (*json)[32] = calloc((size_t)n, sizeof *json);
+    double cost = 1e-3;
+    for (int i = 0; i < n; i++) {
+        snprintf(json[i], sizeof json[i], "{\"s\":%d}", base + i);
+        recs[i] = (kt_record_t){.workload_key = key, .target = "cpu", .state_json = json[i],
+                                .state_hash = (uint64_t)(base + i + 1), .costs = &cost,
+                                .ncosts = 1, .all_cost = 0.01, .timestamp = 1.0};
+    }
+    ck_assert_msg(kt_store_put_records(st, recs, (size_t)n) == 0, "%s", kt_err_msg());
+    free(recs);
+    free(json);
+    kt_store_close(st);
+}
+
+static void overwrite(const char *path, long off, size_t len, int byte)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    for (size_t i = 0; i < len; i++)
+        fputc(byte, f);
+    fclose(f);
+}
+
+/* A corrupted store: pages overwritten in the middle make the job manager
+ * (the tracker) refuse it, naming the file and PRAGMA integrity_check's
+ * finding; header garbage is refused as no database, naming the file. */
+START_TEST(faults_corrupted_store_is_refused)
+{
+    make_dir();
+    put_records(g_db, "[\"corrupt\", [1]]", 0, 5000);
+    FILE *f = fopen(g_db, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    ck_assert_int_gt(size, 16 * 4096);
+    overwrite(g_db, (size / 2) & ~4095L, 3 * 4096, 0x5a);
+
+    kt_tracker_opts_t to = {.listen = "127.0.0.1:0", .heartbeat_ms = 600000};
+    kt_tracker_t *t = kt_tracker_new(&to);
+    ck_assert_ptr_nonnull(t);
+    kt_jobs_t *m = kt_jobs_new(t, g_db);
+    ck_assert_msg(m == NULL, "a corrupted store was accepted");
+    const char *msg = kt_err_msg();
+    ck_assert_msg(strstr(msg, g_db) && strstr(msg, "PRAGMA integrity_check") &&
+                      strstr(msg, "integrity check: "),
+                  "%s", msg);
+    /* The finding itself follows, and it is not "ok". */
+    const char *finding = strstr(msg, "integrity check: ") + strlen("integrity check: ");
+    ck_assert_msg(*finding && strcmp(finding, "ok") != 0, "%s", msg);
+    kt_tracker_stop(t, 0);
+
+    overwrite(g_db, 0, 100, 0x77);
+    t = kt_tracker_new(&to);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_null(kt_jobs_new(t, g_db));
+    ck_assert_msg(strstr(kt_err_msg(), g_db) != NULL, "%s", kt_err_msg());
+    kt_tracker_stop(t, 0);
+    remove_dir();
+}
+END_TEST
+
+/* Mount a tmpfs of `kib` KiB at dir (the tests run as root, as CI does). */
+static void mount_tmpfs(const char *dir, int kib, const char *extra)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && mount -t tmpfs -o size=%dk%s tmpfs '%s'", dir, kib,
+             extra ? extra : "", dir);
+    ck_assert_msg(system(cmd) == 0, "%s failed (the fault tests mount a tmpfs: run as root)", cmd);
+}
+
+static void umount_dir(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "umount '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Fill the file system holding `path` with one file until ENOSPC. */
+static void fill_disk(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    static char block[4096];
+    while (fwrite(block, 1, sizeof block, f) == sizeof block && fflush(f) == 0)
+        ;
+    fclose(f);
+}
+
+/* A full disk during a run: commits fail and the job says so while the
+ * tracker answers JobStatus and QueryBest; the records committed before stay;
+ * once space is back the job goes on to done. */
+START_TEST(faults_full_disk_during_a_run)
+{
+    make_dir();
+    char mnt[300], filler[320];
+    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    mount_tmpfs(mnt, 8192, NULL);
+    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    fake_t worker, runner;
+    fake_start(&worker, 0, 0);
+    fake_start(&runner, 1, 50);
+    service_t s;
+    service_start(&s);
+    fake_register(s.t, &worker, 0);
+    fake_register(s.t, &runner, 1);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    int64_t id = submit(&s, 48, 4);
+    Ktune__V1__JobProgress *p = wait_job(&s, id, "running", 8);
+    ck_assert_str_eq(p->state, "running");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+
+    fill_disk(filler);
+    /* The job waits on the store and says why. */
+    int64_t trials = -1;
+    for (int waited = 0;; waited += 100) {
+        p = status(&s, id);
+        int waiting = strstr(p->message ? p->message : "", "the store cannot commit") != NULL;
+        trials = p->total_trials;
+        ck_assert_msg(strcmp(p->state, "running") == 0, "job %s: %s", p->state, p->message);
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+        if (waiting)
+            break;
+        ck_assert_msg(waited < WAIT_MS, "the job never reported the full store");
+        sleep_ms(100);
+    }
+    ck_assert_int_ge(trials, 8);
+    ck_assert_int_lt(trials, 48);
+    sleep_ms(500);
+    /* Reads are served: status, QueryBest of the records committed so far. */
+    p = status(&s, id);
+    ck_assert_int_eq(p->total_trials, trials);
+    ck_assert_str_eq(p->state, "running");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    kt_rpc_status_t st;
+    size_t got = 0;
+    ck_assert_msg(query_best(&s, NULL, id, 5, &got, &st) == 0, "%s", kt_err_msg());
+    ck_assert_uint_ge(got, 1);
+
+    /* Space back: the job goes on and ends with every trial stored. */
+    ck_assert_int_eq(unlink(filler), 0);
+    p = wait_job(&s, id, "done", 0);
+    ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
+    ck_assert_int_eq(p->total_trials, 48);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    service_stop(&s);
+    ck_assert_int_eq(stored_trials(id), 48);
+    kt_rpc_server_stop(worker.srv, 0);
+    kt_rpc_server_stop(runner.srv, 0);
+    umount_dir(mnt);
+    remove_dir();
+}
+END_TEST
+
+/* A store on a read-only file system (the file and the directory of its WAL
+ * read-only, as root cannot be refused by mode bits): the job manager does
+ * not start and says why, naming the file. */
+START_TEST(faults_read_only_store_is_refused)
+{
+    make_dir();
+    char mnt[300], cmd[1000];
+    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+    mount_tmpfs(mnt, 4096, NULL);
+    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    put_records(g_db, "[\"ro\", [1]]", 0, 10);
+    snprintf(cmd, sizeof cmd, "chmod 0400 '%s' && mount -o remount,ro '%s'", g_db, mnt);
+    ck_assert_int_eq(system(cmd), 0);
+    kt_tracker_opts_t to = {.listen = "127.0.0.1:0", .heartbeat_ms = 600000};
+    kt_tracker_t *t = kt_tracker_new(&to);
+    ck_assert_ptr_nonnull(t);
+    kt_jobs_t *m = kt_jobs_new(t, g_db);
+    ck_assert_msg(m == NULL, "a read-only store was accepted");
+    ck_assert_msg(strstr(kt_err_msg(), g_db) && strstr(kt_err_msg(), "read-only"), "%s",
+                  kt_err_msg());
+    kt_tracker_stop(t, 0);
+    /* The records are still there for a reader. */
+    kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
+    if (st) {
+        kt_store_counts_t c;
+        ck_assert_int_eq(kt_store_count_records(st, NULL, &c), 0);
+        ck_assert_int_eq(c.total, 10);
+        kt_store_close(st);
+    }
+    umount_dir(mnt);
+    remove_dir();
+}
+END_TEST
+
+/* `ktune records import` SIGKILLed midway: every transaction it began is in
+ * the store whole or not at all (the count is a multiple of the batch), and
+ * the file passes PRAGMA integrity_check. */
+START_TEST(faults_killed_import_is_all_or_none)
+{
+    make_dir();
+    char in[320], cmd[2400];
+    snprintf(in, sizeof in, "%s/records.jsonl", g_dir);
+    FILE *f = fopen(in, "w");
+    ck_assert_ptr_nonnull(f);
+    enum { N = 400000 };
+    for (int i = 0; i < N; i++)
+        fprintf(f,
+                "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s%d\",\"state_hash\":"
+                "\"%016x\",\"costs\":[1.5e-3],\"error_code\":0,\"all_cost\":1,\"timestamp\":%d}\n",
+                i, i + 1, i + 1);
+    fclose(f);
+    const char *root = getenv("KT_BUILD_ROOT");
+    ck_assert_ptr_nonnull(root);
+    snprintf(cmd, sizeof cmd,
+             "'%s/cli/ktune' records import --db '%s' --in '%s' >/dev/null 2>&1 & pid=$!; "
+             "for i in $(seq 200); do sleep 0.05; "
+             "[ -s '%s' ] && [ $(stat -c %%s '%s') -gt 2000000 ] && break; done; "
+             "kill -9 $pid; wait $pid; exit 0",
+             root, g_db, in, g_db, g_db);
+    ck_assert_int_eq(system(cmd), 0);
+    kt_store_t *st = kt_store_open(g_db, 0);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    ck_assert_msg(kt_store_integrity_check(st) == 0, "%s", kt_err_msg());
+    kt_store_counts_t c;
+    ck_assert_int_eq(kt_store_count_records(st, NULL, &c), 0);
+    kt_store_close(st);
+    ck_assert_msg(c.total > 0 && c.total < N, "killed after %lld records: not midway",
+                  (long long)c.total);
+    ck_assert_msg(c.total % KT_STORE_IMPORT_BATCH == 0, "%lld records: a torn transaction",
+                  (long long)c.total);
+    remove_dir();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("jobs");
@@ -354,6 +993,22 @@ int main(void)
     tcase_add_test(tc, jobs_dispatch_measures_on_both_of_two_runners);
     tcase_add_test(tc, jobs_resume_an_unfinished_job_after_the_manager_is_recreated);
     suite_add_tcase(s, tc);
+    TCase *lim = tcase_create("limits");
+    tcase_set_timeout(lim, 600);
+    tcase_add_test(lim, limits_tasks_per_job);
+    tcase_add_test(lim, limits_candidates_and_artifact_size);
+    tcase_add_test(lim, limits_submit_flood_is_refused_per_client);
+    tcase_add_test(lim, limits_jobs_tracker_wide);
+    tcase_add_test(lim, limits_watch_streams_per_client);
+    tcase_add_test(lim, limits_records_per_query);
+    suite_add_tcase(s, lim);
+    TCase *faults = tcase_create("store_faults");
+    tcase_set_timeout(faults, 600);
+    tcase_add_test(faults, faults_corrupted_store_is_refused);
+    tcase_add_test(faults, faults_read_only_store_is_refused);
+    tcase_add_test(faults, faults_killed_import_is_all_or_none);
+    tcase_add_test(faults, faults_full_disk_during_a_run);
+    suite_add_tcase(s, faults);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

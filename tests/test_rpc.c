@@ -503,6 +503,89 @@ START_TEST(rpc_16mib_message_round_trips)
 }
 END_TEST
 
+/* A JobProgress whose packed size is exactly `size` bytes (its state string
+ * padded); the caller frees *buf. */
+static Ktune__V1__JobProgress sized_message(size_t size, char **buf)
+{
+    Ktune__V1__JobProgress m = KTUNE__V1__JOB_PROGRESS__INIT;
+    m.job_id = 1;
+    size_t len = size;
+    *buf = malloc(size + 1);
+    ck_assert_ptr_nonnull(*buf);
+    for (int i = 0; i < 8; i++) {
+        memset(*buf, 'x', len);
+        (*buf)[len] = 0;
+        m.state = *buf;
+        size_t got = protobuf_c_message_get_packed_size(&m.base);
+        if (got == size)
+            return m;
+        len -= got - size;
+    }
+    ck_abort_msg("no message of %zu bytes", size);
+    return m;
+}
+
+/* KT_LIMIT_RPC_MESSAGE's mechanism: a server and a client channel both
+ * refuse what is past their max_message, received or sent, with
+ * RESOURCE_EXHAUSTED; a message exactly at the cap goes through. */
+START_TEST(rpc_message_size_cap_both_ways)
+{
+    ck_assert_uint_eq(KT_RPC_DEFAULT_MAX_MESSAGE, KT_LIMIT_RPC_MESSAGE);
+    ctx_t x = {0};
+    const size_t cap = (size_t)1 << 20;
+    kt_rpc_server_opts_t so = {.listen = "127.0.0.1:0", .max_message = cap};
+    kt_rpc_server_t *s = start_server(&x, &so);
+    kt_rpc_client_opts_t big = {.max_message = 4 * cap};
+    kt_rpc_client_t *c = client_for(s, &big);
+    char *buf;
+    ProtobufCMessage *out = NULL;
+    kt_rpc_status_t st;
+
+    /* At the cap: received by the server, its echo sent and received. */
+    Ktune__V1__JobProgress m = sized_message(cap, &buf);
+    int rc = kt_rpc_call_unary(c, M_ECHO, &m.base, &ktune__v1__job_progress__descriptor, 30000,
+                               &out, &st);
+    ck_assert_msg(rc == 0, "%s", kt_err_msg());
+    ck_assert_uint_eq(strlen(((Ktune__V1__JobProgress *)out)->state), strlen(buf));
+    protobuf_c_message_free_unpacked(out, NULL);
+    free(buf);
+
+    /* One byte past it: the server refuses to receive it. */
+    m = sized_message(cap + 1, &buf);
+    out = NULL;
+    rc = kt_rpc_call_unary(c, M_ECHO, &m.base, &ktune__v1__job_progress__descriptor, 30000, &out,
+                           &st);
+    ck_assert_int_eq(rc, KT_ELIMIT);
+    ck_assert_int_eq(st.code, KT_RPC_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_null(out);
+    ck_assert_int_eq(atomic_load(&x.echo_calls), 1);
+
+    /* A client capped at 1 MiB refuses to send it. */
+    kt_rpc_client_opts_t small = {.max_message = cap};
+    kt_rpc_client_t *c2 = client_for(s, &small);
+    rc = kt_rpc_call_unary(c2, M_ECHO, &m.base, &ktune__v1__job_progress__descriptor, 30000,
+                           &out, &st);
+    ck_assert_int_eq(st.code, KT_RPC_RESOURCE_EXHAUSTED);
+    ck_assert_int_eq(atomic_load(&x.echo_calls), 1);
+    kt_rpc_client_free(c2);
+    kt_rpc_client_free(c);
+    kt_rpc_server_stop(s, 1000);
+
+    /* A server of a larger cap takes the same message. */
+    ctx_t y = {0};
+    so.max_message = 4 * cap;
+    s = start_server(&y, &so);
+    c = client_for(s, &big);
+    rc = kt_rpc_call_unary(c, M_ECHO, &m.base, &ktune__v1__job_progress__descriptor, 30000, &out,
+                           &st);
+    ck_assert_msg(rc == 0, "a server capped at 4 MiB takes 1 MiB + 1: %s", kt_err_msg());
+    protobuf_c_message_free_unpacked(out, NULL);
+    free(buf);
+    kt_rpc_client_free(c);
+    kt_rpc_server_stop(s, 1000);
+}
+END_TEST
+
 typedef struct {
     kt_rpc_client_t *c;
     int base;
@@ -658,13 +741,16 @@ END_TEST
 
 START_TEST(rpc_error_codes_map_both_ways)
 {
-    const int kt[] = {KT_OK, KT_EINVAL, KT_ENOMEM, KT_ENOTFOUND, KT_ETIMEOUT,
+    const int kt[] = {KT_OK, KT_EINVAL, KT_ELIMIT, KT_ENOTFOUND, KT_ETIMEOUT,
                       KT_EUNAVAIL, KT_EAUTH, KT_ESTATE, KT_EINTERNAL, KT_EUNSUP};
     for (size_t i = 0; i < KT_ARRAY_LEN(kt); i++)
         ck_assert_int_eq(kt_rpc_err_from_code(kt_rpc_code_from_err(kt[i])), kt[i]);
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EUNAVAIL), KT_RPC_UNAVAILABLE);
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EAUTH), KT_RPC_UNAUTHENTICATED);
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EIO), KT_RPC_INTERNAL);
+    /* Out of memory and a limit reached are both RESOURCE_EXHAUSTED; a
+     * client reads it as the limit, the likelier cause. */
+    ck_assert_int_eq(kt_rpc_code_from_err(KT_ENOMEM), KT_RPC_RESOURCE_EXHAUSTED);
     ck_assert_int_eq(kt_rpc_code_from_err(-999), KT_RPC_UNKNOWN);
     ck_assert_int_eq(kt_rpc_err_from_code(KT_RPC_PERMISSION_DENIED), KT_EAUTH);
     ck_assert_int_eq(kt_rpc_err_from_code(99), KT_EINTERNAL);
@@ -921,6 +1007,7 @@ int main(void)
     tcase_add_test(tc, rpc_slow_handler_gives_deadline_exceeded);
     tcase_add_test(tc, rpc_missing_or_wrong_token_is_unauthenticated);
     tcase_add_test(tc, rpc_16mib_message_round_trips);
+    tcase_add_test(tc, rpc_message_size_cap_both_ways);
     tcase_add_test(tc, rpc_200_concurrent_calls_from_8_threads_are_all_answered);
     tcase_add_test(tc, rpc_undecodable_request_is_invalid_argument_and_server_keeps_serving);
     tcase_add_test(tc, rpc_server_stream_delivers_n_messages_then_ok);

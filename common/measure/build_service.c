@@ -110,8 +110,8 @@ static const char *candidate_problem(const Ktune__V1__BuildCandidate *c)
     return NULL;
 }
 
-/* The request-level checks: KT_EINVAL with the INVALID_ARGUMENT text, or 0
- * with the target and -march value. */
+/* The request-level checks: KT_EINVAL (INVALID_ARGUMENT) or KT_ELIMIT
+ * (RESOURCE_EXHAUSTED) with the status text, or 0 with the target and -march value. */
 static int check_request(const Ktune__V1__BuildRequest *in, kt_measure_target_t *target,
                          const char **march)
 {
@@ -127,7 +127,7 @@ static int check_request(const Ktune__V1__BuildRequest *in, kt_measure_target_t 
     if (in->timeout_ms < 0 || in->timeout_ms > MAX_TIMEOUT_MS)
         return kt_err_set(KT_EINVAL, "timeout_ms must be 0..%d", MAX_TIMEOUT_MS);
     if (in->n_candidates > KT_BUILD_SERVICE_MAX_CANDIDATES)
-        return kt_err_set(KT_EINVAL, "%zu candidates in one request; at most %d",
+        return kt_err_set(KT_ELIMIT, "%zu candidates in one request; at most %d (KT_LIMIT_CANDIDATES)",
                           in->n_candidates, KT_BUILD_SERVICE_MAX_CANDIDATES);
     return 0;
 }
@@ -179,7 +179,7 @@ static int build_batch(kt_rpc_call_t *call, kt_build_service_t *x, const Ktune__
     kt_measure_target_t target;
     const char *march;
     if (check_request(in, &target, &march) != 0)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", kt_err_msg());
+        return kt_rpc_call_fail(call, kt_rpc_code_from_err(kt_err_code()), "%s", kt_err_msg());
     int n = (int)in->n_candidates;
     if (n == 0)
         return KT_RPC_OK;

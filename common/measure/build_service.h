@@ -25,7 +25,7 @@
 /* The method it serves. */
 #define KT_BUILD_SERVICE_METHOD "/ktune.v1.Worker/Build"
 /* Most candidates one Build request may carry. */
-#define KT_BUILD_SERVICE_MAX_CANDIDATES 4096
+#define KT_BUILD_SERVICE_MAX_CANDIDATES KT_LIMIT_CANDIDATES
 
 typedef struct kt_build_service kt_build_service_t;
 

@@ -19,6 +19,7 @@
 #include "measure/measure_int.h"
 #include "measure/nvrtc.h"
 #include "util/err.h"
+#include "util/kt_limits.h"
 #include "util/sbuf.h"
 #include "util/util.h"
 
@@ -255,6 +256,15 @@ static int set_error(kt_build_result_t *r, int error_no, const char *msg)
 
 static int set_artifact(kt_build_result_t *r, unsigned char *data, size_t len)
 {
+    /* A runner refuses a Run request carrying an artifact past the cap, so
+     * such a build fails here, alone, instead of failing its whole batch later. */
+    if (len > KT_LIMIT_ARTIFACT_BYTES) {
+        free(data);
+        char msg[128];
+        snprintf(msg, sizeof msg, "artifact of %zu bytes; at most %zu (KT_LIMIT_ARTIFACT_BYTES)",
+                 len, KT_LIMIT_ARTIFACT_BYTES);
+        return set_error(r, KT_MEASURE_COMPILE_HOST, msg);
+    }
     r->error_no = KT_MEASURE_NO_ERROR;
     r->artifact = data;
     r->artifact_len = len;

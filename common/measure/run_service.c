@@ -202,8 +202,8 @@ static const char *candidate_problem(const Ktune__V1__RunCandidate *c, int cuda,
     return NULL;
 }
 
-/* The request-level checks: KT_EINVAL with the INVALID_ARGUMENT text, or 0
- * with the runner options in *ro. */
+/* The request-level checks: KT_EINVAL (INVALID_ARGUMENT) or KT_ELIMIT
+ * (RESOURCE_EXHAUSTED) with the status text, or 0 with the runner options in *ro. */
 static int check_request(const kt_run_service_t *x, const Ktune__V1__RunRequest *in,
                          kt_runner_opts_t *ro)
 {
@@ -212,8 +212,18 @@ static int check_request(const kt_run_service_t *x, const Ktune__V1__RunRequest 
         return kt_err_set(KT_EINVAL, "this runner times %s candidates, not '%s'", mine,
                           in->target);
     if (in->n_candidates > KT_RUN_SERVICE_MAX_CANDIDATES)
-        return kt_err_set(KT_EINVAL, "%zu candidates in one request; at most %d",
+        return kt_err_set(KT_ELIMIT, "%zu candidates in one request; at most %d (KT_LIMIT_CANDIDATES)",
                           in->n_candidates, KT_RUN_SERVICE_MAX_CANDIDATES);
+    /* An artifact past the cap refuses the whole request: the peer that
+     * built it is broken, and timing its other candidates would hide that. */
+    for (size_t i = 0; i < in->n_candidates; i++) {
+        const Ktune__V1__RunCandidate *c = in->candidates[i];
+        size_t len = c ? (c->artifact.len > c->reference.len ? c->artifact.len : c->reference.len) : 0;
+        if (len > KT_LIMIT_ARTIFACT_BYTES)
+            return kt_err_set(KT_ELIMIT,
+                              "candidate %zu: artifact of %zu bytes; at most %zu (KT_LIMIT_ARTIFACT_BYTES)",
+                              i, len, KT_LIMIT_ARTIFACT_BYTES);
+    }
     const char *why = NULL;
     if (run_options(x, in, ro, &why) != 0)
         return kt_err_set(KT_EINVAL, "%s", why);
@@ -263,7 +273,7 @@ static int run_batch(kt_rpc_call_t *call, kt_run_service_t *x, const Ktune__V1__
 {
     kt_runner_opts_t ro;
     if (check_request(x, in, &ro) != 0)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "%s", kt_err_msg());
+        return kt_rpc_call_fail(call, kt_rpc_code_from_err(kt_err_code()), "%s", kt_err_msg());
     int n = (int)in->n_candidates;
     if (n == 0)
         return KT_RPC_OK;

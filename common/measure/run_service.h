@@ -28,7 +28,7 @@
 /* The method it serves. */
 #define KT_RUN_SERVICE_METHOD "/ktune.v1.Runner/Run"
 /* Most candidates one Run request may carry. */
-#define KT_RUN_SERVICE_MAX_CANDIDATES 4096
+#define KT_RUN_SERVICE_MAX_CANDIDATES KT_LIMIT_CANDIDATES
 
 typedef struct kt_run_service kt_run_service_t;
 

@@ -100,7 +100,7 @@ kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_
     /* Reconnect quickly after a refused connection so our own UNAVAILABLE
      * retries reach a peer that has just come up (gRPC's default waits 1 s
      * and more before trying again, failing fast meanwhile). */
-    grpc_arg args[4];
+    grpc_arg args[5];
     kt_rpc_size_args(args, o.max_message);
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
@@ -108,7 +108,13 @@ kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_
     args[3].type = GRPC_ARG_INTEGER;
     args[3].key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
     args[3].value.integer = o.retry_max_ms;
-    grpc_channel_args chargs = {.num_args = 4, .args = args};
+    /* Each client its own connection: gRPC would otherwise share one among
+     * channels of equal arguments, and a server's per-client limits
+     * (KT_LIMIT_*_PER_CLIENT) count by connection. */
+    args[4].type = GRPC_ARG_INTEGER;
+    args[4].key = (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+    args[4].value.integer = 1;
+    grpc_channel_args chargs = {.num_args = 5, .args = args};
     c->channel = creds ? grpc_channel_create(target, creds, &chargs) : NULL;
     if (creds)
         grpc_channel_credentials_release(creds);

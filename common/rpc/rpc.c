@@ -35,6 +35,7 @@ int kt_rpc_code_from_err(int kt_code)
     case KT_ESTATE: return KT_RPC_FAILED_PRECONDITION;
     case KT_EINTERNAL: return KT_RPC_INTERNAL;
     case KT_EUNSUP: return KT_RPC_UNIMPLEMENTED;
+    case KT_ELIMIT: return KT_RPC_RESOURCE_EXHAUSTED;
     default: return KT_RPC_UNKNOWN;
     }
 }
@@ -53,7 +54,7 @@ int kt_rpc_err_from_code(int rpc_code)
     case KT_RPC_ALREADY_EXISTS:
     case KT_RPC_FAILED_PRECONDITION:
     case KT_RPC_ABORTED: return KT_ESTATE;
-    case KT_RPC_RESOURCE_EXHAUSTED: return KT_ENOMEM;
+    case KT_RPC_RESOURCE_EXHAUSTED: return KT_ELIMIT;
     case KT_RPC_UNIMPLEMENTED: return KT_EUNSUP;
     case KT_RPC_CANCELLED: return KT_EIO;
     default: return KT_EINTERNAL;

@@ -47,6 +47,8 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "util/kt_limits.h"
+
 /* ---- Status codes (the values of grpc_status_code) ---------------------- */
 #define KT_RPC_OK 0                   /* success */
 #define KT_RPC_CANCELLED 1            /* cancelled by the caller or server stop */
@@ -100,7 +102,7 @@ typedef struct {
 } kt_rpc_server_opts_t;
 
 #define KT_RPC_DEFAULT_THREADS 4
-#define KT_RPC_DEFAULT_MAX_MESSAGE ((size_t)64 << 20)
+#define KT_RPC_DEFAULT_MAX_MESSAGE KT_LIMIT_RPC_MESSAGE
 
 /* A unary handler fills `resp` (already initialised with the response
  * descriptor) and returns KT_RPC_OK, a positive KT_RPC_* code (give the text

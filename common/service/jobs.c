@@ -16,6 +16,7 @@
 #include "measure/runner.h"
 #include "sched/state.h"
 #include "util/err.h"
+#include "util/kt_limits.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -60,6 +61,10 @@ static void cond_init_mono(pthread_cond_t *cv)
     pthread_cond_init(cv, &ca);
     pthread_condattr_destroy(&ca);
 }
+
+/* First and longest wait between commits the store refused (disk full). */
+#define STORE_RETRY_MIN_MS 100
+#define STORE_RETRY_MAX_MS 2000
 
 static int job_stopping(const job_t *j)
 {
@@ -769,7 +774,27 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
                                 .runner_key = j->view->info->job.runner_key,
                                 .job_id = j->id};
     }
-    int rc = commit_records(j->m, recs, (size_t)n);
+    /* A store that cannot write (disk full, I/O error) is retried, not
+     * fatal: the round's measurements wait in memory while the tracker
+     * keeps serving reads, and the job goes on once space is back. Bad
+     * records (KT_EINVAL) and a stopping job end the round as before. */
+    int rc, delay_ms = STORE_RETRY_MIN_MS, failures = 0;
+    while ((rc = commit_records(j->m, recs, (size_t)n)) == KT_EIO && !job_stopping(j)) {
+        if (failures++ == 0)
+            KT_ERROR("job %" PRId64 ": cannot commit %d records to the store (%s); the job "
+                     "waits and retries, the tracker keeps serving reads",
+                     j->id, n, kt_err_msg());
+        job_note(j, "the store cannot commit: %s", kt_err_msg());
+        for (int w = 0; w < delay_ms && !job_stopping(j); w += 50)
+            sleep_ms(50);
+        if (delay_ms < STORE_RETRY_MAX_MS)
+            delay_ms *= 2;
+    }
+    if (failures > 0 && rc == 0) {
+        KT_INFO("job %" PRId64 ": the store commits again after %d failed attempts", j->id,
+                failures);
+        job_note(j, NULL);
+    }
     free(recs);
     return rc;
 }
@@ -1428,6 +1453,9 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
 {
     if (!in || in->n_tasks == 0)
         return kt_err_set(KT_EINVAL, "a job needs at least one task");
+    if (in->n_tasks > KT_LIMIT_TASKS)
+        return kt_err_set(KT_ELIMIT, "%zu tasks in one job; at most %d (KT_LIMIT_TASKS)",
+                          in->n_tasks, KT_LIMIT_TASKS);
     const char *target, *strategy, *policy, *key;
     job_names(in, &target, &strategy, &policy, &key);
     if (strcmp(target, "cpu") != 0 && strcmp(target, "cuda") != 0)
@@ -1482,7 +1510,52 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
     return rc;
 }
 
+/* KT_ELIMIT when one more job from `client` would pass KT_LIMIT_JOBS or
+ * KT_LIMIT_JOBS_PER_CLIENT; under submit_mu. */
+static int admit(kt_jobs_t *m, const char *client)
+{
+    int all = 0, mine = 0;
+    /* Jobs are only ever prepended and live until kt_jobs_free, so the list
+     * is walked without m->mu (a job's thread takes m->mu under j->mu). */
+    pthread_mutex_lock(&m->mu);
+    job_t *list = m->jobs;
+    pthread_mutex_unlock(&m->mu);
+    for (job_t *j = list; j; j = j->next) {
+        pthread_mutex_lock(&j->mu);
+        int active = !j->finished;
+        pthread_mutex_unlock(&j->mu);
+        all += active;
+        mine += active && client && *client && strcmp(j->client, client) == 0;
+    }
+    if (all >= KT_LIMIT_JOBS)
+        return kt_err_set(KT_ELIMIT, "%d jobs queued or running; at most %d (KT_LIMIT_JOBS)", all,
+                          KT_LIMIT_JOBS);
+    if (mine >= KT_LIMIT_JOBS_PER_CLIENT)
+        return kt_err_set(KT_ELIMIT,
+                          "%d jobs queued or running from this client; at most %d "
+                          "(KT_LIMIT_JOBS_PER_CLIENT)",
+                          mine, KT_LIMIT_JOBS_PER_CLIENT);
+    return 0;
+}
+
+static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id);
+
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
+{
+    return kt_jobs_submit_from(m, in, NULL, id);
+}
+
+int kt_jobs_submit_from(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id)
+{
+    pthread_mutex_lock(&m->submit_mu);
+    int rc = admit(m, client);
+    if (rc == 0)
+        rc = submit(m, in, client, id);
+    pthread_mutex_unlock(&m->submit_mu);
+    return rc;
+}
+
+static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id)
 {
     if (atomic_load(&m->stopping))
         return kt_err_set(KT_ESTATE, "the tracker is stopping; submit again when it is back");
@@ -1538,6 +1611,7 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
     kt_jobs_store_put(m, m->store);
     if (rc != 0)
         goto out;
+    snprintf(j->client, sizeof j->client, "%s", client ? client : "");
     if ((rc = job_start(m, j)) != 0) {
         job_free(j);
         goto out;
@@ -1709,6 +1783,7 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
         return NULL;
     }
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->submit_mu, NULL);
     cond_init_mono(&m->cv);
     pthread_mutex_init(&m->commit_mu, NULL);
     pthread_cond_init(&m->commit_cv, NULL);
@@ -1727,6 +1802,13 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
         goto fail;
     if (!(m->store = kt_store_open(m->db, KT_STORE_CREATE))) {
         kt_err_prefix("store %s", m->db);
+        goto fail;
+    }
+    /* A damaged file is refused before any job runs on it: resuming from it
+     * or writing more records could spread the damage (restore a backup or
+     * `ktune records export` what is readable). */
+    if (kt_store_integrity_check(m->store) != 0) {
+        kt_err_prefix("store %s is damaged (PRAGMA integrity_check)", m->db);
         goto fail;
     }
 
@@ -1844,6 +1926,8 @@ void kt_jobs_free(kt_jobs_t *m)
     free(m->db);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->submit_mu);
+    kt_jobs_watch_clients_free(m);
     pthread_cond_destroy(&m->commit_cv);
     pthread_mutex_destroy(&m->commit_mu);
     free(m);

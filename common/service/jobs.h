@@ -87,11 +87,17 @@ void kt_jobs_free(kt_jobs_t *m);
 /* ---- jobs ---------------------------------------------------------------------------------- */
 
 /* Validate, store and start a job; *id gets its id. KT_EINVAL naming what is
- * wrong; KT_EUNSUP for a target ktune cannot tune yet; KT_ESTATE while
+ * wrong; KT_ELIMIT past a limit (util/kt_limits.h); KT_EUNSUP for a target ktune cannot tune yet; KT_ESTATE while
  * stopping. */
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *job, int64_t *id);
+/* The same for a job coming over `client` (an RPC peer address, or NULL):
+ * KT_ELIMIT when the tracker already has KT_LIMIT_JOBS jobs queued or
+ * running, or that client KT_LIMIT_JOBS_PER_CLIENT. */
+int kt_jobs_submit_from(kt_jobs_t *m, const Ktune__V1__Job *job, const char *client,
+                        int64_t *id);
 /* The checks of kt_jobs_submit that need no tracker (SubmitJob's validation,
- * also run by the fuzz targets): 0, or KT_EINVAL naming what is wrong. With
+ * also run by the fuzz targets): 0, KT_EINVAL naming what is wrong, or
+ * KT_ELIMIT for more than KT_LIMIT_TASKS tasks. With
  * opts, the job's options go there; with wl (n_tasks entries), the parsed
  * workloads, which the caller frees (left NULL on failure). */
 int kt_jobs_check_job(const Ktune__V1__Job *job, kt_job_opts_t *opts, kt_workload_t **wl);

@@ -68,6 +68,10 @@ typedef struct job {
     int64_t reserved;             /* trials committed or promised to in-flight rounds */
     uint64_t seq;                 /* bumped on every completed round and state change */
     int finished;                 /* the thread ended (state final, or stopped) */
+    /* The submitting client's connection ("ipv4:10.0.0.5:41234"; "" for a
+     * resumed job or an in-process caller): KT_LIMIT_JOBS_PER_CLIENT counts
+     * by it. Set before the job is listed, then read only. */
+    char client[128];
     json_t *curve;                /* [[trials, latency_s or null], ...] */
     job_round_t *rounds;          /* outstanding round threads */
 } job_t;
@@ -93,6 +97,12 @@ struct kt_jobs {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job_t *jobs;
+    /* Serialises kt_jobs_submit, so that counting the active jobs against
+     * KT_LIMIT_JOBS and listing the new one are one step. */
+    pthread_mutex_t submit_mu;
+    /* WatchJob streams now open, in all and per client (under mu). */
+    int watchers;
+    struct watch_client *watch_clients;
     atomic_int stopping;
     /* The CPU-bound steps of rounds (propose + make, feedback) of all jobs
      * run at most cpu_slots at a time, in arrival order: more would only
@@ -124,6 +134,9 @@ struct kt_jobs {
  * back. */
 kt_store_t *kt_jobs_store_get(kt_jobs_t *m);
 void kt_jobs_store_put(kt_jobs_t *m, kt_store_t *s);
+
+/* Free the WatchJob bookkeeping (jobs_rpc.c), from kt_jobs_free. */
+void kt_jobs_watch_clients_free(kt_jobs_t *m);
 
 /* A job by id (in memory), or NULL. Under nothing; the job lives until
  * kt_jobs_free. */

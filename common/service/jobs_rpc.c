@@ -8,6 +8,7 @@
 #include "service/jobs_int.h"
 #include "rpc/rpc.h"
 #include "util/err.h"
+#include "util/kt_limits.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -64,7 +65,7 @@ static int h_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCM
     kt_jobs_t *m = ud;
     const Ktune__V1__SubmitJobRequest *in = (const Ktune__V1__SubmitJobRequest *)req;
     int64_t id = 0;
-    int rc = kt_jobs_submit(m, in->job, &id);
+    int rc = kt_jobs_submit_from(m, in->job, kt_rpc_call_peer(call), &id);
     if (rc != 0) {
         KT_INFO("SubmitJob from %s refused: %s", kt_rpc_call_peer(call), kt_err_msg());
         return rc;
@@ -122,10 +123,92 @@ static int h_list(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
 
 /* ---- WatchJob ------------------------------------------------------------------------------- */
 
+/* A client connection's open WatchJob streams (in kt_jobs_t's list, under mu). */
+struct watch_client {
+    struct watch_client *next;
+    char peer[128];
+    int n;
+};
+
+/* Take a watch slot for `peer`: KT_ELIMIT past KT_LIMIT_WATCH_PER_CLIENT or
+ * the tracker's share of its threads, since each stream holds a thread. */
+static int watch_enter(kt_jobs_t *m, const char *peer)
+{
+    int cap = kt_tracker_threads(m->t) * KT_LIMIT_WATCH_SHARE_NUM / KT_LIMIT_WATCH_SHARE_DEN;
+    if (cap < 1)
+        cap = 1;
+    pthread_mutex_lock(&m->mu);
+    struct watch_client *w = m->watch_clients;
+    while (w && strcmp(w->peer, peer) != 0)
+        w = w->next;
+    int rc = 0;
+    if (m->watchers >= cap) {
+        rc = kt_err_set(KT_ELIMIT,
+                        "%d WatchJob streams open; at most %d, half the tracker's RPC threads "
+                        "(KT_LIMIT_WATCH_SHARE_*)",
+                        m->watchers, cap);
+    } else if (w && w->n >= KT_LIMIT_WATCH_PER_CLIENT) {
+        rc = kt_err_set(KT_ELIMIT,
+                        "%d WatchJob streams open from this client; at most %d "
+                        "(KT_LIMIT_WATCH_PER_CLIENT)",
+                        w->n, KT_LIMIT_WATCH_PER_CLIENT);
+    } else if (!w && !(w = calloc(1, sizeof *w))) {
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+    } else {
+        if (w->n == 0 && !w->peer[0]) {
+            snprintf(w->peer, sizeof w->peer, "%s", peer);
+            w->next = m->watch_clients;
+            m->watch_clients = w;
+        }
+        w->n++;
+        m->watchers++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+static void watch_leave(kt_jobs_t *m, const char *peer)
+{
+    pthread_mutex_lock(&m->mu);
+    struct watch_client **pp = &m->watch_clients;
+    while (*pp && strcmp((*pp)->peer, peer) != 0)
+        pp = &(*pp)->next;
+    if (*pp && --(*pp)->n == 0) {
+        struct watch_client *w = *pp;
+        *pp = w->next;
+        free(w);
+    }
+    m->watchers--;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kt_jobs_watch_clients_free(kt_jobs_t *m)
+{
+    while (m->watch_clients) {
+        struct watch_client *w = m->watch_clients;
+        m->watch_clients = w->next;
+        free(w);
+    }
+}
+
+static int watch(kt_rpc_call_t *call, kt_jobs_t *m, int64_t id);
+
 static int h_watch(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
 {
     kt_jobs_t *m = ud;
-    int64_t id = ((const Ktune__V1__JobRef *)req)->job_id;
+    const char *peer = kt_rpc_call_peer(call);
+    int rc = watch_enter(m, peer);
+    if (rc != 0) {
+        KT_INFO("WatchJob from %s refused: %s", peer, kt_err_msg());
+        return rc;
+    }
+    rc = watch(call, m, ((const Ktune__V1__JobRef *)req)->job_id);
+    watch_leave(m, peer);
+    return rc;
+}
+
+static int watch(kt_rpc_call_t *call, kt_jobs_t *m, int64_t id)
+{
     job_t *j = kt_jobs_find(m, id);
     uint64_t last = 0;
     int first = 1;
@@ -249,8 +332,12 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
     if (have_key == (in->job_id != 0))
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
                                 "QueryBest wants a workload key or a job id (one of them)");
-    if (in->top_k < 0 || in->top_k > 10000)
-        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "top_k must be 0..10000");
+    if (in->top_k < 0)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "top_k must be >= 0");
+    if (in->top_k > KT_LIMIT_TOP_K)
+        return kt_rpc_call_fail(call, KT_RPC_RESOURCE_EXHAUSTED,
+                                "top_k %d; at most %d (KT_LIMIT_TOP_K)", in->top_k,
+                                KT_LIMIT_TOP_K);
     int k = in->top_k > 0 ? in->top_k : 1;
     kt_store_t *s = open_store(m);
     int rc = 0;
@@ -267,6 +354,12 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
         rc = kt_store_get_job(s, in->job_id, &info);
         if (rc == KT_ENOTFOUND)
             kt_err_set(KT_ENOTFOUND, "no job %" PRId64, in->job_id);
+        /* top_k records per task: the reply's size is checked before any is read. */
+        if (rc == 0 && (int64_t)k * info->ntasks > KT_LIMIT_RECORDS)
+            rc = kt_err_set(KT_ELIMIT,
+                            "top_k %d x %d tasks = %lld records in one reply; at most %d "
+                            "(KT_LIMIT_RECORDS)",
+                            k, info->ntasks, (long long)k * info->ntasks, KT_LIMIT_RECORDS);
         for (int i = 0; rc == 0 && i < info->ntasks; i++) {
             const char *target = in->target && *in->target ? in->target : info->job.target;
             kt_record_list_t *l = NULL;
@@ -293,7 +386,17 @@ static int h_records(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
     /* Read them all first: the store is not held while a client reads. */
     kt_store_t *s = open_store(m);
     kt_record_list_t *l = NULL;
-    int rc = kt_store_get_records(s, &f, &l);
+    /* Counted first, so a stream past the cap is refused before any record
+     * is read into memory. */
+    kt_store_counts_t cnt;
+    int rc = kt_store_count_records(s, &f, &cnt);
+    if (rc == 0 && cnt.total > KT_LIMIT_RECORDS)
+        rc = kt_err_set(KT_ELIMIT,
+                        "%lld records match; ListRecords sends at most %d (KT_LIMIT_RECORDS): "
+                        "narrow it by workload, job or valid_only",
+                        (long long)cnt.total, KT_LIMIT_RECORDS);
+    if (rc == 0)
+        rc = kt_store_get_records(s, &f, &l);
     kt_jobs_store_put(m, s);
     for (size_t i = 0; rc == 0 && i < l->n; i++) {
         Ktune__V1__Record o;

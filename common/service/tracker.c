@@ -28,6 +28,7 @@ typedef struct client_entry {
 struct kt_tracker {
     char *listen, *http, *token, *tls_cert, *tls_key, *tls_ca;
     int heartbeat_ms;
+    int threads;          /* gRPC threads of the server */
     double started_mono;
 
     kt_rpc_server_t *server;
@@ -280,8 +281,9 @@ kt_tracker_t *kt_tracker_new(const kt_tracker_opts_t *opts)
     t->service.registry = t->registry;
     if (make_metrics(t) != 0 || kt_registry_on_drop(t->registry, on_drop, t) != 0)
         goto fail;
+    t->threads = o.threads > 0 ? o.threads : KT_TRACKER_DEFAULT_THREADS;
     kt_rpc_server_opts_t so = {.listen = t->listen,
-                               .threads = o.threads > 0 ? o.threads : KT_TRACKER_DEFAULT_THREADS,
+                               .threads = t->threads,
                                .token = t->token,
                                .tls_cert = t->tls_cert,
                                .tls_key = t->tls_key};
@@ -354,6 +356,8 @@ void kt_tracker_stop(kt_tracker_t *t, int drain_ms)
 }
 
 kt_rpc_server_t *kt_tracker_server(kt_tracker_t *t) { return t->server; }
+
+int kt_tracker_threads(const kt_tracker_t *t) { return t->threads; }
 kt_registry_t *kt_tracker_registry(kt_tracker_t *t) { return t->registry; }
 kt_metrics_t *kt_tracker_metrics(kt_tracker_t *t) { return t->metrics; }
 

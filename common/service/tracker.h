@@ -40,8 +40,9 @@ typedef struct kt_tracker kt_tracker_t;
 
 /* TVM's tracker port. */
 #define KT_TRACKER_DEFAULT_LISTEN "0.0.0.0:9190"
-/* gRPC threads: registry calls are quick, job calls (WatchJob) may block. */
-#define KT_TRACKER_DEFAULT_THREADS 8
+/* gRPC threads: registry calls are quick, job calls (WatchJob) block one
+ * each, up to half of them (KT_LIMIT_WATCH_SHARE_*). */
+#define KT_TRACKER_DEFAULT_THREADS 16
 
 typedef struct {
     const char *listen;        /* gRPC address; NULL = KT_TRACKER_DEFAULT_LISTEN */
@@ -73,6 +74,8 @@ void kt_tracker_stop(kt_tracker_t *t, int drain_ms);
 /* ---- what other tracker modules plug into (before start) --------------------------- */
 
 kt_rpc_server_t *kt_tracker_server(kt_tracker_t *t);
+/* The gRPC server's threads (what long streams may take a share of). */
+int kt_tracker_threads(const kt_tracker_t *t);
 kt_registry_t *kt_tracker_registry(kt_tracker_t *t);
 kt_metrics_t *kt_tracker_metrics(kt_tracker_t *t);
 /* Up to 8 snapshot functions, called in order after the tracker's own fields. */

@@ -273,11 +273,32 @@ static int pragma_int(kt_store_t *s, const char *sql, int *out)
  * would be wrong: closing any descriptor of a file drops every POSIX lock
  * this process holds on it, including those of SQLite connections already
  * open on it, after which another process may delete the live WAL. */
+/* A read-write handle needs the file and its directory (where SQLite makes
+ * the -wal and -shm files) writable; SQLite itself would open the file
+ * read-only and fail later with "unable to open database file". */
+static int check_writable(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    const char *what = access(path, W_OK) != 0 ? "the file" : access(dir, W_OK) != 0 ? dir : NULL;
+    if (!what)
+        return 0;
+    return kt_err_set(KT_ESTATE,
+                      "%s: the database is read-only (%s: %s): the tracker writes the file and "
+                      "keeps its WAL beside it; make both writable, or read it with a read-only "
+                      "handle",
+                      path, what, strerror(errno));
+}
+
 static int check_exists(const char *path, int flags)
 {
     struct stat sb;
     if (stat(path, &sb) == 0)
-        return 0;
+        return (flags & KT_STORE_READONLY) ? 0 : check_writable(path);
     if (errno == ENOENT) {
         if ((flags & KT_STORE_CREATE) && !(flags & KT_STORE_READONLY))
             return 0;

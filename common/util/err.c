@@ -70,6 +70,7 @@ const char *kt_err_name(int code)
     case KT_ESTATE: return "bad state";
     case KT_EINTERNAL: return "internal error";
     case KT_EUNSUP: return "not supported";
+    case KT_ELIMIT: return "limit reached";
     default: return "unknown error";
     }
 }

@@ -22,6 +22,7 @@
 #define KT_ESTATE   -8   /* call not valid in the object's current state */
 #define KT_EINTERNAL -9  /* a bug in ktune or a library */
 #define KT_EUNSUP   -10  /* not supported in this build or on this target */
+#define KT_ELIMIT   -11  /* a limit of util/kt_limits.h was reached (RESOURCE_EXHAUSTED) */
 
 /* Record a message (printf-style) for the calling thread; returns `code` so
  * callers can write `return kt_err_set(KT_EINVAL, "...")`. */
