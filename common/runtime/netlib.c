@@ -107,11 +107,46 @@ void kt_netlib_put_ll_array(kt_sbuf_t *b, const char *name, const int64_t *v, in
     kt_sbuf_puts(b, n > 0 ? "};\n" : "0};\n");
 }
 
+void kt_netlib_bcast_strides(const kt_net_plan_t *p, const kt_plan_step_t *s, int64_t *sx,
+                             int64_t *sz)
+{
+    /* numpy broadcasting: shapes aligned at the last axis, size-1 axes repeat. */
+    const kt_plan_value_t *o = &p->values[s->out];
+    const kt_plan_value_t *vx = &p->values[s->in[0].id], *vz = &p->values[s->in[1].id];
+    int64_t tx[KT_NET_MAX_DIMS], tz[KT_NET_MAX_DIMS];
+    kt_netlib_strides(vx->dims, vx->ndim, tx);
+    kt_netlib_strides(vz->dims, vz->ndim, tz);
+    for (int d = 0; d < o->ndim; d++) {
+        int dx = d - (o->ndim - vx->ndim), dz = d - (o->ndim - vz->ndim);
+        sx[d] = dx < 0 || vx->dims[dx] == 1 ? 0 : tx[dx];
+        sz[d] = dz < 0 || vz->dims[dz] == 1 ? 0 : tz[dz];
+    }
+}
+
+void kt_netlib_transpose_strides(const kt_net_plan_t *p, const kt_plan_step_t *s, int64_t *sp)
+{
+    const kt_plan_value_t *x = &p->values[s->in[0].id], *o = &p->values[s->out];
+    int64_t t[KT_NET_MAX_DIMS];
+    kt_netlib_strides(x->dims, x->ndim, t);
+    for (int d = 0; d < o->ndim; d++)
+        sp[d] = t[s->perm[d]];
+}
+
+void kt_netlib_concat_dims(const kt_net_plan_t *p, const kt_plan_step_t *s, int64_t *outer,
+                           int64_t *inner)
+{
+    const kt_plan_value_t *o = &p->values[s->out];
+    *outer = *inner = 1;
+    for (int d = 0; d < s->axis; d++)
+        *outer *= o->dims[d];
+    for (int d = s->axis + 1; d < o->ndim; d++)
+        *inner *= o->dims[d];
+}
+
 static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs, int k)
 {
     const kt_plan_step_t *s = &p->steps[k];
     const kt_plan_value_t *o = &p->values[s->out];
-    const kt_plan_value_t *x = s->nin && !s->in[0].weight ? &p->values[s->in[0].id] : NULL;
     long long n = (long long)o->numel;
     kt_sbuf_printf(b, "    { /* step %d: ", k);
     kt_netlib_put_comment(b, s->name);
@@ -239,16 +274,8 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
                            n, n, ops[s->binary_mul]);
             break;
         }
-        /* numpy broadcasting: shapes aligned at the last axis, size-1 axes repeat. */
-        const kt_plan_value_t *vx = &p->values[s->in[0].id], *vz = &p->values[s->in[1].id];
-        int64_t sx[KT_NET_MAX_DIMS], sz[KT_NET_MAX_DIMS], tx[KT_NET_MAX_DIMS], tz[KT_NET_MAX_DIMS];
-        kt_netlib_strides(vx->dims, vx->ndim, tx);
-        kt_netlib_strides(vz->dims, vz->ndim, tz);
-        for (int d = 0; d < o->ndim; d++) {
-            int dx = d - (o->ndim - vx->ndim), dz = d - (o->ndim - vz->ndim);
-            sx[d] = dx < 0 || vx->dims[dx] == 1 ? 0 : tx[dx];
-            sz[d] = dz < 0 || vz->dims[dz] == 1 ? 0 : tz[dz];
-        }
+        int64_t sx[KT_NET_MAX_DIMS], sz[KT_NET_MAX_DIMS];
+        kt_netlib_bcast_strides(p, s, sx, sz);
         kt_netlib_put_ll_array(b, "D", o->dims, o->ndim);
         kt_netlib_put_ll_array(b, "SX", sx, o->ndim);
         kt_netlib_put_ll_array(b, "SZ", sz, o->ndim);
@@ -264,10 +291,8 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         break;
     }
     case KT_PLAN_TRANSPOSE: {
-        int64_t t[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
-        kt_netlib_strides(x->dims, x->ndim, t);
-        for (int d = 0; d < o->ndim; d++)
-            sp[d] = t[s->perm[d]];
+        int64_t sp[KT_NET_MAX_DIMS];
+        kt_netlib_transpose_strides(p, s, sp);
         kt_netlib_put_ll_array(b, "D", o->dims, o->ndim);
         kt_netlib_put_ll_array(b, "S", sp, o->ndim);
         kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
@@ -280,11 +305,8 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         break;
     }
     case KT_PLAN_CONCAT: {
-        int64_t outer = 1, inner = 1, at = 0;
-        for (int d = 0; d < s->axis; d++)
-            outer *= o->dims[d];
-        for (int d = s->axis + 1; d < o->ndim; d++)
-            inner *= o->dims[d];
+        int64_t outer, inner, at = 0;
+        kt_netlib_concat_dims(p, s, &outer, &inner);
         for (int q = 0; q < s->nin; q++) {
             int64_t a = p->values[s->in[q].id].dims[s->axis];
             kt_sbuf_puts(b, "        {\n            const float *x = ");

@@ -243,36 +243,22 @@ static void emit_host_step(kt_sbuf_t *b, const kt_net_plan_t *p, const task_cu_t
                 put_simple(b, K_BINARY, n, "", "&x, &z, &y, &n, &op");
                 break;
             }
-            const kt_plan_value_t *vx = &p->values[s->in[0].id], *vz = &p->values[s->in[1].id];
-            int64_t sx[KT_NET_MAX_DIMS], sz[KT_NET_MAX_DIMS], tx[KT_NET_MAX_DIMS],
-                tz[KT_NET_MAX_DIMS];
-            kt_netlib_strides(vx->dims, vx->ndim, tx);
-            kt_netlib_strides(vz->dims, vz->ndim, tz);
-            for (int d = 0; d < o->ndim; d++) {
-                int dx = d - (o->ndim - vx->ndim), dz = d - (o->ndim - vz->ndim);
-                sx[d] = dx < 0 || vx->dims[dx] == 1 ? 0 : tx[dx];
-                sz[d] = dz < 0 || vz->dims[dz] == 1 ? 0 : tz[dz];
-            }
+            int64_t sx[KT_NET_MAX_DIMS], sz[KT_NET_MAX_DIMS];
+            kt_netlib_bcast_strides(p, s, sx, sz);
             put_shape_struct(b, o->dims, sx, sz, o->ndim);
             put_simple(b, K_BCAST, n, "", "&x, &z, &y, &n, &op, &s");
             break;
         }
         case KT_PLAN_TRANSPOSE: {
-            const kt_plan_value_t *x = &p->values[s->in[0].id];
-            int64_t t[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
-            kt_netlib_strides(x->dims, x->ndim, t);
-            for (int d = 0; d < o->ndim; d++)
-                sp[d] = t[s->perm[d]];
+            int64_t sp[KT_NET_MAX_DIMS];
+            kt_netlib_transpose_strides(p, s, sp);
             put_shape_struct(b, o->dims, sp, NULL, o->ndim);
             put_simple(b, K_TRANSPOSE, n, "", "&x, &y, &n, &s");
             break;
         }
         case KT_PLAN_CONCAT: {
-            int64_t outer = 1, inner = 1, at = 0;
-            for (int d = 0; d < s->axis; d++)
-                outer *= o->dims[d];
-            for (int d = s->axis + 1; d < o->ndim; d++)
-                inner *= o->dims[d];
+            int64_t outer, inner, at = 0;
+            kt_netlib_concat_dims(p, s, &outer, &inner);
             for (int q = 0; q < s->nin; q++) {
                 int64_t a = p->values[s->in[q].id].dims[s->axis];
                 kt_sbuf_puts(b, "        {\n            CUdeviceptr x = ");

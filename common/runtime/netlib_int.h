@@ -22,6 +22,16 @@ void kt_netlib_strides(const int64_t *dims, int ndim, int64_t *st);
 /* "        static const long long NAME[n] = {...};\n" */
 void kt_netlib_put_ll_array(kt_sbuf_t *b, const char *name, const int64_t *v, int n);
 
+/* Index arithmetic of the simple steps, the same for C and CUDA: the
+ * strides of a broadcasting binary step's two inputs per output axis (0
+ * where an input repeats), a transpose's input stride per output axis, and
+ * a concat's element counts before and after its axis. */
+void kt_netlib_bcast_strides(const kt_net_plan_t *p, const kt_plan_step_t *s, int64_t *sx,
+                             int64_t *sz);
+void kt_netlib_transpose_strides(const kt_net_plan_t *p, const kt_plan_step_t *s, int64_t *sp);
+void kt_netlib_concat_dims(const kt_net_plan_t *p, const kt_plan_step_t *s, int64_t *outer,
+                           int64_t *inner);
+
 /* NAME.h: the API, shapes, build line (CUDA's when arch is set). */
 int kt_netlib_emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_t *tasks,
                           const char *name, const char *source, int ndefault, const char *arch);
