@@ -971,6 +971,29 @@ START_TEST(service_job_runs_over_workers_and_runners_and_keeps_the_best)
     for (int i = 0; i < 3; i++)
         ck_assert_msg(log_count(runners[i], "run: batch of") > 0, "%s idle", runners[i]->log);
 
+    /* Provenance: every record names the runner that timed it by host and
+     * by peer id, so a slow machine of the pool can be picked out. */
+    kt_store_t *ps = kt_store_open(db_path(), 0);
+    ck_assert_ptr_nonnull(ps);
+    kt_store_counts_t pc;
+    kt_store_filter_t by_host = {.runner = "127.0.0.1"};
+    ck_assert_int_eq(kt_store_count_records(ps, &by_host, &pc), 0);
+    ck_assert_int_eq(pc.total, 192);
+    q = wait_peers(tracker, NULL, 3, 2);
+    ck_assert_ptr_nonnull(q);
+    int64_t by_peers = 0;
+    for (size_t i = 0; i < q->n_peers; i++) {
+        if (strcmp(q->peers[i]->role, "runner") != 0)
+            continue;
+        kt_store_filter_t by_id = {.runner = q->peers[i]->peer_id};
+        ck_assert_int_eq(kt_store_count_records(ps, &by_id, &pc), 0);
+        ck_assert_msg(pc.total > 0, "no record names runner %s", q->peers[i]->peer_id);
+        by_peers += pc.total;
+    }
+    ck_assert_int_eq(by_peers, 192);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    kt_store_close(ps);
+
     /* QueryBest by job: one record per task, the minimum of its workload. */
     kt_rpc_client_t *c = client(tracker, NULL);
     Ktune__V1__QueryBestRequest qb = KTUNE__V1__QUERY_BEST_REQUEST__INIT;

@@ -160,6 +160,10 @@ typedef struct {
     double all_cost;
     double ts;
     kt_codegen_cuda_t cu;     /* cuda: the kernels' launches and workspace (src moved out) */
+    /* The runner that timed it, for the record's provenance: a slow or
+     * faulty machine in a key's pool is found from the store by these. */
+    char runner_id[KT_REGISTRY_ID_MAX];
+    char runner_host[KT_REGISTRY_ADDR_MAX];
 } cand_t;
 
 static void cand_error(cand_t *c, int err, const char *fmt, const char *arg)
@@ -389,7 +393,23 @@ out:
 
 /* ---- Run --------------------------------------------------------------------------------------- */
 
-static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp)
+/* The host of a "host:port" address ("[v6]:port" gives v6); an address
+ * without a numeric port is kept whole (a unix: socket names its machine
+ * no better). */
+static void addr_host(const char *addr, char *out, size_t outsz)
+{
+    const char *colon = strrchr(addr, ':');
+    size_t n = strlen(addr);
+    if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1))
+        n = (size_t)(colon - addr);
+    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') {
+        addr++;
+        n -= 2;
+    }
+    snprintf(out, outsz, "%.*s", (int)n, addr);
+}
+
+static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp, const kt_lease_t *lease)
 {
     for (size_t r = 0; r < resp->n_results; r++) {
         const Ktune__V1__MeasureResult *mr = resp->results[r];
@@ -399,6 +419,8 @@ static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp)
                 continue;
             c->ts = mr->timestamp > 0 ? mr->timestamp : kt_time_wall();
             c->all_cost = c->build_s + (mr->all_cost >= 0 ? mr->all_cost : 0);
+            snprintf(c->runner_id, sizeof c->runner_id, "%s", lease->peer_id);
+            addr_host(lease->address, c->runner_host, sizeof c->runner_host);
             int e = (int)mr->error_code;
             if (e != KT_MEASURE_NO_ERROR) {
                 cand_error(c, e > 0 && e < KT_MEASURE_NUM_ERRORS ? e : KT_MEASURE_UNKNOWN_ERROR,
@@ -552,7 +574,7 @@ static void *run_part(void *arg)
         if (rc == 0) {
             /* The results are real even if the runner was dropped meanwhile. */
             kt_registry_release(m->reg, &lease);
-            run_apply(p, resp);
+            run_apply(p, resp, &lease);
             protobuf_c_message_free_unpacked(&resp->base, NULL);
             break;
         }
@@ -764,7 +786,9 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
                                 .all_cost = c[i].all_cost > 0 ? c[i].all_cost : c[i].build_s,
                                 .timestamp = c[i].ts > 0 ? c[i].ts : kt_time_wall(),
                                 .runner_key = j->view->info->job.runner_key,
-                                .job_id = j->id};
+                                .job_id = j->id,
+                                .runner_id = c[i].runner_id,
+                                .runner_host = c[i].runner_host};
     }
     int rc = commit_records(j->m, recs, (size_t)n);
     free(recs);

@@ -197,6 +197,8 @@ static int fill_record(kt_rpc_call_t *call, const kt_record_t *r, Ktune__V1__Rec
         o->state_json = (char *)r->state_json;
         o->error_msg = (char *)(r->error_msg ? r->error_msg : "");
         o->runner_key = (char *)(r->runner_key ? r->runner_key : "");
+        o->runner_id = (char *)(r->runner_id ? r->runner_id : "");
+        o->runner_host = (char *)(r->runner_host ? r->runner_host : "");
         o->costs = (double *)r->costs;
         return 0;
     }
@@ -205,10 +207,12 @@ static int fill_record(kt_rpc_call_t *call, const kt_record_t *r, Ktune__V1__Rec
     o->state_json = kt_rpc_call_strdup(call, r->state_json);
     o->error_msg = kt_rpc_call_strdup(call, r->error_msg ? r->error_msg : "");
     o->runner_key = kt_rpc_call_strdup(call, r->runner_key ? r->runner_key : "");
+    o->runner_id = kt_rpc_call_strdup(call, r->runner_id ? r->runner_id : "");
+    o->runner_host = kt_rpc_call_strdup(call, r->runner_host ? r->runner_host : "");
     if (r->ncosts > 0 && (o->costs = kt_rpc_call_alloc(call, (size_t)r->ncosts * sizeof(double))))
         memcpy(o->costs, r->costs, (size_t)r->ncosts * sizeof(double));
     if (!o->workload_key || !o->target || !o->state_json || !o->error_msg || !o->runner_key ||
-        (r->ncosts > 0 && !o->costs))
+        !o->runner_id || !o->runner_host || (r->ncosts > 0 && !o->costs))
         return kt_err_set(KT_ENOMEM, "out of memory");
     return 0;
 }
