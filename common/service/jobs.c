@@ -1464,7 +1464,12 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
     int rc = kt_job_opts_from_proto(in->options, opts ? opts : &o);
     if (rc != 0)
         return rc;
-    if ((opts ? opts : &o)->trials < (int64_t)in->n_tasks)
+    if (in->options && in->options->more_trials < 0)
+        return kt_err_set(KT_EINVAL, "more_trials (%d) must not be negative",
+                          in->options->more_trials);
+    /* With more_trials the budget is set from the store at submission. */
+    int more = in->options && in->options->more_trials > 0;
+    if (!more && (opts ? opts : &o)->trials < (int64_t)in->n_tasks)
         return kt_err_set(KT_EINVAL,
                           "num_measure_trials (%lld) must be at least the number of tasks (%zu)",
                           (long long)(opts ? opts : &o)->trials, in->n_tasks);
@@ -1503,8 +1508,35 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
     return rc;
 }
 
+/* Records the store holds of these tasks: what a new job over them starts
+ * from (job_view.h: a task's records are all of its workload and target). */
+static int stored_trials(kt_store_t *s, kt_workload_t **wl, int n, const char *target,
+                         int64_t *out)
+{
+    *out = 0;
+    for (int i = 0; i < n; i++) {
+        kt_store_filter_t f = {.workload_key = kt_workload_key(wl[i]), .target = target};
+        kt_store_counts_t c;
+        int rc = kt_store_count_records(s, &f, &c);
+        if (rc != 0)
+            return rc;
+        *out += c.total;
+    }
+    return 0;
+}
+
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
 {
+    return kt_jobs_submit_info(m, in, id, NULL);
+}
+
+int kt_jobs_submit_info(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id,
+                        kt_jobs_submit_info_t *info)
+{
+    kt_jobs_submit_info_t dummy;
+    if (!info)
+        info = &dummy;
+    memset(info, 0, sizeof *info);
     if (atomic_load(&m->stopping))
         return kt_err_set(KT_ESTATE, "the tracker is stopping; submit again when it is back");
     if (!in || in->n_tasks == 0)
@@ -1525,6 +1557,29 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
     }
     if ((rc = kt_jobs_check_job(in, &opts, wl)) != 0)
         goto out;
+    int64_t stored = 0;
+    rc = stored_trials(kt_jobs_store_get(m), wl, n, target, &stored);
+    kt_jobs_store_put(m, m->store);
+    if (rc != 0)
+        goto out;
+    if (in->options && in->options->more_trials > 0) {
+        int64_t want = stored + in->options->more_trials;
+        opts.trials = want > INT32_MAX ? INT32_MAX : want < n ? n : want;
+    }
+    info->stored_trials = stored;
+    info->budget = opts.trials;
+    if (stored >= opts.trials)
+        snprintf(info->notice, sizeof info->notice,
+                 "the store already holds %lld trials of these tasks, which covers the budget "
+                 "of %lld trials: the job ends without measuring. To tune further, give a "
+                 "larger --trials (more than %lld) or --more N (N trials beyond what is "
+                 "stored)",
+                 (long long)stored, (long long)opts.trials, (long long)stored);
+    else if (stored > 0)
+        snprintf(info->notice, sizeof info->notice,
+                 "the store already holds %lld trials of these tasks: the job continues from "
+                 "them and measures up to %lld more (budget %lld trials)",
+                 (long long)stored, (long long)(opts.trials - stored), (long long)opts.trials);
     json_t *oj = kt_job_opts_to_json(&opts);
     opts_text = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(oj);
@@ -1536,7 +1591,8 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
         tasks[i] = (kt_store_task_t){.index = i,
                                      .workload_key = kt_workload_key(wl[i]),
                                      .weight = in->tasks[i]->weight > 0 ? in->tasks[i]->weight : 1,
-                                     .target = target};
+                                     .target = target,
+                                     .desc = in->tasks[i]->desc};
     kt_store_job_t job = {.created = kt_time_wall(),
                           .state = "queued",
                           .target = target,

@@ -64,12 +64,21 @@ static int h_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCM
     kt_jobs_t *m = ud;
     const Ktune__V1__SubmitJobRequest *in = (const Ktune__V1__SubmitJobRequest *)req;
     int64_t id = 0;
-    int rc = kt_jobs_submit(m, in->job, &id);
+    kt_jobs_submit_info_t info;
+    int rc = kt_jobs_submit_info(m, in->job, &id, &info);
     if (rc != 0) {
         KT_INFO("SubmitJob from %s refused: %s", kt_rpc_call_peer(call), kt_err_msg());
         return rc;
     }
-    ((Ktune__V1__SubmitJobResponse *)resp)->job_id = id;
+    Ktune__V1__SubmitJobResponse *out = (Ktune__V1__SubmitJobResponse *)resp;
+    out->job_id = id;
+    out->stored_trials = (int32_t)(info.stored_trials > INT32_MAX ? INT32_MAX : info.stored_trials);
+    out->budget = (int32_t)info.budget;
+    /* The job is stored and started: a notice that does not fit in memory
+     * is left out rather than failing the call. */
+    char *notice = info.notice[0] ? kt_rpc_call_strdup(call, info.notice) : NULL;
+    if (notice)
+        out->notice = notice;
     return KT_RPC_OK;
 }
 
