@@ -264,13 +264,18 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
 typedef struct {
     kt_workload_t **wl;
     double *weight;
+    char **desc;               /* a network's tasks: the layers each stands for; else NULL */
     int n;
 } tasks_t;
 
 static void tasks_free(tasks_t *t)
 {
-    for (int i = 0; i < t->n; i++)
+    for (int i = 0; i < t->n; i++) {
         kt_workload_free(t->wl[i]);
+        if (t->desc)
+            free(t->desc[i]);
+    }
+    free(t->desc);
     free(t->wl);
     free(t->weight);
 }
@@ -301,11 +306,15 @@ static int load_tasks(const char *cmd, const job_args_t *a, tasks_t *t)
     }
     t->wl = calloc((size_t)nt->ntasks + 1, sizeof *t->wl);
     t->weight = calloc((size_t)nt->ntasks + 1, sizeof *t->weight);
-    int rc = !t->wl || !t->weight;
+    t->desc = calloc((size_t)nt->ntasks + 1, sizeof *t->desc);
+    int rc = !t->wl || !t->weight || !t->desc;
     for (int i = 0; rc == 0 && i < nt->ntasks; i++) {
         if (!(t->wl[i] = kt_workload_parse(kt_workload_json(nt->tasks[i].wl))))
             rc = 1;
         t->weight[i] = nt->tasks[i].weight;
+        /* Sent with the task so the tracker's page names the layers, which a
+         * workload key alone does not. */
+        t->desc[i] = kt_strdup(nt->tasks[i].desc ? nt->tasks[i].desc : "");
         t->n = i + 1;
     }
     if (rc)
@@ -347,6 +356,8 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
         ktune__v1__task__init(&m->task[i]);
         m->task[i].workload = &m->wl[i];
         m->task[i].weight = t->weight[i];
+        if (t->desc && t->desc[i])
+            m->task[i].desc = t->desc[i];
         m->task[i].target = (char *)(a->target ? a->target : "cpu");
         m->taskp[i] = &m->task[i];
     }

@@ -320,6 +320,7 @@ static void put_job(kt_sbuf_t *b, const json_t *job)
     static const col_t task_cols[] = {
         {"id", "ID", COL_TEXT},
         {"workload_key", "Workload key", COL_KEY},
+        {"desc", "Layers", COL_TEXT},
         {"latency_s", "Latency (ms)", COL_MS},
         {"gflops", "Speed (GFLOPS)", COL_FIX2},
         {"trials", "Trials", COL_INT},
@@ -401,8 +402,11 @@ char *kt_http_status_page(const json_t *snap, int refresh_s)
     put_duration(&b, num_of(snap, "uptime_s", &up) ? up : -1);
     const json_t *jobs = json_object_get(snap, "jobs"), *runners = json_object_get(snap, "runners"),
                  *workers = json_object_get(snap, "workers"), *queue = json_object_get(snap, "queue");
-    kt_sbuf_printf(&b, " &middot; %zu jobs &middot; %zu runners &middot; %zu workers</p>\n",
-                   json_array_size(jobs), json_array_size(runners), json_array_size(workers));
+    double total = 0;
+    if (!num_of(snap, "jobs_total", &total) || total < (double)json_array_size(jobs))
+        total = (double)json_array_size(jobs);
+    kt_sbuf_printf(&b, " &middot; %.0f jobs &middot; %zu runners &middot; %zu workers</p>\n",
+                   total, json_array_size(runners), json_array_size(workers));
 
     kt_sbuf_puts(&b, "<h2>Jobs</h2>\n");
     if (json_array_size(jobs) == 0)
@@ -410,6 +414,11 @@ char *kt_http_status_page(const json_t *snap, int refresh_s)
     size_t i;
     const json_t *job;
     json_array_foreach(jobs, i, job) put_job(&b, job);
+    /* A store of thousands of jobs: the page shows the most recent. */
+    if (total > (double)json_array_size(jobs))
+        kt_sbuf_printf(&b, "<p class=\"meta\">Showing the %zu most recent of %.0f jobs "
+                           "(ktune status --tracker lists them all).</p>\n",
+                       json_array_size(jobs), total);
 
     kt_sbuf_puts(&b, "<h2>Runners</h2>\n");
     put_table(&b, "runners", runners, runner_cols, (int)KT_ARRAY_LEN(runner_cols), "No runners registered.");

@@ -1732,6 +1732,76 @@ json_t *kt_jobs_job_json(job_t *j)
         return NULL;
     }
     json_decref(own);
+    /* The layers each task stands for, beside its key (stored with the job). */
+    json_t *tasks = json_object_get(o, "tasks");
+    for (int i = 0; i < j->view->info->ntasks && i < (int)json_array_size(tasks); i++) {
+        const char *d = j->view->info->tasks[i].desc;
+        json_object_set_new(json_array_get(tasks, (size_t)i), "desc", json_string(d ? d : ""));
+    }
+    return o;
+}
+
+/* How many of the store's jobs that this tracker has not loaded (they ended
+ * before it started) the snapshot shows in detail, the most recent first:
+ * each is rebuilt from its records, so thousands of them would make the page
+ * slow; the rest are counted ("jobs_total") and in /metrics. */
+#define SNAPSHOT_STORED_JOBS 20
+
+static int job_loaded(job_t *list, int64_t id)
+{
+    for (job_t *j = list; j; j = j->next)
+        if (j->id == id)
+            return 1;
+    return 0;
+}
+
+/* A job of the store as the snapshot shows it: the scheduler's view rebuilt
+ * from its tasks' records, its identity, and its latency log as the curve.
+ * NULL (and kt_err) when it cannot be read; the caller skips it. */
+static json_t *stored_job_json(kt_store_t *st, int64_t id)
+{
+    kt_job_view_t *v = NULL;
+    if (kt_job_view_load(st, id, &v) != 0)
+        return NULL;
+    kt_scheduler_config_t cfg;
+    kt_scheduler_config_default(&cfg);
+    cfg.table_out = NULL;
+    cfg.max_in_flight = v->ntasks;
+    kt_scheduler_t *sched = kt_job_view_scheduler(st, v, &cfg, NULL, NULL);
+    json_t *o = sched ? kt_scheduler_snapshot(sched) : NULL;
+    kt_scheduler_free(sched);
+    json_t *curve = json_array();
+    kt_store_latency_t *pts = NULL;
+    size_t npts = 0;
+    if (curve && kt_store_read_latency(st, id, &pts, &npts) == 0)
+        for (size_t i = 0; i < npts; i++)
+            json_array_append_new(curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
+                                                   pts[i].latency));
+    free(pts);
+    const kt_store_job_t *sj = &v->info->job;
+    const char *sp = v->opts.search_params;
+    json_t *own = o && curve ? json_pack("{s:I, s:s, s:s, s:s, s:o, s:s, s:i, s:f, s:O}", "id",
+                                         (json_int_t)id, "state", sj->state, "target",
+                                         sj->target, "policy", sj->policy, "search_params",
+                                         *sp ? json_string(sp) : json_null(), "runner_key",
+                                         sj->runner_key, "priority", sj->priority, "created",
+                                         sj->created, "curve", curve)
+                             : NULL;
+    json_decref(curve);
+    if (!own || json_object_update(o, own) != 0) {
+        json_decref(own);
+        json_decref(o);
+        kt_job_view_free(v);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    json_decref(own);
+    json_t *tasks = json_object_get(o, "tasks");
+    for (int i = 0; i < v->info->ntasks && i < (int)json_array_size(tasks); i++) {
+        const char *d = v->info->tasks[i].desc;
+        json_object_set_new(json_array_get(tasks, (size_t)i), "desc", json_string(d ? d : ""));
+    }
+    kt_job_view_free(v);
     return o;
 }
 
@@ -1745,6 +1815,7 @@ static int snapshot(void *user, json_t *snap)
     job_t *list = m->jobs;
     pthread_mutex_unlock(&m->mu);
     /* Jobs are only ever prepended and live until kt_jobs_free. */
+    size_t loaded = 0;
     for (job_t *j = list; j; j = j->next) {
         json_t *o = kt_jobs_job_json(j);
         if (!o) {
@@ -1752,7 +1823,34 @@ static int snapshot(void *user, json_t *snap)
             return kt_err_code();
         }
         json_array_insert_new(jobs, 0, o);
+        loaded++;
     }
+    /* The store's other jobs (ended before this tracker started), most
+     * recent first, after the live ones. */
+    int64_t *ids = NULL;
+    size_t nids = 0;
+    kt_store_t *st = kt_jobs_store_get(m);
+    int rc = kt_store_list_jobs(st, NULL, &ids, &nids);
+    size_t shown = 0, stored = 0;
+    for (size_t k = nids; rc == 0 && k > 0; k--) {
+        if (job_loaded(list, ids[k - 1]))
+            continue;
+        stored++;
+        if (shown >= SNAPSHOT_STORED_JOBS)
+            continue;
+        json_t *o = stored_job_json(st, ids[k - 1]);
+        if (!o) {
+            KT_WARN("status: job %lld of the store: %s", (long long)ids[k - 1], kt_err_msg());
+            continue;
+        }
+        json_array_append_new(jobs, o);
+        shown++;
+    }
+    kt_jobs_store_put(m, st);
+    free(ids);
+    if (rc != 0)
+        KT_WARN("status: listing the store's jobs: %s", kt_err_msg());
+    json_object_set_new(snap, "jobs_total", json_integer((json_int_t)(loaded + stored)));
     return json_object_set_new(snap, "jobs", jobs) == 0 ? 0 : kt_err_set(KT_ENOMEM, "oom");
 }
 
@@ -1763,6 +1861,7 @@ static void collect(void *user, kt_metrics_t *metrics)
     static const char *states[] = {"queued", "running", "done", "cancelled", "failed"};
     int count[5] = {0};
     pthread_mutex_lock(&m->mu);
+    job_t *list = m->jobs;
     for (job_t *j = m->jobs; j; j = j->next) {
         pthread_mutex_lock(&j->mu);
         for (int i = 0; i < 5; i++)
@@ -1770,6 +1869,18 @@ static void collect(void *user, kt_metrics_t *metrics)
         pthread_mutex_unlock(&j->mu);
     }
     pthread_mutex_unlock(&m->mu);
+    /* The store's jobs this tracker has not loaded count by their stored
+     * state, so the numbers survive a restart (as `ktune status` shows). */
+    kt_store_t *st = kt_jobs_store_get(m);
+    for (int i = 0; i < 5; i++) {
+        int64_t *ids = NULL;
+        size_t n = 0;
+        if (kt_store_list_jobs(st, states[i], &ids, &n) == 0)
+            for (size_t k = 0; k < n; k++)
+                count[i] += !job_loaded(list, ids[k]);
+        free(ids);
+    }
+    kt_jobs_store_put(m, st);
     for (int i = 0; i < 5; i++) {
         const char *labels[] = {states[i]};
         kt_metrics_set(m->m_jobs, labels, count[i]);
