@@ -320,12 +320,14 @@ static void put_job(kt_sbuf_t *b, const json_t *job)
     static const col_t task_cols[] = {
         {"id", "ID", COL_TEXT},
         {"workload_key", "Workload key", COL_KEY},
-        {"desc", "Layers", COL_TEXT},
         {"latency_s", "Latency (ms)", COL_MS},
         {"gflops", "Speed (GFLOPS)", COL_FIX2},
         {"trials", "Trials", COL_INT},
         {"weight", "Weight", COL_NUM},
         {"status", "Status", COL_TEXT},
+        /* Last, so the long "conv0 + bn0 + relu0" names do not push the
+         * numbers apart; "-" for workloads given without a network. */
+        {"desc", "Layers", COL_TEXT},
     };
     kt_sbuf_puts(b, "<section class=\"job\">\n<h3>Job ");
     put_scalar(b, json_object_get(job, "id"));
