@@ -14,9 +14,10 @@ static void records_usage(FILE *out)
 {
     fprintf(out,
             "usage: ktune records export --db PATH [--out FILE|-] [--workload KEY]\n"
-            "                            [--target T] [--job ID]\n"
+            "                            [--target T] [--job ID] [--runner ID|HOST]\n"
             "       ktune records import --db PATH [--in FILE|-]\n"
             "       ktune records count  --db PATH [--workload KEY] [--target T] [--job ID]\n"
+            "                            [--runner ID|HOST]\n"
             "\n"
             "  export  write the selected records as JSON lines, one record per line, to\n"
             "          FILE or standard output (default); the format is in RECORDS.md\n"
@@ -26,6 +27,11 @@ static void records_usage(FILE *out)
             "          \"imported N records, skipped M duplicates, K bad lines\" and each\n"
             "          bad line's number and reason\n"
             "  count   print the number of selected records, in total and per error code\n"
+            "\n"
+            "  --runner ID|HOST  only the records timed by that runner: its peer id (as the\n"
+            "          tracker's log and `ktune queue` print it) or its host, which selects\n"
+            "          every runner of that machine; records stored before ktune kept this\n"
+            "          (schema 1) match neither\n"
             "\n"
             "exit status: 0 success; 1 failure, or import found bad lines (the good lines\n"
             "are imported all the same); 2 bad usage\n");
@@ -46,7 +52,8 @@ static int parse_args(const char *sub, int argc, char **argv, int allow_filter, 
         {"db", required_argument, NULL, 'd'},  {"out", required_argument, NULL, 'o'},
         {"in", required_argument, NULL, 'i'},  {"workload", required_argument, NULL, 'w'},
         {"target", required_argument, NULL, 't'}, {"job", required_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0},
+        {"runner", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
     optind = 1;
@@ -74,6 +81,15 @@ static int parse_args(const char *sub, int argc, char **argv, int allow_filter, 
             if (!allow_filter)
                 goto bad;
             a->filter.target = optarg;
+            break;
+        case 'r':
+            if (!allow_filter)
+                goto bad;
+            if (!*optarg) {
+                fprintf(stderr, "ktune records: --runner needs a runner id or host\n");
+                return 2;
+            }
+            a->filter.runner = optarg;
             break;
         case 'j': {
             if (!allow_filter)

@@ -55,12 +55,13 @@
 
 enum { O_WORKLOAD = 1000, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
        O_POLICY, O_DB, O_JSON, O_SEED, O_PER_ROUND, O_EARLY, O_PRIORITY, O_NUMBER, O_REPEAT,
-       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_SEARCH_PARAMS, O_HELP };
+       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_SEARCH_PARAMS, O_MORE, O_HELP };
 
 static const struct option job_opts[] = {
     KT_CLI_NET_OPTIONS,
     {"workload", required_argument, 0, O_WORKLOAD}, {"target", required_argument, 0, O_TARGET},
     {"trials", required_argument, 0, O_TRIALS},     KT_CLI_CONN_OPTIONS,
+    {"more", required_argument, 0, O_MORE},
     {"key", required_argument, 0, O_KEY},           {"strategy", required_argument, 0, O_STRATEGY},
     {"policy", required_argument, 0, O_POLICY},     {"db", required_argument, 0, O_DB},
     {"json", no_argument, 0, O_JSON},               {"seed", required_argument, 0, O_SEED},
@@ -81,6 +82,7 @@ typedef struct {
     int per_round, early, priority, number, repeat, min_repeat, run_timeout, no_check;
     int min_repeat_given;
     long long trials;
+    long long more;            /* --more N: N trials beyond what the store holds */
     unsigned long long seed;
 } job_args_t;
 
@@ -94,7 +96,10 @@ static const char *JOB_HELP =
     "  --workload FILE|JSON  one workload object, or a list of workloads or of\n"
     "                        {\"workload\": {...}, \"weight\": W}, inline or in a file\n"
     "  --target T            cpu (default) or cuda (runners with --device cuda:N)\n"
-    "  --trials N            total measurement trials (default 64 per task)\n"
+    "  --trials N            total measurement trials (default 64 per task); trials\n"
+    "                        the store already holds of these tasks count towards it\n"
+    "  --more N              N trials beyond what the store holds of these tasks (to\n"
+    "                        tune further once a budget is spent; not with --trials)\n"
     "  --key KEY             device key of the runners to use (default: the target)\n"
     "  --strategy S          task scheduler: gradient (default), round-robin, sequential\n"
     "  --policy P            sketch.xgb (default), sketch.random, or FamilySeer's\n"
@@ -122,7 +127,8 @@ static const char *JOB_HELP =
     "\n"
     "exit status: 0 success (the job is done); 1 failure (message on stderr: bad\n"
     "workload, unreachable tracker, UNAUTHENTICATED, the job failed or was\n"
-    "cancelled, ...); 2 bad usage\n";
+    "cancelled, ...); 2 bad usage; 130 ktune tune stopped by Ctrl-C (run it again\n"
+    "to resume)\n";
 
 /* 0, 2 (bad usage) or -1 (--help). */
 static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, job_args_t *a)
@@ -171,6 +177,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
             break;
         }
         case O_TRIALS:
+        case O_MORE:
         case O_PER_ROUND:
         case O_EARLY:
         case O_PRIORITY:
@@ -185,6 +192,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
                 return 2;
             switch (c) {
             case O_TRIALS: a->trials = v; break;
+            case O_MORE: a->more = v; break;
             case O_PER_ROUND: a->per_round = (int)v; break;
             case O_EARLY: a->early = (int)v; break;
             case O_PRIORITY: a->priority = (int)v; break;
@@ -206,6 +214,11 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
     }
     if (optind < argc) {
         fprintf(stderr, "ktune %s: unexpected argument '%s'\n", cmd, argv[optind]);
+        return 2;
+    }
+    if (a->trials && a->more) {
+        fprintf(stderr, "ktune %s: give --trials N (the total) or --more N (beyond what is "
+                        "stored), not both\n", cmd);
         return 2;
     }
     if (kt_cli_net_given(&a->net) + !!a->workload != 1) {
@@ -251,13 +264,18 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
 typedef struct {
     kt_workload_t **wl;
     double *weight;
+    char **desc;               /* a network's tasks: the layers each stands for; else NULL */
     int n;
 } tasks_t;
 
 static void tasks_free(tasks_t *t)
 {
-    for (int i = 0; i < t->n; i++)
+    for (int i = 0; i < t->n; i++) {
         kt_workload_free(t->wl[i]);
+        if (t->desc)
+            free(t->desc[i]);
+    }
+    free(t->desc);
     free(t->wl);
     free(t->weight);
 }
@@ -288,11 +306,15 @@ static int load_tasks(const char *cmd, const job_args_t *a, tasks_t *t)
     }
     t->wl = calloc((size_t)nt->ntasks + 1, sizeof *t->wl);
     t->weight = calloc((size_t)nt->ntasks + 1, sizeof *t->weight);
-    int rc = !t->wl || !t->weight;
+    t->desc = calloc((size_t)nt->ntasks + 1, sizeof *t->desc);
+    int rc = !t->wl || !t->weight || !t->desc;
     for (int i = 0; rc == 0 && i < nt->ntasks; i++) {
         if (!(t->wl[i] = kt_workload_parse(kt_workload_json(nt->tasks[i].wl))))
             rc = 1;
         t->weight[i] = nt->tasks[i].weight;
+        /* Sent with the task so the tracker's page names the layers, which a
+         * workload key alone does not. */
+        t->desc[i] = kt_strdup(nt->tasks[i].desc ? nt->tasks[i].desc : "");
         t->n = i + 1;
     }
     if (rc)
@@ -334,6 +356,8 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
         ktune__v1__task__init(&m->task[i]);
         m->task[i].workload = &m->wl[i];
         m->task[i].weight = t->weight[i];
+        if (t->desc && t->desc[i])
+            m->task[i].desc = t->desc[i];
         m->task[i].target = (char *)(a->target ? a->target : "cpu");
         m->taskp[i] = &m->task[i];
     }
@@ -345,6 +369,7 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
     m->job.policy = (char *)(a->policy ? a->policy : "");
     m->job.priority = a->priority;
     m->opts.num_measure_trials = (int32_t)(a->trials ? a->trials : 64LL * t->n);
+    m->opts.more_trials = (int32_t)a->more;
     m->opts.num_measures_per_round = a->per_round;
     m->opts.early_stopping = a->early;
     m->opts.seed = a->seed;
@@ -376,7 +401,13 @@ static int submit(const char *cmd, const kt_cli_conn_t *c, const job_msg_t *m, i
     if (kt_cli_call(cmd, c, "/ktune.v1.Tracker/SubmitJob", &req.base,
                     &ktune__v1__submit_job_response__descriptor, &out))
         return 1;
-    *id = ((Ktune__V1__SubmitJobResponse *)out)->job_id;
+    const Ktune__V1__SubmitJobResponse *r = (const Ktune__V1__SubmitJobResponse *)out;
+    *id = r->job_id;
+    /* Said before the job runs: a budget the store covers ends it at once,
+     * which looks like nothing happened unless the user is told why. On
+     * stderr, so that `ktune submit` still prints only the id on stdout. */
+    if (r->notice && *r->notice)
+        fprintf(stderr, "ktune %s: job %" PRId64 ": %s\n", cmd, r->job_id, r->notice);
     protobuf_c_message_free_unpacked(out, NULL);
     return 0;
 }
@@ -402,6 +433,14 @@ static void print_best_json(const char *cmd, const kt_cli_conn_t *c, int64_t id,
     json_object_set_new(root, "best", arr);
 }
 
+/* Set when ktune tune is interrupted or a daemon died: the tune thread
+ * stops waiting, and a watch broken by stopping the tracker is no error. */
+static atomic_int g_abort;
+/* The job the watch follows and its last progress, for the message after
+ * an interrupt (written by the tune thread, read after joining it). */
+static atomic_llong g_job_id;
+static atomic_int g_job_trials, g_job_budget;
+
 /* Follow job `id` until it ends: 0 when done, 1 when it failed, was
  * cancelled or the stream broke (message printed). summary: print the
  * final results (tune). */
@@ -426,6 +465,9 @@ static int watch(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summar
         /* The message of the job's end repeats the last round's table. */
         int repeat = p->total_trials == printed_trials && strcmp(p->state, "running") != 0;
         printed_trials = p->total_trials;
+        atomic_store(&g_job_id, (long long)id);
+        atomic_store(&g_job_trials, p->total_trials);
+        atomic_store(&g_job_budget, p->budget);
         if (repeat && !c->json) {
             Ktune__V1__JobProgress bar = *p;
             bar.table = NULL;
@@ -450,7 +492,9 @@ static int watch(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summar
     kt_rpc_status_t st = {0};
     int crc = kt_rpc_reader_close(rd, &st);
     int rc = 0;
-    if (crc != 0 || r < 0) {
+    if ((crc != 0 || r < 0) && atomic_load(&g_abort)) {
+        rc = 1;   /* ktune tune stopped the tracker itself; it says what happened */
+    } else if (crc != 0 || r < 0) {
         rc = kt_cli_rpc_fail(cmd, c, &st);
     } else if (!last) {
         fprintf(stderr, "ktune %s: the tracker sent no progress for job %" PRId64 "\n", cmd, id);
@@ -823,9 +867,6 @@ static int embedded_start(embedded_t *e, const job_args_t *a)
     return 0;
 }
 
-/* Set when ktune tune is interrupted or a daemon died: the tune thread
- * stops waiting. */
-static atomic_int g_abort;
 
 /* Wait until the runner and the worker have registered. 0 or 1. */
 static int wait_peers(const kt_cli_conn_t *c, const char *key)
@@ -968,10 +1009,7 @@ static int tune_embedded(const job_args_t *a, const job_msg_t *m)
             if (!died)
                 continue;
         } else {
-            fprintf(stderr, "\nktune tune: %s: stopping; run the same command again to resume "
-                            "(store %s)\n", sig == SIGINT ? "interrupted" : "terminated",
-                    a->conn.db);
-            interrupted = 1;
+            interrupted = sig;
         }
         atomic_store(&g_abort, 1);
         break;
@@ -986,7 +1024,20 @@ static int tune_embedded(const job_args_t *a, const job_msg_t *m)
     while (sigtimedwait(&sigs, NULL, &zero) > 0)
         ;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return interrupted ? 1 : rc;
+    if (!interrupted)
+        return rc;
+    /* Said after the tracker has stopped, so the count is what is stored. */
+    const char *what = interrupted == SIGINT ? "interrupted" : "terminated";
+    long long jid = atomic_load(&g_job_id);
+    if (jid > 0)
+        fprintf(stderr, "\nktune tune: %s: job %lld stopped at %d of %d trials; run the same "
+                        "command again to resume it (store %s)\n",
+                what, jid, atomic_load(&g_job_trials), atomic_load(&g_job_budget), a->conn.db);
+    else
+        fprintf(stderr, "\nktune tune: %s before the job started (store %s)\n", what,
+                a->conn.db);
+    /* The shell's convention for a command ended by a signal. */
+    return 128 + interrupted;
 }
 
 static void tune_usage(FILE *out)

@@ -370,6 +370,29 @@ static int count_of(const char *hay, const char *needle)
     return n;
 }
 
+/* Tasks show the layers they stand for; a store of thousands of jobs shows
+ * the most recent and says how many there are. */
+START_TEST(status_page_shows_task_layers_and_the_total_of_jobs)
+{
+    json_error_t jerr;
+    json_t *snap = json_loads(
+        "{\"jobs_total\": 5000, \"jobs\": [{\"id\": 5000, \"state\": \"done\", \"tasks\": "
+        "[{\"id\": 0, \"workload_key\": \"k\", \"status\": \"live\", "
+        "\"desc\": \"conv0 + bn0 + relu0\"}]}]}",
+        0, &jerr);
+    ck_assert_ptr_nonnull(snap);
+    char *page = kt_http_status_page(snap, 5);
+    ck_assert_ptr_nonnull(page);
+    ck_assert_msg(strstr(page, "<th>Layers</th>") && strstr(page, "<td>conv0 + bn0 + relu0</td>"),
+                  "%s", page);
+    ck_assert_msg(strstr(page, "5000 jobs") &&
+                      strstr(page, "Showing the 1 most recent of 5000 jobs"),
+                  "%s", page);
+    free(page);
+    json_decref(snap);
+}
+END_TEST
+
 START_TEST(status_page_shows_tables_plot_and_escapes)
 {
     json_t *snap = sample_snapshot(5);
@@ -686,6 +709,7 @@ int main(void)
     tcase_add_test(tc, metrics_concurrent_increments_sum);
     tcase_add_test(tc, metrics_collector_refreshes_gauges_on_render);
     tcase_add_test(tc, status_page_shows_tables_plot_and_escapes);
+    tcase_add_test(tc, status_page_shows_task_layers_and_the_total_of_jobs);
     tcase_add_test(tc, status_page_handles_short_and_odd_curves);
     tcase_add_test(tc, status_page_tolerates_missing_and_mistyped_fields);
     tcase_add_test(tc, server_answers_every_route);

@@ -36,6 +36,7 @@
 #include "measure/cuda_runner.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
+#include "te/workload.h"
 #include "util/err.h"
 #include "util/util.h"
 
@@ -971,6 +972,29 @@ START_TEST(service_job_runs_over_workers_and_runners_and_keeps_the_best)
     for (int i = 0; i < 3; i++)
         ck_assert_msg(log_count(runners[i], "run: batch of") > 0, "%s idle", runners[i]->log);
 
+    /* Provenance: every record names the runner that timed it by host and
+     * by peer id, so a slow machine of the pool can be picked out. */
+    kt_store_t *ps = kt_store_open(db_path(), 0);
+    ck_assert_ptr_nonnull(ps);
+    kt_store_counts_t pc;
+    kt_store_filter_t by_host = {.runner = "127.0.0.1"};
+    ck_assert_int_eq(kt_store_count_records(ps, &by_host, &pc), 0);
+    ck_assert_int_eq(pc.total, 192);
+    q = wait_peers(tracker, NULL, 3, 2);
+    ck_assert_ptr_nonnull(q);
+    int64_t by_peers = 0;
+    for (size_t i = 0; i < q->n_peers; i++) {
+        if (strcmp(q->peers[i]->role, "runner") != 0)
+            continue;
+        kt_store_filter_t by_id = {.runner = q->peers[i]->peer_id};
+        ck_assert_int_eq(kt_store_count_records(ps, &by_id, &pc), 0);
+        ck_assert_msg(pc.total > 0, "no record names runner %s", q->peers[i]->peer_id);
+        by_peers += pc.total;
+    }
+    ck_assert_int_eq(by_peers, 192);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    kt_store_close(ps);
+
     /* QueryBest by job: one record per task, the minimum of its workload. */
     kt_rpc_client_t *c = client(tracker, NULL);
     Ktune__V1__QueryBestRequest qb = KTUNE__V1__QUERY_BEST_REQUEST__INIT;
@@ -1099,6 +1123,61 @@ START_TEST(service_job_survives_a_killed_runner_and_a_crashing_candidate)
                   "the crash left no record");
     ck_assert_int_gt(r.by_error[KT_MEASURE_NO_ERROR], 0);
     ck_assert(wait_log(tr, "re-queued", 0));
+    stop_all();
+}
+END_TEST
+
+/* A tracker started on a store with earlier jobs shows them: on the page,
+ * in /api/status (with their tasks' layers and the trials of their records)
+ * and in ktune_jobs{state} of /metrics, as `ktune status` does. */
+START_TEST(service_restarted_tracker_shows_the_store_s_earlier_jobs)
+{
+    kt_store_t *s = kt_store_open(db_path(), KT_STORE_CREATE);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    kt_workload_t *w = kt_workload_parse(W_TINY[0]);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(kt_store_put_workload(s, kt_workload_key(w), kt_workload_json(w),
+                                           kt_workload_flops(w)),
+                     0);
+    const char *states[] = {"done", "cancelled", "failed"};
+    for (int i = 0; i < 3; i++) {
+        kt_store_job_t job = {.created = 1700000000 + i, .state = states[i], .target = "cpu",
+                              .runner_key = "cpu-test", .strategy = "gradient",
+                              .policy = "sketch.random", .options_json = "{\"num_measure_trials\":4}"};
+        kt_store_task_t task = {0, kt_workload_key(w), 1, "cpu", "conv0 + bn0 + relu0"};
+        ck_assert_int_eq(kt_store_put_job(s, &job, &task, 1), 0);
+    }
+    double cost = 1e-4;
+    kt_record_t r = {.workload_key = kt_workload_key(w), .target = "cpu", .state_json = "{}",
+                     .state_hash = 1, .costs = &cost, .ncosts = 1, .timestamp = 1700000000,
+                     .job_id = 1};
+    ck_assert_int_eq(kt_store_put_records(s, &r, 1), 0);
+    kt_store_close(s);
+    kt_workload_free(w);
+
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--heartbeat-ms", HB_MS,
+                     "--db", (char *)db_path(), NULL};
+    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
+    ck_assert(wait_log(tr, "http port ", WAIT_MS));
+    char *tl = log_of(tr);
+    int http_port = atoi(strstr(tl, "http port ") + strlen("http port "));
+    free(tl);
+    char *api = http_get(http_port, "/api/status");
+    ck_assert_msg(strstr(api, "\"state\": \"done\"") && strstr(api, "\"state\": \"cancelled\"") &&
+                      strstr(api, "\"state\": \"failed\"") &&
+                      strstr(api, "\"desc\": \"conv0 + bn0 + relu0\"") &&
+                      strstr(api, "\"jobs_total\": 3") && strstr(api, "\"total_trials\": 1"),
+                  "%s", api);
+    free(api);
+    char *page = http_get(http_port, "/");
+    ck_assert_msg(strstr(page, "3 jobs") && strstr(page, "conv0 + bn0 + relu0"), "%s", page);
+    free(page);
+    char *metrics = http_get(http_port, "/metrics");
+    ck_assert_msg(strstr(metrics, "ktune_jobs{state=\"done\"} 1") &&
+                      strstr(metrics, "ktune_jobs{state=\"cancelled\"} 1") &&
+                      strstr(metrics, "ktune_jobs{state=\"failed\"} 1"),
+                  "%s", metrics);
+    free(metrics);
     stop_all();
 }
 END_TEST
@@ -1537,6 +1616,7 @@ int main(void)
     tcase_add_unchecked_fixture(jobs, suite_setup, suite_teardown);
     tcase_add_checked_fixture(jobs, test_setup, NULL);
     tcase_add_test(jobs, service_job_runs_over_workers_and_runners_and_keeps_the_best);
+    tcase_add_test(jobs, service_restarted_tracker_shows_the_store_s_earlier_jobs);
     tcase_add_test(jobs, service_job_survives_a_killed_runner_and_a_crashing_candidate);
     tcase_add_test(jobs, service_killed_tracker_resumes_its_job_on_restart);
     tcase_add_test(jobs, service_job_rpcs_refuse_missing_or_wrong_token);

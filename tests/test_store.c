@@ -104,6 +104,8 @@ static kt_record_t rec(const char *wk, const char *target, uint64_t hash, const 
     r.all_cost = 0.5;
     r.timestamp = 1700000000.0 + (double)hash;
     r.runner_key = "cpu-test";
+    r.runner_id = "r1";
+    r.runner_host = "host-a";
     return r;
 }
 
@@ -129,6 +131,8 @@ static void assert_same_record(const kt_record_t *a, const kt_record_t *b)
     ck_assert_msg(same_double(a->timestamp, b->timestamp), "timestamp differs");
     ck_assert_str_eq(a->runner_key, b->runner_key);
     ck_assert_int_eq(a->job_id, b->job_id);
+    ck_assert_str_eq(a->runner_id ? a->runner_id : "", b->runner_id ? b->runner_id : "");
+    ck_assert_str_eq(a->runner_host ? a->runner_host : "", b->runner_host ? b->runner_host : "");
 }
 
 static int64_t count_all(kt_store_t *s, const char *wk)
@@ -141,11 +145,11 @@ static int64_t count_all(kt_store_t *s, const char *wk)
 
 /* ---- Open, schema, migrations ------------------------------------------ */
 
-START_TEST(store_fresh_db_is_wal_at_schema_version_1)
+START_TEST(store_fresh_db_is_wal_at_current_schema_version)
 {
     kt_store_t *s = open_new();
-    ck_assert_int_eq(kt_store_schema_version(s), 1);
-    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 1);
+    ck_assert_int_eq(kt_store_schema_version(s), 2);
+    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 2);
     ck_assert_int_eq(kt_store_integrity_check(s), 0);
     ck_assert_str_eq(kt_store_path(s), dbpath);
     kt_store_close(s);
@@ -161,7 +165,127 @@ START_TEST(store_fresh_db_is_wal_at_schema_version_1)
 
     s = kt_store_open(":memory:", 0);   /* private database, no file */
     ck_assert_msg(s != NULL, "memory: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 1);
+    ck_assert_int_eq(kt_store_schema_version(s), 2);
+    kt_store_close(s);
+}
+END_TEST
+
+/* A store written by schema 1 (the text below is that shipped migration,
+ * kept here verbatim so the test does not follow later edits of store.c):
+ * a read-write open migrates it in place, its job, tasks and records read
+ * back as before with empty provenance, and new records carry theirs. */
+static const char schema_1_sql[] =
+    "CREATE TABLE workloads (key TEXT PRIMARY KEY, canonical TEXT NOT NULL,"
+    "  flops REAL NOT NULL DEFAULT 0);"
+    "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL,"
+    "  state TEXT NOT NULL, target TEXT NOT NULL, runner_key TEXT NOT NULL,"
+    "  strategy TEXT NOT NULL, policy TEXT NOT NULL, options TEXT NOT NULL DEFAULT '{}',"
+    "  priority INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX jobs_state ON jobs(state, id);"
+    "CREATE TABLE job_tasks (job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  task_index INTEGER NOT NULL, workload_key TEXT NOT NULL REFERENCES workloads(key),"
+    "  weight REAL NOT NULL, target TEXT NOT NULL, PRIMARY KEY (job_id, task_index));"
+    "CREATE INDEX job_tasks_workload ON job_tasks(workload_key);"
+    "CREATE TABLE records (id INTEGER PRIMARY KEY AUTOINCREMENT, workload_key TEXT NOT NULL,"
+    "  target TEXT NOT NULL, state TEXT NOT NULL, state_hash INTEGER NOT NULL,"
+    "  costs TEXT NOT NULL, mean_cost REAL, error_code INTEGER NOT NULL,"
+    "  error_msg TEXT NOT NULL DEFAULT '', all_cost REAL NOT NULL, timestamp REAL NOT NULL,"
+    "  runner_key TEXT NOT NULL DEFAULT '', job_id INTEGER);"
+    "CREATE INDEX records_best ON records(workload_key, target, error_code, mean_cost);"
+    "CREATE INDEX records_measured ON records(workload_key, target, state_hash);"
+    "CREATE INDEX records_job ON records(job_id);"
+    "CREATE TABLE latency_log (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  trials INTEGER NOT NULL, elapsed REAL NOT NULL, latency REAL NOT NULL);"
+    "CREATE INDEX latency_log_job ON latency_log(job_id, id);"
+    "INSERT INTO workloads VALUES ('wk', '{}', 10);"
+    "INSERT INTO jobs VALUES (1, 1700000000, 'done', 'cpu', 'cpu', 'gradient', 'sketch.xgb',"
+    "  '{}', 0);"
+    "INSERT INTO job_tasks VALUES (1, 0, 'wk', 2, 'cpu');"
+    "INSERT INTO records(workload_key, target, state, state_hash, costs, mean_cost,"
+    "  error_code, error_msg, all_cost, timestamp, runner_key, job_id)"
+    "  VALUES ('wk', 'cpu', '{}', 7, '[0.5]', 0.5, 0, '', 1, 1700000001, 'cpu', 1);"
+    "PRAGMA user_version = 1;";
+
+START_TEST(store_migrates_a_schema_1_store_keeping_its_data)
+{
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, schema_1_sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    /* Read-only cannot migrate: it says so rather than misreading columns. */
+    ck_assert_ptr_null(kt_store_open(dbpath, KT_STORE_READONLY));
+    ck_assert_int_eq(kt_err_code(), KT_ESTATE);
+
+    kt_store_t *s = kt_store_open(dbpath, 0);
+    ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
+    ck_assert_int_eq(kt_store_schema_version(s), 2);
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
+    ck_assert_uint_eq(l->n, 1);
+    ck_assert_uint_eq(l->items[0].state_hash, 7);
+    ck_assert(l->items[0].mean_cost == 0.5);
+    ck_assert_int_eq(l->items[0].job_id, 1);
+    ck_assert_str_eq(l->items[0].runner_key, "cpu");
+    ck_assert_str_eq(l->items[0].runner_id, "");
+    ck_assert_str_eq(l->items[0].runner_host, "");
+    kt_record_list_free(l);
+    kt_store_job_info_t *info = NULL;
+    ck_assert_int_eq(kt_store_get_job(s, 1, &info), 0);
+    ck_assert_str_eq(info->job.state, "done");
+    ck_assert_int_eq(info->ntasks, 1);
+    ck_assert_str_eq(info->tasks[0].workload_key, "wk");
+    ck_assert_str_eq(info->tasks[0].desc, "");
+    kt_store_job_info_free(info);
+
+    kt_record_t r = rec("wk", "cpu", 8, one_cost, 1, 0);
+    r.runner_id = "r9";
+    r.runner_host = "node-9";
+    ck_assert_int_eq(kt_store_put_records(s, &r, 1), 0);
+    kt_store_close(s);
+
+    /* Migrated once: the next open finds it current, read-only included. */
+    s = kt_store_open(dbpath, KT_STORE_READONLY);
+    ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
+    kt_store_filter_t f = {.runner = "node-9"};
+    ck_assert_int_eq(kt_store_get_records(s, &f, &l), 0);
+    ck_assert_uint_eq(l->n, 1);
+    ck_assert_str_eq(l->items[0].runner_id, "r9");
+    kt_record_list_free(l);
+    kt_store_close(s);
+}
+END_TEST
+
+START_TEST(store_filters_records_by_runner_id_or_host)
+{
+    kt_store_t *s = open_new();
+    kt_record_t rs[] = {rec("a", "cpu", 1, one_cost, 1, 0), rec("a", "cpu", 2, NULL, 0, 4),
+                        rec("a", "cpu", 3, one_cost, 1, 0), rec("b", "cpu", 4, one_cost, 1, 0)};
+    rs[1].runner_id = rs[2].runner_id = "r2";
+    rs[1].runner_host = rs[2].runner_host = "slow-box";
+    rs[3].runner_id = "r3";
+    rs[3].runner_host = "slow-box";   /* a second runner on the same machine */
+    ck_assert_int_eq(kt_store_put_records(s, rs, KT_ARRAY_LEN(rs)), 0);
+
+    kt_store_counts_t c;
+    kt_store_filter_t by_id = {.runner = "r2"};
+    ck_assert_int_eq(kt_store_count_records(s, &by_id, &c), 0);
+    ck_assert_int_eq(c.total, 2);
+    ck_assert_int_eq(c.by_error[4], 1);
+    kt_store_filter_t by_host = {.runner = "slow-box"};
+    ck_assert_int_eq(kt_store_count_records(s, &by_host, &c), 0);
+    ck_assert_int_eq(c.total, 3);
+    kt_store_filter_t by_host_wk = {.runner = "slow-box", .workload_key = "a"};
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(s, &by_host_wk, &l), 0);
+    ck_assert_uint_eq(l->n, 2);
+    ck_assert_uint_eq(l->items[0].state_hash, 2);
+    ck_assert_str_eq(l->items[1].runner_host, "slow-box");
+    kt_record_list_free(l);
+    kt_store_filter_t none = {.runner = "nobody"};
+    ck_assert_int_eq(kt_store_count_records(s, &none, &c), 0);
+    ck_assert_int_eq(c.total, 0);
     kt_store_close(s);
 }
 END_TEST
@@ -176,7 +300,7 @@ START_TEST(store_reopen_keeps_data)
 
     s = kt_store_open(dbpath, 0);   /* existing file: no create flag needed */
     ck_assert_ptr_nonnull(s);
-    ck_assert_int_eq(kt_store_schema_version(s), 1);
+    ck_assert_int_eq(kt_store_schema_version(s), 2);
     ck_assert_int_eq(kt_store_has_measured(s, "wk", "cpu", 7), 1);
     double flops = 0;
     ck_assert_int_eq(kt_store_get_workload(s, "wk", NULL, &flops), 0);
@@ -311,7 +435,7 @@ START_TEST(store_job_crud_with_tasks)
                           .runner_key = "cuda-sm90", .strategy = "gradient",
                           .policy = "sketch.xgb", .options_json = "{\"trials\":64}",
                           .priority = 3};
-    kt_store_task_t tasks[] = {{1, "wb", 2.0, "cuda"}, {0, "wa", 1.5, "cuda"}};
+    kt_store_task_t tasks[] = {{1, "wb", 2.0, "cuda", NULL}, {0, "wa", 1.5, "cuda", "conv0 + relu0"}};
     ck_assert_int_eq(kt_store_put_job(s, &job, tasks, 2), 0);
     ck_assert_int_gt(job.id, 0);
 
@@ -338,6 +462,8 @@ START_TEST(store_job_crud_with_tasks)
     ck_assert(info->tasks[0].weight == 1.5);
     ck_assert_str_eq(info->tasks[1].workload_key, "wb");
     ck_assert_str_eq(info->tasks[1].target, "cuda");
+    ck_assert_str_eq(info->tasks[0].desc, "conv0 + relu0");
+    ck_assert_str_eq(info->tasks[1].desc, "");   /* NULL stores "" */
     kt_store_job_info_free(info);
 
     ck_assert_int_eq(kt_store_get_job(s, job2.id, &info), 0);
@@ -359,7 +485,7 @@ START_TEST(store_job_crud_with_tasks)
     ck_assert_int_eq(kt_store_set_job_state(s, 9999, "done"), KT_ENOTFOUND);
 
     /* A task naming an unknown workload fails the whole job. */
-    kt_store_task_t bad[] = {{0, "wa", 1, "cuda"}, {1, "unknown", 1, "cuda"}};
+    kt_store_task_t bad[] = {{0, "wa", 1, "cuda", NULL}, {1, "unknown", 1, "cuda", NULL}};
     kt_store_job_t job3 = job;
     ck_assert_int_eq(kt_store_put_job(s, &job3, bad, 2), KT_EINVAL);
     ck_assert_int_eq(kt_store_list_jobs(s, NULL, &ids, &n), 0);
@@ -1015,7 +1141,9 @@ int main(void)
     tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, store_fresh_db_is_wal_at_schema_version_1);
+    tcase_add_test(tc, store_fresh_db_is_wal_at_current_schema_version);
+    tcase_add_test(tc, store_migrates_a_schema_1_store_keeping_its_data);
+    tcase_add_test(tc, store_filters_records_by_runner_id_or_host);
     tcase_add_test(tc, store_reopen_keeps_data);
     tcase_add_test(tc, store_missing_file_needs_create_flag);
     tcase_add_test(tc, store_second_handle_keeps_wal_of_first_across_processes);

@@ -325,6 +325,9 @@ static void put_job(kt_sbuf_t *b, const json_t *job)
         {"trials", "Trials", COL_INT},
         {"weight", "Weight", COL_NUM},
         {"status", "Status", COL_TEXT},
+        /* Last, so the long "conv0 + bn0 + relu0" names do not push the
+         * numbers apart; "-" for workloads given without a network. */
+        {"desc", "Layers", COL_TEXT},
     };
     kt_sbuf_puts(b, "<section class=\"job\">\n<h3>Job ");
     put_scalar(b, json_object_get(job, "id"));
@@ -401,8 +404,11 @@ char *kt_http_status_page(const json_t *snap, int refresh_s)
     put_duration(&b, num_of(snap, "uptime_s", &up) ? up : -1);
     const json_t *jobs = json_object_get(snap, "jobs"), *runners = json_object_get(snap, "runners"),
                  *workers = json_object_get(snap, "workers"), *queue = json_object_get(snap, "queue");
-    kt_sbuf_printf(&b, " &middot; %zu jobs &middot; %zu runners &middot; %zu workers</p>\n",
-                   json_array_size(jobs), json_array_size(runners), json_array_size(workers));
+    double total = 0;
+    if (!num_of(snap, "jobs_total", &total) || total < (double)json_array_size(jobs))
+        total = (double)json_array_size(jobs);
+    kt_sbuf_printf(&b, " &middot; %.0f jobs &middot; %zu runners &middot; %zu workers</p>\n",
+                   total, json_array_size(runners), json_array_size(workers));
 
     kt_sbuf_puts(&b, "<h2>Jobs</h2>\n");
     if (json_array_size(jobs) == 0)
@@ -410,6 +416,11 @@ char *kt_http_status_page(const json_t *snap, int refresh_s)
     size_t i;
     const json_t *job;
     json_array_foreach(jobs, i, job) put_job(&b, job);
+    /* A store of thousands of jobs: the page shows the most recent. */
+    if (total > (double)json_array_size(jobs))
+        kt_sbuf_printf(&b, "<p class=\"meta\">Showing the %zu most recent of %.0f jobs "
+                           "(ktune status --tracker lists them all).</p>\n",
+                       json_array_size(jobs), total);
 
     kt_sbuf_puts(&b, "<h2>Runners</h2>\n");
     put_table(&b, "runners", runners, runner_cols, (int)KT_ARRAY_LEN(runner_cols), "No runners registered.");

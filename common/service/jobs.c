@@ -165,6 +165,10 @@ typedef struct {
     double all_cost;
     double ts;
     kt_codegen_cuda_t cu;     /* cuda: the kernels' launches and workspace (src moved out) */
+    /* The runner that timed it, for the record's provenance: a slow or
+     * faulty machine in a key's pool is found from the store by these. */
+    char runner_id[KT_REGISTRY_ID_MAX];
+    char runner_host[KT_REGISTRY_ADDR_MAX];
 } cand_t;
 
 static void cand_error(cand_t *c, int err, const char *fmt, const char *arg)
@@ -397,7 +401,23 @@ out:
 
 /* ---- Run --------------------------------------------------------------------------------------- */
 
-static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp)
+/* The host of a "host:port" address ("[v6]:port" gives v6); an address
+ * without a numeric port is kept whole (a unix: socket names its machine
+ * no better). */
+static void addr_host(const char *addr, char *out, size_t outsz)
+{
+    const char *colon = strrchr(addr, ':');
+    size_t n = strlen(addr);
+    if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1))
+        n = (size_t)(colon - addr);
+    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') {
+        addr++;
+        n -= 2;
+    }
+    snprintf(out, outsz, "%.*s", (int)n, addr);
+}
+
+static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp, const kt_lease_t *lease)
 {
     for (size_t r = 0; r < resp->n_results; r++) {
         const Ktune__V1__MeasureResult *mr = resp->results[r];
@@ -407,6 +427,8 @@ static void run_apply(part_t *p, const Ktune__V1__RunResponse *resp)
                 continue;
             c->ts = mr->timestamp > 0 ? mr->timestamp : kt_time_wall();
             c->all_cost = c->build_s + (mr->all_cost >= 0 ? mr->all_cost : 0);
+            snprintf(c->runner_id, sizeof c->runner_id, "%s", lease->peer_id);
+            addr_host(lease->address, c->runner_host, sizeof c->runner_host);
             int e = (int)mr->error_code;
             if (e != KT_MEASURE_NO_ERROR) {
                 cand_error(c, e > 0 && e < KT_MEASURE_NUM_ERRORS ? e : KT_MEASURE_UNKNOWN_ERROR,
@@ -560,7 +582,7 @@ static void *run_part(void *arg)
         if (rc == 0) {
             /* The results are real even if the runner was dropped meanwhile. */
             kt_registry_release(m->reg, &lease);
-            run_apply(p, resp);
+            run_apply(p, resp, &lease);
             protobuf_c_message_free_unpacked(&resp->base, NULL);
             break;
         }
@@ -772,7 +794,9 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
                                 .all_cost = c[i].all_cost > 0 ? c[i].all_cost : c[i].build_s,
                                 .timestamp = c[i].ts > 0 ? c[i].ts : kt_time_wall(),
                                 .runner_key = j->view->info->job.runner_key,
-                                .job_id = j->id};
+                                .job_id = j->id,
+                                .runner_id = c[i].runner_id,
+                                .runner_host = c[i].runner_host};
     }
     /* A store that cannot write (disk full, I/O error) is retried, not
      * fatal: the round's measurements wait in memory while the tracker
@@ -1471,7 +1495,12 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
     int rc = kt_job_opts_from_proto(in->options, opts ? opts : &o);
     if (rc != 0)
         return rc;
-    if ((opts ? opts : &o)->trials < (int64_t)in->n_tasks)
+    if (in->options && in->options->more_trials < 0)
+        return kt_err_set(KT_EINVAL, "more_trials (%d) must not be negative",
+                          in->options->more_trials);
+    /* With more_trials the budget is set from the store at submission. */
+    int more = in->options && in->options->more_trials > 0;
+    if (!more && (opts ? opts : &o)->trials < (int64_t)in->n_tasks)
         return kt_err_set(KT_EINVAL,
                           "num_measure_trials (%lld) must be at least the number of tasks (%zu)",
                           (long long)(opts ? opts : &o)->trials, in->n_tasks);
@@ -1538,25 +1567,60 @@ static int admit(kt_jobs_t *m, const char *client)
     return 0;
 }
 
-static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id);
+/* Records the store holds of these tasks: what a new job over them starts
+ * from (job_view.h: a task's records are all of its workload and target). */
+static int stored_trials(kt_store_t *s, kt_workload_t **wl, int n, const char *target,
+                         int64_t *out)
+{
+    *out = 0;
+    for (int i = 0; i < n; i++) {
+        kt_store_filter_t f = {.workload_key = kt_workload_key(wl[i]), .target = target};
+        kt_store_counts_t c;
+        int rc = kt_store_count_records(s, &f, &c);
+        if (rc != 0)
+            return rc;
+        *out += c.total;
+    }
+    return 0;
+}
+
+static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id,
+                  kt_jobs_submit_info_t *info);
 
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
 {
-    return kt_jobs_submit_from(m, in, NULL, id);
+    return kt_jobs_submit_ex(m, in, NULL, id, NULL);
 }
 
 int kt_jobs_submit_from(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id)
 {
+    return kt_jobs_submit_ex(m, in, client, id, NULL);
+}
+
+int kt_jobs_submit_info(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id,
+                        kt_jobs_submit_info_t *info)
+{
+    return kt_jobs_submit_ex(m, in, NULL, id, info);
+}
+
+int kt_jobs_submit_ex(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id,
+                      kt_jobs_submit_info_t *info)
+{
     pthread_mutex_lock(&m->submit_mu);
     int rc = admit(m, client);
     if (rc == 0)
-        rc = submit(m, in, client, id);
+        rc = submit(m, in, client, id, info);
     pthread_mutex_unlock(&m->submit_mu);
     return rc;
 }
 
-static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id)
+static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id,
+                  kt_jobs_submit_info_t *info)
 {
+    kt_jobs_submit_info_t dummy;
+    if (!info)
+        info = &dummy;
+    memset(info, 0, sizeof *info);
     if (atomic_load(&m->stopping))
         return kt_err_set(KT_ESTATE, "the tracker is stopping; submit again when it is back");
     if (!in || in->n_tasks == 0)
@@ -1577,6 +1641,29 @@ static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, in
     }
     if ((rc = kt_jobs_check_job(in, &opts, wl)) != 0)
         goto out;
+    int64_t stored = 0;
+    rc = stored_trials(kt_jobs_store_get(m), wl, n, target, &stored);
+    kt_jobs_store_put(m, m->store);
+    if (rc != 0)
+        goto out;
+    if (in->options && in->options->more_trials > 0) {
+        int64_t want = stored + in->options->more_trials;
+        opts.trials = want > INT32_MAX ? INT32_MAX : want < n ? n : want;
+    }
+    info->stored_trials = stored;
+    info->budget = opts.trials;
+    if (stored >= opts.trials)
+        snprintf(info->notice, sizeof info->notice,
+                 "the store already holds %lld trials of these tasks, which covers the budget "
+                 "of %lld trials: the job ends without measuring. To tune further, give a "
+                 "larger --trials (more than %lld) or --more N (N trials beyond what is "
+                 "stored)",
+                 (long long)stored, (long long)opts.trials, (long long)stored);
+    else if (stored > 0)
+        snprintf(info->notice, sizeof info->notice,
+                 "the store already holds %lld trials of these tasks: the job continues from "
+                 "them and measures up to %lld more (budget %lld trials)",
+                 (long long)stored, (long long)(opts.trials - stored), (long long)opts.trials);
     json_t *oj = kt_job_opts_to_json(&opts);
     opts_text = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(oj);
@@ -1588,7 +1675,8 @@ static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, in
         tasks[i] = (kt_store_task_t){.index = i,
                                      .workload_key = kt_workload_key(wl[i]),
                                      .weight = in->tasks[i]->weight > 0 ? in->tasks[i]->weight : 1,
-                                     .target = target};
+                                     .target = target,
+                                     .desc = in->tasks[i]->desc};
     kt_store_job_t job = {.created = kt_time_wall(),
                           .state = "queued",
                           .target = target,
@@ -1729,6 +1817,76 @@ json_t *kt_jobs_job_json(job_t *j)
         return NULL;
     }
     json_decref(own);
+    /* The layers each task stands for, beside its key (stored with the job). */
+    json_t *tasks = json_object_get(o, "tasks");
+    for (int i = 0; i < j->view->info->ntasks && i < (int)json_array_size(tasks); i++) {
+        const char *d = j->view->info->tasks[i].desc;
+        json_object_set_new(json_array_get(tasks, (size_t)i), "desc", json_string(d ? d : ""));
+    }
+    return o;
+}
+
+/* How many of the store's jobs that this tracker has not loaded (they ended
+ * before it started) the snapshot shows in detail, the most recent first:
+ * each is rebuilt from its records, so thousands of them would make the page
+ * slow; the rest are counted ("jobs_total") and in /metrics. */
+#define SNAPSHOT_STORED_JOBS 20
+
+static int job_loaded(job_t *list, int64_t id)
+{
+    for (job_t *j = list; j; j = j->next)
+        if (j->id == id)
+            return 1;
+    return 0;
+}
+
+/* A job of the store as the snapshot shows it: the scheduler's view rebuilt
+ * from its tasks' records, its identity, and its latency log as the curve.
+ * NULL (and kt_err) when it cannot be read; the caller skips it. */
+static json_t *stored_job_json(kt_store_t *st, int64_t id)
+{
+    kt_job_view_t *v = NULL;
+    if (kt_job_view_load(st, id, &v) != 0)
+        return NULL;
+    kt_scheduler_config_t cfg;
+    kt_scheduler_config_default(&cfg);
+    cfg.table_out = NULL;
+    cfg.max_in_flight = v->ntasks;
+    kt_scheduler_t *sched = kt_job_view_scheduler(st, v, &cfg, NULL, NULL);
+    json_t *o = sched ? kt_scheduler_snapshot(sched) : NULL;
+    kt_scheduler_free(sched);
+    json_t *curve = json_array();
+    kt_store_latency_t *pts = NULL;
+    size_t npts = 0;
+    if (curve && kt_store_read_latency(st, id, &pts, &npts) == 0)
+        for (size_t i = 0; i < npts; i++)
+            json_array_append_new(curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
+                                                   pts[i].latency));
+    free(pts);
+    const kt_store_job_t *sj = &v->info->job;
+    const char *sp = v->opts.search_params;
+    json_t *own = o && curve ? json_pack("{s:I, s:s, s:s, s:s, s:o, s:s, s:i, s:f, s:O}", "id",
+                                         (json_int_t)id, "state", sj->state, "target",
+                                         sj->target, "policy", sj->policy, "search_params",
+                                         *sp ? json_string(sp) : json_null(), "runner_key",
+                                         sj->runner_key, "priority", sj->priority, "created",
+                                         sj->created, "curve", curve)
+                             : NULL;
+    json_decref(curve);
+    if (!own || json_object_update(o, own) != 0) {
+        json_decref(own);
+        json_decref(o);
+        kt_job_view_free(v);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    json_decref(own);
+    json_t *tasks = json_object_get(o, "tasks");
+    for (int i = 0; i < v->info->ntasks && i < (int)json_array_size(tasks); i++) {
+        const char *d = v->info->tasks[i].desc;
+        json_object_set_new(json_array_get(tasks, (size_t)i), "desc", json_string(d ? d : ""));
+    }
+    kt_job_view_free(v);
     return o;
 }
 
@@ -1742,6 +1900,7 @@ static int snapshot(void *user, json_t *snap)
     job_t *list = m->jobs;
     pthread_mutex_unlock(&m->mu);
     /* Jobs are only ever prepended and live until kt_jobs_free. */
+    size_t loaded = 0;
     for (job_t *j = list; j; j = j->next) {
         json_t *o = kt_jobs_job_json(j);
         if (!o) {
@@ -1749,7 +1908,34 @@ static int snapshot(void *user, json_t *snap)
             return kt_err_code();
         }
         json_array_insert_new(jobs, 0, o);
+        loaded++;
     }
+    /* The store's other jobs (ended before this tracker started), most
+     * recent first, after the live ones. */
+    int64_t *ids = NULL;
+    size_t nids = 0;
+    kt_store_t *st = kt_jobs_store_get(m);
+    int rc = kt_store_list_jobs(st, NULL, &ids, &nids);
+    size_t shown = 0, stored = 0;
+    for (size_t k = nids; rc == 0 && k > 0; k--) {
+        if (job_loaded(list, ids[k - 1]))
+            continue;
+        stored++;
+        if (shown >= SNAPSHOT_STORED_JOBS)
+            continue;
+        json_t *o = stored_job_json(st, ids[k - 1]);
+        if (!o) {
+            KT_WARN("status: job %lld of the store: %s", (long long)ids[k - 1], kt_err_msg());
+            continue;
+        }
+        json_array_append_new(jobs, o);
+        shown++;
+    }
+    kt_jobs_store_put(m, st);
+    free(ids);
+    if (rc != 0)
+        KT_WARN("status: listing the store's jobs: %s", kt_err_msg());
+    json_object_set_new(snap, "jobs_total", json_integer((json_int_t)(loaded + stored)));
     return json_object_set_new(snap, "jobs", jobs) == 0 ? 0 : kt_err_set(KT_ENOMEM, "oom");
 }
 
@@ -1760,6 +1946,7 @@ static void collect(void *user, kt_metrics_t *metrics)
     static const char *states[] = {"queued", "running", "done", "cancelled", "failed"};
     int count[5] = {0};
     pthread_mutex_lock(&m->mu);
+    job_t *list = m->jobs;
     for (job_t *j = m->jobs; j; j = j->next) {
         pthread_mutex_lock(&j->mu);
         for (int i = 0; i < 5; i++)
@@ -1767,6 +1954,18 @@ static void collect(void *user, kt_metrics_t *metrics)
         pthread_mutex_unlock(&j->mu);
     }
     pthread_mutex_unlock(&m->mu);
+    /* The store's jobs this tracker has not loaded count by their stored
+     * state, so the numbers survive a restart (as `ktune status` shows). */
+    kt_store_t *st = kt_jobs_store_get(m);
+    for (int i = 0; i < 5; i++) {
+        int64_t *ids = NULL;
+        size_t n = 0;
+        if (kt_store_list_jobs(st, states[i], &ids, &n) == 0)
+            for (size_t k = 0; k < n; k++)
+                count[i] += !job_loaded(list, ids[k]);
+        free(ids);
+    }
+    kt_jobs_store_put(m, st);
     for (int i = 0; i < 5; i++) {
         const char *labels[] = {states[i]};
         kt_metrics_set(m->m_jobs, labels, count[i]);

@@ -95,6 +95,22 @@ int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *job, int64_t *id);
  * running, or that client KT_LIMIT_JOBS_PER_CLIENT. */
 int kt_jobs_submit_from(kt_jobs_t *m, const Ktune__V1__Job *job, const char *client,
                         int64_t *id);
+
+/* What a submitter should know before the job runs: the job continues from
+ * the records of its tasks, so a budget the store already covers ends the
+ * job at once, and the notice says so and how to tune further. */
+typedef struct {
+    int64_t stored_trials;     /* records of the job's (workload, target) pairs */
+    int64_t budget;            /* the job's num_measure_trials, stored ones included */
+    char notice[512];          /* "" when there is nothing to say */
+} kt_jobs_submit_info_t;
+
+/* kt_jobs_submit, filling *info (may be NULL). */
+int kt_jobs_submit_info(kt_jobs_t *m, const Ktune__V1__Job *job, int64_t *id,
+                        kt_jobs_submit_info_t *info);
+/* All of the above: a job from `client` (or NULL), *info filled (may be NULL). */
+int kt_jobs_submit_ex(kt_jobs_t *m, const Ktune__V1__Job *job, const char *client, int64_t *id,
+                      kt_jobs_submit_info_t *info);
 /* The checks of kt_jobs_submit that need no tracker (SubmitJob's validation,
  * also run by the fuzz targets): 0, KT_EINVAL naming what is wrong, or
  * KT_ELIMIT for more than KT_LIMIT_TASKS tasks. With

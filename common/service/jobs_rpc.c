@@ -65,12 +65,21 @@ static int h_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCM
     kt_jobs_t *m = ud;
     const Ktune__V1__SubmitJobRequest *in = (const Ktune__V1__SubmitJobRequest *)req;
     int64_t id = 0;
-    int rc = kt_jobs_submit_from(m, in->job, kt_rpc_call_peer(call), &id);
+    kt_jobs_submit_info_t info;
+    int rc = kt_jobs_submit_ex(m, in->job, kt_rpc_call_peer(call), &id, &info);
     if (rc != 0) {
         KT_INFO("SubmitJob from %s refused: %s", kt_rpc_call_peer(call), kt_err_msg());
         return rc;
     }
-    ((Ktune__V1__SubmitJobResponse *)resp)->job_id = id;
+    Ktune__V1__SubmitJobResponse *out = (Ktune__V1__SubmitJobResponse *)resp;
+    out->job_id = id;
+    out->stored_trials = (int32_t)(info.stored_trials > INT32_MAX ? INT32_MAX : info.stored_trials);
+    out->budget = (int32_t)info.budget;
+    /* The job is stored and started: a notice that does not fit in memory
+     * is left out rather than failing the call. */
+    char *notice = info.notice[0] ? kt_rpc_call_strdup(call, info.notice) : NULL;
+    if (notice)
+        out->notice = notice;
     return KT_RPC_OK;
 }
 
@@ -280,6 +289,8 @@ static int fill_record(kt_rpc_call_t *call, const kt_record_t *r, Ktune__V1__Rec
         o->state_json = (char *)r->state_json;
         o->error_msg = (char *)(r->error_msg ? r->error_msg : "");
         o->runner_key = (char *)(r->runner_key ? r->runner_key : "");
+        o->runner_id = (char *)(r->runner_id ? r->runner_id : "");
+        o->runner_host = (char *)(r->runner_host ? r->runner_host : "");
         o->costs = (double *)r->costs;
         return 0;
     }
@@ -288,10 +299,12 @@ static int fill_record(kt_rpc_call_t *call, const kt_record_t *r, Ktune__V1__Rec
     o->state_json = kt_rpc_call_strdup(call, r->state_json);
     o->error_msg = kt_rpc_call_strdup(call, r->error_msg ? r->error_msg : "");
     o->runner_key = kt_rpc_call_strdup(call, r->runner_key ? r->runner_key : "");
+    o->runner_id = kt_rpc_call_strdup(call, r->runner_id ? r->runner_id : "");
+    o->runner_host = kt_rpc_call_strdup(call, r->runner_host ? r->runner_host : "");
     if (r->ncosts > 0 && (o->costs = kt_rpc_call_alloc(call, (size_t)r->ncosts * sizeof(double))))
         memcpy(o->costs, r->costs, (size_t)r->ncosts * sizeof(double));
     if (!o->workload_key || !o->target || !o->state_json || !o->error_msg || !o->runner_key ||
-        (r->ncosts > 0 && !o->costs))
+        !o->runner_id || !o->runner_host || (r->ncosts > 0 && !o->costs))
         return kt_err_set(KT_ENOMEM, "out of memory");
     return 0;
 }

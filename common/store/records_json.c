@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "store/store_internal.h"
+#include "util/util.h"
 #include "util/err.h"
 
 /* Compact, 17 significant digits (every double reads back exactly), keys in
@@ -60,7 +61,9 @@ char *kt_store_record_to_json(const kt_record_t *r)
           set(o, "all_cost", json_real(r->all_cost)) ||
           set(o, "timestamp", json_real(r->timestamp)) ||
           set(o, "runner_key", json_string(r->runner_key ? r->runner_key : "")) ||
-          set(o, "job_id", r->job_id > 0 ? json_integer(r->job_id) : json_null());
+          set(o, "job_id", r->job_id > 0 ? json_integer(r->job_id) : json_null()) ||
+          set(o, "runner_id", json_string(r->runner_id ? r->runner_id : "")) ||
+          set(o, "runner_host", json_string(r->runner_host ? r->runner_host : ""));
     json_decref(costs);
     json_decref(mean);
     char *text = bad ? NULL : json_dumps(o, LINE_FLAGS);
@@ -210,9 +213,10 @@ static int parse_line(const char *line, parsed_t *p, char *why, size_t whysz)
     r->all_cost = json_number_value(json_object_get(o, "all_cost"));
     r->timestamp = json_number_value(json_object_get(o, "timestamp"));
 
-    static const char *const optional_strings[] = {"error_msg", "runner_key"};
-    const char **dst[] = {&r->error_msg, &r->runner_key};
-    for (size_t i = 0; i < 2; i++) {
+    static const char *const optional_strings[] = {"error_msg", "runner_key", "runner_id",
+                                                   "runner_host"};
+    const char **dst[] = {&r->error_msg, &r->runner_key, &r->runner_id, &r->runner_host};
+    for (size_t i = 0; i < KT_ARRAY_LEN(dst); i++) {
         v = json_object_get(o, optional_strings[i]);
         if (v && !json_is_string(v)) {
             snprintf(why, whysz, "\"%s\" is not a string", optional_strings[i]);

@@ -78,6 +78,16 @@ static const char *const migrations[] = {
     "  elapsed REAL NOT NULL,"
     "  latency REAL NOT NULL);"
     "CREATE INDEX latency_log_job ON latency_log(job_id, id);",
+    /* 2: provenance and task names. A record names the runner that timed it
+     * (peer id and host, beside its device key), so a slow or faulty machine
+     * in a key's pool can be found from the store; a job's task keeps the
+     * layers it stands for ("conv0 + bn0 + relu0") for the status page after
+     * a restart. Older rows read '' for all three: nobody recorded them. */
+    "ALTER TABLE records ADD COLUMN runner_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE records ADD COLUMN runner_host TEXT NOT NULL DEFAULT '';"
+    "CREATE INDEX records_runner_id ON records(runner_id);"
+    "CREATE INDEX records_runner_host ON records(runner_host);"
+    "ALTER TABLE job_tasks ADD COLUMN desc TEXT NOT NULL DEFAULT '';",
 };
 
 _Static_assert(KT_ARRAY_LEN(migrations) == KT_STORE_SCHEMA_VERSION,
@@ -98,7 +108,7 @@ typedef enum {
 
 #define RECORD_COLS                                                                        \
     "id, workload_key, target, state, state_hash, costs, mean_cost, error_code, error_msg, " \
-    "all_cost, timestamp, runner_key, job_id"
+    "all_cost, timestamp, runner_key, job_id, runner_id, runner_host"
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -110,19 +120,20 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_GET_WORKLOAD] = "SELECT canonical, flops FROM workloads WHERE key = ?1",
     [ST_PUT_JOB] = "INSERT INTO jobs(created, state, target, runner_key, strategy, policy, "
                    "options, priority) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    [ST_PUT_TASK] = "INSERT INTO job_tasks(job_id, task_index, workload_key, weight, target) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_PUT_TASK] = "INSERT INTO job_tasks(job_id, task_index, workload_key, weight, target, "
+                    "desc) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_SET_JOB_STATE] = "UPDATE jobs SET state = ?2 WHERE id = ?1",
     [ST_GET_JOB] = "SELECT id, created, state, target, runner_key, strategy, policy, options, "
                    "priority FROM jobs WHERE id = ?1",
-    [ST_GET_TASKS] = "SELECT task_index, workload_key, weight, target FROM job_tasks "
+    [ST_GET_TASKS] = "SELECT task_index, workload_key, weight, target, desc FROM job_tasks "
                      "WHERE job_id = ?1 ORDER BY task_index",
     [ST_LIST_JOBS] = "SELECT id FROM jobs ORDER BY id",
     [ST_LIST_JOBS_STATE] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id",
     [ST_DELETE_JOB] = "DELETE FROM jobs WHERE id = ?1",
     [ST_PUT_RECORD] = "INSERT INTO records(workload_key, target, state, state_hash, costs, "
                       "mean_cost, error_code, error_msg, all_cost, timestamp, runner_key, "
-                      "job_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                      "job_id, runner_id, runner_host) "
+                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [ST_TOP_K] = "SELECT " RECORD_COLS " FROM records WHERE workload_key = ?1 AND target = ?2 "
                  "AND error_code = 0 ORDER BY mean_cost, id LIMIT ?3",
     [ST_HAS_MEASURED] = "SELECT 1 FROM records WHERE workload_key = ?1 AND target = ?2 "
@@ -136,7 +147,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 };
 
 /* Filter bits select one of the variants of the record select and count. */
-enum { F_WORKLOAD = 1, F_TARGET = 2, F_JOB = 4, F_VALID = 8, F_VARIANTS = 16 };
+enum { F_WORKLOAD = 1, F_TARGET = 2, F_JOB = 4, F_VALID = 8, F_RUNNER = 16, F_VARIANTS = 32 };
 
 struct kt_store {
     sqlite3 *db;
@@ -564,6 +575,7 @@ static int put_job_rows(kt_store_t *s, kt_store_job_t *job, const kt_store_task_
         bind_text(st, 3, tasks[i].workload_key);
         sqlite3_bind_double(st, 4, tasks[i].weight);
         bind_text(st, 5, tasks[i].target);
+        bind_text(st, 6, tasks[i].desc ? tasks[i].desc : "");
         if ((rc = exec_done(s, st, "store: inserting a job task")) != 0)
             return kt_err_prefix("task %d (workload %s)", tasks[i].index,
                                  tasks[i].workload_key);
@@ -625,6 +637,7 @@ void kt_store_job_info_free(kt_store_job_info_t *j)
     for (int i = 0; i < j->ntasks; i++) {
         free((char *)j->tasks[i].workload_key);
         free((char *)j->tasks[i].target);
+        free((char *)j->tasks[i].desc);
     }
     free(j->tasks);
     free(j);
@@ -651,7 +664,8 @@ static int read_tasks(kt_store_t *s, kt_store_job_info_t *j)
         t->workload_key = strdup(col_text(st, 1));
         t->weight = sqlite3_column_double(st, 2);
         t->target = strdup(col_text(st, 3));
-        if (!t->workload_key || !t->target)
+        t->desc = strdup(col_text(st, 4));
+        if (!t->workload_key || !t->target || !t->desc)
             break;
     }
     int ret = rc == SQLITE_DONE ? 0
@@ -850,8 +864,10 @@ int kt_store_record_check(const kt_record_t *r)
     if (!r->state_json)
         return kt_err_set(KT_EINVAL, "record: no state");
     const char *texts[] = {r->workload_key, r->target, r->state_json,
-                           r->runner_key ? r->runner_key : ""};
-    const char *names[] = {"workload_key", "target", "state", "runner_key"};
+                           r->runner_key ? r->runner_key : "", r->runner_id ? r->runner_id : "",
+                           r->runner_host ? r->runner_host : ""};
+    const char *names[] = {"workload_key", "target", "state", "runner_key", "runner_id",
+                           "runner_host"};
     for (size_t i = 0; i < KT_ARRAY_LEN(texts); i++)
         if (!kt_store_utf8_valid(texts[i]))
             return kt_err_set(KT_EINVAL, "record: %s is not valid UTF-8", names[i]);
@@ -926,6 +942,8 @@ int kt_store_insert_record(kt_store_t *s, kt_record_t *r)
             sqlite3_bind_int64(st, 12, r->job_id);
         else
             sqlite3_bind_null(st, 12);
+        bind_text(st, 13, r->runner_id ? r->runner_id : "");
+        bind_text(st, 14, r->runner_host ? r->runner_host : "");
         rc = exec_done(s, st, "store: inserting a record");
     } else {
         rc = kt_err_code();
@@ -984,6 +1002,8 @@ static int decode_row(kt_store_t *s, sqlite3_stmt *st, kt_record_t *r)
     r->timestamp = sqlite3_column_double(st, 10);
     r->runner_key = col_text(st, 11);
     r->job_id = sqlite3_column_int64(st, 12);   /* NULL reads as 0 */
+    r->runner_id = col_text(st, 13);
+    r->runner_host = col_text(st, 14);
 
     json_error_t jerr;
     json_t *a = json_loads(costs, 0, &jerr);
@@ -1035,7 +1055,9 @@ static int list_push(kt_record_list_t *l, size_t *cap, const kt_record_t *r)
             return kt_err_set(KT_ENOMEM, "store: out of memory");
         *cap = ncap;
     }
-    const char *src[] = {r->workload_key, r->target, r->state_json, r->error_msg, r->runner_key};
+    const char *src[] = {r->workload_key, r->target,   r->state_json,
+                         r->error_msg,    r->runner_key, r->runner_id ? r->runner_id : "",
+                         r->runner_host ? r->runner_host : ""};
     size_t len[KT_ARRAY_LEN(src)], total = (size_t)r->ncosts * sizeof(double);
     for (size_t i = 0; i < KT_ARRAY_LEN(src); i++)
         total += (len[i] = strlen(src[i]) + 1);
@@ -1048,8 +1070,8 @@ static int list_push(kt_record_list_t *l, size_t *cap, const kt_record_t *r)
         memcpy(block, r->costs, (size_t)r->ncosts * sizeof(double));
     d->costs = (const double *)block;
     char *p = block + (size_t)r->ncosts * sizeof(double);
-    const char **dst[] = {&d->workload_key, &d->target, &d->state_json, &d->error_msg,
-                          &d->runner_key};
+    const char **dst[] = {&d->workload_key, &d->target,    &d->state_json, &d->error_msg,
+                          &d->runner_key,   &d->runner_id, &d->runner_host};
     for (size_t i = 0; i < KT_ARRAY_LEN(src); i++) {
         memcpy(p, src[i], len[i]);
         *dst[i] = p;
@@ -1182,7 +1204,8 @@ static int filter_mask(const kt_store_filter_t *f)
     if (!f)
         return 0;
     return (f->workload_key ? F_WORKLOAD : 0) | (f->target ? F_TARGET : 0) |
-           (f->job_id ? F_JOB : 0) | (f->valid_only ? F_VALID : 0);
+           (f->job_id ? F_JOB : 0) | (f->valid_only ? F_VALID : 0) |
+           (f->runner && *f->runner ? F_RUNNER : 0);
 }
 
 /* The select or count statement for this filter's shape, prepared once per
@@ -1193,12 +1216,15 @@ static sqlite3_stmt *filtered(kt_store_t *s, const kt_store_filter_t *f, int cou
     sqlite3_stmt **slot = count ? &s->count_st[mask] : &s->select_st[mask];
     if (!*slot) {
         char sql[512];
-        snprintf(sql, sizeof sql, "SELECT %s FROM records WHERE 1%s%s%s%s %s",
+        snprintf(sql, sizeof sql, "SELECT %s FROM records WHERE 1%s%s%s%s%s %s",
                  count ? "error_code, count(*)" : RECORD_COLS,
                  mask & F_WORKLOAD ? " AND workload_key = :wk" : "",
                  mask & F_TARGET ? " AND target = :target" : "",
                  mask & F_JOB ? " AND job_id = :job" : "",
                  mask & F_VALID ? " AND error_code = 0" : "",
+                 /* One word for either: an operator knows a machine by its
+                  * host name or by the peer id the logs print. */
+                 mask & F_RUNNER ? " AND (runner_id = :runner OR runner_host = :runner)" : "",
                  count ? "GROUP BY error_code" : "ORDER BY id");
         int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot, NULL);
         if (rc != SQLITE_OK) {
@@ -1213,6 +1239,8 @@ static sqlite3_stmt *filtered(kt_store_t *s, const kt_store_filter_t *f, int cou
         bind_text(st, sqlite3_bind_parameter_index(st, ":target"), f->target);
     if (mask & F_JOB)
         sqlite3_bind_int64(st, sqlite3_bind_parameter_index(st, ":job"), f->job_id);
+    if (mask & F_RUNNER)
+        bind_text(st, sqlite3_bind_parameter_index(st, ":runner"), f->runner);
     return st;
 }
 

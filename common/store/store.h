@@ -40,7 +40,7 @@
 typedef struct kt_store kt_store_t;
 
 /* The schema version this code writes (PRAGMA user_version). */
-#define KT_STORE_SCHEMA_VERSION 1
+#define KT_STORE_SCHEMA_VERSION 2
 /* How long a write waits for another writer's transaction, in milliseconds. */
 #define KT_STORE_BUSY_TIMEOUT_MS 10000
 
@@ -101,6 +101,7 @@ typedef struct {
     const char *workload_key;  /* must name a stored workload */
     double weight;             /* occurrences in the network */
     const char *target;
+    const char *desc;          /* the layers it stands for ("conv0 + bn0 + relu0"); NULL stores "" */
 } kt_store_task_t;
 
 /* A job read back with its tasks (ordered by index); owns all its strings. */
@@ -150,6 +151,8 @@ typedef struct {
     double timestamp;          /* seconds since the epoch when measured */
     const char *runner_key;    /* NULL stores "" */
     int64_t job_id;            /* 0: not part of a job (stored as NULL) */
+    const char *runner_id;     /* peer id of the runner that timed it; NULL stores "" */
+    const char *runner_host;   /* that runner's host (its address without the port); NULL stores "" */
 } kt_record_t;
 
 /* Records returned by a query; owns every string and cost array in items. */
@@ -167,6 +170,7 @@ typedef struct {
     const char *target;
     int64_t job_id;
     int valid_only;            /* nonzero: only error_code 0 */
+    const char *runner;        /* a runner's peer id or its host (either matches) */
 } kt_store_filter_t;
 
 /* Store n records in ONE transaction: all or none. Returns 0 only after the
@@ -252,6 +256,9 @@ int kt_store_read_latency(kt_store_t *s, int64_t job_id, kt_store_latency_t **ou
  *   runner_key    string   (optional on import, default "")
  *   job_id        integer or null (optional on import, default null): the
  *                 job in the database that measured it, not checked on import
+ *   runner_id     string   (optional on import, default ""): the peer id of
+ *                 the runner that timed it
+ *   runner_host   string   (optional on import, default ""): that runner's host
  *
  * Doubles are written with 17 significant digits, which read back to the
  * same double. Record ids are local to a database and are not exported.
