@@ -184,8 +184,9 @@ int main(int argc, char **argv)
     printf("\nResNet-18, batch %ld, one thread:\n", batch);
     printf("  PyTorch eager NCHW           %10.3f ms\n", t_nchw);
     printf("  PyTorch eager channels-last  %10.3f ms\n", t_cl);
-    printf("  ktune (%ld trials%s)     %10.3f ms\n", trials, skip_tune ? ", store reused" : "",
-           t_ktune);
+    char label[64];
+    snprintf(label, sizeof label, "ktune (%ld trials%s)", trials, skip_tune ? ", stored" : "");
+    printf("  %-28s %10.3f ms\n", label, t_ktune);
     printf("  ktune / PyTorch's faster     %10.3f (goal <= 0.8)\n", t_ktune / best);
     if (!skip_tune)
         printf("  tuning time                  %10.0f s\n", tune_s);
