@@ -137,6 +137,10 @@ static void make_certs(void)
               "-extfile %s.ext -out %s.pem >/dev/null 2>&1 && chmod 600 %s.key",
               kt_test_dir, names[i], names[i], ips[i], ips[i], names[i], names[i], names[i],
               names[i], names[i]);
+    /* A second CA that signed nothing here: a client trusting it must be refused. */
+    SH_OK("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+          "-keyout other-ca.key -out other-ca.pem -days 2 -subj /CN=kthosts-other >/dev/null 2>&1",
+          kt_test_dir);
     SH_OK("cd %s && head -c 32 /dev/urandom | base64 > token && chmod 600 token", kt_test_dir);
 }
 
@@ -254,9 +258,9 @@ static int wait_log_count(const kt_test_proc_t *p, const char *needle, int at_le
     }
 }
 
-/* Run `ktune` in the tracker's namespace against the tracker; its exit code
- * and output (caller frees). */
-static int cli(char **out, int ms, char *const args[])
+/* Run `ktune` in the tracker's namespace against the tracker, trusting CA
+ * file `ca`; its exit code and output (caller frees). */
+static int cli_ca(char **out, int ms, char *const args[], const char *ca)
 {
     static int runs;
     char name[32];
@@ -266,7 +270,7 @@ static int cli(char **out, int ms, char *const args[])
     for (int i = 0; args[i] && n < 32; i++)
         a[n++] = args[i];
     char *conn[] = {"--tracker", TRACKER, "--token-file", path_in("token"),
-                    "--tls-ca", path_in("ca.pem"), NULL};
+                    "--tls-ca", path_in(ca), NULL};
     for (int i = 0; conn[i]; i++)
         a[n++] = conn[i];
     a[n] = NULL;
@@ -277,6 +281,8 @@ static int cli(char **out, int ms, char *const args[])
     n_procs--;   /* reaped: the slot is free again */
     return exited && WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
+
+static int cli(char **out, int ms, char *const args[]) { return cli_ca(out, ms, args, "ca.pem"); }
 
 /* Peers registered with the tracker, by role, from `ktune queue --json`. */
 static int count_peers(const char *role, const char *address_prefix)
@@ -445,6 +451,14 @@ START_TEST(hosts_job_spans_two_hosts_and_survives_a_cut_link)
     /* 1. A job runs to done with candidates measured on both hosts. */
     int64_t job1 = submit(WORKLOAD, 64, 16, 0);
     watch_done(job1, 120000);
+    /* A client trusting another CA is refused by TLS, token or not. */
+    char *out = NULL;
+    char *st_args[] = {"status", NULL};
+    ck_assert_int_eq(cli_ca(&out, 20000, st_args, "other-ca.pem"), 1);
+    ck_assert_msg(strstr(out, "cannot reach") || strstr(out, "UNAVAILABLE") ||
+                      strstr(out, "certificate") || strstr(out, "handshake"),
+                  "%s", out);
+    free(out);
     int64_t n = 0;
     int dups = 0;
     job_records(job1, &n, &dups);
