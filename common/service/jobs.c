@@ -2080,6 +2080,8 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
         kt_metrics_add_collector(mx, collect, m) != 0 ||
         kt_tracker_add_snapshot(t, snapshot, m) != 0 || kt_jobs_rpc_add(m) != 0)
         goto fail;
+    /* Shown as 0 before the first page, so a scrape sees the series from the start. */
+    kt_metrics_add(m->m_status_records, NULL, 0);
     return m;
 fail:
     kt_jobs_free(m);
