@@ -484,16 +484,30 @@ END_TEST
 typedef struct {
     json_t *snap;
     int fail;
+    json_t *all;            /* when set: every job, the newest first, paged into "jobs" */
+    kt_http_page_t last;    /* the page the server asked for last */
+    int calls;
 } provider_t;
 
-static json_t *provide(void *user)
+static json_t *provide(void *user, const kt_http_page_t *page)
 {
     provider_t *p = user;
+    p->last = *page;
+    p->calls++;
     if (p->fail) {
         kt_err_set(KT_ESTATE, "tracker state locked for <maintenance>");
         return NULL;
     }
-    return json_incref(p->snap);
+    if (!p->all)
+        return json_incref(p->snap);
+    /* As a tracker does: only the page's jobs, and the count of all. */
+    json_t *snap = json_copy(p->snap), *jobs = json_array();
+    for (int64_t k = page->offset;
+         k < page->offset + page->limit && k < (int64_t)json_array_size(p->all); k++)
+        json_array_append(jobs, json_array_get(p->all, (size_t)k));
+    json_object_set_new(snap, "jobs", jobs);
+    json_object_set_new(snap, "jobs_total", json_integer((json_int_t)json_array_size(p->all)));
+    return snap;
 }
 
 static kt_http_server_t *start_server(provider_t *p, kt_metrics_t *m)
@@ -572,6 +586,139 @@ START_TEST(server_answers_every_route)
     kt_http_server_stop(s);
     json_decref(p.snap);
     kt_metrics_free(m);
+}
+END_TEST
+
+/* Job ids shown on a page, in order, as "45,44,..." */
+static void page_ids(const char *page, char *out, size_t size)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (const char *p = strstr(page, "<h3>Job "); p; p = strstr(p + 1, "<h3>Job ")) {
+        int id = atoi(p + strlen("<h3>Job "));
+        len += (size_t)snprintf(out + len, size - len, "%s%d", len ? "," : "", id);
+        ck_assert_uint_lt(len, size);
+    }
+}
+
+/* The ids of /api/status's "jobs", the same way. */
+static void api_ids(const char *body, char *out, size_t size, json_int_t *total)
+{
+    json_t *got = json_loads(body, 0, NULL);
+    ck_assert_msg(got != NULL, "%s", body);
+    size_t len = 0, i;
+    json_t *job;
+    out[0] = '\0';
+    json_array_foreach(json_object_get(got, "jobs"), i, job) {
+        len += (size_t)snprintf(out + len, size - len, "%s%lld", len ? "," : "",
+                                (long long)json_integer_value(json_object_get(job, "id")));
+        ck_assert_uint_lt(len, size);
+    }
+    *total = json_integer_value(json_object_get(got, "jobs_total"));
+    json_decref(got);
+}
+
+/* 45 jobs: / pages them 20 at a time, the newest first, with links to the
+ * other pages; /api/status takes limit and offset; bad values are 400 with
+ * the reason, and the provider is not asked for anything then. */
+START_TEST(server_pages_the_jobs)
+{
+    provider_t p = {.snap = json_pack("{s:s}", "version", "t"), .all = json_array()};
+    for (int id = 45; id >= 1; id--)
+        json_array_append_new(p.all, json_pack("{s:i, s:s, s:[]}", "id", id, "state", "done",
+                                               "tasks"));
+    kt_http_server_t *s = start_server(&p, NULL);
+    int port = kt_http_server_port(s);
+    char ids[512];
+
+    resp_t r = http_do(port, "GET", "/");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert(p.last.offset == 0 && p.last.limit == KT_HTTP_PAGE_SIZE);
+    page_ids(r.body, ids, sizeof ids);
+    ck_assert_str_eq(ids, "45,44,43,42,41,40,39,38,37,36,35,34,33,32,31,30,29,28,27,26");
+    ck_assert_msg(strstr(r.body, "45 jobs") && strstr(r.body, "Showing the 20 most recent of 45") &&
+                      strstr(r.body, "page 1 of 3") && strstr(r.body, "href=\"/?page=2\"") &&
+                      strstr(r.body, "href=\"/?page=3\">oldest"),
+                  "%s", r.body);
+    resp_free(&r);
+
+    r = http_do(port, "GET", "/?page=2");
+    ck_assert_int_eq(r.status, 200);
+    page_ids(r.body, ids, sizeof ids);
+    ck_assert_str_eq(ids, "25,24,23,22,21,20,19,18,17,16,15,14,13,12,11,10,9,8,7,6");
+    ck_assert_msg(strstr(r.body, "href=\"/?page=1\"") && strstr(r.body, "href=\"/?page=3\"") &&
+                      strstr(r.body, "Showing jobs 21 to 40 of 45"),
+                  "%s", r.body);
+    resp_free(&r);
+
+    r = http_do(port, "GET", "/?page=3");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert(p.last.offset == 40 && p.last.limit == KT_HTTP_PAGE_SIZE);
+    page_ids(r.body, ids, sizeof ids);
+    ck_assert_str_eq(ids, "5,4,3,2,1");
+    ck_assert_msg(strstr(r.body, "page 3 of 3") && strstr(r.body, "href=\"/?page=2\"") &&
+                      !strstr(r.body, "older &raquo;"),
+                  "%s", r.body);
+    resp_free(&r);
+
+    /* Past the end: no jobs, and the way back. */
+    r = http_do(port, "GET", "/?page=7");
+    ck_assert_int_eq(r.status, 200);
+    page_ids(r.body, ids, sizeof ids);
+    ck_assert_str_eq(ids, "");
+    ck_assert_msg(strstr(r.body, "No jobs on page 7") && strstr(r.body, "href=\"/?page=3\""),
+                  "%s", r.body);
+    resp_free(&r);
+
+    json_int_t total = 0;
+    r = http_do(port, "GET", "/api/status");
+    ck_assert_int_eq(r.status, 200);
+    api_ids(r.body, ids, sizeof ids, &total);
+    ck_assert_str_eq(ids, "45,44,43,42,41,40,39,38,37,36,35,34,33,32,31,30,29,28,27,26");
+    ck_assert_int_eq(total, 45);
+    resp_free(&r);
+    r = http_do(port, "GET", "/api/status?limit=5&offset=40&pretty=1");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert(p.last.offset == 40 && p.last.limit == 5);
+    api_ids(r.body, ids, sizeof ids, &total);
+    ck_assert_str_eq(ids, "5,4,3,2,1");
+    ck_assert_int_eq(total, 45);
+    resp_free(&r);
+    r = http_do(port, "GET", "/api/status?offset=44&limit=100");
+    ck_assert_int_eq(r.status, 200);
+    api_ids(r.body, ids, sizeof ids, &total);
+    ck_assert_str_eq(ids, "1");
+    resp_free(&r);
+
+    /* Bad values: 400 with what was wrong, before the provider is asked. */
+    const struct {
+        const char *path, *why;
+    } bad[] = {
+        {"/?page=0", "page: 0 is below 1"},
+        {"/?page=-1", "page: '-1' is not a number"},
+        {"/?page=", "page: empty"},
+        {"/?page=2x", "page: '2x' is not a number"},
+        {"/?page=%2B2", "page: '+2' is not a number"},
+        {"/?page=99999999999999999999", "is not a number"},
+        {"/?page", "malformed query"},
+        {"/api/status?limit=0", "limit: 0 is below 1"},
+        {"/api/status?limit=101", "limit: '101' is not a number in 1..100"},
+        {"/api/status?limit=ten", "limit: 'ten'"},
+        {"/api/status?offset=-5", "offset: '-5'"},
+        {"/api/status?limit=5&offset=", "offset: empty"},
+    };
+    int calls = p.calls;
+    for (size_t i = 0; i < KT_ARRAY_LEN(bad); i++) {
+        r = http_do(port, "GET", bad[i].path);
+        ck_assert_msg(r.status == 400 && r.body && strstr(r.body, bad[i].why), "%s: %d %s",
+                      bad[i].path, r.status, r.body ? r.body : "");
+        resp_free(&r);
+    }
+    ck_assert_int_eq(p.calls, calls);
+
+    kt_http_server_stop(s);
+    json_decref(p.all);
+    json_decref(p.snap);
 }
 END_TEST
 
@@ -713,6 +860,7 @@ int main(void)
     tcase_add_test(tc, status_page_handles_short_and_odd_curves);
     tcase_add_test(tc, status_page_tolerates_missing_and_mistyped_fields);
     tcase_add_test(tc, server_answers_every_route);
+    tcase_add_test(tc, server_pages_the_jobs);
     tcase_add_test(tc, server_with_a_token_needs_the_bearer_everywhere_but_healthz);
     tcase_add_test(tc, server_default_address_is_loopback);
     tcase_add_test(tc, server_reports_provider_failure_as_500);

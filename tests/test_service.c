@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -419,8 +420,10 @@ static char *http_get(int port, const char *path)
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     ssize_t r;
-    while (len + 1 < cap && (r = read(fd, buf + len, cap - len - 1)) > 0)
-        len += (size_t)r;
+    /* A page of 20 jobs with their plots is more than 64 KiB. */
+    while ((r = read(fd, buf + len, cap - len - 1)) > 0)
+        if ((len += (size_t)r) + 1 == cap)
+            ck_assert_ptr_nonnull(buf = realloc(buf, cap *= 2));
     buf[len] = '\0';
     close(fd);
     return buf;
@@ -1182,6 +1185,228 @@ START_TEST(service_restarted_tracker_shows_the_store_s_earlier_jobs)
 }
 END_TEST
 
+/* The tracker of a test store: its HTTP port. */
+static int start_store_tracker(proc_t **out)
+{
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--heartbeat-ms", HB_MS,
+                     "--db", (char *)db_path(), NULL};
+    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
+    ck_assert(wait_log(tr, "http port ", WAIT_MS));
+    char *tl = log_of(tr);
+    int port = atoi(strstr(tl, "http port ") + strlen("http port "));
+    free(tl);
+    if (out)
+        *out = tr;
+    return port;
+}
+
+/* The value of an unlabelled metric in /metrics. */
+static double metric_value(int port, const char *name)
+{
+    char *text = http_get(port, "/metrics");
+    char needle[128];
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *p = strstr(text, needle);
+    ck_assert_msg(p != NULL, "no %s in %s", name, text);
+    double v = strtod(p + strlen(needle), NULL);
+    free(text);
+    return v;
+}
+
+/* The ids of the jobs on an HTML page, in order ("2000,1999,..."). */
+static void page_job_ids(const char *page, char *out, size_t size)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (const char *p = strstr(page, "<h3>Job "); p; p = strstr(p + 1, "<h3>Job ")) {
+        len += (size_t)snprintf(out + len, size - len, "%s%d", len ? "," : "",
+                                atoi(p + strlen("<h3>Job ")));
+        ck_assert_uint_lt(len, size);
+    }
+}
+
+/* The JSON body of an HTTP answer (new reference). */
+static json_t *body_json(const char *answer)
+{
+    const char *b = strstr(answer, "\r\n\r\n");
+    ck_assert_msg(b != NULL, "%s", answer);
+    json_t *j = json_loads(b + 4, 0, NULL);
+    ck_assert_msg(j != NULL, "%s", answer);
+    return j;
+}
+
+#define MANY_JOBS 2000
+#define MANY_JOBS_RECORDS 3
+
+/* A store of 2,000 finished jobs (one task each, over a workload with 3
+ * records): / shows the 20 most recent and links to the older pages,
+ * /api/status pages with limit and offset, bad values are 400, and a page
+ * reads only its own jobs' records (ktune_status_records_read_total grows
+ * by 20 x 3 per page, not 2,000 x 3). */
+START_TEST(service_tracker_pages_a_store_of_many_jobs)
+{
+    kt_store_t *s = kt_store_open(db_path(), KT_STORE_CREATE);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    kt_workload_t *w = kt_workload_parse(W_TINY[0]);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(kt_store_put_workload(s, kt_workload_key(w), kt_workload_json(w),
+                                           kt_workload_flops(w)),
+                     0);
+    for (int i = 0; i < MANY_JOBS; i++) {
+        kt_store_job_t job = {.created = 1700000000 + i, .state = "done", .target = "cpu",
+                              .runner_key = "cpu-test", .strategy = "gradient",
+                              .policy = "sketch.random",
+                              .options_json = "{\"num_measure_trials\":4}"};
+        kt_store_task_t task = {0, kt_workload_key(w), 1, "cpu", "dense0"};
+        ck_assert_int_eq(kt_store_put_job(s, &job, &task, 1), 0);
+        ck_assert_int_eq(job.id, i + 1);
+    }
+    double cost = 1e-4;
+    kt_record_t r = {.workload_key = kt_workload_key(w), .target = "cpu", .state_json = "{}",
+                     .state_hash = 1, .costs = &cost, .ncosts = 1, .timestamp = 1700000000,
+                     .job_id = 1};
+    for (int i = 0; i < MANY_JOBS_RECORDS; i++) {
+        r.state_hash = (uint64_t)i + 1;
+        ck_assert_int_eq(kt_store_put_records(s, &r, 1), 0);
+    }
+    kt_store_close(s);
+    kt_workload_free(w);
+
+    int port = start_store_tracker(NULL);
+    char ids[256];
+    double read0 = metric_value(port, "ktune_status_records_read_total");
+    char *page = http_get(port, "/");
+    page_job_ids(page, ids, sizeof ids);
+    ck_assert_str_eq(ids, "2000,1999,1998,1997,1996,1995,1994,1993,1992,1991,1990,1989,1988,"
+                          "1987,1986,1985,1984,1983,1982,1981");
+    ck_assert_msg(strstr(page, "2000 jobs") && strstr(page, "page 1 of 100") &&
+                      strstr(page, "href=\"/?page=2\""),
+                  "%s", page);
+    free(page);
+    double read1 = metric_value(port, "ktune_status_records_read_total");
+    ck_assert_msg(read1 - read0 == 20 * MANY_JOBS_RECORDS, "a page read %g records",
+                  read1 - read0);
+
+    page = http_get(port, "/?page=100");
+    page_job_ids(page, ids, sizeof ids);
+    ck_assert_str_eq(ids, "20,19,18,17,16,15,14,13,12,11,10,9,8,7,6,5,4,3,2,1");
+    free(page);
+    page = http_get(port, "/?page=101");
+    page_job_ids(page, ids, sizeof ids);
+    ck_assert_str_eq(ids, "");
+    ck_assert_msg(strstr(page, "No jobs on page 101") && strstr(page, "href=\"/?page=100\""),
+                  "%s", page);
+    free(page);
+
+    char *api = http_get(port, "/api/status?limit=3&offset=1997");
+    json_t *j = body_json(api);
+    free(api);
+    json_t *jobs = json_object_get(j, "jobs");
+    ck_assert_int_eq(json_array_size(jobs), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(jobs, 0), "id")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(jobs, 2), "id")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "jobs_total")), MANY_JOBS);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "offset")), 1997);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "limit")), 3);
+    json_decref(j);
+
+    const char *bad[] = {"/?page=0", "/?page=x", "/api/status?limit=1000", "/api/status?offset=-1"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(bad); i++) {
+        char *a = http_get(port, bad[i]);
+        ck_assert_msg(strstr(a, " 400 ") && strstr(a, "bad request: "), "%s: %s", bad[i], a);
+        free(a);
+    }
+    stop_all();
+}
+END_TEST
+
+/* A finished job without a latency log (it ran before ktune kept one) draws
+ * its convergence from its tasks' records in id order: each task's best so
+ * far, and the weighted sum once both have one. A job with a log keeps it. */
+START_TEST(service_stored_job_draws_its_curve_from_its_records)
+{
+    kt_store_t *s = kt_store_open(db_path(), KT_STORE_CREATE);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    kt_workload_t *w[2];
+    kt_store_task_t tasks[2];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_ptr_nonnull(w[i] = kt_workload_parse(W_TINY[i]));
+        ck_assert_int_eq(kt_store_put_workload(s, kt_workload_key(w[i]), kt_workload_json(w[i]),
+                                               kt_workload_flops(w[i])),
+                         0);
+        tasks[i] = (kt_store_task_t){i, kt_workload_key(w[i]), i + 1, "cpu", ""};
+    }
+    kt_store_job_t job = {.created = 1700000000, .state = "done", .target = "cpu",
+                          .runner_key = "cpu-test", .strategy = "gradient",
+                          .policy = "sketch.random",
+                          .options_json = "{\"num_measure_trials\":8,"
+                                          "\"num_measures_per_round\":1}"};
+    ck_assert_int_eq(kt_store_put_job(s, &job, tasks, 2), 0);
+    kt_store_job_t logged = job;
+    ck_assert_int_eq(kt_store_put_job(s, &logged, tasks, 2), 0);
+    ck_assert_int_eq(kt_store_log_latency(s, logged.id, 5, 1.0, 0.5), 0);
+    /* A queued job over the same tasks: the tracker resumes it, and until
+     * it runs a round its curve is the records' it continues from. */
+    kt_store_job_t queued = job;
+    queued.state = "queued";
+    ck_assert_int_eq(kt_store_put_job(s, &queued, tasks, 2), 0);
+    /* In id order: task 0 at 3 ms, a failure, task 1 at 5 ms (weight 2),
+     * task 0 at 1 ms, task 1 at 4 ms. */
+    const struct {
+        int task;
+        double cost;
+        int error;
+    } recs[] = {{0, 3e-3, 0}, {0, 0, KT_MEASURE_RUNTIME_DEVICE}, {1, 5e-3, 0}, {0, 1e-3, 0},
+                {1, 4e-3, 0}};
+    for (size_t i = 0; i < KT_ARRAY_LEN(recs); i++) {
+        kt_record_t r = {.workload_key = kt_workload_key(w[recs[i].task]), .target = "cpu",
+                         .state_json = "{}", .state_hash = i + 1, .costs = &recs[i].cost,
+                         .ncosts = recs[i].error ? 0 : 1, .error_code = recs[i].error,
+                         .timestamp = 1700000000, .job_id = job.id};
+        ck_assert_int_eq(kt_store_put_records(s, &r, 1), 0);
+    }
+    kt_store_close(s);
+    kt_workload_free(w[0]);
+    kt_workload_free(w[1]);
+
+    int port = start_store_tracker(NULL);
+    char *api = http_get(port, "/api/status");
+    json_t *j = body_json(api);
+    free(api);
+    json_t *jobs = json_object_get(j, "jobs");
+    ck_assert_int_eq(json_array_size(jobs), 3);
+    /* The live (resumed) job first, then the stored ones, the most recent
+     * first: the logged job, then the one drawn from records. */
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(jobs, 0), "id")),
+                     queued.id);
+    json_t *lc = json_object_get(json_array_get(jobs, 1), "curve");
+    ck_assert_int_eq(json_array_size(lc), 1);
+    ck_assert_int_eq(json_integer_value(json_array_get(json_array_get(lc, 0), 0)), 5);
+    ck_assert(json_real_value(json_array_get(json_array_get(lc, 0), 1)) == 0.5);
+    const double want[][2] = {{3, 3e-3 + 2 * 5e-3}, {4, 1e-3 + 2 * 5e-3}, {5, 1e-3 + 2 * 4e-3}};
+    const size_t from_records[] = {2, 0};
+    for (size_t k = 0; k < KT_ARRAY_LEN(from_records); k++) {
+        json_t *c = json_object_get(json_array_get(jobs, from_records[k]), "curve");
+        char *text = json_dumps(c, 0);
+        ck_assert_msg(json_array_size(c) == KT_ARRAY_LEN(want), "job %zu: curve %s",
+                      from_records[k], text);
+        for (size_t i = 0; i < KT_ARRAY_LEN(want); i++) {
+            json_t *pt = json_array_get(c, i);
+            ck_assert_msg(json_integer_value(json_array_get(pt, 0)) == (json_int_t)want[i][0] &&
+                              fabs(json_real_value(json_array_get(pt, 1)) - want[i][1]) < 1e-12,
+                          "job %zu: curve %s", from_records[k], text);
+        }
+        free(text);
+    }
+    json_decref(j);
+    /* The page plots it: a polyline of its three points. */
+    char *page = http_get(port, "/");
+    ck_assert_msg(strstr(page, "<polyline class=\"curve\""), "%s", page);
+    free(page);
+    stop_all();
+}
+END_TEST
+
 START_TEST(service_killed_tracker_resumes_its_job_on_restart)
 {
     char tracker[64];
@@ -1624,6 +1849,14 @@ int main(void)
     tcase_add_test(jobs, service_cuda_job_waits_for_a_runner_and_workers_build_cuda);
     tcase_add_test(jobs, service_python_client_submits_a_job_and_reads_the_best);
     suite_add_tcase(s, jobs);
+    /* A tracker over a prepared store, no peers: the status of stored jobs. */
+    TCase *status = tcase_create("status");
+    tcase_set_timeout(status, 120);
+    tcase_add_unchecked_fixture(status, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(status, test_setup, NULL);
+    tcase_add_test(status, service_tracker_pages_a_store_of_many_jobs);
+    tcase_add_test(status, service_stored_job_draws_its_curve_from_its_records);
+    suite_add_tcase(s, status);
     TCase *sec = tcase_create("security");
     tcase_set_timeout(sec, 180);
     tcase_add_unchecked_fixture(sec, suite_setup, suite_teardown);

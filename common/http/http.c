@@ -3,6 +3,7 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -90,10 +91,74 @@ static void serve_metrics(kt_http_server_t *s, struct evhttp_request *req)
     free(text);
 }
 
+/* --- paging ------------------------------------------------------------- */
+
+/* A plain decimal number in lo..hi: digits only (no sign, space or "0x"), so
+ * what the client meant is never guessed at. */
+static int parse_count(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    int64_t x = 0;
+    if (!*v)
+        return kt_err_set(KT_EINVAL, "%s: empty (want a number in %lld..%lld)", name,
+                          (long long)lo, (long long)hi);
+    for (const char *p = v; *p; p++) {
+        /* Checked before the digit is added: x * 10 + d must not pass hi. */
+        if (*p < '0' || *p > '9' || x > (hi - (*p - '0')) / 10)
+            return kt_err_set(KT_EINVAL, "%s: '%.32s' is not a number in %lld..%lld", name, v,
+                              (long long)lo, (long long)hi);
+        x = x * 10 + (*p - '0');
+    }
+    if (x < lo)
+        return kt_err_set(KT_EINVAL, "%s: %lld is below %lld", name, (long long)x,
+                          (long long)lo);
+    *out = x;
+    return 0;
+}
+
+int kt_http_parse_page(const char *query, int api, kt_http_page_t *out)
+{
+    *out = (kt_http_page_t){.offset = 0, .limit = KT_HTTP_PAGE_SIZE};
+    if (!query || !*query)
+        return 0;
+    struct evkeyvalq q;   /* initialised (and emptied on failure) by the parser */
+    if (evhttp_parse_query_str(query, &q) != 0) {
+        evhttp_clear_headers(&q);
+        return kt_err_set(KT_EINVAL, "malformed query string");
+    }
+    int rc = 0;
+    int64_t v;
+    kt_http_page_t pg = *out;
+    if (api) {
+        const char *limit = evhttp_find_header(&q, "limit"),
+                   *offset = evhttp_find_header(&q, "offset");
+        if (limit && (rc = parse_count("limit", limit, 1, KT_HTTP_MAX_LIMIT, &v)) == 0)
+            pg.limit = (int)v;
+        if (rc == 0 && offset && (rc = parse_count("offset", offset, 0, INT64_MAX, &v)) == 0)
+            pg.offset = v;
+    } else {
+        const char *page = evhttp_find_header(&q, "page");
+        /* The bound keeps (page - 1) * KT_HTTP_PAGE_SIZE an int64_t. */
+        if (page && (rc = parse_count("page", page, 1, INT64_MAX / KT_HTTP_PAGE_SIZE, &v)) == 0)
+            pg.offset = (v - 1) * KT_HTTP_PAGE_SIZE;
+    }
+    evhttp_clear_headers(&q);
+    if (rc == 0)
+        *out = pg;
+    return rc;
+}
+
 static void serve_status(kt_http_server_t *s, struct evhttp_request *req, int html)
 {
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    kt_http_page_t page;
     kt_err_clear();
-    json_t *snap = s->cfg.snapshot(s->cfg.snapshot_user);
+    if (kt_http_parse_page(uri ? evhttp_uri_get_query(uri) : NULL, !html, &page) != 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "bad request: %s\n", kt_err_msg());
+        reply_text(req, 400, "Bad Request", msg);
+        return;
+    }
+    json_t *snap = s->cfg.snapshot(s->cfg.snapshot_user, &page);
     if (!snap) {
         if (kt_err_code() == KT_OK)
             kt_err_set(KT_EINTERNAL, "the provider returned no snapshot");
@@ -103,7 +168,7 @@ static void serve_status(kt_http_server_t *s, struct evhttp_request *req, int ht
     char *body;
     if (html) {
         int refresh = s->cfg.refresh_s == 0 ? KT_HTTP_DEFAULT_REFRESH_S : s->cfg.refresh_s;
-        body = kt_http_status_page(snap, refresh);
+        body = kt_http_status_page_at(snap, refresh, &page);
     } else {
         body = json_dumps(snap, JSON_INDENT(2) | JSON_ENCODE_ANY);
         if (!body)

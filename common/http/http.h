@@ -6,8 +6,18 @@
  *
  *   GET /healthz      "ok\n" (text/plain)
  *   GET /metrics      the registry in Prometheus text format 0.0.4
- *   GET /api/status   the provider's JSON snapshot as is (application/json)
- *   GET /             an HTML page rendered from the same snapshot
+ *   GET /api/status   the provider's JSON snapshot as is (application/json);
+ *                     ?limit=L&offset=O pages through the jobs (L in
+ *                     1..KT_HTTP_MAX_LIMIT, default KT_HTTP_PAGE_SIZE; O >= 0)
+ *   GET /             an HTML page rendered from the same snapshot; ?page=N
+ *                     (N >= 1) shows the N-th KT_HTTP_PAGE_SIZE jobs, with
+ *                     links to the newer and older pages
+ *
+ * Paging exists because a tracker's store may hold thousands of jobs and
+ * each one shown costs reading its records: the provider is told which jobs
+ * are wanted (kt_http_page_t) and builds only those. A malformed query or a
+ * paging value out of range answers 400 with the reason (text/plain);
+ * parameters the route does not know are ignored.
  *
  * Access (docs/security.md): with a token configured, every route but
  * /healthz needs "Authorization: Bearer <token>" and answers 401 without it
@@ -24,6 +34,8 @@
  *
  * Snapshot schema (times in seconds, latencies in seconds, as the scheduler):
  *   {"version": "0.1.0", "uptime_s": 12.5,
+ *    "jobs_total": 45 (every job; "jobs" holds the page asked for),
+ *    "offset": 0, "limit": 20 (the page "jobs" holds, when the provider says),
  *    "jobs": [{"id": "job-1" or 1, "state": "running", "target": "cuda",
  *              "policy": "sketch.xgb",
  *              ...every field of kt_scheduler_snapshot(): "strategy",
@@ -63,6 +75,7 @@
 #define KT_HTTP_HTTP_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "http/metrics.h"
 
@@ -73,9 +86,23 @@ typedef struct kt_http_server kt_http_server_t;
 /* Seconds between automatic reloads of the status page. */
 #define KT_HTTP_DEFAULT_REFRESH_S 5
 
-/* Returns a new reference to the snapshot, or NULL with kt_err set. Called
- * on the HTTP thread. */
-typedef json_t *(*kt_http_snapshot_fn)(void *user);
+/* Jobs per page of / and the default limit of /api/status. */
+#define KT_HTTP_PAGE_SIZE 20
+/* The largest limit /api/status takes: a provider reads every job's records
+ * to show it, so one request must not ask for all of a big store. */
+#define KT_HTTP_MAX_LIMIT 100
+
+/* Which jobs a status request wants: at most `limit` of them, skipping the
+ * first `offset` in the provider's order (the most recent first). */
+typedef struct {
+    int64_t offset;   /* >= 0 */
+    int limit;        /* 1..KT_HTTP_MAX_LIMIT */
+} kt_http_page_t;
+
+/* Returns a new reference to the snapshot with the jobs of `page` in
+ * "jobs" and the count of all of them in "jobs_total", or NULL with kt_err
+ * set. page is never NULL. Called on the HTTP thread. */
+typedef json_t *(*kt_http_snapshot_fn)(void *user, const kt_http_page_t *page);
 
 typedef struct {
     const char *bind;              /* "host:port" ("[::1]:0" for IPv6); NULL = default */
@@ -99,6 +126,15 @@ void kt_http_server_stop(kt_http_server_t *s);
 /* The bound TCP port (the real one when the address asked for port 0). */
 int kt_http_server_port(const kt_http_server_t *s);
 
+/* --- paging ------------------------------------------------------------------ */
+
+/* The page a request's query string asks for (NULL or "": the first page of
+ * KT_HTTP_PAGE_SIZE jobs). api != 0: /api/status's limit and offset;
+ * otherwise /'s page. Numbers are plain decimal digits. 0, or KT_EINVAL
+ * with a message for the client on a malformed query or a value out of
+ * range; *out is then the first page. */
+int kt_http_parse_page(const char *query, int api, kt_http_page_t *out);
+
 /* --- status page ----------------------------------------------------------- */
 
 /* The self-contained HTML page for a snapshot (inline CSS and SVG, no
@@ -109,5 +145,10 @@ int kt_http_server_port(const kt_http_server_t *s);
  * trials; then runners, workers and the queue. A NULL or non-object
  * snapshot renders an empty page. Caller frees; NULL + kt_err on OOM. */
 char *kt_http_status_page(const json_t *snapshot, int refresh_s);
+/* The same for the jobs of `page` (NULL: the first page): the snapshot's
+ * "jobs" are taken as that page, "jobs_total" gives the number of pages, and
+ * links lead to the newer and older pages (/?page=N). A page past the end
+ * says so and links back to the last page. */
+char *kt_http_status_page_at(const json_t *snapshot, int refresh_s, const kt_http_page_t *page);
 
 #endif

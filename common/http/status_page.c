@@ -42,6 +42,7 @@ static const char *const page_css =
     ".st-done,.st-finished{background:#dbe7fb}"
     ".summary{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.85em;margin:.5em 0}"
     ".empty{color:#5a6478;font-style:italic}"
+    ".pages{margin:.5em 0 1em}.pages a{color:#2563eb}"
     "svg{background:#fff;border:1px solid #d8dde6;border-radius:4px}"
     "svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#3b4456}"
     "svg .grid{stroke:#e6e9ef;stroke-width:1}svg .axis{stroke:#3b4456;stroke-width:1}"
@@ -367,7 +368,28 @@ static void put_job(kt_sbuf_t *b, const json_t *job)
     kt_sbuf_puts(b, "</div>\n</section>\n");
 }
 
+/* Links to the newer and older pages around page `no` of `pages`. */
+static void put_page_nav(kt_sbuf_t *b, int64_t no, int64_t pages)
+{
+    kt_sbuf_puts(b, "<p class=\"pages\">");
+    if (no > 1)
+        kt_sbuf_printf(b, "<a href=\"/?page=1\">newest</a> &middot; "
+                          "<a href=\"/?page=%lld\">&laquo; newer</a> &middot; ",
+                       (long long)(no - 1));
+    kt_sbuf_printf(b, "page %lld of %lld", (long long)no, (long long)pages);
+    if (no < pages)
+        kt_sbuf_printf(b, " &middot; <a href=\"/?page=%lld\">older &raquo;</a> &middot; "
+                          "<a href=\"/?page=%lld\">oldest</a>",
+                       (long long)(no + 1), (long long)pages);
+    kt_sbuf_puts(b, "</p>\n");
+}
+
 char *kt_http_status_page(const json_t *snap, int refresh_s)
+{
+    return kt_http_status_page_at(snap, refresh_s, NULL);
+}
+
+char *kt_http_status_page_at(const json_t *snap, int refresh_s, const kt_http_page_t *page)
 {
     static const col_t runner_cols[] = {
         {"address", "Address", COL_KEY},
@@ -404,23 +426,45 @@ char *kt_http_status_page(const json_t *snap, int refresh_s)
     put_duration(&b, num_of(snap, "uptime_s", &up) ? up : -1);
     const json_t *jobs = json_object_get(snap, "jobs"), *runners = json_object_get(snap, "runners"),
                  *workers = json_object_get(snap, "workers"), *queue = json_object_get(snap, "queue");
+    kt_http_page_t pg = {.offset = 0, .limit = KT_HTTP_PAGE_SIZE};
+    if (page && page->offset >= 0 && page->limit > 0)
+        pg = *page;
+    size_t n = json_array_size(jobs);
+    /* jobs_total may be missing, or stale (fewer than the page shows): what
+     * is shown counts then. An empty page past the end keeps it. */
     double total = 0;
-    if (!num_of(snap, "jobs_total", &total) || total < (double)json_array_size(jobs))
-        total = (double)json_array_size(jobs);
+    if (!num_of(snap, "jobs_total", &total) || !(total >= 0) ||
+        (n > 0 && total < (double)pg.offset + (double)n))
+        total = (double)pg.offset + (double)n;
     kt_sbuf_printf(&b, " &middot; %.0f jobs &middot; %zu runners &middot; %zu workers</p>\n",
                    total, json_array_size(runners), json_array_size(workers));
 
     kt_sbuf_puts(&b, "<h2>Jobs</h2>\n");
-    if (json_array_size(jobs) == 0)
+    int64_t no = pg.offset / pg.limit + 1,
+            pages = total > 0 ? (int64_t)ceil(total / pg.limit) : 1;
+    if (n == 0 && pg.offset > 0) {
+        /* Past the end (the store shrank, or a hand-made link): say where
+         * the jobs are instead of an empty page. */
+        kt_sbuf_printf(&b, "<p class=\"empty\">No jobs on page %lld: %.0f jobs fill %lld "
+                           "page%s. <a href=\"/?page=%lld\">Back to page %lld</a>.</p>\n",
+                       (long long)no, total, (long long)pages, pages == 1 ? "" : "s",
+                       (long long)pages, (long long)pages);
+    } else if (n == 0) {
         kt_sbuf_puts(&b, "<p class=\"empty\">No jobs.</p>\n");
+    }
     size_t i;
     const json_t *job;
     json_array_foreach(jobs, i, job) put_job(&b, job);
-    /* A store of thousands of jobs: the page shows the most recent. */
-    if (total > (double)json_array_size(jobs))
-        kt_sbuf_printf(&b, "<p class=\"meta\">Showing the %zu most recent of %.0f jobs "
-                           "(ktune status --tracker lists them all).</p>\n",
-                       json_array_size(jobs), total);
+    /* A store of thousands of jobs: the page shows some, and says which. */
+    if (n > 0 && pg.offset == 0 && total > (double)n)
+        kt_sbuf_printf(&b, "<p class=\"meta\">Showing the %zu most recent of %.0f jobs.</p>\n",
+                       n, total);
+    else if (n > 0 && pg.offset > 0)
+        kt_sbuf_printf(&b, "<p class=\"meta\">Showing jobs %lld to %lld of %.0f, the most "
+                           "recent first.</p>\n",
+                       (long long)pg.offset + 1, (long long)pg.offset + (long long)n, total);
+    if (n > 0 && (pages > 1 || pg.offset > 0))
+        put_page_nav(&b, no, pages);
 
     kt_sbuf_puts(&b, "<h2>Runners</h2>\n");
     put_table(&b, "runners", runners, runner_cols, (int)KT_ARRAY_LEN(runner_cols), "No runners registered.");

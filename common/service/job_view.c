@@ -385,6 +385,87 @@ kt_scheduler_t *kt_job_view_scheduler(kt_store_t *s, const kt_job_view_t *v,
     return sched;
 }
 
+/* ---- Convergence from records ------------------------------------------------------------------ */
+
+struct kt_job_curve_rec {
+    int64_t id;
+    int task;
+    double cost;     /* seconds; KT_SCHEDULER_NO_COST for a failed measurement */
+};
+
+int kt_job_curve_add(int task, const kt_record_t *r, void *ctx)
+{
+    kt_job_curve_t *c = ctx;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        struct kt_job_curve_rec *p = realloc(c->recs, cap * sizeof *p);
+        if (!p) {
+            c->oom = 1;
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        c->recs = p;
+        c->cap = cap;
+    }
+    /* The same test as walk_record's, so the curve ends at the table's best. */
+    int ok = r->error_code == KT_MEASURE_NO_ERROR && isfinite(r->mean_cost) && r->mean_cost > 0;
+    c->recs[c->n++] = (struct kt_job_curve_rec){
+        .id = r->id, .task = task, .cost = ok ? r->mean_cost : KT_SCHEDULER_NO_COST};
+    return 0;
+}
+
+static int curve_rec_cmp(const void *a, const void *b)
+{
+    const struct kt_job_curve_rec *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return (x->task > y->task) - (x->task < y->task);
+}
+
+json_t *kt_job_curve_json(kt_job_curve_t *c, const kt_job_view_t *v, int per_round)
+{
+    json_t *out = json_array();
+    double *best = calloc((size_t)v->ntasks + 1, sizeof *best);
+    if (!out || !best || c->oom)
+        goto oom;
+    if (per_round < 1)
+        per_round = 1;
+    /* Each task walked its own records: merged here into the store's order. */
+    if (c->n > 1)
+        qsort(c->recs, c->n, sizeof *c->recs, curve_rec_cmp);
+    for (int i = 0; i < v->ntasks; i++)
+        best[i] = KT_SCHEDULER_NO_COST;
+    int missing = v->ntasks;   /* tasks without a valid record yet */
+    for (size_t k = 0; k < c->n; k++) {
+        const struct kt_job_curve_rec *r = &c->recs[k];
+        if (r->task >= 0 && r->task < v->ntasks && r->cost < best[r->task]) {
+            missing -= best[r->task] == KT_SCHEDULER_NO_COST;
+            best[r->task] = r->cost;
+        }
+        if (missing > 0 || ((k + 1) % (size_t)per_round != 0 && k + 1 != c->n))
+            continue;
+        double sum = 0;
+        for (int i = 0; i < v->ntasks; i++)
+            sum += v->info->tasks[i].weight * best[i];
+        if (json_array_append_new(out, json_pack("[I, f]", (json_int_t)(k + 1), sum)) != 0)
+            goto oom;
+    }
+    free(best);
+    return out;
+oom:
+    free(best);
+    json_decref(out);
+    kt_err_set(KT_ENOMEM, "out of memory");
+    return NULL;
+}
+
+void kt_job_curve_clear(kt_job_curve_t *c)
+{
+    if (!c)
+        return;
+    free(c->recs);
+    memset(c, 0, sizeof *c);
+}
+
 /* ---- Progress messages ------------------------------------------------------------------------ */
 
 void *kt_job_arena_alloc(void *arena, size_t size)

@@ -105,6 +105,32 @@ kt_scheduler_t *kt_job_view_scheduler(kt_store_t *s, const kt_job_view_t *v,
                                       const kt_scheduler_config_t *base, kt_job_record_fn each,
                                       void *ctx);
 
+/* ---- convergence from records ------------------------------------------------------------ */
+
+/* The estimated total latency against trials of a job as its tasks' records
+ * tell it, for a job whose latency log is empty (it ran before ktune logged
+ * one, or it continued from records an earlier job stored): the records in
+ * id order (the order they were measured in), each task's best so far, and
+ * once every task has a valid one, the weighted sum of the bests (the
+ * scheduler's estimate). A point [trials, seconds] is taken every
+ * per_round records and after the last, as the live scheduler logs one per
+ * round. Fed by kt_job_curve_add() as the `each` of kt_job_view_scheduler(),
+ * so the records are read once for both. */
+typedef struct {
+    struct kt_job_curve_rec *recs;   /* private */
+    size_t n, cap;
+    int oom;
+} kt_job_curve_t;
+
+/* A kt_job_record_fn (ctx: a zeroed kt_job_curve_t): keeps the record's id,
+ * task and cost. Returns nonzero (stopping the walk) only on OOM. */
+int kt_job_curve_add(int task, const kt_record_t *r, void *ctx);
+/* The curve as a JSON array of [trials, seconds] (new reference), empty
+ * while some task has no valid record; NULL + kt_err on OOM. per_round >= 1. */
+json_t *kt_job_curve_json(kt_job_curve_t *c, const kt_job_view_t *v, int per_round);
+/* Free what the curve holds (not c itself). */
+void kt_job_curve_clear(kt_job_curve_t *c);
+
 /* ---- progress messages ---------------------------------------------------------------- */
 
 /* Where the strings and arrays of a progress message live: alloc returns

@@ -1299,6 +1299,8 @@ static int preload(int task, const kt_record_t *r, void *ctx)
 {
     job_t *j = ctx;
     j->tasks[task].known++;
+    if (j->load_curve && kt_job_curve_add(task, r, j->load_curve) != 0)
+        return kt_err_code();
     double cost = r->error_code == KT_MEASURE_NO_ERROR ? r->mean_cost : -1;
     if (kt_search_preload(j->tasks[task].policy, r->state_json, cost) != 0)
         KT_DEBUG("job %" PRId64 ": task %d: stored state skipped: %s", j->id, task, kt_err_msg());
@@ -1423,14 +1425,33 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     cfg.max_in_flight = v->ntasks;
     cfg.latency_log = on_latency;
     cfg.latency_user = j;
-    if (!(j->sched = kt_job_view_scheduler(st, v, &cfg, preload, j)))
-        goto fail;
     kt_store_latency_t *pts = NULL;
     size_t npts = 0;
-    if (kt_store_read_latency(st, id, &pts, &npts) == 0)
-        for (size_t i = 0; i < npts; i++)
-            json_array_append_new(j->curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
-                                                      pts[i].latency));
+    if (kt_store_read_latency(st, id, &pts, &npts) != 0)
+        npts = 0;
+    /* No latency log yet (a new job over workloads tuned before): the curve
+     * starts from the records the job continues from, read in the same walk
+     * that restores the scheduler. */
+    kt_job_curve_t rc_curve = {0};
+    j->load_curve = npts == 0 ? &rc_curve : NULL;
+    j->sched = kt_job_view_scheduler(st, v, &cfg, preload, j);
+    j->load_curve = NULL;
+    json_t *from_records = j->sched && npts == 0
+                               ? kt_job_curve_json(&rc_curve, v, kt_scheduler_measures_per_round(j->sched))
+                               : NULL;
+    kt_job_curve_clear(&rc_curve);
+    if (!j->sched || (npts == 0 && !from_records)) {
+        json_decref(from_records);
+        free(pts);
+        goto fail;
+    }
+    if (from_records) {
+        json_array_extend(j->curve, from_records);
+        json_decref(from_records);
+    }
+    for (size_t i = 0; i < npts; i++)
+        json_array_append_new(j->curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
+                                                  pts[i].latency));
     free(pts);
     j->reserved = kt_scheduler_total_trials(j->sched);
     return j;
@@ -1826,12 +1847,6 @@ json_t *kt_jobs_job_json(job_t *j)
     return o;
 }
 
-/* How many of the store's jobs that this tracker has not loaded (they ended
- * before it started) the snapshot shows in detail, the most recent first:
- * each is rebuilt from its records, so thousands of them would make the page
- * slow; the rest are counted ("jobs_total") and in /metrics. */
-#define SNAPSHOT_STORED_JOBS 20
-
 static int job_loaded(job_t *list, int64_t id)
 {
     for (job_t *j = list; j; j = j->next)
@@ -1841,9 +1856,10 @@ static int job_loaded(job_t *list, int64_t id)
 }
 
 /* A job of the store as the snapshot shows it: the scheduler's view rebuilt
- * from its tasks' records, its identity, and its latency log as the curve.
- * NULL (and kt_err) when it cannot be read; the caller skips it. */
-static json_t *stored_job_json(kt_store_t *st, int64_t id)
+ * from its tasks' records, its identity, and its latency log as the curve
+ * (or, without one, the curve its records draw). *nrecs counts the records
+ * read. NULL (and kt_err) when it cannot be read; the caller skips it. */
+static json_t *stored_job_json(kt_store_t *st, int64_t id, size_t *nrecs)
 {
     kt_job_view_t *v = NULL;
     if (kt_job_view_load(st, id, &v) != 0)
@@ -1852,16 +1868,27 @@ static json_t *stored_job_json(kt_store_t *st, int64_t id)
     kt_scheduler_config_default(&cfg);
     cfg.table_out = NULL;
     cfg.max_in_flight = v->ntasks;
-    kt_scheduler_t *sched = kt_job_view_scheduler(st, v, &cfg, NULL, NULL);
-    json_t *o = sched ? kt_scheduler_snapshot(sched) : NULL;
-    kt_scheduler_free(sched);
-    json_t *curve = json_array();
     kt_store_latency_t *pts = NULL;
     size_t npts = 0;
-    if (curve && kt_store_read_latency(st, id, &pts, &npts) == 0)
+    if (kt_store_read_latency(st, id, &pts, &npts) != 0)
+        npts = 0;
+    /* The records are walked once for the table; the curve collects them on
+     * the way (it needs them only when there is no latency log, but counts
+     * them either way). */
+    kt_job_curve_t rc_curve = {0};
+    kt_scheduler_t *sched = kt_job_view_scheduler(st, v, &cfg, kt_job_curve_add, &rc_curve);
+    *nrecs += rc_curve.n;
+    json_t *o = sched ? kt_scheduler_snapshot(sched) : NULL;
+    json_t *curve = NULL;
+    if (o && npts == 0) {
+        curve = kt_job_curve_json(&rc_curve, v, kt_scheduler_measures_per_round(sched));
+    } else if (o && (curve = json_array())) {
         for (size_t i = 0; i < npts; i++)
             json_array_append_new(curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
                                                    pts[i].latency));
+    }
+    kt_scheduler_free(sched);
+    kt_job_curve_clear(&rc_curve);
     free(pts);
     const kt_store_job_t *sj = &v->info->job;
     const char *sp = v->opts.search_params;
@@ -1877,7 +1904,8 @@ static json_t *stored_job_json(kt_store_t *st, int64_t id)
         json_decref(own);
         json_decref(o);
         kt_job_view_free(v);
-        kt_err_set(KT_ENOMEM, "out of memory");
+        if (kt_err_code() == KT_OK)
+            kt_err_set(KT_ENOMEM, "out of memory");
         return NULL;
     }
     json_decref(own);
@@ -1890,7 +1918,18 @@ static json_t *stored_job_json(kt_store_t *st, int64_t id)
     return o;
 }
 
-static int snapshot(void *user, json_t *snap)
+static int job_id_desc(const void *a, const void *b)
+{
+    const job_t *x = *(job_t *const *)a, *y = *(job_t *const *)b;
+    return (x->id < y->id) - (x->id > y->id);
+}
+
+/* The jobs of `page` in one order: this tracker's own (live) jobs, the most
+ * recent first, then the store's others (they ended before it started), the
+ * most recent first; "jobs_total" counts both. Only the page's stored jobs
+ * are read from their records, so a page costs the same with 20 jobs in the
+ * store as with thousands (listing the ids is one indexed query). */
+static int snapshot(void *user, json_t *snap, const kt_http_page_t *page)
 {
     kt_jobs_t *m = user;
     json_t *jobs = json_array();
@@ -1901,41 +1940,53 @@ static int snapshot(void *user, json_t *snap)
     pthread_mutex_unlock(&m->mu);
     /* Jobs are only ever prepended and live until kt_jobs_free. */
     size_t loaded = 0;
-    for (job_t *j = list; j; j = j->next) {
-        json_t *o = kt_jobs_job_json(j);
+    for (job_t *j = list; j; j = j->next)
+        loaded++;
+    job_t **live = loaded ? malloc(loaded * sizeof *live) : NULL;
+    if (loaded && !live) {
+        json_decref(jobs);
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    loaded = 0;
+    for (job_t *j = list; j; j = j->next)
+        live[loaded++] = j;
+    /* Resumed jobs are listed in resume order, submitted ones before them. */
+    if (loaded > 1)
+        qsort(live, loaded, sizeof *live, job_id_desc);
+    uint64_t first = (uint64_t)page->offset, end = first + (uint64_t)page->limit;
+    for (size_t k = (size_t)(first < loaded ? first : loaded); k < loaded && k < end; k++) {
+        json_t *o = kt_jobs_job_json(live[k]);
         if (!o) {
+            free(live);
             json_decref(jobs);
             return kt_err_code();
         }
-        json_array_insert_new(jobs, 0, o);
-        loaded++;
+        json_array_append_new(jobs, o);
     }
-    /* The store's other jobs (ended before this tracker started), most
-     * recent first, after the live ones. */
+    free(live);
     int64_t *ids = NULL;
-    size_t nids = 0;
+    size_t nids = 0, nrecs = 0;
     kt_store_t *st = kt_jobs_store_get(m);
     int rc = kt_store_list_jobs(st, NULL, &ids, &nids);
-    size_t shown = 0, stored = 0;
+    uint64_t pos = loaded;   /* the next stored job's place in the whole order */
     for (size_t k = nids; rc == 0 && k > 0; k--) {
         if (job_loaded(list, ids[k - 1]))
             continue;
-        stored++;
-        if (shown >= SNAPSHOT_STORED_JOBS)
+        if (pos++ < first || pos > end)
             continue;
-        json_t *o = stored_job_json(st, ids[k - 1]);
+        json_t *o = stored_job_json(st, ids[k - 1], &nrecs);
         if (!o) {
             KT_WARN("status: job %lld of the store: %s", (long long)ids[k - 1], kt_err_msg());
             continue;
         }
         json_array_append_new(jobs, o);
-        shown++;
     }
     kt_jobs_store_put(m, st);
     free(ids);
+    kt_metrics_add(m->m_status_records, NULL, (double)nrecs);
     if (rc != 0)
         KT_WARN("status: listing the store's jobs: %s", kt_err_msg());
-    json_object_set_new(snap, "jobs_total", json_integer((json_int_t)(loaded + stored)));
+    json_object_set_new(snap, "jobs_total", json_integer((json_int_t)pos));
     return json_object_set_new(snap, "jobs", jobs) == 0 ? 0 : kt_err_set(KT_ENOMEM, "oom");
 }
 
@@ -2018,14 +2069,19 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
                                            1, err_l);
     m->m_rounds = kt_metrics_counter(mx, "rounds_total", "Search rounds committed", 0, NULL);
     m->m_jobs = kt_metrics_gauge(mx, "jobs", "Jobs known to this tracker, by state", 1, state_l);
+    m->m_status_records = kt_metrics_counter(
+        mx, "status_records_read_total",
+        "Records read from the store to show its earlier jobs on the status page", 0, NULL);
     m->m_rpc = kt_metrics_histogram(mx, "peer_rpc_seconds",
                                     "Duration of Build and Run calls to workers and runners", 1,
                                     method_l, kt_metrics_latency_buckets,
                                     kt_metrics_latency_buckets_len);
-    if (!m->m_measurements || !m->m_rounds || !m->m_jobs || !m->m_rpc ||
+    if (!m->m_measurements || !m->m_rounds || !m->m_jobs || !m->m_rpc || !m->m_status_records ||
         kt_metrics_add_collector(mx, collect, m) != 0 ||
         kt_tracker_add_snapshot(t, snapshot, m) != 0 || kt_jobs_rpc_add(m) != 0)
         goto fail;
+    /* Shown as 0 before the first page, so a scrape sees the series from the start. */
+    kt_metrics_add(m->m_status_records, NULL, 0);
     return m;
 fail:
     kt_jobs_free(m);

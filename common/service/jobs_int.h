@@ -73,6 +73,9 @@ typedef struct job {
      * by it. Set before the job is listed, then read only. */
     char client[128];
     json_t *curve;                /* [[trials, latency_s or null], ...] */
+    /* While job_load walks the records: where they go to draw the curve
+     * from when the job has no latency log yet (NULL otherwise). */
+    kt_job_curve_t *load_curve;
     job_round_t *rounds;          /* outstanding round threads */
 } job_t;
 
@@ -128,6 +131,9 @@ struct kt_jobs {
     struct commit_req *commit_queue;
     int committing;
     kt_metric_t *m_measurements, *m_rounds, *m_jobs, *m_rpc;
+    /* Records read to show the store's earlier jobs in the status snapshot:
+     * what a page of them costs (only the page's jobs are read). */
+    kt_metric_t *m_status_records;
 };
 
 /* Take the store handle (waits while another thread uses it) and give it

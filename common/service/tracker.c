@@ -128,8 +128,11 @@ static void *sweeper_main(void *arg)
 
 /* ---- Status snapshot and metrics ------------------------------------------------------ */
 
-json_t *kt_tracker_snapshot(kt_tracker_t *t)
+json_t *kt_tracker_snapshot(kt_tracker_t *t, const kt_http_page_t *page)
 {
+    kt_http_page_t pg = {.offset = 0, .limit = KT_HTTP_PAGE_SIZE};
+    if (page)
+        pg = *page;
     kt_peer_t *peers = NULL;
     kt_queue_info_t *queues = NULL;
     int np = 0, nq = 0;
@@ -166,24 +169,28 @@ json_t *kt_tracker_snapshot(kt_tracker_t *t)
                                                "pending", queues[i].pending));
     kt_peer_list_free(peers, np);
     free(queues);
-    json_t *snap = json_pack("{s:s, s:f, s:[], s:o, s:o, s:o}", "version", KT_VERSION,
-                             "uptime_s", kt_time_mono() - t->started_mono, "jobs", "runners",
-                             runners, "workers", workers, "queue", queue);
+    /* The page asked for goes back with it, so an API client paging with
+     * defaults knows where it is. */
+    json_t *snap = json_pack("{s:s, s:f, s:[], s:I, s:I, s:I, s:o, s:o, s:o}", "version",
+                             KT_VERSION, "uptime_s", kt_time_mono() - t->started_mono, "jobs",
+                             "jobs_total", (json_int_t)0, "offset", (json_int_t)pg.offset,
+                             "limit", (json_int_t)pg.limit, "runners", runners, "workers",
+                             workers, "queue", queue);
     if (!snap) {
         kt_err_set(KT_ENOMEM, "status snapshot: out of memory");
         return NULL;
     }
     for (int i = 0; i < t->n_snap_fns; i++)
-        if (t->snap_fns[i](t->snap_users[i], snap) != 0) {
+        if (t->snap_fns[i](t->snap_users[i], snap, &pg) != 0) {
             json_decref(snap);
             return NULL;
         }
     return snap;
 }
 
-static json_t *http_snapshot(void *user)
+static json_t *http_snapshot(void *user, const kt_http_page_t *page)
 {
-    return kt_tracker_snapshot(user);
+    return kt_tracker_snapshot(user, page);
 }
 
 /* Refresh the per-key gauges on every scrape, so keys that vanished vanish. */

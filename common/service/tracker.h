@@ -14,7 +14,8 @@
  * runners and workers.
  *
  * HTTP (when opts.http is set): / and /api/status show the snapshot (version,
- * uptime, "jobs": [] unless a module fills it, "runners", "workers",
+ * uptime, "jobs": [] and "jobs_total": 0 unless a module fills them, the
+ * page of jobs asked for as "offset" and "limit", "runners", "workers",
  * "queue"), /metrics the registry gauges and counters; with a token, every
  * route but /healthz needs it as a bearer token (http.h). An HTTP address that
  * cannot be bound is logged as a warning and the tracker serves gRPC anyway:
@@ -31,6 +32,7 @@
 
 #include <jansson.h>
 
+#include "http/http.h"
 #include "http/metrics.h"
 #include "ktune.pb-c.h"
 #include "registry/registry.h"
@@ -55,9 +57,11 @@ typedef struct {
     int threads;               /* gRPC threads; 0 = KT_TRACKER_DEFAULT_THREADS */
 } kt_tracker_opts_t;
 
-/* Adds fields to the status snapshot (e.g. sets "jobs"); called on the HTTP
- * thread. 0, or negative with kt_err set (the page then answers 500). */
-typedef int (*kt_tracker_snapshot_fn)(void *user, json_t *snapshot);
+/* Adds fields to the status snapshot (e.g. sets "jobs" to the jobs of
+ * `page` and "jobs_total" to the count of all); called on the HTTP thread.
+ * page is never NULL. 0, or negative with kt_err set (the page then answers
+ * 500). */
+typedef int (*kt_tracker_snapshot_fn)(void *user, json_t *snapshot, const kt_http_page_t *page);
 
 /* ---- create / start / stop ------------------------------------------------------ */
 
@@ -87,8 +91,10 @@ int kt_tracker_add_snapshot(kt_tracker_t *t, kt_tracker_snapshot_fn fn, void *us
 const char *kt_tracker_address(const kt_tracker_t *t);
 /* The bound HTTP port, 0 when HTTP is off or failed to bind. */
 int kt_tracker_http_port(const kt_tracker_t *t);
-/* The snapshot the status page shows (new reference; NULL with kt_err set). */
-json_t *kt_tracker_snapshot(kt_tracker_t *t);
+/* The snapshot the status page shows for the jobs of `page` (NULL: the
+ * first KT_HTTP_PAGE_SIZE); it says which in "offset" and "limit". New
+ * reference; NULL with kt_err set. */
+json_t *kt_tracker_snapshot(kt_tracker_t *t, const kt_http_page_t *page);
 
 /* ---- calling runners and workers ---------------------------------------------------- */
 
