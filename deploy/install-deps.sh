@@ -13,6 +13,7 @@ PACKAGES=(
   libevent-dev libjansson-dev libxxhash-dev
   # tests
   check libsubunit-dev openssl sqlite3 systemd python3-yaml python3-grpcio python3-grpc-tools python3-torch python3-onnx
+  iproute2   # ip netns: the hosts suite
   # benchmarks
   libopenblas-dev libdnnl-dev hyperfine
   # fuzzing (deploy/fuzz.sh: libFuzzer with ASan and UBSan)
