@@ -88,7 +88,8 @@ static void run_usage(FILE *f)
                "options:\n%s%s"
                "  --out DIR             keep the library in DIR\n"
                "  --input x.npy         the input (float32, the model's input shape; default:\n"
-               "                        uniform in [-1, 1) from --seed)\n"
+               "                        uniform in [-1, 1) from --seed); an --input\n"
+               "                        NAME=DIMS that names no file is an ONNX input's shape\n"
                "  --output y.npy        write the output there\n"
                "  --repeat N            timed runs (default 20), after one warm-up run\n"
                "  --threads N           OpenMP threads (default 1)\n"
@@ -105,6 +106,12 @@ static void run_usage(FILE *f)
 static int is_cuda(const build_args_t *a) { return a->target && strcmp(a->target, "cuda") == 0; }
 
 static const char *target_of(const build_args_t *a) { return a->target ? a->target : "cpu"; }
+
+static int is_shape_spec(const char *arg)
+{
+    kt_net_input_t spec;
+    return strchr(arg, '=') && access(arg, F_OK) != 0 && kt_net_parse_input_spec(arg, &spec) == 0;
+}
 
 /* 0, 2 (bad usage, said), or -1 for --help. */
 static int parse_args(const char *cmd, int run, int argc, char **argv, build_args_t *a)
@@ -137,8 +144,9 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
     int c;
     long long v;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        /* --input is an ONNX input shape for build, the input tensor for run. */
-        if (c == KT_CLI_O_INPUT && run)
+        /* --input is an ONNX input's shape for build; for run it is the input
+         * tensor, unless it names no file and reads as NAME=DIMS (a shape). */
+        if (c == KT_CLI_O_INPUT && run && !is_shape_spec(optarg))
             c = O_IN;
         int taken = kt_cli_net_option(cmd, &a->net, c, optarg);
         if (!taken)
