@@ -167,6 +167,18 @@ static void service_start(service_t *s)
     ck_assert_ptr_nonnull(s->client);
 }
 
+/* The common set-up: one fake worker and one fake runner (measuring for
+ * runner_delay_ms a batch) registered with a started service. */
+static void start_with_fakes(service_t *s, fake_t *worker, fake_t *runner, int runner_delay_ms)
+{
+    fake_start(worker, 0, 0);
+    fake_start(runner, 1, runner_delay_ms);
+    service_start(s);
+    fake_register(s->t, worker, 0);
+    fake_register(s->t, runner, 1);
+    ck_assert_int_eq(kt_jobs_start(s->jobs), 0);
+}
+
 static void service_stop(service_t *s)
 {
     kt_rpc_client_free(s->client);
@@ -254,13 +266,8 @@ START_TEST(jobs_run_a_job_to_done_on_fake_worker_and_runner)
 {
     make_dir();
     fake_t worker, runner;
-    fake_start(&worker, 0, 0);
-    fake_start(&runner, 1, 0);
     service_t s;
-    service_start(&s);
-    fake_register(s.t, &worker, 0);
-    fake_register(s.t, &runner, 1);
-    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    start_with_fakes(&s, &worker, &runner, 0);
     int64_t id = submit(&s, 12, 4);
     Ktune__V1__JobProgress *p = wait_job(&s, id, "done", 0);
     ck_assert_str_eq(p->state, "done");
@@ -313,13 +320,8 @@ START_TEST(jobs_resume_an_unfinished_job_after_the_manager_is_recreated)
 {
     make_dir();
     fake_t worker, runner;
-    fake_start(&worker, 0, 0);
-    fake_start(&runner, 1, 150);
     service_t s;
-    service_start(&s);
-    fake_register(s.t, &worker, 0);
-    fake_register(s.t, &runner, 1);
-    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    start_with_fakes(&s, &worker, &runner, 150);
     int64_t id = submit(&s, 24, 4);
     Ktune__V1__JobProgress *p = wait_job(&s, id, "running", 4);
     ck_assert_str_eq(p->state, "running");
@@ -403,13 +405,8 @@ START_TEST(limits_submit_flood_is_refused_per_client)
 {
     make_dir();
     fake_t worker, runner;
-    fake_start(&worker, 0, 0);
-    fake_start(&runner, 1, 0);
     service_t s;
-    service_start(&s);
-    fake_register(s.t, &worker, 0);
-    fake_register(s.t, &runner, 1);
-    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    start_with_fakes(&s, &worker, &runner, 0);
     kt_rpc_client_t *flood = kt_rpc_client_new(kt_tracker_address(s.t), NULL);
     ck_assert_ptr_nonnull(flood);
 
@@ -856,13 +853,8 @@ START_TEST(faults_full_disk_during_a_run)
     mount_tmpfs(mnt, 8192, NULL);
     snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
     fake_t worker, runner;
-    fake_start(&worker, 0, 0);
-    fake_start(&runner, 1, 50);
     service_t s;
-    service_start(&s);
-    fake_register(s.t, &worker, 0);
-    fake_register(s.t, &runner, 1);
-    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    start_with_fakes(&s, &worker, &runner, 50);
     int64_t id = submit(&s, 48, 4);
     Ktune__V1__JobProgress *p = wait_job(&s, id, "running", 8);
     ck_assert_str_eq(p->state, "running");
