@@ -49,13 +49,15 @@ for t in $targets; do
         "$work" "fuzz/corpus/$t" >"$log" 2>&1
     rc=$?
     set -e
+    # Corpus size: the seeds plus what this run added (libFuzzer's last "corp: N/SIZE").
+    corpus=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | sed 's/^corp: //')
     rm -rf "$work"
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     execs=${execs:-0}
     crashes=$(find "$out/$t" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o \
         -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
     [ "$rc" -ne 0 ] && [ "$crashes" -eq 0 ] && crashes=1
-    echo "fuzz $t: $execs execs, $crashes crashes"
+    echo "fuzz $t: $execs execs, $crashes crashes, corpus ${corpus:-0/0b}"
     if [ "$crashes" -gt 0 ]; then
         grep -m1 -A12 'ERROR: \|runtime error' "$log" >&2 || tail -20 "$log" >&2
         ls "$out/$t" >&2
