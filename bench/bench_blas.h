@@ -10,11 +10,17 @@
  * checked at sampled points against a direct loop; a mismatch is fatal.
  *
  * With oneDNN (KT_HAVE_DNNL: meson finds libdnnl), kt_bench_dnnl_conv2d times
- * the same conv2d with oneDNN's direct convolution, the faster library route.
+ * the same conv2d with oneDNN's direct convolution, the faster library route,
+ * and kt_bench_dnnl_conv_init / _dense_init set up oneDNN's convolution or
+ * inner product for any of ktune's conv2d_nhwc or dense workloads (their
+ * epilogues as post-ops, weights reordered once) on the caller's buffers,
+ * to be timed with kt_bench_time beside a ktune kernel; sgemm: dnnl_sgemm.
  *
- * Times are thread CPU time, the fastest of repeats lasting >= 0.2 s in all
- * (the machine may be shared). Everything is allocated and freed inside.
- * Not thread-safe: OpenBLAS is set to one thread for the whole process. */
+ * Times are thread CPU time (wall time where asked), the fastest of repeats
+ * lasting >= 0.2 s in all (the machine may be shared). The kt_bench_blas_*
+ * and kt_bench_dnnl_conv2d calls allocate and free everything inside. Not
+ * thread-safe: OpenBLAS is set to one thread for the whole process, oneDNN
+ * takes OpenMP's thread count (omp_set_num_threads). */
 #ifndef KT_BENCH_BLAS_H
 #define KT_BENCH_BLAS_H
 
@@ -22,6 +28,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static inline double kt_bench_blas_cpu_now(void)
@@ -45,19 +52,36 @@ static inline float *kt_bench_blas_fill(size_t n, unsigned seed)
     return p;
 }
 
-/* Fastest of repeats of fn(arg) after a warm-up, in seconds. */
-static inline double kt_bench_blas_time(void (*fn)(void *), void *arg)
+static inline double kt_bench_wall_now(void)
 {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Fastest of repeats of fn(arg) after a warm-up, in seconds: at least 5
+ * repeats and 0.2 s in all (at most 200), timed in this thread's CPU time
+ * or, with wall set, in wall time (for kernels on several threads, whose CPU
+ * times add up). */
+static inline double kt_bench_time(void (*fn)(void *), void *arg, int wall)
+{
+    double (*now)(void) = wall ? kt_bench_wall_now : kt_bench_blas_cpu_now;
     fn(arg);
     double best = INFINITY, spent = 0;
     for (int r = 0; r < 200 && (r < 5 || spent < 0.2); r++) {
-        double t0 = kt_bench_blas_cpu_now();
+        double t0 = now();
         fn(arg);
-        double dt = kt_bench_blas_cpu_now() - t0;
+        double dt = now() - t0;
         spent += dt;
         best = dt < best ? dt : best;
     }
     return best;
+}
+
+/* kt_bench_time in thread CPU time. */
+static inline double kt_bench_blas_time(void (*fn)(void *), void *arg)
+{
+    return kt_bench_time(fn, arg, 0);
 }
 
 typedef struct {
@@ -191,22 +215,6 @@ static inline double kt_bench_blas_conv2d(int H, int W, int CI, int CO, int KH, 
 
 void omp_set_num_threads(int);   /* oneDNN runs on libgomp here */
 
-typedef struct {
-    dnnl_primitive_t conv;
-    dnnl_stream_t stream;
-    dnnl_exec_arg_t args[4];
-} kt_bench_dnnl_t;
-
-static inline void kt_bench_dnnl_run(void *arg)
-{
-    kt_bench_dnnl_t *d = arg;
-    if (dnnl_primitive_execute(d->conv, d->stream, 4, d->args) != dnnl_success ||
-        dnnl_stream_wait(d->stream) != dnnl_success) {
-        fprintf(stderr, "bench baseline: oneDNN convolution failed\n");
-        exit(1);
-    }
-}
-
 #define KT_BENCH_DNNL(call)                                                              \
     do {                                                                                 \
         if ((call) != dnnl_success) {                                                    \
@@ -214,6 +222,253 @@ static inline void kt_bench_dnnl_run(void *arg)
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
+
+#define KT_BENCH_DNNL_MAX_ARGS 16
+
+/* A oneDNN primitive ready to run on borrowed buffers: its arguments, and
+ * what kt_bench_dnnl_free destroys (the engine, stream, primitive, its
+ * memories and the weights it reordered). impl: oneDNN's name for the
+ * implementation it chose ("jit:avx512_core", "gemm:jit", "ref", ...). */
+typedef struct {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    dnnl_primitive_t prim;
+    dnnl_exec_arg_t args[KT_BENCH_DNNL_MAX_ARGS];
+    int nargs;
+    dnnl_memory_t mem[KT_BENCH_DNNL_MAX_ARGS];
+    int nmem;
+    char impl[64];
+} kt_bench_dnnl_t;
+
+static inline void kt_bench_dnnl_run(void *arg)
+{
+    kt_bench_dnnl_t *d = arg;
+    if (dnnl_primitive_execute(d->prim, d->stream, d->nargs, d->args) != dnnl_success ||
+        dnnl_stream_wait(d->stream) != dnnl_success) {
+        fprintf(stderr, "bench baseline: oneDNN primitive failed\n");
+        exit(1);
+    }
+}
+
+static inline void kt_bench_dnnl_free(kt_bench_dnnl_t *d)
+{
+    dnnl_primitive_destroy(d->prim);
+    for (int i = 0; i < d->nmem; i++)
+        dnnl_memory_destroy(d->mem[i]);
+    dnnl_stream_destroy(d->stream);
+    dnnl_engine_destroy(d->eng);
+}
+
+/* A memory on the borrowed buffer p (DNNL_MEMORY_ALLOCATE: oneDNN's own),
+ * destroyed with d; passed to the primitive as argument `arg` unless 0. */
+static inline dnnl_memory_t kt_bench_dnnl_mem(kt_bench_dnnl_t *d, const dnnl_memory_desc_t *md,
+                                              const void *p, int arg)
+{
+    if (d->nmem == KT_BENCH_DNNL_MAX_ARGS || d->nargs == KT_BENCH_DNNL_MAX_ARGS) {
+        fprintf(stderr, "bench baseline: oneDNN: too many arguments\n");
+        exit(1);
+    }
+    dnnl_memory_t m;
+    KT_BENCH_DNNL(dnnl_memory_create(&m, md, d->eng, (void *)p));
+    d->mem[d->nmem++] = m;
+    if (arg)
+        d->args[d->nargs++] = (dnnl_exec_arg_t){arg, m};
+    return m;
+}
+
+/* ktune's epilogues (te/ops.h names, in order) as oneDNN post-ops on an
+ * output of dims out[0..ndims) whose channel axis is 1 (nchw or ab order;
+ * full_tag: the output's layout). The first bias_add that only additions
+ * precede becomes the primitive's own bias, as a library user fuses it
+ * (*bias_epi: its index, -1 when none); residual adds and the other
+ * channel-wise operands are binary post-ops whose operands (params[e],
+ * borrowed) join d's arguments; relu, gelu, sigmoid and tanh are eltwise
+ * post-ops. Exits for an epilogue with no post-op here. */
+static inline dnnl_primitive_attr_t kt_bench_dnnl_epilogue(kt_bench_dnnl_t *d,
+                                                           const char *const *epi, int nepi,
+                                                           const float *const *params,
+                                                           int ndims, const dnnl_dims_t out,
+                                                           dnnl_format_tag_t full_tag,
+                                                           int *bias_epi)
+{
+    dnnl_post_ops_t po;
+    dnnl_primitive_attr_t attr;
+    KT_BENCH_DNNL(dnnl_post_ops_create(&po));
+    dnnl_dims_t chan;
+    for (int i = 0; i < ndims; i++)
+        chan[i] = i == 1 ? out[1] : 1;
+    dnnl_format_tag_t plain = ndims == 4 ? dnnl_nchw : dnnl_ab;
+    int only_adds = 1;
+    *bias_epi = -1;
+    for (int e = 0; e < nepi; e++) {
+        const char *x = epi[e];
+        int channel = strcmp(x, "bias_add") == 0 || strcmp(x, "multiply") == 0;
+        if (strcmp(x, "bias_add") == 0 && only_adds && *bias_epi < 0) {
+            *bias_epi = e;
+        } else if (channel || strcmp(x, "add") == 0) {
+            dnnl_memory_desc_t md;
+            KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&md, ndims, channel ? chan : out,
+                                                       dnnl_f32, channel ? plain : full_tag));
+            int at = dnnl_post_ops_len(po);
+            KT_BENCH_DNNL(dnnl_post_ops_append_binary(
+                po, strcmp(x, "multiply") == 0 ? dnnl_binary_mul : dnnl_binary_add, &md));
+            kt_bench_dnnl_mem(d, &md, params[e], DNNL_ARG_ATTR_MULTIPLE_POST_OP(at) | DNNL_ARG_SRC_1);
+        } else {
+            dnnl_alg_kind_t alg = strcmp(x, "relu") == 0      ? dnnl_eltwise_relu
+                                  : strcmp(x, "gelu") == 0    ? dnnl_eltwise_gelu_erf
+                                  : strcmp(x, "sigmoid") == 0 ? dnnl_eltwise_logistic
+                                  : strcmp(x, "tanh") == 0    ? dnnl_eltwise_tanh
+                                                              : dnnl_alg_kind_undef;
+            if (alg == dnnl_alg_kind_undef) {
+                fprintf(stderr, "bench baseline: epilogue %s has no oneDNN post-op here\n", x);
+                exit(1);
+            }
+            KT_BENCH_DNNL(dnnl_post_ops_append_eltwise(po, 1.0f, alg, 0.0f, 0.0f));
+        }
+        only_adds = only_adds && (strcmp(x, "add") == 0 || strcmp(x, "bias_add") == 0);
+    }
+    KT_BENCH_DNNL(dnnl_primitive_attr_create(&attr));
+    KT_BENCH_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+    dnnl_post_ops_destroy(po);
+    return attr;
+}
+
+/* The rest of a primitive with weights: creates it from op_desc, reorders
+ * the user's weights (wei_user_md over weight) once into the layout the
+ * primitive chose (untimed, as a network built once does), and adds the
+ * weights and the bias (when bias is not NULL) to d's arguments. */
+static inline void kt_bench_dnnl_finish(kt_bench_dnnl_t *d, const void *op_desc,
+                                        dnnl_primitive_attr_t attr,
+                                        const dnnl_memory_desc_t *wei_user_md, const float *weight,
+                                        const dnnl_memory_desc_t *bia_md, const float *bias)
+{
+    dnnl_primitive_desc_t pd, rpd;
+    KT_BENCH_DNNL(dnnl_primitive_desc_create(&pd, op_desc, attr, d->eng, NULL));
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success)
+        impl = NULL;
+    snprintf(d->impl, sizeof d->impl, "%s", impl ? impl : "?");
+    const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_t user = kt_bench_dnnl_mem(d, wei_user_md, weight, 0);
+    dnnl_memory_t wei = kt_bench_dnnl_mem(d, wei_md, DNNL_MEMORY_ALLOCATE, DNNL_ARG_WEIGHTS);
+    dnnl_primitive_t reorder;
+    KT_BENCH_DNNL(dnnl_reorder_primitive_desc_create(&rpd, wei_user_md, d->eng, wei_md, d->eng,
+                                                     NULL));
+    KT_BENCH_DNNL(dnnl_primitive_create(&reorder, rpd));
+    dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, wei}};
+    KT_BENCH_DNNL(dnnl_primitive_execute(reorder, d->stream, 2, rargs));
+    KT_BENCH_DNNL(dnnl_stream_wait(d->stream));
+    if (bias)
+        kt_bench_dnnl_mem(d, bia_md, bias, DNNL_ARG_BIAS);
+    KT_BENCH_DNNL(dnnl_primitive_create(&d->prim, pd));
+    dnnl_primitive_destroy(reorder);
+    dnnl_primitive_desc_destroy(rpd);
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+}
+
+static inline void kt_bench_dnnl_start(kt_bench_dnnl_t *d)
+{
+    memset(d, 0, sizeof *d);
+    KT_BENCH_DNNL(dnnl_engine_create(&d->eng, dnnl_cpu, 0));
+    KT_BENCH_DNNL(dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags));
+}
+
+/* One NHWC conv2d (batch 1, HWIO weight) with ktune's epilogues, on
+ * borrowed buffers: params[e] is epilogue e's operand (bias or scale [CO],
+ * residual in the output's NHWC shape; NULL for the others). */
+typedef struct {
+    int H, W, CI, CO, KH, KW;
+    int stride[2], dilation[2];
+    int pad[4];                  /* top, left, bottom, right */
+    const char *const *epi;
+    int nepi;
+    const float *const *params;
+    const float *data, *weight;
+    float *out;
+} kt_bench_dnnl_conv_t;
+
+/* d gets oneDNN's convolution of c with algorithm alg (dnnl_convolution_direct,
+ * _auto, ...): src and dst NHWC as ktune's kernels, the weights' format the
+ * primitive's choice (format tag any) and reordered once, the epilogues
+ * fused (kt_bench_dnnl_epilogue). Exits when oneDNN refuses. */
+static inline void kt_bench_dnnl_conv_init(kt_bench_dnnl_t *d, const kt_bench_dnnl_conv_t *c,
+                                           dnnl_alg_kind_t alg)
+{
+    kt_bench_dnnl_start(d);
+    int OH = (c->H + c->pad[0] + c->pad[2] - c->dilation[0] * (c->KH - 1) - 1) / c->stride[0] + 1;
+    int OW = (c->W + c->pad[1] + c->pad[3] - c->dilation[1] * (c->KW - 1) - 1) / c->stride[1] + 1;
+    dnnl_dims_t src_dims = {1, c->CI, c->H, c->W}, wei_dims = {c->CO, c->CI, c->KH, c->KW},
+                bia_dims = {c->CO}, dst_dims = {1, c->CO, OH, OW},
+                strides = {c->stride[0], c->stride[1]},
+                dilates = {c->dilation[0] - 1, c->dilation[1] - 1}, pad_l = {c->pad[0], c->pad[1]},
+                pad_r = {c->pad[2], c->pad[3]};
+    dnnl_memory_desc_t src_md, wei_user_md, wei_any_md, bia_md, dst_md;
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_user_md, 4, wei_dims, dnnl_f32, dnnl_hwio));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_any_md, 4, wei_dims, dnnl_f32,
+                                               dnnl_format_tag_any));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&bia_md, 1, bia_dims, dnnl_f32, dnnl_x));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc));
+    int bias_epi;
+    dnnl_primitive_attr_t attr = kt_bench_dnnl_epilogue(d, c->epi, c->nepi, c->params, 4,
+                                                        dst_dims, dnnl_nhwc, &bias_epi);
+    dnnl_convolution_desc_t cd;
+    KT_BENCH_DNNL(dnnl_dilated_convolution_forward_desc_init(
+        &cd, dnnl_forward_inference, alg, &src_md, &wei_any_md, bias_epi >= 0 ? &bia_md : NULL,
+        &dst_md, strides, dilates, pad_l, pad_r));
+    kt_bench_dnnl_mem(d, &src_md, c->data, DNNL_ARG_SRC);
+    kt_bench_dnnl_mem(d, &dst_md, c->out, DNNL_ARG_DST);
+    kt_bench_dnnl_finish(d, &cd, attr, &wei_user_md, c->weight, &bia_md,
+                         bias_epi >= 0 ? c->params[bias_epi] : NULL);
+}
+
+/* d gets oneDNN's inner product out[M, N] = data[M, K] weight[N, K]^T (ktune's
+ * dense) with its epilogues, as kt_bench_dnnl_conv_init does. */
+static inline void kt_bench_dnnl_dense_init(kt_bench_dnnl_t *d, int M, int N, int K,
+                                            const char *const *epi, int nepi,
+                                            const float *const *params, const float *data,
+                                            const float *weight, float *out)
+{
+    kt_bench_dnnl_start(d);
+    dnnl_dims_t src_dims = {M, K}, wei_dims = {N, K}, bia_dims = {N}, dst_dims = {M, N};
+    dnnl_memory_desc_t src_md, wei_user_md, wei_any_md, bia_md, dst_md;
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&src_md, 2, src_dims, dnnl_f32, dnnl_ab));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_user_md, 2, wei_dims, dnnl_f32, dnnl_ab));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_any_md, 2, wei_dims, dnnl_f32,
+                                               dnnl_format_tag_any));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&bia_md, 1, bia_dims, dnnl_f32, dnnl_x));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&dst_md, 2, dst_dims, dnnl_f32, dnnl_ab));
+    int bias_epi;
+    dnnl_primitive_attr_t attr =
+        kt_bench_dnnl_epilogue(d, epi, nepi, params, 2, dst_dims, dnnl_ab, &bias_epi);
+    dnnl_inner_product_desc_t ipd;
+    KT_BENCH_DNNL(dnnl_inner_product_forward_desc_init(&ipd, dnnl_forward_inference, &src_md,
+                                                       &wei_any_md,
+                                                       bias_epi >= 0 ? &bia_md : NULL, &dst_md));
+    kt_bench_dnnl_mem(d, &src_md, data, DNNL_ARG_SRC);
+    kt_bench_dnnl_mem(d, &dst_md, out, DNNL_ARG_DST);
+    kt_bench_dnnl_finish(d, &ipd, attr, &wei_user_md, weight, &bia_md,
+                         bias_epi >= 0 ? params[bias_epi] : NULL);
+}
+
+/* dnnl_sgemm's C[M,N] = A[M,K] B[K,N], row-major, no transposes (it packs
+ * B on every call: sgemm has no pre-packed form). */
+typedef struct {
+    int M, N, K;
+    const float *A, *B;
+    float *C;
+} kt_bench_sgemm_t;
+
+static inline void kt_bench_dnnl_sgemm_run(void *arg)
+{
+    kt_bench_sgemm_t *g = arg;
+    if (dnnl_sgemm('N', 'N', g->M, g->N, g->K, 1.0f, g->A, g->K, g->B, g->N, 0.0f, g->C, g->N) !=
+        dnnl_success) {
+        fprintf(stderr, "bench baseline: dnnl_sgemm failed\n");
+        exit(1);
+    }
+}
 
 /* Seconds of the same conv2d + bias + relu as kt_bench_blas_conv2d with
  * oneDNN's direct convolution on one thread: NHWC in and out as ktune's
@@ -223,66 +478,17 @@ static inline double kt_bench_dnnl_conv2d(int H, int W, int CI, int CO, int KH, 
 {
     omp_set_num_threads(1);
     kt_bench_conv_t c = kt_bench_conv_new(H, W, CI, CO, KH, KW, pad);
-    dnnl_engine_t eng;
+    static const char *const epi[] = {"bias_add", "relu"};
+    const float *params[] = {c.bias, NULL};
+    kt_bench_dnnl_conv_t cv = {.H = H, .W = W, .CI = CI, .CO = CO, .KH = KH, .KW = KW,
+                               .stride = {1, 1}, .dilation = {1, 1}, .pad = {pad, pad, pad, pad},
+                               .epi = epi, .nepi = 2, .params = params, .data = c.data,
+                               .weight = c.weight, .out = c.out};
     kt_bench_dnnl_t d;
-    KT_BENCH_DNNL(dnnl_engine_create(&eng, dnnl_cpu, 0));
-    KT_BENCH_DNNL(dnnl_stream_create(&d.stream, eng, dnnl_stream_default_flags));
-    dnnl_dims_t src_dims = {1, CI, H, W}, wei_dims = {CO, CI, KH, KW}, bia_dims = {CO},
-                dst_dims = {1, CO, c.OH, c.OW}, strides = {1, 1}, padding = {pad, pad};
-    dnnl_memory_desc_t src_md, wei_user_md, wei_any_md, bia_md, dst_md;
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_user_md, 4, wei_dims, dnnl_f32, dnnl_hwio));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_any_md, 4, wei_dims, dnnl_f32,
-                                               dnnl_format_tag_any));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&bia_md, 1, bia_dims, dnnl_f32, dnnl_x));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc));
-    dnnl_convolution_desc_t cd;
-    KT_BENCH_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                     dnnl_convolution_direct, &src_md,
-                                                     &wei_any_md, &bia_md, &dst_md, strides,
-                                                     padding, padding));
-    dnnl_post_ops_t po;
-    dnnl_primitive_attr_t attr;
-    KT_BENCH_DNNL(dnnl_post_ops_create(&po));
-    KT_BENCH_DNNL(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
-    KT_BENCH_DNNL(dnnl_primitive_attr_create(&attr));
-    KT_BENCH_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
-    dnnl_primitive_desc_t pd, rpd;
-    KT_BENCH_DNNL(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
-    const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    dnnl_memory_t src_m, wei_user_m, wei_m, bia_m, dst_m;
-    KT_BENCH_DNNL(dnnl_memory_create(&src_m, &src_md, eng, c.data));
-    KT_BENCH_DNNL(dnnl_memory_create(&wei_user_m, &wei_user_md, eng, c.weight));
-    KT_BENCH_DNNL(dnnl_memory_create(&wei_m, wei_md, eng, DNNL_MEMORY_ALLOCATE));
-    KT_BENCH_DNNL(dnnl_memory_create(&bia_m, &bia_md, eng, c.bias));
-    KT_BENCH_DNNL(dnnl_memory_create(&dst_m, &dst_md, eng, c.out));
-    /* the weights' layout rewrite, once */
-    dnnl_primitive_t reorder;
-    KT_BENCH_DNNL(dnnl_reorder_primitive_desc_create(&rpd, &wei_user_md, eng, wei_md, eng, NULL));
-    KT_BENCH_DNNL(dnnl_primitive_create(&reorder, rpd));
-    dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, wei_user_m}, {DNNL_ARG_TO, wei_m}};
-    KT_BENCH_DNNL(dnnl_primitive_execute(reorder, d.stream, 2, rargs));
-    KT_BENCH_DNNL(dnnl_stream_wait(d.stream));
-    KT_BENCH_DNNL(dnnl_primitive_create(&d.conv, pd));
-    d.args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, src_m};
-    d.args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, wei_m};
-    d.args[2] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bia_m};
-    d.args[3] = (dnnl_exec_arg_t){DNNL_ARG_DST, dst_m};
+    kt_bench_dnnl_conv_init(&d, &cv, dnnl_convolution_direct);
     double t = kt_bench_blas_time(kt_bench_dnnl_run, &d);
     kt_bench_conv_check("oneDNN conv2d", &c, c.out);
-    dnnl_primitive_destroy(d.conv);
-    dnnl_primitive_destroy(reorder);
-    dnnl_primitive_desc_destroy(rpd);
-    dnnl_primitive_desc_destroy(pd);
-    dnnl_primitive_attr_destroy(attr);
-    dnnl_post_ops_destroy(po);
-    dnnl_memory_destroy(src_m);
-    dnnl_memory_destroy(wei_user_m);
-    dnnl_memory_destroy(wei_m);
-    dnnl_memory_destroy(bia_m);
-    dnnl_memory_destroy(dst_m);
-    dnnl_stream_destroy(d.stream);
-    dnnl_engine_destroy(eng);
+    kt_bench_dnnl_free(&d);
     kt_bench_conv_free(&c);
     return t;
 }
