@@ -333,14 +333,34 @@ static inline dnnl_primitive_attr_t kt_bench_dnnl_epilogue(kt_bench_dnnl_t *d,
     return attr;
 }
 
+/* The memory descriptors of a primitive with weights: src and dst in the
+ * layout act, the user's weights in wtag and as format tag any (the
+ * primitive's choice), the bias [dst[1]]. */
+typedef struct {
+    dnnl_memory_desc_t src, wei_user, wei_any, bia, dst;
+} kt_bench_dnnl_mds_t;
+
+static inline void kt_bench_dnnl_mds(kt_bench_dnnl_mds_t *m, int ndims, const dnnl_dims_t src,
+                                     const dnnl_dims_t wei, const dnnl_dims_t dst,
+                                     dnnl_format_tag_t act, dnnl_format_tag_t wtag)
+{
+    dnnl_dims_t bia = {dst[1]};
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&m->src, ndims, src, dnnl_f32, act));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&m->wei_user, ndims, wei, dnnl_f32, wtag));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&m->wei_any, ndims, wei, dnnl_f32,
+                                               dnnl_format_tag_any));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&m->bia, 1, bia, dnnl_f32, dnnl_x));
+    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&m->dst, ndims, dst, dnnl_f32, act));
+}
+
 /* The rest of a primitive with weights: creates it from op_desc, reorders
- * the user's weights (wei_user_md over weight) once into the layout the
- * primitive chose (untimed, as a network built once does), and adds the
- * weights and the bias (when bias is not NULL) to d's arguments. */
+ * the user's weights once into the layout the primitive chose (untimed, as
+ * a network built once does), and adds src, dst, the weights and the bias
+ * (when bias is not NULL) to d's arguments. */
 static inline void kt_bench_dnnl_finish(kt_bench_dnnl_t *d, const void *op_desc,
-                                        dnnl_primitive_attr_t attr,
-                                        const dnnl_memory_desc_t *wei_user_md, const float *weight,
-                                        const dnnl_memory_desc_t *bia_md, const float *bias)
+                                        dnnl_primitive_attr_t attr, const kt_bench_dnnl_mds_t *m,
+                                        const float *src, const float *weight, const float *bias,
+                                        float *dst)
 {
     dnnl_primitive_desc_t pd, rpd;
     KT_BENCH_DNNL(dnnl_primitive_desc_create(&pd, op_desc, attr, d->eng, NULL));
@@ -349,17 +369,19 @@ static inline void kt_bench_dnnl_finish(kt_bench_dnnl_t *d, const void *op_desc,
         impl = NULL;
     snprintf(d->impl, sizeof d->impl, "%s", impl ? impl : "?");
     const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    dnnl_memory_t user = kt_bench_dnnl_mem(d, wei_user_md, weight, 0);
+    dnnl_memory_t user = kt_bench_dnnl_mem(d, &m->wei_user, weight, 0);
     dnnl_memory_t wei = kt_bench_dnnl_mem(d, wei_md, DNNL_MEMORY_ALLOCATE, DNNL_ARG_WEIGHTS);
     dnnl_primitive_t reorder;
-    KT_BENCH_DNNL(dnnl_reorder_primitive_desc_create(&rpd, wei_user_md, d->eng, wei_md, d->eng,
+    KT_BENCH_DNNL(dnnl_reorder_primitive_desc_create(&rpd, &m->wei_user, d->eng, wei_md, d->eng,
                                                      NULL));
     KT_BENCH_DNNL(dnnl_primitive_create(&reorder, rpd));
     dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, wei}};
     KT_BENCH_DNNL(dnnl_primitive_execute(reorder, d->stream, 2, rargs));
     KT_BENCH_DNNL(dnnl_stream_wait(d->stream));
+    kt_bench_dnnl_mem(d, &m->src, src, DNNL_ARG_SRC);
+    kt_bench_dnnl_mem(d, &m->dst, dst, DNNL_ARG_DST);
     if (bias)
-        kt_bench_dnnl_mem(d, bia_md, bias, DNNL_ARG_BIAS);
+        kt_bench_dnnl_mem(d, &m->bia, bias, DNNL_ARG_BIAS);
     KT_BENCH_DNNL(dnnl_primitive_create(&d->prim, pd));
     dnnl_primitive_destroy(reorder);
     dnnl_primitive_desc_destroy(rpd);
@@ -399,28 +421,20 @@ static inline void kt_bench_dnnl_conv_init(kt_bench_dnnl_t *d, const kt_bench_dn
     int OH = (c->H + c->pad[0] + c->pad[2] - c->dilation[0] * (c->KH - 1) - 1) / c->stride[0] + 1;
     int OW = (c->W + c->pad[1] + c->pad[3] - c->dilation[1] * (c->KW - 1) - 1) / c->stride[1] + 1;
     dnnl_dims_t src_dims = {1, c->CI, c->H, c->W}, wei_dims = {c->CO, c->CI, c->KH, c->KW},
-                bia_dims = {c->CO}, dst_dims = {1, c->CO, OH, OW},
-                strides = {c->stride[0], c->stride[1]},
+                dst_dims = {1, c->CO, OH, OW}, strides = {c->stride[0], c->stride[1]},
                 dilates = {c->dilation[0] - 1, c->dilation[1] - 1}, pad_l = {c->pad[0], c->pad[1]},
                 pad_r = {c->pad[2], c->pad[3]};
-    dnnl_memory_desc_t src_md, wei_user_md, wei_any_md, bia_md, dst_md;
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_user_md, 4, wei_dims, dnnl_f32, dnnl_hwio));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_any_md, 4, wei_dims, dnnl_f32,
-                                               dnnl_format_tag_any));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&bia_md, 1, bia_dims, dnnl_f32, dnnl_x));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc));
+    kt_bench_dnnl_mds_t m;
+    kt_bench_dnnl_mds(&m, 4, src_dims, wei_dims, dst_dims, dnnl_nhwc, dnnl_hwio);
     int bias_epi;
     dnnl_primitive_attr_t attr = kt_bench_dnnl_epilogue(d, c->epi, c->nepi, c->params, 4,
                                                         dst_dims, dnnl_nhwc, &bias_epi);
     dnnl_convolution_desc_t cd;
     KT_BENCH_DNNL(dnnl_dilated_convolution_forward_desc_init(
-        &cd, dnnl_forward_inference, alg, &src_md, &wei_any_md, bias_epi >= 0 ? &bia_md : NULL,
-        &dst_md, strides, dilates, pad_l, pad_r));
-    kt_bench_dnnl_mem(d, &src_md, c->data, DNNL_ARG_SRC);
-    kt_bench_dnnl_mem(d, &dst_md, c->out, DNNL_ARG_DST);
-    kt_bench_dnnl_finish(d, &cd, attr, &wei_user_md, c->weight, &bia_md,
-                         bias_epi >= 0 ? c->params[bias_epi] : NULL);
+        &cd, dnnl_forward_inference, alg, &m.src, &m.wei_any, bias_epi >= 0 ? &m.bia : NULL,
+        &m.dst, strides, dilates, pad_l, pad_r));
+    kt_bench_dnnl_finish(d, &cd, attr, &m, c->data, c->weight,
+                         bias_epi >= 0 ? c->params[bias_epi] : NULL, c->out);
 }
 
 /* d gets oneDNN's inner product out[M, N] = data[M, K] weight[N, K]^T (ktune's
@@ -431,38 +445,25 @@ static inline void kt_bench_dnnl_dense_init(kt_bench_dnnl_t *d, int M, int N, in
                                             const float *weight, float *out)
 {
     kt_bench_dnnl_start(d);
-    dnnl_dims_t src_dims = {M, K}, wei_dims = {N, K}, bia_dims = {N}, dst_dims = {M, N};
-    dnnl_memory_desc_t src_md, wei_user_md, wei_any_md, bia_md, dst_md;
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&src_md, 2, src_dims, dnnl_f32, dnnl_ab));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_user_md, 2, wei_dims, dnnl_f32, dnnl_ab));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&wei_any_md, 2, wei_dims, dnnl_f32,
-                                               dnnl_format_tag_any));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&bia_md, 1, bia_dims, dnnl_f32, dnnl_x));
-    KT_BENCH_DNNL(dnnl_memory_desc_init_by_tag(&dst_md, 2, dst_dims, dnnl_f32, dnnl_ab));
+    dnnl_dims_t src_dims = {M, K}, wei_dims = {N, K}, dst_dims = {M, N};
+    kt_bench_dnnl_mds_t m;
+    kt_bench_dnnl_mds(&m, 2, src_dims, wei_dims, dst_dims, dnnl_ab, dnnl_ab);
     int bias_epi;
     dnnl_primitive_attr_t attr =
         kt_bench_dnnl_epilogue(d, epi, nepi, params, 2, dst_dims, dnnl_ab, &bias_epi);
     dnnl_inner_product_desc_t ipd;
-    KT_BENCH_DNNL(dnnl_inner_product_forward_desc_init(&ipd, dnnl_forward_inference, &src_md,
-                                                       &wei_any_md,
-                                                       bias_epi >= 0 ? &bia_md : NULL, &dst_md));
-    kt_bench_dnnl_mem(d, &src_md, data, DNNL_ARG_SRC);
-    kt_bench_dnnl_mem(d, &dst_md, out, DNNL_ARG_DST);
-    kt_bench_dnnl_finish(d, &ipd, attr, &wei_user_md, weight, &bia_md,
-                         bias_epi >= 0 ? params[bias_epi] : NULL);
+    KT_BENCH_DNNL(dnnl_inner_product_forward_desc_init(&ipd, dnnl_forward_inference, &m.src,
+                                                       &m.wei_any,
+                                                       bias_epi >= 0 ? &m.bia : NULL, &m.dst));
+    kt_bench_dnnl_finish(d, &ipd, attr, &m, data, weight, bias_epi >= 0 ? params[bias_epi] : NULL,
+                         out);
 }
 
-/* dnnl_sgemm's C[M,N] = A[M,K] B[K,N], row-major, no transposes (it packs
- * B on every call: sgemm has no pre-packed form). */
-typedef struct {
-    int M, N, K;
-    const float *A, *B;
-    float *C;
-} kt_bench_sgemm_t;
-
+/* dnnl_sgemm's C[M,N] = A[M,K] B[K,N] of a kt_bench_gemm_t, row-major, no
+ * transposes (it packs B on every call: sgemm has no pre-packed form). */
 static inline void kt_bench_dnnl_sgemm_run(void *arg)
 {
-    kt_bench_sgemm_t *g = arg;
+    kt_bench_gemm_t *g = arg;
     if (dnnl_sgemm('N', 'N', g->M, g->N, g->K, 1.0f, g->A, g->K, g->B, g->N, 0.0f, g->C, g->N) !=
         dnnl_success) {
         fprintf(stderr, "bench baseline: dnnl_sgemm failed\n");

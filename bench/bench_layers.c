@@ -32,9 +32,12 @@
  * status 1.
  *
  * Printed: the machine, one core's multiply-add ceiling (fma_peak.h), the
- * load average; per thread count a table (task id, layer, trials, ktune ms,
- * oneDNN ms, oneDNN/ktune: > 1 means ktune is faster, both GFLOPS, the
- * outputs' difference, oneDNN's implementation), the geometric mean of the
+ * load average; per thread count a table (task id, layer, trials stored,
+ * tuned ms: the best record's cost as the runner timed it while tuning (its
+ * own conditions: wall time, the weight copy where the runner's kernels
+ * still make it; far from ktune ms when the load changed), ktune ms, oneDNN ms, oneDNN/ktune: > 1 means ktune is faster,
+ * both GFLOPS, the outputs' difference, oneDNN's implementation), the
+ * geometric mean of the
  * ratios over the ResNet-18 layers and the layers at >= 1.0x, against the
  * goal (every layer >= 1.0x, geometric mean >= 1.15x; printed, never
  * asserted); then the tuning time per trial.
@@ -59,6 +62,7 @@
 #include <unistd.h>
 
 #include "bench_blas.h"
+#include "bench_local.h"
 #include "codegen/codegen.h"
 #include "codegen/verify.h"
 #include "fma_peak.h"
@@ -92,6 +96,7 @@ typedef struct {
 typedef struct {
     int trials;               /* records stored */
     double ktune_s, dnnl_s;   /* 0: not timed */
+    double record_s;          /* the best record's cost, as the runner timed it while tuning */
     double diff;
     char impl[64];
     const char *problem;      /* why there is no figure, or NULL */
@@ -295,16 +300,17 @@ static void kernel_run(void *arg)
  * the kernel taking its layout-free weights packed when it has any (their
  * packed layouts into packs, their number into *npacks). NULL with *why. */
 static kt_codegen_lib_t *build_best(const char *db, const layer_t *l, const char *dir,
-                                    kt_codegen_pack_t *packs, int *npacks, const char **why)
+                                    kt_codegen_pack_t *packs, int *npacks, result_t *r)
 {
     const kt_dag_t *dag = kt_workload_dag(l->w);
     kt_store_t *s = access(db, F_OK) == 0 ? kt_store_open(db, KT_STORE_READONLY) : NULL;
     kt_record_list_t *best = NULL;
     if (!s || kt_store_best(s, kt_workload_key(l->w), "cpu", &best) != 0) {
         kt_store_close(s);
-        *why = "no valid record";
+        r->problem = "no valid record";
         return NULL;
     }
+    r->record_s = best->items[0].mean_cost;
     kt_sched_params_t params;
     kt_sched_params_default(&params);
     kt_sched_state_t *st = kt_sched_state_from_json(best->items[0].state_json, dag, &params);
@@ -338,7 +344,7 @@ static kt_codegen_lib_t *build_best(const char *db, const layer_t *l, const char
 /* oneDNN's primitive for l on the kernel's input buffers bufs (NULL for a
  * matmul: *sg gets its sgemm), writing out. */
 static void dnnl_setup(const layer_t *l, float **bufs, float *out, kt_bench_dnnl_t *d,
-                       kt_bench_sgemm_t *sg, int *is_sgemm)
+                       kt_bench_gemm_t *sg, int *is_sgemm)
 {
     json_t *o = json_loads(kt_workload_json(l->w), 0, NULL);
     const char *op = json_string_value(json_object_get(o, "op"));
@@ -390,7 +396,7 @@ static void dnnl_setup(const layer_t *l, float **bufs, float *out, kt_bench_dnnl
         kt_bench_dnnl_dense_init(d, json_int(o, "M"), json_int(o, "N"), json_int(o, "K"), epi,
                                  nepi, params, bufs[0], bufs[1], out);
     } else {
-        *sg = (kt_bench_sgemm_t){json_int(o, "M"), json_int(o, "N"), json_int(o, "K"), bufs[0],
+        *sg = (kt_bench_gemm_t){json_int(o, "M"), json_int(o, "N"), json_int(o, "K"), bufs[0],
                                  bufs[1], out};
         *is_sgemm = 1;
     }
@@ -406,7 +412,7 @@ static void time_layer(const char *db, const layer_t *l, int threads, const char
     const kt_dag_t *dag = kt_workload_dag(l->w);
     kt_codegen_pack_t packs[KT_CODEGEN_MAX_PACKS];
     int npacks = 0;
-    kt_codegen_lib_t *lib = build_best(db, l, dir, packs, &npacks, &r->problem);
+    kt_codegen_lib_t *lib = build_best(db, l, dir, packs, &npacks, r);
     if (!lib)
         return;
     int nbufs = kt_codegen_num_bufs(dag), out = nbufs - 1;
@@ -433,7 +439,7 @@ static void time_layer(const char *db, const layer_t *l, int threads, const char
      * count then */
     omp_set_num_threads(threads);
     kt_bench_dnnl_t d;
-    kt_bench_sgemm_t sg;
+    kt_bench_gemm_t sg;
     int is_sgemm;
     dnnl_setup(l, bufs, dout, &d, &sg, &is_sgemm);
     snprintf(r->impl, sizeof r->impl, "%s", is_sgemm ? "sgemm" : d.impl);
@@ -471,8 +477,9 @@ static void print_table(int threads, const char *db, const result_t *res)
     for (int i = 0; i < nlayers; i++)
         if (layers[i].selected && (int)strlen(layers[i].what) > width)
             width = (int)strlen(layers[i].what);
-    printf("%-10s %-*s %6s %9s %9s %7s %8s %8s %8s  %s\n", "task", width, "layer", "trials",
-           "ktune ms", "oneDNN ms", "ratio", "ktune GF", "dnnl GF", "diff", "oneDNN impl");
+    printf("%-10s %-*s %6s %9s %9s %9s %7s %8s %8s %8s  %s\n", "task", width, "layer", "trials",
+           "tuned ms", "ktune ms", "oneDNN ms", "ratio", "ktune GF", "dnnl GF", "diff",
+           "oneDNN impl");
     double logsum = 0, mm_logsum = 0, k_total = 0, d_total = 0;
     int n = 0, ok = 0, nsel = 0, mm_n = 0, mm_ok = 0, mm_sel = 0, all_net = 1;
     for (int i = 0; i < nlayers; i++) {
@@ -485,7 +492,7 @@ static void print_table(int threads, const char *db, const result_t *res)
         printf("%-10s %-*s %6d", l->id, width, l->what, r->trials);
         if (r->ktune_s > 0) {
             double flops = kt_workload_flops(l->w);
-            printf(" %9.3f %9.3f", r->ktune_s * 1e3, r->dnnl_s * 1e3);
+            printf(" %9.3f %9.3f %9.3f", r->record_s * 1e3, r->ktune_s * 1e3, r->dnnl_s * 1e3);
             if (r->problem)
                 printf(" %7s", r->problem);
             else
@@ -524,19 +531,6 @@ static void print_table(int threads, const char *db, const result_t *res)
         printf("matmul against dnnl_sgemm: geometric mean %.2fx over %d, %d of %d at >= %.1fx\n",
                mm_n ? exp(mm_logsum / mm_n) : 0.0, mm_n, mm_ok, mm_sel, GOAL_LAYER);
     fflush(stdout);
-}
-
-/* The build tree's binary `rel` (this bench lives in <build>/bench). */
-static void bin_path(char *out, size_t cap, const char *self, const char *rel)
-{
-    char dir[2048];
-    snprintf(dir, sizeof dir, "%.2000s", self);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    snprintf(out, cap, "%.2000s/../%.200s", dir, rel);
 }
 
 static void usage(FILE *f)
@@ -603,7 +597,7 @@ int main(int argc, char **argv)
     if (only)
         select_layers(only);
     char ktune[2400];
-    bin_path(ktune, sizeof ktune, argv[0], "cli/ktune");
+    kt_bench_bin_path(ktune, sizeof ktune, argv[0], "cli/ktune");
     if (access(ktune, X_OK) != 0) {
         fprintf(stderr, "bench_layers: %s not found (run the build tree's bench)\n", ktune);
         return 1;

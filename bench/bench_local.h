@@ -6,14 +6,16 @@
  * same seed) builds none of them again. Exits with a
  * message naming `bench` when either cannot be made. The caller frees both
  * with kt_runner_free and kt_builder_free. kt_bench_state_line writes the
- * JSON lines of measured states that the benches keep (--cache, --dump).
- * Header-only: benches are single files. */
+ * JSON lines of measured states that the benches keep (--cache, --dump);
+ * kt_bench_bin_path finds the build tree's programs (ktune) for the benches
+ * that run them. Header-only: benches are single files. */
 #ifndef KT_BENCH_LOCAL_H
 #define KT_BENCH_LOCAL_H
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "measure/builder.h"
 #include "measure/runner.h"
@@ -92,6 +94,20 @@ static inline void kt_bench_local(const char *bench, int min_repeat_ms, int repe
         fprintf(stderr, "%s: local builder and runner: %s\n", bench, kt_err_msg());
         exit(1);
     }
+}
+
+/* The build tree's binary `rel` ("cli/ktune") for a bench started as
+ * `self` (argv[0]; benches live in <build>/bench), into out. */
+static inline void kt_bench_bin_path(char *out, size_t cap, const char *self, const char *rel)
+{
+    char dir[2048];
+    snprintf(dir, sizeof dir, "%.2000s", self);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(out, cap, "%.2000s/../%.200s", dir, rel);
 }
 
 /* One line to f: the object o (taken over, NULL accepted) with "state" set

@@ -24,22 +24,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_local.h"
 #include "fma_peak.h"
 #include "tensorio/tensorio.h"
 #include "util/util.h"
-
-/* The build tree's binary `rel` (this bench lives in <build>/bench). */
-static void bin_path(char *out, size_t cap, const char *self, const char *rel)
-{
-    char dir[2048];
-    snprintf(dir, sizeof dir, "%.2000s", self);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    snprintf(out, cap, "%.2000s/../%.200s", dir, rel);
-}
 
 /* Run cmd through the shell, echoing its output; v[i] gets the number after
  * keys[i] on the last line that has it (NAN when none). The exit status. */
@@ -124,7 +112,7 @@ int main(int argc, char **argv)
     snprintf(dbpath, sizeof dbpath, "%s", db ? db : "");
     if (!db)
         snprintf(dbpath, sizeof dbpath, "%s/ktune.db", dir);
-    bin_path(ktune, sizeof ktune, argv[0], "cli/ktune");
+    kt_bench_bin_path(ktune, sizeof ktune, argv[0], "cli/ktune");
     const char *src = getenv("KT_SOURCE_ROOT");
     snprintf(script, sizeof script, "%s/bench/network_torch.py", src ? src : ".");
     if (access(script, R_OK) != 0) {
