@@ -610,6 +610,12 @@ int main(int argc, char **argv)
             snprintf(dbs[t], sizeof dbs[t], "%.2000s.t%d", db, threads[t]);
     }
     snprintf(log, sizeof log, "%.2000s.log", db);
+    FILE *lf = fopen(log, "a");   /* the stores' folder must exist */
+    if (!lf) {
+        fprintf(stderr, "bench_layers: cannot write %s: %s\n", log, strerror(errno));
+        return 1;
+    }
+    fclose(lf);
     if (!mkdtemp(dir)) {
         fprintf(stderr, "bench_layers: mkdtemp: %s\n", strerror(errno));
         return 1;
