@@ -655,6 +655,13 @@ int main(int argc, char **argv)
                 wrong += res[i].problem != NULL;
             }
         print_table(threads[t], dbs[t], res);
+        /* wall times of several threads mean little when the cores are busy */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        getloadavg(load, 3);
+        if (threads[t] > 1 && load[0] + threads[t] > cores + 0.5)
+            printf("warning: load average %.1f on %ld cores: the %d threads shared the cores with "
+                   "other work; these wall times are not the machine's\n", load[0], cores,
+                   threads[t]);
     }
     getloadavg(load, 3);
     printf("\nload average at the end %.2f %.2f %.2f\n", load[0], load[1], load[2]);
