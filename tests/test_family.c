@@ -373,6 +373,36 @@ START_TEST(family_foresee_scores_the_other_tasks_of_the_family)
 }
 END_TEST
 
+/* A first run that measures every task once: each task's best state (JSON,
+ * malloc'd) and cost stand for the store's records of the task. */
+static void first_run_bests(const kt_workload_t *const *wl, const kt_sched_params_t *p,
+                            const kt_search_opts_t *o, char *json[3], double cost[3])
+{
+    kt_search_family_t *f = kt_search_family_new(wl, 3, p, o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    for (int t = 0; t < 3; t++) {
+        round_of(f, wl, t, 4);
+        ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, t), &cost[t], &json[t]), 0);
+    }
+    kt_search_family_free(f);
+}
+
+/* Task t's next proposals never include the stored state `json`. */
+static void check_not_proposed(kt_search_family_t *f, const kt_workload_t *w, int t,
+                               const char *json)
+{
+    kt_sched_state_t **st = NULL;
+    int n = kt_search_family_propose(f, t, 4, &st);
+    ck_assert_int_gt(n, 0);
+    for (int i = 0; i < n; i++) {
+        char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w));
+        ck_assert_str_ne(j, json);
+        free(j);
+        kt_sched_state_free(st[i]);
+    }
+    free(st);
+}
+
 START_TEST(family_resume_trains_family_models_on_preloaded_records)
 {
     kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
@@ -381,20 +411,12 @@ START_TEST(family_resume_trains_family_models_on_preloaded_records)
     params(&p);
     kt_search_opts_t o;
     small_opts(&o, "sketch.xgb.family-op", 1000);
-    /* a first run measures every task once */
-    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
-    ck_assert_msg(f != NULL, "%s", kt_err_msg());
     char *json[3];
     double cost[3];
-    for (int t = 0; t < 3; t++) {
-        round_of(f, wl, t, 4);
-        /* its best state stands for the store's records of the task */
-        ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, t), &cost[t], &json[t]), 0);
-    }
-    kt_search_family_free(f);
+    first_run_bests(wl, &p, &o, json, cost);
 
     /* resumed: preloads train the family models at the first sync */
-    f = kt_search_family_new(wl, 3, &p, &o);
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
     ck_assert_msg(f != NULL, "%s", kt_err_msg());
     for (int t = 0; t < 3; t++) {
         ck_assert_int_eq(kt_search_preload(kt_search_family_policy(f, t), json[t], cost[t]), 0);
@@ -407,19 +429,10 @@ START_TEST(family_resume_trains_family_models_on_preloaded_records)
     ck_assert_uint_eq(samples(f, gm), 2);
     ck_assert_uint_eq(samples(f, gd), 1);
     /* a stored state is never proposed again */
-    kt_sched_state_t **st = NULL;
-    int n = kt_search_family_propose(f, 2, 4, &st);
-    ck_assert_int_gt(n, 0);
     double best;
     char *bj = NULL;
     ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, 2), &best, &bj), 0);
-    for (int i = 0; i < n; i++) {
-        char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w[2]));
-        ck_assert_str_ne(j, bj);
-        free(j);
-        kt_sched_state_free(st[i]);
-    }
-    free(st);
+    check_not_proposed(f, w[2], 2, bj);
     free(bj);
     kt_search_family_free(f);
     for (int i = 0; i < 3; i++)
@@ -586,17 +599,11 @@ START_TEST(family_sketch_xgb_resume_trains_the_shared_model_on_preloads)
     params(&p);
     kt_search_opts_t o;
     small_opts(&o, "sketch.xgb", 1);
-    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
-    ck_assert_msg(f != NULL, "%s", kt_err_msg());
     char *json[3];
     double cost[3];
-    for (int t = 0; t < 3; t++) {
-        round_of(f, wl, t, 4);
-        ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, t), &cost[t], &json[t]), 0);
-    }
-    kt_search_family_free(f);
+    first_run_bests(wl, &p, &o, json, cost);
 
-    f = kt_search_family_new(wl, 3, &p, &o);
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
     ck_assert_msg(f != NULL, "%s", kt_err_msg());
     kt_model_t *m = kt_search_family_model(f, 0);
     for (int t = 0; t < 2; t++)
@@ -611,17 +618,7 @@ START_TEST(family_sketch_xgb_resume_trains_the_shared_model_on_preloads)
     ck_assert_uint_eq(kt_model_num_trainings(m), 1);
     ck_assert_int_eq(kt_search_family_sync(f), 0);   /* nothing new: nothing again */
     ck_assert_uint_eq(kt_model_num_samples(m), 3);
-    /* a stored state is never proposed again */
-    kt_sched_state_t **st = NULL;
-    int n = kt_search_family_propose(f, 2, 4, &st);
-    ck_assert_int_gt(n, 0);
-    for (int i = 0; i < n; i++) {
-        char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w[2]));
-        ck_assert_str_ne(j, json[2]);
-        free(j);
-        kt_sched_state_free(st[i]);
-    }
-    free(st);
+    check_not_proposed(f, w[2], 2, json[2]);   /* a stored state is never proposed again */
     for (int t = 0; t < 3; t++)
         free(json[t]);
     kt_search_family_free(f);
