@@ -60,6 +60,10 @@ void kt_search_opts_default(kt_search_opts_t *o)
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
     o->foresee_keep = 64;
+    /* Ansor's random warm-up for a job's shared model: letting the model
+     * pick the late tasks' first rounds made those rounds faster but not
+     * the network's final latency (docs/benchmarks.md). */
+    o->warmup = KT_SEARCH_WARMUP_RANDOM;
 }
 
 static int opts_check(const kt_search_opts_t *o)
