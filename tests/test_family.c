@@ -477,6 +477,17 @@ START_TEST(family_model_keep_tasks_drops_other_tasks_and_retrains)
 }
 END_TEST
 
+/* Two matmul tasks (one family by anchor) and a dense one, one-core params. */
+static void three_tasks(kt_workload_t *w[3], const kt_workload_t *wl[3], kt_sched_params_t *p)
+{
+    w[0] = matmul(32, 32, 32);
+    w[1] = matmul(64, 16, 16);
+    w[2] = dense(4, 32, 32);
+    for (int i = 0; i < 3; i++)
+        wl[i] = w[i];
+    params(p);
+}
+
 /* The scores task t's model gives its states st[0..n) (features + predict,
  * as the search scores). */
 static float *scores_of(kt_search_family_t *f, const kt_workload_t *w, int t,
@@ -500,11 +511,11 @@ static float *scores_of(kt_search_family_t *f, const kt_workload_t *w, int t,
  * fixed set of task 1's states (after every task had a round). */
 static int task0_moves_task1_scores(const char *policy)
 {
-    kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
-    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
     kt_sched_params_t p;
-    params(&p);
     kt_search_opts_t o;
+    three_tasks(w, wl, &p);
     small_opts(&o, policy, 0);
     kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
     ck_assert_msg(f != NULL, "%s", kt_err_msg());
@@ -549,11 +560,11 @@ END_TEST
  * num_warmup_sample records. */
 START_TEST(family_sketch_xgb_warmup_is_random_until_every_task_had_a_round)
 {
-    kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
-    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
     kt_sched_params_t p;
-    params(&p);
     kt_search_opts_t o;
+    three_tasks(w, wl, &p);
     small_opts(&o, "sketch.xgb", 4);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);
     kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
@@ -593,11 +604,11 @@ END_TEST
  * them in one training, as at the end of an uninterrupted warm-up. */
 START_TEST(family_sketch_xgb_resume_trains_the_shared_model_on_preloads)
 {
-    kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
-    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
     kt_sched_params_t p;
-    params(&p);
     kt_search_opts_t o;
+    three_tasks(w, wl, &p);
     small_opts(&o, "sketch.xgb", 1);
     char *json[3];
     double cost[3];
@@ -631,11 +642,11 @@ END_TEST
  * job, as JSON lines. */
 static char *job_proposals(kt_pool_t *pool, uint64_t seed)
 {
-    kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
-    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
     kt_sched_params_t p;
-    params(&p);
     kt_search_opts_t o;
+    three_tasks(w, wl, &p);
     small_opts(&o, "sketch.xgb", 4);
     o.seed = seed;
     o.evolutionary_search_population = 150;   /* 3 chunks of feature extraction */
