@@ -41,6 +41,12 @@
  * (kt_search_opts_set: eps_greedy=0.1,num_warmup_sample=64), after
  * --population, --iters and --label.
  * --timer cpu times runs by CPU time (see runner.h): use it on a shared machine.
+ *
+ * With two policies it also prints the time to quality (issue 25): the
+ * trials the first policy needs to reach the second's best at the last
+ * checkpoint (the median of its seeds), median over seeds (a seed that never
+ * gets there counts as more than the last checkpoint). Issue 25's figure
+ * takes 9 seeds or more: --seeds 9 --trials 64,128,256.
  */
 #include <jansson.h>
 #include <math.h>
@@ -61,6 +67,7 @@
 #define MAX_SEEDS 16
 #define MAX_POL 2
 #define MAX_ROUNDS 64
+#define MAX_TRAJ 1024   /* rounds of a run whose best is kept for the time to quality */
 #define CONFIRM 3   /* a run's best candidates measured again at its end */
 /* Re-timed bests further than this from the search's timing (a share) are
  * flagged: on a quiet machine they agree within a few percent. */
@@ -105,6 +112,9 @@ typedef struct {
     double search_s, train_s, measure_s; /* totals over rounds */
     double round_s[MAX_ROUNDS][3];       /* each round's search, training and measuring (s) */
     int rounds, errors;
+    int ntraj;                           /* best cost (s) after each round and its trials */
+    int traj_trials[MAX_TRAJ];
+    double traj_best[MAX_TRAJ];
 } run_t;
 
 static int double_cmp(const void *a, const void *b)
@@ -284,6 +294,10 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
         trials += got;
         double best = INFINITY;
         kt_search_best(sp, &best, NULL);
+        if (out->ntraj < MAX_TRAJ) {
+            out->traj_trials[out->ntraj] = trials;
+            out->traj_best[out->ntraj++] = best;
+        }
         while (c < ncheck && trials >= checkpoints[c]) {
             out->secs[c] = kt_time_mono() - start;
             out->best[c++] = best;
@@ -306,6 +320,37 @@ static void run_one(const kt_workload_t *w, const char *wname, const char *polic
             (unsigned long long)seed, best * 1e3, out->confirmed * 1e3);
     kt_search_policy_free(sp);
     kt_model_free(model);
+}
+
+/* Time to quality: the trials policy 0 needs to reach the median of policy
+ * 1's bests at the last checkpoint, per seed and their median (a seed that
+ * does not get there within its run counts as INFINITY). */
+static void print_time_to_quality(run_t runs[][MAX_SEEDS])
+{
+    double v[MAX_SEEDS], need[MAX_SEEDS];
+    for (int k = 0; k < nseeds; k++)
+        v[k] = runs[1][k].best[ncheck - 1];
+    double target = median(v, nseeds);
+    int last = checkpoints[ncheck - 1];
+    printf("time to quality: trials %s needs to reach %s's %d-trial best (%.3f ms, median of "
+           "seeds), per seed:", policies[0], policies[1], last, target * 1e3);
+    for (int k = 0; k < nseeds; k++) {
+        const run_t *r = &runs[0][k];
+        need[k] = INFINITY;
+        for (int i = 0; i < r->ntraj && isinf(need[k]); i++)
+            if (r->traj_best[i] <= target)
+                need[k] = r->traj_trials[i];
+        if (isinf(need[k]))
+            printf(" >%d", r->ntraj ? r->traj_trials[r->ntraj - 1] : 0);
+        else
+            printf(" %.0f", need[k]);
+    }
+    double med = median(need, nseeds);
+    if (isinf(med))
+        printf("; median >%d", last);
+    else
+        printf("; median %.0f", med);
+    printf(" (goal <= %d%s)\n", last / 2, nseeds < 9 ? "; fewer than 9 seeds: indicative only" : "");
 }
 
 /* One table row: per policy the median over seeds of v[policy][seed] (ms),
@@ -510,6 +555,8 @@ int main(int argc, char **argv)
                            "search (%+.0f%%): the host's load changed during the run\n",
                            policies[pi], 1000 + k, c * 1e3, b * 1e3, 100 * (c / b - 1));
             }
+        if (npol == 2)
+            print_time_to_quality(runs);
         print_baseline(wi, flops, runs);
         int maxr = 0;
         for (int pi = 0; pi < npol; pi++)

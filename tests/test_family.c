@@ -1,6 +1,8 @@
 /* Suite 'family': FamilySeer's task families (kt_search_family_t): grouping
  * by anchor operator and by operator sequence, the family models' training
- * data during and after the warm-up, foresee passes, resume, policy names.
+ * data during and after the warm-up, foresee passes, resume, policy names;
+ * sketch.xgb's one model for a job's tasks (Ansor's warm-up, resume, search
+ * threads).
  * Costs are synthetic (no kernel is built), populations small. */
 #include <check.h>
 #include <math.h>
@@ -8,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "feature/feature.h"
 #include "net/net.h"
 #include "search/search.h"
 #include "util/err.h"
+#include "util/pool.h"
 
 static kt_workload_t *workload(const char *json)
 {
@@ -243,14 +247,33 @@ START_TEST(family_hash_groups_identical_operator_sequences)
     ck_assert_str_eq(kt_search_family_key(f, kt_search_family_of(f, 3)), "matmul");
     kt_search_family_free(f);
 
-    /* plain policies: no families, a model each */
-    o.policy = "sketch.xgb";
+    /* sketch.random: no families, a model each */
+    o.policy = "sketch.random";
     f = kt_search_family_new(wl, 5, NULL, &o);
     ck_assert_msg(f != NULL, "%s", kt_err_msg());
     ck_assert_int_eq(kt_search_family_count(f), 0);
     ck_assert_int_eq(kt_search_family_of(f, 0), -1);
     ck_assert_ptr_ne(kt_search_model(kt_search_family_policy(f, 3)),
                      kt_search_model(kt_search_family_policy(f, 4)));
+    kt_search_family_free(f);
+
+    /* sketch.xgb: one family of every task (Ansor's one model) */
+    o.policy = "sketch.xgb";
+    f = kt_search_family_new(wl, 5, NULL, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_search_family_count(f), 1);
+    ck_assert_str_eq(kt_search_family_key(f, 0), "all");
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(kt_search_family_of(f, i), 0);
+        ck_assert_ptr_eq(kt_search_model(kt_search_family_policy(f, i)),
+                         kt_search_family_model(f, 0));
+    }
+    kt_search_family_free(f);
+    /* ... but a single task keeps its policy's own model, as before */
+    f = kt_search_family_new(wl, 1, NULL, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_search_family_count(f), 0);
+    ck_assert_ptr_null(kt_search_family_model(f, 0));
     kt_search_family_free(f);
     for (int i = 0; i < 5; i++)
         kt_workload_free(w[i]);
@@ -350,6 +373,36 @@ START_TEST(family_foresee_scores_the_other_tasks_of_the_family)
 }
 END_TEST
 
+/* A first run that measures every task once: each task's best state (JSON,
+ * malloc'd) and cost stand for the store's records of the task. */
+static void first_run_bests(const kt_workload_t *const *wl, const kt_sched_params_t *p,
+                            const kt_search_opts_t *o, char *json[3], double cost[3])
+{
+    kt_search_family_t *f = kt_search_family_new(wl, 3, p, o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    for (int t = 0; t < 3; t++) {
+        round_of(f, wl, t, 4);
+        ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, t), &cost[t], &json[t]), 0);
+    }
+    kt_search_family_free(f);
+}
+
+/* Task t's next proposals never include the stored state `json`. */
+static void check_not_proposed(kt_search_family_t *f, const kt_workload_t *w, int t,
+                               const char *json)
+{
+    kt_sched_state_t **st = NULL;
+    int n = kt_search_family_propose(f, t, 4, &st);
+    ck_assert_int_gt(n, 0);
+    for (int i = 0; i < n; i++) {
+        char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w));
+        ck_assert_str_ne(j, json);
+        free(j);
+        kt_sched_state_free(st[i]);
+    }
+    free(st);
+}
+
 START_TEST(family_resume_trains_family_models_on_preloaded_records)
 {
     kt_workload_t *w[3] = {matmul(32, 32, 32), matmul(64, 16, 16), dense(4, 32, 32)};
@@ -358,20 +411,12 @@ START_TEST(family_resume_trains_family_models_on_preloaded_records)
     params(&p);
     kt_search_opts_t o;
     small_opts(&o, "sketch.xgb.family-op", 1000);
-    /* a first run measures every task once */
-    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
-    ck_assert_msg(f != NULL, "%s", kt_err_msg());
     char *json[3];
     double cost[3];
-    for (int t = 0; t < 3; t++) {
-        round_of(f, wl, t, 4);
-        /* its best state stands for the store's records of the task */
-        ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, t), &cost[t], &json[t]), 0);
-    }
-    kt_search_family_free(f);
+    first_run_bests(wl, &p, &o, json, cost);
 
     /* resumed: preloads train the family models at the first sync */
-    f = kt_search_family_new(wl, 3, &p, &o);
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
     ck_assert_msg(f != NULL, "%s", kt_err_msg());
     for (int t = 0; t < 3; t++) {
         ck_assert_int_eq(kt_search_preload(kt_search_family_policy(f, t), json[t], cost[t]), 0);
@@ -384,19 +429,10 @@ START_TEST(family_resume_trains_family_models_on_preloaded_records)
     ck_assert_uint_eq(samples(f, gm), 2);
     ck_assert_uint_eq(samples(f, gd), 1);
     /* a stored state is never proposed again */
-    kt_sched_state_t **st = NULL;
-    int n = kt_search_family_propose(f, 2, 4, &st);
-    ck_assert_int_gt(n, 0);
     double best;
     char *bj = NULL;
     ck_assert_int_eq(kt_search_best(kt_search_family_policy(f, 2), &best, &bj), 0);
-    for (int i = 0; i < n; i++) {
-        char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w[2]));
-        ck_assert_str_ne(j, bj);
-        free(j);
-        kt_sched_state_free(st[i]);
-    }
-    free(st);
+    check_not_proposed(f, w[2], 2, bj);
     free(bj);
     kt_search_family_free(f);
     for (int i = 0; i < 3; i++)
@@ -441,6 +477,235 @@ START_TEST(family_model_keep_tasks_drops_other_tasks_and_retrains)
 }
 END_TEST
 
+/* Two matmul tasks (one family by anchor) and a dense one, one-core params. */
+static void three_tasks(kt_workload_t *w[3], const kt_workload_t *wl[3], kt_sched_params_t *p)
+{
+    w[0] = matmul(32, 32, 32);
+    w[1] = matmul(64, 16, 16);
+    w[2] = dense(4, 32, 32);
+    for (int i = 0; i < 3; i++)
+        wl[i] = w[i];
+    params(p);
+}
+
+/* The scores task t's model gives its states st[0..n) (features + predict,
+ * as the search scores). */
+static float *scores_of(kt_search_family_t *f, const kt_workload_t *w, int t,
+                        kt_sched_state_t *const *st, int n)
+{
+    float *rows = NULL, *sc = malloc((size_t)n * sizeof *sc);
+    uint32_t *counts = malloc((size_t)n * sizeof *counts);
+    ck_assert(sc && counts);
+    ck_assert_int_eq(kt_feature_extract_batch(kt_workload_dag(w),
+                                              (const kt_sched_state_t *const *)st, n, &rows,
+                                              counts), 0);
+    kt_model_batch_t b = {.rows = rows, .nrows = counts, .nprog = (size_t)n,
+                          .nfeat = KT_FEATURE_COUNT};
+    ck_assert_int_eq(kt_model_predict(kt_search_model(kt_search_family_policy(f, t)), &b, sc), 0);
+    free(rows);
+    free(counts);
+    return sc;
+}
+
+/* Whether a new round of task 0 moves the scores task 1's model gives a
+ * fixed set of task 1's states (after every task had a round). */
+static int task0_moves_task1_scores(const char *policy)
+{
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
+    kt_sched_params_t p;
+    kt_search_opts_t o;
+    three_tasks(w, wl, &p);
+    small_opts(&o, policy, 0);
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    for (int t = 0; t < 3; t++)
+        round_of(f, wl, t, 6);
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 1);
+    ck_assert(kt_model_is_trained(kt_search_model(kt_search_family_policy(f, 1))));
+    kt_sched_state_t **st = NULL;
+    int n = kt_search_family_propose(f, 1, 8, &st);
+    ck_assert_int_gt(n, 0);
+    float *before = scores_of(f, w[1], 1, st, n);
+    round_of(f, wl, 0, 8);
+    float *after = scores_of(f, w[1], 1, st, n);
+    int moved = memcmp(before, after, (size_t)n * sizeof *before) != 0;
+    free(before);
+    free(after);
+    for (int i = 0; i < n; i++)
+        kt_sched_state_free(st[i]);
+    free(st);
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+    return moved;
+}
+
+/* sketch.xgb in a job: one model for all tasks (Ansor's task scheduler), so
+ * task 0's records change how task 1's states are scored; family-none keeps
+ * one model per task, where they do not. */
+START_TEST(family_sketch_xgb_task_records_train_the_other_tasks_model)
+{
+    ck_assert_msg(task0_moves_task1_scores("sketch.xgb"),
+                  "sketch.xgb: task 0's round did not change task 1's scores");
+    ck_assert_msg(!task0_moves_task1_scores("sketch.xgb.family-none"),
+                  "family-none: task 0's round changed task 1's scores");
+}
+END_TEST
+
+/* Ansor's warm-up (warmup=random): the shared model gets nothing, and so
+ * scores at random, until every task has had a round; then it trains once
+ * on all of them. warmup=model: it trains on every record at once and
+ * guides the later tasks' first rounds once it has more than
+ * num_warmup_sample records. */
+START_TEST(family_sketch_xgb_warmup_is_random_until_every_task_had_a_round)
+{
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
+    kt_sched_params_t p;
+    kt_search_opts_t o;
+    three_tasks(w, wl, &p);
+    small_opts(&o, "sketch.xgb", 4);
+    ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    kt_model_t *m = kt_search_family_model(f, 0);
+    int a = round_of(f, wl, 0, 6);
+    int b = round_of(f, wl, 2, 5);
+    ck_assert_int_gt(a + b, o.num_warmup_sample);   /* the model's own warm-up is over */
+    ck_assert_uint_eq(kt_model_num_samples(m), 0);
+    ck_assert_int_eq(kt_model_is_trained(m), 0);
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 0);
+    int c = round_of(f, wl, 1, 4);
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 1);
+    ck_assert_uint_eq(kt_model_num_samples(m), (size_t)(a + b + c));
+    ck_assert_uint_eq(kt_model_num_trainings(m), 1);   /* one training for all */
+    ck_assert(kt_model_is_trained(m));
+    int d = round_of(f, wl, 2, 4);
+    ck_assert_uint_eq(kt_model_num_samples(m), (size_t)(a + b + c + d));
+    kt_search_family_free(f);
+
+    ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
+    f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    m = kt_search_family_model(f, 0);
+    a = round_of(f, wl, 0, 6);
+    ck_assert_uint_eq(kt_model_num_samples(m), (size_t)a);
+    ck_assert(kt_model_is_trained(m));   /* task 2's first round is the model's */
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 0);
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+}
+END_TEST
+
+/* Resume: records preloaded for only some tasks wait (the warm-up is not
+ * over); once every task has records the shared model trains on all of
+ * them in one training, as at the end of an uninterrupted warm-up. */
+START_TEST(family_sketch_xgb_resume_trains_the_shared_model_on_preloads)
+{
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
+    kt_sched_params_t p;
+    kt_search_opts_t o;
+    three_tasks(w, wl, &p);
+    small_opts(&o, "sketch.xgb", 1);
+    char *json[3];
+    double cost[3];
+    first_run_bests(wl, &p, &o, json, cost);
+
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    kt_model_t *m = kt_search_family_model(f, 0);
+    for (int t = 0; t < 2; t++)
+        ck_assert_int_eq(kt_search_preload(kt_search_family_policy(f, t), json[t], cost[t]), 0);
+    ck_assert_int_eq(kt_search_family_sync(f), 0);
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 0);
+    ck_assert_uint_eq(kt_model_num_samples(m), 0);
+    ck_assert_int_eq(kt_search_preload(kt_search_family_policy(f, 2), json[2], cost[2]), 0);
+    ck_assert_int_eq(kt_search_family_sync(f), 0);
+    ck_assert_int_eq(kt_search_family_warmup_done(f), 1);
+    ck_assert_uint_eq(kt_model_num_samples(m), 3);
+    ck_assert_uint_eq(kt_model_num_trainings(m), 1);
+    ck_assert_int_eq(kt_search_family_sync(f), 0);   /* nothing new: nothing again */
+    ck_assert_uint_eq(kt_model_num_samples(m), 3);
+    check_not_proposed(f, w[2], 2, json[2]);   /* a stored state is never proposed again */
+    for (int t = 0; t < 3; t++)
+        free(json[t]);
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+}
+END_TEST
+
+/* Every proposal of rounds over tasks 0, 1, 2, 0, 1 of a seeded sketch.xgb
+ * job, as JSON lines. */
+static char *job_proposals(kt_pool_t *pool, uint64_t seed)
+{
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
+    kt_sched_params_t p;
+    kt_search_opts_t o;
+    three_tasks(w, wl, &p);
+    small_opts(&o, "sketch.xgb", 4);
+    o.seed = seed;
+    o.evolutionary_search_population = 150;   /* 3 chunks of feature extraction */
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    kt_search_family_set_pool(f, pool);
+    size_t len = 0, cap = 1 << 16;
+    char *all = malloc(cap);
+    ck_assert_ptr_nonnull(all);
+    all[0] = '\0';
+    static const int order[5] = {0, 1, 2, 0, 1};
+    for (int r = 0; r < 5; r++) {
+        int t = order[r];
+        kt_sched_state_t **st = NULL;
+        int got = kt_search_family_propose(f, t, 6, &st);
+        ck_assert_int_gt(got, 0);
+        double costs[6];
+        for (int i = 0; i < got; i++) {
+            costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], kt_workload_dag(wl[t])) % 7);
+            char *j = kt_sched_state_to_json(st[i], kt_workload_dag(wl[t]));
+            size_t l = strlen(j);
+            while (len + l + 2 > cap)
+                ck_assert_ptr_nonnull(all = realloc(all, cap *= 2));
+            memcpy(all + len, j, l);
+            len += l;
+            all[len++] = '\n';
+            all[len] = '\0';
+            free(j);
+        }
+        ck_assert_int_eq(kt_search_family_feedback(f, t, st, costs, got), 0);
+        for (int i = 0; i < got; i++)
+            kt_sched_state_free(st[i]);
+        free(st);
+    }
+    ck_assert(kt_model_is_trained(kt_search_family_model(f, 0)));
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+    return all;
+}
+
+/* --search-threads: the shared model's job proposes the same states for a
+ * seed whatever the width of the pool that extracts features. */
+START_TEST(family_sketch_xgb_proposals_do_not_depend_on_search_threads)
+{
+    char *one = job_proposals(NULL, 77);
+    kt_pool_t *pool = kt_pool_new(3);
+    ck_assert_msg(pool != NULL, "%s", kt_err_msg());
+    char *par = job_proposals(pool, 77);
+    ck_assert_msg(strcmp(one, par) == 0, "3 threads proposed other states than one");
+    kt_pool_free(pool);
+    char *other = job_proposals(NULL, 78);
+    ck_assert_str_ne(one, other);
+    free(other);
+    free(par);
+    free(one);
+}
+END_TEST
+
 static Suite *family_suite(void)
 {
     Suite *s = suite_create("family");
@@ -453,6 +718,10 @@ static Suite *family_suite(void)
     tcase_add_test(tc, family_foresee_scores_the_other_tasks_of_the_family);
     tcase_add_test(tc, family_resume_trains_family_models_on_preloaded_records);
     tcase_add_test(tc, family_model_keep_tasks_drops_other_tasks_and_retrains);
+    tcase_add_test(tc, family_sketch_xgb_task_records_train_the_other_tasks_model);
+    tcase_add_test(tc, family_sketch_xgb_warmup_is_random_until_every_task_had_a_round);
+    tcase_add_test(tc, family_sketch_xgb_resume_trains_the_shared_model_on_preloads);
+    tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_search_threads);
     suite_add_tcase(s, tc);
     return s;
 }

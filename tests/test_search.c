@@ -161,6 +161,11 @@ START_TEST(search_opts_set_from_key_value_lists)
                                             "num_warmup_sample=64,foresee_keep=16,"
                                             "diversity_filter_ratio=4,tile_family_share=0.25"),
                      0);
+    ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);   /* the default: Ansor's */
+    ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
+    ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_MODEL);
+    ck_assert_int_eq(kt_search_opts_set(&o, "warmup=random"), 0);
+    ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);
     ck_assert_double_eq(o.diversity_filter_ratio, 4);
     ck_assert_double_eq(o.tile_family_share, 0.25);
     ck_assert_double_eq(o.eps_greedy, 0.1);
@@ -184,6 +189,7 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"evolutionary_search_population=100000000", "populations must be at most"},
         {"evolutionary_search_num_iters=5000", "at most 1000"},
         {"model_label=hinge", "unknown value 'hinge'"},
+        {"warmup=later", "warmup: unknown value 'later' (random or model)"},
         {"diversity_filter_ratio=0.5", "diversity_filter_ratio must be 0 (off) or in [1, 64]"},
         {"diversity_filter_ratio=100", "diversity_filter_ratio must be 0 (off) or in [1, 64]"},
         {"tile_family_share=0", "tile_family_share must be in (0, 1]"},

@@ -1,7 +1,8 @@
 /* FamilySeer (seed 001): a job's task policies grouped into families that
  * share one xgb cost model, warm-up training on every record, then per-family
  * training, and foresee passes for the other members of a measured task's
- * family. search.h ("task families") states the behaviour. */
+ * family; and Ansor's monolithic model (sketch.xgb in a job: one family of
+ * every task). search.h ("task families") states the behaviour. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,7 +14,8 @@
 #include "util/sbuf.h"
 #include "util/util.h"
 
-typedef enum { FAM_PLAIN = 0, FAM_OP, FAM_HASH, FAM_NONE } fam_kind_t;
+/* FAM_ALL: sketch.xgb over several tasks, one family holding them all. */
+typedef enum { FAM_PLAIN = 0, FAM_OP, FAM_HASH, FAM_NONE, FAM_ALL } fam_kind_t;
 
 static const char *const policy_names[] = {
     "sketch.xgb", "sketch.random", "sketch.xgb.family-op", "sketch.xgb.family-hash",
@@ -31,6 +33,7 @@ struct kt_search_family {
     int *fed;            /* per task: hist entries already given to the other families */
     char *exhausted;     /* per task: proposed nothing (counts as tried for the warm-up) */
     int warm_done;
+    int warmup;          /* KT_SEARCH_WARMUP_* (FAM_ALL) */
     pthread_mutex_t mu;
 };
 
@@ -148,6 +151,8 @@ static char *task_key(fam_kind_t kind, const kt_workload_t *w, int task)
         snprintf(buf, sizeof buf, "%s", a);
     } else if (kind == FAM_HASH) {
         snprintf(buf, sizeof buf, "%016" PRIx64, kt_search_family_op_hash(kt_workload_dag(w)));
+    } else if (kind == FAM_ALL) {
+        snprintf(buf, sizeof buf, "all");
     } else {
         snprintf(buf, sizeof buf, "task%d", task);
     }
@@ -204,6 +209,10 @@ kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
     fam_kind_t kind;
     if (kind_of(name, &kind))
         return NULL;
+    /* Ansor's task scheduler gives every task of a network one model; a
+     * single task keeps the policy's own model as before */
+    if (kind == FAM_PLAIN && strcmp(name, "sketch.xgb") == 0 && n > 1)
+        kind = FAM_ALL;
     kt_search_family_t *f = calloc(1, sizeof *f);
     if (!f) {
         kt_err_set(KT_ENOMEM, "out of memory");
@@ -212,6 +221,7 @@ kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
     pthread_mutex_init(&f->mu, NULL);
     f->n = n;
     f->kind = kind;
+    f->warmup = o.warmup;
     f->pol = calloc((size_t)n, sizeof *f->pol);
     f->fam = calloc((size_t)n, sizeof *f->fam);
     f->fed = calloc((size_t)n, sizeof *f->fed);
@@ -349,9 +359,32 @@ static int end_warmup(kt_search_family_t *f)
     return rc;
 }
 
+/* 1 once every task has records or proposed nothing. */
+static int all_tried(const kt_search_family_t *f)
+{
+    int all = 1;
+    for (int k = 0; k < f->n; k++)
+        all &= f->pol[k]->nhist > 0 || f->exhausted[k];
+    return all;
+}
+
+/* sync of the shared model of FAM_ALL: with Ansor's warm-up it gets no
+ * record (so it scores at random) until every task has had a round, then
+ * all of them in one training; with warmup=model every record at once. */
+static int sync_all(kt_search_family_t *f)
+{
+    if (!f->warm_done && all_tried(f))
+        f->warm_done = 1;
+    if (!f->warm_done && f->warmup == KT_SEARCH_WARMUP_RANDOM)
+        return 0;
+    return kt_search_train_pending(f->pol, f->n, f->models[0]);
+}
+
 /* sync under the mutex. */
 static int sync_locked(kt_search_family_t *f)
 {
+    if (f->kind == FAM_ALL)
+        return sync_all(f);
     int rc = 0;
     /* preloaded (or otherwise untrained) records of any task train its
      * family's model now, not only at that task's next feedback */
@@ -360,10 +393,7 @@ static int sync_locked(kt_search_family_t *f)
             rc = kt_search_feedback(f->pol[k], NULL, NULL, 0);
     if (rc || f->warm_done)
         return rc;
-    int all = 1;
-    for (int k = 0; k < f->n; k++)
-        all &= f->pol[k]->nhist > 0 || f->exhausted[k];
-    if (all)   /* sharing now would be dropped at once */
+    if (all_tried(f))   /* sharing now would be dropped at once */
         return end_warmup(f);
     for (int k = 0; k < f->n && rc == 0; k++)
         rc = share_records(f, k);
@@ -423,6 +453,16 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
     if (f->kind == FAM_PLAIN)
         return kt_search_feedback(f->pol[task], states, costs, n);
     pthread_mutex_lock(&f->mu);
+    if (f->kind == FAM_ALL) {
+        kt_search_policy_t *sp = f->pol[task];
+        double t0 = kt_time_mono();
+        rc = kt_search_record(sp, states, costs, n);
+        if (rc == 0)
+            rc = sync_all(f);
+        sp->train_s = kt_time_mono() - t0;
+        pthread_mutex_unlock(&f->mu);
+        return rc;
+    }
     rc = kt_search_feedback(f->pol[task], states, costs, n);
     if (rc == 0)
         rc = sync_locked(f);

@@ -60,6 +60,10 @@ void kt_search_opts_default(kt_search_opts_t *o)
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
     o->foresee_keep = 64;
+    /* Ansor's random warm-up for a job's shared model: letting the model
+     * pick the late tasks' first rounds made those rounds faster but not
+     * the network's final latency (docs/benchmarks.md). */
+    o->warmup = KT_SEARCH_WARMUP_RANDOM;
 }
 
 static int opts_check(const kt_search_opts_t *o)
@@ -82,6 +86,8 @@ static int opts_check(const kt_search_opts_t *o)
         return kt_err_set(KT_EINVAL, "search: num_warmup_sample must be >= 0");
     if (!kt_model_label_name(o->model_label))
         return kt_err_set(KT_EINVAL, "search: unknown model_label %d", o->model_label);
+    if (o->warmup != KT_SEARCH_WARMUP_RANDOM && o->warmup != KT_SEARCH_WARMUP_MODEL)
+        return kt_err_set(KT_EINVAL, "search: unknown warmup %d", o->warmup);
     if (!(o->diversity_filter_ratio == 0 ||
           (o->diversity_filter_ratio >= 1 && o->diversity_filter_ratio <= KT_SEARCH_MAX_DIVERSITY)))
         return kt_err_set(KT_EINVAL, "search: diversity_filter_ratio must be 0 (off) or in [1, %d]",
@@ -136,6 +142,16 @@ static int opt_set_one(void *user, const char *key, const char *val)
             return kt_err_set(KT_EINVAL, "search parameter model_label: unknown value '%s' "
                                          "(throughput, log or rank)", val);
         o->model_label = v;
+        return KT_OK;
+    }
+    if (strcmp(key, "warmup") == 0) {
+        if (strcmp(val, "random") == 0)
+            o->warmup = KT_SEARCH_WARMUP_RANDOM;
+        else if (strcmp(val, "model") == 0)
+            o->warmup = KT_SEARCH_WARMUP_MODEL;
+        else
+            return kt_err_set(KT_EINVAL, "search parameter warmup: unknown value '%s' "
+                                         "(random or model)", val);
         return KT_OK;
     }
     if (strcmp(key, "policy") == 0 || strcmp(key, "seed") == 0)
@@ -360,8 +376,8 @@ int kt_search_best(const kt_search_policy_t *sp, double *cost, char **json)
     return 0;
 }
 
-int kt_search_feedback(kt_search_policy_t *sp, kt_sched_state_t *const *states,
-                       const double *costs, int n)
+int kt_search_record(kt_search_policy_t *sp, kt_sched_state_t *const *states,
+                     const double *costs, int n)
 {
     if (!sp || n < 0 || (n > 0 && (!states || !costs)))
         return kt_err_set(KT_EINVAL, "search feedback: bad arguments");
@@ -382,30 +398,19 @@ int kt_search_feedback(kt_search_policy_t *sp, kt_sched_state_t *const *states,
         sp->npending++;
         sp->stats.measured++;
     }
-    if (sp->npending == 0) {
-        sp->train_s = 0;
-        return 0;
-    }
+    return 0;
+}
+
+int kt_search_feedback(kt_search_policy_t *sp, kt_sched_state_t *const *states,
+                       const double *costs, int n)
+{
+    int rc = kt_search_record(sp, states, costs, n);
+    if (rc)
+        return rc;
     /* the model trains on everything it has not seen: this round's results
      * and any preloaded records (adaptive training is the model's business) */
     double t0 = kt_time_mono();
-    int np = sp->npending, first = sp->nhist - np;
-    kt_sched_state_t **sts = malloc((size_t)np * sizeof(*sts));
-    double *cs = malloc((size_t)np * sizeof(*cs));
-    int rc = 0;
-    if (!sts || !cs) {
-        rc = kt_err_set(KT_ENOMEM, "out of memory");
-    } else {
-        for (int i = 0; i < np; i++) {
-            sts[i] = sp->hist[first + i].st;
-            cs[i] = sp->hist[first + i].cost;
-        }
-        rc = kt_search_train(sp, sts, cs, np);
-        if (rc == 0)
-            sp->npending = 0;
-    }
-    free(sts);
-    free(cs);
+    rc = kt_search_train_pending(&sp, 1, sp->model);
     sp->train_s = kt_time_mono() - t0;
     return rc;
 }

@@ -135,34 +135,130 @@ int kt_search_train(kt_search_policy_t *sp, kt_sched_state_t *const *states, con
     return kt_search_train_model(sp, sp->model, states, costs, n);
 }
 
-int kt_search_train_model(kt_search_policy_t *sp, kt_model_t *m, kt_sched_state_t *const *states,
-                          const double *costs, int n)
+/* A training batch gathered from one or more policies (each its own
+ * workload's features and task id), given to a model in one update. */
+typedef struct {
+    float *rows;
+    size_t nrows;      /* rows held */
+    uint32_t *counts;
+    uint64_t *tasks;
+    double *cs;
+    int n, cap;
+    uint32_t nfeat;
+} acc_t;
+
+static void acc_free(acc_t *a)
+{
+    free(a->rows);
+    free(a->counts);
+    free(a->tasks);
+    free(a->cs);
+}
+
+/* Append n states of sp with their costs (<= 0: failed). */
+static int acc_add(acc_t *a, kt_search_policy_t *sp, kt_sched_state_t *const *states,
+                   const double *costs, int n)
 {
     if (n <= 0)
         return 0;
+    if (a->n + n > a->cap) {
+        int cap = a->n + n > 2 * a->cap ? a->n + n : 2 * a->cap;
+        uint32_t *c = realloc(a->counts, (size_t)cap * sizeof *c);
+        if (c)
+            a->counts = c;
+        uint64_t *t = realloc(a->tasks, (size_t)cap * sizeof *t);
+        if (t)
+            a->tasks = t;
+        double *x = realloc(a->cs, (size_t)cap * sizeof *x);
+        if (x)
+            a->cs = x;
+        if (!c || !t || !x)
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        a->cap = cap;
+    }
     float *rows = NULL;
     uint32_t nfeat = 0;
-    uint32_t *counts = malloc((size_t)n * sizeof(uint32_t));
-    uint64_t *tasks = malloc((size_t)n * sizeof(uint64_t));
-    double *cs = malloc((size_t)n * sizeof(double));
-    int rc = 0;
-    if (!counts || !tasks || !cs) {
-        rc = kt_err_set(KT_ENOMEM, "out of memory");
-        goto out;
+    int rc = make_batch(sp, states, n, &rows, a->counts + a->n, &nfeat);
+    if (rc)
+        return rc;
+    if (a->n > 0 && nfeat != a->nfeat) {
+        free(rows);
+        return kt_err_set(KT_EINTERNAL, "training: policies with and without features");
     }
-    for (int i = 0; i < n; i++) {
-        tasks[i] = sp->task_id;
-        cs[i] = costs[i] > 0 && isfinite(costs[i]) && costs[i] < KT_MEASURE_MAX_COST ? costs[i] : -1;
+    size_t add = 0;
+    for (int i = 0; i < n; i++)
+        add += a->counts[a->n + i];
+    if (add > 0) {
+        float *r = realloc(a->rows, (a->nrows + add) * nfeat * sizeof(float));
+        if (!r) {
+            free(rows);
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        a->rows = r;
+        memcpy(a->rows + a->nrows * nfeat, rows, add * nfeat * sizeof(float));
+        a->nrows += add;
     }
-    rc = make_batch(sp, states, n, &rows, counts, &nfeat);
-    if (rc == 0) {
-        kt_model_batch_t b = {.rows = rows, .nrows = counts, .nprog = (size_t)n, .nfeat = nfeat};
-        rc = kt_model_update(m, &b, cs, tasks);
-    }
-out:
     free(rows);
-    free(counts);
-    free(tasks);
-    free(cs);
+    for (int i = 0; i < n; i++) {
+        a->tasks[a->n + i] = sp->task_id;
+        a->cs[a->n + i] =
+            costs[i] > 0 && isfinite(costs[i]) && costs[i] < KT_MEASURE_MAX_COST ? costs[i] : -1;
+    }
+    a->nfeat = nfeat;
+    a->n += n;
+    return 0;
+}
+
+static int acc_update(acc_t *a, kt_model_t *m)
+{
+    if (a->n == 0)
+        return 0;
+    /* the model wants rows even when no program has any */
+    float none = 0;
+    kt_model_batch_t b = {.rows = a->rows ? a->rows : &none, .nrows = a->counts,
+                          .nprog = (size_t)a->n, .nfeat = a->nfeat};
+    return kt_model_update(m, &b, a->cs, a->tasks);
+}
+
+int kt_search_train_model(kt_search_policy_t *sp, kt_model_t *m, kt_sched_state_t *const *states,
+                          const double *costs, int n)
+{
+    acc_t a = {0};
+    int rc = acc_add(&a, sp, states, costs, n);
+    if (rc == 0)
+        rc = acc_update(&a, m);
+    acc_free(&a);
+    return rc;
+}
+
+int kt_search_train_pending(kt_search_policy_t *const *sps, int n, kt_model_t *m)
+{
+    acc_t a = {0};
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        kt_search_policy_t *sp = sps[k];
+        int np = sp->npending, first = sp->nhist - np;
+        if (np <= 0)
+            continue;
+        kt_sched_state_t **sts = malloc((size_t)np * sizeof *sts);
+        double *cs = malloc((size_t)np * sizeof *cs);
+        if (!sts || !cs) {
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+        } else {
+            for (int i = 0; i < np; i++) {
+                sts[i] = sp->hist[first + i].st;
+                cs[i] = sp->hist[first + i].cost;
+            }
+            rc = acc_add(&a, sp, sts, cs, np);
+        }
+        free(sts);
+        free(cs);
+    }
+    if (rc == 0)
+        rc = acc_update(&a, m);
+    if (rc == 0)
+        for (int k = 0; k < n; k++)
+            sps[k]->npending = 0;
+    acc_free(&a);
     return rc;
 }

@@ -7,7 +7,8 @@
  * Policies by name, as TVM: "sketch.xgb" (default: evolutionary search scored
  * by an XGBoost cost model over per-stage features) and "sketch.random"
  * (random states, random model). ANSOR_NOTES.md describes one round.
- * FamilySeer's "sketch.xgb.family-op", "sketch.xgb.family-hash" and
+ * Over a job's tasks (kt_search_family_new) sketch.xgb shares one model
+ * between all of them, as Ansor's task scheduler does. FamilySeer's "sketch.xgb.family-op", "sketch.xgb.family-hash" and
  * "sketch.xgb.family-none" need the policies of all of a job's tasks at once:
  * they are made by kt_search_family_new() (see "task families" below).
  *
@@ -76,7 +77,15 @@ typedef struct {
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
     int foresee_keep;                      /* best states kept to seed the next round: 64 */
+    /* The shared model of a job's sketch.xgb tasks (see "task families"):
+     * KT_SEARCH_WARMUP_RANDOM keeps it random until every task has had a
+     * round (Ansor), KT_SEARCH_WARMUP_MODEL lets it guide a task's first
+     * round once more than num_warmup_sample records of other tasks exist. */
+    int warmup;                            /* KT_SEARCH_WARMUP_RANDOM */
 } kt_search_opts_t;
+
+#define KT_SEARCH_WARMUP_RANDOM 0
+#define KT_SEARCH_WARMUP_MODEL 1
 
 void kt_search_opts_default(kt_search_opts_t *o);
 
@@ -88,7 +97,8 @@ void kt_search_opts_default(kt_search_opts_t *o);
 #define KT_SEARCH_MAX_DIVERSITY 64
 
 /* Sets options from "key=value,..." (a job's search_params): the numeric
- * fields above by name, and model_label=throughput|log|rank. policy and seed
+ * fields above by name, model_label=throughput|log|rank and
+ * warmup=random|model. policy and seed
  * are refused (they are the job's own fields). All or nothing: KT_EINVAL with
  * a message naming the key for an unknown key, a malformed value or a value
  * out of range, leaving *o unchanged. An empty list changes nothing. */
@@ -238,11 +248,22 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
 
 /*
  * The policies of all the tasks of one tuning job, made from one policy name.
- * For "sketch.xgb" and "sketch.random" it is n independent policies (each
- * with its own model), nothing more. For the family policies the tasks are
- * grouped into families and each family has ONE xgb model shared by its
- * tasks' policies (FamilySeer, seed 001):
+ * For "sketch.random", and "sketch.xgb" over a single task, it is n
+ * independent policies (each with its own model), nothing more. For the
+ * other xgb policies the tasks are grouped into families and each family has
+ * ONE xgb model shared by its tasks' policies (FamilySeer, seed 001):
  *
+ * - "sketch.xgb" over n > 1 tasks: one family of every task, key "all"
+ *   (Ansor's make_search_policies: one XGBModel for the whole network;
+ *   FamilySeer's monolithic model). Its warm-up is Ansor's with
+ *   warmup=random (the default): the model is given no record, and so scores
+ *   at random, until every task has been measured once (or proposed
+ *   nothing); then it trains once on every task's records (Ansor's
+ *   num_warmup_sample = tasks x measures per round), and on each task's new
+ *   records after that. With warmup=model it trains on every record as it
+ *   comes, so once it holds more than num_warmup_sample records the model,
+ *   not chance, picks the first round of the tasks still waiting. No foresee
+ *   passes (Ansor has none).
  * - "sketch.xgb.family-op": family = the task's anchor operator, read from the
  *   DAG (kt_search_family_anchor): conv2d tasks with any epilogue share one,
  *   dense another, each pool kind its own.
@@ -251,8 +272,9 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  *   relu and conv2d + bias + add + relu are two families.
  * - "sketch.xgb.family-none": one family (one model) per task.
  *
- * Training. Warm-up lasts until every task has been measured once (measured
- * or preloaded): meanwhile EVERY family model trains on every record of every
+ * Training (family-op, -hash, -none). Warm-up lasts until every task has been
+ * measured once (measured or preloaded): meanwhile EVERY family model trains
+ * on every record of every
  * task (the review's suggestion in seed 001: the same data Ansor's single
  * model would see). When the last task gets its first record, each family
  * model drops the other families' samples (kt_model_keep_tasks) and from then
@@ -274,10 +296,11 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  *
  * Ownership: kt_search_family_new borrows the workloads (they must outlive
  * it) and owns its policies and models; kt_search_family_free releases them
- * (accepts NULL). Threads: for the family policies every propose, feedback
- * and sync takes the family's mutex (models and foresee passes are shared
- * between tasks); the plain policies take none, so different tasks may be
- * searched at once. Preload (kt_search_preload on kt_search_family_policy())
+ * (accepts NULL). Threads: for the family policies (sketch.xgb over several
+ * tasks included) every propose, feedback and sync takes the family's mutex
+ * (models and foresee passes are shared between tasks), so one task is
+ * searched at a time; the plain policies take none, so different tasks may
+ * be searched at once. Preload (kt_search_preload on kt_search_family_policy())
  * before the first propose, from one thread.
  */
 typedef struct kt_search_family kt_search_family_t;
@@ -312,7 +335,8 @@ kt_search_policy_t *kt_search_family_policy(const kt_search_family_t *f, int tas
 
 /* Number of families (0 for the plain policies), the family of a task (-1
  * for plain policies or a bad index), a family's key ("conv2d_nhwc" for
- * family-op, 16 hex digits for family-hash, "task<i>" for family-none), its
+ * family-op, 16 hex digits for family-hash, "task<i>" for family-none, "all"
+ * for sketch.xgb), its
  * tasks (n written to *ntasks, at most cap into out) and its model. */
 int kt_search_family_count(const kt_search_family_t *f);
 int kt_search_family_of(const kt_search_family_t *f, int task);
@@ -321,16 +345,19 @@ int kt_search_family_tasks(const kt_search_family_t *f, int family, int *out, in
                            int *ntasks);
 kt_model_t *kt_search_family_model(const kt_search_family_t *f, int family);
 /* 1 once every task has been measured once (family models train on their
- * own family's records only from then on). */
+ * own family's records only from then on; sketch.xgb's shared model trains
+ * from then on with warmup=random). */
 int kt_search_family_warmup_done(const kt_search_family_t *f);
 
 /* kt_search_propose / kt_search_feedback for task i, plus the family work
- * described above (sync, cross-training during warm-up, foresee passes). */
+ * described above (sync, cross-training during warm-up, foresee passes;
+ * sketch.xgb's shared warm-up). */
 int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_state_t ***out);
 int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t *const *states,
                               const double *costs, int n);
 /* Train the family models on what was preloaded or fed to the policies but
- * not yet given to them (a resumed job) and end the warm-up when every task
+ * not yet given to them (a resumed job; sketch.xgb's shared model only once
+ * its warm-up allows, in one training) and end the warm-up when every task
  * has records. Propose and feedback call it; 0 or negative. */
 int kt_search_family_sync(kt_search_family_t *f);
 

@@ -82,6 +82,15 @@ int kt_search_train(kt_search_policy_t *sp, kt_sched_state_t *const *states, con
 int kt_search_train_model(kt_search_policy_t *sp, kt_model_t *m, kt_sched_state_t *const *states,
                           const double *costs, int n);
 
+/* kt_search_feedback without the training: the results join the measured
+ * set and wait (npending) for a kt_search_train_pending. */
+int kt_search_record(kt_search_policy_t *sp, kt_sched_state_t *const *states,
+                     const double *costs, int n);
+/* Train `m` in ONE update on the untrained records (npending) of n policies,
+ * each with its own features and task id (labels normalized per task), and
+ * mark them trained. A job's shared model retrains once, not once per task. */
+int kt_search_train_pending(kt_search_policy_t *const *sps, int n, kt_model_t *m);
+
 /* FamilySeer's foresee pass: a small search scored by the policy's (family)
  * model whose best unmeasured states replace sp->foresight. The policy's
  * round statistics are left as they were; foresee_passes counts it. */
