@@ -8,6 +8,7 @@
  * (kt_codegen_emit_c_into) compiled at once, so two compiler runs serve all
  * of a DAG's states: the suite stays within its time budget on two cores. */
 #include <check.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,20 +300,19 @@ START_TEST(codegen_outlines_parallel_body_and_unrolls_reduce_loop)
         "{\"ann\":[0,1,64],\"ann2\":[2,0,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
         "\"name\":\"C\",\"tile\":[[2,4,1,4],[2,1,1,16],[4,64]]}],\"version\":1}";
     char *src = emit_json(mm, par, "mk");
-    /* kt_par0_mk copies B into its rewritten layout (codegen_rewrites_weight_layout) */
-    ck_assert_ptr_nonnull(strstr(src, "static __attribute__((noinline)) int kt_par0_mk("));
-    const char *fn = strstr(src, "static __attribute__((noinline)) int kt_par1_mk(const float "
-                                 "*restrict A, const float *restrict B, float *restrict C, "
-                                 "float *restrict kt_B_layout, long long kt_i_0_0, "
+    /* the packed variant takes B re-laid out (codegen_rewrites_weight_layout) */
+    const char *fn = strstr(src, "static __attribute__((noinline)) int kt_par0_mk_packed(const "
+                                 "float *restrict A, const float *restrict B, float *restrict C, "
+                                 "const float *restrict kt_B_layout, long long kt_i_0_0, "
                                  "long long kt_j_0_1)");
-    const char *kern = strstr(src, "int mk(float **kt_bufs)");
+    const char *kern = strstr(src, "int mk_packed(float **kt_bufs)");
     ck_assert_ptr_nonnull(fn);
     ck_assert_ptr_nonnull(kern);
     ck_assert(fn < kern);   /* defined before the kernel calls it */
     ck_assert_ptr_nonnull(strstr(kern, "#pragma omp parallel for schedule(static) collapse(2)"));
     ck_assert_ptr_nonnull(
-        strstr(kern, "if (kt_par1_mk(A, B, C, kt_B_layout, kt_i_0_0, kt_j_0_1)) {"));
-    ck_assert_ptr_null(strstr(src, "kt_par2_"));
+        strstr(kern, "if (kt_par0_mk_packed(A, B, C, kt_B_layout, kt_i_0_0, kt_j_0_1)) {"));
+    ck_assert_ptr_null(strstr(src, "kt_par1_"));
     /* k.1 (64) around the 4 x 16 register tile: four copies (the pragma is
      * the line before the loop) */
     const char *k1 = strstr(fn, "for (long long kt_k_1_");
@@ -381,7 +381,12 @@ START_TEST(codegen_rewrites_weight_layout)
     ck_assert_int_eq(L->stmts[L->nodes[x].stmt].dst, lay);
     kt_lower_free(L);
 
-    char *src = kt_codegen_emit_c(mm, st, "lk");
+    /* the kernel taking B as it is copies it in every call */
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    kt_codegen_preamble_c(&b);
+    ck_assert_int_eq(kt_codegen_emit_c_into(mm, st, "lk", &b), 0);
+    char *src = kt_sbuf_take(&b);
     ck_assert_ptr_nonnull(src);
     ck_assert_ptr_nonnull(
         strstr(src, "float *restrict kt_B_layout = (float *)aligned_alloc(64, sizeof(float) * 1536ULL);"));
@@ -427,6 +432,134 @@ START_TEST(codegen_rewrites_weight_layout)
 }
 END_TEST
 
+/* What is measured and exported (kt_codegen_emit_c): lk_packed, the kernel
+ * the runner times, takes B already re-laid out and copies nothing (no
+ * buffer of B's layout allocated or written in it); lk_pack permutes B into
+ * that layout (the walk of kt_codegen_pack) and answers 0 for A; lk takes B
+ * as it is. The checker runs both lk and lk_packed on packed weights. */
+START_TEST(codegen_timed_kernel_takes_packed_weights)
+{
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
+    kt_sched_state_t *st = parse_json(mm, MM_CACHE_WRITE);
+    char *src = kt_codegen_emit_c(mm, st, "lk");
+    ck_assert_msg(src != NULL, "%s", kt_err_msg());
+    const char *pop = strstr(src, "#pragma GCC pop_options");
+    const char *kern = strstr(src, "int lk_packed(float **kt_bufs)\n");
+    const char *pack = strstr(src, "int lk_pack(int kt_i, const float *restrict kt_src, "
+                                   "float *restrict kt_dst)\n");
+    const char *wrap = strstr(src, "int lk(float **kt_bufs)\n");
+    ck_assert_ptr_nonnull(pop);
+    ck_assert_ptr_nonnull(kern);
+    ck_assert_ptr_nonnull(pack);
+    ck_assert_ptr_nonnull(wrap);
+    ck_assert(kern < pop && pop < pack && pack < wrap);
+    /* everything up to the end of lk_packed: B's layout read from bufs[1] */
+    char *timed = strndup(src, (size_t)(pop - src));
+    ck_assert_ptr_nonnull(strstr(timed, "const float *restrict kt_B_layout = kt_bufs[1];"));
+    ck_assert_ptr_nonnull(strstr(timed, "*kt_B_layout["));
+    ck_assert_ptr_null(strstr(timed, "aligned_alloc"));
+    for (const char *l = timed; l; l = strchr(l + 1, '\n')) {   /* never stored */
+        const char *t = l + (*l == '\n');
+        while (*t == ' ')
+            t++;
+        ck_assert_msg(strncmp(t, "kt_B_layout[", 12) != 0, "B's layout written:\n%s", src);
+    }
+    ck_assert_ptr_null(strstr(timed, "kt_B_layout = (float"));
+    free(timed);
+    ck_assert_ptr_nonnull(strstr(pack, "if (kt_i == 1) {"));
+    ck_assert_ptr_null(strstr(pack, "if (kt_i == 0)"));
+    ck_assert_ptr_nonnull(strstr(wrap, "lk_pack(1, kt_bufs[1], kt_w0);"));
+    ck_assert_ptr_nonnull(strstr(wrap, "kt_rc = lk_packed(kt_args);"));
+
+    /* lk_pack lays B out as kt_codegen_pack does (the runner's and the
+     * network builder's copies agree) */
+    char dir[] = "/tmp/kt_test_pack_XXXXXX", so[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(so, sizeof(so), "%s/k.so", dir);
+    ck_assert_msg(kt_codegen_compile(src, so, NULL) == 0, "%s", kt_err_msg());
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_ptr_nonnull(h);
+    void *sym = dlsym(h, "lk_pack");
+    ck_assert_ptr_nonnull(sym);
+    int (*packfn)(int, const float *, float *);
+    memcpy(&packfn, &sym, sizeof(packfn));
+    kt_codegen_pack_t pk[KT_CODEGEN_MAX_PACKS];
+    ck_assert_int_eq(kt_codegen_packs(mm, st, pk, KT_CODEGEN_MAX_PACKS), 1);
+    float w[32 * 48], got[32 * 48], want[32 * 48];
+    for (int i = 0; i < 32 * 48; i++)
+        w[i] = (float)i;
+    ck_assert_int_eq(packfn(0, w, got), 0);
+    ck_assert_int_eq(packfn(2, NULL, NULL), 0);
+    ck_assert_int_eq(packfn(1, NULL, NULL), 1);
+    ck_assert_int_eq(packfn(1, w, got), 1);
+    kt_codegen_pack(&pk[0], w, want, 0);
+    ck_assert_int_eq(memcmp(got, want, sizeof(got)), 0);
+    ck_assert_int_ne(memcmp(got, w, sizeof(got)), 0);   /* a real permutation */
+    dlclose(h);
+    unlink(so);
+    rmdir(dir);
+    check_against_reference(mm, src, "lk", 11);
+    free(src);
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
+}
+END_TEST
+
+/* The checker covers the packed variant: a file whose lk is right (B copied
+ * in the kernel) but whose lk_pack lays B out wrong fails, naming
+ * lk_packed; the same file with the pack left right passes. */
+START_TEST(codegen_check_catches_a_wrong_pack)
+{
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
+    kt_sched_state_t *st = parse_json(mm, MM_CACHE_WRITE);
+    for (int planted = 0; planted < 2; planted++) {
+        kt_sbuf_t b;
+        kt_sbuf_init(&b);
+        kt_codegen_preamble_c(&b);
+        ck_assert_int_eq(kt_codegen_emit_c_into(mm, st, "lk", &b), 0);
+        kt_sbuf_t v;
+        kt_sbuf_init(&v);
+        ck_assert_int_eq(kt_codegen_emit_c_variants_into(mm, st, "lz", &v), 0);
+        /* lz_packed and lz_pack become lk's; the wrapper lz stays lz */
+        kt_sbuf_t t2;
+        kt_sbuf_init(&t2);
+        const char *p = v.data;
+        for (const char *q; (q = strstr(p, "lz_pack")) != NULL; p = q + 7) {
+            kt_sbuf_putn(&t2, p, (size_t)(q - p));
+            kt_sbuf_puts(&t2, "lk_pack");
+        }
+        kt_sbuf_puts(&t2, p);
+        char *text = kt_sbuf_take(&t2);
+        if (planted) {
+            char *at = strstr(text, "kt_dst[kt_o++] = kt_src[");
+            ck_assert_ptr_nonnull(at);
+            /* the weights come out negated: the packed kernel's answers are wrong */
+            kt_sbuf_putn(&b, text, (size_t)(at - text));
+            kt_sbuf_puts(&b, "kt_dst[kt_o++] = -kt_src[");
+            kt_sbuf_puts(&b, at + strlen("kt_dst[kt_o++] = kt_src["));
+        } else {
+            kt_sbuf_puts(&b, text);
+        }
+        free(text);
+        kt_sbuf_free(&v);
+        char *src = kt_sbuf_take(&b);
+        double err = 0;
+        int rc = kt_codegen_check(mm, src, "lk", 5, &err);
+        if (planted) {
+            ck_assert_int_eq(rc, KT_EINVAL);
+            ck_assert_msg(strstr(kt_err_msg(), "lk_packed") != NULL, "%s", kt_err_msg());
+            ck_assert(err > KT_CODEGEN_MAX_REL_ERR);
+        } else {
+            ck_assert_msg(rc == 0, "%s", kt_err_msg());
+            ck_assert(err <= KT_CODEGEN_MAX_REL_ERR);
+        }
+        free(src);
+    }
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
+}
+END_TEST
+
 START_TEST(codegen_emit_rejects_bad_input)
 {
     kt_dag_t *mm = kt_ops_matmul(8, 8, 8, 0, NULL, 0);
@@ -467,6 +600,8 @@ int main(void)
     tcase_add_test(tc, codegen_large_local_tile_uses_heap);
     tcase_add_test(tc, codegen_outlines_parallel_body_and_unrolls_reduce_loop);
     tcase_add_test(tc, codegen_rewrites_weight_layout);
+    tcase_add_test(tc, codegen_timed_kernel_takes_packed_weights);
+    tcase_add_test(tc, codegen_check_catches_a_wrong_pack);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);
     tcase_add_test(tc, codegen_batch_matmul_states_match_reference);
