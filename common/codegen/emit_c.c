@@ -43,6 +43,8 @@ typedef struct {
     int nallocs;           /* local buffers in scope */
     int nouter;            /* live loops enclosing the current node */
     int outer[MAX_OUTER];
+    int branch;            /* 1 or 2: statements print that operand of their stage's
+                              select (an unswitched loop, see unswitch_cond); 0: all */
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -234,7 +236,8 @@ static void access_c_fn(void *ctx, int buf, const kt_lower_index_t *idx, kt_sbuf
     access_c(ctx, buf, idx, b);
 }
 
-static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
+/* Expression x of statement s's stage printed with s's axes into b. */
+static int expr_of_stmt(emit_t *e, const kt_lower_stmt_t *s, const kt_expr_t *x, kt_sbuf_t *b)
 {
     const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
     kt_sbuf_t ax[KT_SCHED_MAX_AXES];
@@ -245,9 +248,19 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
         index_c(e->L, &s->axis[a], &ax[a]);
         axis_c[a] = ax[a].data ? ax[a].data : "0";
     }
+    int rc = kt_codegen_expr_c(e->dag, s->stage, x, axis_c, e->L->inline_mask, b);
+    for (int a = 0; a < na; a++)
+        kt_sbuf_free(&ax[a]);
+    return rc;
+}
+
+static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
+{
+    const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
     kt_sbuf_t text;
     kt_sbuf_init(&text);
-    int rc = kt_codegen_expr_c(e->dag, s->stage, ss->body, axis_c, e->L->inline_mask, &text);
+    const kt_expr_t *x = e->branch ? ss->body->args[e->branch] : ss->body;
+    int rc = expr_of_stmt(e, s, x, &text);
     if (rc && !e->rc)
         e->rc = rc;
     if (!rc) {
@@ -266,8 +279,6 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
         }
     }
     kt_sbuf_free(&text);
-    for (int a = 0; a < na; a++)
-        kt_sbuf_free(&ax[a]);
 }
 
 static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
@@ -450,7 +461,79 @@ static void emit_body(emit_t *e, int node, int depth, int in_par, int in_vec)
     }
 }
 
+/* Whether identifier id occurs in text. */
+static int has_ident(const char *text, const char *id)
+{
+    size_t n = strlen(id);
+    for (const char *p = strstr(text, id); p; p = strstr(p + 1, id))
+        if ((p == text || !is_ident_char(p[-1])) && !is_ident_char(p[n]))
+            return 1;
+    return 0;
+}
+
+/* The condition to test once around innermost loop `node`, or NULL: its
+ * body is one statement computing a stage whose value is a select (a
+ * padding stage: `inside ? data[...] : 0`) whose condition reads no memory
+ * and does not depend on the loop. The loop is then printed twice, each
+ * copy computing one operand: GCC keeps the test per element (loop
+ * unswitching is off for kernels, see emit_c_into), a scalar loop; split,
+ * the copy of the interior vectorizes. Malloc'd. */
+static char *unswitch_cond(emit_t *e, int node)
+{
+    const kt_lower_t *L = e->L;
+    const kt_lower_node_t *nd = &L->nodes[node];
+    int ch = nd->child;
+    if (e->branch || ch < 0 || L->nodes[ch].next >= 0 || L->nodes[ch].kind != KT_NODE_STMT)
+        return NULL;
+    const kt_lower_stmt_t *s = &L->stmts[L->nodes[ch].stmt];
+    const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
+    if (s->kind != KT_STMT_COMPUTE || s->src >= 0 || !ss->body ||
+        ss->body->kind != KT_EX_SELECT || ss->body->dtype != KT_DT_F32)
+        return NULL;
+    for (int i = 0; i < L->nsubs; i++)
+        if (L->subs[i].stmt == L->nodes[ch].stmt)
+            return NULL;
+    kt_sbuf_t c;
+    kt_sbuf_init(&c);
+    if (expr_of_stmt(e, s, ss->body->args[0], &c) != 0 || kt_sbuf_ok(&c) != 0 || !c.data ||
+        strchr(c.data, '[') || strchr(c.data, '(') == NULL ||
+        has_ident(c.data, L->iters[nd->iter].name)) {
+        kt_err_clear();
+        kt_sbuf_free(&c);
+        return NULL;
+    }
+    return kt_sbuf_take(&c);
+}
+
+static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_vec);
+
 static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
+{
+    const kt_lower_node_t *nd = &e->L->nodes[node];
+    /* not inside a collapsed group: its loops must stay perfectly nested */
+    char *cond = e->L->iters[nd->iter].extent > 1 && nd->ann != KT_LOOP_PARALLEL && !in_vec
+                     ? unswitch_cond(e, node)
+                     : NULL;
+    if (!cond) {
+        emit_loop_nest(e, node, depth, in_par, in_vec);
+        return;
+    }
+    kt_sbuf_t *b = e->out;
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_printf(b, "if (%s) {\n", cond);
+    e->branch = 1;
+    emit_loop_nest(e, node, depth + 1, in_par, in_vec);
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "} else {\n");
+    e->branch = 2;
+    emit_loop_nest(e, node, depth + 1, in_par, in_vec);
+    e->branch = 0;
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "}\n");
+    free(cond);
+}
+
+static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_vec)
 {
     const kt_lower_t *L = e->L;
     const kt_lower_node_t *nd = &L->nodes[node];
