@@ -5,7 +5,8 @@
  * OpenBLAS sgemm; everything on one thread, GFLOPS from the DAG's flop
  * count, timed in thread CPU time (the machine may be shared; the load
  * average is printed). Every timed candidate is also checked against the
- * reference. */
+ * reference. Tuned kernels are timed on weights packed once (their
+ * ktune_kernel_packed variant), as the runner times them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,25 +104,56 @@ static void compile_all(const char *dir, char **sources, int n, int jobs, int *o
     compile_s += kt_time_mono() - c0;
 }
 
-/* Run dir/k<i>.so on bufs, check output `out` against want, time it. */
-static double run_so(const char *dir, int i, float **bufs, int out, const float *want, size_t n,
-                     double *err)
+/* Run dir/k<i>.so on bufs, check output `out` against want, time it. A
+ * tuned kernel is timed as the runner times it and a built network runs
+ * it: ktune_kernel_packed on weights ktune_kernel_pack laid out once. */
+static double run_so(const kt_dag_t *dag, const char *dir, int i, float **bufs, int out,
+                     const float *want, size_t n, double *err)
 {
     char so[512];
     snprintf(so, sizeof(so), "%s/k%d.so", dir, i);
     double t = -1;
     *err = INFINITY;
-    kt_codegen_lib_t *lib = kt_codegen_load(so, "ktune_kernel");
+    kt_codegen_lib_t *lib = kt_codegen_load(so, "ktune_kernel_packed");
+    kt_codegen_lib_t *plib = lib ? kt_codegen_load(so, "ktune_kernel_pack") : NULL;
+    if (!plib) {
+        kt_codegen_unload(lib);
+        kt_err_clear();
+        lib = kt_codegen_load(so, "ktune_kernel");   /* the reference */
+    }
+    float *args[KT_TE_MAX_STAGES + 1], *owned[KT_TE_MAX_STAGES + 1] = {0};
+    for (int b = 0; b <= out; b++)
+        args[b] = bufs[b];
+    if (plib) {
+        int (*pack)(int, const float *, float *);
+        kt_kernel_fn f = kt_codegen_lib_fn(plib);
+        memcpy(&pack, &f, sizeof(pack));
+        for (int b = 0; b < out; b++) {
+            if (pack(b, NULL, NULL) != 1)
+                continue;
+            size_t cnt = (size_t)kt_stage_numel(kt_dag_stage(dag, kt_codegen_buf_stage(dag, b)));
+            owned[b] = aligned_alloc(64, (cnt * sizeof(float) + 63) / 64 * 64);
+            if (!owned[b]) {
+                fprintf(stderr, "out of memory\n");
+                exit(1);
+            }
+            pack(b, bufs[b], owned[b]);
+            args[b] = owned[b];
+        }
+    }
     if (lib) {
         memset(bufs[out], 0xff, n * sizeof(float));
         double r0 = kt_time_mono();
-        t = time_fn(kt_codegen_lib_fn(lib), bufs);
+        t = time_fn(kt_codegen_lib_fn(lib), args);
         run_s += kt_time_mono() - r0;
         *err = want ? kt_codegen_rel_err(bufs[out], want, n) : 0;
         kt_codegen_unload(lib);
     } else {
         fprintf(stderr, "  candidate %d: %s\n", i, kt_err_msg());
     }
+    kt_codegen_unload(plib);
+    for (int b = 0; b < out; b++)
+        free(owned[b]);
     unlink(so);
     return t;
 }
@@ -151,7 +183,7 @@ static void bench(const char *name, kt_dag_t *dag, const char *const *fixed, int
     double err;
     compile_all(dir, &src, 1, 1, &built);
     free(src);
-    double t = built ? run_so(dir, 0, bufs, out, NULL, n, &err) : -1;
+    double t = built ? run_so(dag, dir, 0, bufs, out, NULL, n, &err) : -1;
     if (t <= 0) {
         fprintf(stderr, "%s: reference failed\n", name);
         exit(1);
@@ -200,7 +232,7 @@ static void bench(const char *name, kt_dag_t *dag, const char *const *fixed, int
     compile_all(dir, sources, total, jobs > 0 ? (int)jobs : 1, ok);
     for (int i = 0; i < total; i++) {
         free(sources[i]);
-        t = ok[i] ? run_so(dir, i, bufs, out, want, n, &err) : -1;
+        t = ok[i] ? run_so(dag, dir, i, bufs, out, want, n, &err) : -1;
         if (i >= candidates) {
             double g = t > 0 && err <= KT_CODEGEN_MAX_REL_ERR ? flops / t * 1e-9 : 0;
             if (g <= 0)

@@ -840,7 +840,12 @@ static int export_c(const read_args_t *a, const job_tasks_t *jt, const best_t *b
                    " * Each entry point takes float **bufs: the buffers listed, inputs first,\n"
                    " * then outputs, dense row-major float32; it returns 0, or -1 when an\n"
                    " * internal allocation failed. Compile each ktune_task<i>.c with\n"
-                   " * cc -O3 -march=native -fopenmp -c. */\n"
+                   " * cc -O3 -march=native -fopenmp -c.\n"
+                   " * <entry>(bufs) takes every buffer in its original layout. The kernel that\n"
+                   " * was measured is <entry>_packed(bufs): it takes each input i for which\n"
+                   " * <entry>_pack(i, NULL, NULL) returns 1 already re-laid out by\n"
+                   " * <entry>_pack(i, original, dst) (dst: as many floats), done once when the\n"
+                   " * weights are loaded; <entry> does that copy on every call. */\n"
                    "#ifndef KTUNE_KERNELS_H\n#define KTUNE_KERNELS_H\n\n",
                    a->job);
     int written = 0, rc = 0;
@@ -896,7 +901,9 @@ static int export_c(const read_args_t *a, const job_tasks_t *jt, const best_t *b
                 kt_sbuf_puts(&h, "]\n");
             }
             if (!cuda) {
-                kt_sbuf_printf(&h, " */\nint %s(float **bufs);\n\n", entry);
+                kt_sbuf_printf(&h, " */\nint %s(float **bufs);\nint %s_packed(float **bufs);\n"
+                                   "int %s_pack(int i, const float *src, float *dst);\n\n",
+                               entry, entry, entry);
             } else if (export_cuda_one(a, dag, st, entry, &h) != 0) {
                 fprintf(stderr, "ktune export: task %d: %s\n", i, kt_err_msg());
                 rc = 1;

@@ -603,7 +603,7 @@ static int cmd_features(int argc, char **argv)
         kt_sched_state_free(st);
         st = NULL;
     }
-    kt_lower_t *L = st ? kt_lower(dag, st) : NULL;
+    kt_lower_t *L = st ? kt_lower_ex(dag, st, 1) : NULL;   /* as kt_feature_extract */
     float *rows = NULL;
     uint32_t nrows = 0;
     int *rb = NULL;

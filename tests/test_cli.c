@@ -241,6 +241,8 @@ START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
     snprintf(path, sizeof path, "%s/ktune_kernels.h", exp);
     char *h_text = kt_file_read(path, NULL);
     ck_assert_msg(h_text && strstr(h_text, "int ktune_task0(float **bufs);") &&
+                      strstr(h_text, "int ktune_task0_packed(float **bufs);") &&
+                      strstr(h_text, "int ktune_task0_pack(int i, const float *src, float *dst);") &&
                       strstr(h_text, "bufs[2] output C float32[64][64]"),
                   "%s", h_text ? h_text : "(none)");
     free(h_text);

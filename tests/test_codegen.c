@@ -5,9 +5,13 @@
  *
  * Every family gets FAMILY_STATES states spread over its shapes. All
  * kernels of one DAG go into two C files under distinct entry names
- * (kt_codegen_emit_c_into) compiled at once, so two compiler runs serve all
- * of a DAG's states: the suite stays within its time budget on two cores. */
+ * compiled at once, so two compiler runs serve all
+ * of a DAG's states: the suite stays within its time budget on two cores.
+ * Each is emitted as it is measured (kt_codegen_emit_c_variants_into), so
+ * the checker runs both the kernel on packed weights and the entry that
+ * takes them as they are. */
 #include <check.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +87,9 @@ static void check_dag(const char *what, kt_dag_t *dag, int n, uint64_t seed)
     int got = kt_test_collect_states(dag, &p, seed, st, n);
     ck_assert_int_eq(got, n);
 
-    kt_test_check_states(what, dag, st, n, seed, "cand", kt_codegen_emit_c_into, NULL);
+    /* as measured: each check runs cand_<i> (weights as they are) and
+     * cand_<i>_packed on weights its cand_<i>_pack laid out */
+    kt_test_check_states(what, dag, st, n, seed, "cand", kt_codegen_emit_c_variants_into, NULL);
     for (int i = 0; i < n; i++)
         kt_sched_state_free(st[i]);
     kt_dag_free(dag);
@@ -299,20 +305,19 @@ START_TEST(codegen_outlines_parallel_body_and_unrolls_reduce_loop)
         "{\"ann\":[0,1,64],\"ann2\":[2,0,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
         "\"name\":\"C\",\"tile\":[[2,4,1,4],[2,1,1,16],[4,64]]}],\"version\":1}";
     char *src = emit_json(mm, par, "mk");
-    /* kt_par0_mk copies B into its rewritten layout (codegen_rewrites_weight_layout) */
-    ck_assert_ptr_nonnull(strstr(src, "static __attribute__((noinline)) int kt_par0_mk("));
-    const char *fn = strstr(src, "static __attribute__((noinline)) int kt_par1_mk(const float "
-                                 "*restrict A, const float *restrict B, float *restrict C, "
-                                 "float *restrict kt_B_layout, long long kt_i_0_0, "
+    /* the packed variant takes B re-laid out (codegen_rewrites_weight_layout) */
+    const char *fn = strstr(src, "static __attribute__((noinline)) int kt_par0_mk_packed(const "
+                                 "float *restrict A, const float *restrict B, float *restrict C, "
+                                 "const float *restrict kt_B_layout, long long kt_i_0_0, "
                                  "long long kt_j_0_1)");
-    const char *kern = strstr(src, "int mk(float **kt_bufs)");
+    const char *kern = strstr(src, "int mk_packed(float **kt_bufs)");
     ck_assert_ptr_nonnull(fn);
     ck_assert_ptr_nonnull(kern);
     ck_assert(fn < kern);   /* defined before the kernel calls it */
     ck_assert_ptr_nonnull(strstr(kern, "#pragma omp parallel for schedule(static) collapse(2)"));
     ck_assert_ptr_nonnull(
-        strstr(kern, "if (kt_par1_mk(A, B, C, kt_B_layout, kt_i_0_0, kt_j_0_1)) {"));
-    ck_assert_ptr_null(strstr(src, "kt_par2_"));
+        strstr(kern, "if (kt_par0_mk_packed(A, B, C, kt_B_layout, kt_i_0_0, kt_j_0_1)) {"));
+    ck_assert_ptr_null(strstr(src, "kt_par1_"));
     /* k.1 (64) around the 4 x 16 register tile: four copies (the pragma is
      * the line before the loop) */
     const char *k1 = strstr(fn, "for (long long kt_k_1_");
@@ -381,7 +386,12 @@ START_TEST(codegen_rewrites_weight_layout)
     ck_assert_int_eq(L->stmts[L->nodes[x].stmt].dst, lay);
     kt_lower_free(L);
 
-    char *src = kt_codegen_emit_c(mm, st, "lk");
+    /* the kernel taking B as it is copies it in every call */
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    kt_codegen_preamble_c(&b);
+    ck_assert_int_eq(kt_codegen_emit_c_into(mm, st, "lk", &b), 0);
+    char *src = kt_sbuf_take(&b);
     ck_assert_ptr_nonnull(src);
     ck_assert_ptr_nonnull(
         strstr(src, "float *restrict kt_B_layout = (float *)aligned_alloc(64, sizeof(float) * 1536ULL);"));
@@ -427,6 +437,294 @@ START_TEST(codegen_rewrites_weight_layout)
 }
 END_TEST
 
+/* What is measured and exported (kt_codegen_emit_c): lk_packed, the kernel
+ * the runner times, takes B already re-laid out and copies nothing (no
+ * buffer of B's layout allocated or written in it); lk_pack permutes B into
+ * that layout (the walk of kt_codegen_pack) and answers 0 for A; lk takes B
+ * as it is. The checker runs both lk and lk_packed on packed weights. */
+START_TEST(codegen_timed_kernel_takes_packed_weights)
+{
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
+    kt_sched_state_t *st = parse_json(mm, MM_CACHE_WRITE);
+    char *src = kt_codegen_emit_c(mm, st, "lk");
+    ck_assert_msg(src != NULL, "%s", kt_err_msg());
+    const char *pop = strstr(src, "#pragma GCC pop_options");
+    const char *kern = strstr(src, "int lk_packed(float **kt_bufs)\n");
+    const char *pack = strstr(src, "int lk_pack(int kt_i, const float *restrict kt_src, "
+                                   "float *restrict kt_dst)\n");
+    const char *wrap = strstr(src, "int lk(float **kt_bufs)\n");
+    ck_assert_ptr_nonnull(pop);
+    ck_assert_ptr_nonnull(kern);
+    ck_assert_ptr_nonnull(pack);
+    ck_assert_ptr_nonnull(wrap);
+    ck_assert(kern < pop && pop < pack && pack < wrap);
+    /* everything up to the end of lk_packed: B's layout read from bufs[1] */
+    char *timed = strndup(src, (size_t)(pop - src));
+    ck_assert_ptr_nonnull(strstr(timed, "const float *restrict kt_B_layout = kt_bufs[1];"));
+    ck_assert_ptr_nonnull(strstr(timed, "*kt_B_layout["));
+    ck_assert_ptr_null(strstr(timed, "aligned_alloc"));
+    for (const char *l = timed; l; l = strchr(l + 1, '\n')) {   /* never stored */
+        const char *t = l + (*l == '\n');
+        while (*t == ' ')
+            t++;
+        ck_assert_msg(strncmp(t, "kt_B_layout[", 12) != 0, "B's layout written:\n%s", src);
+    }
+    ck_assert_ptr_null(strstr(timed, "kt_B_layout = (float"));
+    free(timed);
+    ck_assert_ptr_nonnull(strstr(pack, "if (kt_i == 1) {"));
+    ck_assert_ptr_null(strstr(pack, "if (kt_i == 0)"));
+    ck_assert_ptr_nonnull(strstr(wrap, "lk_pack(1, kt_bufs[1], kt_w0);"));
+    ck_assert_ptr_nonnull(strstr(wrap, "kt_rc = lk_packed(kt_args);"));
+
+    /* lk_pack lays B out as kt_codegen_pack does (the runner's and the
+     * network builder's copies agree) */
+    char dir[] = "/tmp/kt_test_pack_XXXXXX", so[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(so, sizeof(so), "%s/k.so", dir);
+    ck_assert_msg(kt_codegen_compile(src, so, NULL) == 0, "%s", kt_err_msg());
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_ptr_nonnull(h);
+    void *sym = dlsym(h, "lk_pack");
+    ck_assert_ptr_nonnull(sym);
+    int (*packfn)(int, const float *, float *);
+    memcpy(&packfn, &sym, sizeof(packfn));
+    kt_codegen_pack_t pk[KT_CODEGEN_MAX_PACKS];
+    ck_assert_int_eq(kt_codegen_packs(mm, st, pk, KT_CODEGEN_MAX_PACKS), 1);
+    float w[32 * 48], got[32 * 48], want[32 * 48];
+    for (int i = 0; i < 32 * 48; i++)
+        w[i] = (float)i;
+    ck_assert_int_eq(packfn(0, w, got), 0);
+    ck_assert_int_eq(packfn(2, NULL, NULL), 0);
+    ck_assert_int_eq(packfn(1, NULL, NULL), 1);
+    ck_assert_int_eq(packfn(1, w, got), 1);
+    kt_codegen_pack(&pk[0], w, want, 0);
+    ck_assert_int_eq(memcmp(got, want, sizeof(got)), 0);
+    ck_assert_int_ne(memcmp(got, w, sizeof(got)), 0);   /* a real permutation */
+    dlclose(h);
+    unlink(so);
+    rmdir(dir);
+    check_against_reference(mm, src, "lk", 11);
+    free(src);
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
+}
+END_TEST
+
+/* The checker covers the packed variant: a file whose lk is right (B copied
+ * in the kernel) but whose lk_pack lays B out wrong fails, naming
+ * lk_packed; the same file with the pack left right passes. */
+START_TEST(codegen_check_catches_a_wrong_pack)
+{
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
+    kt_sched_state_t *st = parse_json(mm, MM_CACHE_WRITE);
+    for (int planted = 0; planted < 2; planted++) {
+        kt_sbuf_t b;
+        kt_sbuf_init(&b);
+        kt_codegen_preamble_c(&b);
+        ck_assert_int_eq(kt_codegen_emit_c_into(mm, st, "lk", &b), 0);
+        kt_sbuf_t v;
+        kt_sbuf_init(&v);
+        ck_assert_int_eq(kt_codegen_emit_c_variants_into(mm, st, "lz", &v), 0);
+        /* lz_packed and lz_pack become lk's; the wrapper lz stays lz */
+        kt_sbuf_t t2;
+        kt_sbuf_init(&t2);
+        const char *p = v.data;
+        for (const char *q; (q = strstr(p, "lz_pack")) != NULL; p = q + 7) {
+            kt_sbuf_putn(&t2, p, (size_t)(q - p));
+            kt_sbuf_puts(&t2, "lk_pack");
+        }
+        kt_sbuf_puts(&t2, p);
+        char *text = kt_sbuf_take(&t2);
+        if (planted) {
+            char *at = strstr(text, "kt_dst[kt_o++] = kt_src[");
+            ck_assert_ptr_nonnull(at);
+            /* the weights come out negated: the packed kernel's answers are wrong */
+            kt_sbuf_putn(&b, text, (size_t)(at - text));
+            kt_sbuf_puts(&b, "kt_dst[kt_o++] = -kt_src[");
+            kt_sbuf_puts(&b, at + strlen("kt_dst[kt_o++] = kt_src["));
+        } else {
+            kt_sbuf_puts(&b, text);
+        }
+        free(text);
+        kt_sbuf_free(&v);
+        char *src = kt_sbuf_take(&b);
+        double err = 0;
+        int rc = kt_codegen_check(mm, src, "lk", 5, &err);
+        if (planted) {
+            ck_assert_int_eq(rc, KT_EINVAL);
+            ck_assert_msg(strstr(kt_err_msg(), "lk_packed") != NULL, "%s", kt_err_msg());
+            ck_assert(err > KT_CODEGEN_MAX_REL_ERR);
+        } else {
+            ck_assert_msg(rc == 0, "%s", kt_err_msg());
+            ck_assert(err <= KT_CODEGEN_MAX_REL_ERR);
+        }
+        free(src);
+    }
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
+}
+END_TEST
+
+/* ResNet-18's conv2d 56x56x64 3x3 pad 1 + bias + relu, and the best state
+ * of a 4,800-trial tuning of it: padding materialized, a 2x8x16 register
+ * tile. */
+static kt_dag_t *conv56(void)
+{
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_conv2d_params_t cp = kt_test_conv_p(1, 1, 1);
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 56, 56, 64, 64, 3, 3, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    return cv;
+}
+
+static const char *CONV56_STATE =
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"ann\":[2,0,0],\"kind\":\"root\","
+    "\"name\":\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],"
+    "\"fuse\":\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":"
+    "[[1,1,1,1],[2,14,1,2],[1,1,7,8],[4,1,1,16],[3,1],[1,3],[1,64]]},{\"kind\":\"input\","
+    "\"name\":\"bias\"},{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[6,0,0],"
+    "\"kind\":\"fused\",\"name\":\"T_relu\"}],\"version\":1}";
+
+/* The loop of compiled assembly (GCC/clang AT&T syntax) that holds the most
+ * FMAs among the innermost loops (a label and a backward jump to it, no
+ * other such loop inside): its FMAs, those on 512-bit registers, its
+ * vector loads (a multiply-add's memory operand included), broadcasts,
+ * and instructions touching the stack (spills). */
+typedef struct {
+    int fma, fma_zmm, loads, bcasts, stack;
+} fma_loop_t;
+
+static int starts(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static fma_loop_t innermost_fma_loop(const char *text)
+{
+    enum { MAXL = 200000 };
+    const char **line = malloc(sizeof(*line) * MAXL);
+    size_t *len = malloc(sizeof(*len) * MAXL);
+    ck_assert(line && len);
+    int n = 0;
+    for (const char *p = text; *p && n < MAXL;) {
+        const char *e = strchr(p, '\n');
+        line[n] = p;
+        len[n++] = e ? (size_t)(e - p) : strlen(p);
+        p = e ? e + 1 : p + strlen(p);
+    }
+    fma_loop_t best = {0};
+    for (int j = 0; j < n; j++) {
+        /* a jump to a label above: "\tjne\t.L5" */
+        char target[64];
+        if (sscanf(line[j], "\tj%*[a-z]\t%63[.A-Za-z0-9_]", target) != 1 || target[0] != '.')
+            continue;
+        size_t tl = strlen(target);
+        int start = -1;
+        for (int i = j - 1; i >= 0 && start < 0; i--)
+            if (len[i] == tl + 1 && strncmp(line[i], target, tl) == 0 && line[i][tl] == ':')
+                start = i;
+        if (start < 0)
+            continue;
+        int inner = 1;   /* no backward jump inside to a label inside */
+        for (int k = start + 1; k < j && inner; k++) {
+            char t2[64];
+            if (sscanf(line[k], "\tj%*[a-z]\t%63[.A-Za-z0-9_]", t2) != 1 || t2[0] != '.')
+                continue;
+            size_t l2 = strlen(t2);
+            for (int i = start + 1; i < k && inner; i++)
+                if (len[i] == l2 + 1 && strncmp(line[i], t2, l2) == 0 && line[i][l2] == ':')
+                    inner = 0;
+        }
+        if (!inner)
+            continue;
+        fma_loop_t c = {0};
+        for (int k = start; k <= j; k++) {
+            char *l = strndup(line[k], len[k]);
+            int fma = starts(l, "\tvfmadd") || starts(l, "\tvfnmadd");
+            int mem = strchr(l, '(') != NULL, bc = strstr(l, "{1to") != NULL;
+            c.fma += fma;
+            c.fma_zmm += fma && strstr(l, "%zmm") != NULL;
+            c.bcasts += starts(l, "\tvbroadcastss") || (fma && bc);
+            c.loads += (fma && mem && !bc) ||
+                       ((starts(l, "\tvmovups") || starts(l, "\tvmovaps")) &&
+                        strchr(l, '(') != NULL && strchr(l, '(') < strchr(l, ','));
+            c.stack += strstr(l, "(%rsp)") != NULL || strstr(l, "(%rbp)") != NULL;
+            free(l);
+        }
+        if (c.fma > best.fma)
+            best = c;
+    }
+    free(line);
+    free(len);
+    return best;
+}
+
+/* A register tile stays in registers on AVX-512 (16 floats a vector): the
+ * update of an 8x32 matmul tile and of a 2x8x16 conv2d tile (the best
+ * ResNet-18 56x56x64 state a 4,800-trial tuning found), compiled as the
+ * builder compiles them but for a fixed AVX-512 CPU, run 16 FMAs per step
+ * on zmm accumulators held in registers: no stack access in the loop, and
+ * for matmul 2 vector loads and 8 broadcasts per 16 FMAs. */
+START_TEST(codegen_register_tile_stays_in_zmm_registers)
+{
+    kt_dag_t *mm = kt_ops_matmul(512, 512, 512, 0, NULL, 0);
+    kt_dag_t *cv = conv56();
+    const char *mm_state =
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},{\"kind\":\"input\",\"name\":\"B\"},"
+        "{\"ann\":[0,1,64],\"ann2\":[1,1,0],\"cache_write\":true,\"kind\":\"tiled\",\"level\":2,"
+        "\"name\":\"C\",\"tile\":[[16,2,2,8],[1,4,4,32],[8,64]]}],\"version\":1}";
+    struct {
+        kt_dag_t *dag;
+        const char *state;
+        int max_loads;
+    } k[] = {{mm, mm_state, 10}, {cv, CONV56_STATE, 17}};
+    char dir[] = "/tmp/kt_test_asm_XXXXXX", out[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(out, sizeof(out), "%s/k.s", dir);
+    for (int i = 0; i < 2; i++) {
+        char *src = emit_json(k[i].dag, k[i].state, "rk");
+        ck_assert_msg(kt_codegen_compile_flags(src, out,
+                                               "-O3 -fopenmp -std=c17 -march=skylake-avx512 -S",
+                                               NULL) == 0, "%s", kt_err_msg());
+        char *text = kt_file_read(out, NULL);
+        ck_assert_ptr_nonnull(text);
+        fma_loop_t l = innermost_fma_loop(text);
+        ck_assert_msg(l.fma == 16 && l.fma_zmm == 16 && l.stack == 0 &&
+                          l.loads + l.bcasts <= k[i].max_loads,
+                      "kernel %d: %d FMAs (%d on zmm), %d loads, %d broadcasts, %d stack "
+                      "accesses in the update loop", i, l.fma, l.fma_zmm, l.loads, l.bcasts,
+                      l.stack);
+        free(text);
+        free(src);
+        unlink(out);
+    }
+    rmdir(dir);
+    kt_dag_free(mm);
+    kt_dag_free(cv);
+}
+END_TEST
+
+/* A materialized padding stage tests its condition once per row of
+ * channels, not per element: the loop is printed twice, the interior copy a
+ * plain load (it vectorizes), the border one zeros; the answers match. */
+START_TEST(codegen_padding_loop_is_split_from_its_condition)
+{
+    kt_dag_t *cv = conv56();
+    char *src = emit_json(cv, CONV56_STATE, "pk");
+    const char *cond = strstr(src, "if (((((kt_i1_1 >= 1LL) && (kt_i1_1 < 57LL)) && "
+                                   "(kt_i2_2 >= 1LL)) && (kt_i2_2 < 57LL))) {\n");
+    ck_assert_ptr_nonnull(cond);
+    const char *in = strstr(cond, "pad_temp[kt_i1_1*3712LL + kt_i2_2*64LL + kt_i3_3] = data[");
+    const char *out = strstr(cond, "} else {\n");
+    const char *zero = strstr(cond, "pad_temp[kt_i1_1*3712LL + kt_i2_2*64LL + kt_i3_3] = 0.0f;");
+    ck_assert(in && out && zero && in < out && out < zero);
+    ck_assert_ptr_null(strstr(src, " ? data["));   /* no per-element select left */
+    check_against_reference(cv, src, "pk", 9);
+    free(src);
+    kt_dag_free(cv);
+}
+END_TEST
+
 START_TEST(codegen_emit_rejects_bad_input)
 {
     kt_dag_t *mm = kt_ops_matmul(8, 8, 8, 0, NULL, 0);
@@ -467,6 +765,10 @@ int main(void)
     tcase_add_test(tc, codegen_large_local_tile_uses_heap);
     tcase_add_test(tc, codegen_outlines_parallel_body_and_unrolls_reduce_loop);
     tcase_add_test(tc, codegen_rewrites_weight_layout);
+    tcase_add_test(tc, codegen_timed_kernel_takes_packed_weights);
+    tcase_add_test(tc, codegen_check_catches_a_wrong_pack);
+    tcase_add_test(tc, codegen_register_tile_stays_in_zmm_registers);
+    tcase_add_test(tc, codegen_padding_loop_is_split_from_its_condition);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);
     tcase_add_test(tc, codegen_batch_matmul_states_match_reference);

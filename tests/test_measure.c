@@ -111,6 +111,55 @@ static const char *MATMUL_REF =
     "  return 0;\n"
     "}\n";
 
+/* Weights laid out ahead (codegen.h's three functions): z = x * w, where
+ * vm_packed reads w reversed, as vm_pack lays it out. vm, taking w as it
+ * is, answers right once and fails every later call: a runner that times
+ * it instead of vm_packed reports RUNTIME_DEVICE. */
+#define VMUL_PACK_RIGHT                                                             \
+    "int vm_pack(int i, const float *src, float *dst) {\n"                          \
+    "  if (i != 1) return 0;\n"                                                     \
+    "  if (src && dst) for (int k = 0; k < 1024; k++) dst[k] = src[1023 - k];\n"    \
+    "  return 1;\n"                                                                 \
+    "}\n"
+#define VMUL_PACKED                                                                 \
+    "int vm_packed(float **b) {\n"                                                  \
+    "  for (int i = 0; i < 1024; i++) b[2][i] = b[0][i] * b[1][1023 - i];\n"        \
+    "  return 0;\n"                                                                 \
+    "}\n"
+
+static const char *VMUL_LAID_OUT =
+    "static int calls;\n"
+    "int vm(float **b) {\n"
+    "  if (calls++) return -1;\n"
+    "  for (int i = 0; i < 1024; i++) b[2][i] = b[0][i] * b[1][i];\n"
+    "  return 0;\n"
+    "}\n" VMUL_PACK_RIGHT VMUL_PACKED;
+
+/* vm right, but vm_pack copies w unchanged: vm_packed's answers are wrong. */
+static const char *VMUL_WRONG_PACK =
+    "int vm(float **b) {\n"
+    "  for (int i = 0; i < 1024; i++) b[2][i] = b[0][i] * b[1][i];\n"
+    "  return 0;\n"
+    "}\n"
+    "int vm_pack(int i, const float *src, float *dst) {\n"
+    "  if (i != 1) return 0;\n"
+    "  if (src && dst) for (int k = 0; k < 1024; k++) dst[k] = src[k];\n"
+    "  return 1;\n"
+    "}\n" VMUL_PACKED;
+
+/* vm wrong (it adds), the packed pair right. */
+static const char *VMUL_WRONG_UNPACKED =
+    "int vm(float **b) {\n"
+    "  for (int i = 0; i < 1024; i++) b[2][i] = b[0][i] + b[1][i];\n"
+    "  return 0;\n"
+    "}\n" VMUL_PACK_RIGHT VMUL_PACKED;
+
+static const char *VMUL_REF =
+    "int vm_ref(float **b) {\n"
+    "  for (int i = 1023; i >= 0; i--) b[2][i] = b[1][i] * b[0][i];\n"
+    "  return 0;\n"
+    "}\n";
+
 static const char *SYNTAX_ERROR =
     "int vadd(float **b) {\n"
     "  return b[0][0] +;\n"
@@ -137,6 +186,21 @@ static kt_builder_t *new_builder(double timeout, const char *cache_dir)
     kt_builder_t *b = kt_builder_new(&o);
     ck_assert_msg(b != NULL, "builder: %s", kt_err_msg());
     return b;
+}
+
+/* A runner of `number` runs per repeat, `repeat` repeats, no minimum
+ * repeat time, timeout seconds per candidate (0: the default). */
+static kt_runner_t *short_runner(int number, int repeat, double timeout)
+{
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.timeout = timeout;
+    ro.number = number;
+    ro.repeat = repeat;
+    ro.min_repeat_ms = 0;
+    kt_runner_t *r = kt_runner_new(&ro);
+    ck_assert_ptr_nonnull(r);
+    return r;
 }
 
 /* Build one source that must compile; the caller clears the result. */
@@ -408,14 +472,7 @@ END_TEST
 START_TEST(measurer_isolates_crash_hang_abort_and_wrong_answer_in_one_batch)
 {
     kt_builder_t *b = new_builder(60, NULL);
-    kt_runner_opts_t ro;
-    kt_runner_opts_default(&ro);
-    ro.timeout = 2;
-    ro.number = 2;
-    ro.repeat = 2;
-    ro.min_repeat_ms = 0;
-    kt_runner_t *r = kt_runner_new(&ro);
-    ck_assert_ptr_nonnull(r);
+    kt_runner_t *r = short_runner(2, 2, 2);
     kt_measurer_t *m = kt_measurer_new(b, r, 0);
     ck_assert_ptr_nonnull(m);
 
@@ -484,6 +541,42 @@ START_TEST(measurer_isolates_crash_hang_abort_and_wrong_answer_in_one_batch)
     ck_assert(st.best_cost > 0);
 
     for (int i = 0; i < NP; i++)
+        kt_measure_result_clear(&out[i]);
+    kt_measurer_free(m);
+    kt_runner_free(r);
+    kt_builder_free(b);
+}
+END_TEST
+
+/* A candidate whose artifact exports <entry>_packed and <entry>_pack is
+ * timed as a built network runs it: its weights packed once, the packed
+ * variant timed, the entry taking weights as they are run once to check
+ * it. Both variants are checked: a wrong pack or a wrong unpacked entry is
+ * WRONG_ANSWER, naming the variant. */
+START_TEST(runner_times_the_packed_variant_and_checks_both)
+{
+    kt_builder_t *b = new_builder(60, NULL);
+    kt_runner_t *r = short_runner(3, 2, 0);
+    kt_measurer_t *m = kt_measurer_new(b, r, 0);
+    ck_assert_ptr_nonnull(m);
+    kt_build_input_t ref = cpu_src(VMUL_REF, "vm_ref");
+    const char *srcs[] = {VMUL_LAID_OUT, VMUL_WRONG_PACK, VMUL_WRONG_UNPACKED};
+    const int want[] = {KT_MEASURE_NO_ERROR, KT_MEASURE_WRONG_ANSWER, KT_MEASURE_WRONG_ANSWER};
+    kt_measure_input_t in[3];
+    for (int i = 0; i < 3; i++)
+        in[i] = (kt_measure_input_t){.prog = cpu_src(srcs[i], "vm"), .ref = &ref,
+                                     .layout = layout3(N)};
+    kt_measure_result_t out[3];
+    ck_assert_msg(kt_measurer_measure(m, in, 3, out) == 0, "%s", kt_err_msg());
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(out[i].error_no == want[i], "candidate %d: %s (%s)", i,
+                      kt_measure_error_name(out[i].error_no),
+                      out[i].error_msg ? out[i].error_msg : "");
+    ck_assert_int_eq(out[0].n_costs, 2);
+    ck_assert(out[0].max_error >= 0 && out[0].max_error <= KT_RUNNER_DEFAULT_TOLERANCE);
+    ck_assert_ptr_nonnull(strstr(out[1].error_msg, "weights packed: max relative error"));
+    ck_assert_ptr_nonnull(strstr(out[2].error_msg, "weights unpacked: max relative error"));
+    for (int i = 0; i < 3; i++)
         kt_measure_result_clear(&out[i]);
     kt_measurer_free(m);
     kt_runner_free(r);
@@ -852,6 +945,7 @@ int main(void)
     tcase_add_test(tc, artifact_cache_evicts_least_recently_used);
     tcase_add_test(tc, measurer_isolates_crash_hang_abort_and_wrong_answer_in_one_batch);
     tcase_add_test(tc, runner_grows_number_until_a_repeat_lasts_min_repeat_ms);
+    tcase_add_test(tc, runner_times_the_packed_variant_and_checks_both);
     tcase_add_test(tc, runner_runs_shared_reference_once_per_batch);
     tcase_add_test(tc, runner_reports_hanging_reference_once_and_skips_it_after);
     tcase_add_test(tc, runner_cpu_timer_leaves_out_time_off_the_cpu);

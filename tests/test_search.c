@@ -269,6 +269,9 @@ START_TEST(search_candidate_layout_entry_and_reference)
     ck_assert_int_eq(kt_search_candidate_make(w, st, NULL, &c), 0);
     ck_assert_str_eq(c.entry, "kt_main");
     ck_assert_ptr_nonnull(strstr(c.source, "int kt_main(float **"));
+    /* the variant the runner times and its pack, exported under the entry too */
+    ck_assert_ptr_nonnull(strstr(c.source, "int kt_main_packed(float **"));
+    ck_assert_ptr_nonnull(strstr(c.source, "int kt_main_pack(int i, const float *src, float *dst)"));
     /* A [8,4], B [4,12], bias [12] in, the output [8,12] last */
     ck_assert_int_eq(c.layout.num_bufs, 4);
     ck_assert_int_eq(c.layout.num_outputs, 1);

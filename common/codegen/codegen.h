@@ -54,24 +54,47 @@ int kt_codegen_reference_c_into(const kt_dag_t *dag, const char *entry, kt_sbuf_
 
 struct kt_sched_state;
 
-/* C source of one kernel computing the DAG as schedule state st says (the
- * state is validated first): the preamble, then `int entry(float **bufs)`.
- * entry must be a C identifier, not a stage name, not starting with "kt_".
- * NULL with a message on error. */
+/* C source of the kernel computing the DAG as schedule state st says (the
+ * state is validated first): the preamble, then the three functions of
+ * kt_codegen_emit_c_variants_into. entry must be a C identifier, not a
+ * stage name, not starting with "kt_". NULL with a message on error. */
 char *kt_codegen_emit_c(const kt_dag_t *dag, const struct kt_sched_state *st, const char *entry);
 
-/* The same kernel function without the preamble, appended to b: several
- * kernels (distinct entries) can share one file and one compiler run.
- * 0 or negative. */
+/* The kernel function alone, without the preamble, appended to b: several
+ * kernels (distinct entries) can share one file and one compiler run. Its
+ * weights come in their original layout; a weight the state re-lays out is
+ * copied inside the kernel, on every call. 0 or negative. */
 int kt_codegen_emit_c_into(const kt_dag_t *dag, const struct kt_sched_state *st,
                            const char *entry, kt_sbuf_t *b);
 
+/* What a candidate is measured as and what `ktune export --format c`
+ * writes, appended to b (no preamble):
+ *     int <entry>_packed(float **bufs);
+ *         the kernel, taking every weight the state re-lays out (see
+ *         kt_codegen_packs) already in its packed layout at its bufs[] slot;
+ *         it copies nothing, and is what the runner times and `ktune build`
+ *         runs;
+ *     int <entry>_pack(int i, const float *src, float *dst);
+ *         1 when <entry>_packed takes bufs[i] packed, and then (src and dst
+ *         not NULL) writes src (bufs[i] in its original layout) permuted
+ *         into dst (as many floats, not overlapping); 0 for any other i;
+ *     int <entry>(float **bufs);
+ *         every buffer in its original layout: packs the weights into
+ *         temporaries on each call, then runs <entry>_packed (-1 when a
+ *         temporary cannot be allocated).
+ * A state that re-lays out nothing has the same three functions (_pack
+ * answers 0). 0 or negative. */
+int kt_codegen_emit_c_variants_into(const kt_dag_t *dag, const struct kt_sched_state *st,
+                                    const char *entry, kt_sbuf_t *b);
+
 /* ---- weights laid out ahead of time (lower_layout.c) -------------------------------
  *
- * A tuned CPU kernel copies each layout-free weight its tiled loops read
- * into the order they read it (Ansor's layout rewrite), on every call. A
- * network built once can do that copy once: the packed variant of the
- * kernel takes those weights already permuted and copies nothing. */
+ * A tuned CPU kernel reads each layout-free weight its tiled loops read in
+ * the order they read it (Ansor's layout rewrite). A network built once
+ * permutes the weights once, and the runner permutes them once before it
+ * times a candidate: the packed variant of the kernel takes those weights
+ * already permuted and copies nothing. The unpacked variant
+ * (kt_codegen_emit_c_into) copies them in every call. */
 
 #define KT_CODEGEN_MAX_PACKS 8
 

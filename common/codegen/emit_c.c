@@ -43,6 +43,8 @@ typedef struct {
     int nallocs;           /* local buffers in scope */
     int nouter;            /* live loops enclosing the current node */
     int outer[MAX_OUTER];
+    int branch;            /* 1 or 2: statements print that operand of their stage's
+                              select (an unswitched loop, see unswitch_cond); 0: all */
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -234,7 +236,8 @@ static void access_c_fn(void *ctx, int buf, const kt_lower_index_t *idx, kt_sbuf
     access_c(ctx, buf, idx, b);
 }
 
-static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
+/* Expression x of statement s's stage printed with s's axes into b. */
+static int expr_of_stmt(emit_t *e, const kt_lower_stmt_t *s, const kt_expr_t *x, kt_sbuf_t *b)
 {
     const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
     kt_sbuf_t ax[KT_SCHED_MAX_AXES];
@@ -245,9 +248,19 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
         index_c(e->L, &s->axis[a], &ax[a]);
         axis_c[a] = ax[a].data ? ax[a].data : "0";
     }
+    int rc = kt_codegen_expr_c(e->dag, s->stage, x, axis_c, e->L->inline_mask, b);
+    for (int a = 0; a < na; a++)
+        kt_sbuf_free(&ax[a]);
+    return rc;
+}
+
+static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
+{
+    const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
     kt_sbuf_t text;
     kt_sbuf_init(&text);
-    int rc = kt_codegen_expr_c(e->dag, s->stage, ss->body, axis_c, e->L->inline_mask, &text);
+    const kt_expr_t *x = e->branch ? ss->body->args[e->branch] : ss->body;
+    int rc = expr_of_stmt(e, s, x, &text);
     if (rc && !e->rc)
         e->rc = rc;
     if (!rc) {
@@ -266,8 +279,6 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
         }
     }
     kt_sbuf_free(&text);
-    for (int a = 0; a < na; a++)
-        kt_sbuf_free(&ax[a]);
 }
 
 static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
@@ -450,7 +461,79 @@ static void emit_body(emit_t *e, int node, int depth, int in_par, int in_vec)
     }
 }
 
+/* Whether identifier id occurs in text. */
+static int has_ident(const char *text, const char *id)
+{
+    size_t n = strlen(id);
+    for (const char *p = strstr(text, id); p; p = strstr(p + 1, id))
+        if ((p == text || !is_ident_char(p[-1])) && !is_ident_char(p[n]))
+            return 1;
+    return 0;
+}
+
+/* The condition to test once around innermost loop `node`, or NULL: its
+ * body is one statement computing a stage whose value is a select (a
+ * padding stage: `inside ? data[...] : 0`) whose condition reads no memory
+ * and does not depend on the loop. The loop is then printed twice, each
+ * copy computing one operand: GCC keeps the test per element (loop
+ * unswitching is off for kernels, see emit_c_into), a scalar loop; split,
+ * the copy of the interior vectorizes. Malloc'd. */
+static char *unswitch_cond(emit_t *e, int node)
+{
+    const kt_lower_t *L = e->L;
+    const kt_lower_node_t *nd = &L->nodes[node];
+    int ch = nd->child;
+    if (e->branch || ch < 0 || L->nodes[ch].next >= 0 || L->nodes[ch].kind != KT_NODE_STMT)
+        return NULL;
+    const kt_lower_stmt_t *s = &L->stmts[L->nodes[ch].stmt];
+    const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
+    if (s->kind != KT_STMT_COMPUTE || s->src >= 0 || !ss->body ||
+        ss->body->kind != KT_EX_SELECT || ss->body->dtype != KT_DT_F32)
+        return NULL;
+    for (int i = 0; i < L->nsubs; i++)
+        if (L->subs[i].stmt == L->nodes[ch].stmt)
+            return NULL;
+    kt_sbuf_t c;
+    kt_sbuf_init(&c);
+    if (expr_of_stmt(e, s, ss->body->args[0], &c) != 0 || kt_sbuf_ok(&c) != 0 || !c.data ||
+        strchr(c.data, '[') || strchr(c.data, '(') == NULL ||
+        has_ident(c.data, L->iters[nd->iter].name)) {
+        kt_err_clear();
+        kt_sbuf_free(&c);
+        return NULL;
+    }
+    return kt_sbuf_take(&c);
+}
+
+static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_vec);
+
 static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
+{
+    const kt_lower_node_t *nd = &e->L->nodes[node];
+    /* not inside a collapsed group: its loops must stay perfectly nested */
+    char *cond = e->L->iters[nd->iter].extent > 1 && nd->ann != KT_LOOP_PARALLEL && !in_vec
+                     ? unswitch_cond(e, node)
+                     : NULL;
+    if (!cond) {
+        emit_loop_nest(e, node, depth, in_par, in_vec);
+        return;
+    }
+    kt_sbuf_t *b = e->out;
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_printf(b, "if (%s) {\n", cond);
+    e->branch = 1;
+    emit_loop_nest(e, node, depth + 1, in_par, in_vec);
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "} else {\n");
+    e->branch = 2;
+    emit_loop_nest(e, node, depth + 1, in_par, in_vec);
+    e->branch = 0;
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "}\n");
+    free(cond);
+}
+
+static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_vec)
 {
     const kt_lower_t *L = e->L;
     const kt_lower_node_t *nd = &L->nodes[node];
@@ -685,6 +768,25 @@ int kt_codegen_emit_c_packed_into(const kt_dag_t *dag, const kt_sched_state_t *s
     return emit_c_into(dag, st, entry, b, 1);
 }
 
+/* Pack k of a prepacked lowering as the public descriptor. */
+static void pack_desc(const kt_dag_t *dag, const kt_lower_t *L, int k, kt_codegen_pack_t *out)
+{
+    const kt_lower_pack_t *pk = &L->packs[k];
+    const kt_stage_t *ws = kt_dag_stage(dag, pk->stage);
+    memset(out, 0, sizeof(*out));
+    out->buf = pk->arg;
+    out->ndim = pk->ndim;
+    /* The source offset each new loop steps by: coef times the stride
+     * of the weight dimension it walks. */
+    for (int m = 0; m < pk->ndim; m++) {
+        int64_t stride = 1;
+        for (int d = ws->ndim - 1; d > pk->dim[m]; d--)
+            stride *= ws->shape[d];
+        out->shape[m] = pk->shape[m];
+        out->step[m] = pk->coef[m] * stride;
+    }
+}
+
 int kt_codegen_packs(const kt_dag_t *dag, const kt_sched_state_t *st, kt_codegen_pack_t *out,
                      int cap)
 {
@@ -694,22 +796,8 @@ int kt_codegen_packs(const kt_dag_t *dag, const kt_sched_state_t *st, kt_codegen
     if (!L)
         return kt_err_code() ? kt_err_code() : KT_EINVAL;
     int n = L->npacks < cap ? L->npacks : cap;
-    for (int k = 0; k < n; k++) {
-        const kt_lower_pack_t *pk = &L->packs[k];
-        const kt_stage_t *ws = kt_dag_stage(dag, pk->stage);
-        memset(&out[k], 0, sizeof(out[k]));
-        out[k].buf = pk->arg;
-        out[k].ndim = pk->ndim;
-        /* The source offset each new loop steps by: coef times the stride
-         * of the weight dimension it walks. */
-        for (int m = 0; m < pk->ndim; m++) {
-            int64_t stride = 1;
-            for (int d = ws->ndim - 1; d > pk->dim[m]; d--)
-                stride *= ws->shape[d];
-            out[k].shape[m] = pk->shape[m];
-            out[k].step[m] = pk->coef[m] * stride;
-        }
-    }
+    for (int k = 0; k < n; k++)
+        pack_desc(dag, L, k, &out[k]);
     kt_lower_free(L);
     return n;
 }
@@ -735,13 +823,106 @@ void kt_codegen_pack(const kt_codegen_pack_t *pk, const float *src, float *dst, 
     }
 }
 
+/* <entry>_pack: permutes buffer i into the layout <entry>_packed reads, one
+ * loop per packed dimension (the same walk as kt_codegen_pack). */
+static void emit_pack_fn(const kt_codegen_pack_t *pk, int np, const char *entry, kt_sbuf_t *b)
+{
+    kt_sbuf_printf(b, "int %s_pack(int kt_i, const float *restrict kt_src, float *restrict kt_dst)\n"
+                      "{\n", entry);
+    for (int k = 0; k < np; k++) {
+        kt_sbuf_printf(b, "    if (kt_i == %d) {\n        if (kt_src && kt_dst) {\n"
+                          "            long long kt_o = 0;\n", pk[k].buf);
+        for (int m = 0; m < pk[k].ndim; m++) {
+            kt_sbuf_indent(b, 6 + m);
+            kt_sbuf_printf(b, "for (long long kt_p%d = 0; kt_p%d < %lldLL; ++kt_p%d)\n", m, m,
+                           (long long)pk[k].shape[m], m);
+        }
+        kt_sbuf_indent(b, 6 + pk[k].ndim);
+        kt_sbuf_puts(b, "kt_dst[kt_o++] = kt_src[");
+        for (int m = 0; m < pk[k].ndim; m++)
+            kt_sbuf_printf(b, "%skt_p%d * %lldLL", m ? " + " : "", m, (long long)pk[k].step[m]);
+        if (pk[k].ndim == 0)
+            kt_sbuf_puts(b, "0");
+        kt_sbuf_puts(b, "];\n        }\n        return 1;\n    }\n");
+    }
+    if (np == 0)
+        kt_sbuf_puts(b, "    (void)kt_i;\n    (void)kt_src;\n    (void)kt_dst;\n");
+    kt_sbuf_puts(b, "    return 0;\n}\n");
+}
+
+/* <entry>: the weights in their original layout, packed into temporaries on
+ * every call, then <entry>_packed. */
+static void emit_wrapper(const kt_dag_t *dag, const kt_codegen_pack_t *pk, int np,
+                         const char *entry, kt_sbuf_t *b)
+{
+    int nb = kt_codegen_num_bufs(dag);
+    kt_sbuf_printf(b, "int %s(float **kt_bufs)\n{\n", entry);
+    if (np == 0) {
+        kt_sbuf_printf(b, "    return %s_packed(kt_bufs);\n}\n", entry);
+        return;
+    }
+    kt_sbuf_printf(b, "    float *kt_args[%d];\n    for (int kt_i = 0; kt_i < %d; kt_i++)\n"
+                      "        kt_args[kt_i] = kt_bufs[kt_i];\n", nb, nb);
+    for (int k = 0; k < np; k++) {
+        int64_t n = 1;
+        for (int m = 0; m < pk[k].ndim; m++)
+            n *= pk[k].shape[m];
+        /* malloc, aligned by hand to a cache line: glibc serves a large
+         * aligned_alloc freed each call with fresh pages every time (its
+         * mmap threshold does not adapt to it), which doubled the call of
+         * a conv2d with a 9 MiB weight. */
+        kt_sbuf_printf(b, "    float *kt_m%d = (float *)malloc(sizeof(float) * %lldULL + 64);\n",
+                       k, (long long)n);
+    }
+    kt_sbuf_puts(b, "    int kt_rc = -1;\n    if (");
+    for (int k = 0; k < np; k++)
+        kt_sbuf_printf(b, "%skt_m%d", k ? " && " : "", k);
+    kt_sbuf_puts(b, ") {\n");
+    for (int k = 0; k < np; k++)
+        kt_sbuf_printf(b, "        float *kt_w%d = kt_m%d + (64 - (size_t)kt_m%d %% 64) %% 64 / "
+                          "sizeof(float);\n", k, k, k);
+    for (int k = 0; k < np; k++)
+        kt_sbuf_printf(b, "        %s_pack(%d, kt_bufs[%d], kt_w%d);\n        kt_args[%d] = kt_w%d;\n",
+                       entry, pk[k].buf, pk[k].buf, k, pk[k].buf, k);
+    kt_sbuf_printf(b, "        kt_rc = %s_packed(kt_args);\n    }\n", entry);
+    for (int k = 0; k < np; k++)
+        kt_sbuf_printf(b, "    free(kt_m%d);\n", k);
+    kt_sbuf_puts(b, "    return kt_rc;\n}\n");
+}
+
+int kt_codegen_emit_c_variants_into(const kt_dag_t *dag, const kt_sched_state_t *st,
+                                    const char *entry, kt_sbuf_t *b)
+{
+    if (!dag || !st || !b)
+        return kt_err_set(KT_EINVAL, "emit: missing DAG, state or buffer");
+    int rc = kt_codegen_check_entry(dag, entry);
+    if (rc)
+        return rc;
+    char packed[160];
+    snprintf(packed, sizeof(packed), "%s_packed", entry);
+    rc = emit_c_into(dag, st, packed, b, 1);
+    if (rc)
+        return rc;
+    kt_codegen_pack_t pk[KT_CODEGEN_MAX_PACKS];
+    int np = kt_codegen_packs(dag, st, pk, KT_CODEGEN_MAX_PACKS);
+    if (np < 0)
+        return np;
+    for (int k = 0; k < np; k++)
+        for (int q = 0; q < k; q++)
+            if (pk[q].buf == pk[k].buf)
+                return kt_err_set(KT_EINTERNAL, "emit: buffer %d re-laid out twice", pk[k].buf);
+    emit_pack_fn(pk, np, entry, b);
+    emit_wrapper(dag, pk, np, entry, b);
+    return kt_sbuf_ok(b);
+}
+
 char *kt_codegen_emit_c(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry)
 {
     kt_sbuf_t b;
     kt_sbuf_init(&b);
     kt_sbuf_puts(&b, "/* ktune kernel */\n");
     kt_codegen_preamble_c(&b);
-    if (kt_codegen_emit_c_into(dag, st, entry, &b) != 0) {
+    if (kt_codegen_emit_c_variants_into(dag, st, entry, &b) != 0) {
         kt_sbuf_free(&b);
         return NULL;
     }

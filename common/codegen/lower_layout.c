@@ -8,8 +8,9 @@
  * iterator per dimension. Its innermost loops so walk the weight
  * contiguously: a 16-column panel of matmul 512's B becomes 64 contiguous
  * bytes per k where it was one cache line every 2 KiB, a stride that maps a
- * long k loop onto a few cache sets. The copy runs (and is timed) in every
- * call, as when Ansor tunes a task on its own. */
+ * long k loop onto a few cache sets. Prepacked (kt_lower_ex), the update
+ * reads the weight from its kernel argument already in that layout and no
+ * copy is made: the variant the runner times and a built network runs. */
 #include <stdio.h>
 #include <string.h>
 

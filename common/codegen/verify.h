@@ -109,7 +109,10 @@ typedef struct kt_codegen_ref kt_codegen_ref_t;
  * outlive the checker). NULL with kt_err on failure. */
 kt_codegen_ref_t *kt_codegen_ref_new(const kt_dag_t *dag, uint64_t seed);
 
-/* Compile `src`, run its `entry` on the checker's inputs, compare. Sets
+/* Compile `src`, run its `entry` on the checker's inputs, compare; when the
+ * library also exports <entry>_packed and <entry>_pack (codegen.h), run
+ * <entry>_packed on the inputs with the weights _pack names re-laid out by
+ * it, and compare that too (the error is the larger of the two). Sets
  * *max_rel_err (when not NULL) to the error, +inf when the kernel could not
  * be compiled or run. 0 when it passes; KT_EINVAL when it does not compile
  * or its answers differ (the message says which), KT_EIO when it crashed or

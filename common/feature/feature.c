@@ -1426,7 +1426,7 @@ int kt_feature_extract(const kt_dag_t *dag, const kt_sched_state_t *st, float **
         return kt_err_set(KT_EINVAL, "features: missing argument");
     *rows = NULL;
     *nrows = 0;
-    kt_lower_t *L = kt_lower(dag, st);
+    kt_lower_t *L = kt_lower_ex(dag, st, 1);   /* as measured: weights packed ahead */
     if (!L)
         return kt_err_prefix("features");
     int rc = kt_feature_extract_lower(dag, st, L, rows, nrows, NULL);
@@ -1448,7 +1448,7 @@ int kt_feature_extract_batch(const kt_dag_t *dag, const kt_sched_state_t *const 
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         counts[i] = 0;
-        kt_lower_t *L = states[i] ? kt_lower(dag, states[i]) : NULL;
+        kt_lower_t *L = states[i] ? kt_lower_ex(dag, states[i], 1) : NULL;
         if (!L)
             continue;   /* an invalid state: no rows */
         float *r = NULL;

@@ -32,6 +32,11 @@
  * exact through the / and % that split fused block and thread indices back
  * into axes. The auto-unroll step of a GPU row is its kernel stage's.
  *
+ * CPU states are lowered as they are measured (kt_lower_ex with prepacked):
+ * a weight the state re-lays out comes packed ahead of time (runner.h), so
+ * its copy is no stored buffer and has no row; the update's row describes
+ * the reads of the packed layout.
+ *
  * Rows come in program order of each buffer's first store. Statements that
  * store the same buffer (a reduction's init and update, a register tile's
  * copy-back) share one row: their op counts add up, the other features are
@@ -68,7 +73,7 @@
  * malloc'd nrows*KT_FEATURE_COUNT floats, caller frees. 0 or negative. */
 int kt_feature_extract(const kt_dag_t *dag, const kt_sched_state_t *st, float **rows, uint32_t *nrows);
 
-/* The same from L = kt_lower(dag, st) computed already (st gives the
+/* The same from L = kt_lower_ex(dag, st, 1) computed already (st gives the
  * auto-unroll steps). row_buf, when not NULL, receives a malloc'd array of
  * *nrows buffer indices (into L->bufs): the buffer whose stores each row
  * describes. 0 or negative. */

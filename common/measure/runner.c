@@ -219,6 +219,9 @@ static void child_result(const batch_t *bt, int idx, const child_result_t *cr)
 }
 
 typedef int (*kernel_fn)(float **);
+/* <entry>_pack of a generated kernel (codegen.h): 1 when the packed variant
+ * takes buffer i re-laid out (and then src permuted into dst). */
+typedef int (*pack_fn)(int i, const float *src, float *dst);
 
 /* Load an artifact and find its entry. The handle and the memfd stay open
  * until the child exits: closing them could let a later /proc/self/fd/N name
@@ -431,6 +434,44 @@ typedef struct {
     kt_cuda_exec_t *cu;
 } exec_t;
 
+/* The packed variant of a CPU candidate, when its artifact exports
+ * <entry>_packed and <entry>_pack: pbufs are the buffers it runs on (the
+ * weights it takes re-laid out, once, into `owned`; the other slots alias
+ * bufs). 0 with *packed NULL when there is none; an error code with a
+ * message in err. */
+static int load_packed(void *h, const kt_artifact_t *a, const kt_buf_layout_t *l, float **bufs,
+                       kernel_fn *packed, float **pbufs, float **owned, int *npacked, char *err,
+                       size_t n)
+{
+    char name[512];
+    pack_fn pack;
+    *packed = NULL;
+    *npacked = 0;
+    snprintf(name, sizeof name, "%s_packed", a->entry);
+    *(void **)packed = dlsym(h, name);
+    snprintf(name, sizeof name, "%s_pack", a->entry);
+    *(void **)&pack = dlsym(h, name);
+    if (!*packed || !pack) {
+        *packed = NULL;
+        return 0;
+    }
+    for (int b = 0; b < l->num_bufs; b++) {
+        pbufs[b] = bufs[b];
+        if (b >= l->num_bufs - l->num_outputs || pack(b, NULL, NULL) != 1)
+            continue;
+        size_t bytes = sizeof(float) * (size_t)l->num_elems[b];
+        owned[b] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!owned[b]) {
+            snprintf(err, n, "cannot allocate %zu bytes for packed buffer %d", bytes, b);
+            return KT_MEASURE_RUNTIME_DEVICE;
+        }
+        pack(b, bufs[b], owned[b]);
+        pbufs[b] = owned[b];
+        (*npacked)++;
+    }
+    return 0;
+}
+
 /* One run whose outputs land in bufs (filled with NaN first). 0, or an
  * error code with a message in err. */
 static int exec_checked(exec_t *x, float **bufs, const kt_buf_layout_t *l, char *err, size_t n)
@@ -491,6 +532,9 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
     const kt_run_input_t *in = &bt->in[i];
     const kt_buf_layout_t *l = &in->layout;
     float *bufs[KT_MEASURE_MAX_BUFS] = {0};
+    float *pbufs[KT_MEASURE_MAX_BUFS] = {0}, *owned[KT_MEASURE_MAX_BUFS] = {0};
+    kernel_fn packed = NULL;   /* the packed variant, timed when the artifact has one */
+    int npacked = 0;
     char err[1024];
     void *h = NULL;
     int cuda = in->target == KT_MEASURE_TARGET_CUDA;
@@ -533,6 +577,10 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
         x.fn = child_load(&in->prog, &h, err, sizeof err);
         if (!x.fn)
             CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "%s", err);
+        rc = load_packed(h, &in->prog, l, bufs, &packed, pbufs, owned, &npacked, err,
+                         sizeof err);
+        if (rc != 0)
+            CR_FAIL(rc, "%s", err);
         if (o->num_threads > 0 && h) {
             void (*set_threads)(int);
             *(void **)&set_threads = dlsym(h, "omp_set_num_threads");
@@ -584,23 +632,34 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
     }
 
     child_phase(bt, i, PH_RUN);
-    /* Warm-up: untimed, and the run whose outputs are checked. */
-    rc = exec_checked(&x, bufs, l, err, sizeof err);
-    if (rc != 0)
-        CR_FAIL(rc, "%s", err);
-    if (ref) {
-        int wb;
-        int64_t wk;
-        cr->max_error = compare_outputs(bufs, l, ref, &wb, &wk);
-        if (!(cr->max_error <= o->tolerance)) {
-            int oi = wb - (l->num_bufs - l->num_outputs);
-            CR_FAIL(KT_MEASURE_WRONG_ANSWER,
-                    "max relative error %.3g > tolerance %.3g (buffer %d element %lld: got %.9g, "
-                    "expected %.9g)",
-                    cr->max_error, o->tolerance, wb, (long long)wk, (double)bufs[wb][wk],
-                    (double)ref->outs[oi][wk]);
+    /* Warm-up: untimed, and the run whose outputs are checked. With weights
+     * packed, the entry taking them in their original layout is checked
+     * first (it runs once), then the packed variant, which is timed. */
+    for (int variant = packed && (npacked > 0 && ref) ? 0 : 1; variant < 2; variant++) {
+        float **vb = variant == 1 && packed ? pbufs : bufs;
+        if (variant == 1 && packed)
+            x.fn = packed;
+        rc = exec_checked(&x, vb, l, err, sizeof err);
+        if (rc != 0)
+            CR_FAIL(rc, "%s%s", variant == 0 ? "the entry taking weights unpacked: " : "", err);
+        if (ref) {
+            int wb;
+            int64_t wk;
+            double e = compare_outputs(bufs, l, ref, &wb, &wk);
+            cr->max_error = e > cr->max_error ? e : cr->max_error;
+            if (!(e <= o->tolerance)) {
+                int oi = wb - (l->num_bufs - l->num_outputs);
+                CR_FAIL(KT_MEASURE_WRONG_ANSWER,
+                        "%smax relative error %.3g > tolerance %.3g (buffer %d element %lld: got "
+                        "%.9g, expected %.9g)",
+                        npacked == 0 ? ""
+                        : variant == 0 ? "weights unpacked: " : "weights packed: ",
+                        e, o->tolerance, wb, (long long)wk, (double)bufs[wb][wk],
+                        (double)ref->outs[oi][wk]);
+            }
         }
     }
+    float **tb = packed ? pbufs : bufs;   /* what is timed */
 
     run_clock = o->timer == KT_RUNNER_TIMER_CPU ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
     cr->costs = calloc((size_t)o->repeat, sizeof *cr->costs);
@@ -616,7 +675,7 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
         }
         double dur;
         for (;;) {
-            rc = exec_timed(&x, bufs, number, o->enable_cpu_cache_flush, &dur, err, sizeof err);
+            rc = exec_timed(&x, tb, number, o->enable_cpu_cache_flush, &dur, err, sizeof err);
             if (rc != 0)
                 CR_FAIL(rc, "%s", err);
             if (dur * 1e3 >= (double)o->min_repeat_ms || number >= MAX_NUMBER)
@@ -641,8 +700,10 @@ done:
     if (cuda && cr->error_no != KT_MEASURE_NO_ERROR && !kt_cuda_child_usable())
         cr->retire = 1;
 #endif
-    for (int b = 0; b < KT_MEASURE_MAX_BUFS; b++)
+    for (int b = 0; b < KT_MEASURE_MAX_BUFS; b++) {
         free(bufs[b]);
+        free(owned[b]);
+    }
 }
 
 static void child_main(const batch_t *bt, int start)

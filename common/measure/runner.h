@@ -24,6 +24,19 @@
  *   - num_threads / cpu_list: the child sets OMP_NUM_THREADS and calls the
  *     kernel's omp_set_num_threads, and pins itself with sched_setaffinity.
  *
+ * Weights laid out ahead of time (TVM's measurement with layout rewrite):
+ * when the artifact also exports <entry>_packed and <entry>_pack (every
+ * generated kernel does, codegen.h), the child asks _pack which input
+ * buffers the packed variant takes re-laid out and packs them once, after
+ * filling the inputs and before any run; the warm-up and the timed runs
+ * then call <entry>_packed on them, as a network built by `ktune build`
+ * does, so the copy is not timed. With a reference and at least one packed
+ * weight, <entry> itself (weights in their original layout) runs once
+ * before the warm-up and its outputs are checked too; either variant
+ * failing the check is WRONG_ANSWER (the message says which), and
+ * max_error is the larger of the two. An artifact without the pair is timed
+ * through <entry> as before.
+ *
  * Isolation: the child sends a message as it starts each phase of each
  * candidate and one with each result over a socketpair. When the child dies
  * (crash, abort, exit) the current candidate gets RUNTIME_DEVICE naming the

@@ -68,7 +68,8 @@ int kt_search_candidate_make(const kt_workload_t *w, const kt_sched_state_t *st,
         return out->source ? 0 : (kt_err_code() ? kt_err_code() : KT_EINVAL);
     }
     /* The emitter reserves the kt_ prefix for its helpers; an entry such as
-     * the default kt_main is an exported wrapper around the kernel. */
+     * the default kt_main is an exported wrapper around the kernel (and its
+     * _packed and _pack functions, codegen.h). */
     char inner[80];
     snprintf(inner, sizeof(inner), "ktune_%s_body", entry);
     char *src = kt_codegen_emit_c(dag, st, inner);
@@ -78,7 +79,12 @@ int kt_search_candidate_make(const kt_workload_t *w, const kt_sched_state_t *st,
     kt_sbuf_init(&b);
     kt_sbuf_puts(&b, src);
     free(src);
-    kt_sbuf_printf(&b, "\nint %s(float **bufs)\n{\n    return %s(bufs);\n}\n", entry, inner);
+    kt_sbuf_printf(&b,
+                   "\nint %s(float **bufs)\n{\n    return %s(bufs);\n}\n"
+                   "\nint %s_packed(float **bufs)\n{\n    return %s_packed(bufs);\n}\n"
+                   "\nint %s_pack(int i, const float *src, float *dst)\n{\n"
+                   "    return %s_pack(i, src, dst);\n}\n",
+                   entry, inner, entry, inner, entry, inner);
     if (kt_sbuf_ok(&b) != 0) {
         kt_sbuf_free(&b);
         return kt_err_set(KT_ENOMEM, "out of memory");

@@ -213,7 +213,9 @@ typedef struct {
 
 /* The kernel of one state (entry "kt_main" unless entry is given; the
  * emitter reserves the kt_ prefix, so an entry starting with kt_ is a small
- * exported wrapper around the kernel). KT_EINVAL for an entry that is not a
+ * exported wrapper around the kernel). The source exports <entry>,
+ * <entry>_packed and <entry>_pack (kt_codegen_emit_c_variants_into): the
+ * runner times <entry>_packed on weights packed once. KT_EINVAL for an entry that is not a
  * C identifier of at most 63 characters or a state that does not lower. */
 int kt_search_candidate_make(const kt_workload_t *w, const kt_sched_state_t *st,
                              const char *entry, kt_search_candidate_t *out);
