@@ -47,8 +47,9 @@
 #define NS_TR "kthosts-tr"
 #define TRACKER_IP "198.18.1.1"
 #define TRACKER "198.18.1.1:9190"
-#define HB_MS "500"
-#define WAIT_MS 60000
+/* A peer silent for 3 heartbeats is dropped: a live one must never be. */
+#define HB_MS (KT_TEST_SLOW > 1 ? "2000" : "500")
+#define WAIT_MS (60000 * KT_TEST_SLOW)
 
 static const char *const HOST_NS[2] = {"kthosts-h1", "kthosts-h2"};
 static const char *const HOST_IP[2] = {"198.18.0.2", "198.18.0.6"};
@@ -471,8 +472,9 @@ START_TEST(hosts_job_spans_two_hosts_and_survives_a_cut_link)
     }
 
     /* 2. Host 2's link is cut while its runners measure the next job. Slow
-     * candidates (min-repeat 20 ms) keep the batches running long enough. */
-    int64_t job2 = submit(WORKLOAD2, 64, 16, 20);
+     * candidates (min-repeat 200 ms: a batch of 4 lasts close to a second)
+     * keep the batches running long enough to be cut on a busy machine. */
+    int64_t job2 = submit(WORKLOAD2, 64, 16, 200);
     int cut = 0;
     for (int waited = 0; waited < WAIT_MS && !cut; waited += 20) {
         cut = host_batches(runners[1]) > b1[1];
