@@ -44,6 +44,7 @@
 #include "kt_skip.h"
 
 #include "kt_test_proc.h"
+#include "kt_test_tls.h"
 
 /* Heartbeat interval given to peers in these tests: a peer silent for 3
  * intervals is dropped, which a live one slowed by a busy machine (and the
@@ -1857,6 +1858,113 @@ START_TEST(service_tracker_http_needs_the_bearer_token)
 }
 END_TEST
 
+/* `ktune ARGS... --tracker T --tls-ca ca.pem [--tls-client-cert C.pem
+ * --tls-client-key K.key]` (client NULL: no client certificate); its exit
+ * code, its output in out. */
+static int cli_tls(char *const args[], const char *tracker, const char *client, const char *key,
+                   char *out, size_t size)
+{
+    char *a[40];
+    int n = 0;
+    for (int i = 0; args[i] && n < 30; i++)
+        a[n++] = args[i];
+    static char ca[200], cert[200], k[200];
+    snprintf(ca, sizeof ca, "%s/ca.pem", kt_test_dir);
+    snprintf(cert, sizeof cert, "%s/%s.pem", kt_test_dir, client ? client : "");
+    snprintf(k, sizeof k, "%s/%s.key", kt_test_dir, key ? key : "");
+    char *conn[] = {"--tracker", (char *)tracker, "--tls-ca", ca, "--tls-client-cert", cert,
+                    "--tls-client-key", k, NULL};
+    for (int i = 0; conn[i] && (client || i < 4); i++)
+        a[n++] = conn[i];
+    a[n] = NULL;
+    return run_cli(a, out, size, NULL);
+}
+
+/* Mutual TLS end to end: the tracker, a runner and a worker each serve TLS
+ * and require a client certificate of the one CA, and show theirs when they
+ * call each other; the CLI submits and watches a job to done with its own.
+ * A caller without a certificate, or with one another CA signed, is refused
+ * by the tracker and by the runner; bad TLS files are a usage error (2). */
+START_TEST(service_mutual_tls_job_runs_to_done)
+{
+    kt_test_tls_ca(kt_test_dir, "ca");
+    kt_test_tls_ca(kt_test_dir, "other-ca");
+    kt_test_tls_cert(kt_test_dir, "node", "ca", "IP:127.0.0.1");
+    kt_test_tls_cert(kt_test_dir, "cli", "ca", "DNS:ktune-cli");
+    kt_test_tls_cert(kt_test_dir, "stranger", "other-ca", "DNS:stranger");
+    char ca[200], cert[200], key[200];
+    snprintf(ca, sizeof ca, "%s/ca.pem", kt_test_dir);
+    snprintf(cert, sizeof cert, "%s/node.pem", kt_test_dir);
+    snprintf(key, sizeof key, "%s/node.key", kt_test_dir);
+    char *tls[] = {"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--tls-client-ca", ca,
+                   "--tls-client-cert", cert, "--tls-client-key", key};
+    char *targs[32] = {"--listen", "127.0.0.1:0", "--http", "off", "--heartbeat-ms", HB_MS,
+                       "--db", (char *)db_path()};
+    memcpy(targs + 8, tls, sizeof tls);
+    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
+    char tracker[64];
+    snprintf(tracker, sizeof tracker, "127.0.0.1:%d", logged_port(tr));
+    ck_assert(wait_log(tr, "(mutual TLS)", 0));
+    char *rargs[32] = {"--listen", "127.0.0.1:0", "--key", "cpu-test", "--threads", "1",
+                       "--timer", "cpu", "--tracker", tracker};
+    memcpy(rargs + 10, tls, sizeof tls);
+    proc_t *r = spawn("runner", "server/ktune-runner", rargs, NULL);
+    char *wargs[32] = {"--listen", "127.0.0.1:0", "--jobs", "2", "--tracker", tracker};
+    memcpy(wargs + 6, tls, sizeof tls);
+    spawn("worker", "worker/ktune-worker", wargs, NULL);
+    char runner[64];
+    snprintf(runner, sizeof runner, "127.0.0.1:%d", logged_port(r));
+
+    /* A job over the daemons' own client certificates: the tracker calls
+     * the worker and the runner, which require one. */
+    char out[8192];
+    char *submit[] = {"submit", "--workload", (char *)W_TINY[0], "--trials", "8",
+                      "--per-round", "4", "--key", "cpu-test", "--policy", "sketch.random",
+                      "--number", "2", "--repeat", "1", "--seed", "1", NULL};
+    ck_assert_msg(cli_tls(submit, tracker, "cli", "cli", out, sizeof out) == 0, "%s", out);
+    char id[32];
+    snprintf(id, sizeof id, "%lld", strtoll(out, NULL, 10));
+    ck_assert_msg(atoll(id) > 0, "ktune submit printed %s", out);
+    char *watch[] = {"watch", id, NULL};
+    ck_assert_msg(cli_tls(watch, tracker, "cli", "cli", out, sizeof out) == 0, "%s", out);
+    ck_assert_int_eq(stored_records().n, 8);
+
+    /* Refused by the tracker and by the runner: no client certificate, or
+     * one of another CA. */
+    char *queue[] = {"queue", NULL};
+    char *health[] = {"health", "--service", "runner", NULL};
+    const char *daemons[2] = {tracker, runner};
+    for (int d = 0; d < 2; d++) {
+        char *const *args = d ? health : queue;
+        ck_assert_int_eq(cli_tls(args, daemons[d], NULL, NULL, out, sizeof out), 1);
+        ck_assert_msg(strstr(out, "cannot reach"), "%s", out);
+        ck_assert_int_eq(cli_tls(args, daemons[d], "stranger", "stranger", out, sizeof out), 1);
+        ck_assert_msg(strstr(out, "cannot reach"), "%s", out);
+        ck_assert_msg(cli_tls(args, daemons[d], "cli", "cli", out, sizeof out) == 0, "%s", out);
+    }
+
+    /* Bad files: a key that is not the certificate's, a missing CA. */
+    ck_assert_int_eq(cli_tls(queue, tracker, "cli", "stranger", out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "does not belong"), "%s", out);
+    char missing[220];
+    snprintf(missing, sizeof missing, "%s/missing.pem", kt_test_dir);
+    char *bad_tracker[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", (char *)db_path(),
+                           "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", missing,
+                           NULL};
+    proc_t *b = spawn("bad-tracker", "tracker/ktune-tracker", bad_tracker, NULL);
+    int ws = reap(b, WAIT_MS);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 2, "status %d: %s", ws, log_of(b));
+    ck_assert(wait_log(b, "--tls-client-ca", 0) && wait_log(b, "missing.pem", 0));
+    char *bad_runner[] = {"--tracker", tracker, "--tls-ca", ca, "--tls-client-cert", cert,
+                          NULL};
+    b = spawn("bad-runner", "server/ktune-runner", bad_runner, NULL);
+    ws = reap(b, WAIT_MS);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 2, "status %d: %s", ws, log_of(b));
+    ck_assert(wait_log(b, "--tls-client-cert and --tls-client-key go together", 0));
+    stop_all();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("service");
@@ -1899,6 +2007,7 @@ int main(void)
     tcase_add_checked_fixture(sec, test_setup, NULL);
     tcase_add_test(sec, service_daemons_refuse_open_ports_without_a_token);
     tcase_add_test(sec, service_tracker_http_needs_the_bearer_token);
+    tcase_add_test(sec, service_mutual_tls_job_runs_to_done);
     suite_add_tcase(s, sec);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
