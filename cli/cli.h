@@ -99,6 +99,8 @@ typedef struct {
     const char *tracker;     /* HOST:PORT, or NULL: the store file */
     const char *token_file;
     const char *tls_ca;
+    const char *tls_client_cert;   /* mutual TLS: shown to a tracker that requires one */
+    const char *tls_client_key;
     const char *db;
     int db_given;
     int json;
@@ -107,13 +109,28 @@ typedef struct {
 
 /* The connection options of every command that talks to a tracker or a
  * daemon, as getopt_long entries with the codes below (which other options
- * of a command must not use): --tracker, --token-file, --tls-ca, --timeout. */
-enum { KT_CLI_O_TRACKER = 900, KT_CLI_O_TOKEN, KT_CLI_O_CA, KT_CLI_O_TIMEOUT };
+ * of a command must not use): --tracker, --token-file, --tls-ca,
+ * --tls-client-cert, --tls-client-key, --timeout. */
+enum {
+    KT_CLI_O_TRACKER = 900,
+    KT_CLI_O_TOKEN,
+    KT_CLI_O_CA,
+    KT_CLI_O_TIMEOUT,
+    KT_CLI_O_CLIENT_CERT,
+    KT_CLI_O_CLIENT_KEY
+};
 #define KT_CLI_CONN_OPTIONS                                                                    \
     {"tracker", required_argument, 0, KT_CLI_O_TRACKER},                                       \
         {"token-file", required_argument, 0, KT_CLI_O_TOKEN},                                  \
         {"tls-ca", required_argument, 0, KT_CLI_O_CA},                                         \
+        {"tls-client-cert", required_argument, 0, KT_CLI_O_CLIENT_CERT},                       \
+        {"tls-client-key", required_argument, 0, KT_CLI_O_CLIENT_KEY},                         \
         {"timeout", required_argument, 0, KT_CLI_O_TIMEOUT}
+/* The --help lines of the mutual TLS options, after --tls-ca's. */
+#define KT_CLI_MTLS_HELP                                                                       \
+    "  --tls-client-cert F   client certificate (PEM) for a tracker that requires one\n"      \
+    "                        (mutual TLS); needs --tls-ca and --tls-client-key\n"            \
+    "  --tls-client-key F    its private key (PEM)\n"
 /* Defaults: the token file from $KT_TOKEN_FILE, the store ./ktune.db, the
  * given timeout (0: KT_CLI_DEFAULT_TIMEOUT_MS). */
 void kt_cli_conn_init(kt_cli_conn_t *c, int timeout_ms);
@@ -121,6 +138,10 @@ void kt_cli_conn_init(kt_cli_conn_t *c, int timeout_ms);
  * not a connection option, 2 a bad value (said on stderr). */
 int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *arg);
 
+/* The TLS files given, checked once the options are parsed (readable PEM,
+ * the client key matching its certificate, a client certificate only with
+ * --tls-ca): 0, or 2 after printing why. */
+int kt_cli_conn_check(const char *cmd, const kt_cli_conn_t *c);
 /* A client for c->tracker; NULL after printing why. */
 kt_rpc_client_t *kt_cli_connect(const char *cmd, const kt_cli_conn_t *c);
 /* Print a failed call's cause (unreachable tracker with its address,

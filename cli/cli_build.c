@@ -43,7 +43,8 @@ static const char *const BUILD_HELP =
     "  --db PATH             the store to take records from (default ./ktune.db; a\n"
     "                        missing default store means no records)\n"
     "  --tracker HOST:PORT   take the records from a tracker instead (QueryBest);\n"
-    "                        --token-file F, --tls-ca F, --timeout MS as elsewhere\n"
+    "                        --token-file F, --tls-ca F, --tls-client-cert F,\n"
+    "                        --tls-client-key F, --timeout MS as elsewhere\n"
     "  --job J               only records measured by job J\n"
     "  --target cpu|cuda     the target (default cpu); cuda writes NAME.cu (and\n"
     "                        NAME.cubin), NAME_host.c (Driver API) with the GPU\n"
@@ -203,7 +204,7 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         fprintf(stderr, "ktune %s: unexpected argument '%s'\n", cmd, argv[optind]);
         return 2;
     }
-    if (kt_cli_net_check(cmd, &a->net))
+    if (kt_cli_net_check(cmd, &a->net) || kt_cli_conn_check(cmd, &a->conn))
         return 2;
     if (a->target && strcmp(a->target, "cpu") != 0 && strcmp(a->target, "cuda") != 0) {
         fprintf(stderr, "ktune %s: unknown --target '%s' (cpu or cuda)\n", cmd, a->target);

@@ -22,6 +22,7 @@ static void usage(FILE *out)
             "  --service S           tracker (default), runner or worker\n"
             "  --token-file F        file holding the shared token (default: $KT_TOKEN_FILE)\n"
             "  --tls-ca F            CA certificate (PEM) to verify a TLS daemon; enables TLS\n"
+            KT_CLI_MTLS_HELP
             "  --timeout MS          give up after MS milliseconds (default 5000)\n"
             "  -h, --help            print this help and exit\n");
 }
@@ -54,6 +55,8 @@ int kt_cli_health(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (kt_cli_conn_check("health", &conn))
+        return 2;
     const char *svc;
     if (strcmp(service, "tracker") == 0)
         svc = "Tracker";

@@ -44,6 +44,8 @@ int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *
     case KT_CLI_O_TRACKER: c->tracker = arg; return 1;
     case KT_CLI_O_TOKEN: c->token_file = arg; return 1;
     case KT_CLI_O_CA: c->tls_ca = arg; return 1;
+    case KT_CLI_O_CLIENT_CERT: c->tls_client_cert = arg; return 1;
+    case KT_CLI_O_CLIENT_KEY: c->tls_client_key = arg; return 1;
     case KT_CLI_O_TIMEOUT: {
         char *end;
         long v = strtol(arg, &end, 10);
@@ -58,6 +60,17 @@ int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *
     }
 }
 
+int kt_cli_conn_check(const char *cmd, const kt_cli_conn_t *c)
+{
+    kt_rpc_tls_files_t tls = {.ca = c->tls_ca, .client_cert = c->tls_client_cert,
+                              .client_key = c->tls_client_key};
+    if (kt_rpc_tls_check(&tls) != 0) {
+        fprintf(stderr, "ktune %s: %s\n", cmd, kt_err_msg());
+        return 2;
+    }
+    return 0;
+}
+
 kt_rpc_client_t *kt_cli_connect(const char *cmd, const kt_cli_conn_t *c)
 {
     char *token = NULL;
@@ -66,8 +79,9 @@ kt_rpc_client_t *kt_cli_connect(const char *cmd, const kt_cli_conn_t *c)
         return NULL;
     }
     int t = c->timeout_ms > 0 ? c->timeout_ms : KT_CLI_DEFAULT_TIMEOUT_MS;
-    kt_rpc_client_opts_t co = {.token = token, .tls_ca = c->tls_ca, .deadline_ms = t,
-                               .retry_attempts = 3, .retry_total_ms = t};
+    kt_rpc_client_opts_t co = {.token = token, .tls_ca = c->tls_ca,
+                               .tls_cert = c->tls_client_cert, .tls_key = c->tls_client_key,
+                               .deadline_ms = t, .retry_attempts = 3, .retry_total_ms = t};
     kt_rpc_client_t *cl = kt_rpc_client_new(c->tracker, &co);
     if (token) {
         memset(token, 0, strlen(token));
@@ -276,6 +290,7 @@ static const char *CONN_HELP =
     "  --db PATH             the store file to read without a tracker (default ./ktune.db)\n"
     "  --token-file F        the tracker's shared token (default: $KT_TOKEN_FILE)\n"
     "  --tls-ca F            CA certificate (PEM) of a TLS tracker\n"
+    KT_CLI_MTLS_HELP
     "  --timeout MS          give up on the tracker after MS milliseconds (default 10000)\n"
     "  --json                print JSON instead of text\n"
     "  -h, --help            print this help and exit\n"
@@ -335,6 +350,8 @@ static int parse_read(const char *cmd, int argc, char **argv, const int *allowed
         fprintf(stderr, "ktune %s: give --tracker or --db, not both\n", cmd);
         return 2;
     }
+    if (kt_cli_conn_check(cmd, &a->conn))
+        return 2;
     return 0;
 }
 

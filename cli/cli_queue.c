@@ -25,6 +25,7 @@ static void usage(FILE *out)
             "  --tracker HOST:PORT   the tracker (its gRPC address)\n"
             "  --token-file F        file holding the shared token (default: $KT_TOKEN_FILE)\n"
             "  --tls-ca F            CA certificate (PEM) to verify a TLS tracker; enables TLS\n"
+            KT_CLI_MTLS_HELP
             "  --timeout MS          give up after MS milliseconds (default 5000)\n"
             "  --json                print one JSON object instead of tables\n"
             "  -h, --help            print this help and exit\n");
@@ -158,6 +159,8 @@ int kt_cli_queue(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (kt_cli_conn_check("queue", &conn))
+        return 2;
     kt_rpc_client_t *cl = kt_cli_connect("queue", &conn);
     if (!cl)
         return 1;

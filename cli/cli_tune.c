@@ -121,6 +121,7 @@ static const char *JOB_HELP =
     "  --tracker HOST:PORT   the tracker to use (tune: default an embedded one)\n"
     "  --token-file F        the tracker's shared token (default: $KT_TOKEN_FILE)\n"
     "  --tls-ca F            CA certificate (PEM) of a TLS tracker\n"
+    KT_CLI_MTLS_HELP
     "  --timeout MS          deadline of each call to the tracker (default 10000)\n"
     "  --json                print JSON instead of tables\n"
     "  -h, --help            print this help and exit\n"
@@ -216,6 +217,8 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         fprintf(stderr, "ktune %s: unexpected argument '%s'\n", cmd, argv[optind]);
         return 2;
     }
+    if (kt_cli_conn_check(cmd, &a->conn))
+        return 2;
     if (a->trials && a->more) {
         fprintf(stderr, "ktune %s: give --trials N (the total) or --more N (beyond what is "
                         "stored), not both\n", cmd);
@@ -585,7 +588,7 @@ int kt_cli_watch(int argc, char **argv)
         case 'h':
         case O_HELP:
             printf("usage: ktune watch JOB --tracker HOST:PORT [--token-file F] [--tls-ca F]\n"
-                   "                  [--json]\n"
+                   "                  [--tls-client-cert F --tls-client-key F] [--json]\n"
                    "\n"
                    "Print the job's task scheduler table and progress after every round until\n"
                    "the job ends (--json: one JSON object per line). Leaving does not stop the\n"
@@ -610,6 +613,8 @@ int kt_cli_watch(int argc, char **argv)
         fprintf(stderr, "ktune watch: usage: ktune watch JOB --tracker HOST:PORT\n");
         return 2;
     }
+    if (kt_cli_conn_check("watch", &c))
+        return 2;
     return watch("watch", &c, id, 0);
 }
 
@@ -982,7 +987,7 @@ static int tune_embedded(const job_args_t *a, const job_msg_t *m)
     tune_ctx_t x = {.a = a, .conn = a->conn, .m = m, .rc = 1};
     x.conn.tracker = e.addr;
     x.conn.token_file = e.token;
-    x.conn.tls_ca = NULL;
+    x.conn.tls_ca = x.conn.tls_client_cert = x.conn.tls_client_key = NULL;
     pthread_t th;
     if (pthread_create(&th, NULL, tune_thread, &x) != 0) {
         fprintf(stderr, "ktune tune: cannot start a thread\n");

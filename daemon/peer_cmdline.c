@@ -14,7 +14,10 @@ static const struct option common_opts[] = {
     {"advertise", required_argument, 0, 'A'},  {"token-file", required_argument, 0, 't'},
     {"tls-cert", required_argument, 0, 'c'},   {"tls-key", required_argument, 0, 'k'},
     {"tls-ca", required_argument, 0, 'C'},     {"version", no_argument, 0, 'V'},
-    {"help", no_argument, 0, 'h'},             {"insecure", no_argument, 0, 'I'}};
+    {"help", no_argument, 0, 'h'},             {"insecure", no_argument, 0, 'I'},
+    {"tls-client-ca", required_argument, 0, KT_PEER_O_CLIENT_CA},
+    {"tls-client-cert", required_argument, 0, KT_PEER_O_CLIENT_CERT},
+    {"tls-client-key", required_argument, 0, KT_PEER_O_CLIENT_KEY}};
 #define NCOMMON (sizeof common_opts / sizeof common_opts[0])
 #define MAX_OPTS 64
 
@@ -53,6 +56,9 @@ int kt_peer_cmdline_parse(kt_peer_daemon_opts_t *cl, const char *prog, int argc,
         case 'k': cl->tls_key = optarg; break;
         case 'C': cl->tls_ca = optarg; break;
         case 'I': cl->insecure = 1; break;
+        case KT_PEER_O_CLIENT_CA: cl->tls_client_ca = optarg; break;
+        case KT_PEER_O_CLIENT_CERT: cl->tls_client_cert = optarg; break;
+        case KT_PEER_O_CLIENT_KEY: cl->tls_client_key = optarg; break;
         case '?': usage(stderr); return 2;
         default: {
             int rc = fn ? fn(user, c, optarg) : 2;
@@ -68,6 +74,14 @@ int kt_peer_cmdline_parse(kt_peer_daemon_opts_t *cl, const char *prog, int argc,
     }
     if ((cl->tls_cert == NULL) != (cl->tls_key == NULL)) {
         fprintf(stderr, "%s: --tls-cert and --tls-key go together\n", prog);
+        return 2;
+    }
+    kt_rpc_tls_files_t tls = {.cert = cl->tls_cert, .key = cl->tls_key,
+                              .client_ca = cl->tls_client_ca, .ca = cl->tls_ca,
+                              .client_cert = cl->tls_client_cert,
+                              .client_key = cl->tls_client_key};
+    if (kt_rpc_tls_check(&tls) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, kt_err_msg());
         return 2;
     }
     /* Secure by default, decided before anything is bound: a runner or

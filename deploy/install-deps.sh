@@ -9,7 +9,7 @@ PACKAGES=(
   # build (build-essential brings g++ too: the CUDA kernels' CPU check compiles with it)
   build-essential pkg-config meson ninja-build
   # libktune and the daemons
-  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libsqlite3-dev libxgboost-dev
+  libgrpc-dev libssl-dev protobuf-c-compiler libprotobuf-c-dev libsqlite3-dev libxgboost-dev
   libevent-dev libjansson-dev libxxhash-dev
   # tests
   check libsubunit-dev openssl sqlite3 systemd python3-yaml python3-grpcio python3-grpc-tools python3-torch python3-onnx

@@ -10,19 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
-if [ -f build/build.ninja ]; then
-  meson setup --reconfigure build
-else
-  meson setup build
-fi
-ninja -C build
-# Only this run's logs may be counted: meson's test log, Check's XML log and
-# the recorded skips of every suite.
-rm -f build/meson-logs/testlog.json build/meson-logs/testlog.txt \
-      build/tests/test_*.xml build/tests/test_*.skips
+# shellcheck source=deploy/suite.sh
+. deploy/suite.sh
 rc=0
-meson test -C build --print-errorlogs --num-processes 2 "$@" || rc=$?
-subset=()
-if [ "$#" -gt 0 ]; then subset=(--subset); fi
-python3 tests/ck_summary.py build "${subset[@]}" || rc=1
+kt_suite build 1 -- "$@" || rc=$?
 exit "$rc"

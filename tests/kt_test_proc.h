@@ -29,6 +29,22 @@
 
 #include "util/util.h"
 
+/* How many times slower the programs of a sanitized build are (ASan and
+ * UBSan, deploy/sanitize.sh; gcc says so with __SANITIZE_ADDRESS__, clang
+ * with __has_feature). Intervals a test gives its daemons that a slow live
+ * daemon could overrun, such as heartbeats, are multiplied by it; the waits
+ * for a condition stay bounded by generous deadlines either way. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KT_TEST_SLOW 4
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KT_TEST_SLOW 4
+#endif
+#endif
+#ifndef KT_TEST_SLOW
+#define KT_TEST_SLOW 1
+#endif
+
 typedef struct {
     pid_t pid;          /* 0 once reaped */
     char log[512];      /* stdout and stderr */

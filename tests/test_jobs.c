@@ -291,9 +291,10 @@ START_TEST(jobs_dispatch_measures_on_both_of_two_runners)
     make_dir();
     fake_t worker, r1, r2;
     fake_start(&worker, 0, 0);
-    /* Slow enough that a round's parts find both runners busy at once. */
-    fake_start(&r1, 1, 100);
-    fake_start(&r2, 1, 100);
+    /* Slow enough that a round's parts find both runners busy at once, even
+     * when a busy machine delays the dispatch of the second part. */
+    fake_start(&r1, 1, 300);
+    fake_start(&r2, 1, 300);
     service_t s;
     service_start(&s);
     fake_register(s.t, &worker, 0);
@@ -321,7 +322,9 @@ START_TEST(jobs_resume_an_unfinished_job_after_the_manager_is_recreated)
     make_dir();
     fake_t worker, runner;
     service_t s;
-    start_with_fakes(&s, &worker, &runner, 150);
+    /* 400 ms a batch: the job cannot end in the moment between the status
+     * that saw 4 trials and the stop, however busy the machine. */
+    start_with_fakes(&s, &worker, &runner, 400);
     int64_t id = submit(&s, 24, 4);
     Ktune__V1__JobProgress *p = wait_job(&s, id, "running", 4);
     ck_assert_str_eq(p->state, "running");
@@ -854,7 +857,9 @@ START_TEST(faults_full_disk_during_a_run)
     snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
     fake_t worker, runner;
     service_t s;
-    start_with_fakes(&s, &worker, &runner, 50);
+    /* 200 ms a batch: the job is far from done when the disk fills, however
+     * late this test gets to it. */
+    start_with_fakes(&s, &worker, &runner, 200);
     int64_t id = submit(&s, 48, 4);
     Ktune__V1__JobProgress *p = wait_job(&s, id, "running", 8);
     ck_assert_str_eq(p->state, "running");
@@ -955,9 +960,11 @@ START_TEST(faults_killed_import_is_all_or_none)
     fclose(f);
     const char *root = getenv("KT_BUILD_ROOT");
     ck_assert_ptr_nonnull(root);
+    /* Killed once the store has passed 2 MB, waiting for that up to 2
+     * minutes: a sanitized import on a busy machine is slow. */
     snprintf(cmd, sizeof cmd,
              "'%s/cli/ktune' records import --db '%s' --in '%s' >/dev/null 2>&1 & pid=$!; "
-             "for i in $(seq 200); do sleep 0.05; "
+             "for i in $(seq 2400); do sleep 0.05; "
              "[ -s '%s' ] && [ $(stat -c %%s '%s') -gt 2000000 ] && break; done; "
              "kill -9 $pid; wait $pid; exit 0",
              root, g_db, in, g_db, g_db);

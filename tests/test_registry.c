@@ -30,6 +30,7 @@
 /* The daemons' shared command line is compiled into them, not into
  * libktune; tests/meson.build links it into this suite the same way. */
 #include "peer_cmdline.h"
+#include "kt_test_tls.h"
 
 /* ---- Fixtures -------------------------------------------------------------------------- */
 
@@ -795,17 +796,30 @@ START_TEST(peer_daemon_cmdline_parses_common_and_own_options)
 {
     kt_peer_daemon_opts_t cl;
     own_opts_t o;
+    /* TLS files are read at parse time: the CA must be a real one. */
+    char dir[] = "/tmp/kt_registry_tlsXXXXXX", ca[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kt_test_tls_ca(dir, "ca");
+    snprintf(ca, sizeof ca, "%s/ca.pem", dir);
     char *ok[] = {"prog", "--tracker", "h:1", "--key", "k1", "--listen", "0.0.0.0:7",
-                  "--flag", "--advertise", "a:2", "--token-file", "tok", "--tls-ca", "ca", NULL};
+                  "--flag", "--advertise", "a:2", "--token-file", "tok", "--tls-ca", ca, NULL};
     ck_assert_int_eq(parse(14, ok, &cl, &o), -1);
     ck_assert_str_eq(cl.tracker, "h:1");
     ck_assert_str_eq(cl.listen, "0.0.0.0:7");
     ck_assert_str_eq(cl.advertise, "a:2");
     ck_assert_str_eq(cl.token_file, "tok");
-    ck_assert_str_eq(cl.tls_ca, "ca");
+    ck_assert_str_eq(cl.tls_ca, ca);
     ck_assert_ptr_null(cl.tls_cert);
     ck_assert_str_eq(o.key, "k1");
     ck_assert_int_eq(o.flag, 1);
+    /* A CA file that is not there is bad usage. */
+    char missing[80];
+    snprintf(missing, sizeof missing, "%s/missing.pem", dir);
+    char *no_ca[] = {"prog", "--tls-ca", missing, NULL};
+    ck_assert_int_eq(parse(3, no_ca, &cl, &o), 2);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(rm), 0);
 
     /* Parsed again from the start: defaults come back. */
     char *bare[] = {"prog", NULL};

@@ -31,6 +31,8 @@
 #include "util/err.h"
 #include "util/util.h"
 
+#include "kt_test_tls.h"
+
 #define M_ECHO "/ktune.v1.Test/Echo"
 #define M_SLEEP "/ktune.v1.Test/Sleep"
 #define M_COUNT "/ktune.v1.Test/Count"
@@ -831,6 +833,82 @@ START_TEST(rpc_tls_round_trip_with_self_signed_cert)
 }
 END_TEST
 
+/* Mutual TLS: a server with tls_client_ca refuses a client without a
+ * certificate and one whose certificate another CA signed, and serves one
+ * with a certificate of its CA; bad client files are refused up front. */
+START_TEST(rpc_mutual_tls_needs_a_client_certificate_of_the_ca)
+{
+    char dir[] = "/tmp/kt_rpc_mtlsXXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kt_test_tls_ca(dir, "ca");
+    kt_test_tls_ca(dir, "other-ca");
+    kt_test_tls_cert(dir, "server", "ca", "IP:127.0.0.1");
+    kt_test_tls_cert(dir, "client", "ca", "DNS:client");
+    kt_test_tls_cert(dir, "stranger", "other-ca", "DNS:stranger");
+    char f[8][160];
+    const char *names[8] = {"ca.pem", "server.pem", "server.key", "client.pem",
+                            "client.key", "stranger.pem", "stranger.key", "missing.pem"};
+    for (int i = 0; i < 8; i++)
+        snprintf(f[i], sizeof f[i], "%s/%s", dir, names[i]);
+    const char *ca = f[0], *cert = f[1], *key = f[2], *ccert = f[3], *ckey = f[4];
+    const char *scert = f[5], *skey = f[6], *missing = f[7];
+
+    static ctx_t x;
+    kt_rpc_server_opts_t so = {.listen = "127.0.0.1:0", .tls_cert = cert, .tls_key = key,
+                               .tls_client_ca = ca};
+    kt_rpc_server_t *s = start_server(&x, &so);
+    kt_rpc_status_t st;
+    /* A client with a certificate of the CA is served. */
+    kt_rpc_client_opts_t good = {.tls_ca = ca, .tls_cert = ccert, .tls_key = ckey};
+    kt_rpc_client_t *c = client_for(s, &good);
+    ck_assert_msg(call_health(c, M_HEALTH, &st, NULL, 0) == 0, "%s", kt_err_msg());
+    kt_rpc_client_free(c);
+    /* Without a certificate, or with one another CA signed: the handshake fails. */
+    kt_rpc_client_opts_t refused[2] = {
+        {.tls_ca = ca, .retry_attempts = 1, .deadline_ms = 5000},
+        {.tls_ca = ca, .tls_cert = scert, .tls_key = skey, .retry_attempts = 1,
+         .deadline_ms = 5000}};
+    for (int i = 0; i < 2; i++) {
+        c = client_for(s, &refused[i]);
+        ck_assert_int_ne(call_health(c, M_HEALTH, &st, NULL, 0), 0);
+        ck_assert_msg(st.code == KT_RPC_UNAVAILABLE, "client %d: %s: %s", i,
+                      kt_rpc_code_name(st.code), st.msg);
+        kt_rpc_client_free(c);
+    }
+    kt_rpc_server_stop(s, 1000);
+
+    /* Bad files: a key that is not the certificate's, a missing file, a
+     * client certificate without a CA, a client CA without TLS served. */
+    kt_rpc_client_opts_t mismatch = {.tls_ca = ca, .tls_cert = ccert, .tls_key = skey};
+    ck_assert_ptr_null(kt_rpc_client_new("127.0.0.1:1", &mismatch));
+    ck_assert_msg(strstr(kt_err_msg(), "does not belong") && strstr(kt_err_msg(), skey), "%s",
+                  kt_err_msg());
+    kt_rpc_tls_files_t bad[4] = {{.cert = cert, .key = ckey},
+                                 {.ca = missing, .client_cert = ccert, .client_key = ckey},
+                                 {.client_cert = ccert, .client_key = ckey},
+                                 {.client_ca = ca}};
+    const char *why[4] = {"does not belong", "missing.pem", "needs TLS to the server",
+                          "needs TLS served"};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(kt_rpc_tls_check(&bad[i]), KT_EINVAL);
+        ck_assert_msg(strstr(kt_err_msg(), why[i]), "case %d: %s", i, kt_err_msg());
+    }
+    kt_rpc_tls_files_t ok = {.cert = cert, .key = key, .client_ca = ca, .ca = ca,
+                             .client_cert = ccert, .client_key = ckey};
+    ck_assert_msg(kt_rpc_tls_check(&ok) == 0, "%s", kt_err_msg());
+    kt_rpc_server_opts_t bad_so = {.listen = "127.0.0.1:0", .tls_cert = cert, .tls_key = skey};
+    kt_rpc_server_t *bs = kt_rpc_server_new(&bad_so);
+    ck_assert_ptr_nonnull(bs);
+    ck_assert_int_eq(kt_rpc_server_start(bs), KT_EINVAL);
+    ck_assert_msg(strstr(kt_err_msg(), "does not belong"), "%s", kt_err_msg());
+    kt_rpc_server_stop(bs, 0);
+
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 typedef struct {
     kt_rpc_client_t *c;
     int rc;
@@ -1015,6 +1093,7 @@ int main(void)
     tcase_add_test(tc, rpc_error_codes_map_both_ways);
     tcase_add_test(tc, rpc_unreachable_target_is_unavailable_after_bounded_retries);
     tcase_add_test(tc, rpc_tls_round_trip_with_self_signed_cert);
+    tcase_add_test(tc, rpc_mutual_tls_needs_a_client_certificate_of_the_ca);
     tcase_add_test(tc, rpc_graceful_stop_drains_in_flight_call);
     tcase_add_test(tc, rpc_daemons_serve_health_and_stop_on_sigterm);
     tcase_add_test(tc, rpc_cli_health_reports_unauthenticated_and_unreachable);

@@ -18,6 +18,9 @@
 /* In-flight calls get this long to finish after SIGINT/SIGTERM. */
 #define DRAIN_MS 5000
 
+/* getopt codes of the long options without a letter. */
+enum { O_CLIENT_CA = 1100, O_CLIENT_CERT, O_CLIENT_KEY };
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -45,6 +48,12 @@ static void usage(FILE *out)
             "  --tls-cert F         server certificate (PEM); enables TLS with --tls-key\n"
             "  --tls-key F          server private key (PEM)\n"
             "  --tls-ca F           CA (PEM) to verify runners and workers served over TLS\n"
+            "  --tls-client-ca F    mutual TLS: require of every caller (CLI, runners,\n"
+            "                       workers) a client certificate signed by this CA (PEM);\n"
+            "                       needs --tls-cert\n"
+            "  --tls-client-cert F  client certificate (PEM) shown to runners and workers\n"
+            "                       that require one; needs --tls-ca and --tls-client-key\n"
+            "  --tls-client-key F   its private key (PEM)\n"
             "  --search-threads N   threads for the searches (candidate generation, scoring,\n"
             "                       model training) of all jobs (1..%d; default: the online\n"
             "                       cores, here %d); a seeded job proposes the same states\n"
@@ -73,6 +82,9 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, 'h'},           {"db", required_argument, 0, 'd'},
         {"port-file", required_argument, 0, 'p'}, {"search-threads", required_argument, 0, 's'},
         {"insecure", no_argument, 0, 'I'},
+        {"tls-client-ca", required_argument, 0, O_CLIENT_CA},
+        {"tls-client-cert", required_argument, 0, O_CLIENT_CERT},
+        {"tls-client-key", required_argument, 0, O_CLIENT_KEY},
         {0, 0, 0, 0}};
     kt_tracker_opts_t to = {.listen = KT_TRACKER_DEFAULT_LISTEN, .http = KT_HTTP_DEFAULT_BIND};
     const char *token_file = getenv("KT_TOKEN_FILE");
@@ -114,6 +126,9 @@ int main(int argc, char **argv)
         case 'k': to.tls_key = optarg; break;
         case 'C': to.tls_ca = optarg; break;
         case 'I': insecure = 1; break;
+        case O_CLIENT_CA: to.tls_client_ca = optarg; break;
+        case O_CLIENT_CERT: to.tls_client_cert = optarg; break;
+        case O_CLIENT_KEY: to.tls_client_key = optarg; break;
         default: usage(stderr); return 2;
         }
     }
@@ -122,8 +137,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if ((to.tls_cert == NULL) != (to.tls_key == NULL)) {
-        fprintf(stderr, "ktune-tracker: --tls-cert and --tls-key go together\n");
+    kt_rpc_tls_files_t tls = {.cert = to.tls_cert, .key = to.tls_key,
+                              .client_ca = to.tls_client_ca, .ca = to.tls_ca,
+                              .client_cert = to.tls_client_cert,
+                              .client_key = to.tls_client_key};
+    if (kt_rpc_tls_check(&tls) != 0) {
+        fprintf(stderr, "ktune-tracker: %s\n", kt_err_msg());
         return 2;
     }
     /* Secure by default: decided from the command line alone, before
@@ -166,7 +185,8 @@ int main(int argc, char **argv)
         return 1;
     }
     KT_INFO("ktune-tracker %s listening on %s (%s%s), heartbeat %d ms", KT_VERSION,
-            kt_tracker_address(t), to.tls_cert ? "TLS" : "plaintext",
+            kt_tracker_address(t),
+            to.tls_client_ca ? "mutual TLS" : to.tls_cert ? "TLS" : "plaintext",
             have_token ? ", token required" : "",
             kt_registry_heartbeat_ms(kt_tracker_registry(t)));
     if (kt_tracker_http_port(t) > 0)

@@ -42,6 +42,7 @@ static void usage(FILE *out)
             "  --tls-cert F         server certificate (PEM); enables TLS with --tls-key\n"
             "  --tls-key F          server private key (PEM)\n"
             "  --tls-ca F           CA (PEM) to verify a tracker served over TLS\n"
+            KT_PEER_CMDLINE_MTLS_HELP
             "  --insecure           serve beyond loopback without a token (anyone who\n"
             "                       reaches the port can run code here; docs/security.md)\n"
             "  --version            print the version and exit\n"
@@ -112,7 +113,8 @@ int main(int argc, char **argv)
         goto out;
     }
     KT_INFO("ktune-worker %s listening on %s (%s%s), %ld parallel builds", KT_VERSION,
-            kt_peer_daemon_address(d), cl.tls_cert ? "TLS" : "plaintext",
+            kt_peer_daemon_address(d),
+            cl.tls_client_ca ? "mutual TLS" : cl.tls_cert ? "TLS" : "plaintext",
             kt_peer_daemon_has_token(d) ? ", token required" : "", jobs);
     /* CUDA builds go through NVRTC, present when built with CUDA. */
     char *targets[] = {"cpu", "cuda"};

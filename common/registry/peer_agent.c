@@ -265,7 +265,8 @@ kt_peer_agent_t *kt_peer_agent_start(const kt_peer_agent_opts_t *o)
     }
     /* The agent retries itself; gRPC reconnects within the same bounds so a
      * tracker that comes back is seen within one backoff. */
-    kt_rpc_client_opts_t co = {.token = o->token, .tls_ca = o->tls_ca, .retry_attempts = 1,
+    kt_rpc_client_opts_t co = {.token = o->token, .tls_ca = o->tls_ca, .tls_cert = o->tls_cert,
+                               .tls_key = o->tls_key, .retry_attempts = 1,
                                .retry_initial_ms = a->retry_min_ms,
                                .retry_max_ms = a->retry_max_ms};
     if (!(a->client = kt_rpc_client_new(o->tracker, &co)))

@@ -259,6 +259,8 @@ typedef struct {
     const char *tracker;                  /* "host:port" */
     const char *token;                    /* bearer token, or NULL */
     const char *tls_ca;                   /* PEM CA file: TLS to the tracker; NULL = plaintext */
+    const char *tls_cert, *tls_key;       /* PEM client certificate and key for a tracker
+                                             that requires one (needs tls_ca), or NULL */
     const Ktune__V1__PeerInfo *self;      /* role, address, key, device, capacity, targets */
     kt_peer_in_flight_fn in_flight;       /* NULL = report 0 */
     void *user;

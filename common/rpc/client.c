@@ -61,7 +61,13 @@ kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_
     if (o.retry_total_ms <= 0)
         o.retry_total_ms = 15000;
 
-    char *ca = NULL;
+    kt_rpc_tls_files_t files = {.ca = o.tls_ca, .client_cert = o.tls_cert,
+                                .client_key = o.tls_key};
+    if ((o.tls_cert || o.tls_key) && kt_rpc_tls_check(&files) != 0) {
+        kt_err_prefix("rpc client");
+        return NULL;
+    }
+    char *ca = NULL, *cert = NULL, *key = NULL;
     if (o.tls_ca) {
         ca = kt_file_read(o.tls_ca, NULL);
         if (!ca) {
@@ -69,10 +75,19 @@ kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_
             return NULL;
         }
     }
+    if (o.tls_cert && (!(cert = kt_file_read(o.tls_cert, NULL)) ||
+                       !(key = kt_file_read(o.tls_key, NULL)))) {
+        kt_err_prefix("TLS client certificate");
+        free(ca);
+        free(cert);
+        return NULL;
+    }
     kt_rpc_client_t *c = calloc(1, sizeof *c);
     if (!c || !(c->target = strdup(target))) {
         free(c);
         free(ca);
+        free(cert);
+        free(key);
         kt_err_set(KT_ENOMEM, "out of memory");
         return NULL;
     }
@@ -84,19 +99,29 @@ kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_
             free(c->target);
             free(c);
             free(ca);
+            free(cert);
+            free(key);
             kt_err_set(KT_ENOMEM, "out of memory");
             return NULL;
         }
         snprintf(c->auth, n, "Bearer %s", o.token);
     }
     o.token = NULL;
-    o.tls_ca = NULL;
+    o.tls_ca = o.tls_cert = o.tls_key = NULL;
     c->o = o;
 
     kt_rpc_lib_init();
+    /* The credentials keep their own copies of the PEM text. */
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
     grpc_channel_credentials *creds =
-        ca ? grpc_ssl_credentials_create(ca, NULL, NULL, NULL) : grpc_insecure_credentials_create();
+        ca ? grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL)
+           : grpc_insecure_credentials_create();
     free(ca);
+    free(cert);
+    if (key) {
+        memset(key, 0, strlen(key));
+        free(key);
+    }
     /* Reconnect quickly after a refused connection so our own UNAVAILABLE
      * retries reach a peer that has just come up (gRPC's default waits 1 s
      * and more before trying again, failing fast meanwhile). */

@@ -99,6 +99,8 @@ typedef struct {
     const char *token;         /* required bearer token, or NULL for none */
     const char *tls_cert;      /* PEM certificate chain file; TLS when set with tls_key */
     const char *tls_key;       /* PEM private key file */
+    const char *tls_client_ca; /* PEM CA file: mutual TLS, every client must present a
+                                  certificate it signed (needs tls_cert); NULL = none asked */
 } kt_rpc_server_opts_t;
 
 #define KT_RPC_DEFAULT_THREADS 4
@@ -136,7 +138,10 @@ int kt_rpc_server_add_health(kt_rpc_server_t *s, const char *service, const char
 
 /* Bind the listen address and start serving. Calls with unknown methods get
  * UNIMPLEMENTED; with a token configured, calls without
- * "authorization: Bearer <token>" get UNAUTHENTICATED before any handler. */
+ * "authorization: Bearer <token>" get UNAUTHENTICATED before any handler.
+ * With tls_client_ca, a client without a certificate signed by it fails the
+ * TLS handshake (it sees UNAVAILABLE). KT_EINVAL for bad TLS files (see
+ * kt_rpc_tls_check). */
 int kt_rpc_server_start(kt_rpc_server_t *s);
 
 /* The bound port (after a successful start), 0 before. */
@@ -185,6 +190,9 @@ typedef struct kt_rpc_client kt_rpc_client_t;
 typedef struct {
     const char *token;         /* bearer token sent with every call, or NULL */
     const char *tls_ca;        /* PEM root certificate file; TLS when set */
+    const char *tls_cert;      /* PEM client certificate chain for a server that requires
+                                  one (mutual TLS; needs tls_ca and tls_key), or NULL */
+    const char *tls_key;       /* its PEM private key */
     size_t max_message;        /* bytes, both directions; 0 means 64 MiB */
     int deadline_ms;           /* per call when a call passes 0; 0 means 10000 */
     int retry_attempts;        /* sends on UNAVAILABLE, first included; 0 means 5 */
@@ -194,7 +202,8 @@ typedef struct {
 } kt_rpc_client_opts_t;
 
 /* A client for `target` ("host:port"); opts may be NULL. Connects lazily.
- * NULL on error (unreadable CA file, ...). Free it once no call is running. */
+ * NULL on error (unreadable CA file, client key not matching its
+ * certificate, ...). Free it once no call is running. */
 kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_t *opts);
 void kt_rpc_client_free(kt_rpc_client_t *c);
 const char *kt_rpc_client_target(const kt_rpc_client_t *c);
@@ -235,5 +244,24 @@ kt_rpc_reader_t *kt_rpc_reader_open(kt_rpc_client_t *c, const char *method,
                                     const ProtobufCMessageDescriptor *resp_desc, int deadline_ms);
 int kt_rpc_reader_next(kt_rpc_reader_t *r, ProtobufCMessage **msg);
 int kt_rpc_reader_close(kt_rpc_reader_t *r, kt_rpc_status_t *status);
+
+/* ---- TLS files ------------------------------------------------------------ */
+
+/* A program's TLS files as its command line gives them (NULL: not given). */
+typedef struct {
+    const char *cert, *key;                /* certificate chain and key it serves with */
+    const char *client_ca;                 /* CA that must have signed callers' certificates */
+    const char *ca;                        /* CA that signed the servers it calls */
+    const char *client_cert, *client_key;  /* certificate and key it shows those servers */
+} kt_rpc_tls_files_t;
+
+/* Check TLS files before use, so a program refuses bad ones at start-up:
+ * a certificate and its key go together and the key must belong to it,
+ * every file must be readable PEM, a client CA needs a served certificate
+ * and a client certificate needs a CA. 0, or KT_EINVAL with kt_err naming
+ * the file and what is wrong, by the command-line option every ktune
+ * program gives it with (--tls-cert, --tls-key, --tls-client-ca, --tls-ca,
+ * --tls-client-cert, --tls-client-key). Thread-safe. */
+int kt_rpc_tls_check(const kt_rpc_tls_files_t *files);
 
 #endif

@@ -46,6 +46,7 @@ struct kt_rpc_server {
     size_t auth_len;
     char *tls_cert;
     char *tls_key;
+    char *tls_client_ca;   /* mutual TLS: callers need a certificate this CA signed */
     int threads;
     size_t max_message;
 
@@ -104,6 +105,10 @@ kt_rpc_server_t *kt_rpc_server_new(const kt_rpc_server_opts_t *opts)
         kt_err_set(KT_EINVAL, "rpc server: empty token");
         return NULL;
     }
+    if (opts->tls_client_ca && !opts->tls_cert) {
+        kt_err_set(KT_EINVAL, "rpc server: client certificates need TLS (a certificate and key)");
+        return NULL;
+    }
     kt_rpc_server_t *s = calloc(1, sizeof *s);
     if (!s) {
         kt_err_set(KT_ENOMEM, "out of memory");
@@ -125,6 +130,8 @@ kt_rpc_server_t *kt_rpc_server_new(const kt_rpc_server_opts_t *opts)
         s->tls_key = strdup(opts->tls_key);
         ok = ok && s->tls_cert && s->tls_key;
     }
+    if (opts->tls_client_ca)
+        ok = ok && (s->tls_client_ca = strdup(opts->tls_client_ca));
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -461,20 +468,32 @@ int kt_rpc_server_start(kt_rpc_server_t *s)
 
     grpc_server_credentials *creds;
     if (s->tls_cert) {
+        /* Checked here too, so that a key that does not match its
+         * certificate is said as such, not as a port that cannot bind. */
+        kt_rpc_tls_files_t files = {.cert = s->tls_cert, .key = s->tls_key,
+                                    .client_ca = s->tls_client_ca};
+        if (kt_rpc_tls_check(&files) != 0)
+            return kt_err_prefix("rpc server");
         char *cert = read_pem(s->tls_cert, "certificate");
         char *key = cert ? read_pem(s->tls_key, "key") : NULL;
-        if (!key) {
+        char *client_ca = key && s->tls_client_ca ? read_pem(s->tls_client_ca, "client CA") : NULL;
+        if (!key || (s->tls_client_ca && !client_ca)) {
             free(cert);
+            free(key);
             return kt_err_code();
         }
         grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
         kt_rpc_lib_init();
         creds = grpc_ssl_server_credentials_create_ex(
-            NULL, &pair, 1, GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+            client_ca, &pair, 1,
+            client_ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                      : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            NULL);
         /* The credentials keep their own copies of the PEM text. */
         memset(key, 0, strlen(key));
         free(key);
         free(cert);
+        free(client_ca);
         if (!creds)
             return kt_err_set(KT_EINVAL, "rpc server: bad TLS certificate or key (%s, %s)",
                               s->tls_cert, s->tls_key);
@@ -595,6 +614,7 @@ void kt_rpc_server_stop(kt_rpc_server_t *s, int drain_ms)
     }
     free(s->tls_cert);
     free(s->tls_key);
+    free(s->tls_client_ca);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -49,7 +49,8 @@ kt_peer_daemon_t *kt_peer_daemon_start(const kt_peer_daemon_opts_t *cl,
     kt_rpc_server_opts_t so = {.listen = cl->listen,
                                .token = d->token,
                                .tls_cert = cl->tls_cert,
-                               .tls_key = cl->tls_key};
+                               .tls_key = cl->tls_key,
+                               .tls_client_ca = cl->tls_client_ca};
     if (!(d->srv = kt_rpc_server_new(&so)) ||
         kt_rpc_server_add_health(d->srv, svc->health_service, svc->role) != 0 ||
         kt_rpc_server_add_unary(d->srv, svc->method, svc->req_desc, svc->resp_desc, svc->fn,
@@ -88,6 +89,8 @@ int kt_peer_daemon_register(kt_peer_daemon_t *d, Ktune__V1__PeerInfo *me,
     kt_peer_agent_opts_t ao = {.tracker = d->cl.tracker,
                                .token = d->token,
                                .tls_ca = d->cl.tls_ca,
+                               .tls_cert = d->cl.tls_client_cert,
+                               .tls_key = d->cl.tls_client_key,
                                .self = me,
                                .in_flight = in_flight,
                                .user = user};

@@ -26,6 +26,11 @@ typedef struct {
     const char *token_file;               /* shared token (first line), or NULL */
     const char *tls_cert, *tls_key;       /* serve TLS with these (PEM), or NULL */
     const char *tls_ca;                   /* verify the tracker with this CA, or NULL */
+    const char *tls_client_ca;            /* mutual TLS: callers need a certificate this CA
+                                             signed (needs tls_cert), or NULL */
+    const char *tls_client_cert;          /* shown to a tracker that asks for one (needs
+                                             tls_ca), or NULL ... */
+    const char *tls_client_key;           /* ... and its key */
     int insecure;                         /* --insecure: no token needed beyond loopback */
 } kt_peer_daemon_opts_t;
 

@@ -27,6 +27,7 @@ typedef struct client_entry {
 
 struct kt_tracker {
     char *listen, *http, *token, *tls_cert, *tls_key, *tls_ca;
+    char *tls_client_ca, *tls_client_cert, *tls_client_key;
     int heartbeat_ms;
     int threads;          /* gRPC threads of the server */
     double started_mono;
@@ -261,6 +262,16 @@ kt_tracker_t *kt_tracker_new(const kt_tracker_opts_t *opts)
         kt_err_set(KT_EINVAL, "tracker: TLS needs both a certificate and a key");
         return NULL;
     }
+    /* The client certificate is first used when a job calls a peer: a bad
+     * one is said now, not as peers that cannot be reached. */
+    kt_rpc_tls_files_t files = {.cert = o.tls_cert, .key = o.tls_key,
+                                .client_ca = o.tls_client_ca, .ca = o.tls_ca,
+                                .client_cert = o.tls_client_cert,
+                                .client_key = o.tls_client_key};
+    if (kt_rpc_tls_check(&files) != 0) {
+        kt_err_prefix("tracker");
+        return NULL;
+    }
     if (o.heartbeat_ms < 0) {
         kt_err_set(KT_EINVAL, "tracker: negative heartbeat interval");
         return NULL;
@@ -279,7 +290,9 @@ kt_tracker_t *kt_tracker_new(const kt_tracker_opts_t *opts)
     if (dup_opt(&t->listen, o.listen ? o.listen : KT_TRACKER_DEFAULT_LISTEN) ||
         dup_opt(&t->http, o.http && *o.http ? o.http : NULL) || dup_opt(&t->token, o.token) ||
         dup_opt(&t->tls_cert, o.tls_cert) || dup_opt(&t->tls_key, o.tls_key) ||
-        dup_opt(&t->tls_ca, o.tls_ca))
+        dup_opt(&t->tls_ca, o.tls_ca) || dup_opt(&t->tls_client_ca, o.tls_client_ca) ||
+        dup_opt(&t->tls_client_cert, o.tls_client_cert) ||
+        dup_opt(&t->tls_client_key, o.tls_client_key))
         goto fail;
     kt_registry_opts_t ro = {.heartbeat_ms = o.heartbeat_ms};
     if (!(t->registry = kt_registry_new(&ro)))
@@ -293,7 +306,8 @@ kt_tracker_t *kt_tracker_new(const kt_tracker_opts_t *opts)
                                .threads = t->threads,
                                .token = t->token,
                                .tls_cert = t->tls_cert,
-                               .tls_key = t->tls_key};
+                               .tls_key = t->tls_key,
+                               .tls_client_ca = t->tls_client_ca};
     if (!(t->server = kt_rpc_server_new(&so)) ||
         kt_rpc_server_add_health(t->server, "Tracker", "tracker") != 0 ||
         kt_tracker_registry_service_add(t->server, &t->service) != 0)
@@ -357,6 +371,9 @@ void kt_tracker_stop(kt_tracker_t *t, int drain_ms)
     free(t->tls_cert);
     free(t->tls_key);
     free(t->tls_ca);
+    free(t->tls_client_ca);
+    free(t->tls_client_cert);
+    free(t->tls_client_key);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
     free(t);
@@ -399,7 +416,8 @@ static client_entry_t *client_get(kt_tracker_t *t, const char *address)
     while (e && (e->stale || strcmp(e->address, address) != 0))
         e = e->next;
     if (!e && (e = calloc(1, sizeof *e))) {
-        kt_rpc_client_opts_t co = {.token = t->token, .tls_ca = t->tls_ca};
+        kt_rpc_client_opts_t co = {.token = t->token, .tls_ca = t->tls_ca,
+                                   .tls_cert = t->tls_client_cert, .tls_key = t->tls_client_key};
         if (!(e->address = kt_strdup(address)) || !(e->client = kt_rpc_client_new(address, &co))) {
             free(e->address);
             free(e);

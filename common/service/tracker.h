@@ -53,6 +53,11 @@ typedef struct {
     const char *tls_cert;      /* serve TLS with this certificate chain (PEM) ... */
     const char *tls_key;       /* ... and key */
     const char *tls_ca;        /* verify runners and workers with this CA (PEM); NULL = plaintext */
+    const char *tls_client_ca; /* mutual TLS: callers (CLI, runners, workers) need a certificate
+                                  this CA (PEM) signed; needs tls_cert; NULL = none asked */
+    const char *tls_client_cert; /* certificate chain (PEM) shown to runners and workers that ask
+                                    for one (needs tls_ca) ... */
+    const char *tls_client_key;  /* ... and its key */
     int heartbeat_ms;          /* interval given to peers; 0 = KT_REGISTRY_DEFAULT_HEARTBEAT_MS */
     int threads;               /* gRPC threads; 0 = KT_TRACKER_DEFAULT_THREADS */
 } kt_tracker_opts_t;
