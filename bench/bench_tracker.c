@@ -57,6 +57,7 @@ static int dispatch_only;
 static int sim_ms = 100;
 static atomic_long sim_busy_us;   /* simulated runner time handed out */
 static atomic_long measured;      /* candidates answered */
+static atomic_long run_calls;     /* Run RPCs answered */
 
 static pid_t spawn(const char *rel, char *const args[], const char *log)
 {
@@ -141,6 +142,7 @@ static int h_run(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMess
     sleep_ms(sim_ms * (int)n);   /* the simulated measurement */
     atomic_fetch_add(&sim_busy_us, (long)sim_ms * 1000 * (long)n);
     atomic_fetch_add(&measured, (long)n);
+    atomic_fetch_add(&run_calls, 1);
     for (size_t i = 0; i < n; i++) {
         const Ktune__V1__RunCandidate *c = in->candidates[i];
         uint64_t h = c->artifact.len ? kt_hash64(c->artifact.data, c->artifact.len) : 0;
@@ -205,9 +207,10 @@ static void fake_stop(fake_t *f)
 
 typedef struct {
     double wall, busy;   /* seconds: the job, and the simulated runner time */
-    long measured;
+    long measured, calls;   /* candidates measured, Run RPCs */
     int rounds;
     double cpu;          /* the tracker's user + system seconds */
+    double fake_cpu;     /* this process's (the fake peers') during the job */
     double phase[5];     /* mean ms per round: propose, make, build, run, commit */
 } result_t;
 
@@ -241,6 +244,14 @@ static void phases(const char *log, double mean[5])
     for (int i = 0; i < 5; i++)
         mean[i] = n ? sum[i] / n : 0;
     free(text);
+}
+
+static double self_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
 }
 
 /* One run with `runners` fake runners; 0 with *out, or -1. */
@@ -317,7 +328,8 @@ static int run_once(int runners, int trials, result_t *out)
     ProtobufCMessage *resp = NULL;
     atomic_store(&sim_busy_us, 0);
     atomic_store(&measured, 0);
-    double t0 = kt_time_mono();
+    atomic_store(&run_calls, 0);
+    double t0 = kt_time_mono(), cpu0 = self_cpu();
     if (peers != runners + 1) {
         fprintf(stderr, "bench_tracker: only %d of %d peers registered\n", peers, runners + 1);
     } else if (kt_rpc_call_unary(c, "/ktune.v1.Tracker/SubmitJob", &req.base,
@@ -340,6 +352,7 @@ static int run_once(int runners, int trials, result_t *out)
             n++;
         }
         out->wall = kt_time_mono() - t0;
+        out->fake_cpu = self_cpu() - cpu0;
         if (rd)
             kt_rpc_reader_close(rd, NULL);
         if (strcmp(state, "done") != 0) {
@@ -347,6 +360,7 @@ static int run_once(int runners, int trials, result_t *out)
         } else {
             out->busy = (double)atomic_load(&sim_busy_us) * 1e-6;
             out->measured = atomic_load(&measured);
+            out->calls = atomic_load(&run_calls);
             out->rounds = n > 1 ? n - 1 : 1;   /* less the final state message */
             rc = 0;
         }
@@ -409,8 +423,9 @@ int main(int argc, char **argv)
         printf("\n%s%s%s\n", modes[mi].name,
                modes[mi].stub ? " (search and code generation stubbed)" : ", --search-threads ",
                modes[mi].stub ? "" : modes[mi].threads);
-        printf("%7s %6s %8s %7s %10s %9s %6s %8s | %s\n", "runners", "trials", "wall (s)",
-               "meas/s", "added ms/r", "effic.", "cpu s", "cpu ms/m",
+        printf("%7s %6s %8s %7s %10s %9s %6s %8s %7s %6s | %s\n", "runners", "trials",
+               "wall (s)", "meas/s", "added ms/r", "effic.", "cpu s", "cpu ms/m", "fakes s",
+               "c/Run",
                "ms per round: propose make build run commit");
         double base = 0;
         for (size_t i = 0; i < sizeof counts / sizeof counts[0] && counts[i] <= max_runners; i++) {
@@ -426,9 +441,11 @@ int main(int argc, char **argv)
                 base = tput;
             /* Beyond the simulated runner time spread over the runners. */
             double added = (res.wall - res.busy / r) / res.rounds * 1e3;
-            printf("%7d %6d %8.2f %7.1f %10.1f %8.1f%% %6.2f %8.2f | %.0f %.0f %.0f %.0f %.0f\n",
+            printf("%7d %6d %8.2f %7.1f %10.1f %8.1f%% %6.2f %8.2f %7.2f %6.1f | %.0f %.0f %.0f "
+                   "%.0f %.0f\n",
                    r, trials, res.wall, tput, added, 100.0 * tput / (r * base), res.cpu,
-                   res.measured ? res.cpu * 1e3 / res.measured : 0, res.phase[0], res.phase[1],
+                   res.measured ? res.cpu * 1e3 / res.measured : 0, res.fake_cpu,
+                   res.calls ? (double)res.measured / res.calls : 0, res.phase[0], res.phase[1],
                    res.phase[2], res.phase[3], res.phase[4]);
             fflush(stdout);
         }
