@@ -311,7 +311,7 @@ static peer_t *pick_runner(const kt_registry_t *r, const char *key, double now)
     peer_t *best = NULL;
     for (int i = 0; i < r->n_peers; i++) {
         peer_t *p = r->peers[i];
-        if (p->role != KT_PEER_RUNNER || strcmp(p->key, key) != 0 || p->leased >= p->capacity ||
+        if (p->role != KT_PEER_RUNNER || p->leased >= p->capacity || strcmp(p->key, key) != 0 ||
             peer_lost(r, p, now))
             continue;
         if (!best || p->capacity - p->leased > best->capacity - best->leased ||

@@ -1171,11 +1171,14 @@ static int round_run(job_round_t *r)
     pthread_mutex_unlock(&j->mu);
     /* Training the model (xgb) is the other CPU-bound step; a stopping job
      * still feeds back what it committed. */
+    double t_fb = kt_time_mono();
     in_cpu = cpu_enter(j, 1) == 0;
+    double t_fb_in = kt_time_mono();
     rc = j->m->dispatch_only ? 0 : kt_search_family_feedback(j->fam, r->task, states, costs, n);
     if (in_cpu)
         cpu_leave(j->m);
     in_cpu = 0;
+    double t_fb_out = kt_time_mono();
     if (rc != 0)
         goto out;
     tl_point.set = 0;
@@ -1194,10 +1197,10 @@ static int round_run(job_round_t *r)
         kt_metrics_add(j->m->m_rounds, NULL, 1);
     tp[5] = kt_time_mono();
     KT_DEBUG("job %" PRId64 ": task %d round of %d done, %d valid; ms wait-cpu %.1f propose %.1f "
-             "make %.1f build %.1f run %.1f commit %.1f", j->id, r->task, n, valid,
-             (t_cpu - tp[0]) * 1e3, (tp[1] - t_cpu) * 1e3,
+             "make %.1f build %.1f run %.1f commit %.1f (of which wait-cpu %.1f feedback %.1f)",
+             j->id, r->task, n, valid, (t_cpu - tp[0]) * 1e3, (tp[1] - t_cpu) * 1e3,
              (tp[2] - tp[1]) * 1e3, (tp[3] - tp[2]) * 1e3, (tp[4] - tp[3]) * 1e3,
-             (tp[5] - tp[4]) * 1e3);
+             (tp[5] - tp[4]) * 1e3, (t_fb_in - t_fb) * 1e3, (t_fb_out - t_fb_in) * 1e3);
     goto out;
 aborted:
     rc = 0;
