@@ -1559,30 +1559,23 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     size_t npts = 0;
     if (kt_store_read_latency(st, id, &pts, &npts) != 0)
         npts = 0;
-    /* No latency log yet (a new job over workloads tuned before): the curve
-     * starts from the records the job continues from, read in the same walk
-     * that restores the scheduler. */
+    /* The curve: what the records the job continues from draw (read in the
+     * same walk that restores the scheduler) up to its latency log, which
+     * starts only where the job first ran or last resumed. */
     kt_job_curve_t rc_curve = {0};
-    j->load_curve = npts == 0 ? &rc_curve : NULL;
+    j->load_curve = &rc_curve;
     j->sched = kt_job_view_scheduler(st, v, &cfg, preload, j);
     j->load_curve = NULL;
-    json_t *from_records = j->sched && npts == 0
-                               ? kt_job_curve_json(&rc_curve, v, kt_scheduler_measures_per_round(j->sched))
+    json_t *history = j->sched ? kt_job_curve_with_log(&rc_curve, v,
+                                                       kt_scheduler_measures_per_round(j->sched),
+                                                       pts, npts)
                                : NULL;
     kt_job_curve_clear(&rc_curve);
-    if (!j->sched || (npts == 0 && !from_records)) {
-        json_decref(from_records);
-        free(pts);
-        goto fail;
-    }
-    if (from_records) {
-        json_array_extend(j->curve, from_records);
-        json_decref(from_records);
-    }
-    for (size_t i = 0; i < npts; i++)
-        json_array_append_new(j->curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
-                                                  pts[i].latency));
     free(pts);
+    if (!history)
+        goto fail;
+    json_array_extend(j->curve, history);
+    json_decref(history);
     j->reserved = kt_scheduler_total_trials(j->sched);
     return j;
 fail:
@@ -2003,20 +1996,14 @@ static json_t *stored_job_json(kt_store_t *st, int64_t id, size_t *nrecs)
     if (kt_store_read_latency(st, id, &pts, &npts) != 0)
         npts = 0;
     /* The records are walked once for the table; the curve collects them on
-     * the way (it needs them only when there is no latency log, but counts
-     * them either way). */
+     * the way (they draw it before the latency log's first point). */
     kt_job_curve_t rc_curve = {0};
     kt_scheduler_t *sched = kt_job_view_scheduler(st, v, &cfg, kt_job_curve_add, &rc_curve);
     *nrecs += rc_curve.n;
     json_t *o = sched ? kt_scheduler_snapshot(sched) : NULL;
-    json_t *curve = NULL;
-    if (o && npts == 0) {
-        curve = kt_job_curve_json(&rc_curve, v, kt_scheduler_measures_per_round(sched));
-    } else if (o && (curve = json_array())) {
-        for (size_t i = 0; i < npts; i++)
-            json_array_append_new(curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
-                                                   pts[i].latency));
-    }
+    json_t *curve = o ? kt_job_curve_with_log(&rc_curve, v,
+                                              kt_scheduler_measures_per_round(sched), pts, npts)
+                      : NULL;
     kt_scheduler_free(sched);
     kt_job_curve_clear(&rc_curve);
     free(pts);
