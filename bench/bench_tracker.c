@@ -1,30 +1,43 @@
 /* Tracker dispatch benchmark (SIMULATION). A real ktune-tracker process
- * runs one tuning job (TASKS small matmul/dense tasks, sketch.random, rounds
- * of 64, round-robin) while this process plays every peer: N fake runners
- * and one fake worker, each an in-process gRPC server registered through the
- * usual peer agent. The fake worker answers Build at once with a placeholder
+ * runs one tuning job (TASKS small matmul/dense tasks, rounds of 64,
+ * round-robin) while this process plays every peer: N fake runners and one
+ * fake worker, each an in-process gRPC server registered through the usual
+ * peer agent. The fake worker answers Build at once with a placeholder
  * artifact; a fake runner answers Run with analytic costs (a deterministic
  * function of the artifact hash) after sleeping a simulated measurement time
- * per candidate (default 100 ms, a realistic GPU measurement with repeats).
- * Nothing is compiled or timed for real, so what is measured is the
- * tracker: search, code generation, splitting rounds, leasing runners, the
- * RPCs and committing records.
+ * per candidate, so it costs almost no CPU beyond its RPCs. Nothing is
+ * compiled or timed for real, so what is measured is the tracker: search,
+ * code generation, splitting rounds, leasing runners, the RPCs and
+ * committing records.
  *
- * Three modes: "dispatch" (the tracker's search and code generation stubbed
- * with KT_BENCH_DISPATCH_ONLY=1: placeholder candidates, what dispatch alone
- * sustains), "search x1" and "search x2" (the real sketch.random search and
- * code generation at --search-threads 1 and 2); KT_BENCH_MODES="dispatch"
- * (or any names, comma-separated) runs only those. For N = 1, 8, 64, 256 and
- * 1024 runners (trials = 64 N, at most 8192) it prints
- * the throughput (measurements/s), the added latency per round (wall time
- * beyond the simulated runner time spread over N runners, per round), the
- * scaling efficiency, throughput at N / (N x throughput at 1), the tracker's
- * CPU time per measurement, and where its rounds spend their time (mean ms
- * per round in propose, make, build, run, commit, from the tracker's debug
- * log).
- * Usage: bench_tracker [sim_ms_per_candidate [max_runners]] (default 100, 1024);
- * KT_BENCH_TRACKER=PATH runs another ktune-tracker binary (A/B comparisons),
- * KT_BENCH_KEEP=1 keeps the stores and the tracker logs. */
+ * Three modes:
+ *   dispatch   the tracker's search and code generation stubbed
+ *              (KT_BENCH_DISPATCH_ONLY=1 in its environment: placeholder
+ *              candidates), what dispatch, commit and bookkeeping alone
+ *              sustain. Goal: >= 5,000 measurements/s at 256 runners.
+ *   search x1  the real search (sketch.xgb: model training and population
+ *   search x2  scoring on every task, a reduced evolutionary search, see
+ *              DEFAULT_SEARCH) and code generation at --search-threads 1 and
+ *              2. When both run in one process the x2 / x1 ratio is printed
+ *              per runner count. Goal: >= 1.7x on 2 idle cores.
+ * For N = 1, 8, 64, 256 and 1024 runners (trials = 64 N, at most 8192) it
+ * prints the throughput (measurements/s), the added latency per round (wall
+ * time beyond the simulated runner time spread over N runners), the
+ * scaling efficiency (throughput at N / (N x throughput at 1)), the
+ * tracker's CPU time in all and per measurement, this process's CPU time
+ * (the fake peers: if it nears the wall time they are the bottleneck), the
+ * candidates per Run call, and where the rounds spend their time (mean ms per
+ * round in propose, make, build, run, commit, from the tracker's debug log).
+ *
+ * Usage: bench_tracker [sim_ms_per_candidate [max_runners]] (default 100,
+ * 1024). The figures in docs/benchmarks.md are taken one mode per process:
+ *   KT_BENCH_MODES=dispatch build/bench/bench_tracker 10
+ *   KT_BENCH_MODES="search x1,search x2" build/bench/bench_tracker 10 256
+ * KT_BENCH_MODES names the modes to run (comma-separated; default all
+ * three); KT_BENCH_POLICY=sketch.random and KT_BENCH_SEARCH=LIST (the job's
+ * search_params) change the search modes' policy and parameters;
+ * KT_BENCH_TRACKER=PATH runs another ktune-tracker binary (A/B
+ * comparisons); KT_BENCH_KEEP=1 keeps the stores and the tracker logs. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -48,15 +61,25 @@
 #define MAX_RUNNERS 1024
 #define TASKS 16
 #define PER_ROUND 64
+/* A smaller evolutionary search than the default (2048 x 4): the same
+ * steps (sampling, model scoring of the population, mutation, training),
+ * in a fraction of the time. */
+#define DEFAULT_SEARCH "evolutionary_search_population=512,evolutionary_search_num_iters=2"
 
 static char dir[64], bin_dir[1024];
 /* The mode of the current run: the tracker's --search-threads (NULL: its
  * default) and whether its search is stubbed (KT_BENCH_DISPATCH_ONLY=1). */
 static const char *search_threads;
 static int dispatch_only;
+static int mode_no;   /* each mode its own stores: a store holding the tasks'
+                       * records would change what the next mode searches */
 static int sim_ms = 100;
+/* The real search's policy and parameters (the search modes). */
+static const char *policy = "sketch.xgb";
+static const char *search_params = DEFAULT_SEARCH;
 static atomic_long sim_busy_us;   /* simulated runner time handed out */
 static atomic_long measured;      /* candidates answered */
+static atomic_long run_calls;     /* Run RPCs answered */
 
 static pid_t spawn(const char *rel, char *const args[], const char *log)
 {
@@ -141,6 +164,7 @@ static int h_run(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMess
     sleep_ms(sim_ms * (int)n);   /* the simulated measurement */
     atomic_fetch_add(&sim_busy_us, (long)sim_ms * 1000 * (long)n);
     atomic_fetch_add(&measured, (long)n);
+    atomic_fetch_add(&run_calls, 1);
     for (size_t i = 0; i < n; i++) {
         const Ktune__V1__RunCandidate *c = in->candidates[i];
         uint64_t h = c->artifact.len ? kt_hash64(c->artifact.data, c->artifact.len) : 0;
@@ -205,9 +229,10 @@ static void fake_stop(fake_t *f)
 
 typedef struct {
     double wall, busy;   /* seconds: the job, and the simulated runner time */
-    long measured;
+    long measured, calls;   /* candidates measured, Run RPCs */
     int rounds;
     double cpu;          /* the tracker's user + system seconds */
+    double fake_cpu;     /* this process's (the fake peers') during the job */
     double phase[5];     /* mean ms per round: propose, make, build, run, commit */
 } result_t;
 
@@ -243,13 +268,21 @@ static void phases(const char *log, double mean[5])
     free(text);
 }
 
+static double self_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
 /* One run with `runners` fake runners; 0 with *out, or -1. */
 static int run_once(int runners, int trials, result_t *out)
 {
     char db[128], addr_file[128], log[160];
-    snprintf(db, sizeof db, "%s/r%d.db", dir, runners);
-    snprintf(addr_file, sizeof addr_file, "%s/addr%d", dir, runners);
-    snprintf(log, sizeof log, "%s/tracker%d.log", dir, runners);
+    snprintf(db, sizeof db, "%s/m%d-r%d.db", dir, mode_no, runners);
+    snprintf(addr_file, sizeof addr_file, "%s/m%d-addr%d", dir, mode_no, runners);
+    snprintf(log, sizeof log, "%s/m%d-tracker%d.log", dir, mode_no, runners);
     char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--port-file",
                      addr_file, search_threads ? "--search-threads" : NULL,
                      (char *)search_threads, NULL};
@@ -309,7 +342,8 @@ static int run_once(int runners, int trials, result_t *out)
     job.tasks = tp;
     job.n_tasks = TASKS;
     job.runner_key = "sim";
-    job.policy = "sketch.random";
+    job.policy = (char *)(dispatch_only ? "sketch.random" : policy);
+    to.search_params = (char *)(dispatch_only ? "" : search_params);
     job.strategy = "round-robin";
     job.options = &to;
     Ktune__V1__SubmitJobRequest req = KTUNE__V1__SUBMIT_JOB_REQUEST__INIT;
@@ -317,7 +351,8 @@ static int run_once(int runners, int trials, result_t *out)
     ProtobufCMessage *resp = NULL;
     atomic_store(&sim_busy_us, 0);
     atomic_store(&measured, 0);
-    double t0 = kt_time_mono();
+    atomic_store(&run_calls, 0);
+    double t0 = kt_time_mono(), cpu0 = self_cpu();
     if (peers != runners + 1) {
         fprintf(stderr, "bench_tracker: only %d of %d peers registered\n", peers, runners + 1);
     } else if (kt_rpc_call_unary(c, "/ktune.v1.Tracker/SubmitJob", &req.base,
@@ -340,6 +375,7 @@ static int run_once(int runners, int trials, result_t *out)
             n++;
         }
         out->wall = kt_time_mono() - t0;
+        out->fake_cpu = self_cpu() - cpu0;
         if (rd)
             kt_rpc_reader_close(rd, NULL);
         if (strcmp(state, "done") != 0) {
@@ -347,6 +383,7 @@ static int run_once(int runners, int trials, result_t *out)
         } else {
             out->busy = (double)atomic_load(&sim_busy_us) * 1e-6;
             out->measured = atomic_load(&measured);
+            out->calls = atomic_load(&run_calls);
             out->rounds = n > 1 ? n - 1 : 1;   /* less the final state message */
             rc = 0;
         }
@@ -373,11 +410,33 @@ int main(int argc, char **argv)
         sim_ms = atoi(argv[1]);
     if (argc > 2)
         max_runners = atoi(argv[2]);
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: bench_tracker [sim_ms_per_candidate [max_runners]]   (default 100 %d)\n"
+               "A real ktune-tracker with simulated peers (fake runners sleep sim_ms per\n"
+               "candidate and answer analytic costs). Modes (KT_BENCH_MODES, comma-separated;\n"
+               "default all three, one process per mode is safest):\n"
+               "  dispatch   search and code generation stubbed: dispatch, commit and\n"
+               "             bookkeeping alone (goal >= 5,000 measurements/s at 256 runners)\n"
+               "  search x1  the real search (%s, %s)\n"
+               "  search x2  the same at --search-threads 1 and 2; x2/x1 printed when both run\n"
+               "Figures as in docs/benchmarks.md:\n"
+               "  KT_BENCH_MODES=dispatch build/bench/bench_tracker 10\n"
+               "  KT_BENCH_MODES=\"search x1,search x2\" build/bench/bench_tracker 10 256\n"
+               "KT_BENCH_POLICY=sketch.random, KT_BENCH_SEARCH=LIST (search_params),\n"
+               "KT_BENCH_TRACKER=PATH (another tracker), KT_BENCH_KEEP=1 (keep stores, logs).\n",
+               MAX_RUNNERS, policy, search_params);
+        return 0;
+    }
     if (sim_ms < 0 || max_runners < 1 || max_runners > MAX_RUNNERS) {
-        fprintf(stderr, "usage: bench_tracker [sim_ms_per_candidate >= 0 [max_runners 1..%d]]\n",
-                MAX_RUNNERS);
+        fprintf(stderr, "usage: bench_tracker [sim_ms_per_candidate >= 0 [max_runners 1..%d]]"
+                " (--help)\n", MAX_RUNNERS);
         return 2;
     }
+    const char *env = getenv("KT_BENCH_POLICY");
+    if (env && *env)
+        policy = env;
+    if ((env = getenv("KT_BENCH_SEARCH")))
+        search_params = env;
     kt_log_set_level(KT_LOG_WARN);
     ssize_t n = readlink("/proc/self/exe", bin_dir, sizeof bin_dir - 1);
     if (n <= 0)
@@ -389,8 +448,8 @@ int main(int argc, char **argv)
         return 1;
     printf("SIMULATION: tracker dispatch with in-process fake runners (analytic costs, %d ms of\n"
            "simulated measurement per candidate) and a fake worker (no compiles); a real\n"
-           "ktune-tracker: %d tasks, rounds of %d, sketch.random, round-robin\n",
-           sim_ms, TASKS, PER_ROUND);
+           "ktune-tracker: %d tasks, rounds of %d, round-robin; search modes: %s (%s)\n",
+           sim_ms, TASKS, PER_ROUND, policy, *search_params ? search_params : "defaults");
     /* dispatch: the search and code generation stubbed (placeholder
      * candidates), what the tracker's dispatch alone sustains; search x1 /
      * x2: the real search and code generation at --search-threads 1 and 2. */
@@ -400,17 +459,21 @@ int main(int argc, char **argv)
     } modes[] = {{"dispatch", NULL, 1}, {"search x1", "1", 0}, {"search x2", "2", 0}};
     const char *only = getenv("KT_BENCH_MODES");   /* e.g. "dispatch" or "search x2" */
     static const int counts[] = {1, 8, 64, 256, MAX_RUNNERS};
+    enum { NCOUNTS = sizeof counts / sizeof counts[0] };
+    double tput_of[3][NCOUNTS] = {{0}};   /* per mode and runner count */
     int rc = 0;
     for (size_t mi = 0; mi < sizeof modes / sizeof modes[0] && rc == 0; mi++) {
         if (only && *only && !strstr(only, modes[mi].name))
             continue;
         search_threads = modes[mi].threads;
+        mode_no = (int)mi;
         dispatch_only = modes[mi].stub;
         printf("\n%s%s%s\n", modes[mi].name,
                modes[mi].stub ? " (search and code generation stubbed)" : ", --search-threads ",
                modes[mi].stub ? "" : modes[mi].threads);
-        printf("%7s %6s %8s %7s %10s %9s %6s %8s | %s\n", "runners", "trials", "wall (s)",
-               "meas/s", "added ms/r", "effic.", "cpu s", "cpu ms/m",
+        printf("%7s %6s %8s %7s %10s %9s %6s %8s %7s %6s | %s\n", "runners", "trials",
+               "wall (s)", "meas/s", "added ms/r", "effic.", "cpu s", "cpu ms/m", "fakes s",
+               "c/Run",
                "ms per round: propose make build run commit");
         double base = 0;
         for (size_t i = 0; i < sizeof counts / sizeof counts[0] && counts[i] <= max_runners; i++) {
@@ -422,17 +485,25 @@ int main(int argc, char **argv)
                 break;
             }
             double tput = res.measured / res.wall;
+            tput_of[mi][i] = tput;
             if (r == 1)
                 base = tput;
             /* Beyond the simulated runner time spread over the runners. */
             double added = (res.wall - res.busy / r) / res.rounds * 1e3;
-            printf("%7d %6d %8.2f %7.1f %10.1f %8.1f%% %6.2f %8.2f | %.0f %.0f %.0f %.0f %.0f\n",
+            printf("%7d %6d %8.2f %7.1f %10.1f %8.1f%% %6.2f %8.2f %7.2f %6.1f | %.0f %.0f %.0f "
+                   "%.0f %.0f\n",
                    r, trials, res.wall, tput, added, 100.0 * tput / (r * base), res.cpu,
-                   res.measured ? res.cpu * 1e3 / res.measured : 0, res.phase[0], res.phase[1],
+                   res.measured ? res.cpu * 1e3 / res.measured : 0, res.fake_cpu,
+                   res.calls ? (double)res.measured / res.calls : 0, res.phase[0], res.phase[1],
                    res.phase[2], res.phase[3], res.phase[4]);
             fflush(stdout);
         }
     }
+    /* The search-threads goal: search x2 over search x1, measured in this run. */
+    for (int i = 0; i < NCOUNTS; i++)
+        if (tput_of[1][i] > 0 && tput_of[2][i] > 0)
+            printf("%s at %d runners: --search-threads 2 / 1 = %.2fx (goal >= 1.7x)\n",
+                   i == 0 ? "\nsearch" : "search", counts[i], tput_of[2][i] / tput_of[1][i]);
     /* KT_BENCH_KEEP=1 keeps the stores and the tracker logs for a look. */
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

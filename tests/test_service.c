@@ -16,6 +16,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <math.h>
@@ -1349,7 +1350,10 @@ END_TEST
 
 /* A finished job without a latency log (it ran before ktune kept one) draws
  * its convergence from its tasks' records in id order: each task's best so
- * far, and the weighted sum once both have one. A job with a log keeps it. */
+ * far, and the weighted sum once both have one. A job with a log keeps it,
+ * drawn from the records before its first point: a job resumed a second
+ * time logged only from its first resumption on, and its history before is
+ * in the records alone. */
 START_TEST(service_stored_job_draws_its_curve_from_its_records)
 {
     kt_store_t *s = kt_store_open(db_path(), KT_STORE_CREATE);
@@ -1377,6 +1381,12 @@ START_TEST(service_stored_job_draws_its_curve_from_its_records)
     kt_store_job_t queued = job;
     queued.state = "queued";
     ck_assert_int_eq(kt_store_put_job(s, &queued, tasks, 2), 0);
+    /* A running job the tracker resumes whose log starts at trial 5 (its
+     * first resumption): restarted again, its curve is the whole history. */
+    kt_store_job_t resumed = job;
+    resumed.state = "running";
+    ck_assert_int_eq(kt_store_put_job(s, &resumed, tasks, 2), 0);
+    ck_assert_int_eq(kt_store_log_latency(s, resumed.id, 5, 1.0, 0.25), 0);
     /* In id order: task 0 at 3 ms, a failure, task 1 at 5 ms (weight 2),
      * task 0 at 1 ms, task 1 at 4 ms. */
     const struct {
@@ -1401,27 +1411,30 @@ START_TEST(service_stored_job_draws_its_curve_from_its_records)
     json_t *j = body_json(api);
     free(api);
     json_t *jobs = json_object_get(j, "jobs");
-    ck_assert_int_eq(json_array_size(jobs), 3);
-    /* The live (resumed) job first, then the stored ones, the most recent
-     * first: the logged job, then the one drawn from records. */
-    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(jobs, 0), "id")),
-                     queued.id);
-    json_t *lc = json_object_get(json_array_get(jobs, 1), "curve");
-    ck_assert_int_eq(json_array_size(lc), 1);
-    ck_assert_int_eq(json_integer_value(json_array_get(json_array_get(lc, 0), 0)), 5);
-    ck_assert(json_real_value(json_array_get(json_array_get(lc, 0), 1)) == 0.5);
-    const double want[][2] = {{3, 3e-3 + 2 * 5e-3}, {4, 1e-3 + 2 * 5e-3}, {5, 1e-3 + 2 * 4e-3}};
-    const size_t from_records[] = {2, 0};
-    for (size_t k = 0; k < KT_ARRAY_LEN(from_records); k++) {
-        json_t *c = json_object_get(json_array_get(jobs, from_records[k]), "curve");
+    ck_assert_int_eq(json_array_size(jobs), 4);
+    /* Each job's curve: the records' points, and from trial 5 on the log's
+     * where it has one. */
+    const struct {
+        int64_t id;
+        double last;   /* the point at trial 5 */
+    } want_of[] = {{job.id, 1e-3 + 2 * 4e-3}, {logged.id, 0.5}, {queued.id, 1e-3 + 2 * 4e-3},
+                   {resumed.id, 0.25}};
+    const double want[][2] = {{3, 3e-3 + 2 * 5e-3}, {4, 1e-3 + 2 * 5e-3}, {5, 0}};
+    for (size_t k = 0; k < KT_ARRAY_LEN(want_of); k++) {
+        json_t *c = NULL;
+        for (size_t q = 0; q < json_array_size(jobs); q++)
+            if (json_integer_value(json_object_get(json_array_get(jobs, q), "id")) ==
+                want_of[k].id)
+                c = json_object_get(json_array_get(jobs, q), "curve");
         char *text = json_dumps(c, 0);
-        ck_assert_msg(json_array_size(c) == KT_ARRAY_LEN(want), "job %zu: curve %s",
-                      from_records[k], text);
+        ck_assert_msg(json_array_size(c) == KT_ARRAY_LEN(want), "job %" PRId64 ": curve %s",
+                      want_of[k].id, text);
         for (size_t i = 0; i < KT_ARRAY_LEN(want); i++) {
             json_t *pt = json_array_get(c, i);
+            double y = i + 1 < KT_ARRAY_LEN(want) ? want[i][1] : want_of[k].last;
             ck_assert_msg(json_integer_value(json_array_get(pt, 0)) == (json_int_t)want[i][0] &&
-                              fabs(json_real_value(json_array_get(pt, 1)) - want[i][1]) < 1e-12,
-                          "job %zu: curve %s", from_records[k], text);
+                              fabs(json_real_value(json_array_get(pt, 1)) - y) < 1e-12,
+                          "job %" PRId64 ": curve %s", want_of[k].id, text);
         }
         free(text);
     }

@@ -66,9 +66,19 @@ typedef struct {
     int n_lost;
 } drop_t;
 
+/* A thread in kt_registry_wait: woken alone when its ticket is granted or
+ * removed. One condition variable for all waiters woke every waiting round
+ * of every job on each grant, which at hundreds of runners was most of the
+ * tracker's dispatch cost. */
+typedef struct waiter {
+    struct waiter *next;
+    int64_t ticket;
+    pthread_cond_t cv;
+} waiter_t;
+
 struct kt_registry {
     pthread_mutex_t mu;
-    pthread_cond_t cv;               /* broadcast whenever a ticket is granted or removed */
+    waiter_t *waiters;               /* threads in kt_registry_wait */
     int heartbeat_ms, missed_beats;
     kt_registry_clock_fn clock;
     void *clock_user;
@@ -215,6 +225,14 @@ static lease_t *find_lease(const kt_registry_t *r, uint64_t id, int *index)
     return NULL;
 }
 
+/* Wake the threads waiting for `ticket` (granted or removed). Under the lock. */
+static void wake_ticket(kt_registry_t *r, int64_t ticket)
+{
+    for (waiter_t *w = r->waiters; w; w = w->next)
+        if (w->ticket == ticket)
+            pthread_cond_signal(&w->cv);
+}
+
 static void remove_ticket_at(kt_registry_t *r, int i)
 {
     memmove(&r->tickets[i], &r->tickets[i + 1], (size_t)(r->n_tickets - i - 1) * sizeof *r->tickets);
@@ -293,7 +311,7 @@ static peer_t *pick_runner(const kt_registry_t *r, const char *key, double now)
     peer_t *best = NULL;
     for (int i = 0; i < r->n_peers; i++) {
         peer_t *p = r->peers[i];
-        if (p->role != KT_PEER_RUNNER || strcmp(p->key, key) != 0 || p->leased >= p->capacity ||
+        if (p->role != KT_PEER_RUNNER || p->leased >= p->capacity || strcmp(p->key, key) != 0 ||
             peer_lost(r, p, now))
             continue;
         if (!best || p->capacity - p->leased > best->capacity - best->leased ||
@@ -405,7 +423,6 @@ static int new_lease(kt_registry_t *r, peer_t *p, const char *key, int64_t owner
 static void dispatch(kt_registry_t *r, const char *key)
 {
     double now = now_locked(r);
-    int granted = 0;
     for (;;) {
         ticket_t *t = next_ticket(r, key);
         if (!t)
@@ -418,10 +435,8 @@ static void dispatch(kt_registry_t *r, const char *key)
             break;   /* out of memory: the ticket stays pending */
         t->lease = id;
         note_served(r, key, t->owner);
-        granted = 1;
+        wake_ticket(r, t->id);
     }
-    if (granted)
-        pthread_cond_broadcast(&r->cv);
 }
 
 /* ---- Dropping peers ------------------------------------------------------------- */
@@ -515,11 +530,6 @@ kt_registry_t *kt_registry_new(const kt_registry_opts_t *opts)
         r->missed_beats = KT_REGISTRY_LOST_BEATS;
     r->clock = o.clock ? o.clock : mono_clock;
     r->clock_user = o.clock_user;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&r->mu, NULL);
     return r;
 }
@@ -536,7 +546,6 @@ void kt_registry_free(kt_registry_t *r)
     free(r->tickets);
     free(r->leases);
     free(r->served);
-    pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -809,7 +818,15 @@ int kt_registry_wait(kt_registry_t *r, int64_t ticket, int timeout_ms, kt_lease_
         end.tv_sec++;
         end.tv_nsec -= 1000000000L;
     }
+    waiter_t me = {.ticket = ticket};
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&me.cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_lock(&r->mu);
+    me.next = r->waiters;
+    r->waiters = &me;
     int rc;
     for (;;) {
         int index;
@@ -825,7 +842,7 @@ int kt_registry_wait(kt_registry_t *r, int64_t ticket, int timeout_ms, kt_lease_
             rc = 0;
             break;
         }
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &end) == ETIMEDOUT) {
+        if (pthread_cond_timedwait(&me.cv, &r->mu, &end) == ETIMEDOUT) {
             t = find_ticket(r, ticket, NULL);
             if (t && !t->lease) {
                 rc = kt_err_set(KT_ETIMEOUT, "wait: no runner of '%s' free within %d ms",
@@ -834,7 +851,13 @@ int kt_registry_wait(kt_registry_t *r, int64_t ticket, int timeout_ms, kt_lease_
             }
         }
     }
+    for (waiter_t **pp = &r->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == &me) {
+            *pp = me.next;
+            break;
+        }
     pthread_mutex_unlock(&r->mu);
+    pthread_cond_destroy(&me.cv);
     return rc;
 }
 
@@ -869,7 +892,7 @@ int kt_registry_cancel(kt_registry_t *r, int64_t ticket)
         int li;
         if (lease && find_lease(r, lease, &li))
             lease_return(r, li);
-        pthread_cond_broadcast(&r->cv);
+        wake_ticket(r, ticket);
     }
     pthread_mutex_unlock(&r->mu);
     return rc;

@@ -458,6 +458,29 @@ oom:
     return NULL;
 }
 
+json_t *kt_job_curve_with_log(kt_job_curve_t *c, const kt_job_view_t *v, int per_round,
+                              const kt_store_latency_t *pts, size_t npts)
+{
+    json_t *out = kt_job_curve_json(c, v, per_round);
+    if (!out || npts == 0)
+        return out;
+    /* The records' points from the log's first one on are the log's. */
+    size_t keep = 0;
+    while (keep < json_array_size(out) &&
+           json_integer_value(json_array_get(json_array_get(out, keep), 0)) < pts[0].trials)
+        keep++;
+    while (json_array_size(out) > keep)
+        json_array_remove(out, json_array_size(out) - 1);
+    for (size_t i = 0; i < npts; i++)
+        if (json_array_append_new(out, json_pack("[I, f]", (json_int_t)pts[i].trials,
+                                                 pts[i].latency)) != 0) {
+            json_decref(out);
+            kt_err_set(KT_ENOMEM, "out of memory");
+            return NULL;
+        }
+    return out;
+}
+
 void kt_job_curve_clear(kt_job_curve_t *c)
 {
     if (!c)

@@ -128,6 +128,14 @@ int kt_job_curve_add(int task, const kt_record_t *r, void *ctx);
 /* The curve as a JSON array of [trials, seconds] (new reference), empty
  * while some task has no valid record; NULL + kt_err on OOM. per_round >= 1. */
 json_t *kt_job_curve_json(kt_job_curve_t *c, const kt_job_view_t *v, int per_round);
+/* The curve of a job with its latency log pts[0..npts-1]: the points its
+ * records draw before the log's first point, then the log. A job resumed
+ * after a restart logs from where it resumed, and one that continued from
+ * records an earlier job stored logs from its first round: the records are
+ * what shows the history before. Without a log, the records' curve alone.
+ * New reference; NULL + kt_err on OOM. */
+json_t *kt_job_curve_with_log(kt_job_curve_t *c, const kt_job_view_t *v, int per_round,
+                              const kt_store_latency_t *pts, size_t npts);
 /* Free what the curve holds (not c itself). */
 void kt_job_curve_clear(kt_job_curve_t *c);
 

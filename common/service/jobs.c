@@ -206,22 +206,136 @@ typedef struct {
     int rc;                   /* 0, or stopped (KT_ESTATE) */
 } part_t;
 
-/* Run fn over the parts, in threads when there are several. */
-static void run_parts(void *(*fn)(void *), part_t *parts, int n)
+/* One part handed to the part threads, and the call it belongs to. */
+struct part_group {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int left;                 /* parts of the call not yet finished */
+};
+
+struct part_task {
+    struct part_task *next;
+    void *(*fn)(void *);
+    void *arg;
+    struct part_group *g;
+};
+
+/* How long a part thread waits for work before it exits. */
+#define PART_IDLE_MS 2000
+
+static void part_done(struct part_group *g)
 {
-    pthread_t *th = n > 1 ? calloc((size_t)n, sizeof *th) : NULL;
-    int *started = n > 1 ? calloc((size_t)n, sizeof *started) : NULL;
-    for (int i = 0; i < n; i++) {
-        if (th && started && pthread_create(&th[i], NULL, fn, &parts[i]) == 0)
-            started[i] = 1;
-        else
-            fn(&parts[i]);
+    pthread_mutex_lock(&g->mu);
+    if (--g->left == 0)
+        pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* A part thread; counted in parts_idle (by its starter) whenever it runs
+ * no part, so that run_parts starts only the threads the queue lacks. */
+static void *part_thread(void *arg)
+{
+    kt_jobs_t *m = arg;
+    pthread_mutex_lock(&m->parts_mu);
+    for (;;) {
+        int timed_out = 0;
+        while (!m->parts_head && !m->parts_stop && !timed_out) {
+            struct timespec ts;
+            deadline_in(&ts, PART_IDLE_MS);
+            timed_out = pthread_cond_timedwait(&m->parts_cv, &m->parts_mu, &ts) == ETIMEDOUT;
+        }
+        struct part_task *w = m->parts_head;
+        if (!w)
+            break;
+        if (!(m->parts_head = w->next))
+            m->parts_tail = &m->parts_head;
+        m->parts_queued--;
+        m->parts_idle--;
+        pthread_mutex_unlock(&m->parts_mu);
+        w->fn(w->arg);
+        part_done(w->g);
+        pthread_mutex_lock(&m->parts_mu);
+        m->parts_idle++;
     }
-    for (int i = 0; th && started && i < n; i++)
-        if (started[i])
-            pthread_join(th[i], NULL);
-    free(th);
-    free(started);
+    m->parts_idle--;
+    m->parts_threads--;
+    pthread_cond_broadcast(&m->parts_gone_cv);
+    pthread_mutex_unlock(&m->parts_mu);
+    return NULL;
+}
+
+/* Take a queued part of group g off the queue (NULL when none is left).
+ * Under parts_mu. */
+static struct part_task *part_take(kt_jobs_t *m, struct part_group *g)
+{
+    for (struct part_task **pp = &m->parts_head; *pp; pp = &(*pp)->next)
+        if ((*pp)->g == g) {
+            struct part_task *w = *pp;
+            *pp = w->next;
+            if (m->parts_tail == &w->next)
+                m->parts_tail = pp;
+            m->parts_queued--;
+            return w;
+        }
+    return NULL;
+}
+
+/* Run fn over the parts at once: the first here, the others on the part
+ * threads (started when too few are idle). Parts no thread has taken when
+ * the first is done run here too, so the call finishes even when no thread
+ * could be started. */
+static void run_parts(kt_jobs_t *m, void *(*fn)(void *), part_t *parts, int n)
+{
+    struct part_task *w = n > 1 ? calloc((size_t)n - 1, sizeof *w) : NULL;
+    if (!w) {
+        for (int i = 0; i < n; i++)
+            fn(&parts[i]);
+        return;
+    }
+    struct part_group g = {.left = n - 1};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    pthread_mutex_lock(&m->parts_mu);
+    for (int i = 1; i < n; i++) {
+        w[i - 1] = (struct part_task){.fn = fn, .arg = &parts[i], .g = &g};
+        *m->parts_tail = &w[i - 1];
+        m->parts_tail = &w[i - 1].next;
+        m->parts_queued++;
+    }
+    /* Every queued part needs a thread of its own now: parts wait on
+     * runners and RPCs, so one queued behind another would wait for it. */
+    for (int need = m->parts_queued - m->parts_idle; need > 0; need--) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int ok = pthread_create(&th, &at, part_thread, m) == 0;
+        pthread_attr_destroy(&at);
+        if (!ok)
+            break;
+        m->parts_threads++;
+        m->parts_idle++;
+    }
+    for (int i = 1; i < n; i++)   /* one idle thread per part, not all of them */
+        pthread_cond_signal(&m->parts_cv);
+    pthread_mutex_unlock(&m->parts_mu);
+    fn(&parts[0]);
+    for (;;) {
+        pthread_mutex_lock(&m->parts_mu);
+        struct part_task *mine = part_take(m, &g);
+        pthread_mutex_unlock(&m->parts_mu);
+        if (!mine)
+            break;
+        mine->fn(mine->arg);
+        part_done(&g);
+    }
+    pthread_mutex_lock(&g.mu);
+    while (g.left > 0)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_destroy(&g.mu);
+    pthread_cond_destroy(&g.cv);
+    free(w);
 }
 
 /* Split idx[0..n-1] into k parts of consecutive candidates (k <= n). */
@@ -970,7 +1084,7 @@ static int round_run(job_round_t *r)
         } else {
             parts[0].with_ref = t->ref_art == NULL;
         }
-        run_parts(build_part, parts, k);
+        run_parts(j->m, build_part, parts, k);
         int stopped = 0;
         for (int i = 0; i < k; i++)
             stopped |= parts[i].rc != 0;
@@ -998,6 +1112,19 @@ static int round_run(job_round_t *r)
         int k = (nr + KT_JOBS_MAX_RUN_BATCH - 1) / KT_JOBS_MAX_RUN_BATCH;
         if (free_ > k)
             k = free_;
+        /* The job keeps about two candidates per runner in flight (one
+         * measuring, one queued): when its rounds hold that many, a runner
+         * gets its share in one Run call rather than one call per
+         * candidate. The rounds finish no later (the runner measures them
+         * back to back either way), and the tracker spends its time per
+         * call, not per candidate. */
+        pthread_mutex_lock(&j->mu);
+        int64_t in_flight = (int64_t)j->in_flight * nr;
+        pthread_mutex_unlock(&j->mu);
+        int64_t per = total > 0 ? in_flight / total : 1;
+        per = per < 1 ? 1 : per > KT_JOBS_MAX_RUN_BATCH ? KT_JOBS_MAX_RUN_BATCH : per;
+        if (k > (nr + per - 1) / per)
+            k = (int)((nr + per - 1) / per);
         if (k > nr)
             k = nr;
         part_t *parts = split(j, t, c, idx, nr, k);
@@ -1005,7 +1132,7 @@ static int round_run(job_round_t *r)
             rc = kt_err_set(KT_ENOMEM, "out of memory");
             goto out;
         }
-        run_parts(run_part, parts, k);
+        run_parts(j->m, run_part, parts, k);
         int stopped = 0;
         for (int i = 0; i < k; i++)
             stopped |= parts[i].rc != 0;
@@ -1044,11 +1171,14 @@ static int round_run(job_round_t *r)
     pthread_mutex_unlock(&j->mu);
     /* Training the model (xgb) is the other CPU-bound step; a stopping job
      * still feeds back what it committed. */
+    double t_fb = kt_time_mono();
     in_cpu = cpu_enter(j, 1) == 0;
+    double t_fb_in = kt_time_mono();
     rc = j->m->dispatch_only ? 0 : kt_search_family_feedback(j->fam, r->task, states, costs, n);
     if (in_cpu)
         cpu_leave(j->m);
     in_cpu = 0;
+    double t_fb_out = kt_time_mono();
     if (rc != 0)
         goto out;
     tl_point.set = 0;
@@ -1067,10 +1197,10 @@ static int round_run(job_round_t *r)
         kt_metrics_add(j->m->m_rounds, NULL, 1);
     tp[5] = kt_time_mono();
     KT_DEBUG("job %" PRId64 ": task %d round of %d done, %d valid; ms wait-cpu %.1f propose %.1f "
-             "make %.1f build %.1f run %.1f commit %.1f", j->id, r->task, n, valid,
-             (t_cpu - tp[0]) * 1e3, (tp[1] - t_cpu) * 1e3,
+             "make %.1f build %.1f run %.1f commit %.1f (of which wait-cpu %.1f feedback %.1f)",
+             j->id, r->task, n, valid, (t_cpu - tp[0]) * 1e3, (tp[1] - t_cpu) * 1e3,
              (tp[2] - tp[1]) * 1e3, (tp[3] - tp[2]) * 1e3, (tp[4] - tp[3]) * 1e3,
-             (tp[5] - tp[4]) * 1e3);
+             (tp[5] - tp[4]) * 1e3, (t_fb_in - t_fb) * 1e3, (t_fb_out - t_fb_in) * 1e3);
     goto out;
 aborted:
     rc = 0;
@@ -1429,30 +1559,23 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     size_t npts = 0;
     if (kt_store_read_latency(st, id, &pts, &npts) != 0)
         npts = 0;
-    /* No latency log yet (a new job over workloads tuned before): the curve
-     * starts from the records the job continues from, read in the same walk
-     * that restores the scheduler. */
+    /* The curve: what the records the job continues from draw (read in the
+     * same walk that restores the scheduler) up to its latency log, which
+     * starts only where the job first ran or last resumed. */
     kt_job_curve_t rc_curve = {0};
-    j->load_curve = npts == 0 ? &rc_curve : NULL;
+    j->load_curve = &rc_curve;
     j->sched = kt_job_view_scheduler(st, v, &cfg, preload, j);
     j->load_curve = NULL;
-    json_t *from_records = j->sched && npts == 0
-                               ? kt_job_curve_json(&rc_curve, v, kt_scheduler_measures_per_round(j->sched))
+    json_t *history = j->sched ? kt_job_curve_with_log(&rc_curve, v,
+                                                       kt_scheduler_measures_per_round(j->sched),
+                                                       pts, npts)
                                : NULL;
     kt_job_curve_clear(&rc_curve);
-    if (!j->sched || (npts == 0 && !from_records)) {
-        json_decref(from_records);
-        free(pts);
-        goto fail;
-    }
-    if (from_records) {
-        json_array_extend(j->curve, from_records);
-        json_decref(from_records);
-    }
-    for (size_t i = 0; i < npts; i++)
-        json_array_append_new(j->curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
-                                                  pts[i].latency));
     free(pts);
+    if (!history)
+        goto fail;
+    json_array_extend(j->curve, history);
+    json_decref(history);
     j->reserved = kt_scheduler_total_trials(j->sched);
     return j;
 fail:
@@ -1873,20 +1996,14 @@ static json_t *stored_job_json(kt_store_t *st, int64_t id, size_t *nrecs)
     if (kt_store_read_latency(st, id, &pts, &npts) != 0)
         npts = 0;
     /* The records are walked once for the table; the curve collects them on
-     * the way (it needs them only when there is no latency log, but counts
-     * them either way). */
+     * the way (they draw it before the latency log's first point). */
     kt_job_curve_t rc_curve = {0};
     kt_scheduler_t *sched = kt_job_view_scheduler(st, v, &cfg, kt_job_curve_add, &rc_curve);
     *nrecs += rc_curve.n;
     json_t *o = sched ? kt_scheduler_snapshot(sched) : NULL;
-    json_t *curve = NULL;
-    if (o && npts == 0) {
-        curve = kt_job_curve_json(&rc_curve, v, kt_scheduler_measures_per_round(sched));
-    } else if (o && (curve = json_array())) {
-        for (size_t i = 0; i < npts; i++)
-            json_array_append_new(curve, json_pack("[I, f]", (json_int_t)pts[i].trials,
-                                                   pts[i].latency));
-    }
+    json_t *curve = o ? kt_job_curve_with_log(&rc_curve, v,
+                                              kt_scheduler_measures_per_round(sched), pts, npts)
+                      : NULL;
     kt_scheduler_free(sched);
     kt_job_curve_clear(&rc_curve);
     free(pts);
@@ -2039,6 +2156,10 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     pthread_cond_init(&m->commit_cv, NULL);
     pthread_mutex_init(&m->store_mu, NULL);
     pthread_cond_init(&m->store_cv, NULL);
+    pthread_mutex_init(&m->parts_mu, NULL);
+    cond_init_mono(&m->parts_cv);   /* deadline_in is CLOCK_MONOTONIC */
+    pthread_cond_init(&m->parts_gone_cv, NULL);
+    m->parts_tail = &m->parts_head;
     m->t = t;
     m->reg = kt_tracker_registry(t);
     const char *stub = getenv("KT_BENCH_DISPATCH_ONLY");
@@ -2174,6 +2295,17 @@ void kt_jobs_free(kt_jobs_t *m)
         next = j->next;
         job_free(j);
     }
+    /* The jobs' rounds are over, so no part is queued: the idle part
+     * threads exit. */
+    pthread_mutex_lock(&m->parts_mu);
+    m->parts_stop = 1;
+    pthread_cond_broadcast(&m->parts_cv);
+    while (m->parts_threads > 0)
+        pthread_cond_wait(&m->parts_gone_cv, &m->parts_mu);
+    pthread_mutex_unlock(&m->parts_mu);
+    pthread_mutex_destroy(&m->parts_mu);
+    pthread_cond_destroy(&m->parts_cv);
+    pthread_cond_destroy(&m->parts_gone_cv);
     kt_store_close(m->store);
     kt_pool_free(m->pool);   /* after the jobs: their policies borrowed it */
     pthread_mutex_destroy(&m->store_mu);

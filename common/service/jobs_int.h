@@ -130,6 +130,16 @@ struct kt_jobs {
     pthread_cond_t commit_cv;
     struct commit_req *commit_queue;
     int committing;
+    /* Threads that carry the Build and Run parts of rounds (parts block on
+     * leases and RPCs, so the set grows to what is in flight). They are kept
+     * idle a while instead of one thread made per part: at hundreds of
+     * runners a thread per one-candidate part (its stack mapped, faulted in
+     * and unmapped) was a large share of the tracker's CPU per measurement. */
+    pthread_mutex_t parts_mu;
+    pthread_cond_t parts_cv;          /* work queued, or stopping */
+    pthread_cond_t parts_gone_cv;     /* a part thread exited */
+    struct part_task *parts_head, **parts_tail;
+    int parts_queued, parts_idle, parts_threads, parts_stop;
     kt_metric_t *m_measurements, *m_rounds, *m_jobs, *m_rpc;
     /* Records read to show the store's earlier jobs in the status snapshot:
      * what a page of them costs (only the page's jobs are read). */
