@@ -10,6 +10,9 @@
  *   batch_matmul  B M N K, epilogue
  *   conv2d_nhwc, conv2d_nchw  N H W CI CO KH KW, stride, padding, dilation, epilogue
  *   group_conv2d_nhwc, group_conv2d_nchw  as conv2d plus groups (divides CI and CO)
+ *   conv2d_winograd_nhwc  as conv2d_nhwc plus tile_size (2 or 4); KH = KW = 3,
+ *                 stride and dilation [1, 1]; its weight is the transformed
+ *                 [tile_size+2, tile_size+2, CI, CO] (ops.h)
  *   depthwise_conv2d_nhwc, depthwise_conv2d_nchw  N H W C KH KW, multiplier
  *                 (default 1: C*multiplier output channels), stride, padding,
  *                 dilation, epilogue
