@@ -604,3 +604,25 @@ const char *kt_workload_op(const kt_workload_t *w) { return w ? w->op : NULL; }
 const char *kt_workload_key(const kt_workload_t *w) { return w ? w->key : NULL; }
 const char *kt_workload_json(const kt_workload_t *w) { return w ? w->json : NULL; }
 double kt_workload_flops(const kt_workload_t *w) { return w ? w->flops : 0.0; }
+
+char *kt_workload_winograd_direct_json(const kt_workload_t *w)
+{
+    if (!w || strcmp(w->op, "conv2d_winograd_nhwc") != 0)
+        return NULL;
+    json_t *o = json_loads(w->json, 0, NULL);
+    if (!o) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    json_object_del(o, "tile_size");
+    json_object_set_new(o, "op", json_string("conv2d_nhwc"));
+    char *text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    kt_workload_t *d = text ? kt_workload_parse(text) : NULL;
+    free(text);
+    char *out = d ? kt_strdup(d->json) : NULL;
+    kt_workload_free(d);
+    if (!out && kt_err_code() == 0)
+        kt_err_set(KT_ENOMEM, "out of memory");
+    return out;
+}

@@ -68,4 +68,9 @@ const char *kt_workload_key(const kt_workload_t *w);   /* ["<hash>", [512, 512],
 const char *kt_workload_json(const kt_workload_t *w);  /* canonical JSON (sorted keys) */
 double kt_workload_flops(const kt_workload_t *w);
 
+/* For a conv2d_winograd_nhwc workload: the canonical JSON of the
+ * conv2d_nhwc workload it computes another way (same fields but tile_size),
+ * malloc'd; NULL for other ops (kt_err untouched) or on OOM (kt_err set). */
+char *kt_workload_winograd_direct_json(const kt_workload_t *w);
+
 #endif
