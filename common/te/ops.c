@@ -677,6 +677,18 @@ static int transform_stage(kt_dag_t *d, const char *name, const int64_t *shape,
     return rc ? rc : s;
 }
 
+/* Row (k = 0) or column (k = 1) of the padded input that input_tile's
+ * element reads: floormod(floordiv(p, nW), nH)*m + eps or floormod(p, nW)*m
+ * + nu. A new tree per call: expression nodes are not shared. */
+static kt_expr_t *tile_pos(kt_dag_t *d, int k, int64_t nH, int64_t nW, int64_t m)
+{
+    kt_expr_t *t = k == 0 ? kt_ex_bin(d, KT_EX_FLOORMOD,
+                                      kt_ex_bin(d, KT_EX_FLOORDIV, ax(d, 2), ci(d, nW)),
+                                      ci(d, nH))
+                          : kt_ex_bin(d, KT_EX_FLOORMOD, ax(d, 2), ci(d, nW));
+    return add(d, mul(d, t, ci(d, m)), ax(d, k));
+}
+
 kt_dag_t *kt_ops_conv2d_winograd_nhwc(int64_t N, int64_t H, int64_t W, int64_t CI, int64_t CO,
                                       int64_t KH, int64_t KW, int64_t tile,
                                       const kt_conv2d_params_t *pp, const kt_epi_t *epi,
@@ -713,15 +725,12 @@ kt_dag_t *kt_ops_conv2d_winograd_nhwc(int64_t N, int64_t H, int64_t W, int64_t C
     int data = kt_dag_placeholder(d, "data", 4, sd);
     if (data < 0)
         return finish(d, data);
-    /* The last tiles may overhang the output: pad bottom and right so that
-     * every tile reads alpha rows and columns (zeros past the input). */
-    kt_conv2d_params_t tp = p;
-    tp.pad[2] = (nH - 1) * m + alpha - H - p.pad[0];
-    tp.pad[3] = (nW - 1) * m + alpha - W - p.pad[1];
-    int pad = add_pad(d, data, 1, &tp, 0.0);
-    if (pad < 0)
-        return finish(d, pad);
-    /* input_tile(eps, nu, p, ci) = data_pad[n, th*m + eps, tw*m + nu, ci] of tile p. */
+    /* input_tile(eps, nu, p, ci) = the padded input at row th*m + eps and
+     * column tw*m + nu of tile p = (tn, th, tw): one stage that pads as it
+     * gathers (zeros outside the input, including where the last tiles
+     * overhang the output), so it keeps a select, is not always-inlined and
+     * data_pack reads it with affine indices (the tile decomposition's
+     * divisions in data_pack's inner loop keep GCC from vectorizing it). */
     static const char *const tan[] = {"eps", "nu", "p", "ci"};
     int64_t ts[4] = {alpha, alpha, P, CI};
     int itile = kt_dag_compute(d, "input_tile", "input_tile", 4, ts, tan, 0, NULL, NULL,
@@ -729,13 +738,30 @@ kt_dag_t *kt_ops_conv2d_winograd_nhwc(int64_t N, int64_t H, int64_t W, int64_t C
     if (itile < 0)
         return finish(d, itile);
     {
+        const int64_t lo[2] = {p.pad[0], p.pad[1]}, ext[2] = {H, W}, nt[2] = {nH, nW};
         kt_expr_t *tn = kt_ex_bin(d, KT_EX_FLOORDIV, ax(d, 2), ci(d, nH * nW));
-        kt_expr_t *th = kt_ex_bin(d, KT_EX_FLOORMOD,
-                                  kt_ex_bin(d, KT_EX_FLOORDIV, ax(d, 2), ci(d, nW)), ci(d, nH));
-        kt_expr_t *tw = kt_ex_bin(d, KT_EX_FLOORMOD, ax(d, 2), ci(d, nW));
-        kt_expr_t *idx[4] = {tn, add(d, mul(d, th, ci(d, m)), ax(d, 0)),
-                             add(d, mul(d, tw, ci(d, m)), ax(d, 1)), ax(d, 3)};
-        int rc = kt_dag_set_body(d, itile, kt_ex_load(d, pad, 4, idx));
+        kt_expr_t *idx[4] = {tn, NULL, NULL, ax(d, 3)}, *cond = NULL;
+        for (int k = 0; k < 2; k++) {
+            kt_expr_t *terms[2] = {NULL, NULL};
+            if (lo[k] > 0)
+                terms[0] = kt_ex_bin(d, KT_EX_GE, tile_pos(d, k, nH, nW, m), ci(d, lo[k]));
+            if ((nt[k] - 1) * m + alpha > lo[k] + ext[k])
+                terms[1] = kt_ex_bin(d, KT_EX_LT, tile_pos(d, k, nH, nW, m),
+                                     ci(d, lo[k] + ext[k]));
+            for (int q = 0; q < 2; q++)
+                if (terms[q])
+                    cond = cond ? kt_ex_bin(d, KT_EX_AND, cond, terms[q]) : terms[q];
+            kt_expr_t *pos = tile_pos(d, k, nH, nW, m);
+            idx[1 + k] = lo[k] > 0 ? sub(d, pos, ci(d, lo[k])) : pos;
+            /* Clamped so the bounds check of kt_dag_finalize, which cannot
+             * read this compound guard, sees an index inside the input. */
+            if (terms[0] || terms[1])
+                idx[1 + k] = kt_ex_bin(d, KT_EX_MAX,
+                                       kt_ex_bin(d, KT_EX_MIN, idx[1 + k], ci(d, ext[k] - 1)),
+                                       ci(d, 0));
+        }
+        kt_expr_t *v = kt_ex_load(d, data, 4, idx);
+        int rc = kt_dag_set_body(d, itile, cond ? kt_ex_select(d, cond, v, cf(d, 0.0)) : v);
         if (rc)
             return finish(d, rc);
     }

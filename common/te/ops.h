@@ -36,10 +36,13 @@
  * - conv2d_winograd_nhwc (TVM's conv2d_winograd_nhwc "without weight
  *   transform", as its auto-scheduler uses it): a 3x3, stride 1, dilation 1
  *   conv2d NHWC computed on tiles of m x m outputs (tile_size m = 2 or 4,
- *   alpha = m + 2): pad_temp (padded past the bottom/right edge so the last
- *   tile may overhang) -> input_tile [alpha, alpha, P, CI] (inlinable) ->
- *   data_pack = B^T d B -> bgemm [alpha, alpha, P, CO] summing over CI with
- *   the pre-transformed weight [alpha, alpha, CI, CO] (layout-free) ->
+ *   alpha = m + 2): input_tile [alpha, alpha, P, CI] (TVM's data_pad and
+ *   input_tile in one stage: it gathers each tile's alpha x alpha window,
+ *   zero outside the input, also where the last tiles overhang the output;
+ *   a select, so materialized unless a state inlines it, and data_pack reads
+ *   it with affine indices) -> data_pack = B^T d B -> bgemm [alpha, alpha,
+ *   P, CO] summing over CI with the pre-transformed weight [alpha, alpha,
+ *   CI, CO] (layout-free) ->
  *   inverse = A^T M A [m, m, P, CO] -> conv2d_winograd [N, OH, OW, CO]
  *   (+ epilogues), P = N * ceil(OH/m) * ceil(OW/m). The Cook-Toom matrices
  *   are the constant stages "B" [alpha, alpha] and "A" [alpha, m] (select
