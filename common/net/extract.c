@@ -546,6 +546,12 @@ static int add_winograd_alternatives(ex_t *e)
             json_integer_value(json_array_get(dl, 0)) != 1 ||
             json_integer_value(json_array_get(dl, 1)) != 1)
             continue;
+        const net_layer_t *anchor = NULL;   /* for an issue if te refused the workload */
+        for (int k = 0; k < t->ninstances && !anchor; k++)
+            if (t->instances[k].task == i)
+                anchor = &e->net->layers[t->instances[k].anchor];
+        if (!anchor)
+            continue;
         json_t *alt = json_deep_copy(w);
         if (!alt)
             return kt_err_set(KT_ENOMEM, "out of memory");
@@ -556,10 +562,6 @@ static int add_winograd_alternatives(ex_t *e)
         kt_sbuf_init(&desc);
         kt_sbuf_printf(&desc, "%s (Winograd)", t->tasks[i].desc);
         int rc = kt_sbuf_ok(&desc), task = -1;
-        const net_layer_t *anchor = NULL;
-        for (int k = 0; k < t->ninstances && !anchor; k++)
-            if (t->instances[k].task == i)
-                anchor = &e->net->layers[t->instances[k].anchor];
         if (rc)
             json_decref(alt);
         else

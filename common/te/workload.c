@@ -618,11 +618,17 @@ char *kt_workload_winograd_direct_json(const kt_workload_t *w)
     json_object_set_new(o, "op", json_string("conv2d_nhwc"));
     char *text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(o);
-    kt_workload_t *d = text ? kt_workload_parse(text) : NULL;
+    if (!text) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    kt_workload_t *d = kt_workload_parse(text);   /* sets kt_err when it fails */
     free(text);
-    char *out = d ? kt_strdup(d->json) : NULL;
+    if (!d)
+        return NULL;
+    char *out = kt_strdup(d->json);
     kt_workload_free(d);
-    if (!out && kt_err_code() == 0)
+    if (!out)
         kt_err_set(KT_ENOMEM, "out of memory");
     return out;
 }
