@@ -348,9 +348,10 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
         return 1;
     int rc = 1;
     kt_net_plan_t *plan = NULL;
-    kt_net_tasks_t *t = kt_net_extract(net, a->net.layout);
+    kt_net_tasks_t *t = kt_net_extract_ex(net, a->net.layout, kt_cli_net_extract_flags(&a->net));
     char **states = NULL;
     double *ms = NULL;
+    int *used = NULL;
     kt_netlib_kernel_t *kern = NULL;
     if (!t) {
         kt_cli_fail(cmd);
@@ -371,10 +372,18 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
     }
     if ((a->conn.tracker ? gather_tracker : gather_store)(cmd, a, t, states, ms))
         goto done;
+    if (!(used = calloc((size_t)t->ntasks + 1, sizeof *used)) ||
+        kt_net_plan_use_alternatives(plan, t, ms, used) != 0) {
+        kt_cli_fail(cmd);
+        goto done;
+    }
     for (int i = 0; i < t->ntasks; i++) {
         kern[i].state_json = states[i];
         kern[i].measured_ms = ms[i];
-        if (!states[i])
+        if (t->tasks[i].alt_of >= 0 && used[i])
+            fprintf(stderr, "task %d (%s): faster than task %d, used for its layers\n", i,
+                    t->tasks[i].desc, t->tasks[i].alt_of);
+        if (!states[i] && used[i])
             fprintf(stderr, "task %d (%s %s): no record, default schedule\n", i,
                     kt_workload_op(t->tasks[i].wl), t->tasks[i].desc);
     }
@@ -424,6 +433,7 @@ done:
         free(states[i]);
     free(states);
     free(ms);
+    free(used);
     free(kern);
     kt_net_plan_free(plan);
     kt_net_tasks_free(t);

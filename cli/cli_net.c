@@ -14,7 +14,10 @@ const char *const KT_CLI_NET_HELP =
     "  --layout L            te operators for 4-D tensors: NHWC (default) or NCHW\n"
     "  --batch N             batch size of a built-in network (default 1), or of an\n"
     "                        ONNX model's symbolic first input dimension\n"
-    "  --seq-len L           sequence length of bert-base (default 128)\n";
+    "  --seq-len L           sequence length of bert-base (default 128)\n"
+    "  --winograd            NHWC: each 3x3 stride-1 conv2d task also gets a Winograd\n"
+    "                        task for the same layers; tuning measures both, the\n"
+    "                        build uses the faster (docs/network.md)\n";
 
 void kt_cli_net_init(kt_cli_net_t *n)
 {
@@ -45,6 +48,7 @@ int kt_cli_net_option(const char *cmd, kt_cli_net_t *n, int code, const char *ar
         }
         n->layout_given = 1;
         return 1;
+    case KT_CLI_O_WINOGRAD: n->winograd = 1; return 1;
     case KT_CLI_O_BATCH:
         return parse_int(cmd, "--batch", arg, 1, 65536, &n->batch) ? 2 : 1;
     case KT_CLI_O_SEQLEN:
@@ -84,6 +88,10 @@ int kt_cli_net_check(const char *cmd, const kt_cli_net_t *n)
         fprintf(stderr, "ktune %s: --seq-len applies to --network bert-base only\n", cmd);
         return 2;
     }
+    if (n->winograd && n->layout == KT_NET_NCHW) {
+        fprintf(stderr, "ktune %s: --winograd applies to the NHWC layout only\n", cmd);
+        return 2;
+    }
     if (n->batch && n->file) {
         fprintf(stderr, "ktune %s: --batch does not apply to --network-file (its input "
                         "layers give the shapes)\n", cmd);
@@ -105,4 +113,9 @@ kt_net_t *kt_cli_net_load(const char *cmd, const kt_cli_net_t *n)
 const char *kt_cli_net_source(const kt_cli_net_t *n)
 {
     return n->network ? n->network : n->file ? n->file : n->onnx ? n->onnx : "";
+}
+
+int kt_cli_net_extract_flags(const kt_cli_net_t *n)
+{
+    return n->winograd ? KT_NET_EXTRACT_WINOGRAD : 0;
 }

@@ -198,6 +198,21 @@ START_TEST(codegen_softmax_and_layer_norm_states_match_reference)
 }
 END_TEST
 
+/* Winograd conv2d: the generic sketch rules (tiled data_pack, bgemm and
+ * inverse; the constant matrices and padding materialized or inlined)
+ * give states that match its reference, tile 2 and 4, with overhanging
+ * tiles and an epilogue. */
+START_TEST(codegen_winograd_states_match_reference)
+{
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), none = kt_test_conv_p(1, 0, 1);
+    const kt_epi_t br[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_RELU}};
+    FAMILY({"winograd tile 2 p1 +bias+relu",
+            kt_ops_conv2d_winograd_nhwc(1, 7, 5, 3, 4, 3, 3, 2, &s1p1, br, 2)},
+           {"winograd tile 4 p0", kt_ops_conv2d_winograd_nhwc(2, 9, 7, 4, 6, 3, 3, 4, &none,
+                                                             NULL, 0)});
+}
+END_TEST
+
 /* The epilogues and window operators networks need beyond the basic ones,
  * one shape each: clip (relu6), sigmoid, tanh, multiply (per channel and
  * scalar), epilogues after pools, grouped conv, depthwise with a channel
@@ -779,6 +794,7 @@ int main(void)
     tcase_add_test(tc, codegen_pool_states_match_reference);
     tcase_add_test(tc, codegen_softmax_and_layer_norm_states_match_reference);
     tcase_add_test(tc, codegen_network_op_states_match_reference);
+    tcase_add_test(tc, codegen_winograd_states_match_reference);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

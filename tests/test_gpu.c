@@ -291,6 +291,20 @@ START_TEST(gpu_conv2d_nhwc_states_compile_and_run_on_cpu)
 }
 END_TEST
 
+/* Winograd conv2d (4 kernels and more: transforms, bgemm, output) with the
+ * GPU rules, tile 2 and 4, overhanging tiles and an epilogue. */
+START_TEST(gpu_winograd_states_compile_and_run_on_cpu)
+{
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), none = kt_test_conv_p(1, 0, 1);
+    const kt_epi_t br[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_RELU}};
+    FAMILY("winograd",
+           {"winograd tile 2 p1 +bias+relu",
+            kt_ops_conv2d_winograd_nhwc(1, 7, 5, 3, 4, 3, 3, 2, &s1p1, br, 2)},
+           {"winograd tile 4 p0", kt_ops_conv2d_winograd_nhwc(2, 9, 7, 4, 6, 3, 3, 4, &none,
+                                                             NULL, 0)});
+}
+END_TEST
+
 START_TEST(gpu_conv2d_nchw_states_compile_and_run_on_cpu)
 {
     kt_conv2d_params_t s2p1 = kt_test_conv_p(2, 1, 1), d2 = kt_test_conv_p(1, 2, 2);
@@ -1008,6 +1022,10 @@ int main(void)
     tcase_add_test(tc, gpu_softmax_and_layer_norm_states_compile_and_run_on_cpu);
     tcase_add_test(tc, gpu_network_op_states_compile_and_run_on_cpu);
     suite_add_tcase(s, tc);
+    TCase *tw = tcase_create("winograd");
+    tcase_set_timeout(tw, 900);
+    tcase_add_test(tw, gpu_winograd_states_compile_and_run_on_cpu);
+    suite_add_tcase(s, tw);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -8,6 +8,7 @@
  */
 #include <check.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,20 +190,28 @@ static void service_stop(service_t *s)
 }
 
 /* A job over one small matmul on the fake runners' key. */
-static int64_t submit(service_t *s, int trials, int per_round)
+/* A job over `n` workloads (weights 1), sketch.random on the fake runner key. */
+static int64_t submit_workloads(service_t *s, const char *const *json, int n, int trials,
+                                int per_round)
 {
-    Ktune__V1__Workload wl = KTUNE__V1__WORKLOAD__INIT;
-    wl.json = "{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}";
-    Ktune__V1__Task task = KTUNE__V1__TASK__INIT, *tp = &task;
-    task.workload = &wl;
-    task.weight = 1;
+    Ktune__V1__Workload wl[4];
+    Ktune__V1__Task task[4], *tp[4];
+    ck_assert_int_le(n, 4);
+    for (int i = 0; i < n; i++) {
+        ktune__v1__workload__init(&wl[i]);
+        wl[i].json = (char *)json[i];
+        ktune__v1__task__init(&task[i]);
+        task[i].workload = &wl[i];
+        task[i].weight = 1;
+        tp[i] = &task[i];
+    }
     Ktune__V1__TuningOptions to = KTUNE__V1__TUNING_OPTIONS__INIT;
     to.num_measure_trials = trials;
     to.num_measures_per_round = per_round;
     to.seed = 7;
     Ktune__V1__Job job = KTUNE__V1__JOB__INIT;
-    job.tasks = &tp;
-    job.n_tasks = 1;
+    job.tasks = tp;
+    job.n_tasks = (size_t)n;
     job.target = "cpu";
     job.runner_key = "cpu-fake";
     job.policy = "sketch.random";
@@ -210,6 +219,12 @@ static int64_t submit(service_t *s, int trials, int per_round)
     int64_t id = 0;
     ck_assert_msg(kt_jobs_submit(s->jobs, &job, &id) == 0, "%s", kt_err_msg());
     return id;
+}
+
+static int64_t submit(service_t *s, int trials, int per_round)
+{
+    static const char *const mm[] = {"{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}"};
+    return submit_workloads(s, mm, 1, trials, per_round);
 }
 
 /* JobStatus over the tracker's own gRPC server; caller frees. */
@@ -280,6 +295,51 @@ START_TEST(jobs_run_a_job_to_done_on_fake_worker_and_runner)
     ck_assert_int_ge(atomic_load(&runner.candidates), 12);
     service_stop(&s);
     ck_assert_int_eq(stored_trials(id), 12);
+    kt_rpc_server_stop(worker.srv, 0);
+    kt_rpc_server_stop(runner.srv, 0);
+    remove_dir();
+}
+END_TEST
+
+/* A Winograd task beside its direct conv2d (what --winograd submits): the
+ * job pairs them from the workloads and its estimated latency counts the
+ * pair once, at the faster. */
+START_TEST(jobs_count_a_winograd_alternative_once)
+{
+    make_dir();
+    fake_t worker, runner;
+    service_t s;
+    start_with_fakes(&s, &worker, &runner, 0);
+    static const char *const wl[] = {
+        "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":6,\"W\":6,\"CI\":4,\"CO\":4,\"KH\":3,"
+        "\"KW\":3,\"padding\":[1,1]}",
+        "{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}",
+        "{\"op\":\"conv2d_winograd_nhwc\",\"N\":1,\"H\":6,\"W\":6,\"CI\":4,\"CO\":4,"
+        "\"KH\":3,\"KW\":3,\"padding\":[1,1],\"tile_size\":2}",
+    };
+    int64_t id = submit_workloads(&s, wl, 3, 12, 4);
+    Ktune__V1__JobProgress *p = wait_job(&s, id, "done", 0);
+    ck_assert_str_eq(p->state, "done");
+    ck_assert_int_eq((int)p->n_tasks, 3);
+    double c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = p->tasks[i]->best_latency;
+    ck_assert(c[0] > 0 && c[1] > 0 && c[2] > 0);
+    double want = fmin(c[0], c[2]) + c[1];
+    ck_assert_msg(fabs(p->estimated_total_latency - want) <= 1e-9 * want,
+                  "estimate %g, want %g (costs %g %g %g)", p->estimated_total_latency, want, c[0],
+                  c[1], c[2]);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    service_stop(&s);
+    kt_store_t *st = kt_store_open(g_db, 0);
+    kt_job_view_t *v = NULL;
+    ck_assert_msg(kt_job_view_load(st, id, &v) == 0, "%s", kt_err_msg());
+    ck_assert_ptr_nonnull(v->alt);
+    ck_assert_int_eq(v->alt[0], -1);
+    ck_assert_int_eq(v->alt[1], -1);
+    ck_assert_int_eq(v->alt[2], 0);
+    kt_job_view_free(v);
+    kt_store_close(st);
     kt_rpc_server_stop(worker.srv, 0);
     kt_rpc_server_stop(runner.srv, 0);
     remove_dir();
@@ -989,6 +1049,7 @@ int main(void)
     TCase *tc = tcase_create("jobs");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, jobs_run_a_job_to_done_on_fake_worker_and_runner);
+    tcase_add_test(tc, jobs_count_a_winograd_alternative_once);
     tcase_add_test(tc, jobs_dispatch_measures_on_both_of_two_runners);
     tcase_add_test(tc, jobs_resume_an_unfinished_job_after_the_manager_is_recreated);
     suite_add_tcase(s, tc);

@@ -385,6 +385,54 @@ static void expect_bert(expect_t *e, int B, int L)
     }
 }
 
+/* --winograd: after ResNet-18's own tasks (unchanged), one Winograd task per
+ * 3x3 stride-1 conv2d_nhwc task, same layers and weight, tile 4 where the
+ * input height is a multiple of 8; none in NCHW. */
+START_TEST(net_winograd_alternatives_follow_the_direct_tasks)
+{
+    kt_net_t *net = kt_net_builtin("resnet-18", 1, 0);
+    kt_net_tasks_t *plain = kt_net_extract(net, KT_NET_NHWC);
+    kt_net_tasks_t *t = kt_net_extract_ex(net, KT_NET_NHWC, KT_NET_EXTRACT_WINOGRAD);
+    ck_assert_ptr_nonnull(plain);
+    ck_assert_ptr_nonnull(t);
+    int eligible = 0;
+    for (int i = 0; i < plain->ntasks; i++) {
+        ck_assert_str_eq(kt_workload_key(t->tasks[i].wl), kt_workload_key(plain->tasks[i].wl));
+        ck_assert_int_eq(t->tasks[i].alt_of, -1);
+        const json_t *w = plain->tasks[i].workload;
+        eligible += strcmp(json_string_value(json_object_get(w, "op")), "conv2d_nhwc") == 0 &&
+                    json_integer_value(json_object_get(w, "KH")) == 3 &&
+                    json_integer_value(json_array_get(json_object_get(w, "stride"), 0)) == 1;
+    }
+    ck_assert_int_gt(eligible, 0);
+    ck_assert_int_eq(t->ntasks, plain->ntasks + eligible);
+    for (int i = plain->ntasks; i < t->ntasks; i++) {
+        const kt_net_task_t *a = &t->tasks[i], *d = &t->tasks[a->alt_of];
+        ck_assert_int_ge(a->alt_of, 0);
+        ck_assert_int_lt(a->alt_of, plain->ntasks);
+        ck_assert_int_eq(a->weight, d->weight);
+        char *direct = kt_workload_winograd_direct_json(a->wl);
+        ck_assert_str_eq(direct, kt_workload_json(d->wl));
+        free(direct);
+        json_int_t H = json_integer_value(json_object_get(d->workload, "H"));
+        ck_assert_int_eq(json_integer_value(json_object_get(a->workload, "tile_size")),
+                         H % 8 == 0 ? 4 : 2);
+        ck_assert_ptr_nonnull(strstr(a->desc, "(Winograd)"));
+        /* No instance calls an alternative. */
+        for (int k = 0; k < t->ninstances; k++)
+            ck_assert_int_ne(t->instances[k].task, i);
+    }
+    kt_net_tasks_free(t);
+    t = kt_net_extract_ex(net, KT_NET_NCHW, KT_NET_EXTRACT_WINOGRAD);
+    kt_net_tasks_t *nchw = kt_net_extract(net, KT_NET_NCHW);
+    ck_assert_int_eq(t->ntasks, nchw->ntasks);
+    kt_net_tasks_free(t);
+    kt_net_tasks_free(nchw);
+    kt_net_tasks_free(plain);
+    kt_net_free(net);
+}
+END_TEST
+
 START_TEST(net_bert_base_has_per_layer_tasks_weighted_by_layers)
 {
     kt_net_tasks_t *t = builtin_tasks("bert-base", 1, 0, KT_NET_NHWC);
@@ -1436,6 +1484,7 @@ int main(void)
     tcase_add_test(tb, net_resnet_nchw_uses_nchw_operators_for_every_layer);
     tcase_add_test(tb, net_mobilenet_v2_tasks_follow_the_architecture);
     tcase_add_test(tb, net_bert_base_has_per_layer_tasks_weighted_by_layers);
+    tcase_add_test(tb, net_winograd_alternatives_follow_the_direct_tasks);
     tcase_add_test(tb, net_vgg16_merges_identical_convs);
     tcase_add_test(tb, net_builtin_rejects_unknown_names_and_sizes);
     tcase_add_test(tb, net_json_lists_workload_weight_key_and_desc);

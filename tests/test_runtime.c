@@ -320,10 +320,10 @@ END_TEST
 
 /* A store with one sampled schedule per task of resnet-18 in `layout`, so
  * the build runs real schedules (not the reference) against the check. */
-static void store_sampled_states(const char *db, kt_net_layout_t layout)
+static void store_sampled_states_of(const char *db, kt_net_t *net, kt_net_layout_t layout,
+                                    int flags)
 {
-    kt_net_t *net = kt_net_builtin("resnet-18", 1, 0);
-    kt_net_tasks_t *t = kt_net_extract(net, layout);
+    kt_net_tasks_t *t = kt_net_extract_ex(net, layout, flags);
     ck_assert_ptr_nonnull(t);
     kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
     ck_assert_msg(s != NULL, "%s", kt_err_msg());
@@ -340,7 +340,7 @@ static void store_sampled_states(const char *db, kt_net_layout_t layout)
         kt_sched_state_t *st = kt_sched_sample(dag, &params, sk[0], &rng);
         ck_assert_ptr_nonnull(st);
         char *json = kt_sched_state_to_json(st, dag);
-        double cost = 1e-3;
+        double cost = t->tasks[i].alt_of >= 0 ? 0.5e-3 : 1e-3;   /* alternatives win */
         kt_record_t r = {.workload_key = kt_workload_key(t->tasks[i].wl), .target = "cpu",
                          .state_json = json, .state_hash = kt_sched_state_hash(st, dag),
                          .costs = &cost, .ncosts = 1, .timestamp = 1.0};
@@ -355,6 +355,68 @@ static void store_sampled_states(const char *db, kt_net_layout_t layout)
     kt_net_tasks_free(t);
     kt_net_free(net);
 }
+
+static void store_sampled_states(const char *db, kt_net_layout_t layout)
+{
+    store_sampled_states_of(db, kt_net_builtin("resnet-18", 1, 0), layout, 0);
+}
+
+/* Winograd rounds differently from PyTorch's direct convolution (te suite:
+ * a few 1e-6 of the output's rms per tile-4 layer); three layers in a row
+ * stay well inside the suite's bar. */
+#define TOL_WINOGRAD TOL
+
+START_TEST(runtime_winograd_alternatives_build_and_match_pytorch)
+{
+    need_models();
+    char db[512], y[512], y2[512];
+    snprintf(db, sizeof db, "%s/wino.db", kt_test_dir);
+    snprintf(y, sizeof y, "%s/y.npy", kt_test_dir);
+    snprintf(y2, sizeof y2, "%s/y2.npy", kt_test_dir);
+    char *model = path_in(models, "small_bn.onnx"), *x = path_in(models, "x.npy");
+    char *y_ref = path_in(models, "y_ref.npy");
+    kt_net_t *net = kt_net_onnx_load(model, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    /* Its three 3x3 stride-1 convolutions get alternatives, not the 1x1 one. */
+    kt_net_tasks_t *t = kt_net_extract_ex(net, KT_NET_NHWC, KT_NET_EXTRACT_WINOGRAD);
+    kt_net_tasks_t *plain = kt_net_extract(net, KT_NET_NHWC);
+    int nalt = 0;
+    for (int i = 0; i < t->ntasks; i++)
+        if (t->tasks[i].alt_of >= 0) {
+            nalt++;
+            ck_assert_int_ge(i, plain->ntasks);
+            ck_assert_str_eq(kt_workload_op(t->tasks[i].wl), "conv2d_winograd_nhwc");
+            ck_assert_int_eq(t->tasks[i].weight, t->tasks[t->tasks[i].alt_of].weight);
+        }
+    ck_assert_int_eq(t->ntasks, plain->ntasks + nalt);
+    ck_assert_int_eq(nalt, 3);
+    kt_net_tasks_free(t);
+    kt_net_tasks_free(plain);
+    store_sampled_states_of(db, net, KT_NET_NHWC, KT_NET_EXTRACT_WINOGRAD);
+
+    char *out = NULL;
+    char *run[] = {"run", "--onnx", model, "--winograd", "--db", db, "--input", x, "--output", y,
+                   "--repeat", "1", "--check", NULL};
+    ck_assert_msg(ktune(run, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "(Winograd)): faster than task"), "%s", out);
+    ck_assert_msg(strstr(out, "check: largest relative error"), "%s", out);
+    ck_assert_msg(!strstr(out, "no record"), "%s", out);
+    free(out);
+    double d = npy_rel_diff(y, y_ref);
+    ck_assert_msg(d <= TOL_WINOGRAD, "Winograd build: %g from PyTorch", d);
+    /* Without --winograd the same store builds the direct convolutions. */
+    char *direct[] = {"run", "--onnx", model, "--db", db, "--input", x, "--output", y2,
+                      "--repeat", "1", NULL};
+    ck_assert_msg(ktune(direct, &out) == 0, "%s", out);
+    ck_assert_msg(!strstr(out, "Winograd"), "%s", out);
+    free(out);
+    ck_assert_double_le(npy_rel_diff(y2, y_ref), TOL);
+    char *nchw[] = {"run", "--onnx", model, "--winograd", "--layout", "NCHW", "--db", db, NULL};
+    ck_assert_int_eq(ktune(nchw, &out), 2);
+    ck_assert_msg(strstr(out, "NHWC layout only"), "%s", out);
+    free(out);
+}
+END_TEST
 
 START_TEST(runtime_resnet18_runs_checked_in_both_layouts_with_one_answer)
 {
@@ -862,6 +924,12 @@ int main(void)
     tcase_add_test(tc, runtime_cuda_build_compiles_and_runs_where_there_is_a_gpu);
     tcase_add_test(tc, runtime_bad_input_names_the_cause_and_leaves_the_store);
     suite_add_tcase(s, tc);
+    TCase *tw = tcase_create("winograd");
+    tcase_set_timeout(tw, 900);
+    tcase_add_unchecked_fixture(tw, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(tw, test_setup, NULL);
+    tcase_add_test(tw, runtime_winograd_alternatives_build_and_match_pytorch);
+    suite_add_tcase(s, tw);
     /* Its own case, so CK_RUN_CASE=cuda_on_cpu runs it alone. */
     TCase *cc = tcase_create("cuda_on_cpu");
     tcase_set_timeout(cc, 900);

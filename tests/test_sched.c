@@ -749,6 +749,47 @@ START_TEST(sched_compute_location_choices_follow_consumers)
 }
 END_TEST
 
+/* Winograd's transform matrices are constant tables (stages reading no
+ * tensor): sampling and mutation keep them one array at root, never inlined
+ * (a select chain per use in the transforms' inner loops) nor recomputed at
+ * a consumer; the transforms and bgemm are multi-level tiled. */
+START_TEST(sched_winograd_constant_tables_stay_at_root)
+{
+    kt_sched_params_t p = params16();
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
+    kt_dag_t *d = kt_ops_conv2d_winograd_nhwc(1, 8, 8, 16, 16, 3, 3, 2, &s1p1, NULL, 0);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    kt_sched_state_t **sk;
+    int n;
+    ck_assert_int_eq(kt_sched_sketches(d, &p, &sk, &n), 0);
+    ck_assert_int_eq(n, 27);   /* 3 tiled stages, each plain or with a cache write at 1 or 2 */
+    const int tables[2] = {stage_index(d, "A"), stage_index(d, "B")};
+    const char *const tiled[] = {"data_pack", "bgemm", "inverse"};
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 5);
+    for (int t = 0; t < 60; t++) {
+        kt_sched_state_t *st = kt_sched_sample(d, &p, sk[t % n], &rng);
+        ck_assert_ptr_nonnull(st);
+        for (int k = 0; k < 4; k++) {
+            kt_sched_state_t *m = NULL;
+            if (kt_sched_mutate(d, &p, st, KT_MUT_COMPUTE_LOC, &rng, &m) == 1) {
+                kt_sched_state_free(st);
+                st = m;
+            }
+        }
+        for (int k = 0; k < 2; k++) {
+            ck_assert_int_eq(st->stages[tables[k]].kind, KT_SK_ROOT);
+            ck_assert_int_eq(st->stages[tables[k]].at_stage, -1);
+        }
+        for (int k = 0; k < 3; k++)
+            ck_assert_int_eq(st->stages[stage_index(d, tiled[k])].kind, KT_SK_TILED);
+        kt_sched_state_free(st);
+    }
+    free_all(sk, n);
+    kt_dag_free(d);
+}
+END_TEST
+
 START_TEST(sched_rng_is_deterministic_and_bounded)
 {
     kt_rng_t a, b;
@@ -794,6 +835,7 @@ int main(void)
     tcase_add_test(tc, sched_print_shows_loop_nest_and_annotations);
     tcase_add_test(tc, sched_validate_rejects_inconsistent_states);
     tcase_add_test(tc, sched_compute_location_choices_follow_consumers);
+    tcase_add_test(tc, sched_winograd_constant_tables_stay_at_root);
     tcase_add_test(tc, sched_rng_is_deterministic_and_bounded);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -268,6 +268,45 @@ START_TEST(custom_objective_steers_gradient)
 }
 END_TEST
 
+START_TEST(alternatives_count_once_at_their_fastest)
+{
+    /* Task 2 computes task 0's layers another way (a Winograd conv2d), 3x
+     * faster: the estimate is w0 * cost(2) + w1 * cost(1), and after the
+     * warm-up the gradient never picks task 0 (its group's slower member). */
+    kt_scheduler_task_t tasks[3];
+    plain_tasks(tasks, 3);
+    tasks[0].weight = 2, tasks[1].weight = 1, tasks[2].weight = 7;   /* 7: unused */
+    meas_t m;
+    meas_init(&m, 3);
+    m.base[0] = 3e-3, m.base[1] = 1e-3, m.base[2] = 1e-3;
+    kt_scheduler_config_t c = quiet_config(KT_SCHEDULER_GRADIENT, 3 * 4 + 6 * 4, 4);
+    c.eps_random = 0;
+    const int alt[3] = {-1, -1, 0};
+    c.alternative_of = alt;
+    kt_scheduler_t *s = kt_scheduler_new(tasks, 3, &c);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    kt_scheduler_tuner_t tu = tuner_of(&m);
+    ck_assert_int_eq(kt_scheduler_run(s, &tu), 0);
+    ck_assert_int_eq(m.n_picks, 9);
+    for (int k = 3; k < m.n_picks; k++)
+        ck_assert_int_ne(m.picks[k], 0);
+    kt_scheduler_task_state_t st[3];
+    for (int i = 0; i < 3; i++)
+        kt_scheduler_task_state(s, i, &st[i]);
+    double want = 2 * st[2].best_cost + 1 * st[1].best_cost;
+    ck_assert(st[2].best_cost < st[0].best_cost);
+    ck_assert_double_eq_tol(kt_scheduler_estimated_latency(s), want, 1e-12);
+    kt_scheduler_free(s);
+
+    /* An alternative of an alternative, or of itself, is refused. */
+    const int bad[3] = {-1, 2, 1}, self[3] = {0, -1, -1};
+    c.alternative_of = bad;
+    ck_assert_ptr_null(kt_scheduler_new(tasks, 3, &c));
+    c.alternative_of = self;
+    ck_assert_ptr_null(kt_scheduler_new(tasks, 3, &c));
+}
+END_TEST
+
 /* ---- round-robin, sequential, dead tasks, early stopping ------------ */
 
 START_TEST(round_robin_cycles_and_skips_dead_task)
@@ -799,6 +838,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, gradient_choices_follow_the_formula);
     tcase_add_test(tc, custom_objective_steers_gradient);
+    tcase_add_test(tc, alternatives_count_once_at_their_fastest);
     tcase_add_test(tc, round_robin_cycles_and_skips_dead_task);
     tcase_add_test(tc, sequential_gives_each_task_its_share);
     tcase_add_test(tc, gradient_skips_dead_task);

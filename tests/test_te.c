@@ -56,12 +56,15 @@ static const char *const forms[] = {
     "{\"op\": \"pool2d\", \"kind\": \"max\", \"N\": 1, \"H\": 112, \"W\": 112, \"C\": 64, "
     "\"KH\": 3, \"KW\": 3, \"stride\": [2, 2], \"padding\": [1, 1], \"epilogue\": "
     "[\"bias_add\", \"relu\"]}",
+    "{\"op\": \"conv2d_winograd_nhwc\", \"N\": 1, \"H\": 28, \"W\": 28, \"CI\": 128, "
+    "\"CO\": 128, \"KH\": 3, \"KW\": 3, \"tile_size\": 4, \"padding\": [1, 1], "
+    "\"epilogue\": [\"bias_add\", \"relu\"]}",
 };
 static const char *const form_ops[] = {
     "matmul", "dense", "batch_matmul", "conv2d_nhwc", "conv2d_nchw", "depthwise_conv2d_nhwc",
     "pool2d", "pool2d", "global_avg_pool", "softmax", "layer_norm", "matmul", "conv2d_nhwc",
     "group_conv2d_nhwc", "group_conv2d_nchw", "depthwise_conv2d_nchw", "pool2d_nchw",
-    "global_avg_pool_nchw", "dense", "pool2d",
+    "global_avg_pool_nchw", "dense", "pool2d", "conv2d_winograd_nhwc",
 };
 
 #define MATMUL512_KEY \
@@ -174,6 +177,11 @@ START_TEST(workload_keys_see_reduce_extents)
 }
 END_TEST
 
+/* A Winograd workload's fields up to KW (the object left open). */
+#define WINO_FIELDS(kh, kw)                                                                 \
+    "{\"op\": \"conv2d_winograd_nhwc\", \"N\": 1, \"H\": 6, \"W\": 6, \"CI\": 2, \"CO\": 2, " \
+    "\"KH\": " kh ", \"KW\": " kw
+
 START_TEST(workload_errors_name_the_field)
 {
     static const char *const cases[][2] = {
@@ -239,6 +247,13 @@ START_TEST(workload_errors_name_the_field)
         {"{\"op\": \"softmax\", \"shape\": [2, 3], \"epilogue\": [\"relu\"]}", "'epilogue'"},
         {"{\"op\": \"layer_norm\", \"shape\": [2, 3], \"affine\": 1}", "'affine'"},
         {"{\"op\": \"batch_matmul\", \"M\": 2, \"N\": 2, \"K\": 2}", "'B'"},
+        {WINO_FIELDS("5", "3") ", \"tile_size\": 2}", "'KH'"},
+        {WINO_FIELDS("3", "1") ", \"tile_size\": 2}", "'KW'"},
+        {WINO_FIELDS("3", "3") ", \"tile_size\": 3}", "'tile_size'"},
+        {WINO_FIELDS("3", "3") "}", "'tile_size'"},
+        {WINO_FIELDS("3", "3") ", \"tile_size\": 2, \"stride\": [2, 2]}", "'stride'"},
+        {WINO_FIELDS("3", "3") ", \"tile_size\": 4, \"dilation\": [1, 2]}", "'dilation'"},
+        {WINO_FIELDS("3", "3") ", \"tile_size\": 4, \"groups\": 2}", "'groups'"},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         kt_err_clear();
@@ -659,8 +674,8 @@ typedef struct {
     float **bufs;
 } ran_t;
 
-/* Compile the DAG's reference kernel, run it in-process on seeded inputs. */
-static void run_reference(const kt_dag_t *d, ran_t *r)
+/* Compile and load the DAG's reference kernel, make its seeded buffers. */
+static void load_reference(const kt_dag_t *d, ran_t *r)
 {
     snprintf(r->dir, sizeof(r->dir), "/tmp/kt_te_refXXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(r->dir));
@@ -676,6 +691,12 @@ static void run_reference(const kt_dag_t *d, ran_t *r)
     ck_assert_msg(r->lib != NULL, "%s", kt_err_msg());
     r->bufs = kt_codegen_bufs_new(d, 7);
     ck_assert_ptr_nonnull(r->bufs);
+}
+
+/* Compile the DAG's reference kernel, run it in-process on seeded inputs. */
+static void run_reference(const kt_dag_t *d, ran_t *r)
+{
+    load_reference(d, r);
     ck_assert_int_eq(kt_codegen_lib_fn(r->lib)(r->bufs), 0);
 }
 
@@ -1192,6 +1213,70 @@ START_TEST(reference_grouped_and_multiplier_convs_are_right)
 }
 END_TEST
 
+/* Winograd rounds differently from the direct sum: the input transform adds
+ * up to alpha^2 values scaled by up to 2.5 (tile 4) and the output
+ * transform scales by up to 8, so cancellation leaves errors a few hundred
+ * float ulps of the output's magnitude with tile 4 and tens with tile 2.
+ * The bounds below are on kt_codegen_rel_err (relative to the output's rms);
+ * an error in a transform matrix or an index gives O(1). */
+#define WINO_TOL_TILE2 1e-5
+#define WINO_TOL_TILE4 1e-4
+
+START_TEST(reference_winograd_conv2d_equals_direct)
+{
+    static const struct {
+        int64_t n, h, w, ci, co, pad, tile;
+        int nepi;
+    } cases[] = {
+        {1, 7, 9, 6, 5, 1, 2, 2},    /* odd sizes: the last tiles overhang */
+        {2, 8, 7, 5, 3, 0, 2, 0},
+        {1, 11, 6, 16, 4, 1, 4, 2},
+        {2, 9, 10, 7, 6, 0, 4, 0},
+        {1, 4, 4, 3, 2, 1, 4, 2},    /* one tile larger than the output */
+    };
+    const kt_epi_t br[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_RELU}};
+    for (size_t c = 0; c < KT_ARRAY_LEN(cases); c++) {
+        kt_conv2d_params_t p = kt_ops_conv2d_default();
+        for (int i = 0; i < 4; i++)
+            p.pad[i] = cases[c].pad;
+        kt_dag_t *direct = kt_ops_conv2d(KT_LAYOUT_NHWC, cases[c].n, cases[c].h, cases[c].w,
+                                         cases[c].ci, cases[c].co, 3, 3, 0, &p, br,
+                                         cases[c].nepi);
+        kt_dag_t *wino = kt_ops_conv2d_winograd_nhwc(cases[c].n, cases[c].h, cases[c].w,
+                                                     cases[c].ci, cases[c].co, 3, 3,
+                                                     cases[c].tile, &p, br, cases[c].nepi);
+        ck_assert_msg(direct && wino, "case %zu: %s", c, kt_err_msg());
+        ran_t rd, rw;
+        run_reference(direct, &rd);
+        load_reference(wino, &rw);
+        /* Buffers: data, weight, [bias,] output in both DAGs. */
+        int nb = kt_codegen_num_bufs(direct);
+        ck_assert_int_eq(kt_codegen_num_bufs(wino), nb);
+        const kt_stage_t *d0 = kt_dag_stage(direct, kt_codegen_buf_stage(direct, 0));
+        memcpy(rw.bufs[0], rd.bufs[0], (size_t)kt_stage_numel(d0) * sizeof(float));
+        ck_assert_int_eq(kt_ops_winograd_weight(cases[c].tile, cases[c].ci, cases[c].co,
+                                                rd.bufs[1], rw.bufs[1]), 0);
+        if (cases[c].nepi)
+            memcpy(rw.bufs[2], rd.bufs[2], (size_t)cases[c].co * sizeof(float));
+        ck_assert_int_eq(kt_codegen_lib_fn(rw.lib)(rw.bufs), 0);
+        const kt_stage_t *out = kt_dag_stage(direct, kt_codegen_buf_stage(direct, nb - 1));
+        double err = kt_codegen_rel_err(rw.bufs[nb - 1], rd.bufs[nb - 1],
+                                        (size_t)kt_stage_numel(out));
+        double tol = cases[c].tile == 2 ? WINO_TOL_TILE2 : WINO_TOL_TILE4;
+        ck_assert_msg(err <= tol, "case %zu (tile %lld): error %.3g > %.0e", c,
+                      (long long)cases[c].tile, err, tol);
+        ran_free(direct, &rd);
+        ran_free(wino, &rw);
+        kt_dag_free(direct);
+        kt_dag_free(wino);
+    }
+    /* The weight transform refuses what the DAG refuses. */
+    float w[9], o[36];
+    ck_assert_int_eq(kt_ops_winograd_weight(3, 1, 1, w, o), KT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "'tile_size'"));
+}
+END_TEST
+
 START_TEST(reference_nchw_pools_with_epilogues_are_right)
 {
     enum { C = 2, H = 5, W = 5, OH = 3, OW = 3 };
@@ -1299,6 +1384,7 @@ int main(void)
     tcase_add_test(tr, reference_softmax_and_layer_norm_are_right);
     tcase_add_test(tr, reference_new_epilogues_are_right);
     tcase_add_test(tr, reference_grouped_and_multiplier_convs_are_right);
+    tcase_add_test(tr, reference_winograd_conv2d_equals_direct);
     tcase_add_test(tr, reference_nchw_pools_with_epilogues_are_right);
     tcase_add_test(tr, reference_floor_division_handles_negative_indices);
     tcase_add_test(tr, rel_err_metric_is_as_documented);

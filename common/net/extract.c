@@ -95,6 +95,7 @@ static int add_task(ex_t *e, json_t *obj, const char *desc, const net_layer_t *a
     memset(task, 0, sizeof(*task));
     task->wl = wl;
     task->weight = 1;
+    task->alt_of = -1;
     task->workload = json_loads(kt_workload_json(wl), 0, NULL);
     task->desc = kt_strdup(desc);
     if (!task->workload || !task->desc)
@@ -521,6 +522,61 @@ static int extract_anchor(ex_t *e, int a, anchor_t kind)
     return rc;
 }
 
+/* ---- Winograd alternatives ----------------------------------------------------------- */
+
+/* After the tasks: for every conv2d_nhwc task Winograd can compute (3x3,
+ * stride 1, dilation 1), the same layers as a conv2d_winograd_nhwc task
+ * with its weight; tile 4 when the input height is a multiple of 8, else 2
+ * (the rule of TVM's _pick_tile_size). No instance calls it: the build
+ * picks it for its primary's instances when its record is faster. */
+static int add_winograd_alternatives(ex_t *e)
+{
+    kt_net_tasks_t *t = e->out;
+    const int nprimary = t->ntasks;
+    for (int i = 0; i < nprimary; i++) {
+        const json_t *w = t->tasks[i].workload;
+        const char *op = json_string_value(json_object_get(w, "op"));
+        if (!op || strcmp(op, "conv2d_nhwc") != 0)
+            continue;
+        const json_t *st = json_object_get(w, "stride"), *dl = json_object_get(w, "dilation");
+        if (json_integer_value(json_object_get(w, "KH")) != 3 ||
+            json_integer_value(json_object_get(w, "KW")) != 3 ||
+            json_integer_value(json_array_get(st, 0)) != 1 ||
+            json_integer_value(json_array_get(st, 1)) != 1 ||
+            json_integer_value(json_array_get(dl, 0)) != 1 ||
+            json_integer_value(json_array_get(dl, 1)) != 1)
+            continue;
+        const net_layer_t *anchor = NULL;   /* for an issue if te refused the workload */
+        for (int k = 0; k < t->ninstances && !anchor; k++)
+            if (t->instances[k].task == i)
+                anchor = &e->net->layers[t->instances[k].anchor];
+        if (!anchor)
+            continue;
+        json_t *alt = json_deep_copy(w);
+        if (!alt)
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        json_int_t H = json_integer_value(json_object_get(w, "H"));
+        json_object_set_new(alt, "op", json_string("conv2d_winograd_nhwc"));
+        json_object_set_new(alt, "tile_size", json_integer(H % 8 == 0 ? 4 : 2));
+        kt_sbuf_t desc;
+        kt_sbuf_init(&desc);
+        kt_sbuf_printf(&desc, "%s (Winograd)", t->tasks[i].desc);
+        int rc = kt_sbuf_ok(&desc), task = -1;
+        if (rc)
+            json_decref(alt);
+        else
+            rc = add_task(e, alt, desc.data, anchor, &task);
+        kt_sbuf_free(&desc);
+        if (rc)
+            return rc;
+        if (task >= nprimary) {
+            t->tasks[task].weight = t->tasks[i].weight;
+            t->tasks[task].alt_of = i;
+        }
+    }
+    return KT_OK;
+}
+
 /* ---- public -------------------------------------------------------------------------- */
 
 void kt_net_tasks_free(kt_net_tasks_t *t)
@@ -548,6 +604,11 @@ void kt_net_tasks_free(kt_net_tasks_t *t)
 }
 
 kt_net_tasks_t *kt_net_extract(const kt_net_t *net, kt_net_layout_t layout)
+{
+    return kt_net_extract_ex(net, layout, 0);
+}
+
+kt_net_tasks_t *kt_net_extract_ex(const kt_net_t *net, kt_net_layout_t layout, int flags)
 {
     if (!net || !net->is_output) {
         kt_err_set(KT_EINVAL, "no network");
@@ -618,6 +679,8 @@ kt_net_tasks_t *kt_net_extract(const kt_net_t *net, kt_net_layout_t layout)
         rc = issue(&e, KT_NET_UNSUPPORTED, &net->layers[first_blocked],
                    "%d layer%s from this one on could not be inferred: their input shapes depend "
                    "on unsupported operators", nblocked, nblocked == 1 ? "" : "s");
+    if (rc == KT_OK && (flags & KT_NET_EXTRACT_WINOGRAD) && layout == KT_NET_NHWC)
+        rc = add_winograd_alternatives(&e);
 done:
     free(e.nref);
     free(e.cstart);

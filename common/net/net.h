@@ -136,6 +136,8 @@ typedef struct {
     kt_workload_t *wl;    /* parsed workload (DAG, key, flops) */
     int weight;           /* number of appearances in the network */
     char *desc;           /* layers of its first appearance: "conv0 + bn0 + relu0" */
+    int alt_of;           /* -1, or the task whose layers this one computes another way
+                             (KT_NET_EXTRACT_WINOGRAD); no instance calls it */
 } kt_net_task_t;
 
 typedef enum {
@@ -183,6 +185,19 @@ typedef struct {
 /* Extract the tasks of `net` with te operators of `layout`. NULL + kt_err only
  * on out-of-memory or an internal error; unsupported layers are issues. */
 kt_net_tasks_t *kt_net_extract(const kt_net_t *net, kt_net_layout_t layout);
+
+/* Flags of kt_net_extract_ex. WINOGRAD (NHWC only; ignored for NCHW): after
+ * the tasks above, one alternative task per conv2d_nhwc task with a 3x3
+ * window, stride 1 and dilation 1: the conv2d_winograd_nhwc workload of the
+ * same layers (tile 4 when the input height is a multiple of 8, else 2),
+ * with the same weight, alt_of naming the direct task, desc "... (Winograd)".
+ * The task scheduler counts each group once, at its fastest
+ * (kt_scheduler_config_t.alternative_of; a job finds the pairs from the
+ * workloads), and the build uses the alternative where its record is faster
+ * (kt_net_plan_use_alternatives). Tasks and their indices before the
+ * alternatives are those of kt_net_extract. */
+#define KT_NET_EXTRACT_WINOGRAD 1
+kt_net_tasks_t *kt_net_extract_ex(const kt_net_t *net, kt_net_layout_t layout, int flags);
 void kt_net_tasks_free(kt_net_tasks_t *t);
 
 /* The task list as JSON text: [{"workload": {...}, "weight": W, "key": "...",

@@ -1056,3 +1056,66 @@ done:
     }
     return c.p;
 }
+
+/* ---- alternatives --------------------------------------------------------------------- */
+
+/* Switch one TASK step from the direct conv2d to its Winograd task: its
+ * weight [3, 3, CI, CO] becomes [alpha, alpha, CI, CO] (G g G^T). */
+static int use_winograd(kt_net_plan_t *p, kt_plan_step_t *s, const kt_net_task_t *alt, int task)
+{
+    const json_t *w = alt->workload;
+    int64_t tile = json_integer_value(json_object_get(w, "tile_size"));
+    int64_t CI = json_integer_value(json_object_get(w, "CI"));
+    int64_t CO = json_integer_value(json_object_get(w, "CO"));
+    if (s->nin < 2 || !s->in[1].weight || s->in[1].id < 0 || s->in[1].id >= p->nweights)
+        return kt_err_set(KT_EINTERNAL, "step '%s': no weight to transform", s->name);
+    kt_plan_weight_t *wt = &p->weights[s->in[1].id];
+    if (wt->ndim != 4 || wt->dims[0] != 3 || wt->dims[1] != 3 || wt->dims[2] != CI ||
+        wt->dims[3] != CO)
+        return kt_err_set(KT_EINTERNAL, "step '%s': weight '%s' is not [3, 3, %lld, %lld]",
+                          s->name, wt->name, (long long)CI, (long long)CO);
+    const int64_t alpha = tile + 2, n = alpha * alpha * CI * CO;
+    float *out = malloc((size_t)n * sizeof(float));
+    if (!out)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    if (kt_ops_winograd_weight(tile, CI, CO, wt->data, out) != 0) {
+        free(out);
+        return kt_err_code();
+    }
+    free(wt->data);
+    wt->data = out;
+    wt->dims[0] = wt->dims[1] = alpha;
+    wt->numel = n;
+    s->task = task;
+    return KT_OK;
+}
+
+int kt_net_plan_use_alternatives(kt_net_plan_t *p, const kt_net_tasks_t *tasks,
+                                 const double *ms, int *used)
+{
+    if (!p || !tasks || !ms)
+        return kt_err_set(KT_EINVAL, "plan alternatives: no plan, tasks or costs");
+    for (int j = 0; j < tasks->ntasks; j++) {
+        if (used)
+            used[j] = tasks->tasks[j].alt_of < 0;
+        int i = tasks->tasks[j].alt_of;
+        if (i < 0 || i >= tasks->ntasks || !(ms[j] > 0) || (ms[i] > 0 && ms[j] >= ms[i]))
+            continue;
+        if (strcmp(kt_workload_op(tasks->tasks[j].wl), "conv2d_winograd_nhwc") != 0)
+            return kt_err_set(KT_EINVAL, "task %d: unknown kind of alternative '%s'", j,
+                              kt_workload_op(tasks->tasks[j].wl));
+        for (int k = 0; k < p->nsteps; k++) {
+            kt_plan_step_t *s = &p->steps[k];
+            if (s->kind != KT_PLAN_TASK || s->task != i)
+                continue;
+            int rc = use_winograd(p, s, &tasks->tasks[j], j);
+            if (rc)
+                return rc;
+        }
+        if (used) {
+            used[j] = 1;
+            used[i] = 0;
+        }
+    }
+    return KT_OK;
+}

@@ -114,6 +114,17 @@ kt_net_plan_t *kt_net_plan(const kt_net_t *net, const kt_net_tasks_t *tasks,
                            kt_net_layout_t layout, uint64_t seed);
 void kt_net_plan_free(kt_net_plan_t *p);
 
+/* Where a task has alternatives (kt_net_extract_ex), run the faster: ms[t]
+ * is task t's best measured milliseconds (0 or less: no record). An
+ * alternative with a record that is faster than its direct task's (or whose
+ * direct task has none) takes over every step of that task; for a Winograd
+ * conv2d the step's weight is transformed here, at build time
+ * (kt_ops_winograd_weight), so nothing is transformed at run time. used
+ * (may be NULL) receives per task whether a step now calls it. Call once,
+ * after kt_net_plan. 0 or negative. */
+int kt_net_plan_use_alternatives(kt_net_plan_t *p, const kt_net_tasks_t *tasks,
+                                 const double *ms, int *used);
+
 /* The value whose memory value v uses (follows aliases). */
 int kt_net_plan_root(const kt_net_plan_t *p, int v);
 

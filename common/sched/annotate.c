@@ -104,8 +104,14 @@ typedef struct {
 
 static int loc_options(const kt_dag_t *dag, const kt_sched_state_t *st, int s, loc_t *opt)
 {
-    int n = 0;
+    int n = 0, prod[KT_TE_MAX_STAGES];
     opt[n++] = (loc_t){KT_SK_ROOT, -1, 0};
+    /* A constant table (a stage reading no tensor, as Winograd's transform
+     * matrices) stays one small array at root: inlined or computed at a
+     * consumer, its select chain would be re-evaluated in the consumer's
+     * inner loop (TVM folds it by unrolling; ktune's loops are not). */
+    if (kt_dag_producers(dag, s, prod) == 0)
+        return n;
     if (kt_dag_is_inlinable(dag, s))
         opt[n++] = (loc_t){KT_SK_INLINE, -1, 0};
     int maxd = 0;

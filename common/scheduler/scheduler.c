@@ -58,6 +58,7 @@ struct kt_scheduler {
     double *scratch;           /* n costs for objective evaluations */
     double *group_best;        /* per group: best FLOPS among members */
     int *group_size;
+    int *alt;                  /* per task: the task it is an alternative of, or -1; NULL: none */
 };
 
 static const char *status_name(kt_scheduler_task_status_t st)
@@ -147,6 +148,12 @@ static int check_config(const kt_scheduler_config_t *c, int n)
                           c->backward_window_size);
     if (c->max_in_flight < 1)
         return kt_err_set(KT_EINVAL, "max_in_flight must be >= 1 (got %d)", c->max_in_flight);
+    for (int i = 0; c->alternative_of && i < n; i++) {
+        int a = c->alternative_of[i];
+        if (a != -1 && (a < 0 || a >= n || a == i || c->alternative_of[a] != -1))
+            return kt_err_set(KT_EINVAL, "alternative_of[%d] = %d is not -1 or another task "
+                              "that is no alternative itself", i, a);
+    }
     return 0;
 }
 
@@ -211,8 +218,12 @@ kt_scheduler_t *kt_scheduler_new(const kt_scheduler_task_t *tasks, int n_tasks,
     s->scratch = calloc((size_t)n_tasks, sizeof *s->scratch);
     s->group_best = calloc((size_t)n_tasks, sizeof *s->group_best);
     s->group_size = calloc((size_t)n_tasks, sizeof *s->group_size);
+    if (cfg->alternative_of && (s->alt = malloc((size_t)n_tasks * sizeof *s->alt)))
+        memcpy(s->alt, cfg->alternative_of, (size_t)n_tasks * sizeof *s->alt);
+    s->cfg.alternative_of = NULL;   /* the caller's array need not outlive the call */
     char **keys = calloc((size_t)n_tasks, sizeof *keys);
-    if (!s->tasks || !s->scratch || !s->group_best || !s->group_size || !keys)
+    if (!s->tasks || !s->scratch || !s->group_best || !s->group_size || !keys ||
+        (cfg->alternative_of && !s->alt))
         goto oom;
 
     /* Every task gets at least one round: TVM lowers the round size rather
@@ -272,6 +283,7 @@ void kt_scheduler_free(kt_scheduler_t *s)
     free(s->scratch);
     free(s->group_best);
     free(s->group_size);
+    free(s->alt);
     free(s->finish_msg);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -292,13 +304,25 @@ static double elapsed(const kt_scheduler_t *s)
     return s->elapsed_base + (s->started ? kt_time_mono() - s->tic : 0.0);
 }
 
+/* The member of task i's alternatives group (i and the tasks that are its
+ * alternatives) with the lowest cost; i itself on ties. */
+static int group_fastest(const kt_scheduler_t *s, const double *costs, int i)
+{
+    int best = i;
+    for (int j = 0; s->alt && j < s->n; j++)
+        if (s->alt[j] == i && costs[j] < costs[best])
+            best = j;
+    return best;
+}
+
 static double objective(const kt_scheduler_t *s, const double *costs)
 {
     if (s->cfg.objective)
         return s->cfg.objective(costs, s->n, s->cfg.objective_user);
     double sum = 0;
     for (int i = 0; i < s->n; i++)
-        sum += s->tasks[i].weight * costs[i];
+        if (!s->alt || s->alt[i] < 0)
+            sum += s->tasks[i].weight * costs[group_fastest(s, costs, i)];
     return sum;
 }
 
@@ -311,10 +335,11 @@ static double current_score(const kt_scheduler_t *s)
 
 static double estimated_latency(const kt_scheduler_t *s)
 {
+    double score = current_score(s);   /* fills s->scratch */
     for (int i = 0; i < s->n; i++)
-        if (!valid_cost(s->tasks[i].best))
+        if ((!s->alt || s->alt[i] < 0) && !valid_cost(s->scratch[group_fastest(s, s->scratch, i)]))
             return INFINITY;
-    return current_score(s);
+    return score;
 }
 
 static int hist_push(task_t *t, double v)
@@ -399,8 +424,13 @@ static void compute_groups(kt_scheduler_t *s)
  * `base` their objective (set up once per pick by pick_gradient). */
 static double chain_gradient(kt_scheduler_t *s, int i, double base)
 {
-    if (!s->cfg.objective)
+    if (!s->cfg.objective && !s->alt)
         return s->tasks[i].weight;
+    if (!s->cfg.objective) {
+        /* Only the fastest of a group counts in the sum. */
+        int head = s->alt[i] < 0 ? i : s->alt[i];
+        return group_fastest(s, s->scratch, head) == i ? s->tasks[head].weight : 0.0;
+    }
     double keep = s->scratch[i];
     double delta = OBJECTIVE_DELTA * fmax(1.0, keep);
     s->scratch[i] = keep - delta;
@@ -440,7 +470,7 @@ static int pick_gradient(kt_scheduler_t *s, uint64_t pick)
         return nth_pickable(s, draw_bits(s, pick, SALT_EPS_PICK) % (uint64_t)live);
 
     compute_groups(s);
-    double base = s->cfg.objective ? current_score(s) : 0;   /* fills s->scratch */
+    double base = s->cfg.objective || s->alt ? current_score(s) : 0;   /* fills s->scratch */
     int best = -1;
     double gmin = INFINITY, gmax = -INFINITY;
     for (int i = 0; i < s->n; i++) {

@@ -121,6 +121,15 @@ typedef struct {
     int max_in_flight;            /* rounds outstanding at once via next/complete; >= 1 */
     kt_scheduler_objective_fn objective;   /* NULL = weighted sum of latencies */
     void *objective_user;
+    /* NULL, or per task the task it is an alternative implementation of (the
+     * same layers computed another way, e.g. a Winograd conv2d), -1 for none;
+     * a task named here is no alternative itself. The default objective then
+     * sums, per task that is no alternative, its weight times the fastest
+     * latency among it and its alternatives (the alternatives' own weights
+     * are unused), the estimate is finite once every such group has one
+     * valid cost, and the gradient credits only a group's fastest member.
+     * Copied by kt_scheduler_new. */
+    const int *alternative_of;
     FILE *table_out;              /* progress table before each round; NULL = silent */
     kt_scheduler_round_fn pre_round;       /* optional extra callbacks */
     kt_scheduler_round_fn post_round;

@@ -203,8 +203,39 @@ void kt_job_view_free(kt_job_view_t *v)
     }
     free(v->wl);
     free(v->tags);
+    free(v->alt);
     kt_store_job_info_free(v->info);
     free(v);
+}
+
+/* v->alt: a Winograd task whose direct conv2d is also a task of the job is
+ * its alternative (extraction adds such pairs); NULL when the job has none. */
+static int find_alternatives(kt_job_view_t *v)
+{
+    for (int i = 0; i < v->ntasks; i++) {
+        char *direct = kt_workload_winograd_direct_json(v->wl[i]);
+        if (!direct) {
+            if (strcmp(kt_workload_op(v->wl[i]), "conv2d_winograd_nhwc") == 0)
+                return kt_err_code() ? kt_err_code() : KT_ENOMEM;
+            continue;
+        }
+        for (int j = 0; j < v->ntasks; j++) {
+            if (strcmp(kt_workload_json(v->wl[j]), direct) != 0)
+                continue;
+            if (!v->alt) {
+                if (!(v->alt = malloc((size_t)v->ntasks * sizeof *v->alt))) {
+                    free(direct);
+                    return kt_err_set(KT_ENOMEM, "out of memory");
+                }
+                for (int k = 0; k < v->ntasks; k++)
+                    v->alt[k] = -1;
+            }
+            v->alt[i] = j;
+            break;
+        }
+        free(direct);
+    }
+    return 0;
 }
 
 int kt_job_view_load(kt_store_t *s, int64_t id, kt_job_view_t **out)
@@ -243,6 +274,10 @@ int kt_job_view_load(kt_store_t *s, int64_t id, kt_job_view_t **out)
             kt_job_view_free(v);
             return rc;
         }
+    }
+    if ((rc = find_alternatives(v)) != 0) {
+        kt_job_view_free(v);
+        return rc;
     }
     *out = v;
     return 0;
@@ -340,6 +375,7 @@ kt_scheduler_t *kt_job_view_scheduler(kt_store_t *s, const kt_job_view_t *v,
                                          .similarity_tag = v->tags[i],
                                          .workload_key = v->info->tasks[i].workload_key};
     kt_scheduler_config_t cfg = *base;
+    cfg.alternative_of = v->alt;
     cfg.num_measure_trials = v->opts.trials;
     cfg.num_measures_per_round = v->opts.per_round;
     cfg.early_stopping = v->opts.early_stopping;

@@ -71,6 +71,8 @@ typedef struct {
     int ntasks;
     kt_workload_t **wl;         /* per task, parsed from the stored canonical JSON */
     char **tags;                /* per task: similarity tag (compute stages' tags joined) */
+    int *alt;                   /* per task: the task it is an alternative of (a Winograd
+                                   conv2d of a direct one in the job) or -1; NULL: none */
 } kt_job_view_t;
 
 /* Load job `id`. KT_ENOTFOUND when the store has no such job. */

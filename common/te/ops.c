@@ -593,6 +593,244 @@ kt_dag_t *kt_ops_depthwise_conv2d_nhwc(int64_t N, int64_t H, int64_t W, int64_t 
                kt_ops_depthwise_conv2d(KT_LAYOUT_NHWC, N, H, W, C, 1, KH, KW, p, epi_, nepi));
 }
 
+/* ---- Winograd conv2d ------------------------------------------------------- */
+
+/* Cook-Toom transform matrices F(m, 3) with alpha = m + 2, built from TVM's
+ * interpolation points (winograd_util: {0, -1, 1} for m = 2, {0, -1, 1, 1/2,
+ * -2} for m = 4, the low-error choice of Barabasz et al.): A [alpha, m]
+ * (output transform A^T M A), B [alpha, alpha] (input transform B^T d B), G
+ * [alpha, 3] (kernel transform G g G^T). Every entry is a short binary
+ * fraction except G's thirds, which the weight transform evaluates in double. */
+static const double wino_a2[4 * 2] = {1, 0, 1, -1, 1, 1, 0, 1};
+static const double wino_b2[4 * 4] = {1, 0, 0, 0, 0, -1, 1, -1, -1, 1, 1, 0, 0, 0, 0, 1};
+static const double wino_g2[4 * 3] = {1, 0, 0, 0.5, -0.5, 0.5, 0.5, 0.5, 0.5, 0, 0, 1};
+static const double wino_a4[6 * 4] = {
+    1, 0,   0,    0,
+    1, -1,  1,    -1,
+    1, 1,   1,    1,
+    1, 0.5, 0.25, 0.125,
+    1, -2,  4,    -8,
+    0, 0,   0,    1,
+};
+static const double wino_b4[6 * 6] = {
+    1,    0,    0,   0,    0,    0,
+    -1.5, 1,    -1,  -2,   0.5,  1,
+    -2,   -2.5, 0.5, -1,   -1,   -1.5,
+    1.5,  0.5,  2.5, 2,    -0.5, -2,
+    1,    1,    1,   1,    1,    1.5,
+    0,    0,    0,   0,    0,    1,
+};
+static const double wino_g4[6 * 3] = {
+    1,          0,         0,
+    -1.0 / 3,   1.0 / 3,   -1.0 / 3,
+    1.0 / 3,    1.0 / 3,   1.0 / 3,
+    -16.0 / 15, -8.0 / 15, -4.0 / 15,
+    1.0 / 15,   -2.0 / 15, 4.0 / 15,
+    0,          0,         1,
+};
+
+static int wino_tile_check(int64_t tile)
+{
+    if (tile != 2 && tile != 4)
+        return kt_err_set(KT_EINVAL, "field 'tile_size' must be 2 or 4 (got %lld)",
+                          (long long)tile);
+    return KT_OK;
+}
+
+/* A constant matrix as a compute stage (TVM's const_matrix): a select chain
+ * over the non-zero entries, 0 elsewhere. It has a select, so the sketch
+ * rules keep it a tiny materialized table instead of inlining the chain
+ * into the transform's inner loop. */
+static int const_matrix(kt_dag_t *d, const char *name, int rows, int cols, const double *v)
+{
+    static const char *const an[] = {"i", "j"};
+    const int64_t shape[2] = {rows, cols};
+    int s = kt_dag_compute(d, name, "const_matrix", 2, shape, an, 0, NULL, NULL, KT_RED_NONE);
+    if (s < 0)
+        return s;
+    kt_expr_t *e = cf(d, 0.0);
+    for (int k = rows * cols - 1; k >= 0; k--) {
+        if (v[k] == 0.0)
+            continue;
+        kt_expr_t *c = kt_ex_bin(d, KT_EX_AND, kt_ex_bin(d, KT_EX_EQ, ax(d, 0), ci(d, k / cols)),
+                                 kt_ex_bin(d, KT_EX_EQ, ax(d, 1), ci(d, k % cols)));
+        e = kt_ex_select(d, c, cf(d, v[k]), e);
+    }
+    int rc = kt_dag_set_body(d, s, e);
+    return rc ? rc : s;
+}
+
+/* out[spatial] = sum over r_a, r_b of in[r_a, r_b, p, c] * M[r_a, a0] * M[r_b, a1]:
+ * the two-sided transform of data_pack (M = B) and inverse (M = A). */
+static int transform_stage(kt_dag_t *d, const char *name, const int64_t *shape,
+                           const char *const *an, int64_t alpha, int in, int mat)
+{
+    static const char *const rn[] = {"r_a", "r_b"};
+    const int64_t rext[2] = {alpha, alpha};
+    int s = kt_dag_compute(d, name, name, 4, shape, an, 2, rext, rn, KT_RED_SUM);
+    if (s < 0)
+        return s;
+    int ii[4] = {4, 5, 2, 3}, ma[2] = {4, 0}, mb[2] = {5, 1};
+    kt_expr_t *body = mul(d, mul(d, load_axes(d, in, 4, ii), load_axes(d, mat, 2, ma)),
+                          load_axes(d, mat, 2, mb));
+    int rc = kt_dag_set_body(d, s, body);
+    return rc ? rc : s;
+}
+
+/* Row (k = 0) or column (k = 1) of the padded input that input_tile's
+ * element reads: floormod(floordiv(p, nW), nH)*m + eps or floormod(p, nW)*m
+ * + nu. A new tree per call: expression nodes are not shared. */
+static kt_expr_t *tile_pos(kt_dag_t *d, int k, int64_t nH, int64_t nW, int64_t m)
+{
+    kt_expr_t *t = k == 0 ? kt_ex_bin(d, KT_EX_FLOORMOD,
+                                      kt_ex_bin(d, KT_EX_FLOORDIV, ax(d, 2), ci(d, nW)),
+                                      ci(d, nH))
+                          : kt_ex_bin(d, KT_EX_FLOORMOD, ax(d, 2), ci(d, nW));
+    return add(d, mul(d, t, ci(d, m)), ax(d, k));
+}
+
+kt_dag_t *kt_ops_conv2d_winograd_nhwc(int64_t N, int64_t H, int64_t W, int64_t CI, int64_t CO,
+                                      int64_t KH, int64_t KW, int64_t tile,
+                                      const kt_conv2d_params_t *pp, const kt_epi_t *epi,
+                                      int nepi)
+{
+    kt_conv2d_params_t p = pp ? *pp : kt_ops_conv2d_default();
+    if (check_dim("N", N) || check_dim("H", H) || check_dim("W", W) || check_dim("CI", CI) ||
+        check_dim("CO", CO) || wino_tile_check(tile) || check_params(&p))
+        return NULL;
+    if (KH != 3 || KW != 3) {
+        kt_err_set(KT_EINVAL, "field '%s' must be 3 for a Winograd convolution (got %lld)",
+                   KH != 3 ? "KH" : "KW", (long long)(KH != 3 ? KH : KW));
+        return NULL;
+    }
+    if (p.stride[0] != 1 || p.stride[1] != 1) {
+        kt_err_set(KT_EINVAL, "field 'stride' must be [1, 1] for a Winograd convolution");
+        return NULL;
+    }
+    if (p.dilation[0] != 1 || p.dilation[1] != 1) {
+        kt_err_set(KT_EINVAL, "field 'dilation' must be [1, 1] for a Winograd convolution");
+        return NULL;
+    }
+    int64_t OH = 0, OW = 0;
+    if (conv_out(H, W, KH, KW, &p, &OH, &OW))
+        return NULL;
+    const int64_t m = tile, alpha = tile + 2;
+    const int64_t nH = (OH + m - 1) / m, nW = (OW + m - 1) / m, P = N * nH * nW;
+    if (check_dim("N*tiles", P))
+        return NULL;
+    kt_dag_t *d = kt_dag_new();
+    if (!d)
+        return NULL;
+    int64_t sd[4] = {N, H, W, CI};
+    int data = kt_dag_placeholder(d, "data", 4, sd);
+    if (data < 0)
+        return finish(d, data);
+    /* input_tile(eps, nu, p, ci) = the padded input at row th*m + eps and
+     * column tw*m + nu of tile p = (tn, th, tw): one stage that pads as it
+     * gathers (zeros outside the input, including where the last tiles
+     * overhang the output), so it keeps a select, is not always-inlined and
+     * data_pack reads it with affine indices (the tile decomposition's
+     * divisions in data_pack's inner loop keep GCC from vectorizing it). */
+    static const char *const tan[] = {"eps", "nu", "p", "ci"};
+    int64_t ts[4] = {alpha, alpha, P, CI};
+    int itile = kt_dag_compute(d, "input_tile", "input_tile", 4, ts, tan, 0, NULL, NULL,
+                               KT_RED_NONE);
+    if (itile < 0)
+        return finish(d, itile);
+    {
+        const int64_t lo[2] = {p.pad[0], p.pad[1]}, ext[2] = {H, W}, nt[2] = {nH, nW};
+        kt_expr_t *tn = kt_ex_bin(d, KT_EX_FLOORDIV, ax(d, 2), ci(d, nH * nW));
+        kt_expr_t *idx[4] = {tn, NULL, NULL, ax(d, 3)}, *cond = NULL;
+        for (int k = 0; k < 2; k++) {
+            kt_expr_t *terms[2] = {NULL, NULL};
+            if (lo[k] > 0)
+                terms[0] = kt_ex_bin(d, KT_EX_GE, tile_pos(d, k, nH, nW, m), ci(d, lo[k]));
+            if ((nt[k] - 1) * m + alpha > lo[k] + ext[k])
+                terms[1] = kt_ex_bin(d, KT_EX_LT, tile_pos(d, k, nH, nW, m),
+                                     ci(d, lo[k] + ext[k]));
+            for (int q = 0; q < 2; q++)
+                if (terms[q])
+                    cond = cond ? kt_ex_bin(d, KT_EX_AND, cond, terms[q]) : terms[q];
+            kt_expr_t *pos = tile_pos(d, k, nH, nW, m);
+            idx[1 + k] = lo[k] > 0 ? sub(d, pos, ci(d, lo[k])) : pos;
+            /* Clamped so the bounds check of kt_dag_finalize, which cannot
+             * read this compound guard, sees an index inside the input. */
+            if (terms[0] || terms[1])
+                idx[1 + k] = kt_ex_bin(d, KT_EX_MAX,
+                                       kt_ex_bin(d, KT_EX_MIN, idx[1 + k], ci(d, ext[k] - 1)),
+                                       ci(d, 0));
+        }
+        kt_expr_t *v = kt_ex_load(d, data, 4, idx);
+        int rc = kt_dag_set_body(d, itile, cond ? kt_ex_select(d, cond, v, cf(d, 0.0)) : v);
+        if (rc)
+            return finish(d, rc);
+    }
+    int bm = const_matrix(d, "B", (int)alpha, (int)alpha, m == 2 ? wino_b2 : wino_b4);
+    if (bm < 0)
+        return finish(d, bm);
+    int pack = transform_stage(d, "data_pack", ts, tan, alpha, itile, bm);
+    int64_t sw[4] = {alpha, alpha, CI, CO};
+    int wt = kt_dag_placeholder(d, "weight", 4, sw);
+    if (pack < 0 || wt < 0)
+        return finish(d, -1);
+    kt_dag_set_layout_free(d, wt);
+    /* bgemm(eps, nu, p, co) = sum over ci of data_pack[eps, nu, p, ci] * weight[eps, nu, ci, co] */
+    static const char *const gan[] = {"eps", "nu", "p", "co"}, *const grn[] = {"ci"};
+    int64_t gs[4] = {alpha, alpha, P, CO};
+    int gemm = kt_dag_compute(d, "bgemm", "bgemm", 4, gs, gan, 1, &CI, grn, KT_RED_SUM);
+    if (gemm < 0)
+        return finish(d, gemm);
+    int ia[4] = {0, 1, 2, 4}, ib[4] = {0, 1, 4, 3};
+    int rc = kt_dag_set_body(d, gemm, mul(d, load_axes(d, pack, 4, ia), load_axes(d, wt, 4, ib)));
+    if (rc)
+        return finish(d, rc);
+    int am = const_matrix(d, "A", (int)alpha, (int)m, m == 2 ? wino_a2 : wino_a4);
+    if (am < 0)
+        return finish(d, am);
+    static const char *const van[] = {"vh", "vw", "p", "co"};
+    int64_t vs[4] = {m, m, P, CO};
+    int inv = transform_stage(d, "inverse", vs, van, alpha, gemm, am);
+    if (inv < 0)
+        return finish(d, inv);
+    /* conv2d_winograd(n, h, w, co) = inverse[h % m, w % m, tile of (n, h, w), co] */
+    static const char *const oan[] = {"nn", "yy", "xx", "ff"};
+    int64_t so[4] = {N, OH, OW, CO};
+    int out = kt_dag_compute(d, "conv2d_winograd", "conv2d_winograd_nhwc", 4, so, oan, 0, NULL,
+                             NULL, KT_RED_NONE);
+    if (out < 0)
+        return finish(d, out);
+    kt_expr_t *tile_of = add(d, add(d, mul(d, ax(d, 0), ci(d, nH * nW)),
+                                    mul(d, kt_ex_bin(d, KT_EX_FLOORDIV, ax(d, 1), ci(d, m)),
+                                        ci(d, nW))),
+                             kt_ex_bin(d, KT_EX_FLOORDIV, ax(d, 2), ci(d, m)));
+    kt_expr_t *oi[4] = {kt_ex_bin(d, KT_EX_FLOORMOD, ax(d, 1), ci(d, m)),
+                        kt_ex_bin(d, KT_EX_FLOORMOD, ax(d, 2), ci(d, m)), tile_of, ax(d, 3)};
+    rc = kt_dag_set_body(d, out, kt_ex_load(d, inv, 4, oi));
+    return finish(d, rc ? rc : add_epilogues(d, out, 3, epi, nepi));
+}
+
+int kt_ops_winograd_weight(int64_t tile, int64_t CI, int64_t CO, const float *w, float *out)
+{
+    if (wino_tile_check(tile) || check_dim("CI", CI) || check_dim("CO", CO))
+        return KT_EINVAL;
+    if (!w || !out)
+        return kt_err_set(KT_EINVAL, "winograd weight: no input or output buffer");
+    const int64_t alpha = tile + 2;
+    const double *g = tile == 2 ? wino_g2 : wino_g4;
+    for (int64_t e = 0; e < alpha; e++)
+        for (int64_t u = 0; u < alpha; u++)
+            for (int64_t c = 0; c < CI; c++)
+                for (int64_t o = 0; o < CO; o++) {
+                    double acc = 0.0;
+                    for (int kh = 0; kh < 3; kh++)
+                        for (int kw = 0; kw < 3; kw++)
+                            acc += g[e * 3 + kh] * g[u * 3 + kw] *
+                                   (double)w[((kh * 3 + kw) * CI + c) * CO + o];
+                    out[((e * alpha + u) * CI + c) * CO + o] = (float)acc;
+                }
+    return KT_OK;
+}
+
 /* Elements of a pool window inside the input along one axis:
  * min(o*s - plo + k, in) - max(o*s - plo, 0). */
 static kt_expr_t *inside(kt_dag_t *d, int axis, int64_t s, int64_t plo, int64_t k, int64_t in)

@@ -33,6 +33,23 @@
  *   divisible by `groups`; NHWC weight [KH, KW, CI/groups, CO], NCHW weight
  *   [CO, CI/groups, KH, KW]; output channel ff reads input channels
  *   (ff / (CO/groups)) * (CI/groups) + rc.
+ * - conv2d_winograd_nhwc (TVM's conv2d_winograd_nhwc "without weight
+ *   transform", as its auto-scheduler uses it): a 3x3, stride 1, dilation 1
+ *   conv2d NHWC computed on tiles of m x m outputs (tile_size m = 2 or 4,
+ *   alpha = m + 2): input_tile [alpha, alpha, P, CI] (TVM's data_pad and
+ *   input_tile in one stage: it gathers each tile's alpha x alpha window,
+ *   zero outside the input, also where the last tiles overhang the output;
+ *   a select, so materialized unless a state inlines it, and data_pack reads
+ *   it with affine indices) -> data_pack = B^T d B -> bgemm [alpha, alpha,
+ *   P, CO] summing over CI with the pre-transformed weight [alpha, alpha,
+ *   CI, CO] (layout-free) ->
+ *   inverse = A^T M A [m, m, P, CO] -> conv2d_winograd [N, OH, OW, CO]
+ *   (+ epilogues), P = N * ceil(OH/m) * ceil(OW/m). The Cook-Toom matrices
+ *   are the constant stages "B" [alpha, alpha] and "A" [alpha, m] (select
+ *   chains, TVM's const_matrix). kt_ops_winograd_weight() turns a conv2d
+ *   weight [3, 3, CI, CO] into the transformed one (G g G^T, at build time).
+ *   The result equals conv2d_nhwc's up to rounding: the transforms add and
+ *   scale by up to 8 (tile 4), so tile 4 loses more precision than tile 2.
  * - pool2d and global avg pool NCHW: as NHWC with the channel axis 1
  *   (global: out [N, C, 1, 1]).
  * - epilogues, each one elementwise stage on the previous output, in order:
@@ -134,6 +151,16 @@ kt_dag_t *kt_ops_batch_matmul_ex(int64_t B, int64_t M, int64_t N, int64_t K,
 kt_dag_t *kt_ops_conv2d(kt_layout_t layout, int64_t N, int64_t H, int64_t W, int64_t CI,
                         int64_t CO, int64_t KH, int64_t KW, int64_t groups,
                         const kt_conv2d_params_t *p, const kt_epi_t *epi, int nepi);
+/* Winograd conv2d NHWC (see the header comment); KH and KW must be 3, stride
+ * and dilation 1, tile 2 or 4 (errors name the field). */
+kt_dag_t *kt_ops_conv2d_winograd_nhwc(int64_t N, int64_t H, int64_t W, int64_t CI, int64_t CO,
+                                      int64_t KH, int64_t KW, int64_t tile,
+                                      const kt_conv2d_params_t *p, const kt_epi_t *epi,
+                                      int nepi);
+/* The Winograd weight of a conv2d weight w [3, 3, CI, CO] (HWIO, as
+ * conv2d_nhwc's): out [alpha, alpha, CI, CO] = G w G^T per (CI, CO), summed
+ * in double and rounded once. 0 or KT_EINVAL (bad tile or sizes). */
+int kt_ops_winograd_weight(int64_t tile, int64_t CI, int64_t CO, const float *w, float *out);
 /* C input channels, channel multiplier M (output channels C*M). */
 kt_dag_t *kt_ops_depthwise_conv2d(kt_layout_t layout, int64_t N, int64_t H, int64_t W,
                                   int64_t C, int64_t M, int64_t KH, int64_t KW,

@@ -820,9 +820,14 @@ int kt_dag_is_reduction(const kt_dag_t *dag, int stage)
  * count 1; loads, selects, casts, comparisons and index arithmetic 0. */
 static double expr_flops(const kt_expr_t *e)
 {
-    double n = 0;
-    for (int i = 0; i < e->nargs; i++)
-        n += expr_flops(e->args[i]);
+    /* Each operand once: a select chain (a constant table) stays linear. */
+    double n = 0, arg[3] = {0, 0, 0};
+    for (int i = 0; i < e->nargs; i++) {
+        double f = expr_flops(e->args[i]);
+        if (i < 3)
+            arg[i] = f;
+        n += f;
+    }
     switch (e->kind) {
     case KT_EX_ADD: case KT_EX_SUB: case KT_EX_MUL: case KT_EX_DIV: case KT_EX_MIN:
     case KT_EX_MAX:
@@ -834,8 +839,8 @@ static double expr_flops(const kt_expr_t *e)
         break;
     case KT_EX_SELECT:
         /* Only the taken branch runs; count the costlier (padding: the load). */
-        n -= expr_flops(e->args[1]) + expr_flops(e->args[2]);
-        n += fmax(expr_flops(e->args[1]), expr_flops(e->args[2]));
+        n -= arg[1] + arg[2];
+        n += fmax(arg[1], arg[2]);
         break;
     default:
         break;

@@ -264,12 +264,13 @@ static const char *const op_names[] = {
     "matmul", "dense", "batch_matmul", "conv2d_nhwc", "conv2d_nchw", "depthwise_conv2d_nhwc",
     "pool2d", "global_avg_pool", "softmax", "layer_norm", "group_conv2d_nhwc",
     "group_conv2d_nchw", "depthwise_conv2d_nchw", "pool2d_nchw", "global_avg_pool_nchw",
+    "conv2d_winograd_nhwc",
 };
 
 enum {
     OP_MATMUL = 0, OP_DENSE, OP_BATCH_MATMUL, OP_CONV_NHWC, OP_CONV_NCHW, OP_DW_NHWC, OP_POOL,
     OP_GPOOL, OP_SOFTMAX, OP_LN, OP_GCONV_NHWC, OP_GCONV_NCHW, OP_DW_NCHW, OP_POOL_NCHW,
-    OP_GPOOL_NCHW,
+    OP_GPOOL_NCHW, OP_WINO_NHWC,
 };
 
 /* An optional positive integer, written to the canonical JSON only when it
@@ -327,6 +328,15 @@ static kt_dag_t *build(reader_t *r, int op)
             get_window(r, 1, &p) || get_epilogue(r, epi, &nepi, 0) || reject_unknown(r))
             return NULL;
         return kt_ops_conv2d(lay, N, H, W, CI, CO, KH, KW, G, &p, epi, nepi);
+    }
+    case OP_WINO_NHWC: {
+        int64_t T;
+        if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||
+            get_int(r, "CI", &CI) || get_int(r, "CO", &CO) || get_int(r, "KH", &KH) ||
+            get_int(r, "KW", &KW) || get_int(r, "tile_size", &T) || get_window(r, 1, &p) ||
+            get_epilogue(r, epi, &nepi, 0) || reject_unknown(r))
+            return NULL;
+        return kt_ops_conv2d_winograd_nhwc(N, H, W, CI, CO, KH, KW, T, &p, epi, nepi);
     }
     case OP_DW_NHWC:
     case OP_DW_NCHW:
@@ -410,7 +420,8 @@ static kt_workload_t *from_json(json_t *obj)
             op = (int)i;
     if (op < 0) {
         kt_err_set(KT_EINVAL, "field 'op': unknown op %s%s%s (expected matmul, dense, "
-                   "batch_matmul, conv2d_nhwc, conv2d_nchw, group_conv2d_nhwc, group_conv2d_nchw, "
+                   "batch_matmul, conv2d_nhwc, conv2d_nchw, conv2d_winograd_nhwc, group_conv2d_nhwc, "
+                   "group_conv2d_nchw, "
                    "depthwise_conv2d_nhwc, depthwise_conv2d_nchw, pool2d, pool2d_nchw, "
                    "global_avg_pool, global_avg_pool_nchw, softmax or layer_norm)",
                    json_is_string(opv) ? "'" : "",
@@ -593,3 +604,31 @@ const char *kt_workload_op(const kt_workload_t *w) { return w ? w->op : NULL; }
 const char *kt_workload_key(const kt_workload_t *w) { return w ? w->key : NULL; }
 const char *kt_workload_json(const kt_workload_t *w) { return w ? w->json : NULL; }
 double kt_workload_flops(const kt_workload_t *w) { return w ? w->flops : 0.0; }
+
+char *kt_workload_winograd_direct_json(const kt_workload_t *w)
+{
+    if (!w || strcmp(w->op, "conv2d_winograd_nhwc") != 0)
+        return NULL;
+    json_t *o = json_loads(w->json, 0, NULL);
+    if (!o) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    json_object_del(o, "tile_size");
+    json_object_set_new(o, "op", json_string("conv2d_nhwc"));
+    char *text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (!text) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    kt_workload_t *d = kt_workload_parse(text);   /* sets kt_err when it fails */
+    free(text);
+    if (!d)
+        return NULL;
+    char *out = kt_strdup(d->json);
+    kt_workload_free(d);
+    if (!out)
+        kt_err_set(KT_ENOMEM, "out of memory");
+    return out;
+}

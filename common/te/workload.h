@@ -10,6 +10,9 @@
  *   batch_matmul  B M N K, epilogue
  *   conv2d_nhwc, conv2d_nchw  N H W CI CO KH KW, stride, padding, dilation, epilogue
  *   group_conv2d_nhwc, group_conv2d_nchw  as conv2d plus groups (divides CI and CO)
+ *   conv2d_winograd_nhwc  as conv2d_nhwc plus tile_size (2 or 4); KH = KW = 3,
+ *                 stride and dilation [1, 1]; its weight is the transformed
+ *                 [tile_size+2, tile_size+2, CI, CO] (ops.h)
  *   depthwise_conv2d_nhwc, depthwise_conv2d_nchw  N H W C KH KW, multiplier
  *                 (default 1: C*multiplier output channels), stride, padding,
  *                 dilation, epilogue
@@ -64,5 +67,10 @@ const char *kt_workload_op(const kt_workload_t *w);    /* "matmul" */
 const char *kt_workload_key(const kt_workload_t *w);   /* ["<hash>", [512, 512], ...] */
 const char *kt_workload_json(const kt_workload_t *w);  /* canonical JSON (sorted keys) */
 double kt_workload_flops(const kt_workload_t *w);
+
+/* For a conv2d_winograd_nhwc workload: the canonical JSON of the
+ * conv2d_nhwc workload it computes another way (same fields but tile_size),
+ * malloc'd; NULL for other ops (kt_err untouched) or on OOM (kt_err set). */
+char *kt_workload_winograd_direct_json(const kt_workload_t *w);
 
 #endif
