@@ -1034,8 +1034,11 @@ START_TEST(rpc_daemons_serve_health_and_stop_on_sigterm)
         ck_assert_str_eq(role, roles[i]);
         kt_rpc_client_free(c);
         char out[2048];
-        char *args[] = {"health", "--tracker", target, "--service", (char *)roles[i], NULL};
-        ck_assert_int_eq(run_cli(args, out, sizeof out, NULL), 0);
+        /* A generous deadline: a sanitized CLI on a loaded machine starts slowly. */
+        char *args[] = {"health", "--tracker", target, "--service", (char *)roles[i],
+                        "--timeout", "15000", NULL};
+        int rc = run_cli(args, out, sizeof out, NULL);
+        ck_assert_msg(rc == 0, "ktune health exit %d: %s", rc, out);
         char want[64];
         snprintf(want, sizeof want, "SERVING (%s %s)\n", roles[i], KT_VERSION);
         ck_assert_str_eq(out, want);
