@@ -90,26 +90,16 @@ static void kt_test_sleep_ms(int ms)
 
 extern char **environ;
 
-/* Start build-root binary `rel` with args (NULL-terminated); its output goes
- * to <test dir>/<file>, appended to (append) or truncated. The child's
- * environment is this one without the variables named in `drop` ("NAME="
- * prefixes, NULL-terminated, may be NULL), plus `add` ("NAME=value" entries,
+/* Start argv[0] with argv (NULL-terminated); its output goes to <test
+ * dir>/<file>, appended to (append) or truncated. The child's environment is
+ * this one without the variables named in `drop` ("NAME=" prefixes,
+ * NULL-terminated, may be NULL), plus `add` ("NAME=value" entries,
  * NULL-terminated, may be NULL). */
-__attribute__((unused)) static void kt_test_spawn(kt_test_proc_t *p, const char *file,
-                                                  int append, const char *rel,
-                                                  char *const args[], const char *const drop[],
-                                                  char *const add[])
+__attribute__((unused)) static void kt_test_spawn_argv(kt_test_proc_t *p, const char *file,
+                                                       int append, char *const argv[],
+                                                       const char *const drop[],
+                                                       char *const add[])
 {
-    const char *root = getenv("KT_BUILD_ROOT");
-    ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");
-    char bin[512];
-    snprintf(bin, sizeof bin, "%s/%s", root, rel);
-    char *argv[48] = {bin};
-    int argc = 1;
-    for (int i = 0; args[i] && argc < 47; i++)
-        argv[argc++] = args[i];
-    argv[argc] = NULL;
-
     static char *envp[512];
     size_t n = 0;
     for (char **e = environ; *e && n + 9 < KT_ARRAY_LEN(envp); e++) {
@@ -130,6 +120,7 @@ __attribute__((unused)) static void kt_test_spawn(kt_test_proc_t *p, const char 
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
+        /* A failing test _exits: its daemons go with it. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(fd, 1);
         dup2(fd, 2);
@@ -138,6 +129,24 @@ __attribute__((unused)) static void kt_test_spawn(kt_test_proc_t *p, const char 
     }
     close(fd);
     p->pid = pid;
+}
+
+/* kt_test_spawn_argv of build-root binary `rel` with args (NULL-terminated). */
+__attribute__((unused)) static void kt_test_spawn(kt_test_proc_t *p, const char *file,
+                                                  int append, const char *rel,
+                                                  char *const args[], const char *const drop[],
+                                                  char *const add[])
+{
+    const char *root = getenv("KT_BUILD_ROOT");
+    ck_assert_msg(root != NULL, "KT_BUILD_ROOT is not set");
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/%s", root, rel);
+    char *argv[48] = {bin};
+    int argc = 1;
+    for (int i = 0; args[i] && argc < 47; i++)
+        argv[argc++] = args[i];
+    argv[argc] = NULL;
+    kt_test_spawn_argv(p, file, append, argv, drop, add);
 }
 
 /* Wait up to ms for p to exit; 1 with its wait status in *status, or 0 after

@@ -174,29 +174,11 @@ static kt_test_proc_t *spawn_in(const char *ns, const char *name, const char *re
     for (int i = 0; args[i] && n < 47; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    static char *envp[512];
-    size_t ne = 0;
-    for (char **e = environ; *e && ne + 2 < KT_ARRAY_LEN(envp); e++)
-        if (strncmp(*e, "KT_TOKEN_FILE=", 14) != 0 && strncmp(*e, "KT_LOG_LEVEL=", 13) != 0)
-            envp[ne++] = *e;
-    envp[ne++] = "KT_LOG_LEVEL=info";
-    envp[ne] = NULL;
-    snprintf(p->log, sizeof p->log, "%s/%s.log", kt_test_dir, name);
-    int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    ck_assert_int_ge(fd, 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        /* A failing test _exits: its daemons go with it. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execve(argv[0], argv, envp);
-        _exit(127);
-    }
-    close(fd);
-    p->pid = pid;
+    static const char *const drop[] = {"KT_TOKEN_FILE=", "KT_LOG_LEVEL=", NULL};
+    static char *const add[] = {"KT_LOG_LEVEL=info", NULL};
+    char file[96];
+    snprintf(file, sizeof file, "%s.log", name);
+    kt_test_spawn_argv(p, file, 1, argv, drop, add);
     return p;
 }
 
