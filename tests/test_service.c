@@ -1158,6 +1158,21 @@ START_TEST(service_job_survives_a_killed_runner_and_a_crashing_candidate)
 }
 END_TEST
 
+/* The tracker of a test store: its HTTP port. */
+static int start_store_tracker(proc_t **out)
+{
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--heartbeat-ms", HB_MS,
+                     "--db", (char *)db_path(), NULL};
+    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
+    ck_assert(wait_log(tr, "http port ", WAIT_MS));
+    char *tl = log_of(tr);
+    int port = atoi(strstr(tl, "http port ") + strlen("http port "));
+    free(tl);
+    if (out)
+        *out = tr;
+    return port;
+}
+
 /* A tracker started on a store with earlier jobs shows them: on the page,
  * in /api/status (with their tasks' layers and the trials of their records)
  * and in ktune_jobs{state} of /metrics, as `ktune status` does. */
@@ -1186,13 +1201,7 @@ START_TEST(service_restarted_tracker_shows_the_store_s_earlier_jobs)
     kt_store_close(s);
     kt_workload_free(w);
 
-    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--heartbeat-ms", HB_MS,
-                     "--db", (char *)db_path(), NULL};
-    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
-    ck_assert(wait_log(tr, "http port ", WAIT_MS));
-    char *tl = log_of(tr);
-    int http_port = atoi(strstr(tl, "http port ") + strlen("http port "));
-    free(tl);
+    int http_port = start_store_tracker(NULL);
     char *api = http_get(http_port, "/api/status");
     ck_assert_msg(strstr(api, "\"state\": \"done\"") && strstr(api, "\"state\": \"cancelled\"") &&
                       strstr(api, "\"state\": \"failed\"") &&
@@ -1212,21 +1221,6 @@ START_TEST(service_restarted_tracker_shows_the_store_s_earlier_jobs)
     stop_all();
 }
 END_TEST
-
-/* The tracker of a test store: its HTTP port. */
-static int start_store_tracker(proc_t **out)
-{
-    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--heartbeat-ms", HB_MS,
-                     "--db", (char *)db_path(), NULL};
-    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
-    ck_assert(wait_log(tr, "http port ", WAIT_MS));
-    char *tl = log_of(tr);
-    int port = atoi(strstr(tl, "http port ") + strlen("http port "));
-    free(tl);
-    if (out)
-        *out = tr;
-    return port;
-}
 
 /* The value of an unlabelled metric in /metrics. */
 static double metric_value(int port, const char *name)
