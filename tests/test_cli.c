@@ -38,6 +38,7 @@
 #include "kt_skip.h"
 
 #include "kt_test_proc.h"
+#include "kt_test_records.h"
 
 /* Upper bound of one ktune run (the machine may be slow and busy). */
 #define RUN_MS 240000
@@ -164,8 +165,8 @@ static hashes_t store_records(const char *db)
     return h;
 }
 
-/* Records whose candidate reached a runner: a build that failed (a compile
- * timing out on a busy machine) names no runner. */
+/* The records of the store at db whose candidate reached a runner
+ * (kt_test_records_timed). */
 static int64_t store_records_timed(const char *db)
 {
     kt_store_t *s = kt_store_open(db, 0);
@@ -173,9 +174,7 @@ static int64_t store_records_timed(const char *db)
     kt_store_counts_t c;
     ck_assert_int_eq(kt_store_count_records(s, NULL, &c), 0);
     kt_store_close(s);
-    return c.total - c.by_error[KT_MEASURE_INSTANTIATION_ERROR] -
-           c.by_error[KT_MEASURE_COMPILE_HOST] - c.by_error[KT_MEASURE_COMPILE_DEVICE] -
-           c.by_error[KT_MEASURE_BUILD_TIMEOUT];
+    return kt_test_records_timed(c.total, c.by_error);
 }
 
 static int count_lines(const char *path)
