@@ -437,6 +437,12 @@ int kt_model_log_scores(const kt_model_t *m)
 
 int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores)
 {
+    return kt_model_predict_rng(m, batch, scores, m ? &m->rng : NULL);
+}
+
+int kt_model_predict_rng(const kt_model_t *m, const kt_model_batch_t *batch, float *scores,
+                         uint64_t *rng)
+{
     size_t nrow;
     int rc;
     if (!m)
@@ -447,8 +453,10 @@ int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores
         return kt_err_set(KT_EINVAL, "predicting: no output array");
 
     if (!kt_model_is_trained(m)) {
+        if (!rng)
+            return kt_err_set(KT_EINVAL, "predicting: no random generator");
         for (size_t i = 0; i < batch->nprog; i++) {
-            float u = rng_uniform(&m->rng);
+            float u = rng_uniform(rng);
             scores[i] = batch->nrows[i] ? u : -INFINITY;
         }
         return KT_OK;

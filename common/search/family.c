@@ -34,7 +34,10 @@ struct kt_search_family {
     char *exhausted;     /* per task: proposed nothing (counts as tried for the warm-up) */
     int warm_done;
     int warmup;          /* KT_SEARCH_WARMUP_* (FAM_ALL) */
-    pthread_mutex_t mu;
+    /* Searches (model reads, each on its own task's policy) share it;
+     * training, recording, syncing and foresee passes (which write the
+     * models and other tasks' policies) hold it alone. */
+    pthread_rwlock_t lock;
 };
 
 void kt_search_family_set_pool(kt_search_family_t *f, kt_pool_t *pool)
@@ -134,7 +137,7 @@ void kt_search_family_free(kt_search_family_t *f)
     free(f->models);
     free(f->fed);
     free(f->exhausted);
-    pthread_mutex_destroy(&f->mu);
+    pthread_rwlock_destroy(&f->lock);
     free(f);
 }
 
@@ -218,7 +221,13 @@ kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
         kt_err_set(KT_ENOMEM, "out of memory");
         return NULL;
     }
-    pthread_mutex_init(&f->mu, NULL);
+    /* writers first: a feedback (which ends a measured round) must not wait
+     * behind a stream of searches that keep the lock shared */
+    pthread_rwlockattr_t la;
+    pthread_rwlockattr_init(&la);
+    pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&f->lock, &la);
+    pthread_rwlockattr_destroy(&la);
     f->n = n;
     f->kind = kind;
     f->warmup = o.warmup;
@@ -380,7 +389,24 @@ static int sync_all(kt_search_family_t *f)
     return kt_search_train_pending(f->pol, f->n, f->models[0]);
 }
 
-/* sync under the mutex. */
+/* 1 when sync_locked would change something (train, share, end the
+ * warm-up); 0 when it would be a no-op. Read under the shared lock, so that
+ * a propose takes the lock alone only when there is something to sync: a
+ * writer waits for every search in progress. */
+static int sync_needed(const kt_search_family_t *f)
+{
+    int pending = 0, unshared = 0;
+    for (int k = 0; k < f->n; k++) {
+        pending |= f->pol[k]->npending > 0;
+        unshared |= f->fed[k] < f->pol[k]->nhist;
+    }
+    if (f->kind == FAM_ALL)
+        return (!f->warm_done && all_tried(f)) ||
+               ((f->warm_done || f->warmup != KT_SEARCH_WARMUP_RANDOM) && pending);
+    return pending || (!f->warm_done && (unshared || all_tried(f)));
+}
+
+/* sync under the exclusive lock. */
 static int sync_locked(kt_search_family_t *f)
 {
     if (f->kind == FAM_ALL)
@@ -406,9 +432,9 @@ int kt_search_family_sync(kt_search_family_t *f)
         return kt_err_set(KT_EINVAL, "search family: none");
     if (f->kind == FAM_PLAIN)
         return 0;
-    pthread_mutex_lock(&f->mu);
+    pthread_rwlock_wrlock(&f->lock);
     int rc = sync_locked(f);
-    pthread_mutex_unlock(&f->mu);
+    pthread_rwlock_unlock(&f->lock);
     return rc;
 }
 
@@ -430,17 +456,33 @@ int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_st
         return rc;
     if (f->kind == FAM_PLAIN)
         return kt_search_propose(f->pol[task], n, out);
-    pthread_mutex_lock(&f->mu);
-    rc = sync_locked(f);
-    if (rc == 0)
-        rc = kt_search_propose(f->pol[task], n, out);
-    if (rc == 0 && !f->exhausted[task]) {
-        /* a task with nothing to measure must not hold the warm-up forever */
-        f->exhausted[task] = 1;
-        int src = sync_locked(f);
-        rc = src < 0 ? src : 0;
+    pthread_rwlock_rdlock(&f->lock);
+    int need = sync_needed(f);
+    pthread_rwlock_unlock(&f->lock);
+    if (need) {
+        pthread_rwlock_wrlock(&f->lock);
+        rc = sync_locked(f);
+        pthread_rwlock_unlock(&f->lock);
+        if (rc)
+            return rc;
     }
-    pthread_mutex_unlock(&f->mu);
+    /* The search only reads the models and writes its own task's policy
+     * (the scheduler never runs two rounds of one task at once), so other
+     * tasks search meanwhile. A feedback that slips in between the sync and
+     * here is as if it had come before this propose. */
+    pthread_rwlock_rdlock(&f->lock);
+    rc = kt_search_propose(f->pol[task], n, out);
+    pthread_rwlock_unlock(&f->lock);
+    if (rc == 0) {
+        /* a task with nothing to measure must not hold the warm-up forever */
+        pthread_rwlock_wrlock(&f->lock);
+        if (!f->exhausted[task]) {
+            f->exhausted[task] = 1;
+            int src = sync_locked(f);
+            rc = src < 0 ? src : 0;
+        }
+        pthread_rwlock_unlock(&f->lock);
+    }
     return rc;
 }
 
@@ -452,7 +494,7 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
         return rc;
     if (f->kind == FAM_PLAIN)
         return kt_search_feedback(f->pol[task], states, costs, n);
-    pthread_mutex_lock(&f->mu);
+    pthread_rwlock_wrlock(&f->lock);
     if (f->kind == FAM_ALL) {
         kt_search_policy_t *sp = f->pol[task];
         double t0 = kt_time_mono();
@@ -460,7 +502,7 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
         if (rc == 0)
             rc = sync_all(f);
         sp->train_s = kt_time_mono() - t0;
-        pthread_mutex_unlock(&f->mu);
+        pthread_rwlock_unlock(&f->lock);
         return rc;
     }
     rc = kt_search_feedback(f->pol[task], states, costs, n);
@@ -474,7 +516,7 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
         for (int k = 0; k < f->n && rc == 0; k++)
             if (k != task && f->fam[k] == g)
                 rc = kt_search_foresee(f->pol[k]);
-    pthread_mutex_unlock(&f->mu);
+    pthread_rwlock_unlock(&f->lock);
     return rc;
 }
 

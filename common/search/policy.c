@@ -225,6 +225,7 @@ kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_
     sp->task_id = (uint64_t)(int64_t)task_id;
     sp->best = -1;
     kt_rng_seed(&sp->rng, o.seed);
+    sp->score_rng = kt_hash64(&o.seed, sizeof o.seed);
     if (model) {
         sp->model = model;
     } else {

@@ -122,7 +122,8 @@ int kt_search_score(kt_search_policy_t *sp, kt_sched_state_t *const *states, int
     int rc = make_batch(sp, states, n, &rows, counts, &nfeat);
     if (rc == 0) {
         kt_model_batch_t b = {.rows = rows, .nrows = counts, .nprog = (size_t)n, .nfeat = nfeat};
-        rc = kt_model_predict(sp->model, &b, scores);
+        rc = sp->own_model ? kt_model_predict(sp->model, &b, scores)
+                           : kt_model_predict_rng(sp->model, &b, scores, &sp->score_rng);
     }
     free(rows);
     free(counts);

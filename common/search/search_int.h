@@ -46,6 +46,10 @@ struct kt_search_policy {
     char name[32];               /* the policy's name (opts.policy is borrowed) */
     kt_model_t *model;
     int own_model;
+    /* A shared (family) model's random scores before it trains come from
+     * here, not from the model: searches of several tasks may then score at
+     * once, and each gets the same scores whatever order they run in. */
+    uint64_t score_rng;
     int features;                /* 1: score with per-stage features (xgb), 0: dummy rows */
     uint64_t task_id;
     kt_rng_t rng;
