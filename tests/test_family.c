@@ -917,6 +917,81 @@ START_TEST(family_sketch_xgb_searches_of_two_tasks_overlap)
 }
 END_TEST
 
+/* A search held at its first question about a measured state until the
+ * test releases it (or the guard against a hung test runs out). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, released, held_through;
+} hold_t;
+
+static int hold_has_measured(void *user, uint64_t h)
+{
+    (void)h;
+    hold_t *g = user;
+    pthread_mutex_lock(&g->mu);
+    if (!g->arrived) {
+        g->arrived = 1;
+        pthread_cond_broadcast(&g->cv);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 60;
+        int rc = 0;
+        while (!g->released && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        g->held_through = g->released;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+/* sketch.xgb's one model trains on a task's feedback while another task's
+ * search is in progress (it scores with a snapshot of the model), so the
+ * training step of one round does not wait for the searches of the
+ * others. A family that excluded searches while training made the
+ * feedback wait until the held search gave up. */
+START_TEST(family_sketch_xgb_model_trains_while_another_task_searches)
+{
+    kt_workload_t *w[3];
+    const kt_workload_t *wl[3];
+    kt_sched_params_t p;
+    kt_search_opts_t o;
+    three_tasks(w, wl, &p);
+    small_opts(&o, "sketch.xgb", 4);
+    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
+    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    for (int t = 0; t < 3; t++)
+        ck_assert_int_gt(round_of(f, wl, t, 4), 0);
+    kt_model_t *m = kt_search_family_model(f, 0);
+    ck_assert(kt_model_is_trained(m));
+    hold_t g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    kt_search_set_has_measured(kt_search_family_policy(f, 0), hold_has_measured, &g);
+    propose_arg_t pa = {.f = f, .task = 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, propose_thread, &pa), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.arrived)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    unsigned before = kt_model_num_trainings(m);
+    ck_assert_int_gt(round_of(f, wl, 1, 4), 0);   /* task 1: search, feedback, training */
+    ck_assert_uint_gt(kt_model_num_trainings(m), before);
+    pthread_mutex_lock(&g.mu);
+    g.released = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(th, NULL);
+    ck_assert_msg(pa.got > 0, "%s", kt_err_msg());
+    ck_assert_msg(g.held_through, "task 1's feedback waited for task 0's search to end");
+    for (int k = 0; k < pa.got; k++)
+        kt_sched_state_free(pa.st[k]);
+    free(pa.st);
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+}
+END_TEST
+
 static Suite *family_suite(void)
 {
     Suite *s = suite_create("family");
@@ -935,6 +1010,7 @@ static Suite *family_suite(void)
     tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_search_threads);
     tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_task_order_or_overlap);
     tcase_add_test(tc, family_sketch_xgb_searches_of_two_tasks_overlap);
+    tcase_add_test(tc, family_sketch_xgb_model_trains_while_another_task_searches);
     suite_add_tcase(s, tc);
     return s;
 }

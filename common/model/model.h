@@ -170,6 +170,13 @@ int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores
 int kt_model_predict_rng(const kt_model_t *m, const kt_model_batch_t *batch, float *scores,
                          uint64_t *rng);
 
+/* A copy of m that predicts as m does now (its booster copied, through
+ * XGBoost's model buffer; untrained: random scores) and holds no samples:
+ * a model shared by searches on several threads is trained while they score
+ * with the snapshot. NULL + kt_err on failure; kt_model_free releases it.
+ * Reads m only (not at the same time as an update of m). */
+kt_model_t *kt_model_snapshot(const kt_model_t *m);
+
 /* Drop every sample whose task id is not in tasks[0..ntasks) (FamilySeer:
  * a family model that trained on all tasks during the warm-up keeps only its
  * family's samples afterwards). When something was dropped, the booster is

@@ -678,7 +678,7 @@ static int draw(kt_rng_t *rng, const double *cum, int n)
  * positive. */
 static void selection_cum(const kt_search_policy_t *sp, const kt_slist_t *now, double *cum)
 {
-    const int logs = kt_model_log_scores(sp->model);
+    const int logs = kt_model_log_scores(kt_search_scorer(sp));
     double top = -INFINITY, acc = 0;
     for (int i = 0; logs && i < now->n; i++)
         if (isfinite(now->score[i]) && now->score[i] > top)
