@@ -312,6 +312,51 @@ START_TEST(save_load_predicts_identically)
 }
 END_TEST
 
+/* A snapshot predicts as its model (booster copied, no samples), and
+ * kt_model_predict_rng draws an untrained model's random scores from the
+ * caller's generator, leaving the model's own sequence where it was. */
+START_TEST(snapshot_and_predict_rng_leave_the_model_as_it_was)
+{
+    size_t n = test_set.nprog;
+    float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2);
+    ck_assert(p1 && p2);
+    kt_model_batch_t b = batch_of(&test_set);
+    kt_model_t *s = kt_model_snapshot(trained);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    ck_assert(kt_model_is_trained(s));
+    ck_assert_uint_eq(kt_model_num_samples(s), 0);
+    ck_assert_int_eq(kt_model_num_rounds(s), kt_model_num_rounds(trained));
+    ck_assert_int_eq(kt_model_predict(trained, &b, p1), 0);
+    ck_assert_int_eq(kt_model_predict(s, &b, p2), 0);
+    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    kt_model_free(s);
+
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.seed = 7;
+    kt_model_t *w = kt_model_new(KT_MODEL_XGB, &prm), *fresh = kt_model_new(KT_MODEL_XGB, &prm);
+    ck_assert(w && fresh);
+    s = kt_model_snapshot(w);
+    ck_assert_ptr_nonnull(s);
+    ck_assert(!kt_model_is_trained(s));
+    uint64_t r1 = 5, r2 = 5;
+    ck_assert_int_eq(kt_model_predict_rng(w, &b, p1, &r1), 0);
+    ck_assert_int_eq(kt_model_predict_rng(s, &b, p2, &r2), 0);
+    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    ck_assert_uint_eq(r1, r2);
+    ck_assert_uint_ne(r1, 5);
+    ck_assert_int_eq(kt_model_predict(w, &b, p1), 0);
+    ck_assert_int_eq(kt_model_predict(fresh, &b, p2), 0);
+    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    ck_assert_int_lt(kt_model_predict_rng(w, &b, p1, NULL), 0);
+    kt_model_free(s);
+    kt_model_free(fresh);
+    kt_model_free(w);
+    free(p1);
+    free(p2);
+}
+END_TEST
+
 static void write_file(const char *path, const char *data, size_t len)
 {
     ck_assert_int_eq(kt_file_write(path, data, len), 0);
@@ -776,6 +821,7 @@ int main(void)
     tcase_add_test(tc, xgb_pack_sum_adds_stage_predictions);
     tcase_add_test(tc, invalid_programs_score_minus_infinity);
     tcase_add_test(tc, save_load_predicts_identically);
+    tcase_add_test(tc, snapshot_and_predict_rng_leave_the_model_as_it_was);
     tcase_add_test(tc, load_rejects_missing_and_corrupt_files);
     tcase_add_test(tc, bad_arguments_are_reported);
     tcase_add_test(tc, ansor_parameters_and_version_1_files);

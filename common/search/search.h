@@ -302,11 +302,14 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  * it) and owns its policies and models; kt_search_family_free releases them
  * (accepts NULL). Threads: different tasks may be proposed and fed back
  * from different threads at once (one task by one thread at a time). For
- * the family policies (sketch.xgb over several tasks included) a propose's
- * search holds the family's lock shared, so different tasks' searches run
- * at once on the shared models; feedback, sync and the propose's own sync
- * hold it alone (they train the models, and foresee passes write other
- * tasks' policies). The plain policies take no lock. Determinism: before
+ * sketch.xgb over several tasks a search scores with a snapshot of the one
+ * model (taken after each training), so searches of different tasks run
+ * at once and a feedback's training runs beside them (a search that
+ * overlaps a feedback is as if it came first). For the family-* policies a
+ * propose's search holds the family's lock shared: different tasks'
+ * searches run at once, while a feedback (training, foresee passes that
+ * write other tasks' policies) waits for them. Syncs hold the lock alone;
+ * the plain policies take no lock. Determinism: before
  * its model trains, each task's random scores come from its own seeded
  * generator, so a propose's result depends on the feedback given before it
  * (and on the seed), not on which other tasks' proposes overlap it or ran
