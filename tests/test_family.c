@@ -660,20 +660,37 @@ static void append_states(char **all, size_t *len, size_t *cap, const kt_workloa
     }
 }
 
-/* Every proposal of rounds over tasks 0, 1, 2, 0, 1 of a seeded sketch.xgb
- * job, as JSON lines. */
-static char *job_proposals(kt_pool_t *pool, uint64_t seed)
+/* A seeded sketch.xgb job over three_tasks (one shared model); population
+ * > 0 sets the evolutionary search's. */
+static kt_search_family_t *xgb_job(kt_workload_t *w[3], uint64_t seed, int population)
 {
-    kt_workload_t *w[3];
     const kt_workload_t *wl[3];
     kt_sched_params_t p;
     kt_search_opts_t o;
     three_tasks(w, wl, &p);
     small_opts(&o, "sketch.xgb", 4);
     o.seed = seed;
-    o.evolutionary_search_population = 150;   /* 3 chunks of feature extraction */
+    if (population > 0)
+        o.evolutionary_search_population = population;
     kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
     ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    return f;
+}
+
+static void xgb_job_free(kt_search_family_t *f, kt_workload_t *w[3])
+{
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+}
+
+/* Every proposal of rounds over tasks 0, 1, 2, 0, 1 of a seeded sketch.xgb
+ * job, as JSON lines. */
+static char *job_proposals(kt_pool_t *pool, uint64_t seed)
+{
+    kt_workload_t *w[3];
+    kt_search_family_t *f = xgb_job(w, seed, 150);   /* 3 chunks of feature extraction */
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
     kt_search_family_set_pool(f, pool);
     size_t len = 0, cap = 1 << 16;
     char *all = malloc(cap);
@@ -693,9 +710,7 @@ static char *job_proposals(kt_pool_t *pool, uint64_t seed)
         free(st);
     }
     ck_assert(kt_model_is_trained(kt_search_family_model(f, 0)));
-    kt_search_family_free(f);
-    for (int i = 0; i < 3; i++)
-        kt_workload_free(w[i]);
+    xgb_job_free(f, w);
     return all;
 }
 
@@ -718,6 +733,19 @@ START_TEST(family_sketch_xgb_proposals_do_not_depend_on_search_threads)
 END_TEST
 
 /* ---- different tasks searched at once (--search-threads) ---------------------- */
+
+/* Wait (under mu) until *flag is set or the guard against a hung test (60
+ * s, not a timing check) runs out; the flag's value. */
+static int wait_flag(pthread_mutex_t *mu, pthread_cond_t *cv, const int *flag)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 60;
+    int rc = 0;
+    while (!*flag && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(cv, mu, &ts);
+    return *flag;
+}
 
 /* One wave of a sketch.xgb job's three tasks: each proposes (how, below),
  * then all are fed back in task order, as a caller with deterministic sync
@@ -755,14 +783,7 @@ static void *wave_worker(void *arg)
 static char *wave_proposals(int how)
 {
     kt_workload_t *w[3];
-    const kt_workload_t *wl[3];
-    kt_sched_params_t p;
-    kt_search_opts_t o;
-    three_tasks(w, wl, &p);
-    small_opts(&o, "sketch.xgb", 4);
-    o.seed = 91;
-    wave_t wv = {.f = kt_search_family_new(wl, 3, &p, &o)};
-    ck_assert_msg(wv.f != NULL, "%s", kt_err_msg());
+    wave_t wv = {.f = xgb_job(w, 91, 0)};
     pthread_mutex_init(&wv.mu, NULL);
     size_t len = 0, cap = 1 << 16;
     char *all = malloc(cap);
@@ -783,7 +804,7 @@ static char *wave_proposals(int how)
         for (int t = 0; t < 3; t++) {
             ck_assert_msg(wv.got[t] > 0, "wave %d task %d: %s", r, t, kt_err_msg());
             double costs[6];
-            append_states(&all, &len, &cap, wl[t], wv.st[t], wv.got[t], costs);
+            append_states(&all, &len, &cap, w[t], wv.st[t], wv.got[t], costs);
             ck_assert_int_eq(kt_search_family_feedback(wv.f, t, wv.st[t], costs, wv.got[t]), 0);
             for (int i = 0; i < wv.got[t]; i++)
                 kt_sched_state_free(wv.st[t][i]);
@@ -793,9 +814,7 @@ static char *wave_proposals(int how)
     ck_assert(kt_search_family_warmup_done(wv.f));
     ck_assert(kt_model_is_trained(kt_search_family_model(wv.f, 0)));
     pthread_mutex_destroy(&wv.mu);
-    kt_search_family_free(wv.f);
-    for (int i = 0; i < 3; i++)
-        kt_workload_free(w[i]);
+    xgb_job_free(wv.f, w);
     return all;
 }
 
@@ -846,13 +865,7 @@ static int meet_has_measured(void *user, uint64_t h)
     if (!m->arrived[a->task]) {
         m->arrived[a->task] = 1;
         pthread_cond_broadcast(&m->cv);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 60;
-        int rc = 0;
-        while (!m->arrived[1 - a->task] && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-        m->met[a->task] = m->arrived[1 - a->task];
+        m->met[a->task] = wait_flag(&m->mu, &m->cv, &m->arrived[1 - a->task]);
     }
     pthread_mutex_unlock(&m->mu);
     return 0;
@@ -877,13 +890,8 @@ static void *propose_thread(void *arg)
 START_TEST(family_sketch_xgb_searches_of_two_tasks_overlap)
 {
     kt_workload_t *w[3];
-    const kt_workload_t *wl[3];
-    kt_sched_params_t p;
-    kt_search_opts_t o;
-    three_tasks(w, wl, &p);
-    small_opts(&o, "sketch.xgb", 4);
-    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
-    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    kt_search_family_t *f = xgb_job(w, 11, 0);
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
     for (int phase = 0; phase < 2; phase++) {
         if (phase == 1) {   /* a round of every task: the shared model trains */
             for (int t = 0; t < 3; t++) {
@@ -911,9 +919,7 @@ START_TEST(family_sketch_xgb_searches_of_two_tasks_overlap)
             free(pa[i].st);
         }
     }
-    kt_search_family_free(f);
-    for (int i = 0; i < 3; i++)
-        kt_workload_free(w[i]);
+    xgb_job_free(f, w);
 }
 END_TEST
 
@@ -933,13 +939,7 @@ static int hold_has_measured(void *user, uint64_t h)
     if (!g->arrived) {
         g->arrived = 1;
         pthread_cond_broadcast(&g->cv);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 60;
-        int rc = 0;
-        while (!g->released && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-        g->held_through = g->released;
+        g->held_through = wait_flag(&g->mu, &g->cv, &g->released);
     }
     pthread_mutex_unlock(&g->mu);
     return 0;
@@ -953,13 +953,8 @@ static int hold_has_measured(void *user, uint64_t h)
 START_TEST(family_sketch_xgb_model_trains_while_another_task_searches)
 {
     kt_workload_t *w[3];
-    const kt_workload_t *wl[3];
-    kt_sched_params_t p;
-    kt_search_opts_t o;
-    three_tasks(w, wl, &p);
-    small_opts(&o, "sketch.xgb", 4);
-    kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
-    ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    kt_search_family_t *f = xgb_job(w, 11, 0);
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
     for (int t = 0; t < 3; t++)
         ck_assert_int_gt(round_of(f, wl, t, 4), 0);
     kt_model_t *m = kt_search_family_model(f, 0);
@@ -970,9 +965,9 @@ START_TEST(family_sketch_xgb_model_trains_while_another_task_searches)
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, propose_thread, &pa), 0);
     pthread_mutex_lock(&g.mu);
-    while (!g.arrived)
-        pthread_cond_wait(&g.cv, &g.mu);
+    int arrived = wait_flag(&g.mu, &g.cv, &g.arrived);
     pthread_mutex_unlock(&g.mu);
+    ck_assert_msg(arrived, "task 0's search never asked about a measured state");
     unsigned before = kt_model_num_trainings(m);
     ck_assert_int_gt(round_of(f, wl, 1, 4), 0);   /* task 1: search, feedback, training */
     ck_assert_uint_gt(kt_model_num_trainings(m), before);
@@ -986,9 +981,7 @@ START_TEST(family_sketch_xgb_model_trains_while_another_task_searches)
     for (int k = 0; k < pa.got; k++)
         kt_sched_state_free(pa.st[k]);
     free(pa.st);
-    kt_search_family_free(f);
-    for (int i = 0; i < 3; i++)
-        kt_workload_free(w[i]);
+    xgb_job_free(f, w);
 }
 END_TEST
 

@@ -268,6 +268,15 @@ START_TEST(invalid_programs_score_minus_infinity)
 }
 END_TEST
 
+/* a and b score the n programs of batch b the same (scores into p1, p2). */
+static void same_scores(kt_model_t *a, kt_model_t *b, const kt_model_batch_t *bt, float *p1,
+                        float *p2, size_t n)
+{
+    ck_assert_int_eq(kt_model_predict(a, bt, p1), 0);
+    ck_assert_int_eq(kt_model_predict(b, bt, p2), 0);
+    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+}
+
 START_TEST(save_load_predicts_identically)
 {
     const char *path = tmp_path("trained");
@@ -283,9 +292,7 @@ START_TEST(save_load_predicts_identically)
     size_t n = test_set.nprog;
     float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2);
     kt_model_batch_t b = batch_of(&test_set);
-    ck_assert_int_eq(kt_model_predict(trained, &b, p1), 0);
-    ck_assert_int_eq(kt_model_predict(m, &b, p2), 0);
-    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    same_scores(trained, m, &b, p1, p2, n);
     kt_model_free(m);
 
     /* A model still in its warm-up continues the same random sequence. */
@@ -301,9 +308,7 @@ START_TEST(save_load_predicts_identically)
     ck_assert(!kt_model_is_trained(m));
     ck_assert_int_eq(kt_model_params(m)->tree_method, KT_MODEL_TREE_HIST);
     ck_assert_uint_eq(kt_model_params(m)->seed, 7);
-    ck_assert_int_eq(kt_model_predict(w, &b, p1), 0);
-    ck_assert_int_eq(kt_model_predict(m, &b, p2), 0);
-    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    same_scores(w, m, &b, p1, p2, n);
     kt_model_free(m);
     kt_model_free(w);
     unlink(path);
@@ -326,9 +331,7 @@ START_TEST(snapshot_and_predict_rng_leave_the_model_as_it_was)
     ck_assert(kt_model_is_trained(s));
     ck_assert_uint_eq(kt_model_num_samples(s), 0);
     ck_assert_int_eq(kt_model_num_rounds(s), kt_model_num_rounds(trained));
-    ck_assert_int_eq(kt_model_predict(trained, &b, p1), 0);
-    ck_assert_int_eq(kt_model_predict(s, &b, p2), 0);
-    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    same_scores(trained, s, &b, p1, p2, n);
     kt_model_free(s);
 
     kt_model_params_t prm;
@@ -345,9 +348,7 @@ START_TEST(snapshot_and_predict_rng_leave_the_model_as_it_was)
     ck_assert_mem_eq(p1, p2, n * sizeof *p1);
     ck_assert_uint_eq(r1, r2);
     ck_assert_uint_ne(r1, 5);
-    ck_assert_int_eq(kt_model_predict(w, &b, p1), 0);
-    ck_assert_int_eq(kt_model_predict(fresh, &b, p2), 0);
-    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    same_scores(w, fresh, &b, p1, p2, n);
     ck_assert_int_lt(kt_model_predict_rng(w, &b, p1, NULL), 0);
     kt_model_free(s);
     kt_model_free(fresh);

@@ -351,7 +351,9 @@ kt_search_policy_t *kt_search_family_policy(const kt_search_family_t *f, int tas
  * for plain policies or a bad index), a family's key ("conv2d_nhwc" for
  * family-op, 16 hex digits for family-hash, "task<i>" for family-none, "all"
  * for sketch.xgb), its
- * tasks (n written to *ntasks, at most cap into out) and its model. */
+ * tasks (n written to *ntasks, at most cap into out) and its model (to
+ * read: the family trains it, and sketch.xgb's searches score with the
+ * snapshot the family takes after each of its trainings). */
 int kt_search_family_count(const kt_search_family_t *f);
 int kt_search_family_of(const kt_search_family_t *f, int task);
 const char *kt_search_family_key(const kt_search_family_t *f, int family);
