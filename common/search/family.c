@@ -42,9 +42,11 @@ struct kt_search_family {
     char *exhausted;     /* per task: proposed nothing (counts as tried for the warm-up) */
     int warm_done;
     int warmup;          /* KT_SEARCH_WARMUP_* (FAM_ALL) */
-    /* Searches (model reads, each on its own task's policy) share it;
-     * training, recording, syncing and foresee passes (which write the
-     * models and other tasks' policies) hold it alone. */
+    /* The family kinds' searches (model reads, each on its own task's
+     * policy) share it, and a propose checks under it whether to sync;
+     * recording, syncing, training and foresee passes (which write the
+     * models and other tasks' policies) hold it alone, except FAM_ALL's
+     * training after a feedback (train_mu below). */
     pthread_rwlock_t lock;
     /* FAM_ALL: a search scores with `snap`, so the shared model trains
      * outside `lock` (a feedback's training overlaps other tasks'
