@@ -740,6 +740,83 @@ START_TEST(codegen_padding_loop_is_split_from_its_condition)
 }
 END_TEST
 
+/* conv2d 7x7x16 -> 32, 3x3 pad 1 + bias + relu with the padding inlined
+ * and a 7x32 register tile (the shape of the best ResNet-18 7x7x512
+ * state): yy.2 and xx.3 iterate (PAD_SERIAL), or yy.0 is a parallel loop
+ * (PAD_PARALLEL), which cannot be split. */
+static const char *PAD_SERIAL =
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
+    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,512],\"fuse\":"
+    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
+    "[1,1,7,1],[1,1,1,7],[1,1,1,32],[1,3],[3,1],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"
+    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":\"fused\","
+    "\"name\":\"T_relu\"}],\"version\":1}";
+static const char *PAD_PARALLEL =
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
+    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,512],\"fuse\":"
+    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
+    "[7,1,1,1],[1,1,1,7],[1,1,1,32],[1,3],[3,1],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"
+    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[2,1,0],\"kind\":\"fused\","
+    "\"name\":\"T_relu\"}],\"version\":1}";
+
+/* Lines of text holding needle. */
+static int count_lines(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; n++)
+        p = strchr(p, '\n') ? strchr(p, '\n') : p + strlen(p);
+    return n;
+}
+
+/* The line of text at p (up to its newline), malloc'd. */
+static char *line_at(const char *text, const char *p)
+{
+    const char *a = p, *z = strchr(p, '\n');
+    while (a > text && a[-1] != '\n')
+        a--;
+    return strndup(a, z ? (size_t)(z - a) : strlen(a));
+}
+
+/* An inlined padding costs nothing: the update multiplies no zeros and
+ * tests nothing per element. PAD_SERIAL's loops are partitioned so that
+ * every copy of the update runs unguarded (no select, no test anywhere);
+ * in PAD_PARALLEL the undecided tests (they read the parallel yy.0) stand
+ * outside the register tile's loops, never on the update's line. Both
+ * answer as the reference does. Today's emitter printed
+ * `(cond ? data[...] : 0.0f)` in the innermost loop. */
+START_TEST(codegen_inlined_padding_is_partitioned_not_tested)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(1, 1, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 7, 7, 16, 32, 3, 3, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    const char *states[2] = {PAD_SERIAL, PAD_PARALLEL};
+    for (int i = 0; i < 2; i++) {
+        char *src = emit_json(cv, states[i], "pd");
+        const char *k = strstr(src, "kt_par0_pd_packed(");
+        ck_assert_ptr_nonnull(k);
+        ck_assert_int_eq(count_lines(k, " ? "), 1);   /* the entry's return */
+        ck_assert_int_eq(count_lines(k, "pad_temp"), 0);
+        int updates = count_lines(k, "data[");
+        ck_assert_msg(updates >= 2, "state %d: %d copies of the update", i, updates);
+        for (const char *p = strstr(k, "data["); p; p = strstr(p + 1, "data[")) {
+            char *l = line_at(k, p);
+            ck_assert_msg(strstr(l, "if (") == NULL && strstr(l, ">=") == NULL,
+                          "state %d: a test on the update: %s", i, l);
+            free(l);
+        }
+        int tests = count_lines(k, " >= ");
+        if (i == 0)
+            ck_assert_int_eq(tests, 0);
+        else
+            ck_assert_int_gt(tests, 0);
+        check_against_reference(cv, src, "pd", 11 + (uint64_t)i);
+        free(src);
+    }
+    kt_dag_free(cv);
+}
+END_TEST
+
 START_TEST(codegen_emit_rejects_bad_input)
 {
     kt_dag_t *mm = kt_ops_matmul(8, 8, 8, 0, NULL, 0);
@@ -784,6 +861,7 @@ int main(void)
     tcase_add_test(tc, codegen_check_catches_a_wrong_pack);
     tcase_add_test(tc, codegen_register_tile_stays_in_zmm_registers);
     tcase_add_test(tc, codegen_padding_loop_is_split_from_its_condition);
+    tcase_add_test(tc, codegen_inlined_padding_is_partitioned_not_tested);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);
     tcase_add_test(tc, codegen_batch_matmul_states_match_reference);
