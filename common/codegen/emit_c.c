@@ -51,6 +51,8 @@ typedef struct {
                               node runs (a partitioned loop's part narrows them) */
     uint8_t *hoisted;      /* per statement: its inequalities an enclosing if tests */
     int64_t parts;         /* copies of the current node the enclosing partitions print */
+    int narrow_node;       /* loop printed with the bounds below instead of its range, -1 */
+    const char *narrow_lo, *narrow_hi;
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -176,16 +178,30 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
  * (`select(inside, data[...], 0)`) adds zero wherever `inside` fails, so it
  * runs as `if (inside) acc += data[...] * w` instead (TVM's
  * if_then_else-to-guard). `inside` is a conjunction of affine inequalities
- * in the loop iterators, whose ranges are compile-time constants, so loops
- * are partitioned (TVM's LoopPartition): a loop whose iterator occurs in an
- * inequality not yet decided is printed as consecutive parts, split where
- * the inequality becomes true, or false, for every value of the other
- * iterators in their current ranges. A statement prints no test where all
- * its inequalities hold (the interior), nothing where one fails (the border's
- * zeros), and otherwise tests the undecided ones as high as a perfect nest
- * allows, outside its innermost loops. Parallel and vectorized loops are
- * never split (their pragmas need one loop), and the parts around a
- * statement are bounded (KT_EMIT_MAX_PARTS) to bound the code. */
+ * in the loop iterators, whose ranges are compile-time constants, and the
+ * tests leave the innermost loops, cheapest first:
+ * - a test that holds for every value of the current iterator ranges is
+ *   dropped (the interior), a statement with one that fails for all of
+ *   them is not printed, nor is a loop holding only such statements;
+ * - a test reading only loops enclosing a perfect nest down to the
+ *   statement is printed once, as an `if` around that nest;
+ * - a serial reduction loop of such a nest whose test reads it and
+ *   enclosing loops only runs where the test holds: its bounds are narrowed
+ *   when it starts (kt_maxi/kt_mini of the bounds the test gives);
+ * - a reduction loop whose iterator decides a test for inner loops is
+ *   partitioned (TVM's LoopPartition): printed as consecutive parts, split
+ *   where the test becomes true, or false, for every value of the other
+ *   iterators in their current ranges; each part narrows its iterator's
+ *   range for the code inside it;
+ * - what is left is tested on the statement.
+ * Spatial loops are neither split nor narrowed: they index the register
+ * and accumulator tiles, which GCC keeps in registers only with whole
+ * constant trip counts (a tile loop split into constant parts made GCC
+ * rebuild every vector of the tile from scalars on the stack). A tile loop
+ * that GCC unrolls folds the tests inside it once the loops outside are
+ * partitioned into constants. Parallel and vectorized loops are never split
+ * (their pragmas need one loop), and the parts around a statement are
+ * bounded (KT_EMIT_MAX_PARTS) to bound the code. */
 
 #define KT_EMIT_GUARD_INEQS 8   /* inequalities of one guard */
 #define KT_EMIT_AFF_TERMS 16    /* iterators of one affine form */
@@ -507,6 +523,28 @@ static int in_chain(const kt_lower_t *L, int node, int it)
         if (L->nodes[x].iter == it)
             return 1;
     return 0;
+}
+
+/* (q without iterator skip) as C: the terms of live iterators and the constant. */
+static void print_aff(const emit_t *e, const aff_t *q, int skip, kt_sbuf_t *b)
+{
+    kt_sbuf_puts(b, "(");
+    int m = 0;
+    for (int t = 0; t < q->n; t++) {
+        const kt_lower_iter_t *it = &e->L->iters[q->iter[t]];
+        int64_t k = q->coef[t] < 0 ? -q->coef[t] : q->coef[t];
+        if (q->coef[t] == 0 || it->extent <= 1 || q->iter[t] == skip)
+            continue;
+        kt_sbuf_printf(b, "%s%s", q->coef[t] < 0 ? (m ? " - " : "-") : m ? " + " : "", it->name);
+        if (k != 1)
+            kt_sbuf_printf(b, "*%lldLL", (long long)k);
+        m++;
+    }
+    if (q->c != 0 || !m)
+        kt_sbuf_printf(b, "%s%lldLL)", !m ? "" : q->c < 0 ? " - " : " + ",
+                       (long long)(m && q->c < 0 ? -q->c : q->c));
+    else
+        kt_sbuf_puts(b, ")");
 }
 
 /* The C test of the inequalities `bits` of statement si: (sum >= -c && ...). */
@@ -987,8 +1025,67 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         kt_sbuf_puts(e->out, "}\n");
         return;
     }
+    /* A serial loop around the statement alone whose open tests read it and
+     * enclosing loops only: its bounds are narrowed to where they hold
+     * (computed when the loop starts), so it neither tests nor adds zeros. */
+    unsigned narrow = 0, open = si >= 0 ? open_ineqs(e, si) : 0;
+    for (int k = 0; si >= 0 && nd->ann == KT_LOOP_SERIAL && L->iters[v].reduce &&
+                    k < e->guards[si].nq;
+         k++) {
+        const aff_t *q = &e->guards[si].q[k];
+        int inner = 0;
+        for (int t = 0; t < q->n && !inner; t++)
+            inner = q->iter[t] != v && q->coef[t] != 0 && L->iters[q->iter[t]].extent > 1 &&
+                    in_chain(L, node, q->iter[t]);
+        if (((open >> k) & 1u) && coef_of(q, v) != 0 && !inner)
+            narrow |= 1u << k;
+    }
+    if (narrow) {
+        kt_sbuf_t lo, hi;
+        kt_sbuf_init(&lo);
+        kt_sbuf_init(&hi);
+        kt_sbuf_printf(&lo, "%lldLL", (long long)e->lo[v]);
+        kt_sbuf_printf(&hi, "%lldLL", (long long)(e->hi[v] + 1));
+        for (int k = 0; k < KT_EMIT_GUARD_INEQS; k++) {
+            if (!((narrow >> k) & 1u))
+                continue;
+            /* c*v + r >= 0: v >= ceil(-r/c) = -floor(r/c) for c > 0, v < floor(r/-c) + 1
+             * for c < 0 */
+            const aff_t *q = &e->guards[si].q[k];
+            int64_t c = coef_of(q, v);
+            kt_sbuf_t *bd = c > 0 ? &lo : &hi, r;
+            kt_sbuf_init(&r);
+            print_aff(e, q, v, &r);
+            char *prev = kt_sbuf_take(bd);
+            kt_sbuf_init(bd);
+            kt_sbuf_printf(bd, "%s(%s, ", c > 0 ? "kt_maxi" : "kt_mini", prev ? prev : "0");
+            if (c == 1 || c == -1)
+                kt_sbuf_printf(bd, c > 0 ? "-%s)" : "%s + 1LL)", r.data);
+            else if (c > 0)
+                kt_sbuf_printf(bd, "-kt_floordiv(%s, %lldLL))", r.data, (long long)c);
+            else
+                kt_sbuf_printf(bd, "kt_floordiv(%s, %lldLL) + 1LL)", r.data, (long long)-c);
+            free(prev);
+            kt_sbuf_free(&r);
+        }
+        if (kt_sbuf_ok(&lo) || kt_sbuf_ok(&hi)) {
+            e->rc = kt_err_set(KT_ENOMEM, "emit: out of memory");
+        } else {
+            e->narrow_node = node;
+            e->narrow_lo = lo.data;
+            e->narrow_hi = hi.data;
+            e->hoisted[si] |= (uint8_t)narrow;
+            emit_loop_plain(e, node, depth, in_par, in_vec);
+            e->hoisted[si] &= (uint8_t)~narrow;
+        }
+        kt_sbuf_free(&lo);
+        kt_sbuf_free(&hi);
+        return;
+    }
     int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4];
-    int np = split_points(e, node, v, pts, 0, (int)(sizeof(pts) / sizeof(pts[0])));
+    int np = nd->ann == KT_LOOP_UNROLL || !L->iters[v].reduce
+                 ? 0
+                 : split_points(e, node, v, pts, 0, (int)(sizeof(pts) / sizeof(pts[0])));
     int64_t lo = e->lo[v], hi = e->hi[v], parts = e->parts;
     int live = 0;
     for (int k = 0; k <= np; k++) {
@@ -1075,9 +1172,15 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
         return;
     }
     kt_sbuf_indent(b, depth * 2);
-    kt_sbuf_printf(b, "for (long long %s = %lld; %s < %lldLL; ++%s) {\n", it->name,
-                   (long long)e->lo[nd->iter], it->name, (long long)(e->hi[nd->iter] + 1),
-                   it->name);
+    if (node == e->narrow_node) {
+        e->narrow_node = -1;
+        kt_sbuf_printf(b, "for (long long %s = %s; %s < %s; ++%s) {\n", it->name, e->narrow_lo,
+                       it->name, e->narrow_hi, it->name);
+    } else {
+        kt_sbuf_printf(b, "for (long long %s = %lld; %s < %lldLL; ++%s) {\n", it->name,
+                       (long long)e->lo[nd->iter], it->name, (long long)(e->hi[nd->iter] + 1),
+                       it->name);
+    }
     e->outer[e->nouter++] = nd->iter;
     emit_body(e, node, depth + 1, in_par, in_vec);
     e->nouter--;
@@ -1216,7 +1319,7 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
         depth = 2;
     }
     emit_t e = {.dag = dag, .L = L, .out = b, .fns = &fns, .entry = entry, .par_last = -1,
-                .parts = 1};
+                .parts = 1, .narrow_node = -1};
     rc = guards_init(&e);
     if (!rc)
         emit_list(&e, L->first, depth, 0, 0);
