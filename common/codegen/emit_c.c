@@ -51,6 +51,7 @@ typedef struct {
                               node runs (a partitioned loop's part narrows them) */
     uint8_t *hoisted;      /* per statement: its inequalities an enclosing if tests */
     int64_t parts;         /* copies of the current node the enclosing partitions print */
+    int64_t guarded_total; /* guarded_size of the whole program */
     int narrow_node;       /* loop printed with the bounds below instead of its range, -1 */
     const char *narrow_lo, *narrow_hi;
 } emit_t;
@@ -206,6 +207,8 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
 #define KT_EMIT_GUARD_INEQS 8   /* inequalities of one guard */
 #define KT_EMIT_AFF_TERMS 16    /* iterators of one affine form */
 #define KT_EMIT_MAX_PARTS 64    /* most copies of a statement the partitions print */
+#define KT_EMIT_PART_GROWTH 2   /* partitions print at most this many times the guarded */
+#define KT_EMIT_PART_MIN 256    /* statements the kernel has unrolled, or this many */
 
 /* sum coef * iter + c; in a guard, the inequality aff >= 0. */
 typedef struct {
@@ -503,6 +506,21 @@ static int split_points(const emit_t *e, int node, int v, int64_t *pts, int np, 
     return np;
 }
 
+/* Guarded statements under node once fully unrolled loops are expanded
+ * (what GCC compiles: a partition copies it). */
+static int64_t guarded_size(const emit_t *e, int node)
+{
+    const kt_lower_node_t *nd = &e->L->nodes[node];
+    if (nd->kind == KT_NODE_STMT)
+        return e->guards[nd->stmt].nq > 0;
+    int64_t n = 0;
+    for (int ch = nd->child; ch >= 0; ch = e->L->nodes[ch].next)
+        n += guarded_size(e, ch);
+    if (nd->kind == KT_NODE_LOOP && nd->ann == KT_LOOP_UNROLL)
+        n *= e->L->iters[nd->iter].extent;
+    return n;
+}
+
 /* The statement a perfect nest from node ends in, or -1. */
 static int chain_stmt(const kt_lower_t *L, int node)
 {
@@ -764,7 +782,10 @@ static int guards_init(emit_t *e)
     if (!any) {   /* the emitter's plain path */
         free(e->guards);
         e->guards = NULL;
+        return 0;
     }
+    for (int x = L->first; x >= 0; x = L->nodes[x].next)
+        e->guarded_total += guarded_size(e, x);
     return 0;
 }
 
@@ -1095,7 +1116,10 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
     }
     e->lo[v] = lo;
     e->hi[v] = hi;
-    if (np == 0 || parts * live > KT_EMIT_MAX_PARTS) {
+    /* bounded code: GCC's time grows with the unrolled statements it compiles */
+    int64_t cap = KT_EMIT_PART_GROWTH * e->guarded_total;
+    if (np == 0 || parts * live > KT_EMIT_MAX_PARTS ||
+        parts * live * guarded_size(e, node) > (cap > KT_EMIT_PART_MIN ? cap : KT_EMIT_PART_MIN)) {
         emit_loop_plain(e, node, depth, in_par, in_vec);
         return;
     }
