@@ -50,6 +50,7 @@ typedef struct {
     int64_t *lo, *hi;      /* per iterator: the values the loop printed around the current
                               node runs (a partitioned loop's part narrows them) */
     uint8_t *hoisted;      /* per statement: its inequalities an enclosing if tests */
+    uint8_t *tile_iter;    /* per iterator: it indexes a local (accumulator, register) tile */
     int64_t parts;         /* copies of the current node the enclosing partitions print */
     int64_t guarded_total; /* guarded_size of the whole program */
     int narrow_node;       /* loop printed with the bounds below instead of its range, -1 */
@@ -189,26 +190,28 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
  * - a serial reduction loop of such a nest whose test reads it and
  *   enclosing loops only runs where the test holds: its bounds are narrowed
  *   when it starts (kt_maxi/kt_mini of the bounds the test gives);
- * - a reduction loop whose iterator decides a test for inner loops is
- *   partitioned (TVM's LoopPartition): printed as consecutive parts, split
- *   where the test becomes true, or false, for every value of the other
- *   iterators in their current ranges; each part narrows its iterator's
- *   range for the code inside it;
+ * - a loop whose iterator decides a test for inner loops and indexes no
+ *   local tile is partitioned (TVM's LoopPartition): printed as consecutive
+ *   parts, split where the test becomes true, or false, for every value of
+ *   the other iterators in their current ranges; each part narrows its
+ *   iterator's range for the code inside it;
  * - what is left is tested on the statement.
- * Spatial loops are neither split nor narrowed: they index the register
- * and accumulator tiles, which GCC keeps in registers only with whole
+ * Loops over a local tile's elements are neither split nor narrowed: GCC
+ * keeps the register and accumulator tiles in registers only with whole
  * constant trip counts (a tile loop split into constant parts made GCC
  * rebuild every vector of the tile from scalars on the stack). A tile loop
  * that GCC unrolls folds the tests inside it once the loops outside are
  * partitioned into constants. Parallel and vectorized loops are never split
  * (their pragmas need one loop), and the parts around a statement are
- * bounded (KT_EMIT_MAX_PARTS) to bound the code. */
+ * bounded (KT_EMIT_MAX_PARTS, KT_EMIT_PART_MIN): GCC's time grows with the
+ * copies (a 14x8 scalar tile partitioned nine times took it ten times as
+ * long). */
 
 #define KT_EMIT_GUARD_INEQS 8   /* inequalities of one guard */
 #define KT_EMIT_AFF_TERMS 16    /* iterators of one affine form */
 #define KT_EMIT_MAX_PARTS 64    /* most copies of a statement the partitions print */
-#define KT_EMIT_PART_GROWTH 2   /* partitions print at most this many times the guarded */
-#define KT_EMIT_PART_MIN 256    /* statements the kernel has unrolled, or this many */
+#define KT_EMIT_PART_MIN 256    /* partitions print at most as many guarded statements as
+                                   the kernel unrolls, or this many */
 
 /* sum coef * iter + c; in a guard, the inequality aff >= 0. */
 typedef struct {
@@ -506,8 +509,9 @@ static int split_points(const emit_t *e, int node, int v, int64_t *pts, int np, 
     return np;
 }
 
-/* Guarded statements under node once fully unrolled loops are expanded
- * (what GCC compiles: a partition copies it). */
+/* Guarded statements under node once fully unrolled loops are expanded:
+ * the bulk of what GCC compiles (the tile copies become a few vector moves)
+ * and what a partition copies. */
 static int64_t guarded_size(const emit_t *e, int node)
 {
     const kt_lower_node_t *nd = &e->L->nodes[node];
@@ -770,8 +774,22 @@ static int guards_init(emit_t *e)
     e->hi = calloc(ni, sizeof(*e->hi));
     e->hoisted = calloc(ns, sizeof(*e->hoisted));
     e->guards = calloc(ns, sizeof(*e->guards));
-    if (!e->lo || !e->hi || !e->hoisted || !e->guards)
+    e->tile_iter = calloc(ni, 1);
+    if (!e->lo || !e->hi || !e->hoisted || !e->guards || !e->tile_iter)
         return kt_err_set(KT_ENOMEM, "emit: out of memory");
+    for (int i = 0; i < L->nstmts; i++) {
+        const kt_lower_stmt_t *st = &L->stmts[i];
+        for (int side = 0; side < 2; side++) {
+            int buf = side ? st->src : st->dst;
+            const kt_lower_index_t *idx = side ? st->src_idx : st->dst_idx;
+            if (buf < 0 || L->bufs[buf].kind != KT_BUF_LOCAL)
+                continue;
+            for (int d = 0; d < L->bufs[buf].ndim; d++)
+                for (int t = 0; t < idx[d].nterms; t++)
+                    if (idx[d].iter[t] >= 0)
+                        e->tile_iter[idx[d].iter[t]] = 1;
+        }
+    }
     for (int i = 0; i < L->niters; i++)
         e->hi[i] = L->iters[i].extent > 0 ? L->iters[i].extent - 1 : 0;
     int any = 0;
@@ -794,6 +812,7 @@ static void guards_free(emit_t *e)
     free(e->lo);
     free(e->hi);
     free(e->hoisted);
+    free(e->tile_iter);
     free(e->guards);
 }
 
@@ -1104,7 +1123,7 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         return;
     }
     int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4];
-    int np = nd->ann == KT_LOOP_UNROLL || !L->iters[v].reduce
+    int np = nd->ann == KT_LOOP_UNROLL || e->tile_iter[v]
                  ? 0
                  : split_points(e, node, v, pts, 0, (int)(sizeof(pts) / sizeof(pts[0])));
     int64_t lo = e->lo[v], hi = e->hi[v], parts = e->parts;
@@ -1117,9 +1136,8 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
     e->lo[v] = lo;
     e->hi[v] = hi;
     /* bounded code: GCC's time grows with the unrolled statements it compiles */
-    int64_t cap = KT_EMIT_PART_GROWTH * e->guarded_total;
-    if (np == 0 || parts * live > KT_EMIT_MAX_PARTS ||
-        parts * live * guarded_size(e, node) > (cap > KT_EMIT_PART_MIN ? cap : KT_EMIT_PART_MIN)) {
+    int64_t cap = e->guarded_total > KT_EMIT_PART_MIN ? e->guarded_total : KT_EMIT_PART_MIN;
+    if (np == 0 || parts * live > KT_EMIT_MAX_PARTS || parts * live * guarded_size(e, node) > cap) {
         emit_loop_plain(e, node, depth, in_par, in_vec);
         return;
     }
