@@ -209,7 +209,7 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
 
 #define KT_EMIT_GUARD_INEQS 8   /* inequalities of one guard */
 #define KT_EMIT_AFF_TERMS 16    /* iterators of one affine form */
-#define KT_EMIT_MAX_PARTS 64    /* most copies of a statement the partitions print */
+#define KT_EMIT_MAX_PARTS 6     /* most copies of a statement the partitions print */
 #define KT_EMIT_PART_MIN 256    /* partitions print at most as many guarded statements as
                                    the kernel unrolls, or this many */
 
