@@ -16,7 +16,10 @@
  *   (kt_par<N>_<entry>, restrict buffers and the enclosing iterators as
  *   arguments) that the OpenMP loop calls once per iteration;
  * - the innermost reduce loop whose body is fully unrolled (a register tile's
- *   update) is unrolled KT_EMIT_PARTIAL_UNROLL times. */
+ *   update) is unrolled KT_EMIT_PARTIAL_UNROLL times.
+ * And one for the work done: an update multiplying by an inlined padding
+ * stage runs only where the padded input is inside, its loops partitioned
+ * or narrowed so that the interior tests nothing ("padding guards"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
