@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "codegen_int.h"
 #include "util/err.h"
 
 int kt_codegen_num_bufs(const kt_dag_t *dag)
@@ -93,10 +94,12 @@ static int is_simple(const char *s)
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, uint64_t mask, kt_sbuf_t *out, int depth);
+                const char *const *axis_c, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                int depth);
 
 static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                     const char *const *axis_c, uint64_t mask, kt_sbuf_t *out, int depth)
+                     const char *const *axis_c, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                int depth)
 {
     const kt_stage_t *p = kt_dag_stage(dag, e->tensor);
     if (!p || e->nargs != p->ndim)
@@ -107,7 +110,7 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
     for (int i = 0; i < e->nargs; i++)
         kt_sbuf_init(&idx[i]);
     for (int i = 0; i < e->nargs && rc == KT_OK; i++) {
-        rc = emit(dag, s, e->args[i], axis_c, mask, &idx[i], depth + 1);
+        rc = emit(dag, s, e->args[i], axis_c, mask, taken, &idx[i], depth + 1);
         if (rc == KT_OK)
             rc = kt_sbuf_ok(&idx[i]);
     }
@@ -119,7 +122,12 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
             const char *pax[KT_TE_MAX_DIMS];
             for (int i = 0; i < e->nargs; i++)
                 pax[i] = idx[i].data;
-            rc = emit(dag, p, p->body, pax, mask, out, depth + 1);
+            /* a guarded statement (kt_codegen_expr_c_taken) reads the taken
+             * operand of a padding select: its condition holds there */
+            const kt_expr_t *pb = ((taken >> e->tensor) & 1u) && p->body->kind == KT_EX_SELECT
+                                      ? p->body->args[1]
+                                      : p->body;
+            rc = emit(dag, p, pb, pax, mask, taken, out, depth + 1);
         }
     } else if (rc == KT_OK) {
         /* Row-major flat index: sum of index * stride, trivial factors elided. */
@@ -150,7 +158,8 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, uint64_t mask, kt_sbuf_t *out, int depth)
+                const char *const *axis_c, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                int depth)
 {
     static const char *const infix[KT_EX__COUNT] = {
         [KT_EX_ADD] = " + ", [KT_EX_SUB] = " - ", [KT_EX_MUL] = "*", [KT_EX_DIV] = "/",
@@ -186,23 +195,23 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         return KT_OK;
     }
     case KT_EX_LOAD:
-        return emit_load(dag, s, e, axis_c, mask, out, depth);
+        return emit_load(dag, s, e, axis_c, mask, taken, out, depth);
     case KT_EX_NOT:
         kt_sbuf_puts(out, "(!");
-        rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, ")");
         return rc;
     case KT_EX_SELECT:
         /* C's ?: evaluates only the taken branch, so a guarded (padding)
          * load never reads out of bounds. */
         kt_sbuf_puts(out, "(");
-        if ((rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, " ? ");
-        if ((rc = emit(dag, s, e->args[1], axis_c, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[1], axis_c, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, " : ");
-        if ((rc = emit(dag, s, e->args[2], axis_c, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[2], axis_c, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, ")");
         return KT_OK;
@@ -210,14 +219,14 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         kt_sbuf_puts(out, e->dtype == KT_DT_F32 ? "((float)(" : e->dtype == KT_DT_INT
                                                                   ? "((long long)("
                                                                   : "((");
-        rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, e->dtype == KT_DT_BOOL ? ") != 0)" : "))");
         return rc;
     case KT_EX_CALL:
         if ((unsigned)e->fn >= KT_FN__COUNT)
             return kt_err_set(KT_EINVAL, "stage '%s': bad math function", s->name);
         kt_sbuf_printf(out, "%s(", fn_c[e->fn]);
-        rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, ")");
         return rc;
     case KT_EX_MIN:
@@ -236,30 +245,37 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         if ((unsigned)e->kind >= KT_EX__COUNT || !infix[e->kind] || e->nargs != 2)
             return kt_err_set(KT_EINVAL, "stage '%s': bad expression kind %d", s->name, e->kind);
         kt_sbuf_puts(out, "(");
-        if ((rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, infix[e->kind]);
-        if ((rc = emit(dag, s, e->args[1], axis_c, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[1], axis_c, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, ")");
         return KT_OK;
     }
     kt_sbuf_printf(out, "%s(", call);
-    if ((rc = emit(dag, s, e->args[0], axis_c, mask, out, depth + 1)))
+    if ((rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1)))
         return rc;
     kt_sbuf_puts(out, ", ");
-    if ((rc = emit(dag, s, e->args[1], axis_c, mask, out, depth + 1)))
+    if ((rc = emit(dag, s, e->args[1], axis_c, mask, taken, out, depth + 1)))
         return rc;
     kt_sbuf_puts(out, ")");
     return KT_OK;
 }
 
-int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
-                      const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out)
+int kt_codegen_expr_c_taken(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                            const char *const *axis_c, uint64_t inline_mask, uint64_t taken,
+                            kt_sbuf_t *out)
 {
     const kt_stage_t *s = kt_dag_stage(dag, stage);
     if (!s || !out)
         return kt_err_set(KT_EINVAL, "no stage %d", stage);
-    int rc = emit(dag, s, e, axis_c, inline_mask, out, 0);
+    int rc = emit(dag, s, e, axis_c, inline_mask, taken, out, 0);
     return rc ? rc : kt_sbuf_ok(out);
+}
+
+int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                      const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out)
+{
+    return kt_codegen_expr_c_taken(dag, stage, e, axis_c, inline_mask, 0, out);
 }
