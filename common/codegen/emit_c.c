@@ -17,6 +17,7 @@
  *   arguments) that the OpenMP loop calls once per iteration;
  * - the innermost reduce loop whose body is fully unrolled (a register tile's
  *   update) is unrolled KT_EMIT_PARTIAL_UNROLL times. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ typedef struct {
     int outer[MAX_OUTER];
     int branch;            /* 1 or 2: statements print that operand of their stage's
                               select (an unswitched loop, see unswitch_cond); 0: all */
+    int nexpand;           /* expanded loops enclosing the current node */
+    int64_t *cval;         /* value of each iterator an expanded loop binds (per L->iters) */
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -248,7 +251,23 @@ static int expr_of_stmt(emit_t *e, const kt_lower_stmt_t *s, const kt_expr_t *x,
         index_c(e->L, &s->axis[a], &ax[a]);
         axis_c[a] = ax[a].data ? ax[a].data : "0";
     }
-    int rc = kt_codegen_expr_c(e->dag, s->stage, x, axis_c, e->L->inline_mask, b);
+    /* Inside expanded loops the axes they bind have known values: constant
+     * tables fold (kt_codegen_expr_c_fold). */
+    double val[KT_SCHED_MAX_AXES];
+    for (int a = 0; a < na && e->nexpand; a++) {
+        const kt_lower_index_t *x = &s->axis[a];
+        double v = 0;
+        for (int t = 0; t < x->nterms && !isnan(v); t++) {
+            const kt_lower_iter_t *it = &e->L->iters[x->iter[t]];
+            if (it->extent > 1)
+                v = it->expand && e->cval[x->iter[t]] >= 0
+                        ? v + (double)(x->coef[t] * e->cval[x->iter[t]])
+                        : NAN;
+        }
+        val[a] = x->div > 1 || x->mod > 0 ? NAN : v;
+    }
+    int rc = kt_codegen_expr_c_fold(e->dag, s->stage, x, axis_c, e->nexpand ? val : NULL,
+                                    e->L->inline_mask, b);
     for (int a = 0; a < na; a++)
         kt_sbuf_free(&ax[a]);
     return rc;
@@ -288,7 +307,8 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
     kt_sbuf_t dst;
     kt_sbuf_init(&dst);
     access_c(e->L, s->dst, s->dst_idx, &dst);
-    kt_sbuf_indent(b, depth * 2);
+    if (s->kind != KT_STMT_UPDATE)
+        kt_sbuf_indent(b, depth * 2);
     int is_max = ss->rop == KT_RED_MAX;
     switch (s->kind) {
     case KT_STMT_COMPUTE:
@@ -298,12 +318,24 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
     case KT_STMT_INIT:
         kt_sbuf_printf(b, "%s = %s", dst.data, kt_lower_identity_c(ss->rop));
         break;
-    case KT_STMT_UPDATE:
-        kt_sbuf_printf(b, is_max ? "%s = kt_maxf(%s, " : "%s = %s + ", dst.data, dst.data);
-        body_c(e, s, b);
-        if (is_max)
-            kt_sbuf_puts(b, ")");
+    case KT_STMT_UPDATE: {
+        kt_sbuf_t body;
+        kt_sbuf_init(&body);
+        body_c(e, s, &body);
+        /* a term a folded constant table zeroed adds nothing */
+        if (!is_max && e->nexpand && body.data && strcmp(body.data, "0.0f") == 0) {
+            kt_sbuf_free(&body);
+            kt_sbuf_free(&dst);
+            return;
+        }
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_printf(b, is_max ? "%s = kt_maxf(%s, %s)" : "%s = %s + %s", dst.data, dst.data,
+                       body.data ? body.data : "");
+        if (body.failed)
+            b->failed = 1;
+        kt_sbuf_free(&body);
         break;
+    }
     case KT_STMT_COPY:
     case KT_STMT_COMBINE:
         if (s->kind == KT_STMT_COPY)
@@ -573,6 +605,23 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
             kt_sbuf_printf(b, " collapse(%d)", n);
         kt_sbuf_puts(b, "\n");
         in_vec = 1;
+    } else if (nd->ann == KT_LOOP_UNROLL && it->expand) {
+        /* The body once per value, the iterator a constant the statements'
+         * constant tables fold with (see expr_of_stmt). */
+        for (int64_t v = 0; v < it->extent && !e->rc; v++) {
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_printf(b, "{\n");
+            kt_sbuf_indent(b, depth * 2 + 2);
+            kt_sbuf_printf(b, "const long long %s = %lldLL;\n", it->name, (long long)v);
+            e->cval[nd->iter] = v;
+            e->nexpand++;
+            emit_body(e, node, depth + 1, in_par, in_vec);
+            e->nexpand--;
+            e->cval[nd->iter] = -1;
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_puts(b, "}\n");
+        }
+        return;
     } else if (nd->ann == KT_LOOP_UNROLL) {
         kt_sbuf_indent(b, depth * 2);
         kt_sbuf_printf(b, "#pragma GCC unroll %lld\n", (long long)it->extent);
@@ -733,7 +782,14 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
         depth = 2;
     }
     emit_t e = {.dag = dag, .L = L, .out = b, .fns = &fns, .entry = entry, .par_last = -1};
-    emit_list(&e, L->first, depth, 0, 0);
+    e.cval = malloc(sizeof(*e.cval) * (size_t)(L->niters > 0 ? L->niters : 1));
+    if (!e.cval)
+        e.rc = kt_err_set(KT_ENOMEM, "emit: out of memory");
+    for (int i = 0; e.cval && i < L->niters; i++)
+        e.cval[i] = -1;
+    if (!e.rc)
+        emit_list(&e, L->first, depth, 0, 0);
+    free(e.cval);
     if (nheap) {
         kt_sbuf_puts(b, "    } else {\n        kt_fail = 1;\n    }\n");
         for (int i = 0; i < L->nbufs; i++)
