@@ -15,6 +15,7 @@
  * store as it was. Nothing asserts how fast anything runs.
  */
 #include <check.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "measure/cuda_runner.h"
 #include "measure/nvrtc.h"
 #include "net/plan.h"
+#include "runtime/netlib_int.h"
 #include "sched/state.h"
 #include "store/store.h"
 #include "tensorio/tensorio.h"
@@ -360,6 +362,52 @@ static void store_sampled_states(const char *db, kt_net_layout_t layout)
 {
     store_sampled_states_of(db, kt_net_builtin("resnet-18", 1, 0), layout, 0);
 }
+
+/* A weight packed for a loop nest with more loops than safetensors' rank
+ * limit (a Winograd bgemm weight split over every tile level: 9 loops) is
+ * written with its leading loops merged, its data in packed order; the
+ * generated loader checks only the element count. Fails when the writer
+ * refuses rank 9 (the build stopped with "rank 9 not supported"). */
+START_TEST(runtime_weights_packed_beyond_rank_8_are_written)
+{
+    float data[128];
+    for (int i = 0; i < 128; i++)
+        data[i] = (float)i;
+    kt_plan_weight_t wt = {.name = "conv.weight", .ndim = 4, .dims = {2, 4, 2, 8}, .numel = 128,
+                           .data = data};
+    kt_net_plan_t plan;
+    memset(&plan, 0, sizeof plan);
+    plan.nweights = 1;
+    plan.weights = &wt;
+    /* 9 loops of 2,2,2,2,2,2,2,1,1 walking the weight in order */
+    kt_codegen_pack_t pk = {.buf = 1, .ndim = 9};
+    for (int m = 0; m < 9; m++) {
+        pk.shape[m] = m < 7 ? 2 : 1;
+        pk.step[m] = m < 7 ? (int64_t)1 << (6 - m) : 0;
+    }
+    const kt_codegen_pack_t *how[1] = {&pk};
+    int64_t bytes = 0;
+    ck_assert_msg(kt_netlib_write_weights(&plan, how, kt_test_dir, "rank9", &bytes) == 0, "%s",
+                  kt_err_msg());
+    ck_assert_int_eq(bytes, 512);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/rank9.safetensors", kt_test_dir);
+    kt_safetensors_t *st = kt_safetensors_open(path);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    int64_t dims[KT_TENSORIO_MAX_RANK];
+    int nd = 0;
+    const float *got = kt_safetensors_get(st, "conv.weight", dims, &nd);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_int_eq(nd, 8);
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++)
+        n *= dims[d];
+    ck_assert_int_eq(n, 128);
+    for (int i = 0; i < 128; i++)
+        ck_assert_float_eq(got[i], data[i]);
+    kt_safetensors_close(st);
+}
+END_TEST
 
 /* Winograd rounds differently from PyTorch's direct convolution (te suite:
  * a few 1e-6 of the output's rms per tile-4 layer); three layers in a row
@@ -918,6 +966,7 @@ int main(void)
     tcase_add_checked_fixture(tc, test_setup, NULL);
     tcase_add_test(tc, runtime_plan_of_resnet18_reuses_the_arena_and_converts_only_at_the_edges);
     tcase_add_test(tc, runtime_plan_names_what_it_cannot_run);
+    tcase_add_test(tc, runtime_weights_packed_beyond_rank_8_are_written);
     tcase_add_test(tc, runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker);
     tcase_add_test(tc, runtime_resnet18_runs_checked_in_both_layouts_with_one_answer);
     tcase_add_test(tc, runtime_generated_library_links_into_a_program_twice);
