@@ -157,7 +157,8 @@ int kt_sched_state_equal(const kt_sched_state_t *a, const kt_sched_state_t *b);
  * the const spatial axes, then the const reduce axes, the last two groups
  * unrolled with their values known to the emitter (see lower.h). Its
  * annotations: parallel over leading S0 loops, vectorize 1 = the innermost
- * S1 loop (the loop around the unrolled block), no auto-unroll. Sketches carry no annotation yet (all split factors 1).
+ * S1 loop (the loop around the unrolled block), no auto-unroll. Sketches
+ * carry no annotation yet (all split factors 1).
  * *out is a malloc'd array of *n states (free each, then the array).
  * 0 or negative. */
 int kt_sched_sketches(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_state_t ***out,
