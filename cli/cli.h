@@ -47,7 +47,8 @@ typedef struct {
     const char *network, *file, *onnx;
     kt_net_layout_t layout;
     int layout_given;
-    int winograd;         /* --winograd: add Winograd alternatives (NHWC) */
+    int winograd;         /* Winograd alternatives (NHWC): 1 --winograd, -1 --no-winograd,
+                             0 the default (on for CPU tasks, kt_cli_net_extract_flags) */
     int batch, seq_len;   /* 0: the default */
     int ninputs;
     kt_net_input_t inputs[KT_CLI_MAX_INPUTS];
@@ -55,7 +56,7 @@ typedef struct {
 
 /* getopt codes of the network options; other options of a command must not use them. */
 enum { KT_CLI_O_NETWORK = 950, KT_CLI_O_NETFILE, KT_CLI_O_ONNX, KT_CLI_O_LAYOUT, KT_CLI_O_BATCH,
-       KT_CLI_O_SEQLEN, KT_CLI_O_INPUT, KT_CLI_O_WINOGRAD };
+       KT_CLI_O_SEQLEN, KT_CLI_O_INPUT, KT_CLI_O_WINOGRAD, KT_CLI_O_NO_WINOGRAD };
 #define KT_CLI_NET_OPTIONS                                                                     \
     {"network", required_argument, 0, KT_CLI_O_NETWORK},                                       \
         {"network-file", required_argument, 0, KT_CLI_O_NETFILE},                              \
@@ -64,7 +65,8 @@ enum { KT_CLI_O_NETWORK = 950, KT_CLI_O_NETFILE, KT_CLI_O_ONNX, KT_CLI_O_LAYOUT,
         {"batch", required_argument, 0, KT_CLI_O_BATCH},                                       \
         {"seq-len", required_argument, 0, KT_CLI_O_SEQLEN},                                    \
         {"input", required_argument, 0, KT_CLI_O_INPUT},                                       \
-        {"winograd", no_argument, 0, KT_CLI_O_WINOGRAD}
+        {"winograd", no_argument, 0, KT_CLI_O_WINOGRAD},                                      \
+        {"no-winograd", no_argument, 0, KT_CLI_O_NO_WINOGRAD}
 /* Their --help lines. */
 extern const char *const KT_CLI_NET_HELP;
 
@@ -80,7 +82,7 @@ kt_net_t *kt_cli_net_load(const char *cmd, const kt_cli_net_t *n);
 /* The name, file or model it came from. */
 const char *kt_cli_net_source(const kt_cli_net_t *n);
 /* The kt_net_extract_ex flags the options ask for. */
-int kt_cli_net_extract_flags(const kt_cli_net_t *n);
+int kt_cli_net_extract_flags(const kt_cli_net_t *n, const char *target);
 
 /* ---- Shared by the job commands (cli_jobs.c) ---------------------------------------- */
 

@@ -348,7 +348,8 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
         return 1;
     int rc = 1;
     kt_net_plan_t *plan = NULL;
-    kt_net_tasks_t *t = kt_net_extract_ex(net, a->net.layout, kt_cli_net_extract_flags(&a->net));
+    kt_net_tasks_t *t =
+        kt_net_extract_ex(net, a->net.layout, kt_cli_net_extract_flags(&a->net, a->target));
     char **states = NULL;
     double *ms = NULL;
     int *used = NULL;

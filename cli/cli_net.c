@@ -17,7 +17,9 @@ const char *const KT_CLI_NET_HELP =
     "  --seq-len L           sequence length of bert-base (default 128)\n"
     "  --winograd            NHWC: each 3x3 stride-1 conv2d task also gets a Winograd\n"
     "                        task for the same layers; tuning measures both, the\n"
-    "                        build uses the faster (docs/network.md)\n";
+    "                        build uses the faster (docs/network.md). The default\n"
+    "                        for NHWC CPU tasks (CUDA: give it)\n"
+    "  --no-winograd         direct convolutions only\n";
 
 void kt_cli_net_init(kt_cli_net_t *n)
 {
@@ -49,6 +51,7 @@ int kt_cli_net_option(const char *cmd, kt_cli_net_t *n, int code, const char *ar
         n->layout_given = 1;
         return 1;
     case KT_CLI_O_WINOGRAD: n->winograd = 1; return 1;
+    case KT_CLI_O_NO_WINOGRAD: n->winograd = -1; return 1;
     case KT_CLI_O_BATCH:
         return parse_int(cmd, "--batch", arg, 1, 65536, &n->batch) ? 2 : 1;
     case KT_CLI_O_SEQLEN:
@@ -88,7 +91,7 @@ int kt_cli_net_check(const char *cmd, const kt_cli_net_t *n)
         fprintf(stderr, "ktune %s: --seq-len applies to --network bert-base only\n", cmd);
         return 2;
     }
-    if (n->winograd && n->layout == KT_NET_NCHW) {
+    if (n->winograd > 0 && n->layout == KT_NET_NCHW) {
         fprintf(stderr, "ktune %s: --winograd applies to the NHWC layout only\n", cmd);
         return 2;
     }
@@ -115,7 +118,11 @@ const char *kt_cli_net_source(const kt_cli_net_t *n)
     return n->network ? n->network : n->file ? n->file : n->onnx ? n->onnx : "";
 }
 
-int kt_cli_net_extract_flags(const kt_cli_net_t *n)
+int kt_cli_net_extract_flags(const kt_cli_net_t *n, const char *target)
 {
-    return n->winograd ? KT_NET_EXTRACT_WINOGRAD : 0;
+    /* On by default where it was measured to win (CPU, NHWC: docs/benchmarks.md);
+     * the CUDA path is checked on the CPU only, so it stays opt-in there. */
+    int cpu = !target || strcmp(target, "cpu") == 0;
+    int on = n->winograd > 0 || (n->winograd == 0 && cpu && n->layout == KT_NET_NHWC);
+    return on ? KT_NET_EXTRACT_WINOGRAD : 0;
 }

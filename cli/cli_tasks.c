@@ -91,7 +91,7 @@ int kt_cli_tasks(int argc, char **argv)
     kt_net_t *net = kt_cli_net_load("tasks", &n);
     if (!net)
         return 1;
-    kt_net_tasks_t *t = kt_net_extract_ex(net, n.layout, kt_cli_net_extract_flags(&n));
+    kt_net_tasks_t *t = kt_net_extract_ex(net, n.layout, kt_cli_net_extract_flags(&n, NULL));
     kt_net_free(net);
     if (!t)
         return kt_cli_fail("extracting tasks");

@@ -301,7 +301,8 @@ static int load_tasks(const char *cmd, const job_args_t *a, tasks_t *t)
     kt_net_t *net = kt_cli_net_load(cmd, &a->net);
     if (!net)
         return 1;
-    kt_net_tasks_t *nt = kt_net_extract_ex(net, a->net.layout, kt_cli_net_extract_flags(&a->net));
+    kt_net_tasks_t *nt =
+        kt_net_extract_ex(net, a->net.layout, kt_cli_net_extract_flags(&a->net, a->target));
     if (!nt) {
         fprintf(stderr, "ktune %s: %s: %s\n", cmd, src, kt_err_msg());
         kt_net_free(net);

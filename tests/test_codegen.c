@@ -198,8 +198,8 @@ START_TEST(codegen_softmax_and_layer_norm_states_match_reference)
 }
 END_TEST
 
-/* Winograd conv2d: the generic sketch rules (tiled data_pack, bgemm and
- * inverse; the constant matrices and padding materialized or inlined)
+/* Winograd conv2d: the sketch rules (data_pack and inverse simplified with
+ * their constant tables, bgemm tiled; the matrices and padding materialized)
  * give states that match its reference, tile 2 and 4, with overhanging
  * tiles and an epilogue. */
 START_TEST(codegen_winograd_states_match_reference)
@@ -210,6 +210,51 @@ START_TEST(codegen_winograd_states_match_reference)
             kt_ops_conv2d_winograd_nhwc(1, 7, 5, 3, 4, 3, 3, 2, &s1p1, br, 2)},
            {"winograd tile 4 p0", kt_ops_conv2d_winograd_nhwc(2, 9, 7, 4, 6, 3, 3, 4, &none,
                                                              NULL, 0)});
+}
+END_TEST
+
+/* Occurrences of needle in text. */
+static int count_str(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *q = strstr(text, needle); q; q = strstr(q + 1, needle))
+        n++;
+    return n;
+}
+
+/* Winograd tile 2 with simplify-compute-with-const-tensor: the unrolled
+ * transforms fold the constant matrices into the code. B and A are read
+ * nowhere (their one occurrence is their own nest), and the terms left are
+ * the products of non-zero entries: B (4x4) has 2 non-zeros per column, so
+ * data_pack sums (4 x 2)^2 = 64 terms per element block, A (4x2) 3 per
+ * column, so inverse sums (2 x 3)^2 = 36, where unfolded code does 256 and
+ * 64 multiply-adds with loads of the tables. The kernel matches the
+ * reference. Fails on code that does not fold (or has no simplify kind). */
+START_TEST(codegen_winograd_const_tables_fold)
+{
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
+    kt_dag_t *d = kt_ops_conv2d_winograd_nhwc(1, 8, 8, 4, 8, 3, 3, 2, &s1p1, NULL, 0);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    const char *json =
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},"
+        "{\"ann\":[3,1,0],\"kind\":\"root\",\"name\":\"input_tile\"},"
+        "{\"ann\":[2,0,0],\"kind\":\"root\",\"name\":\"B\"},"
+        "{\"ann\":[2,1,0],\"kind\":\"simplify\",\"name\":\"data_pack\","
+        "\"tile\":[[4,4],[1,4]]},{\"kind\":\"input\",\"name\":\"weight\"},"
+        "{\"ann\":[2,1,0],\"kind\":\"tiled\",\"name\":\"bgemm\","
+        "\"tile\":[[1,2,2,1],[1,4,1,1],[1,1,8,2],[4,2,1,1],[2,2]]},"
+        "{\"ann\":[2,0,0],\"kind\":\"root\",\"name\":\"A\"},"
+        "{\"ann\":[1,1,0],\"kind\":\"simplify\",\"name\":\"inverse\","
+        "\"tile\":[[4,4],[1,8]]},"
+        "{\"ann\":[3,1,0],\"kind\":\"root\",\"name\":\"conv2d_winograd\"}],\"version\":1}";
+    char *src = emit_json(d, json, "wino_fold");
+    ck_assert_int_eq(count_str(src, "B["), 1);
+    ck_assert_int_eq(count_str(src, "A["), 1);
+    ck_assert_int_eq(count_str(src, "kt_data_pack_acc[0] = kt_data_pack_acc[0] + "), 64);
+    ck_assert_int_eq(count_str(src, "kt_inverse_acc[0] = kt_inverse_acc[0] + "), 36);
+    check_against_reference(d, src, "wino_fold", 7);
+    free(src);
+    kt_dag_free(d);
 }
 END_TEST
 
@@ -931,6 +976,7 @@ int main(void)
     tcase_add_test(tc, codegen_softmax_and_layer_norm_states_match_reference);
     tcase_add_test(tc, codegen_network_op_states_match_reference);
     tcase_add_test(tc, codegen_winograd_states_match_reference);
+    tcase_add_test(tc, codegen_winograd_const_tables_fold);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -645,16 +645,31 @@ static int run_cli(const char *args, char **out)
 START_TEST(net_cli_prints_tasks_and_exit_statuses)
 {
     char *out = NULL;
-    ck_assert_int_eq(run_cli("--network resnet-18 --json", &out), 0);
-    json_t *list = json_loads(out, 0, NULL);
-    ck_assert_ptr_nonnull(list);
+    /* NHWC CPU tasks get their Winograd alternatives by default; --no-winograd
+     * leaves the direct convolutions only. */
+    kt_net_t *rn = kt_net_builtin("resnet-18", 1, 0);
+    ck_assert_ptr_nonnull(rn);
+    kt_net_tasks_t *wt = kt_net_extract_ex(rn, KT_NET_NHWC, KT_NET_EXTRACT_WINOGRAD);
+    ck_assert_ptr_nonnull(wt);
     kt_net_tasks_t *t = builtin_tasks("resnet-18", 1, 0, KT_NET_NHWC);
-    ck_assert_int_eq((int)json_array_size(list), t->ntasks);
-    for (int i = 0; i < t->ntasks; i++)
-        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(list, (size_t)i), "key")),
-                         kt_workload_key(t->tasks[i].wl));
-    json_decref(list);
-    free(out);
+    ck_assert_int_gt(wt->ntasks, t->ntasks);
+    const char *const how[2] = {"--network resnet-18 --json",
+                                "--network resnet-18 --no-winograd --json"};
+    for (int k = 0; k < 2; k++) {
+        const kt_net_tasks_t *want = k == 0 ? wt : t;
+        ck_assert_int_eq(run_cli(how[k], &out), 0);
+        json_t *list = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(list);
+        ck_assert_int_eq((int)json_array_size(list), want->ntasks);
+        for (int i = 0; i < want->ntasks; i++)
+            ck_assert_str_eq(
+                json_string_value(json_object_get(json_array_get(list, (size_t)i), "key")),
+                kt_workload_key(want->tasks[i].wl));
+        json_decref(list);
+        free(out);
+    }
+    kt_net_tasks_free(wt);
+    kt_net_free(rn);
     ck_assert_int_eq(run_cli("--network bert-base --seq-len 64 --batch 2", &out), 0);
     ck_assert_ptr_nonnull(strstr(out, "========== Task 6  (workload key: "));
     ck_assert_ptr_null(strstr(out, "========== Task 7 "));

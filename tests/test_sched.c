@@ -752,7 +752,9 @@ END_TEST
 /* Winograd's transform matrices are constant tables (stages reading no
  * tensor): sampling and mutation keep them one array at root, never inlined
  * (a select chain per use in the transforms' inner loops) nor recomputed at
- * a consumer; the transforms and bgemm are multi-level tiled. */
+ * a consumer. data_pack and inverse get simplify-compute-with-const-tensor
+ * (their input never inlined into the unrolled terms), bgemm multi-level
+ * tiling. */
 START_TEST(sched_winograd_constant_tables_stay_at_root)
 {
     kt_sched_params_t p = params16();
@@ -762,9 +764,9 @@ START_TEST(sched_winograd_constant_tables_stay_at_root)
     kt_sched_state_t **sk;
     int n;
     ck_assert_int_eq(kt_sched_sketches(d, &p, &sk, &n), 0);
-    ck_assert_int_eq(n, 27);   /* 3 tiled stages, each plain or with a cache write at 1 or 2 */
+    ck_assert_int_eq(n, 3);   /* bgemm plain or with a cache write at 1 or 2 */
     const int tables[2] = {stage_index(d, "A"), stage_index(d, "B")};
-    const char *const tiled[] = {"data_pack", "bgemm", "inverse"};
+    const char *const simplified[] = {"data_pack", "inverse"};
     kt_rng_t rng;
     kt_rng_seed(&rng, 5);
     for (int t = 0; t < 60; t++) {
@@ -780,9 +782,67 @@ START_TEST(sched_winograd_constant_tables_stay_at_root)
         for (int k = 0; k < 2; k++) {
             ck_assert_int_eq(st->stages[tables[k]].kind, KT_SK_ROOT);
             ck_assert_int_eq(st->stages[tables[k]].at_stage, -1);
+            ck_assert_int_eq(st->stages[stage_index(d, simplified[k])].kind, KT_SK_SIMPLIFY);
         }
-        for (int k = 0; k < 3; k++)
-            ck_assert_int_eq(st->stages[stage_index(d, tiled[k])].kind, KT_SK_TILED);
+        ck_assert_int_eq(st->stages[stage_index(d, "bgemm")].kind, KT_SK_TILED);
+        ck_assert_int_ne(st->stages[stage_index(d, "input_tile")].kind, KT_SK_INLINE);
+        kt_sched_state_free(st);
+    }
+    free_all(sk, n);
+    kt_dag_free(d);
+}
+END_TEST
+
+/* simplify-compute-with-const-tensor (TVM's RuleSimplifyComputeWithConstTensor)
+ * on Winograd's data_pack (eps, nu, p, ci; r_a, r_b): p and ci tiled in two
+ * levels outermost, then eps, nu, r_a, r_b innermost; a sampled state
+ * vectorizes ci.1 and survives JSON and tile-size mutations with exact
+ * factorizations. Fails without the rule (data_pack tiled "SSRSRS"). */
+START_TEST(sched_winograd_const_axes_are_innermost)
+{
+    kt_sched_params_t p = params16();
+    kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1);
+    kt_dag_t *d = kt_ops_conv2d_winograd_nhwc(1, 12, 12, 24, 16, 3, 3, 4, &s1p1, NULL, 0);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    int dp = stage_index(d, "data_pack");
+    ck_assert_uint_eq(kt_dag_stage(d, dp)->const_axes, 0x33u);
+    kt_sched_state_t **sk;
+    int n;
+    ck_assert_int_eq(kt_sched_sketches(d, &p, &sk, &n), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 11);
+    for (int t = 0; t < 20; t++) {
+        kt_sched_state_t *st = kt_sched_sample(d, &p, sk[t % n], &rng);
+        ck_assert_ptr_nonnull(st);
+        kt_sched_state_t *m = NULL;
+        if (kt_sched_mutate(d, &p, st, KT_MUT_TILE_SIZE, &rng, &m) == 1) {
+            kt_sched_state_free(st);
+            st = m;
+        }
+        const kt_sched_stage_t *e = &st->stages[dp];
+        ck_assert_int_eq(e->kind, KT_SK_SIMPLIFY);
+        ck_assert_int_eq(e->split[2][0] * e->split[2][1], 9);    /* p: 3 x 3 tiles */
+        ck_assert_int_eq(e->split[3][0] * e->split[3][1], 24);   /* ci */
+        kt_sched_nest_t nest;
+        ck_assert(kt_sched_nest(d, st, dp, 0, &nest));
+        ck_assert_int_eq(nest.nloops, 8);
+        static const int axis[8] = {2, 3, 2, 3, 0, 1, 4, 5}, level[8] = {0, 0, 1, 1};
+        for (int i = 0; i < 8; i++) {
+            ck_assert_int_eq(nest.loops[i].axis, axis[i]);
+            ck_assert_int_eq(nest.loops[i].level, level[i]);
+            if (i >= 4)
+                ck_assert_int_eq(nest.loops[i].extent, 6);
+        }
+        ck_assert_int_eq(e->ann.vectorize, 1);
+        ck_assert_int_le(e->ann.parallel, 2);
+        ck_assert_int_eq(e->ann.unroll, 0);
+        char *j = kt_sched_state_to_json(st, d);
+        ck_assert_ptr_nonnull(strstr(j, "\"kind\":\"simplify\""));
+        kt_sched_state_t *back = kt_sched_state_from_json(j, d, &p);
+        ck_assert_msg(back != NULL, "%s", kt_err_msg());
+        ck_assert(kt_sched_state_equal(st, back));
+        kt_sched_state_free(back);
+        free(j);
         kt_sched_state_free(st);
     }
     free_all(sk, n);
@@ -836,6 +896,7 @@ int main(void)
     tcase_add_test(tc, sched_validate_rejects_inconsistent_states);
     tcase_add_test(tc, sched_compute_location_choices_follow_consumers);
     tcase_add_test(tc, sched_winograd_constant_tables_stay_at_root);
+    tcase_add_test(tc, sched_winograd_const_axes_are_innermost);
     tcase_add_test(tc, sched_rng_is_deterministic_and_bounded);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

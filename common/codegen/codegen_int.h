@@ -64,12 +64,12 @@ typedef void (*kt_codegen_access_fn)(void *ctx, int buf, const kt_lower_index_t 
 void kt_codegen_apply_subs(const kt_dag_t *dag, const kt_lower_t *L, int si,
                            kt_codegen_access_fn access, void *ctx, kt_sbuf_t *text);
 
-/* kt_codegen_expr_c, but an inlined stage in `taken` whose body is a select
- * prints as its true operand alone: for a statement that runs only where
- * that condition holds (a padding guard, emit_c.c). */
+/* kt_codegen_expr_c_fold, but an inlined stage in `taken` whose body is a
+ * select prints as its true operand alone: for a statement that runs only
+ * where that condition holds (a padding guard, emit_c.c). */
 int kt_codegen_expr_c_taken(const kt_dag_t *dag, int stage, const kt_expr_t *e,
-                            const char *const *axis_c, uint64_t inline_mask, uint64_t taken,
-                            kt_sbuf_t *out);
+                            const char *const *axis_c, const double *axis_val,
+                            uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out);
 
 /* ---- index printing (emit_c.c), shared by the C and CUDA emitters ----------------- */
 

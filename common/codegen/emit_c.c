@@ -20,6 +20,7 @@
  * And one for the work done: an update multiplying by an inlined padding
  * stage runs only where the padded input is inside, its loops partitioned
  * or narrowed so that the interior tests nothing ("padding guards"). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,8 @@ typedef struct {
     int64_t guarded_total; /* guarded_size of the whole program */
     int narrow_node;       /* loop printed with the bounds below instead of its range, -1 */
     const char *narrow_lo, *narrow_hi;
+    int nexpand;           /* expanded loops enclosing the current node */
+    int64_t *cval;         /* value of each iterator an expanded loop binds (per L->iters) */
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -682,9 +685,25 @@ static int expr_of_stmt(emit_t *e, const kt_lower_stmt_t *s, const kt_expr_t *x,
         index_c(e->L, &s->axis[a], &ax[a]);
         axis_c[a] = ax[a].data ? ax[a].data : "0";
     }
+    /* Inside expanded loops the axes they bind have known values: constant
+     * tables fold (kt_codegen_expr_c_fold). */
+    double val[KT_SCHED_MAX_AXES];
+    for (int a = 0; a < na && e->nexpand; a++) {
+        const kt_lower_index_t *x = &s->axis[a];
+        double v = 0;
+        for (int t = 0; t < x->nterms && !isnan(v); t++) {
+            const kt_lower_iter_t *it = &e->L->iters[x->iter[t]];
+            if (it->extent > 1)
+                v = it->expand && e->cval[x->iter[t]] >= 0
+                        ? v + (double)(x->coef[t] * e->cval[x->iter[t]])
+                        : NAN;
+        }
+        val[a] = x->div > 1 || x->mod > 0 ? NAN : v;
+    }
     /* a guarded statement reads its padding stage's taken operand */
     uint64_t taken = e->guards ? e->guards[s - e->L->stmts].taken : 0;
-    int rc = kt_codegen_expr_c_taken(e->dag, s->stage, x, axis_c, e->L->inline_mask, taken, b);
+    int rc = kt_codegen_expr_c_taken(e->dag, s->stage, x, axis_c, e->nexpand ? val : NULL,
+                                     e->L->inline_mask, taken, b);
     for (int a = 0; a < na; a++)
         kt_sbuf_free(&ax[a]);
     return rc;
@@ -717,6 +736,17 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
     kt_sbuf_free(&text);
 }
 
+/* A statement's indentation and the test of its guard's open inequalities. */
+static void stmt_start(emit_t *e, int si, unsigned open, int depth, kt_sbuf_t *b)
+{
+    kt_sbuf_indent(b, depth * 2);
+    if (open) {
+        kt_sbuf_puts(b, "if ");
+        print_test(e, si, open, b);
+        kt_sbuf_puts(b, " ");
+    }
+}
+
 static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
 {
     kt_sbuf_t *b = e->out;
@@ -727,13 +757,9 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
     kt_sbuf_t dst;
     kt_sbuf_init(&dst);
     access_c(e->L, s->dst, s->dst_idx, &dst);
-    kt_sbuf_indent(b, depth * 2);
     unsigned open = open_ineqs(e, si);
-    if (open) {
-        kt_sbuf_puts(b, "if ");
-        print_test(e, si, open, b);
-        kt_sbuf_puts(b, " ");
-    }
+    if (s->kind != KT_STMT_UPDATE)
+        stmt_start(e, si, open, depth, b);
     int is_max = ss->rop == KT_RED_MAX;
     switch (s->kind) {
     case KT_STMT_COMPUTE:
@@ -743,12 +769,24 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
     case KT_STMT_INIT:
         kt_sbuf_printf(b, "%s = %s", dst.data, kt_lower_identity_c(ss->rop));
         break;
-    case KT_STMT_UPDATE:
-        kt_sbuf_printf(b, is_max ? "%s = kt_maxf(%s, " : "%s = %s + ", dst.data, dst.data);
-        body_c(e, s, b);
-        if (is_max)
-            kt_sbuf_puts(b, ")");
+    case KT_STMT_UPDATE: {
+        kt_sbuf_t body;
+        kt_sbuf_init(&body);
+        body_c(e, s, &body);
+        /* a term a folded constant table zeroed adds nothing */
+        if (!is_max && e->nexpand && body.data && strcmp(body.data, "0.0f") == 0) {
+            kt_sbuf_free(&body);
+            kt_sbuf_free(&dst);
+            return;
+        }
+        stmt_start(e, si, open, depth, b);
+        kt_sbuf_printf(b, is_max ? "%s = kt_maxf(%s, %s)" : "%s = %s + %s", dst.data, dst.data,
+                       body.data ? body.data : "");
+        if (body.failed)
+            b->failed = 1;
+        kt_sbuf_free(&body);
         break;
+    }
     case KT_STMT_COPY:
     case KT_STMT_COMBINE:
         if (s->kind == KT_STMT_COPY)
@@ -1196,6 +1234,23 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
             kt_sbuf_printf(b, " collapse(%d)", n);
         kt_sbuf_puts(b, "\n");
         in_vec = 1;
+    } else if (nd->ann == KT_LOOP_UNROLL && it->expand) {
+        /* The body once per value, the iterator a constant the statements'
+         * constant tables fold with (see expr_of_stmt). */
+        for (int64_t v = 0; v < it->extent && !e->rc; v++) {
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_printf(b, "{\n");
+            kt_sbuf_indent(b, depth * 2 + 2);
+            kt_sbuf_printf(b, "const long long %s = %lldLL;\n", it->name, (long long)v);
+            e->cval[nd->iter] = v;
+            e->nexpand++;
+            emit_body(e, node, depth + 1, in_par, in_vec);
+            e->nexpand--;
+            e->cval[nd->iter] = -1;
+            kt_sbuf_indent(b, depth * 2);
+            kt_sbuf_puts(b, "}\n");
+        }
+        return;
     } else if (nd->ann == KT_LOOP_UNROLL) {
         kt_sbuf_indent(b, depth * 2);
         kt_sbuf_printf(b, "#pragma GCC unroll %lld\n", (long long)(e->hi[nd->iter] -
@@ -1365,12 +1420,16 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
     }
     emit_t e = {.dag = dag, .L = L, .out = b, .fns = &fns, .entry = entry, .par_last = -1,
                 .parts = 1, .narrow_node = -1};
-    rc = guards_init(&e);
+    e.cval = malloc(sizeof(*e.cval) * (size_t)(L->niters > 0 ? L->niters : 1));
+    rc = e.cval ? guards_init(&e) : kt_err_set(KT_ENOMEM, "emit: out of memory");
+    for (int i = 0; e.cval && i < L->niters; i++)
+        e.cval[i] = -1;
     if (!rc)
         emit_list(&e, L->first, depth, 0, 0);
     else
         e.rc = rc;
     guards_free(&e);
+    free(e.cval);
     if (nheap) {
         kt_sbuf_puts(b, "    } else {\n        kt_fail = 1;\n    }\n");
         for (int i = 0; i < L->nbufs; i++)

@@ -8,6 +8,9 @@
 #include "codegen_int.h"
 #include "util/err.h"
 
+/* Axis values a fold tracks: every axis of a stage. */
+#define KT_SCHED_FOLD_AXES (KT_TE_MAX_DIMS + KT_TE_MAX_REDUCE)
+
 int kt_codegen_num_bufs(const kt_dag_t *dag)
 {
     int n = 0;
@@ -94,12 +97,176 @@ static int is_simple(const char *s)
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                const char *const *axis_c, const double *axv, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
                 int depth);
 
+/* ---- folding (kt_codegen_expr_c_fold) -------------------------------------------------
+ *
+ * Where some axes have known values (axv[a], NAN when unknown), loads of
+ * constant tables (compute stages that read no tensor, as Winograd's
+ * matrices) evaluate to their entry, and products fold: a factor 0 makes
+ * the product 0 (dropping NaN and infinity propagation, as TVM's simplifier
+ * does), constant factors multiply into one when that product is exact in
+ * float, a factor 1 or -1 vanishes. Values follow C's arithmetic: float ops
+ * rounded to float, integer ones on 64-bit integers. */
+
+static int const_eval(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
+                      const double *axv, int depth, double *v);
+
+static int const_eval_load(const kt_dag_t *dag, const kt_expr_t *e, const double *axv,
+                           int depth, double *v)
+{
+    const kt_stage_t *p = kt_dag_stage(dag, e->tensor);
+    if (!p || p->kind != KT_STAGE_COMPUTE || p->nreduce > 0 || !p->body ||
+        e->nargs != p->ndim || p->ndim > KT_TE_MAX_DIMS)
+        return 0;
+    double pv[KT_TE_MAX_DIMS];
+    for (int i = 0; i < e->nargs; i++)
+        if (!const_eval(dag, NULL, e->args[i], axv, depth + 1, &pv[i]))
+            return 0;
+    return const_eval(dag, p, p->body, pv, depth + 1, v);
+}
+
+static int const_eval(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
+                      const double *axv, int depth, double *v)
+{
+    (void)s;
+    if (!e || !axv || depth > 400)
+        return 0;
+    double a = 0, b = 0;
+    int f32 = e->dtype == KT_DT_F32;
+    switch (e->kind) {
+    case KT_EX_CONST:
+        *v = f32 ? (double)(float)e->fval : (double)e->ival;
+        return 1;
+    case KT_EX_AXIS:
+        if (e->axis < 0 || e->axis >= KT_SCHED_FOLD_AXES || isnan(axv[e->axis]))
+            return 0;
+        *v = axv[e->axis];
+        return 1;
+    case KT_EX_LOAD:
+        return const_eval_load(dag, e, axv, depth, v);
+    case KT_EX_SELECT:
+        if (!const_eval(dag, s, e->args[0], axv, depth + 1, &a))
+            return 0;
+        return const_eval(dag, s, e->args[a != 0 ? 1 : 2], axv, depth + 1, v);
+    case KT_EX_NOT:
+        if (!const_eval(dag, s, e->args[0], axv, depth + 1, &a))
+            return 0;
+        *v = a == 0;
+        return 1;
+    case KT_EX_CAST:
+        if (!const_eval(dag, s, e->args[0], axv, depth + 1, &a))
+            return 0;
+        *v = f32 ? (double)(float)a : e->dtype == KT_DT_INT ? (double)(long long)a : a != 0;
+        return 1;
+    case KT_EX_MUL:
+        /* 0 times anything is 0 here, known or not */
+        if (f32 && ((const_eval(dag, s, e->args[0], axv, depth + 1, &a) && a == 0) ||
+                    (const_eval(dag, s, e->args[1], axv, depth + 1, &b) && b == 0))) {
+            *v = 0;
+            return 1;
+        }
+        break;
+    default:
+        break;
+    }
+    if (e->nargs != 2 || e->kind == KT_EX_CALL || e->kind == KT_EX_LOAD ||
+        !const_eval(dag, s, e->args[0], axv, depth + 1, &a) ||
+        !const_eval(dag, s, e->args[1], axv, depth + 1, &b))
+        return 0;
+    long long ia = (long long)a, ib = (long long)b;
+    double r;
+    switch (e->kind) {
+    case KT_EX_ADD: r = f32 ? (double)((float)a + (float)b) : (double)(ia + ib); break;
+    case KT_EX_SUB: r = f32 ? (double)((float)a - (float)b) : (double)(ia - ib); break;
+    case KT_EX_MUL: r = f32 ? (double)((float)a * (float)b) : (double)(ia * ib); break;
+    case KT_EX_DIV:
+        if (!f32 && ib == 0)
+            return 0;
+        r = f32 ? (double)((float)a / (float)b) : (double)(ia / ib);
+        break;
+    case KT_EX_MIN: r = a < b ? a : b; break;
+    case KT_EX_MAX: r = a > b ? a : b; break;
+    case KT_EX_FLOORDIV:
+    case KT_EX_FLOORMOD: {
+        if (ib == 0)
+            return 0;
+        long long q = ia / ib, m = ia % ib;
+        if (m != 0 && ((m < 0) != (ib < 0))) {
+            q--;
+            m += ib;
+        }
+        r = (double)(e->kind == KT_EX_FLOORDIV ? q : m);
+        break;
+    }
+    case KT_EX_LT: r = a < b; break;
+    case KT_EX_LE: r = a <= b; break;
+    case KT_EX_GT: r = a > b; break;
+    case KT_EX_GE: r = a >= b; break;
+    case KT_EX_EQ: r = a == b; break;
+    case KT_EX_NE: r = a != b; break;
+    case KT_EX_AND: r = a != 0 && b != 0; break;
+    case KT_EX_OR: r = a != 0 || b != 0; break;
+    default: return 0;
+    }
+    *v = r;
+    return 1;
+}
+
+/* The factors of a float product tree (MUL nodes only) into fac[], the
+ * constant ones multiplied into *c; 0 when too many factors or a constant
+ * product is not exact in float (then the tree prints as written). */
+static int mul_factors(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
+                       const double *axv, const kt_expr_t **fac, int *n, double *c, int depth)
+{
+    double v;
+    if (const_eval(dag, s, e, axv, depth, &v)) {
+        double p = *c * v;
+        if ((double)(float)p != p)
+            return 0;
+        *c = p;
+        return 1;
+    }
+    if (e->kind == KT_EX_MUL && e->dtype == KT_DT_F32 && depth < 64)
+        return mul_factors(dag, s, e->args[0], axv, fac, n, c, depth + 1) &&
+               mul_factors(dag, s, e->args[1], axv, fac, n, c, depth + 1);
+    if (*n == 16)
+        return 0;
+    fac[(*n)++] = e;
+    return 1;
+}
+
+/* A folded product: its unknown factors times the one constant. 1 when
+ * printed, 0 when it prints as written, negative on error. */
+static int emit_product(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
+                        const char *const *axis_c, const double *axv, uint64_t mask,
+                        uint64_t taken, kt_sbuf_t *out, int depth)
+{
+    const kt_expr_t *fac[16];
+    int n = 0;
+    double c = 1;
+    if (!mul_factors(dag, s, e, axv, fac, &n, &c, depth) || n == 0)
+        return 0;
+    kt_sbuf_puts(out, c == -1 ? "(-" : "(");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            kt_sbuf_puts(out, "*");
+        int rc = emit(dag, s, fac[i], axis_c, axv, mask, taken, out, depth + 1);
+        if (rc)
+            return rc;
+    }
+    if (c != 1 && c != -1) {
+        kt_sbuf_puts(out, "*");
+        put_float(out, c);
+    }
+    kt_sbuf_puts(out, ")");
+    return 1;
+}
+
 static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                     const char *const *axis_c, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
-                int depth)
+                     const char *const *axis_c, const double *axv, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                     int depth)
 {
     const kt_stage_t *p = kt_dag_stage(dag, e->tensor);
     if (!p || e->nargs != p->ndim)
@@ -110,7 +277,7 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
     for (int i = 0; i < e->nargs; i++)
         kt_sbuf_init(&idx[i]);
     for (int i = 0; i < e->nargs && rc == KT_OK; i++) {
-        rc = emit(dag, s, e->args[i], axis_c, mask, taken, &idx[i], depth + 1);
+        rc = emit(dag, s, e->args[i], axis_c, axv, mask, taken, &idx[i], depth + 1);
         if (rc == KT_OK)
             rc = kt_sbuf_ok(&idx[i]);
     }
@@ -120,14 +287,20 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
                             p->kind != KT_STAGE_COMPUTE ? "a placeholder" : "a reduction");
         } else {
             const char *pax[KT_TE_MAX_DIMS];
-            for (int i = 0; i < e->nargs; i++)
+            double pv[KT_SCHED_FOLD_AXES];
+            for (int i = 0; i < e->nargs; i++) {
                 pax[i] = idx[i].data;
+                if (axv && !const_eval(dag, s, e->args[i], axv, depth + 1, &pv[i]))
+                    pv[i] = NAN;
+            }
+            for (int i = e->nargs; i < KT_SCHED_FOLD_AXES; i++)
+                pv[i] = NAN;
             /* a guarded statement (kt_codegen_expr_c_taken) reads the taken
              * operand of a padding select: its condition holds there */
             const kt_expr_t *pb = ((taken >> e->tensor) & 1u) && p->body->kind == KT_EX_SELECT
                                       ? p->body->args[1]
                                       : p->body;
-            rc = emit(dag, p, pb, pax, mask, taken, out, depth + 1);
+            rc = emit(dag, p, pb, pax, axv ? pv : NULL, mask, taken, out, depth + 1);
         }
     } else if (rc == KT_OK) {
         /* Row-major flat index: sum of index * stride, trivial factors elided. */
@@ -158,7 +331,7 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                const char *const *axis_c, const double *axv, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
                 int depth)
 {
     static const char *const infix[KT_EX__COUNT] = {
@@ -176,6 +349,22 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         return kt_err_set(KT_EINVAL, "stage '%s': expression nested too deeply", s->name);
     int rc = KT_OK;
     const char *call = NULL;
+    double fv;
+    if (axv && e->kind != KT_EX_CONST && e->kind != KT_EX_AXIS &&
+        const_eval(dag, s, e, axv, depth, &fv)) {
+        if (e->dtype == KT_DT_F32)
+            put_float(out, fv);
+        else if (e->dtype == KT_DT_BOOL)
+            kt_sbuf_puts(out, fv != 0 ? "1" : "0");
+        else
+            kt_sbuf_printf(out, fv < 0 ? "(%lldLL)" : "%lldLL", (long long)fv);
+        return KT_OK;
+    }
+    if (axv && e->kind == KT_EX_MUL && e->dtype == KT_DT_F32) {
+        rc = emit_product(dag, s, e, axis_c, axv, mask, taken, out, depth);
+        if (rc)
+            return rc < 0 ? rc : KT_OK;
+    }
     switch (e->kind) {
     case KT_EX_CONST:
         if (e->dtype == KT_DT_F32)
@@ -195,23 +384,23 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         return KT_OK;
     }
     case KT_EX_LOAD:
-        return emit_load(dag, s, e, axis_c, mask, taken, out, depth);
+        return emit_load(dag, s, e, axis_c, axv, mask, taken, out, depth);
     case KT_EX_NOT:
         kt_sbuf_puts(out, "(!");
-        rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, ")");
         return rc;
     case KT_EX_SELECT:
         /* C's ?: evaluates only the taken branch, so a guarded (padding)
          * load never reads out of bounds. */
         kt_sbuf_puts(out, "(");
-        if ((rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, " ? ");
-        if ((rc = emit(dag, s, e->args[1], axis_c, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[1], axis_c, axv, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, " : ");
-        if ((rc = emit(dag, s, e->args[2], axis_c, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[2], axis_c, axv, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, ")");
         return KT_OK;
@@ -219,14 +408,14 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         kt_sbuf_puts(out, e->dtype == KT_DT_F32 ? "((float)(" : e->dtype == KT_DT_INT
                                                                   ? "((long long)("
                                                                   : "((");
-        rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, e->dtype == KT_DT_BOOL ? ") != 0)" : "))");
         return rc;
     case KT_EX_CALL:
         if ((unsigned)e->fn >= KT_FN__COUNT)
             return kt_err_set(KT_EINVAL, "stage '%s': bad math function", s->name);
         kt_sbuf_printf(out, "%s(", fn_c[e->fn]);
-        rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, ")");
         return rc;
     case KT_EX_MIN:
@@ -245,37 +434,55 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         if ((unsigned)e->kind >= KT_EX__COUNT || !infix[e->kind] || e->nargs != 2)
             return kt_err_set(KT_EINVAL, "stage '%s': bad expression kind %d", s->name, e->kind);
         kt_sbuf_puts(out, "(");
-        if ((rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, infix[e->kind]);
-        if ((rc = emit(dag, s, e->args[1], axis_c, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[1], axis_c, axv, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, ")");
         return KT_OK;
     }
     kt_sbuf_printf(out, "%s(", call);
-    if ((rc = emit(dag, s, e->args[0], axis_c, mask, taken, out, depth + 1)))
+    if ((rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1)))
         return rc;
     kt_sbuf_puts(out, ", ");
-    if ((rc = emit(dag, s, e->args[1], axis_c, mask, taken, out, depth + 1)))
+    if ((rc = emit(dag, s, e->args[1], axis_c, axv, mask, taken, out, depth + 1)))
         return rc;
     kt_sbuf_puts(out, ")");
     return KT_OK;
 }
 
-int kt_codegen_expr_c_taken(const kt_dag_t *dag, int stage, const kt_expr_t *e,
-                            const char *const *axis_c, uint64_t inline_mask, uint64_t taken,
-                            kt_sbuf_t *out)
+static int expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e, const char *const *axis_c,
+                  const double *axis_val, uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out)
 {
     const kt_stage_t *s = kt_dag_stage(dag, stage);
     if (!s || !out)
         return kt_err_set(KT_EINVAL, "no stage %d", stage);
-    int rc = emit(dag, s, e, axis_c, inline_mask, taken, out, 0);
+    double axv[KT_SCHED_FOLD_AXES];
+    if (axis_val) {
+        for (int a = 0; a < KT_SCHED_FOLD_AXES; a++)
+            axv[a] = a < s->ndim + s->nreduce ? axis_val[a] : NAN;
+    }
+    int rc = emit(dag, s, e, axis_c, axis_val ? axv : NULL, inline_mask, taken, out, 0);
     return rc ? rc : kt_sbuf_ok(out);
+}
+
+int kt_codegen_expr_c_taken(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                            const char *const *axis_c, const double *axis_val,
+                            uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out)
+{
+    return expr_c(dag, stage, e, axis_c, axis_val, inline_mask, taken, out);
+}
+
+int kt_codegen_expr_c_fold(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                           const char *const *axis_c, const double *axis_val,
+                           uint64_t inline_mask, kt_sbuf_t *out)
+{
+    return expr_c(dag, stage, e, axis_c, axis_val, inline_mask, 0, out);
 }
 
 int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
                       const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out)
 {
-    return kt_codegen_expr_c_taken(dag, stage, e, axis_c, inline_mask, 0, out);
+    return expr_c(dag, stage, e, axis_c, NULL, inline_mask, 0, out);
 }

@@ -413,6 +413,88 @@ static void lower_consumer(ctx_t *c, int t, int cons, int parent)
     build(c, parent, cons >= 0 ? cons : t, &nest, iters, ann, &leaf, NULL, cons_attach, &ca, NULL);
 }
 
+/* ---- simplify-compute-with-const-tensor -------------------------------------------- */
+
+static void lower_simplify(ctx_t *c, int s, int parent)
+{
+    kt_lower_t *L = c->L;
+    const kt_stage_t *ss = kt_dag_stage(c->dag, s);
+    const kt_sched_stage_t *e = &c->st->stages[s];
+    int nd = ss->ndim;
+    kt_sched_nest_t nest;
+    kt_sched_nest(c->dag, c->st, s, 0, &nest);
+    kt_lower_stmt_t leaf = kt_lower_stmt_new(ss->nreduce ? KT_STMT_UPDATE : KT_STMT_COMPUTE, s);
+    int cur = parent, last_s1 = -1, first_reduce = -1, acc_parent = -2, acc = -1;
+    for (int i = 0; i < nest.nloops; i++) {
+        const kt_sched_loop_t *lp = &nest.loops[i];
+        if (lp->axis < nd && !((ss->const_axes >> lp->axis) & 1u) && lp->level == 1)
+            last_s1 = i;
+        if (lp->reduce && first_reduce < 0)
+            first_reduce = i;
+    }
+    for (int i = 0; i < nest.nloops && !c->rc; i++) {
+        const kt_sched_loop_t *lp = &nest.loops[i];
+        int konst = lp->axis >= nd || ((ss->const_axes >> lp->axis) & 1u);
+        char label[KT_LOWER_NAME];
+        axis_label(ss, lp->axis, lp->level, !konst, label, sizeof(label));
+        int it = kt_lower_new_iter(c, s, label, lp->extent, lp->reduce);
+        if (it < 0)
+            return;
+        L->iters[it].expand = konst;
+        kt_lower_idx_add(c, &leaf.axis[lp->axis], it,
+                         konst || lp->level == 1 ? 1 : e->split[lp->axis][1]);
+        if (i == first_reduce) {
+            /* Each output element sums its unrolled terms in a local scalar
+             * and is stored once: hundreds of read-modify-writes of the
+             * global element took GCC far longer to compile. */
+            int64_t one = 1;
+            char name[KT_LOWER_NAME], blabel[KT_LOWER_NAME];
+            snprintf(name, sizeof(name), "kt_%s_acc", ss->name);
+            snprintf(blabel, sizeof(blabel), "%s.acc", ss->name);
+            acc = kt_lower_new_buf(c, KT_BUF_LOCAL, s, name, blabel, 1, &one);
+            int an = kt_lower_new_node(c, KT_NODE_ALLOC);
+            if (acc < 0 || an < 0)
+                return;
+            L->nodes[an].buf = acc;
+            kt_lower_append(c, cur, an);
+            kt_lower_stmt_t init = kt_lower_stmt_new(KT_STMT_INIT, s);
+            init.dst = acc;
+            init.dst_idx[0] = kt_lower_idx_none();
+            kt_lower_add_stmt(c, cur, &init);
+            acc_parent = cur;
+        }
+        int node = kt_lower_new_node(c, KT_NODE_LOOP);
+        if (node < 0)
+            return;
+        L->nodes[node].iter = it;
+        L->nodes[node].ann = konst                               ? KT_LOOP_UNROLL
+                             : i < e->ann.parallel               ? KT_LOOP_PARALLEL
+                             : i == last_s1 && e->ann.vectorize ? KT_LOOP_VECTORIZE
+                                                                 : KT_LOOP_SERIAL;
+        if (L->nodes[node].ann == KT_LOOP_PARALLEL)
+            L->uses_parallel = 1;
+        kt_lower_append(c, cur, node);
+        cur = node;
+    }
+    kt_lower_stmt_t out = kt_lower_stmt_new(KT_STMT_COPY, s);
+    out.dst = c->gbuf[s];
+    for (int a = 0; a < nd; a++)
+        out.dst_idx[a] = leaf.axis[a];
+    if (acc_parent == -2) {
+        leaf.dst = out.dst;
+        for (int a = 0; a < nd; a++)
+            leaf.dst_idx[a] = leaf.axis[a];
+        kt_lower_add_stmt(c, cur, &leaf);
+        return;
+    }
+    leaf.dst = acc;
+    leaf.dst_idx[0] = kt_lower_idx_none();
+    kt_lower_add_stmt(c, cur, &leaf);
+    out.src = acc;
+    out.src_idx[0] = kt_lower_idx_none();
+    kt_lower_add_stmt(c, acc_parent, &out);
+}
+
 /* ---- rfactor --------------------------------------------------------------------- */
 
 static void lower_rfactor(ctx_t *c, int s, int parent)
@@ -515,6 +597,9 @@ static void lower_stage(ctx_t *c, int s, int parent, const int *bound)
         break;
     case KT_SK_RFACTOR:
         lower_rfactor(c, s, parent);
+        break;
+    case KT_SK_SIMPLIFY:
+        lower_simplify(c, s, parent);
         break;
     default:
         break;

@@ -16,6 +16,11 @@
  * followed by a division and a modulo (rfactor of several reduce axes), so
  * the address of every access is known exactly.
  *
+ * A SIMPLIFY stage (simplify-compute-with-const-tensor) lowers to its S0
+ * and S1 loops (parallel and vectorize as annotated), then UNROLL loops over
+ * the constant-table axes marked `expand`, the init before the first reduce
+ * one.
+ *
  * Decisions made here, beyond the state:
  * - auto_unroll_max_step (TVM's UnrollLoop): inside a nest with that step, a
  *   loop is marked UNROLL when every loop in its body is unrolled and its
@@ -77,6 +82,10 @@ typedef struct {
     int stage;                  /* stage whose loop it is */
     int reduce;                 /* a reduction loop */
     int derived;                /* GPU: not a loop but a value defined by a LET node */
+    int expand;                 /* CPU: an UNROLL loop of a SIMPLIFY nest (a constant
+                                   table's index): the C emitter prints its body once per
+                                   value with the iterator a known constant, folding the
+                                   tables' entries into the code (see emit_c.c) */
     kt_lower_index_t def;       /* derived: its value ((sum)/div%mod); extent bounds it */
 } kt_lower_iter_t;
 

@@ -880,7 +880,17 @@ int kt_netlib_write_weights(const kt_net_plan_t *plan, const kt_codegen_pack_t *
                 break;
             }
             kt_codegen_pack(how[k], x->data, packed, 0);
-            rc = kt_safetensors_writer_add(w, x->name, packed, how[k]->shape, how[k]->ndim);
+            /* A layout with more loops than safetensors' rank limit (a
+             * weight split over every tile level of 4 axes) keeps its data
+             * with the leading loops merged: the loader checks only the
+             * element count. */
+            int64_t shape[KT_TE_MAX_DIMS + 1];
+            int nd = how[k]->ndim, lead = nd > KT_TENSORIO_MAX_RANK ? nd - KT_TENSORIO_MAX_RANK : 0;
+            for (int d = 0; d < nd - lead; d++)
+                shape[d] = how[k]->shape[d + lead];
+            for (int d = 0; d < lead; d++)
+                shape[0] *= how[k]->shape[d];
+            rc = kt_safetensors_writer_add(w, x->name, packed, shape, nd - lead);
             free(packed);
         }
         *bytes += x->numel * 4;

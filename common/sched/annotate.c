@@ -102,6 +102,19 @@ typedef struct {
     int at, depth;
 } loc_t;
 
+/* A SIMPLIFY stage reads s: inlined, s's body (Winograd's padded gather)
+ * would be printed again in each of the hundreds of unrolled terms, which
+ * took GCC minutes to compile. */
+static int read_by_simplify(const kt_dag_t *dag, const kt_sched_state_t *st, int s)
+{
+    int cons[KT_TE_MAX_STAGES];
+    int nc = kt_sched_eff_consumers(dag, st, s, cons);
+    for (int i = 0; i < nc; i++)
+        if (st->stages[cons[i]].kind == KT_SK_SIMPLIFY)
+            return 1;
+    return 0;
+}
+
 static int loc_options(const kt_dag_t *dag, const kt_sched_state_t *st, int s, loc_t *opt)
 {
     int n = 0, prod[KT_TE_MAX_STAGES];
@@ -112,7 +125,7 @@ static int loc_options(const kt_dag_t *dag, const kt_sched_state_t *st, int s, l
      * inner loop (TVM folds it by unrolling; ktune's loops are not). */
     if (kt_dag_producers(dag, s, prod) == 0)
         return n;
-    if (kt_dag_is_inlinable(dag, s))
+    if (kt_dag_is_inlinable(dag, s) && !read_by_simplify(dag, st, s))
         opt[n++] = (loc_t){KT_SK_INLINE, -1, 0};
     int maxd = 0;
     int c = kt_sched_at_target(dag, st, s, &maxd);
@@ -215,6 +228,11 @@ kt_sched_state_t *kt_sched_sample(const kt_dag_t *dag, const kt_sched_params_t *
         } else if (e->kind == KT_SK_RFACTOR) {
             kt_sched_sample_split(kt_sched_reduce_len(ss), 2, p->max_innermost_split_factor, rng,
                                   e->split[0]);
+        } else if (e->kind == KT_SK_SIMPLIFY) {
+            for (int a = 0; a < ss->ndim; a++)
+                if (!((ss->const_axes >> a) & 1u))
+                    kt_sched_sample_split(ss->shape[a], 2, p->max_innermost_split_factor, rng,
+                                          e->split[a]);
         }
     }
 
@@ -240,6 +258,10 @@ kt_sched_state_t *kt_sched_sample(const kt_dag_t *dag, const kt_sched_params_t *
             if (nn.has_reduce)
                 a->unroll = (int16_t)random_unroll(rng);
             init_vectorize(p, &nn, a, rng);
+            /* simplify: the S1 loop around the unrolled block, whose
+             * statements all walk the innermost (contiguous) axis with it */
+            if (st->stages[s].kind == KT_SK_SIMPLIFY)
+                a->vectorize = (uint8_t)nn.max_vectorize;
         }
 
     if (kt_sched_state_validate(dag, p, st) != 0) {
@@ -299,6 +321,10 @@ static int mutate_tile(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched
             }
         } else if (e->kind == KT_SK_RFACTOR && kt_sched_reduce_len(ss) > 1) {
             cand[nc++] = (split_ref_t){s, 0, 2};
+        } else if (e->kind == KT_SK_SIMPLIFY) {
+            for (int a = 0; a < ss->ndim; a++)
+                if (!((ss->const_axes >> a) & 1u) && ss->shape[a] > 1)
+                    cand[nc++] = (split_ref_t){s, a, 2};
         }
     }
     if (nc == 0)

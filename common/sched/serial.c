@@ -56,6 +56,17 @@ static json_t *stage_json(const kt_dag_t *dag, const kt_sched_state_t *st, int s
     case KT_SK_FUSED:
         ok &= !json_object_set_new(o, "ann", ann_json(&e->ann));
         break;
+    case KT_SK_SIMPLIFY: {
+        /* [S0, S1] of each spatial axis that does not index a constant */
+        json_t *tile = json_array();
+        for (int a = 0; tile && a < ss->ndim; a++)
+            if (!((ss->const_axes >> a) & 1u))
+                ok &= !json_array_append_new(tile, json_pack("[ii]", (json_int_t)e->split[a][0],
+                                                             (json_int_t)e->split[a][1]));
+        ok &= !json_object_set_new(o, "tile", tile);
+        ok &= !json_object_set_new(o, "ann", ann_json(&e->ann));
+        break;
+    }
     case KT_SK_RFACTOR:
         ok &= !json_object_set_new(o, "split", json_pack("[ii]", (json_int_t)e->split[0][0],
                                                          (json_int_t)e->split[0][1]));
@@ -159,7 +170,7 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
     if (!json_is_string(name) || strcmp(json_string_value(name), ss->name) != 0)
         return kt_err_set(KT_EINVAL, "state JSON: stage %d: name must be '%s'", s, ss->name);
     int kind = kt_sched_kind_parse(json_string_value(json_object_get(o, "kind")));
-    if (kind < 0 || kind > KT_SK_RFACTOR)
+    if (kind < 0 || (kind > KT_SK_RFACTOR && kind != KT_SK_SIMPLIFY))
         return perr(s, "missing or unknown kind (CPU state)", NULL);
     memset(e, 0, sizeof(*e));
     e->kind = (int8_t)kind;
@@ -173,6 +184,8 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
         [KT_SK_TILED] = {"tile", "fuse", "cache_write", "level", "ann", "ann2", NULL},
         [KT_SK_FUSED] = {"ann", NULL},
         [KT_SK_RFACTOR] = {"split", "inner", "ann", "ann2", NULL},
+        [KT_SK_XREDUCE] = {NULL},
+        [KT_SK_SIMPLIFY] = {"tile", "ann", NULL},
     };
     const char *key;
     const json_t *val;
@@ -255,6 +268,30 @@ static int parse_stage(const kt_dag_t *dag, const json_t *o, int s, kt_sched_sta
             return perr(s, "missing \"ann\"", NULL);
         rc = parse_ann(ann, &e->ann, s, "ann");
         break;
+    case KT_SK_SIMPLIFY: {
+        const json_t *tile = json_object_get(o, "tile");
+        int nt = 0;
+        for (int a = 0; a < ss->ndim; a++)
+            nt += !((ss->const_axes >> a) & 1u);
+        if (!json_is_array(tile) || (int)json_array_size(tile) != nt)
+            return kt_err_set(KT_EINVAL, "state JSON: stage %d: \"tile\" needs %d axes", s, nt);
+        for (int a = 0, k = 0; a < ss->ndim; a++) {
+            if ((ss->const_axes >> a) & 1u)
+                continue;
+            const json_t *f = json_array_get(tile, (size_t)k++);
+            long long x0, x1;
+            if (!json_is_array(f) || json_array_size(f) != 2 ||
+                !kt_sched_json_int(json_array_get(f, 0), 1, KT_TE_MAX_EXTENT, &x0) ||
+                !kt_sched_json_int(json_array_get(f, 1), 1, KT_TE_MAX_EXTENT, &x1))
+                return perr(s, "each \"tile\" entry must be [outer, inner] in [1, 2^30]", NULL);
+            e->split[a][0] = (int32_t)x0;
+            e->split[a][1] = (int32_t)x1;
+        }
+        if (!ann)
+            return perr(s, "missing \"ann\"", NULL);
+        rc = parse_ann(ann, &e->ann, s, "ann");
+        break;
+    }
     case KT_SK_RFACTOR: {
         const json_t *sp = json_object_get(o, "split");
         long long ko, ki;

@@ -92,6 +92,13 @@ static void derive(kt_sched_sketch_ctx_t *c, kt_sched_state_t *st, int s)
         *e = saved;
         return;
     }
+    /* simplify-compute-with-const-tensor: apply and skip the rest. */
+    if (ss->const_axes) {
+        e->kind = KT_SK_SIMPLIFY;
+        derive(c, st, s - 1);
+        *e = saved;
+        return;
+    }
     int mlt = kt_dag_has_data_reuse(dag, s);
 
     /* add-rfactor: two variants (partial-result axis outer or inner); the
@@ -158,6 +165,12 @@ static void trivial_splits(const kt_dag_t *dag, kt_sched_state_t *st)
     for (int s = 0; s < st->nstages; s++) {
         kt_sched_stage_t *e = &st->stages[s];
         const kt_stage_t *ss = kt_dag_stage(dag, s);
+        if (e->kind == KT_SK_SIMPLIFY)
+            for (int a = 0; a < ss->ndim; a++)
+                if (!((ss->const_axes >> a) & 1u)) {
+                    e->split[a][0] = (int32_t)ss->shape[a];
+                    e->split[a][1] = 1;
+                }
         if (e->kind != KT_SK_TILED)
             continue;
         for (int a = 0; a < ss->ndim + ss->nreduce; a++) {

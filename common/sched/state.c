@@ -83,7 +83,7 @@ int kt_sched_params_from_hw(const kt_hw_params_t *hw, kt_sched_params_t *p)
 static const char *const kind_names[] = {
     [KT_SK_INPUT] = "input", [KT_SK_ROOT] = "root",   [KT_SK_INLINE] = "inline",
     [KT_SK_TILED] = "tiled", [KT_SK_FUSED] = "fused", [KT_SK_RFACTOR] = "rfactor",
-    [KT_SK_XREDUCE] = "xreduce",
+    [KT_SK_XREDUCE] = "xreduce", [KT_SK_SIMPLIFY] = "simplify",
 };
 
 const char *kt_sched_kind_name(int kind)
@@ -461,6 +461,29 @@ int kt_sched_nest(const kt_dag_t *dag, const kt_sched_state_t *st, int stage, in
         out->has_reduce = 1;
         break;
     }
+    case KT_SK_SIMPLIFY: {
+        if (nest != 0)
+            return 0;
+        int nouter = 0;
+        for (int l = 0; l < 2; l++)
+            for (int a = 0; a < nd; a++)
+                if (!((s->const_axes >> a) & 1u)) {
+                    add_loop(out, a, l, 0, e->split[a][l]);
+                    nouter += l == 0;
+                }
+        for (int a = 0; a < nd; a++)
+            if ((s->const_axes >> a) & 1u)
+                add_loop(out, a, 0, 0, s->shape[a]);
+        for (int r = 0; r < nr; r++)
+            add_loop(out, nd + r, 0, 1, s->reduce_ext[r]);
+        /* The unrolled block is innermost: parallel over the S0 loops, and
+         * vectorize means the S1 loop around the block. */
+        out->root = 1;
+        out->tiled = 1;
+        out->max_parallel = nouter;
+        out->max_vectorize = nouter > 0;
+        return 1;
+    }
     default:
         return 0;
     }
@@ -572,7 +595,8 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
         if (ss->kind == KT_STAGE_PLACEHOLDER) {
             if (e->kind != KT_SK_INPUT)
                 return bad(s, ss, "a placeholder must have kind input", NULL);
-        } else if (e->kind <= KT_SK_INPUT || e->kind > KT_SK_RFACTOR) {
+        } else if (e->kind <= KT_SK_INPUT ||
+                   (e->kind > KT_SK_RFACTOR && e->kind != KT_SK_SIMPLIFY)) {
             return bad(s, ss, "bad kind for a compute stage", NULL);
         }
         if (kt_sched_always_inline(dag, s) && e->kind != KT_SK_INLINE)
@@ -588,7 +612,7 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
             return bad(s, ss, "compute location set on a stage that is not a plain nest", NULL);
         if (e->threads || e->smem || e->vec)
             return bad(s, ss, "GPU annotations on a CPU state", NULL);
-        if (e->kind != KT_SK_TILED && e->kind != KT_SK_RFACTOR)
+        if (e->kind != KT_SK_TILED && e->kind != KT_SK_RFACTOR && e->kind != KT_SK_SIMPLIFY)
             for (int a = 0; a < KT_SCHED_MAX_AXES; a++)
                 for (int l = 0; l < KT_SCHED_MAX_LEVELS; l++)
                     if (e->split[a][l] != 0)
@@ -667,6 +691,23 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
                         return bad(s, ss, "rfactor has a single split", NULL);
             if (e->rf_inner != 0 && e->rf_inner != 1)
                 return bad(s, ss, "rf_inner must be 0 or 1", NULL);
+            break;
+        case KT_SK_SIMPLIFY:
+            if (!ss->const_axes)
+                return bad(s, ss, "simplify needs axes that index constant tables", NULL);
+            for (int a = 0; a < KT_SCHED_MAX_AXES; a++) {
+                if (a < nd && !((ss->const_axes >> a) & 1u)) {
+                    int rc = check_split(ss, s, e->split[a], 2, ss->shape[a],
+                                         p->max_innermost_split_factor);
+                    if (rc)
+                        return rc;
+                    continue;
+                }
+                for (int l = 0; l < KT_SCHED_MAX_LEVELS; l++)
+                    if (e->split[a][l] != 0)
+                        return bad(s, ss, "split factors on a constant-table axis or a "
+                                   "reduce axis", NULL);
+            }
             break;
         default:
             break;

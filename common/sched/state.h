@@ -91,6 +91,9 @@ typedef enum {
     KT_SK_FUSED,      /* elementwise consumer of a tiled stage, follows its tiling */
     KT_SK_RFACTOR,    /* reduction split into partial results and a final reduce */
     KT_SK_XREDUCE,    /* GPU: cross-thread reduction, one block per output element */
+    KT_SK_SIMPLIFY,   /* CPU: simplify-compute-with-const-tensor (a stage with const_axes):
+                         the other spatial axes tiled in 2 levels, the const axes innermost
+                         and unrolled so the constant tables fold into the code */
 } kt_sched_kind_t;
 
 /* Annotations of one loop nest. */
@@ -115,7 +118,8 @@ typedef struct {
     /* TILED: split[a][l] = factor of axis a (spatial first, then reduce) at
      * level l, outermost first; 4 levels for spatial, 2 for reduce axes
      * (GPU: 5 and 3). Unused entries are 0.
-     * RFACTOR: split[0][0..1] = outer and inner part of all reduce axes fused. */
+     * RFACTOR: split[0][0..1] = outer and inner part of all reduce axes fused.
+     * SIMPLIFY: split[a][0..1] for every spatial axis a not in const_axes. */
     int32_t split[KT_SCHED_MAX_AXES][KT_SCHED_MAX_LEVELS];
     kt_sched_ann_t ann;  /* the stage's own nest (RFACTOR: the partial nest; GPU: only
                             unroll is used) */
@@ -145,9 +149,16 @@ int kt_sched_state_equal(const kt_sched_state_t *a, const kt_sched_state_t *b);
 /* ---- sketches and annotation ---------------------------------------------- */
 
 /* All sketches of a DAG (CPU rules in Ansor's order: always-inline,
- * add-rfactor, add-cache-write, multi-level-tiling-with-fusion,
- * multi-level-tiling, skip-stage), visiting stages from the output
- * backwards. Sketches carry no annotation yet (all split factors 1).
+ * simplify-compute-with-const-tensor, add-rfactor, add-cache-write,
+ * multi-level-tiling-with-fusion, multi-level-tiling, skip-stage), visiting
+ * stages from the output backwards. simplify-compute-with-const-tensor
+ * applies to a stage with const_axes (kt_dag_set_const_axes) and skips the
+ * rest: a SIMPLIFY nest, i.e. loops S0 S1 over the other spatial axes, then
+ * the const spatial axes, then the const reduce axes, the last two groups
+ * unrolled with their values known to the emitter (see lower.h). Its
+ * annotations: parallel over leading S0 loops, vectorize 1 = the innermost
+ * S1 loop (the loop around the unrolled block), no auto-unroll. Sketches
+ * carry no annotation yet (all split factors 1).
  * *out is a malloc'd array of *n states (free each, then the array).
  * 0 or negative. */
 int kt_sched_sketches(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_state_t ***out,

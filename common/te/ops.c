@@ -674,6 +674,10 @@ static int transform_stage(kt_dag_t *d, const char *name, const int64_t *shape,
     kt_expr_t *body = mul(d, mul(d, load_axes(d, in, 4, ii), load_axes(d, mat, 2, ma)),
                           load_axes(d, mat, 2, mb));
     int rc = kt_dag_set_body(d, s, body);
+    /* eps, nu (or vh, vw), r_a and r_b index the matrix: TVM's
+     * auto_scheduler_simplify_const_tensor_indices */
+    if (!rc)
+        rc = kt_dag_set_const_axes(d, s, 0x3u | 0x30u);
     return rc ? rc : s;
 }
 

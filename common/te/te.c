@@ -175,6 +175,25 @@ int kt_dag_set_layout_free(kt_dag_t *dag, int stage)
     return KT_OK;
 }
 
+int kt_dag_set_const_axes(kt_dag_t *dag, int stage, uint32_t mask)
+{
+    if (!dag || stage < 0 || stage >= dag->nstages ||
+        dag->stages[stage].kind != KT_STAGE_COMPUTE)
+        return kt_err_set(KT_EINVAL, "const axes: stage %d is not a compute stage", stage);
+    const kt_stage_t *s = &dag->stages[stage];
+    int na = s->ndim + s->nreduce;
+    if (mask == 0 || (na < 32 && (mask >> na) != 0))
+        return kt_err_set(KT_EINVAL, "const axes of stage '%s': mask 0x%x names no axis or "
+                          "one beyond its %d axes", s->name, (unsigned)mask, na);
+    for (int r = 0; r < s->nreduce; r++)
+        if (!((mask >> (s->ndim + r)) & 1u))
+            return kt_err_set(KT_EINVAL, "const axes of stage '%s': reduce axis '%s' is not "
+                              "marked (only spatial axes may be tiled around the constants)",
+                              s->name, s->reduce_names[r]);
+    dag->stages[stage].const_axes = mask;
+    return KT_OK;
+}
+
 int kt_dag_compute(kt_dag_t *dag, const char *name, const char *tag, int ndim,
                    const int64_t *shape, const char *const *axis_names, int nreduce,
                    const int64_t *reduce_ext, const char *const *reduce_names, kt_reduce_t rop)

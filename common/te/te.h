@@ -94,6 +94,10 @@ typedef struct kt_stage {
     int layout_free;                 /* placeholder: a weight whose layout a kernel may
                                         rewrite for the loop nest reading it (TVM's
                                         layout_free_placeholders); not in the hash text */
+    uint32_t const_axes;             /* compute: bit a = axis a (spatial first, then
+                                        reduce) indexes a constant table the stage reads
+                                        (TVM's auto_scheduler_simplify_const_tensor_indices,
+                                        see kt_dag_set_const_axes); not in the hash text */
 } kt_stage_t;
 
 typedef struct kt_dag kt_dag_t;
@@ -115,6 +119,14 @@ int kt_dag_placeholder(kt_dag_t *dag, const char *name, int ndim, const int64_t 
 
 /* Mark placeholder `stage` layout-free (see kt_stage_t). 0 or KT_EINVAL. */
 int kt_dag_set_layout_free(kt_dag_t *dag, int stage);
+
+/* Mark the axes of compute stage `stage` (bit a: spatial axis a, bit ndim+r:
+ * reduce axis r) that index the constant tables it reads, as Winograd's
+ * transforms do with their matrices: the sketch rule
+ * simplify-compute-with-const-tensor unrolls them innermost so the tables
+ * fold into the generated code. Every other axis must be spatial. Call after
+ * kt_dag_compute. 0 or KT_EINVAL. */
+int kt_dag_set_const_axes(kt_dag_t *dag, int stage, uint32_t mask);
 
 /* Add a compute stage. axis_names / reduce_names may be NULL (then i0.., k0..).
  * body is built afterwards with the kt_ex_* constructors and set with
