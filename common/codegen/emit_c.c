@@ -248,7 +248,8 @@ static int expr_of_stmt(emit_t *e, const kt_lower_stmt_t *s, const kt_expr_t *x,
         index_c(e->L, &s->axis[a], &ax[a]);
         axis_c[a] = ax[a].data ? ax[a].data : "0";
     }
-    int rc = kt_codegen_expr_c(e->dag, s->stage, x, axis_c, e->L->inline_mask, b);
+    int rc = kt_codegen_expr_c_lowered(e->dag, s->stage, x, axis_c, e->L, s->axis,
+                                       e->L->inline_mask, b);
     for (int a = 0; a < na; a++)
         kt_sbuf_free(&ax[a]);
     return rc;
