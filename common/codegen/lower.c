@@ -81,6 +81,10 @@ static int64_t unroll_walk(ctx_t *c, int node, int stage, int64_t max_step, int 
 /* Most elements of a register tile whose load and store are fully unrolled:
  * 32 AVX-512 registers of 16 floats. */
 #define KT_LOWER_MAX_UNROLLED_TILE 512
+/* ... and of one whose update is unrolled: 28 such accumulators, leaving 4
+ * registers to the operands (a 32-register tile spilled its accumulators
+ * once unrolled). */
+#define KT_LOWER_MAX_UNROLLED_UPDATE 448
 
 typedef void (*attach_fn)(ctx_t *c, int loop_i, int node, void *arg);
 
@@ -148,7 +152,7 @@ static void unroll_update(ctx_t *c, const kt_sched_nest_t *nest, const int *iter
             elems *= c->L->iters[iters[j]].extent;
             last = j;
         }
-    if (elems > KT_LOWER_MAX_UNROLLED_TILE)
+    if (elems > KT_LOWER_MAX_UNROLLED_UPDATE)
         return;
     for (int j = first + 1; j < last; j++)
         if (!nest->loops[j].reduce && c->L->nodes[nodes[j]].ann == KT_LOOP_SERIAL)
