@@ -19,7 +19,10 @@
  *   search x2  scoring on every task, a reduced evolutionary search, see
  *              DEFAULT_SEARCH) and code generation at --search-threads 1 and
  *              2. When both run in one process the x2 / x1 ratio is printed
- *              per runner count. Goal: >= 1.7x on 2 idle cores.
+ *              per runner count. Goal: >= 1.7x on 2 idle cores. Before each
+ *              search mode and after them a 2-thread spin loop prints the
+ *              cores this process gets (1 s each): the machine's limit, to
+ *              tell from the tracker's.
  * For N = 1, 8, 64, 256 and 1024 runners (trials = 64 N, at most 8192) it
  * prints the throughput (measurements/s), the added latency per round (wall
  * time beyond the simulated runner time spread over N runners), the
@@ -403,6 +406,38 @@ out:
     return rc;
 }
 
+/* One thread of the spin probe: busy for `SPIN_S` of wall time, its own CPU
+ * time into *arg. */
+#define SPIN_S 1.0
+static void *spin_thread(void *arg)
+{
+    double *cpu = arg, t0 = kt_time_mono();
+    while (kt_time_mono() - t0 < SPIN_S)
+        ;
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    *cpu = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return NULL;
+}
+
+/* The cores a 2-thread spin loop gets now: what the machine gives this
+ * session (other sessions share it), the ceiling of --search-threads 2
+ * whatever the tracker does. Printed around the search modes so that a low
+ * x2 / x1 can be told apart from a busy machine. */
+static double spin_cores(void)
+{
+    pthread_t th[2];
+    double cpu[2] = {0, 0};
+    int started = 0;
+    for (int i = 0; i < 2; i++)
+        started += pthread_create(&th[i], NULL, spin_thread, &cpu[i]) == 0;
+    if (started < 2)
+        spin_thread(&cpu[1]);   /* the probe still measures one spinning thread */
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    return (cpu[0] + cpu[1]) / SPIN_S;
+}
+
 int main(int argc, char **argv)
 {
     int max_runners = MAX_RUNNERS;
@@ -419,6 +454,8 @@ int main(int argc, char **argv)
                "             bookkeeping alone (goal >= 5,000 measurements/s at 256 runners)\n"
                "  search x1  the real search (%s, %s)\n"
                "  search x2  the same at --search-threads 1 and 2; x2/x1 printed when both run\n"
+               "             (a 2-thread spin loop before each search mode and after them\n"
+               "             prints the cores this process gets: the machine's limit)\n"
                "Figures as in docs/benchmarks.md:\n"
                "  KT_BENCH_MODES=dispatch build/bench/bench_tracker 10\n"
                "  KT_BENCH_MODES=\"search x1,search x2\" build/bench/bench_tracker 10 256\n"
@@ -465,6 +502,9 @@ int main(int argc, char **argv)
     for (size_t mi = 0; mi < sizeof modes / sizeof modes[0] && rc == 0; mi++) {
         if (only && *only && !strstr(only, modes[mi].name))
             continue;
+        if (!modes[mi].stub)
+            printf("\n2-thread spin loop before %s: %.2f cores of 2\n", modes[mi].name,
+                   spin_cores());
         search_threads = modes[mi].threads;
         mode_no = (int)mi;
         dispatch_only = modes[mi].stub;
@@ -499,6 +539,8 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
+    if (tput_of[1][0] > 0 || tput_of[2][0] > 0)
+        printf("\n2-thread spin loop after the search modes: %.2f cores of 2\n", spin_cores());
     /* The search-threads goal: search x2 over search x1, measured in this run. */
     for (int i = 0; i < NCOUNTS; i++)
         if (tput_of[1][i] > 0 && tput_of[2][i] > 0)

@@ -767,6 +767,141 @@ START_TEST(codegen_padding_loop_is_split_from_its_condition)
 }
 END_TEST
 
+/* conv2d 7x7x16 -> 32, 3x3 pad 1 + bias + relu with the padding inlined
+ * and a 7x32 register tile (the shape of the best ResNet-18 7x7x512
+ * state): yy.2 and xx.3 iterate (PAD_SERIAL), or yy.0 is a parallel loop
+ * (PAD_PARALLEL), which cannot be split. */
+static const char *PAD_SERIAL =
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
+    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,512],\"fuse\":"
+    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
+    "[1,1,7,1],[1,1,1,7],[1,1,1,32],[1,3],[3,1],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"
+    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":\"fused\","
+    "\"name\":\"T_relu\"}],\"version\":1}";
+static const char *PAD_PARALLEL =
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
+    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,512],\"fuse\":"
+    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
+    "[7,1,1,1],[1,1,1,7],[1,1,1,32],[1,3],[3,1],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"
+    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[2,1,0],\"kind\":\"fused\","
+    "\"name\":\"T_relu\"}],\"version\":1}";
+
+/* Lines of text holding needle. */
+static int count_lines(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; n++)
+        p = strchr(p, '\n') ? strchr(p, '\n') : p + strlen(p);
+    return n;
+}
+
+/* The line of text at p (up to its newline), malloc'd. */
+static char *line_at(const char *text, const char *p)
+{
+    const char *a = p, *z = strchr(p, '\n');
+    while (a > text && a[-1] != '\n')
+        a--;
+    return strndup(a, z ? (size_t)(z - a) : strlen(a));
+}
+
+/* Multiply-adds a kernel runs: src's update lines (those reading `data`)
+ * counted by an instrumented copy of it, compiled and called once. */
+static long long count_updates(const char *src, const char *entry)
+{
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    kt_sbuf_puts(&b, "long long kt_count;\n");
+    for (const char *l = src; *l;) {
+        const char *z = strchr(l, '\n');
+        size_t n = z ? (size_t)(z - l) + 1 : strlen(l);
+        const char *t = l;
+        while (*t == ' ')
+            t++;
+        if (strncmp(t, "#pragma omp simd", 16) == 0) {   /* the counter is not a reduction */
+            l += n;
+            continue;
+        }
+        const char *d = strstr(l, "data[");
+        if (d && d < l + n) {
+            kt_sbuf_putn(&b, l, (size_t)(t - l));
+            kt_sbuf_puts(&b, "__atomic_fetch_add(&kt_count, 1, __ATOMIC_RELAXED), ");
+            kt_sbuf_putn(&b, t, n - (size_t)(t - l));
+        } else {
+            kt_sbuf_putn(&b, l, n);
+        }
+        l += n;
+    }
+    ck_assert_int_eq(kt_sbuf_ok(&b), 0);
+    char dir[] = "/tmp/kt_test_pad_XXXXXX", so[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(so, sizeof(so), "%s/k.so", dir);
+    ck_assert_msg(kt_codegen_compile(b.data, so, NULL) == 0, "%s", kt_err_msg());
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_ptr_nonnull(h);
+    void *fs = dlsym(h, entry), *cs = dlsym(h, "kt_count");
+    ck_assert(fs && cs);
+    int (*fn)(float **);
+    memcpy(&fn, &fs, sizeof(fn));
+    static float data[7 * 7 * 16], weight[3 * 3 * 16 * 32], bias[32], out[7 * 7 * 32];
+    float *bufs[4] = {data, weight, bias, out};
+    ck_assert_int_eq(fn(bufs), 0);
+    long long n = *(long long *)cs;
+    dlclose(h);
+    unlink(so);
+    rmdir(dir);
+    kt_sbuf_free(&b);
+    return n;
+}
+
+/* An inlined padding costs nothing: the update multiplies no zeros (it runs
+ * 7*7*3*3 taps less the 80 out of the input, times 16 x 32 channels) and
+ * tests nothing per element: no select left, no test on the update's line
+ * nor inside the innermost (simd) loop. In PAD_SERIAL the reduction loop
+ * ry.1 runs only where the row is inside (its bounds narrowed), in
+ * PAD_PARALLEL too (yy.0, parallel, enters its bounds). Both answer as the
+ * reference does. Today's emitter printed `(cond ? data[...] : 0.0f)` in
+ * the innermost loop and ran all 7*7*9*16*32 multiply-adds. */
+START_TEST(codegen_inlined_padding_is_partitioned_not_tested)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(1, 1, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 7, 7, 16, 32, 3, 3, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    const char *states[2] = {PAD_SERIAL, PAD_PARALLEL};
+    char *srcs[2];
+    for (int i = 0; i < 2; i++) {
+        char *src = emit_json(cv, states[i], "pd");
+        const char *k = strstr(src, "kt_par0_pd_packed(");
+        ck_assert_ptr_nonnull(k);
+        ck_assert_int_eq(count_lines(k, " ? "), 1);   /* the entry's return */
+        ck_assert_int_eq(count_lines(k, "pad_temp"), 0);
+        ck_assert_int_ge(count_lines(k, "data["), 1);
+        for (const char *p = strstr(k, "data["); p; p = strstr(p + 1, "data[")) {
+            char *l = line_at(k, p);
+            ck_assert_msg(strstr(l, "if (") == NULL && strstr(l, ">=") == NULL,
+                          "state %d: a test on the update: %s", i, l);
+            free(l);
+        }
+        for (const char *p = strstr(k, "#pragma omp simd"); p; p = strstr(p + 1, "#pragma omp simd")) {
+            const char *body = strchr(strchr(p, '\n') + 1, '\n') + 1;   /* after the for line */
+            const char *end = strstr(body, "}\n");
+            const char *t = strstr(body, " >= ");
+            ck_assert_msg(t == NULL || t > end, "state %d: a test inside a simd loop", i);
+        }
+        ck_assert_int_ge(count_lines(k, "_ry_1_19 = kt_maxi("), 1);
+        check_against_reference(cv, src, "pd", 11 + (uint64_t)i);
+        srcs[i] = src;
+    }
+    /* counted last: the checker forks, and a fork of a process whose
+     * OpenMP threads started hangs in libgomp */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(count_updates(srcs[i], "pd_packed"), (7 * 3 - 2) * (7 * 3 - 2) * 16 * 32);
+        free(srcs[i]);
+    }
+    kt_dag_free(cv);
+}
+END_TEST
+
 START_TEST(codegen_emit_rejects_bad_input)
 {
     kt_dag_t *mm = kt_ops_matmul(8, 8, 8, 0, NULL, 0);
@@ -811,6 +946,7 @@ int main(void)
     tcase_add_test(tc, codegen_check_catches_a_wrong_pack);
     tcase_add_test(tc, codegen_register_tile_stays_in_zmm_registers);
     tcase_add_test(tc, codegen_padding_loop_is_split_from_its_condition);
+    tcase_add_test(tc, codegen_inlined_padding_is_partitioned_not_tested);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);
     tcase_add_test(tc, codegen_batch_matmul_states_match_reference);

@@ -2,10 +2,12 @@
  * by anchor operator and by operator sequence, the family models' training
  * data during and after the warm-up, foresee passes, resume, policy names;
  * sketch.xgb's one model for a job's tasks (Ansor's warm-up, resume, search
- * threads).
+ * threads, different tasks searched at once).
  * Costs are synthetic (no kernel is built), populations small. */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -638,20 +640,57 @@ START_TEST(family_sketch_xgb_resume_trains_the_shared_model_on_preloads)
 }
 END_TEST
 
-/* Every proposal of rounds over tasks 0, 1, 2, 0, 1 of a seeded sketch.xgb
- * job, as JSON lines. */
-static char *job_proposals(kt_pool_t *pool, uint64_t seed)
+/* Append states st[0..n) of workload w as JSON lines to *all (len, cap)
+ * and give each a synthetic cost from its hash into costs. */
+static void append_states(char **all, size_t *len, size_t *cap, const kt_workload_t *w,
+                          kt_sched_state_t *const *st, int n, double *costs)
 {
-    kt_workload_t *w[3];
+    for (int i = 0; i < n; i++) {
+        costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], kt_workload_dag(w)) % 7);
+        char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w));
+        ck_assert_ptr_nonnull(j);
+        size_t l = strlen(j);
+        while (*len + l + 2 > *cap)
+            ck_assert_ptr_nonnull(*all = realloc(*all, *cap *= 2));
+        memcpy(*all + *len, j, l);
+        *len += l;
+        (*all)[(*len)++] = '\n';
+        (*all)[*len] = '\0';
+        free(j);
+    }
+}
+
+/* A seeded sketch.xgb job over three_tasks (one shared model); population
+ * > 0 sets the evolutionary search's. */
+static kt_search_family_t *xgb_job(kt_workload_t *w[3], uint64_t seed, int population)
+{
     const kt_workload_t *wl[3];
     kt_sched_params_t p;
     kt_search_opts_t o;
     three_tasks(w, wl, &p);
     small_opts(&o, "sketch.xgb", 4);
     o.seed = seed;
-    o.evolutionary_search_population = 150;   /* 3 chunks of feature extraction */
+    if (population > 0)
+        o.evolutionary_search_population = population;
     kt_search_family_t *f = kt_search_family_new(wl, 3, &p, &o);
     ck_assert_msg(f != NULL, "%s", kt_err_msg());
+    return f;
+}
+
+static void xgb_job_free(kt_search_family_t *f, kt_workload_t *w[3])
+{
+    kt_search_family_free(f);
+    for (int i = 0; i < 3; i++)
+        kt_workload_free(w[i]);
+}
+
+/* Every proposal of rounds over tasks 0, 1, 2, 0, 1 of a seeded sketch.xgb
+ * job, as JSON lines. */
+static char *job_proposals(kt_pool_t *pool, uint64_t seed)
+{
+    kt_workload_t *w[3];
+    kt_search_family_t *f = xgb_job(w, seed, 150);   /* 3 chunks of feature extraction */
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
     kt_search_family_set_pool(f, pool);
     size_t len = 0, cap = 1 << 16;
     char *all = malloc(cap);
@@ -664,27 +703,14 @@ static char *job_proposals(kt_pool_t *pool, uint64_t seed)
         int got = kt_search_family_propose(f, t, 6, &st);
         ck_assert_int_gt(got, 0);
         double costs[6];
-        for (int i = 0; i < got; i++) {
-            costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], kt_workload_dag(wl[t])) % 7);
-            char *j = kt_sched_state_to_json(st[i], kt_workload_dag(wl[t]));
-            size_t l = strlen(j);
-            while (len + l + 2 > cap)
-                ck_assert_ptr_nonnull(all = realloc(all, cap *= 2));
-            memcpy(all + len, j, l);
-            len += l;
-            all[len++] = '\n';
-            all[len] = '\0';
-            free(j);
-        }
+        append_states(&all, &len, &cap, wl[t], st, got, costs);
         ck_assert_int_eq(kt_search_family_feedback(f, t, st, costs, got), 0);
         for (int i = 0; i < got; i++)
             kt_sched_state_free(st[i]);
         free(st);
     }
     ck_assert(kt_model_is_trained(kt_search_family_model(f, 0)));
-    kt_search_family_free(f);
-    for (int i = 0; i < 3; i++)
-        kt_workload_free(w[i]);
+    xgb_job_free(f, w);
     return all;
 }
 
@@ -706,6 +732,259 @@ START_TEST(family_sketch_xgb_proposals_do_not_depend_on_search_threads)
 }
 END_TEST
 
+/* ---- different tasks searched at once (--search-threads) ---------------------- */
+
+/* Wait (under mu) until *flag is set or the guard against a hung test (60
+ * s, not a timing check) runs out; the flag's value. */
+static int wait_flag(pthread_mutex_t *mu, pthread_cond_t *cv, const int *flag)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 60;
+    int rc = 0;
+    while (!*flag && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(cv, mu, &ts);
+    return *flag;
+}
+
+/* One wave of a sketch.xgb job's three tasks: each proposes (how, below),
+ * then all are fed back in task order, as a caller with deterministic sync
+ * points does. */
+typedef struct {
+    kt_search_family_t *f;
+    kt_sched_state_t **st[3];
+    int got[3];
+    int next;             /* the next task a worker thread takes */
+    pthread_mutex_t mu;
+} wave_t;
+
+static void wave_propose(wave_t *w, int t)
+{
+    w->got[t] = kt_search_family_propose(w->f, t, 6, &w->st[t]);
+}
+
+static void *wave_worker(void *arg)
+{
+    wave_t *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        int t = w->next++;
+        pthread_mutex_unlock(&w->mu);
+        if (t >= 3)
+            return NULL;
+        wave_propose(w, t);
+    }
+}
+
+/* Every proposal of 3 waves of a seeded sketch.xgb job over three tasks, as
+ * JSON lines in task order. how 0: one thread proposes tasks 0, 1, 2;
+ * 1: one thread, tasks 2, 1, 0; 2: two threads take the tasks as they
+ * come, so two searches run at once. */
+static char *wave_proposals(int how)
+{
+    kt_workload_t *w[3];
+    wave_t wv = {.f = xgb_job(w, 91, 0)};
+    pthread_mutex_init(&wv.mu, NULL);
+    size_t len = 0, cap = 1 << 16;
+    char *all = malloc(cap);
+    ck_assert_ptr_nonnull(all);
+    all[0] = '\0';
+    for (int r = 0; r < 3; r++) {
+        if (how == 2) {
+            wv.next = 0;
+            pthread_t th[2];
+            for (int i = 0; i < 2; i++)
+                ck_assert_int_eq(pthread_create(&th[i], NULL, wave_worker, &wv), 0);
+            for (int i = 0; i < 2; i++)
+                pthread_join(th[i], NULL);
+        } else {
+            for (int i = 0; i < 3; i++)
+                wave_propose(&wv, how == 0 ? i : 2 - i);
+        }
+        for (int t = 0; t < 3; t++) {
+            ck_assert_msg(wv.got[t] > 0, "wave %d task %d: %s", r, t, kt_err_msg());
+            double costs[6];
+            append_states(&all, &len, &cap, w[t], wv.st[t], wv.got[t], costs);
+            ck_assert_int_eq(kt_search_family_feedback(wv.f, t, wv.st[t], costs, wv.got[t]), 0);
+            for (int i = 0; i < wv.got[t]; i++)
+                kt_sched_state_free(wv.st[t][i]);
+            free(wv.st[t]);
+        }
+    }
+    ck_assert(kt_search_family_warmup_done(wv.f));
+    ck_assert(kt_model_is_trained(kt_search_family_model(wv.f, 0)));
+    pthread_mutex_destroy(&wv.mu);
+    xgb_job_free(wv.f, w);
+    return all;
+}
+
+/* Searches of different tasks may run at once on the shared model, so a
+ * task's proposals must not depend on which other task searched first: the
+ * random scores of the warm-up come from each task's generator, not from
+ * the one model's (which the first search to score would advance). The
+ * same records whether one thread proposes in either order or two threads
+ * propose at once. */
+START_TEST(family_sketch_xgb_proposals_do_not_depend_on_task_order_or_overlap)
+{
+    char *fwd = wave_proposals(0);
+    char *rev = wave_proposals(1);
+    ck_assert_msg(strcmp(fwd, rev) == 0, "proposing tasks 2, 1, 0 changed their proposals");
+    for (int rep = 0; rep < 2; rep++) {
+        char *par = wave_proposals(2);
+        ck_assert_msg(strcmp(fwd, par) == 0, "two threads proposed other states than one");
+        free(par);
+    }
+    free(rev);
+    free(fwd);
+}
+END_TEST
+
+/* Meeting point of two tasks' searches: the first time each task's search
+ * asks whether a state was measured, it waits for the other task's search
+ * to ask too. Searches that cannot overlap leave the first one waiting
+ * until the guard (a bound against a hung test, not a timing check) runs
+ * out. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived[2];
+    int met[2];           /* task i saw the other arrive while it was searching */
+} meet_t;
+
+typedef struct {
+    meet_t *m;
+    int task;
+} meet_arg_t;
+
+static int meet_has_measured(void *user, uint64_t h)
+{
+    (void)h;
+    meet_arg_t *a = user;
+    meet_t *m = a->m;
+    pthread_mutex_lock(&m->mu);
+    if (!m->arrived[a->task]) {
+        m->arrived[a->task] = 1;
+        pthread_cond_broadcast(&m->cv);
+        m->met[a->task] = wait_flag(&m->mu, &m->cv, &m->arrived[1 - a->task]);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+typedef struct {
+    kt_search_family_t *f;
+    int task, got;
+    kt_sched_state_t **st;
+} propose_arg_t;
+
+static void *propose_thread(void *arg)
+{
+    propose_arg_t *a = arg;
+    a->got = kt_search_family_propose(a->f, a->task, 4, &a->st);
+    return NULL;
+}
+
+/* --search-threads under sketch.xgb's one model: two tasks' searches run at
+ * once, before the model trains (the warm-up) and after. A family that
+ * held one lock over each whole search met neither time. */
+START_TEST(family_sketch_xgb_searches_of_two_tasks_overlap)
+{
+    kt_workload_t *w[3];
+    kt_search_family_t *f = xgb_job(w, 11, 0);
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) {   /* a round of every task: the shared model trains */
+            for (int t = 0; t < 3; t++) {
+                kt_search_set_has_measured(kt_search_family_policy(f, t), NULL, NULL);
+                ck_assert_int_gt(round_of(f, wl, t, 4), 0);
+            }
+            ck_assert(kt_model_is_trained(kt_search_family_model(f, 0)));
+        }
+        meet_t m = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        meet_arg_t ma[2] = {{&m, 0}, {&m, 1}};
+        propose_arg_t pa[2];
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) {
+            kt_search_set_has_measured(kt_search_family_policy(f, i), meet_has_measured, &ma[i]);
+            pa[i] = (propose_arg_t){.f = f, .task = i};
+            ck_assert_int_eq(pthread_create(&th[i], NULL, propose_thread, &pa[i]), 0);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; i < 2; i++) {
+            ck_assert_msg(pa[i].got > 0, "task %d: %s", i, kt_err_msg());
+            ck_assert_msg(m.met[i], "phase %d: task %d searched alone", phase, i);
+            for (int k = 0; k < pa[i].got; k++)
+                kt_sched_state_free(pa[i].st[k]);
+            free(pa[i].st);
+        }
+    }
+    xgb_job_free(f, w);
+}
+END_TEST
+
+/* A search held at its first question about a measured state until the
+ * test releases it (or the guard against a hung test runs out). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, released, held_through;
+} hold_t;
+
+static int hold_has_measured(void *user, uint64_t h)
+{
+    (void)h;
+    hold_t *g = user;
+    pthread_mutex_lock(&g->mu);
+    if (!g->arrived) {
+        g->arrived = 1;
+        pthread_cond_broadcast(&g->cv);
+        g->held_through = wait_flag(&g->mu, &g->cv, &g->released);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+/* sketch.xgb's one model trains on a task's feedback while another task's
+ * search is in progress (it scores with a snapshot of the model), so the
+ * training step of one round does not wait for the searches of the
+ * others. A family that excluded searches while training made the
+ * feedback wait until the held search gave up. */
+START_TEST(family_sketch_xgb_model_trains_while_another_task_searches)
+{
+    kt_workload_t *w[3];
+    kt_search_family_t *f = xgb_job(w, 11, 0);
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]};
+    for (int t = 0; t < 3; t++)
+        ck_assert_int_gt(round_of(f, wl, t, 4), 0);
+    kt_model_t *m = kt_search_family_model(f, 0);
+    ck_assert(kt_model_is_trained(m));
+    hold_t g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    kt_search_set_has_measured(kt_search_family_policy(f, 0), hold_has_measured, &g);
+    propose_arg_t pa = {.f = f, .task = 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, propose_thread, &pa), 0);
+    pthread_mutex_lock(&g.mu);
+    int arrived = wait_flag(&g.mu, &g.cv, &g.arrived);
+    pthread_mutex_unlock(&g.mu);
+    ck_assert_msg(arrived, "task 0's search never asked about a measured state");
+    unsigned before = kt_model_num_trainings(m);
+    ck_assert_int_gt(round_of(f, wl, 1, 4), 0);   /* task 1: search, feedback, training */
+    ck_assert_uint_gt(kt_model_num_trainings(m), before);
+    pthread_mutex_lock(&g.mu);
+    g.released = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(th, NULL);
+    ck_assert_msg(pa.got > 0, "%s", kt_err_msg());
+    ck_assert_msg(g.held_through, "task 1's feedback waited for task 0's search to end");
+    for (int k = 0; k < pa.got; k++)
+        kt_sched_state_free(pa.st[k]);
+    free(pa.st);
+    xgb_job_free(f, w);
+}
+END_TEST
+
 static Suite *family_suite(void)
 {
     Suite *s = suite_create("family");
@@ -722,6 +1001,9 @@ static Suite *family_suite(void)
     tcase_add_test(tc, family_sketch_xgb_warmup_is_random_until_every_task_had_a_round);
     tcase_add_test(tc, family_sketch_xgb_resume_trains_the_shared_model_on_preloads);
     tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_search_threads);
+    tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_task_order_or_overlap);
+    tcase_add_test(tc, family_sketch_xgb_searches_of_two_tasks_overlap);
+    tcase_add_test(tc, family_sketch_xgb_model_trains_while_another_task_searches);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -268,6 +268,15 @@ START_TEST(invalid_programs_score_minus_infinity)
 }
 END_TEST
 
+/* a and b score the n programs of batch b the same (scores into p1, p2). */
+static void same_scores(kt_model_t *a, kt_model_t *b, const kt_model_batch_t *bt, float *p1,
+                        float *p2, size_t n)
+{
+    ck_assert_int_eq(kt_model_predict(a, bt, p1), 0);
+    ck_assert_int_eq(kt_model_predict(b, bt, p2), 0);
+    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+}
+
 START_TEST(save_load_predicts_identically)
 {
     const char *path = tmp_path("trained");
@@ -283,9 +292,7 @@ START_TEST(save_load_predicts_identically)
     size_t n = test_set.nprog;
     float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2);
     kt_model_batch_t b = batch_of(&test_set);
-    ck_assert_int_eq(kt_model_predict(trained, &b, p1), 0);
-    ck_assert_int_eq(kt_model_predict(m, &b, p2), 0);
-    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    same_scores(trained, m, &b, p1, p2, n);
     kt_model_free(m);
 
     /* A model still in its warm-up continues the same random sequence. */
@@ -301,12 +308,51 @@ START_TEST(save_load_predicts_identically)
     ck_assert(!kt_model_is_trained(m));
     ck_assert_int_eq(kt_model_params(m)->tree_method, KT_MODEL_TREE_HIST);
     ck_assert_uint_eq(kt_model_params(m)->seed, 7);
-    ck_assert_int_eq(kt_model_predict(w, &b, p1), 0);
-    ck_assert_int_eq(kt_model_predict(m, &b, p2), 0);
-    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    same_scores(w, m, &b, p1, p2, n);
     kt_model_free(m);
     kt_model_free(w);
     unlink(path);
+    free(p1);
+    free(p2);
+}
+END_TEST
+
+/* A snapshot predicts as its model (booster copied, no samples), and
+ * kt_model_predict_rng draws an untrained model's random scores from the
+ * caller's generator, leaving the model's own sequence where it was. */
+START_TEST(snapshot_and_predict_rng_leave_the_model_as_it_was)
+{
+    size_t n = test_set.nprog;
+    float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2);
+    ck_assert(p1 && p2);
+    kt_model_batch_t b = batch_of(&test_set);
+    kt_model_t *s = kt_model_snapshot(trained);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    ck_assert(kt_model_is_trained(s));
+    ck_assert_uint_eq(kt_model_num_samples(s), 0);
+    ck_assert_int_eq(kt_model_num_rounds(s), kt_model_num_rounds(trained));
+    same_scores(trained, s, &b, p1, p2, n);
+    kt_model_free(s);
+
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.seed = 7;
+    kt_model_t *w = kt_model_new(KT_MODEL_XGB, &prm), *fresh = kt_model_new(KT_MODEL_XGB, &prm);
+    ck_assert(w && fresh);
+    s = kt_model_snapshot(w);
+    ck_assert_ptr_nonnull(s);
+    ck_assert(!kt_model_is_trained(s));
+    uint64_t r1 = 5, r2 = 5;
+    ck_assert_int_eq(kt_model_predict_rng(w, &b, p1, &r1), 0);
+    ck_assert_int_eq(kt_model_predict_rng(s, &b, p2, &r2), 0);
+    ck_assert_mem_eq(p1, p2, n * sizeof *p1);
+    ck_assert_uint_eq(r1, r2);
+    ck_assert_uint_ne(r1, 5);
+    same_scores(w, fresh, &b, p1, p2, n);
+    ck_assert_int_lt(kt_model_predict_rng(w, &b, p1, NULL), 0);
+    kt_model_free(s);
+    kt_model_free(fresh);
+    kt_model_free(w);
     free(p1);
     free(p2);
 }
@@ -776,6 +822,7 @@ int main(void)
     tcase_add_test(tc, xgb_pack_sum_adds_stage_predictions);
     tcase_add_test(tc, invalid_programs_score_minus_infinity);
     tcase_add_test(tc, save_load_predicts_identically);
+    tcase_add_test(tc, snapshot_and_predict_rng_leave_the_model_as_it_was);
     tcase_add_test(tc, load_rejects_missing_and_corrupt_files);
     tcase_add_test(tc, bad_arguments_are_reported);
     tcase_add_test(tc, ansor_parameters_and_version_1_files);

@@ -148,8 +148,8 @@ static int64_t count_all(kt_store_t *s, const char *wk)
 START_TEST(store_fresh_db_is_wal_at_current_schema_version)
 {
     kt_store_t *s = open_new();
-    ck_assert_int_eq(kt_store_schema_version(s), 2);
-    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 2);
+    ck_assert_int_eq(kt_store_schema_version(s), 3);
+    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 3);
     ck_assert_int_eq(kt_store_integrity_check(s), 0);
     ck_assert_str_eq(kt_store_path(s), dbpath);
     kt_store_close(s);
@@ -165,7 +165,7 @@ START_TEST(store_fresh_db_is_wal_at_current_schema_version)
 
     s = kt_store_open(":memory:", 0);   /* private database, no file */
     ck_assert_msg(s != NULL, "memory: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 2);
+    ck_assert_int_eq(kt_store_schema_version(s), 3);
     kt_store_close(s);
 }
 END_TEST
@@ -220,7 +220,7 @@ START_TEST(store_migrates_a_schema_1_store_keeping_its_data)
 
     kt_store_t *s = kt_store_open(dbpath, 0);
     ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 2);
+    ck_assert_int_eq(kt_store_schema_version(s), 3);
     kt_record_list_t *l = NULL;
     ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
     ck_assert_uint_eq(l->n, 1);
@@ -254,6 +254,57 @@ START_TEST(store_migrates_a_schema_1_store_keeping_its_data)
     ck_assert_str_eq(l->items[0].runner_id, "r9");
     kt_record_list_free(l);
     kt_store_close(s);
+}
+END_TEST
+
+/* The query plan of a ListRecords walk by workload (and target, valid only),
+ * in the shape store.c prepares it: true when SQLite sorts the rows itself. */
+static int list_plan_sorts(sqlite3 *db, const char *where)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "EXPLAIN QUERY PLAN SELECT * FROM records WHERE 1%s ORDER BY id",
+             where);
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    int sorts = 0;
+    while (sqlite3_step(st) == SQLITE_ROW)
+        sorts |= strstr((const char *)sqlite3_column_text(st, 3), "TEMP B-TREE") != NULL;
+    sqlite3_finalize(st);
+    return sorts;
+}
+
+/* A schema-2 store (the current one without records_list) is read as it is
+ * by a read-only handle, and a read-write open adds the index, after which
+ * ListRecords by workload streams in id order without sorting first. */
+START_TEST(store_migration_3_lists_a_workload_without_sorting)
+{
+    kt_store_t *s = open_new();
+    kt_record_t r = rec("wk", "cpu", 7, one_cost, 1, 0);
+    ck_assert_int_eq(kt_store_put_records(s, &r, 1), 0);
+    kt_store_close(s);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "DROP INDEX records_list; PRAGMA user_version = 2;", NULL,
+                                  NULL, NULL),
+                     SQLITE_OK);
+    ck_assert(list_plan_sorts(db, " AND workload_key = 'wk' AND target = 'cpu'"));
+    sqlite3_close(db);
+
+    s = kt_store_open(dbpath, KT_STORE_READONLY);
+    ck_assert_msg(s != NULL, "read-only open of schema 2: %s", kt_err_msg());
+    ck_assert_int_eq(kt_store_schema_version(s), 2);
+    ck_assert_int_eq(kt_store_has_measured(s, "wk", "cpu", 7), 1);
+    kt_store_close(s);
+
+    s = kt_store_open(dbpath, 0);
+    ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
+    ck_assert_int_eq(kt_store_schema_version(s), 3);
+    kt_store_close(s);
+    ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
+    ck_assert(!list_plan_sorts(db, " AND workload_key = 'wk'"));
+    ck_assert(!list_plan_sorts(db, " AND workload_key = 'wk' AND target = 'cpu'"));
+    ck_assert(!list_plan_sorts(db, " AND workload_key = 'wk' AND target = 'cpu' AND error_code = 0"));
+    sqlite3_close(db);
 }
 END_TEST
 
@@ -300,7 +351,7 @@ START_TEST(store_reopen_keeps_data)
 
     s = kt_store_open(dbpath, 0);   /* existing file: no create flag needed */
     ck_assert_ptr_nonnull(s);
-    ck_assert_int_eq(kt_store_schema_version(s), 2);
+    ck_assert_int_eq(kt_store_schema_version(s), 3);
     ck_assert_int_eq(kt_store_has_measured(s, "wk", "cpu", 7), 1);
     double flops = 0;
     ck_assert_int_eq(kt_store_get_workload(s, "wk", NULL, &flops), 0);
@@ -1143,6 +1194,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, store_fresh_db_is_wal_at_current_schema_version);
     tcase_add_test(tc, store_migrates_a_schema_1_store_keeping_its_data);
+    tcase_add_test(tc, store_migration_3_lists_a_workload_without_sorting);
     tcase_add_test(tc, store_filters_records_by_runner_id_or_host);
     tcase_add_test(tc, store_reopen_keeps_data);
     tcase_add_test(tc, store_missing_file_needs_create_flag);

@@ -64,14 +64,19 @@ typedef void (*kt_codegen_access_fn)(void *ctx, int buf, const kt_lower_index_t 
 void kt_codegen_apply_subs(const kt_dag_t *dag, const kt_lower_t *L, int si,
                            kt_codegen_access_fn access, void *ctx, kt_sbuf_t *text);
 
-/* kt_codegen_expr_c for a statement of a lowered CPU program: axis[a] is
- * axis a's value in L's iterators; a load whose indices are affine in them
- * prints its flat index as one sum over the iterators (a constant last),
- * e.g. `pad_temp[i*3712LL + ry*3712LL + x*64LL + rc]`, any other load as
- * kt_codegen_expr_c prints it. 0 or negative. */
+/* kt_codegen_expr_c for a statement of a lowered CPU program.
+ * - axis[a] is axis a's value in L's iterators; a load whose indices are
+ *   affine in them prints its flat index as one sum over the iterators (a
+ *   constant last), e.g. `pad_temp[i*3712LL + ry*3712LL + x*64LL + rc]`, any
+ *   other load as kt_codegen_expr_c prints it.
+ * - an inlined stage in `taken` whose body is a select prints as its true
+ *   operand alone: for a statement that runs only where that condition
+ *   holds (a padding guard, emit_c.c).
+ * 0 or negative. */
 int kt_codegen_expr_c_lowered(const kt_dag_t *dag, int stage, const kt_expr_t *e,
                               const char *const *axis_c, const kt_lower_t *L,
-                              const kt_lower_index_t *axis, uint64_t inline_mask, kt_sbuf_t *out);
+                              const kt_lower_index_t *axis, uint64_t inline_mask, uint64_t taken,
+                              kt_sbuf_t *out);
 
 /* ---- index printing (emit_c.c), shared by the C and CUDA emitters ----------------- */
 

@@ -16,7 +16,10 @@
  *   (kt_par<N>_<entry>, restrict buffers and the enclosing iterators as
  *   arguments) that the OpenMP loop calls once per iteration;
  * - the innermost reduce loop whose body is fully unrolled (a register tile's
- *   update) is unrolled KT_EMIT_PARTIAL_UNROLL times. */
+ *   update) is unrolled KT_EMIT_PARTIAL_UNROLL times.
+ * And one for the work done: an update multiplying by an inlined padding
+ * stage runs only where the padded input is inside, its loops partitioned
+ * or narrowed so that the interior tests nothing ("padding guards"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +48,16 @@ typedef struct {
     int outer[MAX_OUTER];
     int branch;            /* 1 or 2: statements print that operand of their stage's
                               select (an unswitched loop, see unswitch_cond); 0: all */
+    /* padding guards (see "padding guards" below) */
+    struct guard *guards;  /* per statement; NULL when no statement is guarded */
+    int64_t *lo, *hi;      /* per iterator: the values the loop printed around the current
+                              node runs (a partitioned loop's part narrows them) */
+    uint8_t *hoisted;      /* per statement: its inequalities an enclosing if tests */
+    uint8_t *tile_iter;    /* per iterator: it indexes a local (accumulator, register) tile */
+    int64_t parts;         /* copies of the current node the enclosing partitions print */
+    int64_t guarded_total; /* guarded_size of the whole program */
+    int narrow_node;       /* loop printed with the bounds below instead of its range, -1 */
+    const char *narrow_lo, *narrow_hi;
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -164,6 +177,427 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
     kt_sbuf_puts(b, "]");
 }
 
+/* ---- padding guards ----------------------------------------------------------------
+ *
+ * A reduction update that multiplies by an inlined padding stage
+ * (`select(inside, data[...], 0)`) adds zero wherever `inside` fails, so it
+ * runs as `if (inside) acc += data[...] * w` instead (TVM's
+ * if_then_else-to-guard). `inside` is a conjunction of affine inequalities
+ * in the loop iterators, whose ranges are compile-time constants, and the
+ * tests leave the innermost loops, cheapest first:
+ * - a test that holds for every value of the current iterator ranges is
+ *   dropped (the interior), a statement with one that fails for all of
+ *   them is not printed, nor is a loop holding only such statements;
+ * - a test reading only loops enclosing a perfect nest down to the
+ *   statement is printed once, as an `if` around that nest;
+ * - a serial reduction loop of such a nest whose test reads it and
+ *   enclosing loops only runs where the test holds: its bounds are narrowed
+ *   when it starts (kt_maxi/kt_mini of the bounds the test gives);
+ * - a loop whose iterator decides a test for inner loops and indexes no
+ *   local tile is partitioned (TVM's LoopPartition): printed as consecutive
+ *   parts, split where the test becomes true, or false, for every value of
+ *   the other iterators in their current ranges; each part narrows its
+ *   iterator's range for the code inside it;
+ * - what is left is tested on the statement.
+ * Loops over a local tile's elements are neither split nor narrowed: GCC
+ * keeps the register and accumulator tiles in registers only with whole
+ * constant trip counts (a tile loop split into constant parts made GCC
+ * rebuild every vector of the tile from scalars on the stack). A tile loop
+ * that GCC unrolls folds the tests inside it once the loops outside are
+ * partitioned into constants. Parallel and vectorized loops are never split
+ * (their pragmas need one loop), and the parts around a statement are
+ * bounded (KT_EMIT_MAX_PARTS, KT_EMIT_PART_MIN): GCC's time grows with the
+ * copies (a 14x8 scalar tile partitioned nine times took it ten times as
+ * long). */
+
+#define KT_EMIT_GUARD_INEQS 8   /* inequalities of one guard */
+#define KT_EMIT_AFF_TERMS 16    /* iterators of one affine form */
+#define KT_EMIT_MAX_PARTS 6     /* most copies of a statement the partitions print */
+#define KT_EMIT_PART_MIN 256    /* partitions print at most as many guarded statements as
+                                   the kernel unrolls, or this many */
+
+/* sum coef * iter + c; in a guard, the inequality aff >= 0. */
+typedef struct {
+    int n;
+    int iter[KT_EMIT_AFF_TERMS];
+    int64_t coef[KT_EMIT_AFF_TERMS];
+    int64_t c;
+} aff_t;
+
+typedef struct guard {
+    int nq;            /* 0: the statement is not guarded */
+    uint64_t taken;    /* the padding stage its body reads through the select's operand */
+    aff_t q[KT_EMIT_GUARD_INEQS];
+} guard_t;
+
+/* x += k * y; -1 when the terms overflow. */
+static int aff_add(aff_t *x, const aff_t *y, int64_t k)
+{
+    x->c += k * y->c;
+    for (int t = 0; t < y->n; t++) {
+        int j = 0;
+        while (j < x->n && x->iter[j] != y->iter[t])
+            j++;
+        if (j == x->n) {
+            if (x->n == KT_EMIT_AFF_TERMS)
+                return -1;
+            x->iter[x->n] = y->iter[t];
+            x->coef[x->n++] = 0;
+        }
+        x->coef[j] += k * y->coef[t];
+    }
+    return 0;
+}
+
+/* The affine form of an integer expression of a stage whose axes are
+ * env[0..nenv); -1 when it is not affine. */
+static int aff_of_expr(const kt_expr_t *x, const aff_t *env, int nenv, aff_t *out, int depth)
+{
+    memset(out, 0, sizeof(*out));
+    if (!x || depth > 64)
+        return -1;
+    aff_t a, b;
+    switch (x->kind) {
+    case KT_EX_CONST:
+        if (x->dtype != KT_DT_INT)
+            return -1;
+        out->c = x->ival;
+        return 0;
+    case KT_EX_AXIS:
+        if (x->axis < 0 || x->axis >= nenv)
+            return -1;
+        *out = env[x->axis];
+        return 0;
+    case KT_EX_ADD:
+    case KT_EX_SUB:
+    case KT_EX_MUL:
+        if (x->nargs != 2 || aff_of_expr(x->args[0], env, nenv, &a, depth + 1) ||
+            aff_of_expr(x->args[1], env, nenv, &b, depth + 1))
+            return -1;
+        if (x->kind != KT_EX_MUL)
+            return aff_add(out, &a, 1) || aff_add(out, &b, x->kind == KT_EX_ADD ? 1 : -1) ? -1
+                                                                                          : 0;
+        if (a.n && b.n)
+            return -1;
+        return a.n ? aff_add(out, &a, b.c) : aff_add(out, &b, a.c);
+    default:
+        return -1;
+    }
+}
+
+/* Appends the inequalities (aff >= 0) whose conjunction is cond; -1 when
+ * cond is not such a conjunction. */
+static int cond_ineqs(const kt_expr_t *cond, const aff_t *env, int nenv, guard_t *g, int depth)
+{
+    if (!cond || cond->nargs != 2 || depth > 64)
+        return -1;
+    if (cond->kind == KT_EX_AND)
+        return cond_ineqs(cond->args[0], env, nenv, g, depth + 1) ||
+                       cond_ineqs(cond->args[1], env, nenv, g, depth + 1)
+                   ? -1
+                   : 0;
+    int ge = cond->kind == KT_EX_GE || cond->kind == KT_EX_GT;
+    int lt = cond->kind == KT_EX_LT || cond->kind == KT_EX_LE;
+    aff_t a, b;
+    if ((!ge && !lt) || g->nq == KT_EMIT_GUARD_INEQS ||
+        aff_of_expr(cond->args[0], env, nenv, &a, depth + 1) ||
+        aff_of_expr(cond->args[1], env, nenv, &b, depth + 1))
+        return -1;
+    /* a >= b: a - b >= 0; a > b: a - b - 1 >= 0; a <= b: b - a >= 0; a < b: b - a - 1 >= 0 */
+    aff_t *q = &g->q[g->nq++];
+    memset(q, 0, sizeof(*q));
+    if (aff_add(q, ge ? &a : &b, 1) || aff_add(q, ge ? &b : &a, -1))
+        return -1;
+    q->c -= cond->kind == KT_EX_GT || cond->kind == KT_EX_LT;
+    return 0;
+}
+
+/* The load of an inlined padding stage (body select(c, x, 0)) that makes e
+ * zero wherever c fails: e itself or a factor of a product; NULL if none. */
+static const kt_expr_t *zero_load(const kt_dag_t *dag, uint64_t mask, const kt_expr_t *e)
+{
+    if (e->kind == KT_EX_MUL && e->nargs == 2) {
+        const kt_expr_t *z = zero_load(dag, mask, e->args[0]);
+        return z ? z : zero_load(dag, mask, e->args[1]);
+    }
+    if (e->kind != KT_EX_LOAD || e->tensor < 0 || e->tensor >= 64 || !((mask >> e->tensor) & 1u))
+        return NULL;
+    const kt_stage_t *p = kt_dag_stage(dag, e->tensor);
+    const kt_expr_t *b = p ? p->body : NULL;
+    if (!b || b->kind != KT_EX_SELECT || b->nargs != 3 || e->nargs != p->ndim)
+        return NULL;
+    const kt_expr_t *z = b->args[2];
+    return z->kind == KT_EX_CONST && z->dtype == KT_DT_F32 && z->fval == 0.0 ? e : NULL;
+}
+
+/* Loads of stage t in e, looking through inlined stages (2 once past 1). */
+static int count_loads(const kt_dag_t *dag, uint64_t mask, const kt_expr_t *e, int t, int depth)
+{
+    if (!e || depth > 64)
+        return 2;
+    int n = 0;
+    if (e->kind == KT_EX_LOAD && e->tensor == t)
+        n++;
+    else if (e->kind == KT_EX_LOAD && e->tensor >= 0 && e->tensor < 64 &&
+             ((mask >> e->tensor) & 1u))
+        n += count_loads(dag, mask, kt_dag_stage(dag, e->tensor)->body, t, depth + 1);
+    for (int i = 0; i < e->nargs && n < 2; i++)
+        n += count_loads(dag, mask, e->args[i], t, depth + 1);
+    return n;
+}
+
+/* The guard of statement s (nq 0: none): a sum reduction's update whose
+ * body is zero where its one padding load's condition fails, every index
+ * affine. */
+static void guard_of_stmt(const emit_t *e, const kt_lower_stmt_t *s, guard_t *g)
+{
+    memset(g, 0, sizeof(*g));
+    const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
+    uint64_t mask = e->L->inline_mask;
+    if (s->kind != KT_STMT_UPDATE || !ss || ss->rop != KT_RED_SUM || !ss->body)
+        return;
+    const kt_expr_t *ld = zero_load(e->dag, mask, ss->body);
+    if (!ld || count_loads(e->dag, mask, ss->body, ld->tensor, 0) != 1)
+        return;
+    const kt_stage_t *p = kt_dag_stage(e->dag, ld->tensor);
+    aff_t env[KT_SCHED_MAX_AXES], penv[KT_TE_MAX_DIMS];
+    int na = ss->ndim + ss->nreduce;
+    for (int a = 0; a < na; a++) {
+        const kt_lower_index_t *x = &s->axis[a];
+        memset(&env[a], 0, sizeof(env[a]));
+        if (x->div > 1 || x->mod > 0)
+            return;
+        for (int t = 0; t < x->nterms; t++) {
+            aff_t one = {.n = 1, .iter = {x->iter[t]}, .coef = {x->coef[t]}};
+            if (aff_add(&env[a], &one, 1))
+                return;
+        }
+    }
+    for (int i = 0; i < p->ndim; i++)
+        if (aff_of_expr(ld->args[i], env, na, &penv[i], 0))
+            return;
+    guard_t tmp = {0};
+    if (cond_ineqs(p->body->args[0], penv, p->ndim, &tmp, 0) || tmp.nq == 0)
+        return;
+    tmp.taken = 1ULL << ld->tensor;
+    *g = tmp;
+}
+
+/* a / b rounded down (b > 0). */
+static int64_t floordiv(int64_t a, int64_t b)
+{
+    return a / b - (a % b != 0 && a < 0);
+}
+
+/* Range of q over the current iterator ranges, leaving out iterator skip. */
+static void aff_range(const emit_t *e, const aff_t *q, int skip, int64_t *mn, int64_t *mx)
+{
+    int64_t a = q->c, b = q->c;
+    for (int t = 0; t < q->n; t++) {
+        int it = q->iter[t];
+        int64_t k = q->coef[t];
+        if (it == skip)
+            continue;
+        a += k * (k >= 0 ? e->lo[it] : e->hi[it]);
+        b += k * (k >= 0 ? e->hi[it] : e->lo[it]);
+    }
+    *mn = a;
+    *mx = b;
+}
+
+static int64_t coef_of(const aff_t *q, int it)
+{
+    for (int t = 0; t < q->n; t++)
+        if (q->iter[t] == it)
+            return q->coef[t];
+    return 0;
+}
+
+enum { Q_TRUE, Q_FALSE, Q_OPEN };
+
+static int ineq_state(const emit_t *e, const aff_t *q)
+{
+    int64_t mn, mx;
+    aff_range(e, q, -1, &mn, &mx);
+    return mn >= 0 ? Q_TRUE : mx < 0 ? Q_FALSE : Q_OPEN;
+}
+
+/* Inequalities of statement si still to test at the current node (bits). */
+static unsigned open_ineqs(const emit_t *e, int si)
+{
+    unsigned bits = 0;
+    const guard_t *g = e->guards ? &e->guards[si] : NULL;
+    for (int k = 0; g && k < g->nq; k++)
+        if (!((e->hoisted[si] >> k) & 1u) && ineq_state(e, &g->q[k]) == Q_OPEN)
+            bits |= 1u << k;
+    return bits;
+}
+
+/* Statement si adds only zeros in the current ranges. */
+static int stmt_dead(const emit_t *e, int si)
+{
+    const guard_t *g = e->guards ? &e->guards[si] : NULL;
+    for (int k = 0; g && k < g->nq; k++)
+        if (ineq_state(e, &g->q[k]) == Q_FALSE)
+            return 1;
+    return 0;
+}
+
+/* Statements under node (itself included) that still do work; *total
+ * counts them all. */
+static int live_stmts(const emit_t *e, int node, int *total)
+{
+    const kt_lower_node_t *nd = &e->L->nodes[node];
+    if (nd->kind == KT_NODE_STMT) {
+        ++*total;
+        return !stmt_dead(e, nd->stmt);
+    }
+    int n = 0;
+    for (int ch = nd->child; ch >= 0; ch = e->L->nodes[ch].next)
+        n += live_stmts(e, ch, total);
+    return n;
+}
+
+/* A loop whose every statement adds only zeros here: not printed. */
+static int subtree_dead(const emit_t *e, int node)
+{
+    int total = 0;
+    return e->guards && live_stmts(e, node, &total) == 0 && total > 0;
+}
+
+/* Where loop iterator v's range splits for the open inequalities of the
+ * guarded statements under node: part starts in (lo, hi], sorted, unique. */
+static int split_points(const emit_t *e, int node, int v, int64_t *pts, int np, int cap)
+{
+    const kt_lower_node_t *nd = &e->L->nodes[node];
+    if (nd->kind != KT_NODE_STMT) {
+        for (int ch = nd->child; ch >= 0; ch = e->L->nodes[ch].next)
+            np = split_points(e, ch, v, pts, np, cap);
+        return np;
+    }
+    int si = nd->stmt;
+    if (stmt_dead(e, si))
+        return np;
+    unsigned open = open_ineqs(e, si);
+    for (int k = 0; k < KT_EMIT_GUARD_INEQS; k++) {
+        const aff_t *q = &e->guards[si].q[k];
+        int64_t c = (open >> k) & 1u ? coef_of(q, v) : 0, mn, mx, cand[2];
+        if (c == 0)
+            continue;
+        aff_range(e, q, v, &mn, &mx);
+        /* c*v + r >= 0 over r in [mn, mx]: with c > 0 false for all r below
+         * ceil(-mx/c), true for all from ceil(-mn/c); with c < 0 true for
+         * all up to floor(mn/-c), false for all past floor(mx/-c) */
+        if (c > 0) {
+            cand[0] = -floordiv(mx, c);
+            cand[1] = -floordiv(mn, c);
+        } else {
+            cand[0] = floordiv(mn, -c) + 1;
+            cand[1] = floordiv(mx, -c) + 1;
+        }
+        for (int j = 0; j < 2; j++) {
+            int64_t p = cand[j];
+            if (p <= e->lo[v] || p > e->hi[v])
+                continue;
+            int at = 0;
+            while (at < np && pts[at] < p)
+                at++;
+            if ((at < np && pts[at] == p) || np == cap)
+                continue;
+            memmove(&pts[at + 1], &pts[at], sizeof(*pts) * (size_t)(np - at));
+            pts[at] = p;
+            np++;
+        }
+    }
+    return np;
+}
+
+/* Guarded statements under node once fully unrolled loops are expanded:
+ * the bulk of what GCC compiles (the tile copies become a few vector moves)
+ * and what a partition copies. */
+static int64_t guarded_size(const emit_t *e, int node)
+{
+    const kt_lower_node_t *nd = &e->L->nodes[node];
+    if (nd->kind == KT_NODE_STMT)
+        return e->guards[nd->stmt].nq > 0;
+    int64_t n = 0;
+    for (int ch = nd->child; ch >= 0; ch = e->L->nodes[ch].next)
+        n += guarded_size(e, ch);
+    if (nd->kind == KT_NODE_LOOP && nd->ann == KT_LOOP_UNROLL)
+        n *= e->L->iters[nd->iter].extent;
+    return n;
+}
+
+/* The statement a perfect nest from node ends in, or -1. */
+static int chain_stmt(const kt_lower_t *L, int node)
+{
+    for (int x = node;;) {
+        const kt_lower_node_t *nd = &L->nodes[x];
+        if (nd->kind == KT_NODE_STMT)
+            return nd->stmt;
+        if (nd->kind != KT_NODE_LOOP || nd->child < 0 || L->nodes[nd->child].next >= 0)
+            return -1;
+        x = nd->child;
+    }
+}
+
+/* Whether loop iterator it is one of the loops of the perfect nest at node. */
+static int in_chain(const kt_lower_t *L, int node, int it)
+{
+    for (int x = node; x >= 0 && L->nodes[x].kind == KT_NODE_LOOP; x = L->nodes[x].child)
+        if (L->nodes[x].iter == it)
+            return 1;
+    return 0;
+}
+
+/* (q without iterator skip) as C: the terms of live iterators and the constant. */
+static void print_aff(const emit_t *e, const aff_t *q, int skip, kt_sbuf_t *b)
+{
+    kt_sbuf_puts(b, "(");
+    int m = 0;
+    for (int t = 0; t < q->n; t++) {
+        const kt_lower_iter_t *it = &e->L->iters[q->iter[t]];
+        int64_t k = q->coef[t] < 0 ? -q->coef[t] : q->coef[t];
+        if (q->coef[t] == 0 || it->extent <= 1 || q->iter[t] == skip)
+            continue;
+        kt_sbuf_printf(b, "%s%s", q->coef[t] < 0 ? (m ? " - " : "-") : m ? " + " : "", it->name);
+        if (k != 1)
+            kt_sbuf_printf(b, "*%lldLL", (long long)k);
+        m++;
+    }
+    if (q->c != 0 || !m)
+        kt_sbuf_printf(b, "%s%lldLL)", !m ? "" : q->c < 0 ? " - " : " + ",
+                       (long long)(m && q->c < 0 ? -q->c : q->c));
+    else
+        kt_sbuf_puts(b, ")");
+}
+
+/* The C test of the inequalities `bits` of statement si: (sum >= -c && ...). */
+static void print_test(const emit_t *e, int si, unsigned bits, kt_sbuf_t *b)
+{
+    int n = 0;
+    for (int k = 0; k < KT_EMIT_GUARD_INEQS; k++) {
+        if (!((bits >> k) & 1u))
+            continue;
+        const aff_t *q = &e->guards[si].q[k];
+        kt_sbuf_puts(b, n++ ? " && " : "(");
+        int m = 0;
+        for (int t = 0; t < q->n; t++) {
+            const kt_lower_iter_t *it = &e->L->iters[q->iter[t]];
+            if (q->coef[t] == 0 || it->extent <= 1)
+                continue;
+            int64_t k = q->coef[t] < 0 ? -q->coef[t] : q->coef[t];
+            kt_sbuf_printf(b, "%s%s", q->coef[t] < 0 ? (m ? " - " : "-") : m ? " + " : "",
+                           it->name);
+            if (k != 1)
+                kt_sbuf_printf(b, "*%lldLL", (long long)k);
+            m++;
+        }
+        kt_sbuf_printf(b, "%s >= %lldLL", m ? "" : "0LL", (long long)-q->c);
+    }
+    kt_sbuf_puts(b, n ? ")" : "1");
+}
+
 /* ---- statements ------------------------------------------------------------------ */
 
 static int is_ident_char(char ch)
@@ -248,8 +682,10 @@ static int expr_of_stmt(emit_t *e, const kt_lower_stmt_t *s, const kt_expr_t *x,
         index_c(e->L, &s->axis[a], &ax[a]);
         axis_c[a] = ax[a].data ? ax[a].data : "0";
     }
+    /* a guarded statement reads its padding stage's taken operand */
+    uint64_t taken = e->guards ? e->guards[s - e->L->stmts].taken : 0;
     int rc = kt_codegen_expr_c_lowered(e->dag, s->stage, x, axis_c, e->L, s->axis,
-                                       e->L->inline_mask, b);
+                                       e->L->inline_mask, taken, b);
     for (int a = 0; a < na; a++)
         kt_sbuf_free(&ax[a]);
     return rc;
@@ -286,10 +722,19 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
 {
     kt_sbuf_t *b = e->out;
     const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
+    int si = (int)(s - e->L->stmts);
+    if (stmt_dead(e, si))
+        return;   /* adds only the padding's zeros here */
     kt_sbuf_t dst;
     kt_sbuf_init(&dst);
     access_c(e->L, s->dst, s->dst_idx, &dst);
     kt_sbuf_indent(b, depth * 2);
+    unsigned open = open_ineqs(e, si);
+    if (open) {
+        kt_sbuf_puts(b, "if ");
+        print_test(e, si, open, b);
+        kt_sbuf_puts(b, " ");
+    }
     int is_max = ss->rop == KT_RED_MAX;
     switch (s->kind) {
     case KT_STMT_COMPUTE:
@@ -322,6 +767,57 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
     if (dst.failed)
         b->failed = 1;
     kt_sbuf_free(&dst);
+}
+
+/* Every statement's guard and every iterator's full range; 0 or KT_ENOMEM. */
+static int guards_init(emit_t *e)
+{
+    const kt_lower_t *L = e->L;
+    size_t ni = (size_t)(L->niters > 0 ? L->niters : 1), ns = (size_t)(L->nstmts > 0 ? L->nstmts : 1);
+    e->lo = calloc(ni, sizeof(*e->lo));
+    e->hi = calloc(ni, sizeof(*e->hi));
+    e->hoisted = calloc(ns, sizeof(*e->hoisted));
+    e->guards = calloc(ns, sizeof(*e->guards));
+    e->tile_iter = calloc(ni, 1);
+    if (!e->lo || !e->hi || !e->hoisted || !e->guards || !e->tile_iter)
+        return kt_err_set(KT_ENOMEM, "emit: out of memory");
+    for (int i = 0; i < L->nstmts; i++) {
+        const kt_lower_stmt_t *st = &L->stmts[i];
+        for (int side = 0; side < 2; side++) {
+            int buf = side ? st->src : st->dst;
+            const kt_lower_index_t *idx = side ? st->src_idx : st->dst_idx;
+            if (buf < 0 || L->bufs[buf].kind != KT_BUF_LOCAL)
+                continue;
+            for (int d = 0; d < L->bufs[buf].ndim; d++)
+                for (int t = 0; t < idx[d].nterms; t++)
+                    if (idx[d].iter[t] >= 0)
+                        e->tile_iter[idx[d].iter[t]] = 1;
+        }
+    }
+    for (int i = 0; i < L->niters; i++)
+        e->hi[i] = L->iters[i].extent > 0 ? L->iters[i].extent - 1 : 0;
+    int any = 0;
+    for (int i = 0; i < L->nstmts; i++) {
+        guard_of_stmt(e, &L->stmts[i], &e->guards[i]);
+        any |= e->guards[i].nq > 0;
+    }
+    if (!any) {   /* the emitter's plain path */
+        free(e->guards);
+        e->guards = NULL;
+        return 0;
+    }
+    for (int x = L->first; x >= 0; x = L->nodes[x].next)
+        e->guarded_total += guarded_size(e, x);
+    return 0;
+}
+
+static void guards_free(emit_t *e)
+{
+    free(e->lo);
+    free(e->hi);
+    free(e->hoisted);
+    free(e->tile_iter);
+    free(e->guards);
 }
 
 /* ---- loops --------------------------------------------------------------------- */
@@ -508,7 +1004,7 @@ static char *unswitch_cond(emit_t *e, int node)
 
 static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_vec);
 
-static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
+static void emit_loop_plain(emit_t *e, int node, int depth, int in_par, int in_vec)
 {
     const kt_lower_node_t *nd = &e->L->nodes[node];
     /* not inside a collapsed group: its loops must stay perfectly nested */
@@ -532,6 +1028,133 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
     kt_sbuf_indent(b, depth * 2);
     kt_sbuf_puts(b, "}\n");
     free(cond);
+}
+
+/* A loop with the padding guards of the statements under it: not printed
+ * where they add only zeros, the undecided tests of a perfect nest's
+ * statement hoisted above it, the loop partitioned where its iterator
+ * decides a test (see "padding guards"). */
+static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
+{
+    const kt_lower_t *L = e->L;
+    const kt_lower_node_t *nd = &L->nodes[node];
+    int v = nd->iter;
+    if (!e->guards || L->iters[v].extent <= 1 || nd->ann == KT_LOOP_PARALLEL || in_vec) {
+        if (!subtree_dead(e, node))
+            emit_loop_plain(e, node, depth, in_par, in_vec);
+        return;
+    }
+    if (subtree_dead(e, node))
+        return;
+    int si = chain_stmt(L, node);
+    unsigned hoist = 0;
+    for (int k = 0; si >= 0 && k < e->guards[si].nq; k++) {
+        const aff_t *q = &e->guards[si].q[k];
+        int inside = 0;
+        for (int t = 0; t < q->n && !inside; t++)
+            inside = q->coef[t] != 0 && L->iters[q->iter[t]].extent > 1 &&
+                     in_chain(L, node, q->iter[t]);
+        if (!inside)
+            hoist |= 1u << k;
+    }
+    if (si >= 0 && (hoist &= open_ineqs(e, si)) != 0) {
+        kt_sbuf_indent(e->out, depth * 2);
+        kt_sbuf_puts(e->out, "if ");
+        print_test(e, si, hoist, e->out);
+        kt_sbuf_puts(e->out, " {\n");
+        e->hoisted[si] |= (uint8_t)hoist;
+        emit_loop(e, node, depth + 1, in_par, in_vec);
+        e->hoisted[si] &= (uint8_t)~hoist;
+        kt_sbuf_indent(e->out, depth * 2);
+        kt_sbuf_puts(e->out, "}\n");
+        return;
+    }
+    /* A serial loop around the statement alone whose open tests read it and
+     * enclosing loops only: its bounds are narrowed to where they hold
+     * (computed when the loop starts), so it neither tests nor adds zeros. */
+    unsigned narrow = 0, open = si >= 0 ? open_ineqs(e, si) : 0;
+    for (int k = 0; si >= 0 && nd->ann == KT_LOOP_SERIAL && L->iters[v].reduce &&
+                    k < e->guards[si].nq;
+         k++) {
+        const aff_t *q = &e->guards[si].q[k];
+        int inner = 0;
+        for (int t = 0; t < q->n && !inner; t++)
+            inner = q->iter[t] != v && q->coef[t] != 0 && L->iters[q->iter[t]].extent > 1 &&
+                    in_chain(L, node, q->iter[t]);
+        if (((open >> k) & 1u) && coef_of(q, v) != 0 && !inner)
+            narrow |= 1u << k;
+    }
+    if (narrow) {
+        kt_sbuf_t lo, hi;
+        kt_sbuf_init(&lo);
+        kt_sbuf_init(&hi);
+        kt_sbuf_printf(&lo, "%lldLL", (long long)e->lo[v]);
+        kt_sbuf_printf(&hi, "%lldLL", (long long)(e->hi[v] + 1));
+        for (int k = 0; k < KT_EMIT_GUARD_INEQS; k++) {
+            if (!((narrow >> k) & 1u))
+                continue;
+            /* c*v + r >= 0: v >= ceil(-r/c) = -floor(r/c) for c > 0, v < floor(r/-c) + 1
+             * for c < 0 */
+            const aff_t *q = &e->guards[si].q[k];
+            int64_t c = coef_of(q, v);
+            kt_sbuf_t *bd = c > 0 ? &lo : &hi, r;
+            kt_sbuf_init(&r);
+            print_aff(e, q, v, &r);
+            char *prev = kt_sbuf_take(bd);
+            kt_sbuf_init(bd);
+            kt_sbuf_printf(bd, "%s(%s, ", c > 0 ? "kt_maxi" : "kt_mini", prev ? prev : "0");
+            if (c == 1 || c == -1)
+                kt_sbuf_printf(bd, c > 0 ? "-%s)" : "%s + 1LL)", r.data);
+            else if (c > 0)
+                kt_sbuf_printf(bd, "-kt_floordiv(%s, %lldLL))", r.data, (long long)c);
+            else
+                kt_sbuf_printf(bd, "kt_floordiv(%s, %lldLL) + 1LL)", r.data, (long long)-c);
+            free(prev);
+            kt_sbuf_free(&r);
+        }
+        if (kt_sbuf_ok(&lo) || kt_sbuf_ok(&hi)) {
+            e->rc = kt_err_set(KT_ENOMEM, "emit: out of memory");
+        } else {
+            e->narrow_node = node;
+            e->narrow_lo = lo.data;
+            e->narrow_hi = hi.data;
+            e->hoisted[si] |= (uint8_t)narrow;
+            emit_loop_plain(e, node, depth, in_par, in_vec);
+            e->hoisted[si] &= (uint8_t)~narrow;
+        }
+        kt_sbuf_free(&lo);
+        kt_sbuf_free(&hi);
+        return;
+    }
+    int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4];
+    int np = nd->ann == KT_LOOP_UNROLL || e->tile_iter[v]
+                 ? 0
+                 : split_points(e, node, v, pts, 0, (int)(sizeof(pts) / sizeof(pts[0])));
+    int64_t lo = e->lo[v], hi = e->hi[v], parts = e->parts;
+    int live = 0;
+    for (int k = 0; k <= np; k++) {
+        e->lo[v] = k ? pts[k - 1] : lo;
+        e->hi[v] = k < np ? pts[k] - 1 : hi;
+        live += !subtree_dead(e, node);
+    }
+    e->lo[v] = lo;
+    e->hi[v] = hi;
+    /* bounded code: GCC's time grows with the unrolled statements it compiles */
+    int64_t cap = e->guarded_total > KT_EMIT_PART_MIN ? e->guarded_total : KT_EMIT_PART_MIN;
+    if (np == 0 || parts * live > KT_EMIT_MAX_PARTS || parts * live * guarded_size(e, node) > cap) {
+        emit_loop_plain(e, node, depth, in_par, in_vec);
+        return;
+    }
+    e->parts = parts * live;
+    for (int k = 0; k <= np && !e->rc; k++) {
+        e->lo[v] = k ? pts[k - 1] : lo;
+        e->hi[v] = k < np ? pts[k] - 1 : hi;
+        if (!subtree_dead(e, node))
+            emit_loop_plain(e, node, depth, in_par, in_vec);
+    }
+    e->lo[v] = lo;
+    e->hi[v] = hi;
+    e->parts = parts;
 }
 
 static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_vec)
@@ -576,7 +1199,8 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
         in_vec = 1;
     } else if (nd->ann == KT_LOOP_UNROLL) {
         kt_sbuf_indent(b, depth * 2);
-        kt_sbuf_printf(b, "#pragma GCC unroll %lld\n", (long long)it->extent);
+        kt_sbuf_printf(b, "#pragma GCC unroll %lld\n", (long long)(e->hi[nd->iter] -
+                                                                    e->lo[nd->iter] + 1));
     } else if (nd->ann == KT_LOOP_SERIAL && it->reduce &&
                it->extent > KT_EMIT_PARTIAL_UNROLL) {
         /* The innermost reduce loop around an unrolled block (a register
@@ -594,8 +1218,15 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
         return;
     }
     kt_sbuf_indent(b, depth * 2);
-    kt_sbuf_printf(b, "for (long long %s = 0; %s < %lldLL; ++%s) {\n", it->name, it->name,
-                   (long long)it->extent, it->name);
+    if (node == e->narrow_node) {
+        e->narrow_node = -1;
+        kt_sbuf_printf(b, "for (long long %s = %s; %s < %s; ++%s) {\n", it->name, e->narrow_lo,
+                       it->name, e->narrow_hi, it->name);
+    } else {
+        kt_sbuf_printf(b, "for (long long %s = %lld; %s < %lldLL; ++%s) {\n", it->name,
+                       (long long)e->lo[nd->iter], it->name, (long long)(e->hi[nd->iter] + 1),
+                       it->name);
+    }
     e->outer[e->nouter++] = nd->iter;
     emit_body(e, node, depth + 1, in_par, in_vec);
     e->nouter--;
@@ -733,8 +1364,14 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
         kt_sbuf_puts(b, ") {\n");
         depth = 2;
     }
-    emit_t e = {.dag = dag, .L = L, .out = b, .fns = &fns, .entry = entry, .par_last = -1};
-    emit_list(&e, L->first, depth, 0, 0);
+    emit_t e = {.dag = dag, .L = L, .out = b, .fns = &fns, .entry = entry, .par_last = -1,
+                .parts = 1, .narrow_node = -1};
+    rc = guards_init(&e);
+    if (!rc)
+        emit_list(&e, L->first, depth, 0, 0);
+    else
+        e.rc = rc;
+    guards_free(&e);
     if (nheap) {
         kt_sbuf_puts(b, "    } else {\n        kt_fail = 1;\n    }\n");
         for (int i = 0; i < L->nbufs; i++)

@@ -226,12 +226,12 @@ static void aff_print(const kt_lower_t *L, const aff_t *x0, kt_sbuf_t *out)
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, const env_t *env, uint64_t mask, kt_sbuf_t *out,
-                int depth);
+                const char *const *axis_c, const env_t *env, uint64_t mask, uint64_t taken,
+                kt_sbuf_t *out, int depth);
 
 static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                     const char *const *axis_c, const env_t *env, uint64_t mask, kt_sbuf_t *out,
-                int depth)
+                     const char *const *axis_c, const env_t *env, uint64_t mask, uint64_t taken,
+                kt_sbuf_t *out, int depth)
 {
     const kt_stage_t *p = kt_dag_stage(dag, e->tensor);
     if (!p || e->nargs != p->ndim)
@@ -242,7 +242,7 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
     for (int i = 0; i < e->nargs; i++)
         kt_sbuf_init(&idx[i]);
     for (int i = 0; i < e->nargs && rc == KT_OK; i++) {
-        rc = emit(dag, s, e->args[i], axis_c, env, mask, &idx[i], depth + 1);
+        rc = emit(dag, s, e->args[i], axis_c, env, mask, taken, &idx[i], depth + 1);
         if (rc == KT_OK)
             rc = kt_sbuf_ok(&idx[i]);
     }
@@ -254,6 +254,11 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
             const char *pax[KT_TE_MAX_DIMS];
             for (int i = 0; i < e->nargs; i++)
                 pax[i] = idx[i].data;
+            /* a guarded statement (kt_codegen_expr_c_lowered) reads the taken
+             * operand of a padding select: its condition holds there */
+            const kt_expr_t *pb = ((taken >> e->tensor) & 1u) && p->body->kind == KT_EX_SELECT
+                                      ? p->body->args[1]
+                                      : p->body;
             /* The inlined body's axes are the load's indices. */
             env_t pe;
             if (env) {
@@ -261,7 +266,7 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
                 for (int i = 0; i < e->nargs; i++)
                     aff_of(env, s, e->args[i], &pe.axis[i], depth + 1);
             }
-            rc = emit(dag, p, p->body, pax, env ? &pe : NULL, mask, out, depth + 1);
+            rc = emit(dag, p, pb, pax, env ? &pe : NULL, mask, taken, out, depth + 1);
         }
     } else if (rc == KT_OK) {
         /* Row-major flat index: sum of index * stride, trivial factors elided. */
@@ -305,8 +310,8 @@ done:
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, const env_t *env, uint64_t mask, kt_sbuf_t *out,
-                int depth)
+                const char *const *axis_c, const env_t *env, uint64_t mask, uint64_t taken,
+                kt_sbuf_t *out, int depth)
 {
     static const char *const infix[KT_EX__COUNT] = {
         [KT_EX_ADD] = " + ", [KT_EX_SUB] = " - ", [KT_EX_MUL] = "*", [KT_EX_DIV] = "/",
@@ -342,23 +347,23 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         return KT_OK;
     }
     case KT_EX_LOAD:
-        return emit_load(dag, s, e, axis_c, env, mask, out, depth);
+        return emit_load(dag, s, e, axis_c, env, mask, taken, out, depth);
     case KT_EX_NOT:
         kt_sbuf_puts(out, "(!");
-        rc = emit(dag, s, e->args[0], axis_c, env, mask, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, env, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, ")");
         return rc;
     case KT_EX_SELECT:
         /* C's ?: evaluates only the taken branch, so a guarded (padding)
          * load never reads out of bounds. */
         kt_sbuf_puts(out, "(");
-        if ((rc = emit(dag, s, e->args[0], axis_c, env, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[0], axis_c, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, " ? ");
-        if ((rc = emit(dag, s, e->args[1], axis_c, env, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[1], axis_c, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, " : ");
-        if ((rc = emit(dag, s, e->args[2], axis_c, env, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[2], axis_c, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, ")");
         return KT_OK;
@@ -366,14 +371,14 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         kt_sbuf_puts(out, e->dtype == KT_DT_F32 ? "((float)(" : e->dtype == KT_DT_INT
                                                                   ? "((long long)("
                                                                   : "((");
-        rc = emit(dag, s, e->args[0], axis_c, env, mask, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, env, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, e->dtype == KT_DT_BOOL ? ") != 0)" : "))");
         return rc;
     case KT_EX_CALL:
         if ((unsigned)e->fn >= KT_FN__COUNT)
             return kt_err_set(KT_EINVAL, "stage '%s': bad math function", s->name);
         kt_sbuf_printf(out, "%s(", fn_c[e->fn]);
-        rc = emit(dag, s, e->args[0], axis_c, env, mask, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, env, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, ")");
         return rc;
     case KT_EX_MIN:
@@ -392,37 +397,28 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         if ((unsigned)e->kind >= KT_EX__COUNT || !infix[e->kind] || e->nargs != 2)
             return kt_err_set(KT_EINVAL, "stage '%s': bad expression kind %d", s->name, e->kind);
         kt_sbuf_puts(out, "(");
-        if ((rc = emit(dag, s, e->args[0], axis_c, env, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[0], axis_c, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, infix[e->kind]);
-        if ((rc = emit(dag, s, e->args[1], axis_c, env, mask, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[1], axis_c, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, ")");
         return KT_OK;
     }
     kt_sbuf_printf(out, "%s(", call);
-    if ((rc = emit(dag, s, e->args[0], axis_c, env, mask, out, depth + 1)))
+    if ((rc = emit(dag, s, e->args[0], axis_c, env, mask, taken, out, depth + 1)))
         return rc;
     kt_sbuf_puts(out, ", ");
-    if ((rc = emit(dag, s, e->args[1], axis_c, env, mask, out, depth + 1)))
+    if ((rc = emit(dag, s, e->args[1], axis_c, env, mask, taken, out, depth + 1)))
         return rc;
     kt_sbuf_puts(out, ")");
     return KT_OK;
 }
 
-int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
-                      const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out)
-{
-    const kt_stage_t *s = kt_dag_stage(dag, stage);
-    if (!s || !out)
-        return kt_err_set(KT_EINVAL, "no stage %d", stage);
-    int rc = emit(dag, s, e, axis_c, NULL, inline_mask, out, 0);
-    return rc ? rc : kt_sbuf_ok(out);
-}
-
 int kt_codegen_expr_c_lowered(const kt_dag_t *dag, int stage, const kt_expr_t *e,
                               const char *const *axis_c, const kt_lower_t *L,
-                              const kt_lower_index_t *axis, uint64_t inline_mask, kt_sbuf_t *out)
+                              const kt_lower_index_t *axis, uint64_t inline_mask, uint64_t taken,
+                              kt_sbuf_t *out)
 {
     const kt_stage_t *s = kt_dag_stage(dag, stage);
     if (!s || !out || !L || !axis)
@@ -433,7 +429,17 @@ int kt_codegen_expr_c_lowered(const kt_dag_t *dag, int stage, const kt_expr_t *e
     env->L = L;
     for (int a = 0; a < s->ndim + s->nreduce && a < KT_SCHED_MAX_AXES; a++)
         env->axis[a] = aff_of_index(&axis[a]);
-    int rc = emit(dag, s, e, axis_c, env, inline_mask, out, 0);
+    int rc = emit(dag, s, e, axis_c, env, inline_mask, taken, out, 0);
     free(env);
+    return rc ? rc : kt_sbuf_ok(out);
+}
+
+int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                      const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out)
+{
+    const kt_stage_t *s = kt_dag_stage(dag, stage);
+    if (!s || !out)
+        return kt_err_set(KT_EINVAL, "no stage %d", stage);
+    int rc = emit(dag, s, e, axis_c, NULL, inline_mask, 0, out, 0);
     return rc ? rc : kt_sbuf_ok(out);
 }

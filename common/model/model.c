@@ -212,6 +212,41 @@ void kt_model_free(kt_model_t *m)
     free(m);
 }
 
+kt_model_t *kt_model_snapshot(const kt_model_t *m)
+{
+    if (!m) {
+        kt_err_set(KT_EINVAL, "snapshot: no model");
+        return NULL;
+    }
+    kt_model_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->kind = m->kind;
+    s->p = m->p;
+    s->rng = m->rng;
+    s->nfeat = m->nfeat;
+    if (kt_model_is_trained(m)) {
+        char *buf = NULL;
+        size_t len = 0;
+        uint32_t nf = 0;
+        int rc = kt_model_xgb_save(m->bst, &buf, &len);
+        if (rc == 0)
+            rc = kt_model_xgb_load(buf, len, m->p.nthread, &s->bst, &s->nrounds, &nf);
+        free(buf);
+        if (rc < 0) {
+            kt_err_prefix("snapshot of the cost model");
+            kt_model_free(s);
+            return NULL;
+        }
+        /* it has no samples: trained means its booster, as a loaded model */
+        s->warmup_off = 1;
+        s->ntrain = m->ntrain;
+    }
+    return s;
+}
+
 /* Checks a batch and returns its total row count in *nrow. */
 static int batch_check(const kt_model_batch_t *b, size_t *nrow)
 {
@@ -437,6 +472,12 @@ int kt_model_log_scores(const kt_model_t *m)
 
 int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores)
 {
+    return kt_model_predict_rng(m, batch, scores, m ? &m->rng : NULL);
+}
+
+int kt_model_predict_rng(const kt_model_t *m, const kt_model_batch_t *batch, float *scores,
+                         uint64_t *rng)
+{
     size_t nrow;
     int rc;
     if (!m)
@@ -447,8 +488,10 @@ int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores
         return kt_err_set(KT_EINVAL, "predicting: no output array");
 
     if (!kt_model_is_trained(m)) {
+        if (!rng)
+            return kt_err_set(KT_EINVAL, "predicting: no random generator");
         for (size_t i = 0; i < batch->nprog; i++) {
-            float u = rng_uniform(&m->rng);
+            float u = rng_uniform(rng);
             scores[i] = batch->nrows[i] ? u : -INFINITY;
         }
         return KT_OK;

@@ -65,6 +65,11 @@
  * caller's; the model copies what it keeps.
  * Threads: a model must be used by one thread at a time (predict advances its
  * random generator); distinct models may be used from different threads.
+ * The exception: kt_model_predict_rng draws an untrained model's random
+ * scores from the caller's generator and changes nothing in the model, so
+ * several threads may call it on one model at once (XGBoost >= 1.4 documents
+ * prediction on one tree booster from several threads as safe) as long as no
+ * thread updates, trains, loads or saves that model meanwhile.
  */
 #ifndef KT_MODEL_MODEL_H
 #define KT_MODEL_MODEL_H
@@ -158,6 +163,19 @@ int kt_model_update(kt_model_t *m, const kt_model_batch_t *batch, const double *
 /* One score per program into scores[batch->nprog]: higher = better, -INFINITY
  * for invalid programs. 0 or negative KT_E*. */
 int kt_model_predict(kt_model_t *m, const kt_model_batch_t *batch, float *scores);
+/* kt_model_predict, but an untrained model's random scores advance *rng (a
+ * splitmix64 state the caller owns) instead of the model's generator: a
+ * model shared by several searches then scores each one's states the same
+ * whatever the order or overlap of their calls. Read-only on the model. */
+int kt_model_predict_rng(const kt_model_t *m, const kt_model_batch_t *batch, float *scores,
+                         uint64_t *rng);
+
+/* A copy of m that predicts as m does now (its booster copied, through
+ * XGBoost's model buffer; untrained: random scores) and holds no samples:
+ * a model shared by searches on several threads is trained while they score
+ * with the snapshot. NULL + kt_err on failure; kt_model_free releases it.
+ * Reads m only (not at the same time as an update of m). */
+kt_model_t *kt_model_snapshot(const kt_model_t *m);
 
 /* Drop every sample whose task id is not in tasks[0..ntasks) (FamilySeer:
  * a family model that trained on all tasks during the warm-up keeps only its

@@ -5,6 +5,7 @@
  * every task). search.h ("task families") states the behaviour. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,13 @@ static const char *const policy_names[] = {
     "sketch.xgb.family-none", NULL,
 };
 
+/* A snapshot of sketch.xgb's shared model that searches score with while
+ * the model trains: freed by whoever drops the last reference. */
+typedef struct {
+    kt_model_t *m;
+    atomic_int refs;
+} snap_t;
+
 struct kt_search_family {
     int n;
     fam_kind_t kind;
@@ -34,8 +42,67 @@ struct kt_search_family {
     char *exhausted;     /* per task: proposed nothing (counts as tried for the warm-up) */
     int warm_done;
     int warmup;          /* KT_SEARCH_WARMUP_* (FAM_ALL) */
-    pthread_mutex_t mu;
+    /* The family kinds' searches (model reads, each on its own task's
+     * policy) share it, and a propose checks under it whether to sync;
+     * recording, syncing, training and foresee passes (which write the
+     * models and other tasks' policies) hold it alone, except FAM_ALL's
+     * training after a feedback (train_mu below). */
+    pthread_rwlock_t lock;
+    /* FAM_ALL: a search scores with `snap`, so the shared model trains
+     * outside `lock` (a feedback's training overlaps other tasks'
+     * searches). train_mu orders the trainings as their records were taken
+     * (it is taken before `lock` is released) and guards snap_ntrain and
+     * snap_trained; snap_mu guards the pointer `snap`. */
+    pthread_mutex_t train_mu, snap_mu;
+    snap_t *snap;
+    unsigned snap_ntrain;
+    int snap_trained;
 };
+
+static void snap_put(snap_t *s)
+{
+    if (s && atomic_fetch_sub(&s->refs, 1) == 1) {
+        kt_model_free(s->m);
+        free(s);
+    }
+}
+
+static snap_t *snap_get(kt_search_family_t *f)
+{
+    pthread_mutex_lock(&f->snap_mu);
+    snap_t *s = f->snap;
+    if (s)
+        atomic_fetch_add(&s->refs, 1);
+    pthread_mutex_unlock(&f->snap_mu);
+    return s;
+}
+
+/* A new snapshot of the shared model when it changed since the last one
+ * (under train_mu, or before any thread uses the family). */
+static int snap_publish(kt_search_family_t *f)
+{
+    const kt_model_t *m = f->models[0];
+    unsigned nt = kt_model_num_trainings(m);
+    int tr = kt_model_is_trained(m);
+    if (f->snap && nt == f->snap_ntrain && tr == f->snap_trained)
+        return 0;
+    snap_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    if (!(s->m = kt_model_snapshot(m))) {
+        free(s);
+        return kt_err_code() ? kt_err_code() : KT_ENOMEM;
+    }
+    atomic_init(&s->refs, 1);
+    pthread_mutex_lock(&f->snap_mu);
+    snap_t *old = f->snap;
+    f->snap = s;
+    pthread_mutex_unlock(&f->snap_mu);
+    f->snap_ntrain = nt;
+    f->snap_trained = tr;
+    snap_put(old);
+    return 0;
+}
 
 void kt_search_family_set_pool(kt_search_family_t *f, kt_pool_t *pool)
 {
@@ -134,7 +201,10 @@ void kt_search_family_free(kt_search_family_t *f)
     free(f->models);
     free(f->fed);
     free(f->exhausted);
-    pthread_mutex_destroy(&f->mu);
+    snap_put(f->snap);
+    pthread_rwlock_destroy(&f->lock);
+    pthread_mutex_destroy(&f->train_mu);
+    pthread_mutex_destroy(&f->snap_mu);
     free(f);
 }
 
@@ -218,7 +288,15 @@ kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
         kt_err_set(KT_ENOMEM, "out of memory");
         return NULL;
     }
-    pthread_mutex_init(&f->mu, NULL);
+    /* writers first: a feedback (which ends a measured round) must not wait
+     * behind a stream of searches that keep the lock shared */
+    pthread_rwlockattr_t la;
+    pthread_rwlockattr_init(&la);
+    pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&f->lock, &la);
+    pthread_rwlockattr_destroy(&la);
+    pthread_mutex_init(&f->train_mu, NULL);
+    pthread_mutex_init(&f->snap_mu, NULL);
     f->n = n;
     f->kind = kind;
     f->warmup = o.warmup;
@@ -238,6 +316,8 @@ kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
         f->fam[i] = -1;
     }
     if (kind != FAM_PLAIN && make_families(f, wl, &o) != 0)
+        goto fail;
+    if (kind == FAM_ALL && snap_publish(f) != 0)
         goto fail;
     for (int i = 0; i < n; i++) {
         kt_search_opts_t so = o;
@@ -368,19 +448,63 @@ static int all_tried(const kt_search_family_t *f)
     return all;
 }
 
-/* sync of the shared model of FAM_ALL: with Ansor's warm-up it gets no
- * record (so it scores at random) until every task has had a round, then
- * all of them in one training; with warmup=model every record at once. */
-static int sync_all(kt_search_family_t *f)
+/* sync of the shared model of FAM_ALL, under the exclusive lock, up to
+ * the training: with Ansor's warm-up it gets no record (so it scores at
+ * random) until every task has had a round, then all of them in one
+ * training; with warmup=model every record at once. The records to train
+ * on into *batch (NULL: none). */
+static int sync_all_take(kt_search_family_t *f, kt_search_batch_t **batch)
 {
+    *batch = NULL;
     if (!f->warm_done && all_tried(f))
         f->warm_done = 1;
     if (!f->warm_done && f->warmup == KT_SEARCH_WARMUP_RANDOM)
         return 0;
-    return kt_search_train_pending(f->pol, f->n, f->models[0]);
+    return kt_search_take_pending(f->pol, f->n, batch);
 }
 
-/* sync under the mutex. */
+/* The training of a sync_all_take, entered holding train_mu (taken while
+ * the batch's lock was held), which it releases: trains the shared model,
+ * publishes its snapshot, frees the batch. rc: the take's status. */
+static int train_unlock(kt_search_family_t *f, kt_search_batch_t *batch, int rc)
+{
+    if (rc == 0)
+        rc = kt_search_batch_train(batch, f->models[0]);
+    if (rc == 0)
+        rc = snap_publish(f);
+    pthread_mutex_unlock(&f->train_mu);
+    kt_search_batch_free(batch);
+    return rc;
+}
+
+/* sync_all_take and its training, all under the exclusive lock: a search
+ * that starts after a propose's sync sees what it trained. */
+static int sync_all(kt_search_family_t *f)
+{
+    kt_search_batch_t *batch = NULL;
+    int rc = sync_all_take(f, &batch);
+    pthread_mutex_lock(&f->train_mu);
+    return train_unlock(f, batch, rc);
+}
+
+/* 1 when sync_locked would change something (train, share, end the
+ * warm-up); 0 when it would be a no-op. Read under the shared lock, so that
+ * a propose takes the lock alone only when there is something to sync: a
+ * writer waits for every search in progress. */
+static int sync_needed(const kt_search_family_t *f)
+{
+    int pending = 0, unshared = 0;
+    for (int k = 0; k < f->n; k++) {
+        pending |= f->pol[k]->npending > 0;
+        unshared |= f->fed[k] < f->pol[k]->nhist;
+    }
+    if (f->kind == FAM_ALL)
+        return (!f->warm_done && all_tried(f)) ||
+               ((f->warm_done || f->warmup != KT_SEARCH_WARMUP_RANDOM) && pending);
+    return pending || (!f->warm_done && (unshared || all_tried(f)));
+}
+
+/* sync under the exclusive lock. */
 static int sync_locked(kt_search_family_t *f)
 {
     if (f->kind == FAM_ALL)
@@ -406,9 +530,9 @@ int kt_search_family_sync(kt_search_family_t *f)
         return kt_err_set(KT_EINVAL, "search family: none");
     if (f->kind == FAM_PLAIN)
         return 0;
-    pthread_mutex_lock(&f->mu);
+    pthread_rwlock_wrlock(&f->lock);
     int rc = sync_locked(f);
-    pthread_mutex_unlock(&f->mu);
+    pthread_rwlock_unlock(&f->lock);
     return rc;
 }
 
@@ -430,17 +554,46 @@ int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_st
         return rc;
     if (f->kind == FAM_PLAIN)
         return kt_search_propose(f->pol[task], n, out);
-    pthread_mutex_lock(&f->mu);
-    rc = sync_locked(f);
-    if (rc == 0)
-        rc = kt_search_propose(f->pol[task], n, out);
-    if (rc == 0 && !f->exhausted[task]) {
-        /* a task with nothing to measure must not hold the warm-up forever */
-        f->exhausted[task] = 1;
-        int src = sync_locked(f);
-        rc = src < 0 ? src : 0;
+    pthread_rwlock_rdlock(&f->lock);
+    int need = sync_needed(f);
+    pthread_rwlock_unlock(&f->lock);
+    if (need) {
+        pthread_rwlock_wrlock(&f->lock);
+        rc = sync_locked(f);
+        pthread_rwlock_unlock(&f->lock);
+        if (rc)
+            return rc;
     }
-    pthread_mutex_unlock(&f->mu);
+    /* The search only reads the models and writes its own task's policy
+     * (the scheduler never runs two rounds of one task at once), so other
+     * tasks search meanwhile. A feedback that slips in between the sync and
+     * here is as if it had come before this propose. sketch.xgb's search
+     * scores with the snapshot of its model, trained or not, so that a
+     * feedback may train the model meanwhile (as if it came after this
+     * propose); the family kinds' foresee passes write other tasks'
+     * policies, so their searches hold the lock shared. */
+    kt_search_policy_t *sp = f->pol[task];
+    if (f->kind == FAM_ALL) {
+        snap_t *s = snap_get(f);
+        sp->score_model = s->m;
+        rc = kt_search_propose(sp, n, out);
+        sp->score_model = NULL;
+        snap_put(s);
+    } else {
+        pthread_rwlock_rdlock(&f->lock);
+        rc = kt_search_propose(sp, n, out);
+        pthread_rwlock_unlock(&f->lock);
+    }
+    if (rc == 0) {
+        /* a task with nothing to measure must not hold the warm-up forever */
+        pthread_rwlock_wrlock(&f->lock);
+        if (!f->exhausted[task]) {
+            f->exhausted[task] = 1;
+            int src = sync_locked(f);
+            rc = src < 0 ? src : 0;
+        }
+        pthread_rwlock_unlock(&f->lock);
+    }
     return rc;
 }
 
@@ -452,15 +605,19 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
         return rc;
     if (f->kind == FAM_PLAIN)
         return kt_search_feedback(f->pol[task], states, costs, n);
-    pthread_mutex_lock(&f->mu);
+    pthread_rwlock_wrlock(&f->lock);
     if (f->kind == FAM_ALL) {
         kt_search_policy_t *sp = f->pol[task];
         double t0 = kt_time_mono();
         rc = kt_search_record(sp, states, costs, n);
+        kt_search_batch_t *batch = NULL;
         if (rc == 0)
-            rc = sync_all(f);
+            rc = sync_all_take(f, &batch);
+        /* other tasks search (with the snapshot) while the model trains */
+        pthread_mutex_lock(&f->train_mu);
+        pthread_rwlock_unlock(&f->lock);
+        rc = train_unlock(f, batch, rc);
         sp->train_s = kt_time_mono() - t0;
-        pthread_mutex_unlock(&f->mu);
         return rc;
     }
     rc = kt_search_feedback(f->pol[task], states, costs, n);
@@ -474,7 +631,7 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
         for (int k = 0; k < f->n && rc == 0; k++)
             if (k != task && f->fam[k] == g)
                 rc = kt_search_foresee(f->pol[k]);
-    pthread_mutex_unlock(&f->mu);
+    pthread_rwlock_unlock(&f->lock);
     return rc;
 }
 

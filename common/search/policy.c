@@ -225,6 +225,7 @@ kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_
     sp->task_id = (uint64_t)(int64_t)task_id;
     sp->best = -1;
     kt_rng_seed(&sp->rng, o.seed);
+    sp->score_rng = kt_hash64(&o.seed, sizeof o.seed);
     if (model) {
         sp->model = model;
     } else {
@@ -677,7 +678,7 @@ static int draw(kt_rng_t *rng, const double *cum, int n)
  * positive. */
 static void selection_cum(const kt_search_policy_t *sp, const kt_slist_t *now, double *cum)
 {
-    const int logs = kt_model_log_scores(sp->model);
+    const int logs = kt_model_log_scores(kt_search_scorer(sp));
     double top = -INFINITY, acc = 0;
     for (int i = 0; logs && i < now->n; i++)
         if (isfinite(now->score[i]) && now->score[i] > top)

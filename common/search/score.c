@@ -122,7 +122,9 @@ int kt_search_score(kt_search_policy_t *sp, kt_sched_state_t *const *states, int
     int rc = make_batch(sp, states, n, &rows, counts, &nfeat);
     if (rc == 0) {
         kt_model_batch_t b = {.rows = rows, .nrows = counts, .nprog = (size_t)n, .nfeat = nfeat};
-        rc = kt_model_predict(sp->model, &b, scores);
+        rc = sp->own_model ? kt_model_predict(sp->model, &b, scores)
+                           : kt_model_predict_rng(kt_search_scorer(sp), &b, scores,
+                                                  &sp->score_rng);
     }
     free(rows);
     free(counts);
@@ -231,9 +233,9 @@ int kt_search_train_model(kt_search_policy_t *sp, kt_model_t *m, kt_sched_state_
     return rc;
 }
 
-int kt_search_train_pending(kt_search_policy_t *const *sps, int n, kt_model_t *m)
+/* Append the untrained records (npending) of n policies to a. */
+static int acc_add_pending(acc_t *a, kt_search_policy_t *const *sps, int n)
 {
-    acc_t a = {0};
     int rc = 0;
     for (int k = 0; k < n && rc == 0; k++) {
         kt_search_policy_t *sp = sps[k];
@@ -249,11 +251,18 @@ int kt_search_train_pending(kt_search_policy_t *const *sps, int n, kt_model_t *m
                 sts[i] = sp->hist[first + i].st;
                 cs[i] = sp->hist[first + i].cost;
             }
-            rc = acc_add(&a, sp, sts, cs, np);
+            rc = acc_add(a, sp, sts, cs, np);
         }
         free(sts);
         free(cs);
     }
+    return rc;
+}
+
+int kt_search_train_pending(kt_search_policy_t *const *sps, int n, kt_model_t *m)
+{
+    acc_t a = {0};
+    int rc = acc_add_pending(&a, sps, n);
     if (rc == 0)
         rc = acc_update(&a, m);
     if (rc == 0)
@@ -261,4 +270,38 @@ int kt_search_train_pending(kt_search_policy_t *const *sps, int n, kt_model_t *m
             sps[k]->npending = 0;
     acc_free(&a);
     return rc;
+}
+
+struct kt_search_batch {
+    acc_t a;
+};
+
+int kt_search_take_pending(kt_search_policy_t *const *sps, int n, kt_search_batch_t **out)
+{
+    *out = NULL;
+    kt_search_batch_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    int rc = acc_add_pending(&b->a, sps, n);
+    if (rc || b->a.n == 0) {
+        kt_search_batch_free(b);
+        return rc;
+    }
+    for (int k = 0; k < n; k++)
+        sps[k]->npending = 0;
+    *out = b;
+    return 0;
+}
+
+int kt_search_batch_train(kt_search_batch_t *b, kt_model_t *m)
+{
+    return b ? acc_update(&b->a, m) : 0;
+}
+
+void kt_search_batch_free(kt_search_batch_t *b)
+{
+    if (!b)
+        return;
+    acc_free(&b->a);
+    free(b);
 }

@@ -32,8 +32,10 @@
  * Ownership: a policy borrows its workload and (when given) a shared cost
  * model, which must outlive it; states returned by propose are the caller's
  * (kt_sched_state_free each, then free the array). Threads: one policy is
- * used by one thread at a time; a shared model must not be used by two
- * policies at once (the caller serializes).
+ * used by one thread at a time; policies sharing a model may search at once
+ * (their scoring only reads it: kt_model_predict_rng with each policy's own
+ * generator) but not while one of them trains it (the caller serializes
+ * feedback against every other use, as the family's lock does).
  */
 #ifndef KT_SEARCH_SEARCH_H
 #define KT_SEARCH_SEARCH_H
@@ -298,12 +300,22 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  *
  * Ownership: kt_search_family_new borrows the workloads (they must outlive
  * it) and owns its policies and models; kt_search_family_free releases them
- * (accepts NULL). Threads: for the family policies (sketch.xgb over several
- * tasks included) every propose, feedback and sync takes the family's mutex
- * (models and foresee passes are shared between tasks), so one task is
- * searched at a time; the plain policies take none, so different tasks may
- * be searched at once. Preload (kt_search_preload on kt_search_family_policy())
- * before the first propose, from one thread.
+ * (accepts NULL). Threads: different tasks may be proposed and fed back
+ * from different threads at once (one task by one thread at a time). For
+ * sketch.xgb over several tasks a search scores with a snapshot of the one
+ * model (taken after each training), so searches of different tasks run
+ * at once and a feedback's training runs beside them (a search that
+ * overlaps a feedback is as if it came first). For the family-* policies a
+ * propose's search holds the family's lock shared: different tasks'
+ * searches run at once, while a feedback (training, foresee passes that
+ * write other tasks' policies) waits for them. Syncs hold the lock alone;
+ * the plain policies take no lock. Determinism: before
+ * its model trains, each task's random scores come from its own seeded
+ * generator, so a propose's result depends on the feedback given before it
+ * (and on the seed), not on which other tasks' proposes overlap it or ran
+ * first: a caller that feeds back in a fixed order gets the same proposals
+ * from any number of threads. Preload (kt_search_preload on
+ * kt_search_family_policy()) before the first propose, from one thread.
  */
 typedef struct kt_search_family kt_search_family_t;
 
@@ -339,7 +351,9 @@ kt_search_policy_t *kt_search_family_policy(const kt_search_family_t *f, int tas
  * for plain policies or a bad index), a family's key ("conv2d_nhwc" for
  * family-op, 16 hex digits for family-hash, "task<i>" for family-none, "all"
  * for sketch.xgb), its
- * tasks (n written to *ntasks, at most cap into out) and its model. */
+ * tasks (n written to *ntasks, at most cap into out) and its model (to
+ * read: the family trains it, and sketch.xgb's searches score with the
+ * snapshot the family takes after each of its trainings). */
 int kt_search_family_count(const kt_search_family_t *f);
 int kt_search_family_of(const kt_search_family_t *f, int task);
 const char *kt_search_family_key(const kt_search_family_t *f, int family);

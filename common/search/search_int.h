@@ -46,6 +46,13 @@ struct kt_search_policy {
     char name[32];               /* the policy's name (opts.policy is borrowed) */
     kt_model_t *model;
     int own_model;
+    /* A shared (family) model's random scores before it trains come from
+     * here, not from the model: searches of several tasks may then score at
+     * once, and each gets the same scores whatever order they run in. */
+    uint64_t score_rng;
+    /* Set (borrowed) while a propose scores with a snapshot of the shared
+     * model instead of the model itself, which may be training meanwhile. */
+    const kt_model_t *score_model;
     int features;                /* 1: score with per-stage features (xgb), 0: dummy rows */
     uint64_t task_id;
     kt_rng_t rng;
@@ -69,6 +76,12 @@ struct kt_search_policy {
     kt_search_stats_t stats;
 };
 
+/* The model that scores the policy's states: score_model when set. */
+static inline const kt_model_t *kt_search_scorer(const kt_search_policy_t *sp)
+{
+    return sp->score_model ? sp->score_model : sp->model;
+}
+
 /* Score n states with the policy's model (features when sp->features):
  * scores[i] higher = better, -INFINITY for states the model cannot score. */
 int kt_search_score(kt_search_policy_t *sp, kt_sched_state_t *const *states, int n,
@@ -90,6 +103,15 @@ int kt_search_record(kt_search_policy_t *sp, kt_sched_state_t *const *states,
  * each with its own features and task id (labels normalized per task), and
  * mark them trained. A job's shared model retrains once, not once per task. */
 int kt_search_train_pending(kt_search_policy_t *const *sps, int n, kt_model_t *m);
+/* The same in two steps, so that the training runs outside the caller's
+ * lock on the policies: take the untrained records of n policies as one
+ * batch (features extracted; *out NULL when there are none) and mark them
+ * trained at once; then train a model on it (any thread, the model's user
+ * serializing) and free it. A batch reads nothing of the policies. */
+typedef struct kt_search_batch kt_search_batch_t;
+int kt_search_take_pending(kt_search_policy_t *const *sps, int n, kt_search_batch_t **out);
+int kt_search_batch_train(kt_search_batch_t *b, kt_model_t *m);
+void kt_search_batch_free(kt_search_batch_t *b);
 
 /* FamilySeer's foresee pass: a small search scored by the policy's (family)
  * model whose best unmeasured states replace sp->foresight. The policy's

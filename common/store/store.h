@@ -40,13 +40,17 @@
 typedef struct kt_store kt_store_t;
 
 /* The schema version this code writes (PRAGMA user_version). */
-#define KT_STORE_SCHEMA_VERSION 2
+#define KT_STORE_SCHEMA_VERSION 3
+/* The oldest schema a read-only handle reads as it is: the migrations after
+ * it only add indexes, which queries use when present. */
+#define KT_STORE_READ_VERSION 2
 /* How long a write waits for another writer's transaction, in milliseconds. */
 #define KT_STORE_BUSY_TIMEOUT_MS 10000
 
 /* kt_store_open() flags. */
 #define KT_STORE_CREATE   0x1  /* create the file when it does not exist */
-#define KT_STORE_READONLY 0x2  /* read-only handle; never migrates (the file must be current) */
+#define KT_STORE_READONLY 0x2  /* read-only handle; never migrates (the file must be at least
+                                KT_STORE_READ_VERSION) */
 
 /* ---- Open and close --------------------------------------------------- */
 
