@@ -64,12 +64,21 @@ typedef void (*kt_codegen_access_fn)(void *ctx, int buf, const kt_lower_index_t 
 void kt_codegen_apply_subs(const kt_dag_t *dag, const kt_lower_t *L, int si,
                            kt_codegen_access_fn access, void *ctx, kt_sbuf_t *text);
 
-/* kt_codegen_expr_c_fold, but an inlined stage in `taken` whose body is a
- * select prints as its true operand alone: for a statement that runs only
- * where that condition holds (a padding guard, emit_c.c). */
-int kt_codegen_expr_c_taken(const kt_dag_t *dag, int stage, const kt_expr_t *e,
-                            const char *const *axis_c, const double *axis_val,
-                            uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out);
+/* kt_codegen_expr_c_fold for a statement of a lowered CPU program.
+ * - axis[a] is axis a's value in L's iterators; a load whose indices are
+ *   affine in them prints its flat index as one sum over the iterators (a
+ *   constant last), e.g. `pad_temp[i*3712LL + ry*3712LL + x*64LL + rc]`, any
+ *   other load as kt_codegen_expr_c prints it.
+ * - axis_val (NULL: none) folds as in kt_codegen_expr_c_fold (the axes
+ *   expanded loops bind).
+ * - an inlined stage in `taken` whose body is a select prints as its true
+ *   operand alone: for a statement that runs only where that condition
+ *   holds (a padding guard, emit_c.c).
+ * 0 or negative. */
+int kt_codegen_expr_c_lowered(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                              const char *const *axis_c, const double *axis_val,
+                              const kt_lower_t *L, const kt_lower_index_t *axis,
+                              uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out);
 
 /* ---- index printing (emit_c.c), shared by the C and CUDA emitters ----------------- */
 

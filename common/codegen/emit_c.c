@@ -702,8 +702,8 @@ static int expr_of_stmt(emit_t *e, const kt_lower_stmt_t *s, const kt_expr_t *x,
     }
     /* a guarded statement reads its padding stage's taken operand */
     uint64_t taken = e->guards ? e->guards[s - e->L->stmts].taken : 0;
-    int rc = kt_codegen_expr_c_taken(e->dag, s->stage, x, axis_c, e->nexpand ? val : NULL,
-                                     e->L->inline_mask, taken, b);
+    int rc = kt_codegen_expr_c_lowered(e->dag, s->stage, x, axis_c, e->nexpand ? val : NULL,
+                                       e->L, s->axis, e->L->inline_mask, taken, b);
     for (int a = 0; a < na; a++)
         kt_sbuf_free(&ax[a]);
     return rc;

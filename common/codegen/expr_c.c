@@ -2,6 +2,7 @@
  * with, and the buffer calling convention. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen.h"
@@ -96,8 +97,139 @@ static int is_simple(const char *s)
     return 1;
 }
 
+/* ---- affine indices ---------------------------------------------------------- */
+
+/* Loads print their flat index as one sum over the kernel's iterators when
+ * every index is affine in them: GCC then addresses the elements of an
+ * unrolled register tile at constant offsets from one pointer, where the
+ * nested form ((yy + ry)*W + xx + rx)*C kept one index register per element
+ * and reloaded them from the stack inside the reduction loop. */
+#define AFF_TERMS 32
+
+/* sum of coef[t] * L->iters[iter[t]] + c; ok 0 when not affine. */
+typedef struct {
+    int ok, n;
+    int iter[AFF_TERMS];
+    int64_t coef[AFF_TERMS];
+    int64_t c;
+} aff_t;
+
+/* The affine value of each axis of the stage being printed. */
+typedef struct env {
+    const kt_lower_t *L;
+    aff_t axis[KT_SCHED_MAX_AXES];
+} env_t;
+
+static void aff_add(aff_t *x, const aff_t *y, int64_t k)
+{
+    if (!x->ok || !y->ok) {
+        x->ok = 0;
+        return;
+    }
+    x->c += k * y->c;
+    for (int t = 0; t < y->n && x->ok; t++) {
+        int j = 0;
+        while (j < x->n && x->iter[j] != y->iter[t])
+            j++;
+        if (j == x->n) {
+            if (x->n == AFF_TERMS) {
+                x->ok = 0;
+                break;
+            }
+            x->iter[x->n] = y->iter[t];
+            x->coef[x->n++] = 0;
+        }
+        x->coef[j] += k * y->coef[t];
+    }
+}
+
+/* The affine form of an integer index expression (x->ok 0 if it is not:
+ * division, modulo, min/max, select, a load). */
+static void aff_of(const env_t *env, const kt_stage_t *s, const kt_expr_t *e, aff_t *x, int depth)
+{
+    memset(x, 0, sizeof(*x));
+    if (!e || depth > 400 || e->dtype == KT_DT_F32)
+        return;
+    aff_t a, b;
+    switch (e->kind) {
+    case KT_EX_CONST:
+        x->ok = e->dtype == KT_DT_INT;
+        x->c = e->ival;
+        return;
+    case KT_EX_AXIS:
+        if (e->axis >= 0 && e->axis < s->ndim + s->nreduce && e->axis < KT_SCHED_MAX_AXES)
+            *x = env->axis[e->axis];
+        return;
+    case KT_EX_ADD:
+    case KT_EX_SUB:
+        aff_of(env, s, e->args[0], x, depth + 1);
+        aff_of(env, s, e->args[1], &b, depth + 1);
+        aff_add(x, &b, e->kind == KT_EX_ADD ? 1 : -1);
+        return;
+    case KT_EX_MUL:
+        aff_of(env, s, e->args[0], &a, depth + 1);
+        aff_of(env, s, e->args[1], &b, depth + 1);
+        if (a.ok && b.ok && (a.n == 0 || b.n == 0)) {
+            x->ok = 1;
+            aff_add(x, a.n == 0 ? &b : &a, a.n == 0 ? a.c : b.c);
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+/* An index of the lowered program as an affine value (not affine with a
+ * division or modulo). */
+static aff_t aff_of_index(const kt_lower_index_t *ix)
+{
+    aff_t x;
+    memset(&x, 0, sizeof(x));
+    x.ok = ix->div <= 1 && ix->mod <= 0 && ix->nterms <= AFF_TERMS;
+    for (int t = 0; x.ok && t < ix->nterms; t++)
+        if (ix->iter[t] >= 0 && ix->coef[t] != 0) {
+            x.iter[x.n] = ix->iter[t];
+            x.coef[x.n++] = ix->coef[t];
+        }
+    return x;
+}
+
+/* x as C: iterators of extent 1 (not loops, value 0) left out, the others
+ * in the order lowering made them, which is their loops' nesting order: the
+ * innermost (unrolled) loops' terms come last, so that GCC's left-to-right
+ * sum makes them constant offsets from the loop-invariant rest. */
+static void aff_print(const kt_lower_t *L, const aff_t *x0, kt_sbuf_t *out)
+{
+    aff_t sorted = *x0, *x = &sorted;
+    for (int i = 1; i < x->n; i++)
+        for (int j = i; j > 0 && x->iter[j - 1] > x->iter[j]; j--) {
+            int it = x->iter[j];
+            int64_t c = x->coef[j];
+            x->iter[j] = x->iter[j - 1];
+            x->coef[j] = x->coef[j - 1];
+            x->iter[j - 1] = it;
+            x->coef[j - 1] = c;
+        }
+    int n = 0;
+    for (int t = 0; t < x->n; t++) {
+        if (x->coef[t] == 0 || L->iters[x->iter[t]].extent <= 1)
+            continue;
+        if (n++)
+            kt_sbuf_puts(out, " + ");
+        kt_sbuf_puts(out, L->iters[x->iter[t]].name);
+        if (x->coef[t] != 1)
+            kt_sbuf_printf(out, "*%lldLL", (long long)x->coef[t]);
+    }
+    if (n == 0)
+        kt_sbuf_printf(out, "%lldLL", (long long)x->c);
+    else if (x->c > 0)
+        kt_sbuf_printf(out, " + %lldLL", (long long)x->c);
+    else if (x->c < 0)
+        kt_sbuf_printf(out, " - %lldLL", -(long long)x->c);
+}
+
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, const double *axv, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                const char *const *axis_c, const double *axv, const env_t *env, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
                 int depth);
 
 /* ---- folding (kt_codegen_expr_c_fold) -------------------------------------------------
@@ -240,8 +372,8 @@ static int mul_factors(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t
 /* A folded product: its unknown factors times the one constant. 1 when
  * printed, 0 when it prints as written, negative on error. */
 static int emit_product(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                        const char *const *axis_c, const double *axv, uint64_t mask,
-                        uint64_t taken, kt_sbuf_t *out, int depth)
+                        const char *const *axis_c, const double *axv, const env_t *env,
+                        uint64_t mask, uint64_t taken, kt_sbuf_t *out, int depth)
 {
     const kt_expr_t *fac[16];
     int n = 0;
@@ -252,7 +384,7 @@ static int emit_product(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_
     for (int i = 0; i < n; i++) {
         if (i)
             kt_sbuf_puts(out, "*");
-        int rc = emit(dag, s, fac[i], axis_c, axv, mask, taken, out, depth + 1);
+        int rc = emit(dag, s, fac[i], axis_c, axv, env, mask, taken, out, depth + 1);
         if (rc)
             return rc;
     }
@@ -265,7 +397,7 @@ static int emit_product(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_
 }
 
 static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                     const char *const *axis_c, const double *axv, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                     const char *const *axis_c, const double *axv, const env_t *env, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
                      int depth)
 {
     const kt_stage_t *p = kt_dag_stage(dag, e->tensor);
@@ -277,7 +409,7 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
     for (int i = 0; i < e->nargs; i++)
         kt_sbuf_init(&idx[i]);
     for (int i = 0; i < e->nargs && rc == KT_OK; i++) {
-        rc = emit(dag, s, e->args[i], axis_c, axv, mask, taken, &idx[i], depth + 1);
+        rc = emit(dag, s, e->args[i], axis_c, axv, env, mask, taken, &idx[i], depth + 1);
         if (rc == KT_OK)
             rc = kt_sbuf_ok(&idx[i]);
     }
@@ -300,7 +432,15 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
             const kt_expr_t *pb = ((taken >> e->tensor) & 1u) && p->body->kind == KT_EX_SELECT
                                       ? p->body->args[1]
                                       : p->body;
-            rc = emit(dag, p, pb, pax, axv ? pv : NULL, mask, taken, out, depth + 1);
+            /* The inlined body's axes are the load's indices. */
+            env_t pe;
+            if (env) {
+                pe.L = env->L;
+                for (int i = 0; i < e->nargs; i++)
+                    aff_of(env, s, e->args[i], &pe.axis[i], depth + 1);
+            }
+            rc = emit(dag, p, pb, pax, axv ? pv : NULL, env ? &pe : NULL, mask, taken, out,
+                      depth + 1);
         }
     } else if (rc == KT_OK) {
         /* Row-major flat index: sum of index * stride, trivial factors elided. */
@@ -308,6 +448,18 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
         int nterms = 0;
         for (int i = e->nargs - 1; i >= 0; i--)
             stride[i] = i == e->nargs - 1 ? 1 : stride[i + 1] * p->shape[i + 1];
+        aff_t flat = {.ok = env != NULL};
+        for (int i = 0; i < e->nargs && flat.ok; i++) {
+            aff_t a;
+            aff_of(env, s, e->args[i], &a, depth + 1);
+            aff_add(&flat, &a, stride[i]);
+        }
+        if (flat.ok) {
+            kt_sbuf_printf(out, "%s[", p->name);
+            aff_print(env->L, &flat, out);
+            kt_sbuf_puts(out, "]");
+            goto done;
+        }
         for (int i = 0; i < e->nargs; i++)
             nterms += !(e->args[i]->kind == KT_EX_CONST && e->args[i]->ival == 0);
         kt_sbuf_printf(out, "%s[%s", p->name, nterms > 1 ? "(" : "");
@@ -325,13 +477,14 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
         }
         kt_sbuf_puts(out, nterms == 0 ? "0]" : nterms > 1 ? ")]" : "]");
     }
+done:
     for (int i = 0; i < e->nargs; i++)
         kt_sbuf_free(&idx[i]);
     return rc;
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, const double *axv, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
+                const char *const *axis_c, const double *axv, const env_t *env, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
                 int depth)
 {
     static const char *const infix[KT_EX__COUNT] = {
@@ -361,7 +514,7 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         return KT_OK;
     }
     if (axv && e->kind == KT_EX_MUL && e->dtype == KT_DT_F32) {
-        rc = emit_product(dag, s, e, axis_c, axv, mask, taken, out, depth);
+        rc = emit_product(dag, s, e, axis_c, axv, env, mask, taken, out, depth);
         if (rc)
             return rc < 0 ? rc : KT_OK;
     }
@@ -384,23 +537,23 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         return KT_OK;
     }
     case KT_EX_LOAD:
-        return emit_load(dag, s, e, axis_c, axv, mask, taken, out, depth);
+        return emit_load(dag, s, e, axis_c, axv, env, mask, taken, out, depth);
     case KT_EX_NOT:
         kt_sbuf_puts(out, "(!");
-        rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, axv, env, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, ")");
         return rc;
     case KT_EX_SELECT:
         /* C's ?: evaluates only the taken branch, so a guarded (padding)
          * load never reads out of bounds. */
         kt_sbuf_puts(out, "(");
-        if ((rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[0], axis_c, axv, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, " ? ");
-        if ((rc = emit(dag, s, e->args[1], axis_c, axv, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[1], axis_c, axv, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, " : ");
-        if ((rc = emit(dag, s, e->args[2], axis_c, axv, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[2], axis_c, axv, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, ")");
         return KT_OK;
@@ -408,14 +561,14 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         kt_sbuf_puts(out, e->dtype == KT_DT_F32 ? "((float)(" : e->dtype == KT_DT_INT
                                                                   ? "((long long)("
                                                                   : "((");
-        rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, axv, env, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, e->dtype == KT_DT_BOOL ? ") != 0)" : "))");
         return rc;
     case KT_EX_CALL:
         if ((unsigned)e->fn >= KT_FN__COUNT)
             return kt_err_set(KT_EINVAL, "stage '%s': bad math function", s->name);
         kt_sbuf_printf(out, "%s(", fn_c[e->fn]);
-        rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1);
+        rc = emit(dag, s, e->args[0], axis_c, axv, env, mask, taken, out, depth + 1);
         kt_sbuf_puts(out, ")");
         return rc;
     case KT_EX_MIN:
@@ -434,26 +587,27 @@ static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
         if ((unsigned)e->kind >= KT_EX__COUNT || !infix[e->kind] || e->nargs != 2)
             return kt_err_set(KT_EINVAL, "stage '%s': bad expression kind %d", s->name, e->kind);
         kt_sbuf_puts(out, "(");
-        if ((rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[0], axis_c, axv, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, infix[e->kind]);
-        if ((rc = emit(dag, s, e->args[1], axis_c, axv, mask, taken, out, depth + 1)))
+        if ((rc = emit(dag, s, e->args[1], axis_c, axv, env, mask, taken, out, depth + 1)))
             return rc;
         kt_sbuf_puts(out, ")");
         return KT_OK;
     }
     kt_sbuf_printf(out, "%s(", call);
-    if ((rc = emit(dag, s, e->args[0], axis_c, axv, mask, taken, out, depth + 1)))
+    if ((rc = emit(dag, s, e->args[0], axis_c, axv, env, mask, taken, out, depth + 1)))
         return rc;
     kt_sbuf_puts(out, ", ");
-    if ((rc = emit(dag, s, e->args[1], axis_c, axv, mask, taken, out, depth + 1)))
+    if ((rc = emit(dag, s, e->args[1], axis_c, axv, env, mask, taken, out, depth + 1)))
         return rc;
     kt_sbuf_puts(out, ")");
     return KT_OK;
 }
 
 static int expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e, const char *const *axis_c,
-                  const double *axis_val, uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out)
+                  const double *axis_val, const kt_lower_t *L, const kt_lower_index_t *axis,
+                  uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out)
 {
     const kt_stage_t *s = kt_dag_stage(dag, stage);
     if (!s || !out)
@@ -463,26 +617,39 @@ static int expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e, const char
         for (int a = 0; a < KT_SCHED_FOLD_AXES; a++)
             axv[a] = a < s->ndim + s->nreduce ? axis_val[a] : NAN;
     }
-    int rc = emit(dag, s, e, axis_c, axis_val ? axv : NULL, inline_mask, taken, out, 0);
+    env_t *env = NULL;
+    if (L && axis) {
+        env = malloc(sizeof(*env));
+        if (!env)
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        env->L = L;
+        for (int a = 0; a < s->ndim + s->nreduce && a < KT_SCHED_MAX_AXES; a++)
+            env->axis[a] = aff_of_index(&axis[a]);
+    }
+    int rc = emit(dag, s, e, axis_c, axis_val ? axv : NULL, env, inline_mask, taken, out, 0);
+    free(env);
     return rc ? rc : kt_sbuf_ok(out);
 }
 
-int kt_codegen_expr_c_taken(const kt_dag_t *dag, int stage, const kt_expr_t *e,
-                            const char *const *axis_c, const double *axis_val,
-                            uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out)
+int kt_codegen_expr_c_lowered(const kt_dag_t *dag, int stage, const kt_expr_t *e,
+                              const char *const *axis_c, const double *axis_val,
+                              const kt_lower_t *L, const kt_lower_index_t *axis,
+                              uint64_t inline_mask, uint64_t taken, kt_sbuf_t *out)
 {
-    return expr_c(dag, stage, e, axis_c, axis_val, inline_mask, taken, out);
+    if (!L || !axis)
+        return kt_err_set(KT_EINVAL, "stage %d: no lowered program", stage);
+    return expr_c(dag, stage, e, axis_c, axis_val, L, axis, inline_mask, taken, out);
 }
 
 int kt_codegen_expr_c_fold(const kt_dag_t *dag, int stage, const kt_expr_t *e,
                            const char *const *axis_c, const double *axis_val,
                            uint64_t inline_mask, kt_sbuf_t *out)
 {
-    return expr_c(dag, stage, e, axis_c, axis_val, inline_mask, 0, out);
+    return expr_c(dag, stage, e, axis_c, axis_val, NULL, NULL, inline_mask, 0, out);
 }
 
 int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
                       const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out)
 {
-    return expr_c(dag, stage, e, axis_c, NULL, inline_mask, 0, out);
+    return expr_c(dag, stage, e, axis_c, NULL, NULL, NULL, inline_mask, 0, out);
 }

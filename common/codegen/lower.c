@@ -81,6 +81,10 @@ static int64_t unroll_walk(ctx_t *c, int node, int stage, int64_t max_step, int 
 /* Most elements of a register tile whose load and store are fully unrolled:
  * 32 AVX-512 registers of 16 floats. */
 #define KT_LOWER_MAX_UNROLLED_TILE 512
+/* ... and of one whose update is unrolled: 28 such accumulators, leaving 4
+ * registers to the operands (a 32-register tile spilled its accumulators
+ * once unrolled). */
+#define KT_LOWER_MAX_UNROLLED_UPDATE 448
 
 typedef void (*attach_fn)(ctx_t *c, int loop_i, int node, void *arg);
 
@@ -131,6 +135,30 @@ static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const 
     kt_lower_add_stmt(c, cur, &s);
 }
 
+/* The register tile's update, the spatial loops inside its reduce loops,
+ * unrolled fully like its load and store when the tile fits the registers
+ * (the innermost spatial loop stays a loop that GCC vectorizes, as in
+ * unroll_walk). Left to GCC, a tile of 14 pixels x 2 vectors or 2 x 7 x 2
+ * vectors was not unrolled and went through the stack at a third of the
+ * speed of the same tile unrolled, whatever auto_unroll_max_step the state
+ * drew; LLVM unrolls and promotes such a tile itself for TVM. */
+static void unroll_update(ctx_t *c, const kt_sched_nest_t *nest, const int *iters,
+                          const int *nodes, int first)
+{
+    int64_t elems = 1;
+    int last = -1;
+    for (int j = first + 1; j < nest->nloops; j++)
+        if (!nest->loops[j].reduce) {
+            elems *= c->L->iters[iters[j]].extent;
+            last = j;
+        }
+    if (elems > KT_LOWER_MAX_UNROLLED_UPDATE)
+        return;
+    for (int j = first + 1; j < last; j++)
+        if (!nest->loops[j].reduce && c->L->nodes[nodes[j]].ann == KT_LOOP_SERIAL)
+            c->L->nodes[nodes[j]].ann = KT_LOOP_UNROLL;
+}
+
 /* Register tile of a tiled nest: the accumulator block of the innermost
  * spatial loops is copied into a small local array around the innermost
  * reduce loops and back, so the compiler keeps it in registers (what LLVM's
@@ -164,7 +192,7 @@ static void build(ctx_t *c, int parent, int stage, const kt_sched_nest_t *nest, 
     int before = -1;
     for (int x = parent < 0 ? L->first : L->nodes[parent].child; x >= 0; x = L->nodes[x].next)
         before = x;
-    int cur = parent, rt_parent = -2;
+    int cur = parent, rt_parent = -2, nodes[KT_SCHED_MAX_LOOPS];
     for (int i = 0; i < nest->nloops && !c->rc; i++) {
         if (i == first_reduce && init)
             build_copy(c, cur, nest, iters, anns, first_reduce, init, "init", 0);
@@ -182,6 +210,7 @@ static void build(ctx_t *c, int parent, int stage, const kt_sched_nest_t *nest, 
             return;
         L->nodes[node].iter = iters[i];
         L->nodes[node].ann = (kt_loop_ann_t)anns[i];
+        nodes[i] = node;
         kt_lower_append(c, cur, node);
         if (nest->loops[i].attach && attach)
             attach(c, i, node, arg);
@@ -190,8 +219,11 @@ static void build(ctx_t *c, int parent, int stage, const kt_sched_nest_t *nest, 
     if (init && first_reduce < 0)
         kt_lower_add_stmt(c, cur, init);
     kt_lower_add_stmt(c, cur, leaf);
-    if (rt_parent != -2)
+    if (rt_parent != -2) {
         build_copy(c, rt_parent, nest, iters, anns, rt->first, &rt->store, "st", 1);
+        if (!c->rc)
+            unroll_update(c, nest, iters, nodes, rt->first);
+    }
     if (ann->unroll > 0 && !c->rc) {
         int x = before < 0 ? (parent < 0 ? L->first : L->nodes[parent].child)
                            : L->nodes[before].next;
