@@ -358,6 +358,55 @@ START_TEST(snapshot_and_predict_rng_leave_the_model_as_it_was)
 }
 END_TEST
 
+/* A rank-label training whose pairwise math runs on three threads (two
+ * tasks of 600 programs: some 76,000 pairs, above the threading threshold)
+ * predicts bit for bit as the one-thread training: the sums run in pair
+ * order whatever the split. */
+START_TEST(train_threads_do_not_change_a_rank_model)
+{
+    progs_t tr;
+    progs_make(&tr, 600, 31);
+    size_t n = tr.nprog;
+    double *costs = malloc(2 * n * sizeof *costs);
+    uint64_t *tasks = malloc(2 * n * sizeof *tasks);
+    ck_assert(costs && tasks);
+    for (size_t i = 0; i < n; i++) {
+        costs[i] = tr.cost[i];
+        costs[n + i] = tr.cost[(i * 7) % n] * 50;
+        tasks[i] = 1;
+        tasks[n + i] = 2;
+    }
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.label = KT_MODEL_LABEL_RANK;
+    prm.num_warmup_sample = 0;
+    prm.tree_method = KT_MODEL_TREE_HIST;
+    prm.num_boost_round = 40;
+    kt_model_t *one = kt_model_new(KT_MODEL_XGB, &prm), *three = kt_model_new(KT_MODEL_XGB, &prm);
+    ck_assert(one && three);
+    ck_assert_int_eq(kt_model_set_train_threads(three, 3), 0);
+    ck_assert_int_eq(kt_model_set_train_threads(three, -1), KT_EINVAL);
+    kt_model_batch_t b = batch_of(&tr);
+    kt_model_t *ms[2] = {one, three};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(kt_model_update(ms[k], &b, costs, tasks), 0);
+        ck_assert_int_eq(kt_model_update(ms[k], &b, costs + n, tasks + n), 0);
+        ck_assert(kt_model_is_trained(ms[k]));
+    }
+    float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2);
+    ck_assert(p1 && p2);
+    same_scores(one, three, &b, p1, p2, n);
+    ck_assert_int_eq(kt_model_num_rounds(one), kt_model_num_rounds(three));
+    free(p1);
+    free(p2);
+    kt_model_free(one);
+    kt_model_free(three);
+    free(costs);
+    free(tasks);
+    progs_free(&tr);
+}
+END_TEST
+
 static void write_file(const char *path, const char *data, size_t len)
 {
     ck_assert_int_eq(kt_file_write(path, data, len), 0);
@@ -823,6 +872,7 @@ int main(void)
     tcase_add_test(tc, invalid_programs_score_minus_infinity);
     tcase_add_test(tc, save_load_predicts_identically);
     tcase_add_test(tc, snapshot_and_predict_rng_leave_the_model_as_it_was);
+    tcase_add_test(tc, train_threads_do_not_change_a_rank_model);
     tcase_add_test(tc, load_rejects_missing_and_corrupt_files);
     tcase_add_test(tc, bad_arguments_are_reported);
     tcase_add_test(tc, ansor_parameters_and_version_1_files);

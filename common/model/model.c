@@ -212,6 +212,14 @@ void kt_model_free(kt_model_t *m)
     free(m);
 }
 
+int kt_model_set_train_threads(kt_model_t *m, int n)
+{
+    if (!m || n < 0)
+        return kt_err_set(KT_EINVAL, "model: %s", m ? "negative thread count" : "none");
+    m->train_threads = n;
+    return KT_OK;
+}
+
 kt_model_t *kt_model_snapshot(const kt_model_t *m)
 {
     if (!m) {

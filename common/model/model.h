@@ -176,6 +176,14 @@ int kt_model_predict_rng(const kt_model_t *m, const kt_model_batch_t *batch, flo
  * with the snapshot. NULL + kt_err on failure; kt_model_free releases it.
  * Reads m only (not at the same time as an update of m). */
 kt_model_t *kt_model_snapshot(const kt_model_t *m);
+/* Threads for the per-pair math of m's rank-label trainings (the pairwise
+ * loss and gradients, most of a training on thousands of programs), which
+ * do not change the result; XGBoost's tree building keeps the params'
+ * nthread (on a few thousand programs its threads cost more than they
+ * save). For a model trained by one thread at a time while copies of it
+ * score on the others (a shared family model). n 0: the params' nthread.
+ * 0 or KT_EINVAL. Not thread-safe against a training of m. */
+int kt_model_set_train_threads(kt_model_t *m, int n);
 
 /* Drop every sample whose task id is not in tasks[0..ntasks) (FamilySeer:
  * a family model that trained on all tasks during the warm-up keeps only its

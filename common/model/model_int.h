@@ -36,6 +36,7 @@ struct kt_model {
     BoosterHandle bst;      /* NULL until trained or loaded */
     int nrounds;            /* trees in bst */
     int warmup_off;         /* loaded with its booster in use */
+    int train_threads;      /* XGBoost threads of a training; 0: p.nthread */
 };
 
 /* A sample (or packed program) index with its task: sorted by task, then

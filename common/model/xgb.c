@@ -3,6 +3,7 @@
  * objective computed here, prediction of row margins, booster bytes.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,22 +156,63 @@ static int rank_pairs(const kt_model_t *m, const double *lab, size_t npack, rank
     return KT_OK;
 }
 
+/* The transcendental part of rank_loss, pairs [a, b): each pair's loss
+ * and 1 - sigmoid(d), pure per pair so that threads may split the range. */
+typedef struct {
+    const rank_pair_t *pairs;
+    const double *sum;
+    double *pl, *pq;
+    size_t a, b;
+} rank_part_t;
+
+static void *rank_part(void *arg)
+{
+    const rank_part_t *r = arg;
+    for (size_t k = r->a; k < r->b; k++) {
+        double d = r->sum[r->pairs[k].hi] - r->sum[r->pairs[k].lo];
+        /* log(1 + e^-d), stable for both signs */
+        r->pl[k] = d > 0 ? log1p(exp(-d)) : -d + log1p(exp(d));
+        r->pq[k] = 1.0 / (1.0 + exp(d));
+    }
+    return NULL;
+}
+
 /* Logistic pairwise loss (RankNet) of program margins sum[]: returns the
  * mean of log(1 + exp(-(s_hi - s_lo))) and fills g[npack] and h[npack] with
- * each program's gradient and hessian, times its weight. */
+ * each program's gradient and hessian, times its weight. The per-pair math
+ * (most of a round's time on thousands of programs) runs on nthread threads
+ * into pl[n] and pq[n]; the sums run in pair order on this thread, so the
+ * result does not depend on nthread. */
 static double rank_loss(const rank_pair_t *pairs, size_t n, const double *sum, const double *wt,
-                        double *g, double *h, size_t npack)
+                        double *g, double *h, size_t npack, double *pl, double *pq, int nthread)
 {
+    enum { MAX_THREADS = 16, MIN_PAIRS = 16384 };
+    int t = nthread < 1 ? 1 : nthread > MAX_THREADS ? MAX_THREADS : nthread;
+    if (n < (size_t)MIN_PAIRS * 2)
+        t = 1;
+    rank_part_t part[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int i = 0; i < t; i++) {
+        part[i] = (rank_part_t){pairs, sum, pl, pq, n * (size_t)i / (size_t)t,
+                                n * (size_t)(i + 1) / (size_t)t};
+        /* a thread that cannot start leaves its part to this one */
+        started[i] = i > 0 && pthread_create(&th[i], NULL, rank_part, &part[i]) == 0;
+    }
+    for (int i = 0; i < t; i++)
+        if (!started[i])
+            rank_part(&part[i]);
+    for (int i = 1; i < t; i++)
+        if (started[i])
+            pthread_join(th[i], NULL);
     memset(g, 0, npack * sizeof *g);
     memset(h, 0, npack * sizeof *h);
     double loss = 0;
     for (size_t k = 0; k < n; k++) {
         const uint32_t hi = pairs[k].hi, lo = pairs[k].lo;
-        double d = sum[hi] - sum[lo];
-        /* log(1 + e^-d), stable for both signs */
-        loss += d > 0 ? log1p(exp(-d)) : -d + log1p(exp(d));
-        double q = 1.0 / (1.0 + exp(d));   /* 1 - sigmoid(d) */
+        double q = pq[k];   /* 1 - sigmoid(d) */
         double hh = q * (1.0 - q);
+        loss += pl[k];
         g[hi] -= q * wt[hi];
         g[lo] += q * wt[lo];
         h[hi] += hh * wt[hi];
@@ -199,6 +241,7 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
     const int rank = p->label == KT_MODEL_LABEL_RANK;
     double *pg = rank ? malloc(npack * sizeof *pg) : NULL;   /* rank: per-program gradient */
     double *ph = rank ? malloc(npack * sizeof *ph) : NULL;   /* ... and hessian */
+    double *ppl = NULL, *ppq = NULL;                          /* rank: per-pair loss, 1 - sigmoid */
     rank_pair_t *pairs = NULL;
     size_t npairs = 0;
     if (!grad || !hess || !sum || !lab || !wt || (rank && (!pg || !ph))) {
@@ -213,6 +256,11 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
     }
     if (rank && (rc = rank_pairs(m, lab, npack, &pairs, &npairs)) < 0)
         goto out;
+    if (rank && npairs > 0 && (!(ppl = malloc(npairs * sizeof *ppl)) ||
+                               !(ppq = malloc(npairs * sizeof *ppq)))) {
+        rc = kt_err_set(KT_ENOMEM, "training: out of memory");
+        goto out;
+    }
     if (XGDMatrixCreateFromMat_omp(m->rows, (bst_ulong)nrow, m->nfeat, NAN, &d, p->nthread) != 0) {
         rc = xgb_fail(KT_EINTERNAL, "creating the training matrix");
         goto out;
@@ -263,7 +311,8 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
          * rank objective's per-program gradients) */
         double loss;
         if (rank) {
-            loss = rank_loss(pairs, npairs, sum, wt, pg, ph, npack);
+            loss = rank_loss(pairs, npairs, sum, wt, pg, ph, npack, ppl, ppq,
+                             m->train_threads > 0 ? m->train_threads : p->nthread);
         } else {
             double se = 0;
             for (k = 0; k < npack; k++) {
@@ -335,6 +384,8 @@ out:
     free(wt);
     free(pg);
     free(ph);
+    free(ppl);
+    free(ppq);
     free(pairs);
     return rc;
 }

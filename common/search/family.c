@@ -108,6 +108,11 @@ void kt_search_family_set_pool(kt_search_family_t *f, kt_pool_t *pool)
 {
     for (int i = 0; f && i < f->n; i++)
         kt_search_set_pool(f->pol[i], pool);
+    /* One model for every task trains one batch at a time (train_mu), a
+     * large share of a round's work: its pairwise math takes the pool's
+     * threads, while the searches beside it score with snapshots. */
+    if (f && f->kind == FAM_ALL && f->nfam > 0 && f->models[0])
+        kt_model_set_train_threads(f->models[0], pool ? kt_pool_threads(pool) : 0);
 }
 
 const char *const *kt_search_policy_names(void)
