@@ -306,7 +306,12 @@ START_TEST(feature_matmul_known_tiling_values)
     ck_assert_double_eq_tol(unlog(reg[fidx("vec.prod")]), 16, 1e-4);
     ck_assert_double_eq_tol(unlog(reg[fidx("vec.inner")]), 16, 1e-4);
     ck_assert_float_eq(reg[fidx("vec.pos_inner_spatial")], 1);
-    ck_assert_float_eq(reg[fidx("unroll.pos_none")], 1);
+    /* the register tile's update is unrolled whole, as its load and store:
+     * i.3 (4), between the vectorized j.3 and the outer loops */
+    ck_assert_float_eq(reg[fidx("unroll.num")], 1);
+    ck_assert_double_eq_tol(unlog(reg[fidx("unroll.prod")]), 4, 1e-4);
+    ck_assert_float_eq(reg[fidx("unroll.pos_middle_spatial")], 1);
+    ck_assert_float_eq(reg[fidx("unroll.pos_none")], 0);
     ck_assert_float_eq(reg[fidx("auto_unroll_max_step")], 0);
 
     /* buffers by bytes: C.reg (read and written 64^3 times), then A, B */
