@@ -142,6 +142,17 @@ START_TEST(xgb_ranks_held_out_programs)
 }
 END_TEST
 
+/* Rank labels trained from the first sample on, with the hist method. */
+static kt_model_params_t rank_params(void)
+{
+    kt_model_params_t prm;
+    kt_model_params_default(&prm);
+    prm.label = KT_MODEL_LABEL_RANK;
+    prm.num_warmup_sample = 0;
+    prm.tree_method = KT_MODEL_TREE_HIST;
+    return prm;
+}
+
 START_TEST(rank_labels_rank_held_out_programs_of_each_task)
 {
     /* The pairwise objective orders the programs of each task: two tasks
@@ -162,11 +173,7 @@ START_TEST(rank_labels_rank_held_out_programs_of_each_task)
         tasks[i] = 1;
         tasks[n + i] = 2;
     }
-    kt_model_params_t prm;
-    kt_model_params_default(&prm);
-    prm.label = KT_MODEL_LABEL_RANK;
-    prm.num_warmup_sample = 0;
-    prm.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_params_t prm = rank_params();
     kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
     kt_model_batch_t b = batch_of(&tr);
     ck_assert_int_eq(kt_model_update(m, &b, costs, tasks), 0);
@@ -376,11 +383,7 @@ START_TEST(train_threads_do_not_change_a_rank_model)
         tasks[i] = 1;
         tasks[n + i] = 2;
     }
-    kt_model_params_t prm;
-    kt_model_params_default(&prm);
-    prm.label = KT_MODEL_LABEL_RANK;
-    prm.num_warmup_sample = 0;
-    prm.tree_method = KT_MODEL_TREE_HIST;
+    kt_model_params_t prm = rank_params();
     prm.num_boost_round = 40;
     kt_model_t *one = kt_model_new(KT_MODEL_XGB, &prm), *three = kt_model_new(KT_MODEL_XGB, &prm);
     ck_assert(one && three);
