@@ -21,11 +21,12 @@
  * build` compiles it: its weights already in the kernel's packed layout
  * (codegen.h's kt_codegen_packs / kt_codegen_pack, the variant taking them
  * packed), so the copy is not timed. A Winograd kernel gets the conv2d's
- * weight transformed by kt_ops_winograd_weight and then packed, both untimed,
- * as `ktune build` does; its other inputs are the conv2d's. oneDNN runs the same layer on the same
- * inputs: the convolution primitive with algorithm auto (its own choice of
- * direct, Winograd or GEMM), src and dst NHWC, weights in the format it
- * picks (format tag any) and reordered once, untimed; the task's epilogue
+ * weight transformed by kt_ops_winograd_weight and then packed, both
+ * untimed, as `ktune build` does; its other inputs are the conv2d's. oneDNN
+ * runs the same layer on the same inputs: the convolution primitive with
+ * algorithm auto (its own choice of direct, Winograd or GEMM), src and dst
+ * NHWC, weights in the format it picks (format tag any) and reordered once,
+ * untimed; the task's epilogue
  * as its bias and post-ops (bench_blas.h); dense: the inner product
  * primitive likewise; matmul: dnnl_sgemm (which packs B on every call).
  * All run on T OpenMP threads (omp_set_num_threads) and are timed alike:
@@ -35,7 +36,7 @@
  * outputs are compared (verify.h's error metric, oneDNN's as reference): a
  * direct kernel above 1e-3 is WRONG, a Winograd kernel likewise above its
  * own tolerance, 2e-3 (its transforms round differently from a direct sum:
- * te suite's reference test sees up to 1e-4 with tile 4); a WRONG kernel
+ * the te suite's reference test allows 1e-4 with tile 4); a WRONG kernel
  * makes the layer WRONG, left out of the ratios, and the exit status 1. A
  * layer runs, as a network `ktune build` builds, the faster of its direct
  * and Winograd kernels: that is its ktune figure.
