@@ -5,8 +5,11 @@
  *
  * The layers are the tasks `ktune tasks --network resnet-18` lists (the
  * built-in network, extracted with NHWC operators: each conv2d with the
- * epilogue fused into it: bias, residual add, scale, relu). Each is tuned
- * with N trials by `ktune tune --workload ... --trials N --db DB` (a job of
+ * epilogue fused into it: bias, residual add, scale, relu). Each 3x3
+ * stride-1 conv2d also has its Winograd alternative, as network tuning
+ * extracts it (net.h's KT_NET_EXTRACT_WINOGRAD: conv2d_winograd_nhwc, tile 4
+ * or 2), tuned with the same N trials (--no-winograd: not). Each task is
+ * tuned with N trials by `ktune tune --workload ... --trials N --db DB` (a job of
  * its own: the embedded tracker, worker and runner), the runner's kernels
  * running on T OpenMP threads (OMP_NUM_THREADS=T, which the embedded runner
  * passes on). A record does not say how many threads timed it, so each
@@ -17,36 +20,47 @@
  * Each layer's best record is then compiled in this process as `ktune
  * build` compiles it: its weights already in the kernel's packed layout
  * (codegen.h's kt_codegen_packs / kt_codegen_pack, the variant taking them
- * packed), so the copy is not timed. oneDNN runs the same layer on the same
- * inputs: the convolution primitive with algorithm auto (its own choice of
- * direct, Winograd or GEMM), src and dst NHWC, weights in the format it
- * picks (format tag any) and reordered once, untimed; the task's epilogue
+ * packed), so the copy is not timed. A Winograd kernel gets the conv2d's
+ * weight transformed by kt_ops_winograd_weight and then packed, both
+ * untimed, as `ktune build` does; its other inputs are the conv2d's. oneDNN
+ * runs the same layer on the same inputs: the convolution primitive with
+ * algorithm auto (its own choice of direct, Winograd or GEMM), src and dst
+ * NHWC, weights in the format it picks (format tag any) and reordered once,
+ * untimed; the task's epilogue
  * as its bias and post-ops (bench_blas.h); dense: the inner product
  * primitive likewise; matmul: dnnl_sgemm (which packs B on every call).
- * Both run on T OpenMP threads (omp_set_num_threads) and are timed alike:
+ * All run on T OpenMP threads (omp_set_num_threads) and are timed alike:
  * the fastest of repeats lasting >= 0.2 s after a warm-up, in three rounds
- * alternating the two, the fastest kept; with one thread in this thread's
+ * alternating them, the fastest kept; with one thread in this thread's
  * CPU time (the machine may be shared), with more in wall time. Their
  * outputs are compared (verify.h's error metric, oneDNN's as reference): a
- * layer above 1e-3 is WRONG, left out of the ratios, and makes the exit
- * status 1.
+ * direct kernel above 1e-3 is WRONG, a Winograd kernel likewise above its
+ * own tolerance, 2e-3 (its transforms round differently from a direct sum:
+ * the te suite's reference test allows 1e-4 with tile 4); a WRONG kernel
+ * makes the layer WRONG, left out of the ratios, and the exit status 1. A
+ * layer runs, as a network `ktune build` builds, the faster of its direct
+ * and Winograd kernels: that is its ktune figure.
  *
  * Printed: the machine, one core's multiply-add ceiling (fma_peak.h), the
  * load average; per thread count a table (task id, layer, trials stored,
- * tuned ms: the best record's cost as the runner timed it while tuning (its
- * own conditions: wall time, the weight copy where the runner's kernels
- * still make it; far from ktune ms when the load changed), ktune ms, oneDNN ms, oneDNN/ktune: > 1 means ktune is faster,
- * both GFLOPS, the outputs' difference, oneDNN's implementation), the
+ * tuned ms: the faster kernel's best record's cost as the runner timed it
+ * while tuning (its own conditions: wall time, the weight copy where the
+ * runner's kernels still make it; far from ktune ms when the load changed),
+ * ktune ms: the faster kernel's, which kernel that is (direct or winograd),
+ * the direct and the Winograd kernel's ms, oneDNN ms, oneDNN/ktune: > 1
+ * means ktune is faster, both GFLOPS, the outputs' differences (direct and
+ * Winograd), oneDNN's implementation), the
  * geometric mean of the
  * ratios over the ResNet-18 layers and the layers at >= 1.0x, against the
  * goal (every layer >= 1.0x, geometric mean >= 1.15x; printed, never
  * asserted); then the tuning time per trial.
  *
  *   bench_layers [--trials N (256)] [--threads 1,2] [--db PATH (bench_layers.db)]
- *                [--layers ID,...]
+ *                [--layers ID,...] [--no-winograd]
  *
  * --layers: task ids as `ktune tasks --network resnet-18` numbers them, and
- * matmul512, matmul1024 (default: all). The tuning jobs' output is appended
+ * matmul512, matmul1024 (default: all); a Winograd alternative goes with its
+ * conv2d (its own task id is not taken). The tuning jobs' output is appended
  * to DB.log.
  */
 #include <errno.h>
@@ -70,6 +84,7 @@
 #include "net/net.h"
 #include "sched/state.h"
 #include "store/store.h"
+#include "te/ops.h"
 #include "te/workload.h"
 #include "util/err.h"
 #include "util/sbuf.h"
@@ -82,6 +97,9 @@ extern char **environ;
 #define MAX_EPI 8
 #define ROUNDS 3           /* alternating timing rounds of ktune and oneDNN */
 #define MAX_DIFF 1e-3      /* the outputs' largest allowed difference (verify.h metric) */
+/* A Winograd kernel's: its transforms scale by up to 8 and round
+ * differently from a direct sum (te/ops.h), so it gets twice the margin */
+#define MAX_DIFF_WINOGRAD 2e-3
 #define GOAL_LAYER 1.0
 #define GOAL_GEOMEAN 1.15
 
@@ -89,17 +107,29 @@ typedef struct {
     char id[16];              /* task id, or matmul512 / matmul1024 */
     char what[160];           /* "conv2d 56x56x64->64 3x3 s1 + bias + relu" */
     kt_workload_t *w;         /* owned */
+    kt_workload_t *wino;      /* owned: its Winograd alternative, or NULL */
     int weight;               /* appearances in the network (matmuls: 0) */
     int selected;
 } layer_t;
 
+/* One of a layer's kernels: direct (the task's own) or Winograd. */
 typedef struct {
     int trials;               /* records stored */
-    double ktune_s, dnnl_s;   /* 0: not timed */
+    double s;                 /* re-timed; 0: not timed */
     double record_s;          /* the best record's cost, as the runner timed it while tuning */
-    double diff;
-    char impl[64];
+    double diff;              /* its output against oneDNN's */
     const char *problem;      /* why there is no figure, or NULL */
+} kres_t;
+
+enum { K_DIRECT, K_WINO, NKERNELS };
+static const char *const kernel_name[NKERNELS] = {"direct", "winograd"};
+
+typedef struct {
+    kres_t k[NKERNELS];
+    int best;                 /* the faster right kernel (what the layer runs), or -1 */
+    double dnnl_s;            /* 0: not timed */
+    char impl[64];
+    const char *problem;      /* why the layer has no figure, or NULL */
 } result_t;
 
 static layer_t layers[MAX_LAYERS];
@@ -167,13 +197,16 @@ static void add_layer(const char *id, kt_workload_t *w, int weight)
 
 /* ResNet-18's conv2d and dense tasks, as `ktune tasks` extracts them, then
  * the two matmuls. */
-static void load_layers(void)
+static void load_layers(int winograd)
 {
     kt_net_t *net = kt_net_builtin("resnet-18", 1, 0);
-    kt_net_tasks_t *t = net ? kt_net_extract(net, KT_NET_NHWC) : NULL;
+    kt_net_tasks_t *t =
+        net ? kt_net_extract_ex(net, KT_NET_NHWC, winograd ? KT_NET_EXTRACT_WINOGRAD : 0) : NULL;
     if (!t)
         die("ResNet-18's tasks");
     for (int i = 0; i < t->ntasks; i++) {
+        if (t->tasks[i].alt_of >= 0)
+            continue;
         const char *op = kt_workload_op(t->tasks[i].wl);
         if (strcmp(op, "conv2d_nhwc") != 0 && strcmp(op, "dense") != 0)
             continue;
@@ -183,6 +216,19 @@ static void load_layers(void)
         char id[16];
         snprintf(id, sizeof id, "%d", i);
         add_layer(id, w, t->tasks[i].weight);
+    }
+    /* each Winograd alternative goes with the conv2d it replaces (net.h) */
+    for (int i = 0; i < t->ntasks; i++) {
+        int of = t->tasks[i].alt_of;
+        if (of < 0)
+            continue;
+        char id[16];
+        snprintf(id, sizeof id, "%d", of);
+        for (int j = 0; j < nlayers; j++)
+            if (strcmp(layers[j].id, id) == 0 && !layers[j].wino &&
+                strcmp(kt_workload_op(t->tasks[i].wl), "conv2d_winograd_nhwc") == 0 &&
+                !(layers[j].wino = kt_workload_parse(kt_workload_json(t->tasks[i].wl))))
+                die("a Winograd task's workload");
     }
     kt_net_tasks_free(t);
     kt_net_free(net);
@@ -237,21 +283,23 @@ static int stored_trials(const char *path, const kt_workload_t *w)
     return (int)c.total;
 }
 
-/* Tune w up to `trials` records in the store with `threads` OpenMP threads
- * (ktune tune resumes: stored records count towards its budget). */
+/* Tune layer l's kernel (its task, or with wino its Winograd alternative)
+ * up to `trials` records in the store with `threads` OpenMP threads (ktune
+ * tune resumes: stored records count towards its budget). */
 static void tune(const char *ktune, const char *db, const char *log, const layer_t *l,
-                 int trials, int threads)
+                 int wino, int trials, int threads)
 {
-    int have = stored_trials(db, l->w);
+    const kt_workload_t *w = wino ? l->wino : l->w;
+    int have = stored_trials(db, w);
     if (have >= trials)
         return;
     char ntr[32], nth[16];
     snprintf(ntr, sizeof ntr, "%d", trials);
     snprintf(nth, sizeof nth, "%d", threads);
-    fprintf(stderr, "tuning %s (%s), %d thread%s: %d of %d trials stored ...\n", l->id, l->what,
-            threads, threads > 1 ? "s" : "", have, trials);
+    fprintf(stderr, "tuning %s (%s%s), %d thread%s: %d of %d trials stored ...\n", l->id,
+            l->what, wino ? ", Winograd" : "", threads, threads > 1 ? "s" : "", have, trials);
     setenv("OMP_NUM_THREADS", nth, 1);   /* read by the embedded runner's kernels */
-    char *const argv[] = {(char *)ktune, "tune", "--workload", (char *)kt_workload_json(l->w),
+    char *const argv[] = {(char *)ktune, "tune", "--workload", (char *)kt_workload_json(w),
                           "--trials", ntr, "--db", (char *)db, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -273,7 +321,7 @@ static void tune(const char *ktune, const char *db, const char *log, const layer
         fprintf(stderr, "bench_layers: ktune tune failed on %s (its output: %s)\n", l->id, log);
         exit(1);
     }
-    int now = stored_trials(db, l->w);
+    int now = stored_trials(db, w);
     tune_s += dt;
     tuned_trials += now - have;
     fprintf(stderr, "  %d trials in %.0f s (%.2f s per trial)\n", now - have, dt,
@@ -296,16 +344,18 @@ static void kernel_run(void *arg)
     }
 }
 
-/* The layer's best record compiled as `ktune build` does, into dir/<id>.so:
- * the kernel taking its layout-free weights packed when it has any (their
- * packed layouts into packs, their number into *npacks). NULL with *why. */
-static kt_codegen_lib_t *build_best(const char *db, const layer_t *l, const char *dir,
-                                    kt_codegen_pack_t *packs, int *npacks, result_t *r)
+/* w's best record compiled as `ktune build` does, into dir/<name>.so: the
+ * kernel taking its layout-free weights packed when it has any (their
+ * packed layouts into packs, their number into *npacks). NULL with
+ * r->problem. */
+static kt_codegen_lib_t *build_best(const char *db, const kt_workload_t *w, const char *name,
+                                    const char *dir, kt_codegen_pack_t *packs, int *npacks,
+                                    kres_t *r)
 {
-    const kt_dag_t *dag = kt_workload_dag(l->w);
+    const kt_dag_t *dag = kt_workload_dag(w);
     kt_store_t *s = access(db, F_OK) == 0 ? kt_store_open(db, KT_STORE_READONLY) : NULL;
     kt_record_list_t *best = NULL;
-    if (!s || kt_store_best(s, kt_workload_key(l->w), "cpu", &best) != 0) {
+    if (!s || kt_store_best(s, kt_workload_key(w), "cpu", &best) != 0) {
         kt_store_close(s);
         r->problem = "no valid record";
         return NULL;
@@ -330,7 +380,7 @@ static kt_codegen_lib_t *build_best(const char *db, const layer_t *l, const char
     if (rc || !src)
         die("generating the kernel");
     char so[600];
-    snprintf(so, sizeof so, "%.500s/%.32s.so", dir, l->id);
+    snprintf(so, sizeof so, "%.500s/%.40s.so", dir, name);
     if (kt_codegen_compile(src, so, NULL) != 0)
         die("compiling the kernel");
     free(src);
@@ -339,6 +389,80 @@ static kt_codegen_lib_t *build_best(const char *db, const layer_t *l, const char
         die("loading the kernel");
     unlink(so);
     return lib;
+}
+
+static size_t buf_numel(const kt_dag_t *dag, int buf)
+{
+    return (size_t)kt_stage_numel(kt_dag_stage(dag, kt_codegen_buf_stage(dag, buf)));
+}
+
+/* A layer's kernel ready to time: its buffers as a built network holds
+ * them (weights packed once, untimed). */
+typedef struct {
+    const kt_dag_t *dag;
+    kt_codegen_lib_t *lib;    /* NULL: no kernel (kres_t.problem says why) */
+    float **bufs;             /* kt_codegen_bufs_new's: inputs, the output last */
+    float *kbufs[KT_MEASURE_MAX_BUFS];   /* what the kernel gets: packed weights swapped in */
+    float *packed[KT_CODEGEN_MAX_PACKS];
+    int nbufs, npacks;
+} kernel_t;
+
+/* Build w's best kernel and its buffers. With direct (the conv2d kernel's
+ * buffers) w is its Winograd alternative: it gets the same data and
+ * epilogue operands and the conv2d's weight transformed as `ktune build`
+ * transforms it (kt_net_plan_use_alternatives), the kernels' buffers
+ * being data, weight, the epilogues' operands, output alike (te/ops.h). */
+static void kernel_prepare(kernel_t *k, const char *db, const kt_workload_t *w,
+                           const char *name, const char *dir, const kernel_t *direct, kres_t *r)
+{
+    memset(k, 0, sizeof *k);
+    k->dag = kt_workload_dag(w);
+    kt_codegen_pack_t packs[KT_CODEGEN_MAX_PACKS];
+    r->trials = stored_trials(db, w);
+    if (!(k->lib = build_best(db, w, name, dir, packs, &k->npacks, r)))
+        return;
+    k->nbufs = kt_codegen_num_bufs(k->dag);
+    if (!(k->bufs = kt_codegen_bufs_new(k->dag, 1)) || k->nbufs > KT_MEASURE_MAX_BUFS)
+        die("buffers");
+    if (direct) {
+        json_t *o = json_loads(kt_workload_json(w), 0, NULL);
+        int64_t tile = json_integer_value(json_object_get(o, "tile_size"));
+        int64_t CI = json_integer_value(json_object_get(o, "CI"));
+        int64_t CO = json_integer_value(json_object_get(o, "CO"));
+        json_decref(o);
+        if (k->nbufs != direct->nbufs || buf_numel(k->dag, 0) != buf_numel(direct->dag, 0) ||
+            buf_numel(direct->dag, 1) != (size_t)(9 * CI * CO)) {
+            fprintf(stderr, "bench_layers: %s: the Winograd kernel's buffers do not match the "
+                            "conv2d's\n", name);
+            exit(1);
+        }
+        memcpy(k->bufs[0], direct->bufs[0], buf_numel(k->dag, 0) * sizeof(float));
+        if (kt_ops_winograd_weight(tile, CI, CO, direct->bufs[1], k->bufs[1]) != 0)
+            die("the Winograd weight");
+        for (int i = 2; i < k->nbufs - 1; i++) {
+            if (buf_numel(k->dag, i) != buf_numel(direct->dag, i)) {
+                fprintf(stderr, "bench_layers: %s: buffer %d differs from the conv2d's\n", name,
+                        i);
+                exit(1);
+            }
+            memcpy(k->bufs[i], direct->bufs[i], buf_numel(k->dag, i) * sizeof(float));
+        }
+    }
+    memcpy(k->kbufs, k->bufs, (size_t)k->nbufs * sizeof k->kbufs[0]);
+    for (int p = 0; p < k->npacks; p++) {
+        if (!(k->packed[p] = malloc(buf_numel(k->dag, packs[p].buf) * sizeof(float))))
+            die("out of memory");
+        kt_codegen_pack(&packs[p], k->bufs[packs[p].buf], k->packed[p], 0);
+        k->kbufs[packs[p].buf] = k->packed[p];
+    }
+}
+
+static void kernel_release(kernel_t *k)
+{
+    for (int p = 0; p < k->npacks; p++)
+        free(k->packed[p]);
+    kt_codegen_bufs_free(k->dag, k->bufs);
+    kt_codegen_unload(k->lib);
 }
 
 /* oneDNN's primitive for l on the kernel's input buffers bufs (NULL for a
@@ -403,33 +527,28 @@ static void dnnl_setup(const layer_t *l, float **bufs, float *out, kt_bench_dnnl
     json_decref(o);
 }
 
-/* Build l's best kernel from db, time it and oneDNN on `threads` threads. */
+/* Build l's best kernels from db (direct, and Winograd where l has the
+ * alternative), time them and oneDNN on `threads` threads. */
 static void time_layer(const char *db, const layer_t *l, int threads, const char *dir,
                        result_t *r)
 {
     memset(r, 0, sizeof *r);
-    r->trials = stored_trials(db, l->w);
-    const kt_dag_t *dag = kt_workload_dag(l->w);
-    kt_codegen_pack_t packs[KT_CODEGEN_MAX_PACKS];
-    int npacks = 0;
-    kt_codegen_lib_t *lib = build_best(db, l, dir, packs, &npacks, r);
-    if (!lib)
-        return;
-    int nbufs = kt_codegen_num_bufs(dag), out = nbufs - 1;
-    float **bufs = kt_codegen_bufs_new(dag, 1);
-    float *kbufs[KT_MEASURE_MAX_BUFS], *packed[KT_CODEGEN_MAX_PACKS];
-    if (!bufs || nbufs > KT_MEASURE_MAX_BUFS)
-        die("buffers");
-    memcpy(kbufs, bufs, (size_t)nbufs * sizeof kbufs[0]);
-    for (int p = 0; p < npacks; p++) {
-        /* the weights as a built network holds them: packed once, untimed */
-        size_t n = (size_t)kt_stage_numel(kt_dag_stage(dag, kt_codegen_buf_stage(dag, packs[p].buf)));
-        if (!(packed[p] = malloc(n * sizeof(float))))
-            die("out of memory");
-        kt_codegen_pack(&packs[p], bufs[packs[p].buf], packed[p], 0);
-        kbufs[packs[p].buf] = packed[p];
+    r->best = -1;
+    kernel_t ks[NKERNELS];
+    char name[40];
+    kernel_prepare(&ks[K_DIRECT], db, l->w, l->id, dir, NULL, &r->k[K_DIRECT]);
+    memset(&ks[K_WINO], 0, sizeof ks[K_WINO]);
+    if (l->wino && ks[K_DIRECT].lib) {
+        snprintf(name, sizeof name, "%.16s.winograd", l->id);
+        kernel_prepare(&ks[K_WINO], db, l->wino, name, dir, &ks[K_DIRECT], &r->k[K_WINO]);
     }
-    size_t nout = (size_t)kt_stage_numel(kt_dag_stage(dag, kt_codegen_buf_stage(dag, out)));
+    if (!ks[K_DIRECT].lib) {
+        r->problem = r->k[K_DIRECT].problem;
+        return;
+    }
+    const kt_dag_t *dag = ks[K_DIRECT].dag;
+    int out = ks[K_DIRECT].nbufs - 1;
+    size_t nout = buf_numel(dag, out);
     float *dout = malloc(nout * sizeof(float));
     if (!dout)
         die("out of memory");
@@ -441,30 +560,45 @@ static void time_layer(const char *db, const layer_t *l, int threads, const char
     kt_bench_dnnl_t d;
     kt_bench_gemm_t sg;
     int is_sgemm;
-    dnnl_setup(l, bufs, dout, &d, &sg, &is_sgemm);
+    dnnl_setup(l, ks[K_DIRECT].bufs, dout, &d, &sg, &is_sgemm);
     snprintf(r->impl, sizeof r->impl, "%s", is_sgemm ? "sgemm" : d.impl);
 
-    kernel_run_t k = {kt_codegen_lib_fn(lib), kbufs};
+    kernel_run_t run[NKERNELS];
+    for (int k = 0; k < NKERNELS; k++) {
+        run[k] = (kernel_run_t){ks[k].lib ? kt_codegen_lib_fn(ks[k].lib) : NULL, ks[k].kbufs};
+        r->k[k].s = ks[k].lib ? INFINITY : 0;
+    }
     int wall = threads > 1;
-    r->ktune_s = r->dnnl_s = INFINITY;
+    r->dnnl_s = INFINITY;
     for (int round = 0; round < ROUNDS; round++) {
-        double t = kt_bench_time(kernel_run, &k, wall);
-        r->ktune_s = t < r->ktune_s ? t : r->ktune_s;
-        t = is_sgemm ? kt_bench_time(kt_bench_dnnl_sgemm_run, &sg, wall)
-                     : kt_bench_time(kt_bench_dnnl_run, &d, wall);
+        for (int k = 0; k < NKERNELS; k++) {
+            if (!ks[k].lib)
+                continue;
+            double t = kt_bench_time(kernel_run, &run[k], wall);
+            r->k[k].s = t < r->k[k].s ? t : r->k[k].s;
+        }
+        double t = is_sgemm ? kt_bench_time(kt_bench_dnnl_sgemm_run, &sg, wall)
+                            : kt_bench_time(kt_bench_dnnl_run, &d, wall);
         r->dnnl_s = t < r->dnnl_s ? t : r->dnnl_s;
     }
-    r->diff = kt_codegen_rel_err(bufs[out], dout, nout);
-    if (!(r->diff <= MAX_DIFF))
-        r->problem = "WRONG";
+    for (int k = 0; k < NKERNELS; k++) {
+        kres_t *kr = &r->k[k];
+        if (!ks[k].lib)
+            continue;
+        if (buf_numel(ks[k].dag, ks[k].nbufs - 1) != nout)
+            die("the Winograd kernel's output size");
+        kr->diff = kt_codegen_rel_err(ks[k].bufs[ks[k].nbufs - 1], dout, nout);
+        if (!(kr->diff <= (k == K_WINO ? MAX_DIFF_WINOGRAD : MAX_DIFF)))
+            kr->problem = r->problem = "WRONG";
+        else if (r->best < 0 || kr->s < r->k[r->best].s)
+            r->best = k;
+    }
 
     if (!is_sgemm)
         kt_bench_dnnl_free(&d);
     free(dout);
-    for (int p = 0; p < npacks; p++)
-        free(packed[p]);
-    kt_codegen_bufs_free(dag, bufs);
-    kt_codegen_unload(lib);
+    for (int k = 0; k < NKERNELS; k++)
+        kernel_release(&ks[k]);
 }
 
 /* ---- the report -------------------------------------------------------------------- */
@@ -477,11 +611,11 @@ static void print_table(int threads, const char *db, const result_t *res)
     for (int i = 0; i < nlayers; i++)
         if (layers[i].selected && (int)strlen(layers[i].what) > width)
             width = (int)strlen(layers[i].what);
-    printf("%-10s %-*s %6s %9s %9s %9s %7s %8s %8s %8s  %s\n", "task", width, "layer", "trials",
-           "tuned ms", "ktune ms", "oneDNN ms", "ratio", "ktune GF", "dnnl GF", "diff",
-           "oneDNN impl");
+    printf("%-10s %-*s %9s %9s %9s %-8s %9s %9s %9s %7s %8s %8s %8s %9s  %s\n", "task", width,
+           "layer", "trials", "tuned ms", "ktune ms", "kernel", "direct ms", "wino ms",
+           "oneDNN ms", "ratio", "ktune GF", "dnnl GF", "diff", "wino diff", "oneDNN impl");
     double logsum = 0, mm_logsum = 0, k_total = 0, d_total = 0;
-    int n = 0, ok = 0, nsel = 0, mm_n = 0, mm_ok = 0, mm_sel = 0, all_net = 1;
+    int n = 0, ok = 0, nsel = 0, mm_n = 0, mm_ok = 0, mm_sel = 0, all_net = 1, nwino = 0;
     for (int i = 0; i < nlayers; i++) {
         const layer_t *l = &layers[i];
         const result_t *r = &res[i];
@@ -489,24 +623,49 @@ static void print_table(int threads, const char *db, const result_t *res)
             continue;
         int mm = l->weight == 0;
         mm ? mm_sel++ : nsel++;
-        printf("%-10s %-*s %6d", l->id, width, l->what, r->trials);
-        if (r->ktune_s > 0) {
+        const kres_t *dk = &r->k[K_DIRECT], *wk = &r->k[K_WINO];
+        const kres_t *bk = r->best >= 0 ? &r->k[r->best] : NULL;
+        char trials[32];
+        if (l->wino)
+            snprintf(trials, sizeof trials, "%d+%d", dk->trials, wk->trials);
+        else
+            snprintf(trials, sizeof trials, "%d", dk->trials);
+        printf("%-10s %-*s %9s", l->id, width, l->what, trials);
+        if (dk->s > 0) {
             double flops = kt_workload_flops(l->w);
-            printf(" %9.3f %9.3f %9.3f", r->record_s * 1e3, r->ktune_s * 1e3, r->dnnl_s * 1e3);
-            if (r->problem)
-                printf(" %7s", r->problem);
+            printf(" %9.3f", (bk ? bk : dk)->record_s * 1e3);
+            if (bk)
+                printf(" %9.3f %-8s", bk->s * 1e3, kernel_name[r->best]);
             else
-                printf(" %6.2fx", r->dnnl_s / r->ktune_s);
-            printf(" %8.1f %8.1f %8.1e  %s\n", flops / r->ktune_s * 1e-9,
-                   flops / r->dnnl_s * 1e-9, r->diff, r->impl);
+                printf(" %9s %-8s", "-", "-");
+            printf(" %9.3f", dk->s * 1e3);
+            if (wk->s > 0)
+                printf(" %9.3f", wk->s * 1e3);
+            else
+                printf(" %9s", l->wino ? "none" : "-");
+            printf(" %9.3f", r->dnnl_s * 1e3);
+            if (r->problem || !bk)
+                printf(" %7s", r->problem ? r->problem : "-");
+            else
+                printf(" %6.2fx", r->dnnl_s / bk->s);
+            if (bk)
+                printf(" %8.1f", flops / bk->s * 1e-9);
+            else
+                printf(" %8s", "-");
+            printf(" %8.1f %8.1e", flops / r->dnnl_s * 1e-9, dk->diff);
+            if (wk->s > 0)
+                printf(" %9.1e", wk->diff);
+            else
+                printf(" %9s", "-");
+            printf("  %s\n", r->impl);
         } else {
             printf("  %s\n", r->problem);
         }
-        if (r->problem || !(r->ktune_s > 0)) {
+        if (r->problem || !bk) {
             all_net = all_net && mm;
             continue;
         }
-        double ratio = r->dnnl_s / r->ktune_s;
+        double ratio = r->dnnl_s / bk->s;
         if (mm) {
             mm_logsum += log(ratio);
             mm_n++;
@@ -514,15 +673,16 @@ static void print_table(int threads, const char *db, const result_t *res)
         } else {
             logsum += log(ratio);
             n++;
+            nwino += r->best == K_WINO;
             ok += ratio >= GOAL_LAYER;
-            k_total += l->weight * r->ktune_s;
+            k_total += l->weight * bk->s;
             d_total += l->weight * r->dnnl_s;
         }
     }
     if (nsel) {
         printf("ResNet-18 layers: geometric mean of oneDNN/ktune %.2fx over %d (goal >= %.2fx), "
-               "%d of %d at >= %.1fx (goal: all)\n",
-               n ? exp(logsum / n) : 0.0, n, GOAL_GEOMEAN, ok, nsel, GOAL_LAYER);
+               "%d of %d at >= %.1fx (goal: all); ktune: the faster kernel, Winograd on %d\n",
+               n ? exp(logsum / n) : 0.0, n, GOAL_GEOMEAN, ok, nsel, GOAL_LAYER, nwino);
         if (all_net && n == nsel)
             printf("  the layers in all (each times its appearances): ktune %.3f ms, oneDNN "
                    "%.3f ms\n", k_total * 1e3, d_total * 1e3);
@@ -537,9 +697,11 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_layers [--trials N (256)] [--threads 1,2] [--db PATH "
                "(bench_layers.db)]\n"
-               "                    [--layers ID,...]\n"
+               "                    [--layers ID,...] [--no-winograd]\n"
                "ResNet-18's conv2d and dense layers and matmul 512/1024, tuned by ktune (a\n"
-               "store per thread count: PATH, PATH.t2, ...) and timed against oneDNN.\n"
+               "store per thread count: PATH, PATH.t2, ...) and timed against oneDNN; each\n"
+               "3x3 stride-1 conv2d also as its Winograd alternative (--no-winograd: not),\n"
+               "the faster kernel counting.\n"
                "--layers takes task ids of `ktune tasks --network resnet-18`, matmul512 and\n"
                "matmul1024.\n");
 }
@@ -549,9 +711,11 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"trials", required_argument, 0, 't'}, {"threads", required_argument, 0, 'n'},
         {"db", required_argument, 0, 'd'},     {"layers", required_argument, 0, 'l'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"no-winograd", no_argument, 0, 'W'},  {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     long trials = 256;
+    int winograd = 1;
     int threads[MAX_THREADS] = {1, 2}, nthreads = 2;
     const char *db = "bench_layers.db", *only = NULL;
     int c;
@@ -585,6 +749,7 @@ int main(int argc, char **argv)
             break;
         case 'd': db = optarg; break;
         case 'l': only = optarg; break;
+        case 'W': winograd = 0; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -593,7 +758,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_layers: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    load_layers();
+    load_layers(winograd);
     if (only)
         select_layers(only);
     char ktune[2400];
@@ -638,14 +803,17 @@ int main(int argc, char **argv)
     for (int t = 0; t < nthreads; t++)
         printf(" %s (%d)", dbs[t], threads[t]);
     printf("; tuning output: %s\n", log);
-    printf("ratio = oneDNN ms / ktune ms (> 1: ktune faster); diff: the outputs' difference "
-           "(WRONG above %.0e)\n", MAX_DIFF);
+    printf("ratio = oneDNN ms / ktune ms (> 1: ktune faster); ktune ms: the faster of the direct "
+           "and the Winograd kernel%s\n"
+           "diff: the outputs' difference (WRONG above %.0e; Winograd above %.0e)\n",
+           winograd ? "" : " (Winograd off: --no-winograd)", MAX_DIFF, MAX_DIFF_WINOGRAD);
     fflush(stdout);
 
     for (int t = 0; t < nthreads; t++)
         for (int i = 0; i < nlayers; i++)
-            if (layers[i].selected)
-                tune(ktune, dbs[t], log, &layers[i], (int)trials, threads[t]);
+            for (int k = 0; k < NKERNELS; k++)
+                if (layers[i].selected && (k == K_DIRECT || layers[i].wino))
+                    tune(ktune, dbs[t], log, &layers[i], k == K_WINO, (int)trials, threads[t]);
     int wrong = 0;
     static result_t res[MAX_LAYERS];
     for (int t = 0; t < nthreads; t++) {
@@ -674,7 +842,9 @@ int main(int argc, char **argv)
         printf("%d layer%s without a figure (no valid record, or WRONG: ktune's output differs "
                "from oneDNN's): exit status 1\n", wrong, wrong > 1 ? "s" : "");
     rmdir(dir);
-    for (int i = 0; i < nlayers; i++)
+    for (int i = 0; i < nlayers; i++) {
         kt_workload_free(layers[i].w);
+        kt_workload_free(layers[i].wino);
+    }
     return wrong ? 1 : 0;
 }
