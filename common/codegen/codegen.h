@@ -42,16 +42,6 @@ void kt_codegen_preamble_c(kt_sbuf_t *out);
  * as <stage name>[<row-major flat index>]. 0 or negative. */
 int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
                       const char *const *axis_c, uint64_t inline_mask, kt_sbuf_t *out);
-/* The same, folding where axis_val (NULL: none; else one value per axis,
- * NAN where unknown) makes values constant: loads of constant tables
- * (compute stages that read no tensor) print as their entry, constant
- * subexpressions as their value, and products lose their factors 1 and -1,
- * collect their constant factors into one, and print as 0 where a factor is
- * 0 (as TVM's simplifier does; NaN or infinity in the other factors does not
- * propagate). */
-int kt_codegen_expr_c_fold(const kt_dag_t *dag, int stage, const kt_expr_t *e,
-                           const char *const *axis_c, const double *axis_val,
-                           uint64_t inline_mask, kt_sbuf_t *out);
 
 /* The naive reference kernel: one plain loop nest per compute stage, no
  * schedule. Used to check every candidate's answers. */

@@ -64,13 +64,18 @@ typedef void (*kt_codegen_access_fn)(void *ctx, int buf, const kt_lower_index_t 
 void kt_codegen_apply_subs(const kt_dag_t *dag, const kt_lower_t *L, int si,
                            kt_codegen_access_fn access, void *ctx, kt_sbuf_t *text);
 
-/* kt_codegen_expr_c_fold for a statement of a lowered CPU program.
+/* kt_codegen_expr_c for a statement of a lowered CPU program.
  * - axis[a] is axis a's value in L's iterators; a load whose indices are
  *   affine in them prints its flat index as one sum over the iterators (a
  *   constant last), e.g. `pad_temp[i*3712LL + ry*3712LL + x*64LL + rc]`, any
  *   other load as kt_codegen_expr_c prints it.
- * - axis_val (NULL: none) folds as in kt_codegen_expr_c_fold (the axes
- *   expanded loops bind).
+ * - axis_val (NULL: none; else one value per axis, NAN where unknown: the
+ *   axes expanded loops bind) folds what it makes constant: loads of
+ *   constant tables (compute stages that read no tensor) print as their
+ *   entry, constant subexpressions as their value, and products lose their
+ *   factors 1 and -1, collect their constant factors into one, and print as
+ *   0 where a factor is 0 (as TVM's simplifier does; NaN or infinity in the
+ *   other factors does not propagate).
  * - an inlined stage in `taken` whose body is a select prints as its true
  *   operand alone: for a statement that runs only where that condition
  *   holds (a padding guard, emit_c.c).

@@ -686,7 +686,7 @@ static int expr_of_stmt(emit_t *e, const kt_lower_stmt_t *s, const kt_expr_t *x,
         axis_c[a] = ax[a].data ? ax[a].data : "0";
     }
     /* Inside expanded loops the axes they bind have known values: constant
-     * tables fold (kt_codegen_expr_c_fold). */
+     * tables fold (kt_codegen_expr_c_lowered). */
     double val[KT_SCHED_MAX_AXES];
     for (int a = 0; a < na && e->nexpand; a++) {
         const kt_lower_index_t *x = &s->axis[a];

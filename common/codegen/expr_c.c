@@ -9,9 +9,6 @@
 #include "codegen_int.h"
 #include "util/err.h"
 
-/* Axis values a fold tracks: every axis of a stage. */
-#define KT_SCHED_FOLD_AXES (KT_TE_MAX_DIMS + KT_TE_MAX_REDUCE)
-
 int kt_codegen_num_bufs(const kt_dag_t *dag)
 {
     int n = 0;
@@ -229,10 +226,10 @@ static void aff_print(const kt_lower_t *L, const aff_t *x0, kt_sbuf_t *out)
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, const double *axv, const env_t *env, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
-                int depth);
+                const char *const *axis_c, const double *axv, const env_t *env, uint64_t mask,
+                uint64_t taken, kt_sbuf_t *out, int depth);
 
-/* ---- folding (kt_codegen_expr_c_fold) -------------------------------------------------
+/* ---- folding (kt_codegen_expr_c_lowered's axis_val) --------------------------------
  *
  * Where some axes have known values (axv[a], NAN when unknown), loads of
  * constant tables (compute stages that read no tensor, as Winograd's
@@ -272,7 +269,7 @@ static int const_eval(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t 
         *v = f32 ? (double)(float)e->fval : (double)e->ival;
         return 1;
     case KT_EX_AXIS:
-        if (e->axis < 0 || e->axis >= KT_SCHED_FOLD_AXES || isnan(axv[e->axis]))
+        if (e->axis < 0 || e->axis >= KT_SCHED_MAX_AXES || isnan(axv[e->axis]))
             return 0;
         *v = axv[e->axis];
         return 1;
@@ -419,13 +416,13 @@ static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *
                             p->kind != KT_STAGE_COMPUTE ? "a placeholder" : "a reduction");
         } else {
             const char *pax[KT_TE_MAX_DIMS];
-            double pv[KT_SCHED_FOLD_AXES];
+            double pv[KT_SCHED_MAX_AXES];
             for (int i = 0; i < e->nargs; i++) {
                 pax[i] = idx[i].data;
                 if (axv && !const_eval(dag, s, e->args[i], axv, depth + 1, &pv[i]))
                     pv[i] = NAN;
             }
-            for (int i = e->nargs; i < KT_SCHED_FOLD_AXES; i++)
+            for (int i = e->nargs; i < KT_SCHED_MAX_AXES; i++)
                 pv[i] = NAN;
             /* a guarded statement (kt_codegen_expr_c_taken) reads the taken
              * operand of a padding select: its condition holds there */
@@ -612,9 +609,9 @@ static int expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e, const char
     const kt_stage_t *s = kt_dag_stage(dag, stage);
     if (!s || !out)
         return kt_err_set(KT_EINVAL, "no stage %d", stage);
-    double axv[KT_SCHED_FOLD_AXES];
+    double axv[KT_SCHED_MAX_AXES];
     if (axis_val) {
-        for (int a = 0; a < KT_SCHED_FOLD_AXES; a++)
+        for (int a = 0; a < KT_SCHED_MAX_AXES; a++)
             axv[a] = a < s->ndim + s->nreduce ? axis_val[a] : NAN;
     }
     env_t *env = NULL;
@@ -639,13 +636,6 @@ int kt_codegen_expr_c_lowered(const kt_dag_t *dag, int stage, const kt_expr_t *e
     if (!L || !axis)
         return kt_err_set(KT_EINVAL, "stage %d: no lowered program", stage);
     return expr_c(dag, stage, e, axis_c, axis_val, L, axis, inline_mask, taken, out);
-}
-
-int kt_codegen_expr_c_fold(const kt_dag_t *dag, int stage, const kt_expr_t *e,
-                           const char *const *axis_c, const double *axis_val,
-                           uint64_t inline_mask, kt_sbuf_t *out)
-{
-    return expr_c(dag, stage, e, axis_c, axis_val, NULL, NULL, inline_mask, 0, out);
 }
 
 int kt_codegen_expr_c(const kt_dag_t *dag, int stage, const kt_expr_t *e,
