@@ -394,8 +394,8 @@ static int emit_product(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_
 }
 
 static int emit_load(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                     const char *const *axis_c, const double *axv, const env_t *env, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
-                     int depth)
+                     const char *const *axis_c, const double *axv, const env_t *env,
+                     uint64_t mask, uint64_t taken, kt_sbuf_t *out, int depth)
 {
     const kt_stage_t *p = kt_dag_stage(dag, e->tensor);
     if (!p || e->nargs != p->ndim)
@@ -481,8 +481,8 @@ done:
 }
 
 static int emit(const kt_dag_t *dag, const kt_stage_t *s, const kt_expr_t *e,
-                const char *const *axis_c, const double *axv, const env_t *env, uint64_t mask, uint64_t taken, kt_sbuf_t *out,
-                int depth)
+                const char *const *axis_c, const double *axv, const env_t *env, uint64_t mask,
+                uint64_t taken, kt_sbuf_t *out, int depth)
 {
     static const char *const infix[KT_EX__COUNT] = {
         [KT_EX_ADD] = " + ", [KT_EX_SUB] = " - ", [KT_EX_MUL] = "*", [KT_EX_DIV] = "/",
