@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "codegen/codegen.h"
 #include "codegen/cuda_cpu.h"
@@ -253,6 +255,33 @@ START_TEST(cuda_cpu_catches_swapped_bindings_and_missing_barriers_in_tiled_matmu
 }
 END_TEST
 
+/* Compilers such as Ubuntu's define _FORTIFY_SOURCE by default, which turns
+ * the runtime's fiber switches into checked longjmps that abort: the same
+ * kernel with barriers must pass through such a compiler. */
+START_TEST(cuda_cpu_runs_under_a_compiler_that_fortifies_by_default)
+{
+    char dir[] = "/tmp/kt-fortify-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cxx[64];
+    snprintf(cxx, sizeof cxx, "%s/g++", dir);
+    FILE *f = fopen(cxx, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\nexec g++ -D_FORTIFY_SOURCE=2 \"$@\"\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(cxx, 0755), 0);
+    ck_assert_int_eq(setenv("KT_CXX", cxx, 1), 0);
+
+    kt_dag_t *mm = kt_ops_matmul(32, 32, 96, 0, NULL, 0);
+    kt_codegen_cuda_t cu;
+    find_state(mm, (const char *const[]){"__syncthreads();", NULL}, 32, &cu);
+    kt_codegen_ref_free(passes_as_printed(mm, &cu));
+    kt_codegen_cuda_clear(&cu);
+    kt_dag_free(mm);
+    unlink(cxx);
+    rmdir(dir);
+}
+END_TEST
+
 /* ---- warp shuffles ----------------------------------------------------------------- */
 
 START_TEST(cuda_cpu_catches_shuffle_and_barrier_bugs_in_softmax_and_layer_norm)
@@ -398,6 +427,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, cuda_cpu_builtins_exchange_like_cuda_and_report_faults);
     tcase_add_test(tc, cuda_cpu_catches_swapped_bindings_and_missing_barriers_in_tiled_matmul);
+    tcase_add_test(tc, cuda_cpu_runs_under_a_compiler_that_fortifies_by_default);
     tcase_add_test(tc, cuda_cpu_catches_shuffle_and_barrier_bugs_in_softmax_and_layer_norm);
     tcase_add_test(tc, cuda_cpu_reports_misaligned_vector_fetch);
     tcase_add_test(tc, cuda_cpu_catches_launch_dimensions_off_by_one);

@@ -11,6 +11,12 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+/* Fortified longjmp refuses a jump to another stack, which is every fiber
+ * switch here: say so at build time instead of aborting at the first one. */
+#if defined(__USE_FORTIFY_LEVEL) && __USE_FORTIFY_LEVEL > 0
+#error "the CUDA-on-CPU runtime must be compiled without _FORTIFY_SOURCE (-U_FORTIFY_SOURCE)"
+#endif
+
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
