@@ -416,9 +416,10 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
     }
     snprintf(name, cap, "%s", info.name);
     if (!quiet && is_cuda(a))
-        printf("wrote %s/%s.cu, %s_host.c, %s.h, %s.safetensors%s%s%s for %s: ", dir, info.name,
-               info.name, info.name, info.name, info.cubin ? " and " : "",
-               info.cubin ? info.name : "", info.cubin ? ".cubin" : " (no NVRTC: no cubin)",
+        printf("wrote %s/%s.cu, %s_host.c, %s.h, %s.safetensors%s%s%s%s%s for %s: ", dir,
+               info.name, info.name, info.name, info.name, info.cubin ? ", " : "",
+               info.cubin ? info.name : "", info.cubin ? ".cubin and " : " (no NVRTC: no cubin)",
+               info.cubin ? info.name : "", info.cubin ? ".ptx" : "",
                a->arch ? a->arch : KT_NVRTC_DEFAULT_ARCH);
     else if (!quiet)
         printf("wrote %s/%s.c, %s.h and %s.safetensors: ", dir, info.name, info.name, info.name);

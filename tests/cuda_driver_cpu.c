@@ -6,7 +6,10 @@
  * compiled by g++ through codegen/cuda_cpu.h into a module library
  * (kt_cuda_cpu_module_compile) that the test writes beside the cubin as
  * NAME.cpu.so; cuModuleLoad("NAME.cubin") checks the cubin is there (as the
- * driver would read it) and loads that library instead.
+ * driver would read it) and loads that library instead; so does
+ * cuModuleLoad("NAME.ptx") for a file that looks like PTX. With
+ * $KT_CUDA_CPU_NEWER_GPU set, a cubin is refused with
+ * CUDA_ERROR_NO_BINARY_FOR_GPU, as on a GPU newer than its architecture.
  *
  * What it models, so a wrong host file fails here as it would on a GPU:
  * - cuInit before anything; device 0 only; the primary context counted by
@@ -250,16 +253,35 @@ CUresult cuModuleLoad(CUmodule *module, const char *fname)
     struct stat st;
     if (stat(fname, &st) != 0 || !S_ISREG(st.st_mode))
         return CUDA_ERROR_FILE_NOT_FOUND;
-    size_t len = strlen(fname);
-    if (len < 6 || strcmp(fname + len - 6, ".cubin") != 0) {
-        say("cuModuleLoad: only NAME.cubin maps to a CPU module (NAME.cpu.so)");
+    size_t len = strlen(fname), ext = 0;
+    if (len >= 6 && strcmp(fname + len - 6, ".cubin") == 0) {
+        /* $KT_CUDA_CPU_NEWER_GPU: a GPU newer than any cubin, as an sm_80
+         * cubin is to an sm_90 device; only PTX (JIT-compiled) loads */
+        if (getenv("KT_CUDA_CPU_NEWER_GPU"))
+            return CUDA_ERROR_NO_BINARY_FOR_GPU;
+        ext = 6;
+    } else if (len >= 4 && strcmp(fname + len - 4, ".ptx") == 0) {
+        FILE *f = fopen(fname, "r");
+        char head[4096] = "";
+        size_t got = f ? fread(head, 1, sizeof head - 1, f) : 0;
+        if (f)
+            fclose(f);
+        head[got] = '\0';
+        if (!strstr(head, ".version") || !strstr(head, ".target")) {
+            say("cuModuleLoad: a .ptx file without .version and .target");
+            return CUDA_ERROR_INVALID_PTX;
+        }
+        ext = 4;
+    } else {
+        say("cuModuleLoad: only NAME.cubin and NAME.ptx map to a CPU module (NAME.cpu.so)");
         return CUDA_ERROR_INVALID_IMAGE;
     }
     char *so = malloc(len + 10);
     if (!so)
         return CUDA_ERROR_OUT_OF_MEMORY;
     /* "./" for a bare name: dlopen would search the library path instead */
-    snprintf(so, len + 10, "%s%.*s.cpu.so", strchr(fname, '/') ? "" : "./", (int)(len - 6), fname);
+    snprintf(so, len + 10, "%s%.*s.cpu.so", strchr(fname, '/') ? "" : "./", (int)(len - ext),
+             fname);
     if (stat(so, &st) != 0) {
         char msg[MSG_CAP];
         snprintf(msg, sizeof msg, "cuModuleLoad(%s): no CPU build %s", fname, so);

@@ -891,6 +891,72 @@ START_TEST(runtime_cuda_build_of_every_simple_layer_runs_on_the_cpu)
 }
 END_TEST
 
+/* A convolution to one channel ahead of two others: safetensors packs
+ * tensors back to back, so the second convolution's weight starts 108 bytes
+ * into the file; the loader must still hand every kernel a 64-byte aligned
+ * weight (the stand-in driver faults on a misaligned float4 fetch, as a GPU
+ * does). */
+static const char *const ODD_WEIGHT_NET =
+    "{\"name\": \"oddw\", \"layers\": [\n"
+    " {\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 3, 8, 8]},\n"
+    " {\"name\": \"c1\", \"op\": \"conv2d\", \"channels\": 1, \"kernel\": [3, 3],"
+    " \"padding\": [1, 1]},\n"
+    " {\"name\": \"c2\", \"op\": \"conv2d\", \"channels\": 64, \"kernel\": [3, 3],"
+    " \"padding\": [1, 1]},\n"
+    " {\"name\": \"r\", \"op\": \"relu\"},\n"
+    " {\"name\": \"c3\", \"op\": \"conv2d\", \"channels\": 64, \"kernel\": [3, 3],"
+    " \"padding\": [1, 1]}\n]}\n";
+
+START_TEST(runtime_cuda_build_aligns_weights_that_follow_an_odd_one)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    char dir[512], db[512], netfile[512], x[512], y_cpu[512];
+    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
+    snprintf(netfile, sizeof netfile, "%s/oddw.json", kt_test_dir);
+    snprintf(x, sizeof x, "%s/x.npy", kt_test_dir);
+    snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
+    snprintf(db, sizeof db, "%s", empty_store());
+    ck_assert_int_eq(kt_file_write(netfile, ODD_WEIGHT_NET, strlen(ODD_WEIGHT_NET)), 0);
+    static float in[3 * 8 * 8];
+    kt_rng_t r;
+    kt_rng_seed(&r, 5);
+    for (int i = 0; i < 3 * 8 * 8; i++)
+        in[i] = (float)(kt_rng_double(&r) * 2 - 1);
+    int64_t dims[4] = {1, 3, 8, 8};
+    ck_assert_int_eq(kt_npy_write(x, in, dims, 4), 0);
+    char *out = NULL;
+    char *cpurun[] = {"run", "--network-file", netfile, "--seed", "3", "--db", db, "--input", x,
+                      "--output", y_cpu, "--repeat", "1", NULL};
+    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
+    free(out);
+    char *cubuild[] = {"build", "--network-file", netfile, "--seed", "3", "--target", "cuda",
+                       "--arch", "sm_80", "--db", db, "--out", dir, NULL};
+    cuda_on_cpu(cubuild, dir, "oddw", x);
+    /* the case this test is for: the convolution reads its weight with float4 */
+    char *cu = file_bytes(path_in(dir, "oddw.cu"), NULL);
+    ck_assert_msg(strstr(cu, "float4") != NULL, "no float4 fetch in the kernels");
+    free(cu);
+    double d = bin_rel_diff(path_in(dir, "y.bin"), y_cpu);
+    ck_assert_msg(d <= TOL, "CUDA build on the CPU: %g from the CPU build", d);
+
+    /* On a GPU newer than the cubin's sm_80 the runner loads oddw.ptx, which
+     * the build wrote beside it; without it, creating the network fails. */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cd '%s' && rm y.bin && KT_CUDA_CPU_NEWER_GPU=1 ./main x.bin "
+             "oddw.safetensors /nonexistent.safetensors > run2.log 2>&1", dir);
+    ck_assert_msg(system(cmd) == 0, "%s", file_bytes(path_in(dir, "run2.log"), NULL));
+    d = bin_rel_diff(path_in(dir, "y.bin"), y_cpu);
+    ck_assert_msg(d <= TOL, "CUDA build from PTX on the CPU: %g from the CPU build", d);
+    ck_assert_int_eq(unlink(path_in(dir, "oddw.ptx")), 0);
+    ck_assert_int_ne(system(cmd), 0);
+    char *log = file_bytes(path_in(dir, "run2.log"), NULL);
+    ck_assert_msg(strstr(log, "oddw.ptx"), "%s", log);
+    free(log);
+}
+END_TEST
+
 /* ---- bad input ---------------------------------------------------------------------------- */
 
 START_TEST(runtime_bad_input_names_the_cause_and_leaves_the_store)
@@ -987,6 +1053,7 @@ int main(void)
     tcase_add_checked_fixture(cc, test_setup, NULL);
     tcase_add_test(cc, runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build);
     tcase_add_test(cc, runtime_cuda_build_of_every_simple_layer_runs_on_the_cpu);
+    tcase_add_test(cc, runtime_cuda_build_aligns_weights_that_follow_an_odd_one);
     suite_add_tcase(s, cc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);

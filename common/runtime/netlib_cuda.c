@@ -333,17 +333,22 @@ static int emit_host(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_t 
         "        cuDevicePrimaryCtxRelease(m->dev);\n    }\n    free(m->blob);\n    free(m);\n}\n\n"
         "static int kt_setup(NET_t *m, const char *weights_path)\n{\n"
         "    if (kt_load(m, weights_path) != 0)\n        return -1;\n"
-        "    /* The kernels: NET.cubin beside the weights file. */\n"
+        "    /* The kernels: NET.cubin beside the weights file; on a GPU newer than\n"
+        "     * the cubin's architecture, NET.ptx, which the driver compiles. */\n"
         "    size_t len = strlen(weights_path);\n    char *cubin = malloc(len + 8);\n"
         "    if (!cubin)\n        return kt_fail(\"out of memory\");\n"
         "    memcpy(cubin, weights_path, len + 1);\n"
         "    if (len > 12 && strcmp(cubin + len - 12, \".safetensors\") == 0)\n"
-        "        cubin[len - 12] = '\\0';\n    strcat(cubin, \".cubin\");\n"
+        "        cubin[len - 12] = '\\0';\n    len = strlen(cubin);\n"
+        "    strcat(cubin, \".cubin\");\n"
         "    CUresult r = cuInit(0);\n"
         "    if (r == CUDA_SUCCESS)\n        r = cuDeviceGet(&m->dev, 0);\n"
         "    if (r == CUDA_SUCCESS)\n        r = cuDevicePrimaryCtxRetain(&m->ctx, m->dev);\n"
         "    if (r == CUDA_SUCCESS)\n        r = cuCtxSetCurrent(m->ctx);\n"
         "    if (r == CUDA_SUCCESS)\n        r = cuModuleLoad(&m->mod, cubin);\n"
+        "    if (r == CUDA_ERROR_NO_BINARY_FOR_GPU) {\n"
+        "        strcpy(cubin + len, \".ptx\");\n        r = cuModuleLoad(&m->mod, cubin);\n"
+        "    }\n"
         "    if (r != CUDA_SUCCESS) {\n        kt_ck(r, cubin);\n        free(cubin);\n"
         "        return -1;\n    }\n    free(cubin);\n"
         "    for (int i = 0; i < KT_NF; i++)\n"
@@ -472,11 +477,15 @@ int kt_netlib_write_cuda(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
         /* The cubin now, so a compile error shows at build time, not on the GPU host. */
         kt_nvrtc_result_t r;
         memset(&r, 0, sizeof r);
-        int c = kt_nvrtc_compile(cu.data, arch, NULL, 0, &r);
+        int c = kt_nvrtc_compile(cu.data, arch, NULL, KT_NVRTC_KEEP_PTX, &r);
         if (c == KT_OK) {
+            /* and its PTX, which the driver compiles for a newer GPU than arch */
             char path[4096];
             snprintf(path, sizeof path, "%s/%s.cubin", dir, inf.name);
             if (kt_file_write(path, r.cubin, r.cubin_len) != 0)
+                rc = kt_err_prefix("writing %s", path);
+            snprintf(path, sizeof path, "%s/%s.ptx", dir, inf.name);
+            if (rc == KT_OK && kt_file_write(path, r.ptx, r.ptx_len) != 0)
                 rc = kt_err_prefix("writing %s", path);
             inf.cubin = 1;
         } else if (c != KT_EUNSUP) {
