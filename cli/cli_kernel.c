@@ -288,7 +288,9 @@ static int verify_gpu(const opts_t *o, gpu_t *g, const kt_dag_t *dag, kt_codegen
     kt_sbuf_t line;
     kt_sbuf_init(&line);
     kt_nvrtc_result_t r;
-    int rc = kt_nvrtc_compile(cu.src, o->arch, NULL, 0, &r);
+    /* NVRTC in a child: after a compile in this process, the runner's
+     * measuring processes forked from it could not initialize CUDA. */
+    int rc = kt_nvrtc_compile_isolated(cu.src, o->arch, NULL, 0, &r);
     if (rc == KT_EUNSUP) {
         kt_sbuf_printf(&line, "; not compiled by NVRTC (%s)", kt_err_msg());
     } else if (rc != 0) {
@@ -317,7 +319,8 @@ static int verify_gpu(const opts_t *o, gpu_t *g, const kt_dag_t *dag, kt_codegen
             /* the device's own architecture: a cubin runs only there */
             kt_nvrtc_result_t dr;
             int same = strcmp(g->device_arch, o->arch) == 0;
-            int drc = same ? 0 : kt_nvrtc_compile(cu.src, g->device_arch, NULL, 0, &dr);
+            int drc = same ? 0
+                          : kt_nvrtc_compile_isolated(cu.src, g->device_arch, NULL, 0, &dr);
             double gerr = 0;
             if (drc == 0 && gpu_run(g, dag, ref_so, ref_len, same ? &r : &dr, &cu, &gerr) == 0) {
                 kt_sbuf_printf(&gl, "; GPU %s max error %.3g", g->device_arch, gerr);

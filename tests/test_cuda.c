@@ -346,6 +346,44 @@ START_TEST(nvrtc_syntax_error_carries_program_log)
 }
 END_TEST
 
+/* The compile in a child (for processes that fork CUDA children later)
+ * hands back what the compile in the process gives: the same cubin, PTX and
+ * usage, the log; a source error with its log. */
+START_TEST(nvrtc_isolated_compile_gives_the_in_process_result)
+{
+#if !KT_HAVE_CUDA
+    kt_nvrtc_result_t res;
+    ck_assert_int_eq(kt_nvrtc_compile_isolated(VADD_CU, NULL, NULL, 0, &res), KT_EUNSUP);
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "built without CUDA"));
+    kt_fail_without_cuda("NVRTC compile tests");
+#else
+    kt_nvrtc_result_t a, b;
+    ck_assert_int_eq(kt_nvrtc_compile(VADD_TWO_CU, "sm_80", NULL, KT_NVRTC_KEEP_PTX, &a), 0);
+    ck_assert_int_eq(kt_nvrtc_compile_isolated(VADD_TWO_CU, "sm_80", NULL, KT_NVRTC_KEEP_PTX, &b),
+                     0);
+    ck_assert_uint_eq(a.cubin_len, b.cubin_len);
+    ck_assert(memcmp(a.cubin, b.cubin, a.cubin_len) == 0);
+    ck_assert_uint_eq(a.ptx_len, b.ptx_len);
+    ck_assert_str_eq(a.ptx, b.ptx);
+    /* the logs differ only in ptxas's compile times */
+    ck_assert_ptr_nonnull(strstr(b.log, "Compiling entry function 'add_b' for 'sm_80'"));
+    ck_assert_int_eq(b.n_kernels, 2);
+    ck_assert(memcmp(a.kernels, b.kernels, sizeof(kt_nvrtc_kernel_t) * 2) == 0);
+    kt_nvrtc_result_clear(&a);
+    kt_nvrtc_result_clear(&b);
+    ck_assert_int_eq(kt_nvrtc_compile_isolated(VADD_CU, "compute_80", NULL, 0, &b), 0);
+    ck_assert_ptr_null(b.cubin);
+    ck_assert_ptr_nonnull(strstr(b.ptx, ".target sm_80"));
+    kt_nvrtc_result_clear(&b);
+    ck_assert_int_eq(kt_nvrtc_compile_isolated(SYNTAX_ERROR_CU, "sm_80", NULL, 0, &b), KT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "undeclared_thing"));
+    ck_assert_ptr_nonnull(strstr(b.log, "error"));
+    ck_assert_ptr_null(b.cubin);
+    kt_nvrtc_result_clear(&b);
+#endif
+}
+END_TEST
+
 START_TEST(nvrtc_refuses_architectures_it_cannot_target)
 {
 #if !KT_HAVE_CUDA
@@ -863,6 +901,7 @@ int main(void)
     tcase_add_test(tc, hw_params_device_info_round_trip);
     tcase_add_test(tc, nvrtc_compiles_kernel_to_cubin_with_resource_usage);
     tcase_add_test(tc, nvrtc_syntax_error_carries_program_log);
+    tcase_add_test(tc, nvrtc_isolated_compile_gives_the_in_process_result);
     tcase_add_test(tc, nvrtc_refuses_architectures_it_cannot_target);
     tcase_add_test(tc, builder_builds_cuda_once_through_the_cache);
     tcase_add_test(tc, builder_cuda_options_checked_and_timeout_kills_nvrtc);

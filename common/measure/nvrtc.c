@@ -1,8 +1,11 @@
 #include "measure/nvrtc.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kt_config.h"
 #include "util/err.h"
@@ -25,6 +28,131 @@ const kt_nvrtc_kernel_t *kt_nvrtc_result_kernel(const kt_nvrtc_result_t *r, cons
         if (strcmp(r->kernels[i].name, name) == 0)
             return &r->kernels[i];
     return NULL;
+}
+
+/* ---- compile in a child ---- */
+
+/* What the child sends ahead of the bytes of cubin, PTX, log and kernels. */
+typedef struct {
+    int rc, n_kernels, has_ptx;
+    size_t cubin_len, ptx_len, log_len;
+    char err[1024];
+} isolated_head_t;
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static void isolated_child(int fd, const char *source, const char *arch, const char *options,
+                           int flags)
+{
+    kt_nvrtc_result_t r;
+    isolated_head_t h;
+    memset(&h, 0, sizeof h);
+    h.rc = kt_nvrtc_compile(source, arch, options, flags, &r);
+    snprintf(h.err, sizeof h.err, "%s", h.rc ? kt_err_msg() : "");
+    h.cubin_len = r.cubin ? r.cubin_len : 0;
+    h.has_ptx = r.ptx != NULL;
+    h.ptx_len = r.ptx ? r.ptx_len : 0;
+    h.log_len = r.log ? strlen(r.log) : 0;
+    h.n_kernels = r.kernels ? r.n_kernels : 0;
+    int bad = write_all(fd, &h, sizeof h) || write_all(fd, r.cubin, h.cubin_len) ||
+              write_all(fd, r.ptx, h.ptx_len) || write_all(fd, r.log, h.log_len) ||
+              write_all(fd, r.kernels, sizeof(kt_nvrtc_kernel_t) * (size_t)h.n_kernels);
+    _exit(bad ? 3 : 0);
+}
+
+/* A malloc'd copy of n bytes from fd plus a NUL; NULL on failure. */
+static char *read_part(int fd, size_t n)
+{
+    char *b = malloc(n + 1);
+    if (b && read_all(fd, b, n) == 0) {
+        b[n] = '\0';
+        return b;
+    }
+    free(b);
+    return NULL;
+}
+
+int kt_nvrtc_compile_isolated(const char *source, const char *arch, const char *options,
+                              int flags, kt_nvrtc_result_t *out)
+{
+    if (!source || !out)
+        return kt_err_set(KT_EINVAL, "NVRTC: no source");
+    memset(out, 0, sizeof *out);
+    int fds[2];
+    if (pipe(fds) != 0)
+        return kt_err_set(KT_EIO, "NVRTC: pipe: %s", strerror(errno));
+    fflush(NULL); /* or the child's exit could write buffered output twice */
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return kt_err_set(KT_EIO, "NVRTC: fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        isolated_child(fds[1], source, arch, options, flags);
+    }
+    close(fds[1]);
+    isolated_head_t h;
+    int ok = read_all(fds[0], &h, sizeof h) == 0;
+    if (ok) {
+        out->cubin = h.cubin_len ? (unsigned char *)read_part(fds[0], h.cubin_len) : NULL;
+        out->cubin_len = out->cubin ? h.cubin_len : 0;
+        out->ptx = h.has_ptx ? read_part(fds[0], h.ptx_len) : NULL;
+        out->ptx_len = out->ptx ? h.ptx_len : 0;
+        out->log = read_part(fds[0], h.log_len);
+        if (h.n_kernels > 0) {
+            out->kernels = calloc((size_t)h.n_kernels, sizeof(kt_nvrtc_kernel_t));
+            if (out->kernels &&
+                read_all(fds[0], out->kernels, sizeof(kt_nvrtc_kernel_t) * (size_t)h.n_kernels) == 0)
+                out->n_kernels = h.n_kernels;
+        }
+        ok = (out->cubin || !h.cubin_len) && (out->ptx || !h.has_ptx) && out->log &&
+             out->n_kernels == h.n_kernels;
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        kt_nvrtc_result_clear(out);
+        return kt_err_set(KT_EIO, "NVRTC: the compiling process ended without an answer (%s %d)",
+                          WIFSIGNALED(status) ? "signal" : "status",
+                          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+    if (h.rc != 0) {
+        h.err[sizeof h.err - 1] = '\0';
+        return kt_err_set(h.rc, "%s", h.err);
+    }
+    return 0;
 }
 
 #if KT_HAVE_CUDA

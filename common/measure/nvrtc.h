@@ -82,6 +82,15 @@ int kt_nvrtc_check_arch(const char *arch);
 int kt_nvrtc_compile(const char *source, const char *arch, const char *options, int flags,
                      kt_nvrtc_result_t *out);
 
+/* kt_nvrtc_compile in a child process, the result passed back through a
+ * pipe: same returns, same result. For a process that forks CUDA children
+ * afterwards (the runner's measuring processes): NVRTC's compile can leave
+ * the CUDA driver initialized in the calling process, after which cuInit
+ * fails with CUDA_ERROR_NOT_INITIALIZED in every child it forks. KT_EIO when
+ * the child cannot be made or ends without an answer. */
+int kt_nvrtc_compile_isolated(const char *source, const char *arch, const char *options,
+                              int flags, kt_nvrtc_result_t *out);
+
 /* The kernel named `name` in a result, or NULL. */
 const kt_nvrtc_kernel_t *kt_nvrtc_result_kernel(const kt_nvrtc_result_t *r, const char *name);
 
