@@ -346,6 +346,14 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
     kt_net_t *net = kt_cli_net_load(cmd, &a->net);
     if (!net)
         return 1;
+    /* Random weights stand in only where the network has none of its own. */
+    if (a->net.onnx && !kt_net_has_params(net)) {
+        fprintf(stderr, "ktune %s: %s: the model's weights are not all at hand (%s): building it "
+                "needs them (tuning needs only its shapes)\n", cmd, a->net.onnx,
+                kt_net_params_note(net));
+        kt_net_free(net);
+        return 1;
+    }
     int rc = 1;
     kt_net_plan_t *plan = NULL;
     kt_net_tasks_t *t =

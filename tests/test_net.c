@@ -1381,7 +1381,7 @@ START_TEST(net_onnx_torch_parameters_match_the_modules)
 }
 END_TEST
 
-START_TEST(net_onnx_external_weights_import_without_values)
+START_TEST(net_onnx_external_weights_are_read_or_said_missing)
 {
     char *p = model("external.onnx");
     if (!p)
@@ -1390,11 +1390,46 @@ START_TEST(net_onnx_external_weights_import_without_values)
     ck_assert_msg(net != NULL, "%s", kt_err_msg());
     ck_assert_int_eq(kt_net_has_params(net), 0);
     ck_assert_ptr_null(kt_net_layer_param(net, layer_named(net, "conv"), "weight", NULL));
+    /* which tensor, which file, why: what `ktune build` tells the user */
+    const char *note = kt_net_params_note(net);
+    ck_assert_msg(note && strstr(note, "tensor 'w'") && strstr(note, "weights.bin") &&
+                  strstr(note, "No such file"), "%s", note ? note : "(none)");
     kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
     ck_assert_ptr_nonnull(t);
     ck_assert_int_eq(t->ntasks, 1);
     kt_net_tasks_free(t);
     kt_net_free(net);
+    free(p);
+    /* Present, at an offset into its file: the values are the layer's. */
+    p = model("ext_present.onnx");
+    net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_net_has_params(net), 1);
+    ck_assert_ptr_null(kt_net_params_note(net));
+    int64_t nw = 0;
+    const float *w = kt_net_layer_param(net, layer_named(net, "conv"), "weight", &nw);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(nw, 8);
+    float sum = 0;
+    for (int i = 0; i < 8; i++)
+        sum += w[i];
+    ck_assert_float_eq(sum, -1.0f);   /* -1, -0.75, ..., 0.75 in whatever layout */
+    kt_net_free(net);
+    /* The same bytes parsed without a file: no directory to read them from. */
+    size_t len = 0;
+    char *bytes = kt_file_read(p, &len);
+    ck_assert_ptr_nonnull(bytes);
+    net = kt_net_onnx_parse(bytes, len, NULL, 0, 0);
+    ck_assert_ptr_nonnull(net);
+    ck_assert_int_eq(kt_net_has_params(net), 0);
+    ck_assert_ptr_nonnull(strstr(kt_net_params_note(net), "not read from a file"));
+    kt_net_free(net);
+    free(bytes);
+    free(p);
+    /* A location outside the model's directory is refused, not read. */
+    p = model("ext_escape.onnx");
+    ck_assert_ptr_null(kt_net_onnx_load(p, NULL, 0, 0));
+    ck_assert_msg(strstr(kt_err_msg(), "outside the model's directory"), "%s", kt_err_msg());
     free(p);
     /* A parameter shorter than its shape is malformed, whichever field holds it. */
     static const char *const shorts[] = {"short_raw.onnx", "short_floats.onnx"};
@@ -1530,7 +1565,7 @@ int main(void)
     tcase_add_test(to, net_onnx_rejects_truncated_and_random_files);
     tcase_add_test(to, net_onnx_keeps_parameters_in_canonical_layouts);
     tcase_add_test(to, net_onnx_torch_parameters_match_the_modules);
-    tcase_add_test(to, net_onnx_external_weights_import_without_values);
+    tcase_add_test(to, net_onnx_external_weights_are_read_or_said_missing);
     suite_add_tcase(s, to);
 
     SRunner *sr = srunner_create(s);

@@ -79,6 +79,7 @@ void kt_net_free(kt_net_t *net)
     free(net->layers);
     json_decref(net->index);
     free(net->is_output);
+    free(net->params_note);
     free(net->name);
     free(net);
 }
@@ -603,6 +604,11 @@ int kt_net_layer_shape(const kt_net_t *net, int i, int64_t *dims)
 }
 
 int kt_net_has_params(const kt_net_t *net) { return net && net->has_params; }
+
+const char *kt_net_params_note(const kt_net_t *net)
+{
+    return net && !net->has_params && net->params_note ? net->params_note : NULL;
+}
 
 const float *kt_net_layer_param(const kt_net_t *net, int i, const char *role, int64_t *numel)
 {

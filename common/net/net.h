@@ -115,10 +115,16 @@ int kt_net_layer_shape(const kt_net_t *net, int i, int64_t *dims);
  *                position table added to the data); graph inputs have none
  * Folding is applied: a Gemm's alpha and beta are in its weight and bias, a
  * subtracted constant is negated and a divisor inverted (bias_add / scale
- * "value"). An ONNX model whose values are not all in the file (external
- * data, or constants computed by nodes the importer does not fold) carries
- * none: kt_net_has_params() is 0 and its tasks are still extracted. */
+ * "value"). Tensors in external data files (ONNX's data_location EXTERNAL:
+ * `location` relative to the model's directory, `offset`, `length`) are read
+ * by kt_net_onnx_load; a location outside that directory, or a range beyond
+ * its file, is an error. An ONNX model whose values are not all at hand (an
+ * external data file that is missing, kt_net_onnx_parse of bytes with
+ * external data, or constants computed by nodes the importer does not fold)
+ * carries none: kt_net_has_params() is 0, kt_net_params_note() says which
+ * value was missing and why, and its tasks are still extracted. */
 int kt_net_has_params(const kt_net_t *net);   /* 1 when values are carried */
+const char *kt_net_params_note(const kt_net_t *net);   /* NULL when carried */
 /* The values of parameter `role` of layer i and their count; NULL (kt_err not
  * set) when the layer has no such parameter or the network carries none. The
  * pointer lives as long as the network. */

@@ -104,6 +104,7 @@ struct kt_net {
     char *is_output;     /* per layer: the network returns it (set by net_seal) */
     int noutputs_marked; /* 0: outputs are the layers nobody consumes */
     int has_params;      /* every layer's constant values are attached (ONNX import) */
+    char *params_note;   /* why not, when not: the first value the file did not hold */
 };
 
 /* ---- building -------------------------------------------------------------- */

@@ -4,6 +4,7 @@
  * Concat -> Reshape chains exporters write resolve to plain reshapes; the
  * layers' parameters (weights, biases, norm statistics) are converted to
  * float32 in their canonical layouts from the tensors that hold them. */
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -44,6 +45,7 @@ typedef struct {
     cval_t *consts;
     int nconsts, cap;
     int params_missing;     /* a layer parameter's values are not in the file */
+    char missing[512];      /* the first external tensor that could not be read, and why */
     char *skip;             /* per node: inside a collapsed gelu pattern */
     const char **gelu_in;   /* per node: the gelu's input when the node ends a pattern */
 } imp_t;
@@ -2490,11 +2492,133 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     if (im->net->n == 0)
         return kt_err_set(KT_EINVAL, "the model has no layers");
     im->net->has_params = !im->params_missing;
+    if (im->params_missing &&
+        !(im->net->params_note = kt_strdup(im->missing[0] ? im->missing
+                                           : "a constant is computed by nodes ktune does not fold")))
+        return kt_err_set(KT_ENOMEM, "out of memory");
     return net_seal(im->net);
 }
 
-kt_net_t *kt_net_onnx_parse(const void *data, size_t len, const kt_net_input_t *inputs,
-                            int ninputs, int batch)
+/* ---- external data -------------------------------------------------------- */
+
+/* Tensor t's external_data entry `key`, or NULL. */
+static const char *ext_entry(const Onnx__TensorProto *t, const char *key)
+{
+    for (size_t i = 0; i < t->n_external_data; i++)
+        if (t->external_data[i]->key && strcmp(t->external_data[i]->key, key) == 0)
+            return t->external_data[i]->value;
+    return NULL;
+}
+
+/* A non-negative integer external_data entry; def when absent. */
+static int ext_int(const Onnx__TensorProto *t, const char *key, long long def, long long *out)
+{
+    const char *v = ext_entry(t, key);
+    *out = def;
+    if (!v)
+        return KT_OK;
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || x < 0 || errno)
+        return kt_err_set(KT_EINVAL, "tensor '%s': external data %s '%s' is not a byte count",
+                          t->name ? t->name : "", key, v);
+    *out = x;
+    return KT_OK;
+}
+
+/* Read the bytes of an EXTERNAL tensor from its file under dir into raw_data,
+ * so the rest of the importer sees an ordinary tensor. A missing file leaves
+ * the tensor as it is (its values are then missing, and *missing says why). */
+static int ext_load(Onnx__TensorProto *t, const char *dir, char *missing, size_t cap)
+{
+    const char *name = t->name ? t->name : "";
+    const char *loc = ext_entry(t, "location");
+    if (!loc || !*loc)
+        return kt_err_set(KT_EINVAL, "tensor '%s': external data without a location", name);
+    /* The spec's location is relative to the model's directory; reading
+     * files elsewhere on the strength of a model file is refused. */
+    if (loc[0] == '/' || strcmp(loc, "..") == 0 || strncmp(loc, "../", 3) == 0 ||
+        strstr(loc, "/../") || (strlen(loc) >= 3 && strcmp(loc + strlen(loc) - 3, "/..") == 0))
+        return kt_err_set(KT_EINVAL, "tensor '%s': external data location '%s' is outside the "
+                          "model's directory", name, loc);
+    long long off, length;
+    int rc = ext_int(t, "offset", 0, &off);
+    if (rc == KT_OK)
+        rc = ext_int(t, "length", -1, &length);
+    if (rc)
+        return rc;
+    if (!dir) {
+        if (!missing[0])
+            snprintf(missing, cap, "tensor '%.100s' is stored in '%.240s' (external data), and "
+                     "the model was not read from a file", name, loc);
+        return KT_OK;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, loc);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (!missing[0])
+            snprintf(missing, cap, "tensor '%.100s' is stored in %.240s (external data), which "
+                     "cannot be opened: %.80s", name, path, strerror(errno));
+        return KT_OK;
+    }
+    long long size = -1;
+    if (fseeko(f, 0, SEEK_END) == 0)
+        size = (long long)ftello(f);
+    if (length < 0)
+        length = size - off;
+    if (size < 0 || off > size || length < 0 || length > size - off) {
+        fclose(f);
+        return kt_err_set(KT_EINVAL, "tensor '%s': external data bytes %lld..%lld are not inside "
+                          "%s (%lld bytes)", name, off, off + (length < 0 ? 0 : length), path,
+                          size);
+    }
+    uint8_t *b = malloc(length > 0 ? (size_t)length : 1);
+    if (!b) {
+        fclose(f);
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    if (fseeko(f, (off_t)off, SEEK_SET) != 0 || fread(b, 1, (size_t)length, f) != (size_t)length) {
+        fclose(f);
+        free(b);
+        return kt_err_set(KT_EIO, "tensor '%s': cannot read %s", name, path);
+    }
+    fclose(f);
+    /* protobuf-c frees raw_data with the default allocator: malloc's. */
+    if (t->has_raw_data && t->raw_data.data)
+        free(t->raw_data.data);
+    t->raw_data.data = b;
+    t->raw_data.len = (size_t)length;
+    t->has_raw_data = 1;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
+    return KT_OK;
+}
+
+/* Every external tensor of the graph: initializers and Constant values. */
+static int ext_load_all(Onnx__ModelProto *m, const char *dir, char *missing, size_t cap)
+{
+    Onnx__GraphProto *g = m->graph;
+    if (!g)
+        return KT_OK;
+    int rc = KT_OK;
+    for (size_t i = 0; rc == KT_OK && i < g->n_initializer; i++)
+        if (g->initializer[i]->has_data_location &&
+            g->initializer[i]->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+            rc = ext_load(g->initializer[i], dir, missing, cap);
+    for (size_t i = 0; rc == KT_OK && i < g->n_node; i++)
+        for (size_t a = 0; rc == KT_OK && a < g->node[i]->n_attribute; a++) {
+            Onnx__TensorProto *t = g->node[i]->attribute[a]->t;
+            if (t && t->has_data_location &&
+                t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+                rc = ext_load(t, dir, missing, cap);
+        }
+    return rc;
+}
+
+/* kt_net_onnx_parse with external data read from under dir (NULL: none). */
+static kt_net_t *parse_model(const void *data, size_t len, const char *dir,
+                             const kt_net_input_t *inputs, int ninputs, int batch)
 {
     if (!data || len == 0) {
         kt_err_set(KT_EINVAL, "not an ONNX model: the file is empty");
@@ -2508,7 +2632,9 @@ kt_net_t *kt_net_onnx_parse(const void *data, size_t len, const kt_net_input_t *
     }
     imp_t im;
     memset(&im, 0, sizeof(im));
-    int rc = import(&im, m, inputs, ninputs, batch);
+    int rc = ext_load_all(m, dir, im.missing, sizeof im.missing);
+    if (rc == KT_OK)
+        rc = import(&im, m, inputs, ninputs, batch);
     if (rc && kt_err_code() != KT_ENOMEM && strncmp(kt_err_msg(), "ONNX", 4) != 0)
         kt_err_prefix("ONNX model");
     json_decref(im.vals);
@@ -2530,6 +2656,12 @@ kt_net_t *kt_net_onnx_parse(const void *data, size_t len, const kt_net_input_t *
     return im.net;
 }
 
+kt_net_t *kt_net_onnx_parse(const void *data, size_t len, const kt_net_input_t *inputs,
+                            int ninputs, int batch)
+{
+    return parse_model(data, len, NULL, inputs, ninputs, batch);
+}
+
 kt_net_t *kt_net_onnx_load(const char *path, const kt_net_input_t *inputs, int ninputs,
                            int batch)
 {
@@ -2539,7 +2671,14 @@ kt_net_t *kt_net_onnx_load(const char *path, const kt_net_input_t *inputs, int n
         kt_err_prefix("reading ONNX file %s", path);
         return NULL;
     }
-    kt_net_t *net = kt_net_onnx_parse(data, len, inputs, ninputs, batch);
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path) > 0 ? (int)(slash - path) : 1,
+                 path);
+    else
+        snprintf(dir, sizeof dir, ".");
+    kt_net_t *net = parse_model(data, len, dir, inputs, ninputs, batch);
     free(data);
     if (!net)
         kt_err_prefix("%s", path);

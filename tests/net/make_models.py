@@ -28,6 +28,8 @@ Hand-built with onnx.helper (python3-onnx):
                     MatMul of a float16 constant through a Cast, LayerNormalization,
                     Gemm of two activations (alpha: a scale, beta * C: an add)
   external.onnx     a conv whose weight is stored in an external file (absent)
+  ext_present.onnx  the same with its weight in ext_present.bin (offset 8, values
+                    -1, -0.75, ..., 0.75), ext_escape.onnx with a location of ../
   short_raw.onnx, short_floats.onnx  a bias whose data is shorter than its shape
 
 Expected parameter values, computed here with numpy in the canonical layouts
@@ -400,6 +402,27 @@ if onnx is not None:
     with open(os.path.join(out, "external.onnx"), "wb") as f:
         f.write(model.SerializeToString())
     made.append("external.onnx")
+
+    # The same conv with its weight present in ext_present.bin, 8 bytes into
+    # it (offset and length given), and one whose location leaves the model's
+    # directory.
+    w_vals = np.arange(8, dtype=np.float32) * 0.25 - 1.0
+    with open(os.path.join(out, "ext_present.bin"), "wb") as f:
+        f.write(b"\x7f" * 8 + w_vals.tobytes() + b"\x7f" * 4)
+    for name, loc in (("ext_present.onnx", "ext_present.bin"),
+                      ("ext_escape.onnx", "../ext_present.bin")):
+        w_ext = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 2, 1, 1],
+                            data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", loc), ("offset", "8"), ("length", "32")):
+            entry = w_ext.external_data.add()
+            entry.key, entry.value = key, value
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "external", [xp], [yp],
+            [w_ext]), opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(model.SerializeToString())
+        made.append(name)
 
     # A conv bias with 3 of its 4 values, as raw_data and as float_data.
     for name, bias in (("short_raw.onnx", t_raw("b", arr(3))),

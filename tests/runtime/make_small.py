@@ -65,6 +65,12 @@ def main():
     torch.onnx.export(model, x, os.path.join(out, "small.onnx"), opset_version=17, **kw)
     torch.onnx.export(model, x, os.path.join(out, "small_bn.onnx"), opset_version=11,
                       training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False, **kw)
+    # small.onnx again with its weights in an external data file, as newer
+    # PyTorch exporters write models (ONNX's data_location EXTERNAL).
+    import onnx
+    m = onnx.load(os.path.join(out, "small.onnx"))
+    onnx.save_model(m, os.path.join(out, "small_ext.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="small_ext.weights", size_threshold=0)
 
 
 if __name__ == "__main__":
