@@ -265,6 +265,15 @@ static void probe_in_child(int device, const char *lib, probe_msg_t *m)
         return;
     }
     CUresult rc = drv.Init(0);
+    if (rc == CUDA_ERROR_NOT_INITIALIZED) {
+        /* A driver and a device, but a parent that had started CUDA (NVRTC
+         * compiles do) before forking: a bug of the caller, not "no GPU". */
+        m->rc = KT_EINTERNAL;
+        snprintf(m->msg, sizeof m->msg, "CUDA device %d: cuInit failed with "
+                 "CUDA_ERROR_NOT_INITIALIZED in the probe process: the process that forked it "
+                 "had started CUDA (compile with kt_nvrtc_compile_isolated there)", device);
+        return;
+    }
     if (rc != CUDA_SUCCESS) {
         cu_text(rc, text, sizeof text);
         snprintf(m->msg, sizeof m->msg, "no CUDA device (cuInit failed: %s)", text);
