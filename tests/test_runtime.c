@@ -834,6 +834,39 @@ START_TEST(runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build)
 }
 END_TEST
 
+/* Network file `json` (network `name`, one input of shape dims) run by the
+ * C build into y_cpu (kt_test_dir/y_cpu.npy) and built for CUDA into dir
+ * (kt_test_dir/cu) and run there on the CPU (cuda_on_cpu), both on the same
+ * seeded input in [-2, 2) and seeded weights, from an empty store. */
+static void net_file_on_cpu_and_cuda(const char *json, const char *name, const int64_t dims[4],
+                                     char dir[512], char y_cpu[512])
+{
+    char db[512], netfile[512], x[512];
+    snprintf(dir, 512, "%s/cu", kt_test_dir);
+    snprintf(netfile, sizeof netfile, "%s/%s.json", kt_test_dir, name);
+    snprintf(x, sizeof x, "%s/x.npy", kt_test_dir);
+    snprintf(y_cpu, 512, "%s/y_cpu.npy", kt_test_dir);
+    snprintf(db, sizeof db, "%s", empty_store());
+    ck_assert_int_eq(kt_file_write(netfile, json, strlen(json)), 0);
+    int64_t numel = dims[0] * dims[1] * dims[2] * dims[3];
+    float *in = malloc(sizeof(float) * (size_t)numel);
+    ck_assert_ptr_nonnull(in);
+    kt_rng_t r;
+    kt_rng_seed(&r, 7);
+    for (int64_t i = 0; i < numel; i++)
+        in[i] = (float)(kt_rng_double(&r) * 4 - 2);
+    ck_assert_int_eq(kt_npy_write(x, in, dims, 4), 0);
+    free(in);
+    char *out = NULL;
+    char *cpurun[] = {"run", "--network-file", netfile, "--seed", "3", "--db", db, "--input", x,
+                      "--output", y_cpu, "--repeat", "1", NULL};
+    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
+    free(out);
+    char *cubuild[] = {"build", "--network-file", netfile, "--seed", "3", "--target", "cuda",
+                       "--arch", "sm_80", "--db", db, "--out", dir, NULL};
+    cuda_on_cpu(cubuild, dir, name, x);
+}
+
 /* Every simple layer's kernel (layout, unary, channel, flat and broadcast
  * binary, transpose, concat: kt_net_bcast and kt_net_transpose take a
  * struct by value) around one task, against the CPU build. The clip
@@ -861,28 +894,8 @@ START_TEST(runtime_cuda_build_of_every_simple_layer_runs_on_the_cpu)
 #if !KT_HAVE_CUDA
     kt_fail_without_cuda("the CUDA network build");
 #endif
-    char dir[512], db[512], netfile[512], x[512], y_cpu[512];
-    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
-    snprintf(netfile, sizeof netfile, "%s/simple.json", kt_test_dir);
-    snprintf(x, sizeof x, "%s/x.npy", kt_test_dir);
-    snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
-    snprintf(db, sizeof db, "%s", empty_store());
-    ck_assert_int_eq(kt_file_write(netfile, SIMPLE_NET, strlen(SIMPLE_NET)), 0);
-    static float in[6 * 5 * 7];
-    kt_rng_t r;
-    kt_rng_seed(&r, 7);
-    for (int i = 0; i < 6 * 5 * 7; i++)
-        in[i] = (float)(kt_rng_double(&r) * 4 - 2);
-    int64_t dims[4] = {1, 6, 5, 7};
-    ck_assert_int_eq(kt_npy_write(x, in, dims, 4), 0);
-    char *out = NULL;
-    char *cpurun[] = {"run", "--network-file", netfile, "--seed", "3", "--db", db, "--input", x,
-                      "--output", y_cpu, "--repeat", "1", NULL};
-    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
-    free(out);
-    char *cubuild[] = {"build", "--network-file", netfile, "--seed", "3", "--target", "cuda",
-                       "--arch", "sm_80", "--db", db, "--out", dir, NULL};
-    cuda_on_cpu(cubuild, dir, "simple", x);
+    char dir[512], y_cpu[512];
+    net_file_on_cpu_and_cuda(SIMPLE_NET, "simple", (const int64_t[4]){1, 6, 5, 7}, dir, y_cpu);
     /* The host really launches the by-value struct kernels this test is for. */
     char *host = file_bytes(path_in(dir, "simple_host.c"), NULL);
     ck_assert_msg(strstr(host, "&x, &z, &y, &n, &op, &s") && strstr(host, "&x, &y, &n, &s"),
@@ -914,28 +927,8 @@ START_TEST(runtime_cuda_build_aligns_weights_that_follow_an_odd_one)
 #if !KT_HAVE_CUDA
     kt_fail_without_cuda("the CUDA network build");
 #endif
-    char dir[512], db[512], netfile[512], x[512], y_cpu[512];
-    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
-    snprintf(netfile, sizeof netfile, "%s/oddw.json", kt_test_dir);
-    snprintf(x, sizeof x, "%s/x.npy", kt_test_dir);
-    snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
-    snprintf(db, sizeof db, "%s", empty_store());
-    ck_assert_int_eq(kt_file_write(netfile, ODD_WEIGHT_NET, strlen(ODD_WEIGHT_NET)), 0);
-    static float in[3 * 8 * 8];
-    kt_rng_t r;
-    kt_rng_seed(&r, 5);
-    for (int i = 0; i < 3 * 8 * 8; i++)
-        in[i] = (float)(kt_rng_double(&r) * 2 - 1);
-    int64_t dims[4] = {1, 3, 8, 8};
-    ck_assert_int_eq(kt_npy_write(x, in, dims, 4), 0);
-    char *out = NULL;
-    char *cpurun[] = {"run", "--network-file", netfile, "--seed", "3", "--db", db, "--input", x,
-                      "--output", y_cpu, "--repeat", "1", NULL};
-    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
-    free(out);
-    char *cubuild[] = {"build", "--network-file", netfile, "--seed", "3", "--target", "cuda",
-                       "--arch", "sm_80", "--db", db, "--out", dir, NULL};
-    cuda_on_cpu(cubuild, dir, "oddw", x);
+    char dir[512], y_cpu[512];
+    net_file_on_cpu_and_cuda(ODD_WEIGHT_NET, "oddw", (const int64_t[4]){1, 3, 8, 8}, dir, y_cpu);
     /* the case this test is for: the convolution reads its weight with float4 */
     char *cu = file_bytes(path_in(dir, "oddw.cu"), NULL);
     ck_assert_msg(strstr(cu, "float4") != NULL, "no float4 fetch in the kernels");

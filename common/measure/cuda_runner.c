@@ -373,18 +373,7 @@ int kt_cuda_device_probe(int device, const char *driver_lib, double timeout,
         probe_msg_t m;
         memset(&m, 0, sizeof m);
         probe_in_child(device, lib, &m);
-        const char *p = (const char *)&m;
-        size_t left = sizeof m;
-        while (left > 0) {
-            ssize_t w = write(fds[1], p, left);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                _exit(3);
-            p += w;
-            left -= (size_t)w;
-        }
-        _exit(0);
+        _exit(kt_fd_write_all(fds[1], &m, sizeof m) == 0 ? 0 : 3);
     }
     setpgid(pid, pid);
     close(fds[1]);

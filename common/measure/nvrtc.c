@@ -39,36 +39,6 @@ typedef struct {
     char err[1024];
 } isolated_head_t;
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 static void isolated_child(int fd, const char *source, const char *arch, const char *options,
                            int flags)
 {
@@ -82,9 +52,9 @@ static void isolated_child(int fd, const char *source, const char *arch, const c
     h.ptx_len = r.ptx ? r.ptx_len : 0;
     h.log_len = r.log ? strlen(r.log) : 0;
     h.n_kernels = r.kernels ? r.n_kernels : 0;
-    int bad = write_all(fd, &h, sizeof h) || write_all(fd, r.cubin, h.cubin_len) ||
-              write_all(fd, r.ptx, h.ptx_len) || write_all(fd, r.log, h.log_len) ||
-              write_all(fd, r.kernels, sizeof(kt_nvrtc_kernel_t) * (size_t)h.n_kernels);
+    int bad = kt_fd_write_all(fd, &h, sizeof h) || kt_fd_write_all(fd, r.cubin, h.cubin_len) ||
+              kt_fd_write_all(fd, r.ptx, h.ptx_len) || kt_fd_write_all(fd, r.log, h.log_len) ||
+              kt_fd_write_all(fd, r.kernels, sizeof(kt_nvrtc_kernel_t) * (size_t)h.n_kernels);
     _exit(bad ? 3 : 0);
 }
 
@@ -92,7 +62,7 @@ static void isolated_child(int fd, const char *source, const char *arch, const c
 static char *read_part(int fd, size_t n)
 {
     char *b = malloc(n + 1);
-    if (b && read_all(fd, b, n) == 0) {
+    if (b && kt_fd_read_all(fd, b, n) == 0) {
         b[n] = '\0';
         return b;
     }
@@ -122,7 +92,7 @@ int kt_nvrtc_compile_isolated(const char *source, const char *arch, const char *
     }
     close(fds[1]);
     isolated_head_t h;
-    int ok = read_all(fds[0], &h, sizeof h) == 0;
+    int ok = kt_fd_read_all(fds[0], &h, sizeof h) == 0;
     if (ok) {
         out->cubin = h.cubin_len ? (unsigned char *)read_part(fds[0], h.cubin_len) : NULL;
         out->cubin_len = out->cubin ? h.cubin_len : 0;
@@ -131,8 +101,8 @@ int kt_nvrtc_compile_isolated(const char *source, const char *arch, const char *
         out->log = read_part(fds[0], h.log_len);
         if (h.n_kernels > 0) {
             out->kernels = calloc((size_t)h.n_kernels, sizeof(kt_nvrtc_kernel_t));
-            if (out->kernels &&
-                read_all(fds[0], out->kernels, sizeof(kt_nvrtc_kernel_t) * (size_t)h.n_kernels) == 0)
+            size_t kb = sizeof(kt_nvrtc_kernel_t) * (size_t)h.n_kernels;
+            if (out->kernels && kt_fd_read_all(fds[0], out->kernels, kb) == 0)
                 out->n_kernels = h.n_kernels;
         }
         ok = (out->cubin || !h.cubin_len) && (out->ptx || !h.has_ptx) && out->log &&

@@ -241,20 +241,11 @@ static kernel_fn child_load(const kt_artifact_t *a, void **handle, char *err, si
             return NULL;
         }
     }
-    const char *p = a->data;
-    size_t left = a->len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            snprintf(err, errlen, "cannot write the artifact: %s", strerror(errno));
-            if (*tmpl)
-                unlink(tmpl);
-            return NULL;
-        }
-        p += w;
-        left -= (size_t)w;
+    if (kt_fd_write_all(fd, a->data, a->len) != 0) {
+        snprintf(err, errlen, "cannot write the artifact: %s", strerror(errno));
+        if (*tmpl)
+            unlink(tmpl);
+        return NULL;
     }
     if (*tmpl)
         snprintf(path, sizeof path, "%s", tmpl);

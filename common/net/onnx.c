@@ -2492,9 +2492,9 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     if (im->net->n == 0)
         return kt_err_set(KT_EINVAL, "the model has no layers");
     im->net->has_params = !im->params_missing;
-    if (im->params_missing &&
-        !(im->net->params_note = kt_strdup(im->missing[0] ? im->missing
-                                           : "a constant is computed by nodes ktune does not fold")))
+    const char *why = im->missing[0] ? im->missing
+                                     : "a constant is computed by nodes ktune does not fold";
+    if (im->params_missing && !(im->net->params_note = kt_strdup(why)))
         return kt_err_set(KT_ENOMEM, "out of memory");
     return net_seal(im->net);
 }

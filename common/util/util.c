@@ -68,6 +68,42 @@ char *kt_file_read(const char *path, size_t *len)
     return buf;
 }
 
+int kt_fd_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO;
+            return -1;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int kt_fd_read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = 0;
+            return -1;
+        }
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
 int kt_file_write(const char *path, const void *data, size_t len)
 {
     size_t plen = strlen(path) + 16;
@@ -81,21 +117,12 @@ int kt_file_write(const char *path, const void *data, size_t len)
         free(tmp);
         return kt_err_set(KT_EIO, "cannot create a file beside %s: %s", path, strerror(e));
     }
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            free(tmp);
-            return kt_err_set(KT_EIO, "writing %s: %s", path, strerror(e));
-        }
-        p += w;
-        left -= (size_t)w;
+    if (kt_fd_write_all(fd, data, len) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return kt_err_set(KT_EIO, "writing %s: %s", path, strerror(e));
     }
     fchmod(fd, 0644);
     if (close(fd) != 0 || rename(tmp, path) != 0) {

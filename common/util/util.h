@@ -21,6 +21,12 @@ char *kt_file_read(const char *path, size_t *len);
 /* Write a whole file atomically (temp file + rename). 0 or negative. */
 int kt_file_write(const char *path, const void *data, size_t len);
 
+/* Write / read exactly n bytes on fd, retrying short transfers and EINTR.
+ * 0, or -1 with errno set (0 at end of file); kt_err is not touched, so
+ * they are safe in a forked child. */
+int kt_fd_write_all(int fd, const void *p, size_t n);
+int kt_fd_read_all(int fd, void *p, size_t n);
+
 /* Read a secret token from a file: first line, surrounding whitespace
  * stripped; an empty token is an error. A file other users may read or
  * write (mode & 077) is refused with KT_EAUTH: the token authorizes running
