@@ -985,6 +985,132 @@ START_TEST(family_sketch_xgb_model_trains_while_another_task_searches)
 }
 END_TEST
 
+/* A gate at the shared model's training hook: counts the trainings and
+ * their records and holds the first one until the test releases it (or
+ * the guard against a hung test runs out). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int calls, held, released, held_through;
+    int nrec[8];
+} train_gate_t;
+
+static void gate_hook(void *user, int nrecords)
+{
+    train_gate_t *g = user;
+    pthread_mutex_lock(&g->mu);
+    if (g->calls < 8)
+        g->nrec[g->calls] = nrecords;
+    if (g->calls++ == 0) {
+        g->held = 1;
+        pthread_cond_broadcast(&g->cv);
+        g->held_through = wait_flag(&g->mu, &g->cv, &g->released);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* One task's proposal and its synthetic costs (as round_of gives them). */
+typedef struct {
+    kt_search_family_t *f;
+    int task, got, rc;
+    kt_sched_state_t **st;
+    double costs[8];
+} fb_arg_t;
+
+static void fb_propose(fb_arg_t *a, kt_search_family_t *f, const kt_workload_t *w, int task)
+{
+    *a = (fb_arg_t){.f = f, .task = task};
+    a->got = kt_search_family_propose(f, task, 4, &a->st);
+    ck_assert_msg(a->got > 0 && a->got <= 8, "task %d: %s", task, kt_err_msg());
+    for (int i = 0; i < a->got; i++)
+        a->costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(a->st[i], kt_workload_dag(w)) % 7);
+}
+
+static void *feedback_thread(void *arg)
+{
+    fb_arg_t *a = arg;
+    a->rc = kt_search_family_feedback(a->f, a->task, a->st, a->costs, a->got);
+    return NULL;
+}
+
+static void fb_free(fb_arg_t *a)
+{
+    for (int i = 0; i < a->got; i++)
+        kt_sched_state_free(a->st[i]);
+    free(a->st);
+}
+
+/* sketch.xgb's one model: feedbacks that come while it trains do not wait
+ * for the training and do not train once each; the training, when done,
+ * trains once more on all of them, and the model it leaves is the one a
+ * single training on the same records gives (a second job fed the same
+ * records, those of tasks 1 and 2 preloaded and synced in one go). A family
+ * that trained once per feedback held the queued feedbacks until the guard
+ * ran out and trained three times. */
+START_TEST(family_sketch_xgb_feedbacks_queued_behind_a_training_train_once)
+{
+    kt_workload_t *w[3], *w2[3];
+    kt_search_family_t *f = xgb_job(w, 11, 0), *ref = xgb_job(w2, 11, 0);
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]}, *wl2[3] = {w2[0], w2[1], w2[2]};
+    for (int t = 0; t < 3; t++) {
+        ck_assert_int_gt(round_of(f, wl, t, 4), 0);
+        ck_assert_int_gt(round_of(ref, wl2, t, 4), 0);
+    }
+    kt_model_t *m = kt_search_family_model(f, 0), *mr = kt_search_family_model(ref, 0);
+    ck_assert(kt_model_is_trained(m));
+    fb_arg_t a[3];
+    for (int t = 0; t < 3; t++)
+        fb_propose(&a[t], f, wl[t], t);
+    train_gate_t g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    kt_search_family_set_train_hook(f, gate_hook, &g);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, feedback_thread, &a[0]), 0);
+    pthread_mutex_lock(&g.mu);
+    int held = wait_flag(&g.mu, &g.cv, &g.held);
+    pthread_mutex_unlock(&g.mu);
+    ck_assert_msg(held, "task 0's feedback did not train the model");
+    for (int t = 1; t < 3; t++)
+        ck_assert_int_eq(kt_search_family_feedback(f, t, a[t].st, a[t].costs, a[t].got), 0);
+    pthread_mutex_lock(&g.mu);
+    int calls = g.calls;
+    g.released = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(th, NULL);
+    ck_assert_msg(a[0].rc == 0, "%s", kt_err_msg());
+    ck_assert_msg(g.held_through, "the queued feedbacks waited for the training");
+    ck_assert_int_eq(calls, 1);
+    ck_assert_int_eq(g.calls, 2);   /* exactly one more training, for both */
+    ck_assert_int_eq(g.nrec[0], a[0].got);
+    ck_assert_int_eq(g.nrec[1], a[1].got + a[2].got);
+
+    ck_assert_int_eq(kt_search_family_feedback(ref, 0, a[0].st, a[0].costs, a[0].got), 0);
+    for (int t = 1; t < 3; t++)
+        for (int i = 0; i < a[t].got; i++) {
+            char *j = kt_sched_state_to_json(a[t].st[i], kt_workload_dag(wl2[t]));
+            ck_assert_ptr_nonnull(j);
+            ck_assert_int_eq(kt_search_preload(kt_search_family_policy(ref, t), j, a[t].costs[i]),
+                             0);
+            free(j);
+        }
+    ck_assert_int_eq(kt_search_family_sync(ref), 0);
+    ck_assert_uint_eq(kt_model_num_samples(m), kt_model_num_samples(mr));
+    ck_assert_uint_eq(kt_model_num_trainings(m), kt_model_num_trainings(mr));
+    for (int t = 0; t < 3; t++) {
+        float *got = scores_of(f, w[t], t, a[t].st, a[t].got);
+        float *want = scores_of(ref, w2[t], t, a[t].st, a[t].got);
+        ck_assert_msg(memcmp(got, want, (size_t)a[t].got * sizeof *got) == 0,
+                      "task %d: the model differs from one trained in one go", t);
+        free(got);
+        free(want);
+    }
+    for (int t = 0; t < 3; t++)
+        fb_free(&a[t]);
+    xgb_job_free(ref, w2);
+    xgb_job_free(f, w);
+}
+END_TEST
+
 static Suite *family_suite(void)
 {
     Suite *s = suite_create("family");
@@ -1004,6 +1130,7 @@ static Suite *family_suite(void)
     tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_task_order_or_overlap);
     tcase_add_test(tc, family_sketch_xgb_searches_of_two_tasks_overlap);
     tcase_add_test(tc, family_sketch_xgb_model_trains_while_another_task_searches);
+    tcase_add_test(tc, family_sketch_xgb_feedbacks_queued_behind_a_training_train_once);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -305,7 +305,13 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  * sketch.xgb over several tasks a search scores with a snapshot of the one
  * model (taken after each training), so searches of different tasks run
  * at once and a feedback's training runs beside them (a search that
- * overlaps a feedback is as if it came first). For the family-* policies a
+ * overlaps a feedback is as if it came first). One thread trains that model
+ * at a time: a feedback that comes while another thread's feedback (or
+ * sync) trains it only records and returns, and the training thread, when
+ * done, trains once more on all the records queued meanwhile (Ansor trains
+ * its one model once per round on every task's new records) before its own
+ * call returns; a search that starts before then scores with the model of
+ * the last finished training. For the family-* policies a
  * propose's search holds the family's lock shared: different tasks'
  * searches run at once, while a feedback (training, foresee passes that
  * write other tasks' policies) waits for them. Syncs hold the lock alone;
@@ -374,8 +380,18 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
 /* Train the family models on what was preloaded or fed to the policies but
  * not yet given to them (a resumed job; sketch.xgb's shared model only once
  * its warm-up allows, in one training) and end the warm-up when every task
- * has records. Propose and feedback call it; 0 or negative. */
+ * has records. Propose and feedback call it; 0 or negative. While another
+ * thread trains sketch.xgb's shared model, it returns at once and that
+ * thread's next training takes the records. */
 int kt_search_family_sync(kt_search_family_t *f);
+
+/* Called on the training thread before each training of sketch.xgb's
+ * shared model (n > 1 tasks), with the number of records it trains on:
+ * tests hold a training there, instrumentation counts them. Set before the
+ * first propose, from one thread; NULL removes it. */
+typedef void (*kt_search_train_hook_fn)(void *user, int nrecords);
+void kt_search_family_set_train_hook(kt_search_family_t *f, kt_search_train_hook_fn fn,
+                                     void *user);
 
 /* kt_search_one_round through the family (local measurement). */
 int kt_search_family_one_round(kt_search_family_t *f, int task, int n,
