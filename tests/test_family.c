@@ -1041,12 +1041,12 @@ static void fb_free(fb_arg_t *a)
 }
 
 /* sketch.xgb's one model: feedbacks that come while it trains do not wait
- * for the training and do not train once each; the training, when done,
- * trains once more on all of them, and the model it leaves is the one a
- * single training on the same records gives (a second job fed the same
- * records, those of tasks 1 and 2 preloaded and synced in one go). A family
- * that trained once per feedback held the queued feedbacks until the guard
- * ran out and trained three times. */
+ * for the training and do not train once each; the next sync trains once
+ * on all of them, and the model it leaves is the one a single training on
+ * the same records gives (a second job fed the same records, those of
+ * tasks 1 and 2 preloaded and synced in one go). A family that trained
+ * once per feedback held the queued feedbacks until the guard ran out and
+ * trained three times. */
 START_TEST(family_sketch_xgb_feedbacks_queued_behind_a_training_train_once)
 {
     kt_workload_t *w[3], *w2[3];
@@ -1080,7 +1080,11 @@ START_TEST(family_sketch_xgb_feedbacks_queued_behind_a_training_train_once)
     ck_assert_msg(a[0].rc == 0, "%s", kt_err_msg());
     ck_assert_msg(g.held_through, "the queued feedbacks waited for the training");
     ck_assert_int_eq(calls, 1);
+    ck_assert_int_eq(g.calls, 1);
+    ck_assert_int_eq(kt_search_family_sync(f), 0);
     ck_assert_int_eq(g.calls, 2);   /* exactly one more training, for both */
+    ck_assert_int_eq(kt_search_family_sync(f), 0);
+    ck_assert_int_eq(g.calls, 2);
     ck_assert_int_eq(g.nrec[0], a[0].got);
     ck_assert_int_eq(g.nrec[1], a[1].got + a[2].got);
 

@@ -52,8 +52,8 @@ struct kt_search_family {
      * outside `lock` (a feedback's training overlaps other tasks'
      * searches). One thread at a time trains it: the one that set
      * `training` (under `lock` held alone). Feedbacks that come meanwhile
-     * only record; that thread's next training takes all of them at once.
-     * The trainer alone writes the model, snap_ntrain and snap_trained;
+     * only record; the next training takes all of them at once. The
+     * trainer alone writes the model, snap_ntrain and snap_trained;
      * snap_mu guards the pointer `snap`. */
     int training;
     kt_search_train_hook_fn hook;
@@ -472,40 +472,34 @@ static int sync_all_take(kt_search_family_t *f, kt_search_batch_t **batch)
 }
 
 /* sync of FAM_ALL, entered holding the exclusive lock, which it releases.
- * When another thread is training the shared model, the records just
- * recorded stay pending and that thread takes them after its training (it
- * looks under the lock): feedbacks queued behind a training cost one more
- * training in all, not one each, and do not wait for it. Otherwise this
- * thread trains, outside the lock (searches of other tasks score with the
- * snapshot meanwhile), on everything pending, then again on what was
- * recorded during that training, until nothing is pending; it publishes a
- * snapshot after each. One caller feeding back in a fixed order, each
- * feedback returning before the next, trains exactly as before: once per
- * feedback, on its records. */
+ * While another thread trains the shared model, the records just recorded
+ * stay pending: the next feedback, propose or sync after that training
+ * takes all of them, so feedbacks queued behind a training cost one more
+ * training in all, not one each, and do not wait for it (Ansor trains its
+ * one model once per round, on every task's new records). Otherwise this
+ * thread trains on everything pending, outside the lock (searches of other
+ * tasks score with the snapshot meanwhile), and publishes a snapshot. It
+ * trains once, not again on what was recorded meanwhile: the task whose
+ * feedback trains would otherwise wait as long as others keep feeding
+ * back. One caller feeding back in a fixed order, each feedback returning
+ * before the next, trains as before: once per feedback, on its records. */
 static int sync_all_unlock(kt_search_family_t *f)
 {
-    if (f->training) {
+    kt_search_batch_t *batch = NULL;
+    int rc = f->training ? 0 : sync_all_take(f, &batch);
+    if (!batch) {
         pthread_rwlock_unlock(&f->lock);
-        return 0;
+        return rc;
     }
     f->training = 1;
-    int rc;
-    for (;;) {
-        kt_search_batch_t *batch = NULL;
-        rc = sync_all_take(f, &batch);
-        if (rc || !batch)
-            break;
-        pthread_rwlock_unlock(&f->lock);
-        if (f->hook)
-            f->hook(f->hook_user, kt_search_batch_size(batch));
-        rc = kt_search_batch_train(batch, f->models[0]);
-        if (rc == 0)
-            rc = snap_publish(f);
-        kt_search_batch_free(batch);
-        pthread_rwlock_wrlock(&f->lock);
-        if (rc)
-            break;
-    }
+    pthread_rwlock_unlock(&f->lock);
+    if (f->hook)
+        f->hook(f->hook_user, kt_search_batch_size(batch));
+    rc = kt_search_batch_train(batch, f->models[0]);
+    if (rc == 0)
+        rc = snap_publish(f);
+    kt_search_batch_free(batch);
+    pthread_rwlock_wrlock(&f->lock);
     f->training = 0;
     pthread_rwlock_unlock(&f->lock);
     return rc;

@@ -307,11 +307,11 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  * at once and a feedback's training runs beside them (a search that
  * overlaps a feedback is as if it came first). One thread trains that model
  * at a time: a feedback that comes while another thread's feedback (or
- * sync) trains it only records and returns, and the training thread, when
- * done, trains once more on all the records queued meanwhile (Ansor trains
- * its one model once per round on every task's new records) before its own
- * call returns; a search that starts before then scores with the model of
- * the last finished training. For the family-* policies a
+ * propose or sync) trains it only records and returns, and the first
+ * feedback, propose or sync after that training trains once on all the
+ * records queued meanwhile (Ansor trains its one model once per round on
+ * every task's new records); a search scores with the model of the last
+ * finished training. For the family-* policies a
  * propose's search holds the family's lock shared: different tasks'
  * searches run at once, while a feedback (training, foresee passes that
  * write other tasks' policies) waits for them. Syncs hold the lock alone;
@@ -381,8 +381,8 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
  * not yet given to them (a resumed job; sketch.xgb's shared model only once
  * its warm-up allows, in one training) and end the warm-up when every task
  * has records. Propose and feedback call it; 0 or negative. While another
- * thread trains sketch.xgb's shared model, it returns at once and that
- * thread's next training takes the records. */
+ * thread trains sketch.xgb's shared model, it returns at once and the
+ * records wait for the next sync (or propose, or feedback) after it. */
 int kt_search_family_sync(kt_search_family_t *f);
 
 /* Called on the training thread before each training of sketch.xgb's
