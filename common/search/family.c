@@ -56,6 +56,7 @@ struct kt_search_family {
      * trainer alone writes the model, snap_ntrain and snap_trained;
      * snap_mu guards the pointer `snap`. */
     int training;
+    int queued;   /* records fed back during that training wait for the next */
     kt_search_train_hook_fn hook;
     void *hook_user;
     pthread_mutex_t snap_mu;
@@ -472,35 +473,44 @@ static int sync_all_take(kt_search_family_t *f, kt_search_batch_t **batch)
 }
 
 /* sync of FAM_ALL, entered holding the exclusive lock, which it releases.
- * While another thread trains the shared model, the records just recorded
- * stay pending: the next feedback, propose or sync after that training
- * takes all of them, so feedbacks queued behind a training cost one more
- * training in all, not one each, and do not wait for it (Ansor trains its
- * one model once per round, on every task's new records). Otherwise this
- * thread trains on everything pending, outside the lock (searches of other
- * tasks score with the snapshot meanwhile), and publishes a snapshot. It
- * trains once, not again on what was recorded meanwhile: the task whose
- * feedback trains would otherwise wait as long as others keep feeding
- * back. One caller feeding back in a fixed order, each feedback returning
- * before the next, trains as before: once per feedback, on its records. */
-static int sync_all_unlock(kt_search_family_t *f)
+ * While another thread trains the shared model beside the searches, the
+ * records just recorded stay pending (`queued`): the next feedback, propose
+ * or sync after that training takes all of them, so feedbacks queued
+ * behind a training cost one more training in all, not one each, and do
+ * not wait for it (Ansor trains its one model once per round, on every
+ * task's new records). Otherwise this thread trains once on everything
+ * pending (not again on what comes meanwhile: its task would wait as long
+ * as others keep feeding back) and publishes a snapshot: `beside` (a
+ * feedback, or records that feedbacks left queued) outside the lock,
+ * while searches of other tasks score with the last snapshot; else (what
+ * a sync or propose finds pending: preloads, the end of the warm-up) under
+ * it, so that a search that starts after the sync sees what it trained.
+ * One caller feeding back in a fixed order, each feedback returning before
+ * the next, trains as before: once per feedback, on its records. */
+static int sync_all_unlock(kt_search_family_t *f, int beside)
 {
     kt_search_batch_t *batch = NULL;
-    int rc = f->training ? 0 : sync_all_take(f, &batch);
-    if (!batch) {
-        pthread_rwlock_unlock(&f->lock);
-        return rc;
+    int rc = 0;
+    if (f->training)
+        f->queued |= beside;
+    else
+        rc = sync_all_take(f, &batch);
+    if (batch) {
+        beside |= f->queued;
+        f->queued = 0;
+        f->training = beside;
+        if (beside)
+            pthread_rwlock_unlock(&f->lock);
+        if (f->hook)
+            f->hook(f->hook_user, kt_search_batch_size(batch));
+        rc = kt_search_batch_train(batch, f->models[0]);
+        if (rc == 0)
+            rc = snap_publish(f);
+        kt_search_batch_free(batch);
+        if (beside)
+            pthread_rwlock_wrlock(&f->lock);
+        f->training = 0;
     }
-    f->training = 1;
-    pthread_rwlock_unlock(&f->lock);
-    if (f->hook)
-        f->hook(f->hook_user, kt_search_batch_size(batch));
-    rc = kt_search_batch_train(batch, f->models[0]);
-    if (rc == 0)
-        rc = snap_publish(f);
-    kt_search_batch_free(batch);
-    pthread_rwlock_wrlock(&f->lock);
-    f->training = 0;
     pthread_rwlock_unlock(&f->lock);
     return rc;
 }
@@ -553,7 +563,7 @@ static int sync_locked(kt_search_family_t *f)
 static int sync_unlock(kt_search_family_t *f)
 {
     if (f->kind == FAM_ALL)
-        return sync_all_unlock(f);
+        return sync_all_unlock(f, 0);
     int rc = sync_locked(f);
     pthread_rwlock_unlock(&f->lock);
     return rc;
@@ -644,7 +654,7 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
         double t0 = kt_time_mono();
         rc = kt_search_record(sp, states, costs, n);
         if (rc == 0) {
-            rc = sync_all_unlock(f);
+            rc = sync_all_unlock(f, 1);
         } else {
             pthread_rwlock_unlock(&f->lock);
         }
