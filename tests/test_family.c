@@ -776,14 +776,54 @@ static void *wave_worker(void *arg)
     }
 }
 
+/* Records to preload: a round of up to 4 states of each task of another
+ * seeded job, as JSON, with round_of's synthetic costs. */
+typedef struct {
+    char *json[3][4];
+    double cost[3][4];
+    int n[3];
+} preloads_t;
+
+static void preloads_make(preloads_t *pl)
+{
+    kt_workload_t *w[3];
+    kt_search_family_t *f = xgb_job(w, 5, 0);
+    for (int t = 0; t < 3; t++) {
+        kt_sched_state_t **st = NULL;
+        int got = kt_search_family_propose(f, t, 4, &st);
+        ck_assert_msg(got > 0 && got <= 4, "task %d: %s", t, kt_err_msg());
+        pl->n[t] = got;
+        for (int i = 0; i < got; i++) {
+            const kt_dag_t *dag = kt_workload_dag(w[t]);
+            pl->cost[t][i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], dag) % 7);
+            ck_assert_ptr_nonnull(pl->json[t][i] = kt_sched_state_to_json(st[i], dag));
+            kt_sched_state_free(st[i]);
+        }
+        free(st);
+    }
+    xgb_job_free(f, w);
+}
+
+static void preloads_free(preloads_t *pl)
+{
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < pl->n[t]; i++)
+            free(pl->json[t][i]);
+}
+
 /* Every proposal of 3 waves of a seeded sketch.xgb job over three tasks, as
  * JSON lines in task order. how 0: one thread proposes tasks 0, 1, 2;
  * 1: one thread, tasks 2, 1, 0; 2: two threads take the tasks as they
- * come, so two searches run at once. */
-static char *wave_proposals(int how)
+ * come, so two searches run at once. pl: records preloaded first (a
+ * resumed job: the first propose's sync trains the model on them). */
+static char *wave_proposals(int how, const preloads_t *pl)
 {
     kt_workload_t *w[3];
     wave_t wv = {.f = xgb_job(w, 91, 0)};
+    for (int t = 0; pl && t < 3; t++)
+        for (int i = 0; i < pl->n[t]; i++)
+            ck_assert_int_eq(kt_search_preload(kt_search_family_policy(wv.f, t), pl->json[t][i],
+                                               pl->cost[t][i]), 0);
     pthread_mutex_init(&wv.mu, NULL);
     size_t len = 0, cap = 1 << 16;
     char *all = malloc(cap);
@@ -826,16 +866,39 @@ static char *wave_proposals(int how)
  * propose at once. */
 START_TEST(family_sketch_xgb_proposals_do_not_depend_on_task_order_or_overlap)
 {
-    char *fwd = wave_proposals(0);
-    char *rev = wave_proposals(1);
+    char *fwd = wave_proposals(0, NULL);
+    char *rev = wave_proposals(1, NULL);
     ck_assert_msg(strcmp(fwd, rev) == 0, "proposing tasks 2, 1, 0 changed their proposals");
     for (int rep = 0; rep < 2; rep++) {
-        char *par = wave_proposals(2);
+        char *par = wave_proposals(2, NULL);
         ck_assert_msg(strcmp(fwd, par) == 0, "two threads proposed other states than one");
         free(par);
     }
     free(rev);
     free(fwd);
+}
+END_TEST
+
+/* A resumed job: the first propose's sync trains the shared model on the
+ * preloaded records holding the family's lock, so a search of another task
+ * that starts meanwhile waits and scores with the trained model too. A
+ * sync that trained beside the searches let the other search score at
+ * random: two threads proposed other states than one. */
+START_TEST(family_sketch_xgb_proposals_after_preloads_do_not_depend_on_overlap)
+{
+    preloads_t pl = {0};
+    preloads_make(&pl);
+    char *fwd = wave_proposals(0, &pl);
+    char *fresh = wave_proposals(0, NULL);
+    ck_assert_msg(strcmp(fwd, fresh) != 0, "the preloads changed no proposal");
+    for (int rep = 0; rep < 3; rep++) {
+        char *par = wave_proposals(2, &pl);
+        ck_assert_msg(strcmp(fwd, par) == 0, "two threads proposed other states than one");
+        free(par);
+    }
+    free(fresh);
+    free(fwd);
+    preloads_free(&pl);
 }
 END_TEST
 
@@ -1132,6 +1195,7 @@ static Suite *family_suite(void)
     tcase_add_test(tc, family_sketch_xgb_resume_trains_the_shared_model_on_preloads);
     tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_search_threads);
     tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_task_order_or_overlap);
+    tcase_add_test(tc, family_sketch_xgb_proposals_after_preloads_do_not_depend_on_overlap);
     tcase_add_test(tc, family_sketch_xgb_searches_of_two_tasks_overlap);
     tcase_add_test(tc, family_sketch_xgb_model_trains_while_another_task_searches);
     tcase_add_test(tc, family_sketch_xgb_feedbacks_queued_behind_a_training_train_once);
