@@ -72,8 +72,15 @@ static void params(kt_sched_params_t *p)
     p->num_cores = 1;
 }
 
-/* Propose n states of task t, give them costs that vary with the state
- * (so the model has something to fit), return how many were measured. */
+/* A synthetic cost of state st of workload w that varies with the state
+ * (so the model has something to fit). */
+static double synth_cost(const kt_sched_state_t *st, const kt_workload_t *w)
+{
+    return 1e-3 * (double)(1 + kt_sched_state_hash(st, kt_workload_dag(w)) % 7);
+}
+
+/* Propose n states of task t, give them synth_cost's costs, return how
+ * many were measured. */
 static int round_of(kt_search_family_t *f, const kt_workload_t *const *wl, int t, int n)
 {
     kt_sched_state_t **st = NULL;
@@ -82,7 +89,7 @@ static int round_of(kt_search_family_t *f, const kt_workload_t *const *wl, int t
     double *costs = malloc((size_t)got * sizeof *costs);
     ck_assert_ptr_nonnull(costs);
     for (int i = 0; i < got; i++)
-        costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], kt_workload_dag(wl[t])) % 7);
+        costs[i] = synth_cost(st[i], wl[t]);
     ck_assert_int_eq(kt_search_family_feedback(f, t, st, costs, got), 0);
     for (int i = 0; i < got; i++)
         kt_sched_state_free(st[i]);
@@ -646,7 +653,7 @@ static void append_states(char **all, size_t *len, size_t *cap, const kt_workloa
                           kt_sched_state_t *const *st, int n, double *costs)
 {
     for (int i = 0; i < n; i++) {
-        costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], kt_workload_dag(w)) % 7);
+        costs[i] = synth_cost(st[i], w);
         char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w));
         ck_assert_ptr_nonnull(j);
         size_t l = strlen(j);
@@ -794,9 +801,9 @@ static void preloads_make(preloads_t *pl)
         ck_assert_msg(got > 0 && got <= 4, "task %d: %s", t, kt_err_msg());
         pl->n[t] = got;
         for (int i = 0; i < got; i++) {
-            const kt_dag_t *dag = kt_workload_dag(w[t]);
-            pl->cost[t][i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], dag) % 7);
-            ck_assert_ptr_nonnull(pl->json[t][i] = kt_sched_state_to_json(st[i], dag));
+            pl->cost[t][i] = synth_cost(st[i], w[t]);
+            ck_assert_ptr_nonnull(pl->json[t][i] = kt_sched_state_to_json(st[i],
+                                                                          kt_workload_dag(w[t])));
             kt_sched_state_free(st[i]);
         }
         free(st);
@@ -1086,7 +1093,7 @@ static void fb_propose(fb_arg_t *a, kt_search_family_t *f, const kt_workload_t *
     a->got = kt_search_family_propose(f, task, 4, &a->st);
     ck_assert_msg(a->got > 0 && a->got <= 8, "task %d: %s", task, kt_err_msg());
     for (int i = 0; i < a->got; i++)
-        a->costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(a->st[i], kt_workload_dag(w)) % 7);
+        a->costs[i] = synth_cost(a->st[i], w);
 }
 
 static void *feedback_thread(void *arg)
