@@ -72,8 +72,15 @@ static void params(kt_sched_params_t *p)
     p->num_cores = 1;
 }
 
-/* Propose n states of task t, give them costs that vary with the state
- * (so the model has something to fit), return how many were measured. */
+/* A synthetic cost of state st of workload w that varies with the state
+ * (so the model has something to fit). */
+static double synth_cost(const kt_sched_state_t *st, const kt_workload_t *w)
+{
+    return 1e-3 * (double)(1 + kt_sched_state_hash(st, kt_workload_dag(w)) % 7);
+}
+
+/* Propose n states of task t, give them synth_cost's costs, return how
+ * many were measured. */
 static int round_of(kt_search_family_t *f, const kt_workload_t *const *wl, int t, int n)
 {
     kt_sched_state_t **st = NULL;
@@ -82,7 +89,7 @@ static int round_of(kt_search_family_t *f, const kt_workload_t *const *wl, int t
     double *costs = malloc((size_t)got * sizeof *costs);
     ck_assert_ptr_nonnull(costs);
     for (int i = 0; i < got; i++)
-        costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], kt_workload_dag(wl[t])) % 7);
+        costs[i] = synth_cost(st[i], wl[t]);
     ck_assert_int_eq(kt_search_family_feedback(f, t, st, costs, got), 0);
     for (int i = 0; i < got; i++)
         kt_sched_state_free(st[i]);
@@ -646,7 +653,7 @@ static void append_states(char **all, size_t *len, size_t *cap, const kt_workloa
                           kt_sched_state_t *const *st, int n, double *costs)
 {
     for (int i = 0; i < n; i++) {
-        costs[i] = 1e-3 * (double)(1 + kt_sched_state_hash(st[i], kt_workload_dag(w)) % 7);
+        costs[i] = synth_cost(st[i], w);
         char *j = kt_sched_state_to_json(st[i], kt_workload_dag(w));
         ck_assert_ptr_nonnull(j);
         size_t l = strlen(j);
@@ -776,14 +783,54 @@ static void *wave_worker(void *arg)
     }
 }
 
+/* Records to preload: a round of up to 4 states of each task of another
+ * seeded job, as JSON, with round_of's synthetic costs. */
+typedef struct {
+    char *json[3][4];
+    double cost[3][4];
+    int n[3];
+} preloads_t;
+
+static void preloads_make(preloads_t *pl)
+{
+    kt_workload_t *w[3];
+    kt_search_family_t *f = xgb_job(w, 5, 0);
+    for (int t = 0; t < 3; t++) {
+        kt_sched_state_t **st = NULL;
+        int got = kt_search_family_propose(f, t, 4, &st);
+        ck_assert_msg(got > 0 && got <= 4, "task %d: %s", t, kt_err_msg());
+        pl->n[t] = got;
+        for (int i = 0; i < got; i++) {
+            pl->cost[t][i] = synth_cost(st[i], w[t]);
+            ck_assert_ptr_nonnull(pl->json[t][i] = kt_sched_state_to_json(st[i],
+                                                                          kt_workload_dag(w[t])));
+            kt_sched_state_free(st[i]);
+        }
+        free(st);
+    }
+    xgb_job_free(f, w);
+}
+
+static void preloads_free(preloads_t *pl)
+{
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < pl->n[t]; i++)
+            free(pl->json[t][i]);
+}
+
 /* Every proposal of 3 waves of a seeded sketch.xgb job over three tasks, as
  * JSON lines in task order. how 0: one thread proposes tasks 0, 1, 2;
  * 1: one thread, tasks 2, 1, 0; 2: two threads take the tasks as they
- * come, so two searches run at once. */
-static char *wave_proposals(int how)
+ * come, so two searches run at once. pl: records preloaded first (a
+ * resumed job: the first propose's sync trains the model on them). */
+static char *wave_proposals(int how, const preloads_t *pl)
 {
     kt_workload_t *w[3];
     wave_t wv = {.f = xgb_job(w, 91, 0)};
+    for (int t = 0; pl && t < 3; t++)
+        for (int i = 0; i < pl->n[t]; i++)
+            ck_assert_int_eq(kt_search_preload(kt_search_family_policy(wv.f, t), pl->json[t][i],
+                                               pl->cost[t][i]), 0);
     pthread_mutex_init(&wv.mu, NULL);
     size_t len = 0, cap = 1 << 16;
     char *all = malloc(cap);
@@ -826,16 +873,39 @@ static char *wave_proposals(int how)
  * propose at once. */
 START_TEST(family_sketch_xgb_proposals_do_not_depend_on_task_order_or_overlap)
 {
-    char *fwd = wave_proposals(0);
-    char *rev = wave_proposals(1);
+    char *fwd = wave_proposals(0, NULL);
+    char *rev = wave_proposals(1, NULL);
     ck_assert_msg(strcmp(fwd, rev) == 0, "proposing tasks 2, 1, 0 changed their proposals");
     for (int rep = 0; rep < 2; rep++) {
-        char *par = wave_proposals(2);
+        char *par = wave_proposals(2, NULL);
         ck_assert_msg(strcmp(fwd, par) == 0, "two threads proposed other states than one");
         free(par);
     }
     free(rev);
     free(fwd);
+}
+END_TEST
+
+/* A resumed job: the first propose's sync trains the shared model on the
+ * preloaded records holding the family's lock, so a search of another task
+ * that starts meanwhile waits and scores with the trained model too. A
+ * sync that trained beside the searches let the other search score at
+ * random: two threads proposed other states than one. */
+START_TEST(family_sketch_xgb_proposals_after_preloads_do_not_depend_on_overlap)
+{
+    preloads_t pl = {0};
+    preloads_make(&pl);
+    char *fwd = wave_proposals(0, &pl);
+    char *fresh = wave_proposals(0, NULL);
+    ck_assert_msg(strcmp(fwd, fresh) != 0, "the preloads changed no proposal");
+    for (int rep = 0; rep < 3; rep++) {
+        char *par = wave_proposals(2, &pl);
+        ck_assert_msg(strcmp(fwd, par) == 0, "two threads proposed other states than one");
+        free(par);
+    }
+    free(fresh);
+    free(fwd);
+    preloads_free(&pl);
 }
 END_TEST
 
@@ -985,6 +1055,136 @@ START_TEST(family_sketch_xgb_model_trains_while_another_task_searches)
 }
 END_TEST
 
+/* A gate at the shared model's training hook: counts the trainings and
+ * their records and holds the first one until the test releases it (or
+ * the guard against a hung test runs out). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int calls, held, released, held_through;
+    int nrec[8];
+} train_gate_t;
+
+static void gate_hook(void *user, int nrecords)
+{
+    train_gate_t *g = user;
+    pthread_mutex_lock(&g->mu);
+    if (g->calls < 8)
+        g->nrec[g->calls] = nrecords;
+    if (g->calls++ == 0) {
+        g->held = 1;
+        pthread_cond_broadcast(&g->cv);
+        g->held_through = wait_flag(&g->mu, &g->cv, &g->released);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* One task's proposal and its synthetic costs (as round_of gives them). */
+typedef struct {
+    kt_search_family_t *f;
+    int task, got, rc;
+    kt_sched_state_t **st;
+    double costs[8];
+} fb_arg_t;
+
+static void fb_propose(fb_arg_t *a, kt_search_family_t *f, const kt_workload_t *w, int task)
+{
+    *a = (fb_arg_t){.f = f, .task = task};
+    a->got = kt_search_family_propose(f, task, 4, &a->st);
+    ck_assert_msg(a->got > 0 && a->got <= 8, "task %d: %s", task, kt_err_msg());
+    for (int i = 0; i < a->got; i++)
+        a->costs[i] = synth_cost(a->st[i], w);
+}
+
+static void *feedback_thread(void *arg)
+{
+    fb_arg_t *a = arg;
+    a->rc = kt_search_family_feedback(a->f, a->task, a->st, a->costs, a->got);
+    return NULL;
+}
+
+static void fb_free(fb_arg_t *a)
+{
+    for (int i = 0; i < a->got; i++)
+        kt_sched_state_free(a->st[i]);
+    free(a->st);
+}
+
+/* sketch.xgb's one model: feedbacks that come while it trains do not wait
+ * for the training and do not train once each; the next sync trains once
+ * on all of them, and the model it leaves is the one a single training on
+ * the same records gives (a second job fed the same records, those of
+ * tasks 1 and 2 preloaded and synced in one go). A family that trained
+ * once per feedback held the queued feedbacks until the guard ran out and
+ * trained three times. */
+START_TEST(family_sketch_xgb_feedbacks_queued_behind_a_training_train_once)
+{
+    kt_workload_t *w[3], *w2[3];
+    kt_search_family_t *f = xgb_job(w, 11, 0), *ref = xgb_job(w2, 11, 0);
+    const kt_workload_t *wl[3] = {w[0], w[1], w[2]}, *wl2[3] = {w2[0], w2[1], w2[2]};
+    for (int t = 0; t < 3; t++) {
+        ck_assert_int_gt(round_of(f, wl, t, 4), 0);
+        ck_assert_int_gt(round_of(ref, wl2, t, 4), 0);
+    }
+    kt_model_t *m = kt_search_family_model(f, 0), *mr = kt_search_family_model(ref, 0);
+    ck_assert(kt_model_is_trained(m));
+    fb_arg_t a[3];
+    for (int t = 0; t < 3; t++)
+        fb_propose(&a[t], f, wl[t], t);
+    train_gate_t g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    kt_search_family_set_train_hook(f, gate_hook, &g);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, feedback_thread, &a[0]), 0);
+    pthread_mutex_lock(&g.mu);
+    int held = wait_flag(&g.mu, &g.cv, &g.held);
+    pthread_mutex_unlock(&g.mu);
+    ck_assert_msg(held, "task 0's feedback did not train the model");
+    for (int t = 1; t < 3; t++)
+        ck_assert_int_eq(kt_search_family_feedback(f, t, a[t].st, a[t].costs, a[t].got), 0);
+    pthread_mutex_lock(&g.mu);
+    int calls = g.calls;
+    g.released = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(th, NULL);
+    ck_assert_msg(a[0].rc == 0, "%s", kt_err_msg());
+    ck_assert_msg(g.held_through, "the queued feedbacks waited for the training");
+    ck_assert_int_eq(calls, 1);
+    ck_assert_int_eq(g.calls, 1);
+    ck_assert_int_eq(kt_search_family_sync(f), 0);
+    ck_assert_int_eq(g.calls, 2);   /* exactly one more training, for both */
+    ck_assert_int_eq(kt_search_family_sync(f), 0);
+    ck_assert_int_eq(g.calls, 2);
+    ck_assert_int_eq(g.nrec[0], a[0].got);
+    ck_assert_int_eq(g.nrec[1], a[1].got + a[2].got);
+
+    ck_assert_int_eq(kt_search_family_feedback(ref, 0, a[0].st, a[0].costs, a[0].got), 0);
+    for (int t = 1; t < 3; t++)
+        for (int i = 0; i < a[t].got; i++) {
+            char *j = kt_sched_state_to_json(a[t].st[i], kt_workload_dag(wl2[t]));
+            ck_assert_ptr_nonnull(j);
+            ck_assert_int_eq(kt_search_preload(kt_search_family_policy(ref, t), j, a[t].costs[i]),
+                             0);
+            free(j);
+        }
+    ck_assert_int_eq(kt_search_family_sync(ref), 0);
+    ck_assert_uint_eq(kt_model_num_samples(m), kt_model_num_samples(mr));
+    ck_assert_uint_eq(kt_model_num_trainings(m), kt_model_num_trainings(mr));
+    for (int t = 0; t < 3; t++) {
+        float *got = scores_of(f, w[t], t, a[t].st, a[t].got);
+        float *want = scores_of(ref, w2[t], t, a[t].st, a[t].got);
+        ck_assert_msg(memcmp(got, want, (size_t)a[t].got * sizeof *got) == 0,
+                      "task %d: the model differs from one trained in one go", t);
+        free(got);
+        free(want);
+    }
+    for (int t = 0; t < 3; t++)
+        fb_free(&a[t]);
+    xgb_job_free(ref, w2);
+    xgb_job_free(f, w);
+}
+END_TEST
+
 static Suite *family_suite(void)
 {
     Suite *s = suite_create("family");
@@ -1002,8 +1202,10 @@ static Suite *family_suite(void)
     tcase_add_test(tc, family_sketch_xgb_resume_trains_the_shared_model_on_preloads);
     tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_search_threads);
     tcase_add_test(tc, family_sketch_xgb_proposals_do_not_depend_on_task_order_or_overlap);
+    tcase_add_test(tc, family_sketch_xgb_proposals_after_preloads_do_not_depend_on_overlap);
     tcase_add_test(tc, family_sketch_xgb_searches_of_two_tasks_overlap);
     tcase_add_test(tc, family_sketch_xgb_model_trains_while_another_task_searches);
+    tcase_add_test(tc, family_sketch_xgb_feedbacks_queued_behind_a_training_train_once);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -46,14 +46,20 @@ struct kt_search_family {
      * policy) share it, and a propose checks under it whether to sync;
      * recording, syncing, training and foresee passes (which write the
      * models and other tasks' policies) hold it alone, except FAM_ALL's
-     * training after a feedback (train_mu below). */
+     * training (`training` below). */
     pthread_rwlock_t lock;
     /* FAM_ALL: a search scores with `snap`, so the shared model trains
      * outside `lock` (a feedback's training overlaps other tasks'
-     * searches). train_mu orders the trainings as their records were taken
-     * (it is taken before `lock` is released) and guards snap_ntrain and
-     * snap_trained; snap_mu guards the pointer `snap`. */
-    pthread_mutex_t train_mu, snap_mu;
+     * searches). One thread at a time trains it: the one that set
+     * `training` (under `lock` held alone). Feedbacks that come meanwhile
+     * only record; the next training takes all of them at once. The
+     * trainer alone writes the model, snap_ntrain and snap_trained;
+     * snap_mu guards the pointer `snap`. */
+    int training;
+    int queued;   /* records fed back during that training wait for the next */
+    kt_search_train_hook_fn hook;
+    void *hook_user;
+    pthread_mutex_t snap_mu;
     snap_t *snap;
     unsigned snap_ntrain;
     int snap_trained;
@@ -78,7 +84,7 @@ static snap_t *snap_get(kt_search_family_t *f)
 }
 
 /* A new snapshot of the shared model when it changed since the last one
- * (under train_mu, or before any thread uses the family). */
+ * (by the trainer, or before any thread uses the family). */
 static int snap_publish(kt_search_family_t *f)
 {
     const kt_model_t *m = f->models[0];
@@ -108,9 +114,9 @@ void kt_search_family_set_pool(kt_search_family_t *f, kt_pool_t *pool)
 {
     for (int i = 0; f && i < f->n; i++)
         kt_search_set_pool(f->pol[i], pool);
-    /* One model for every task trains one batch at a time (train_mu), a
-     * large share of a round's work: its pairwise math takes the pool's
-     * threads, while the searches beside it score with snapshots. */
+    /* One model for every task trains on one thread at a time, a large
+     * share of a round's work: its pairwise math takes the pool's threads,
+     * while the searches beside it score with snapshots. */
     if (f && f->kind == FAM_ALL && f->nfam > 0 && f->models[0])
         kt_model_set_train_threads(f->models[0], pool ? kt_pool_threads(pool) : 0);
 }
@@ -208,7 +214,6 @@ void kt_search_family_free(kt_search_family_t *f)
     free(f->exhausted);
     snap_put(f->snap);
     pthread_rwlock_destroy(&f->lock);
-    pthread_mutex_destroy(&f->train_mu);
     pthread_mutex_destroy(&f->snap_mu);
     free(f);
 }
@@ -300,7 +305,6 @@ kt_search_family_t *kt_search_family_new(const kt_workload_t *const *wl, int n,
     pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&f->lock, &la);
     pthread_rwlockattr_destroy(&la);
-    pthread_mutex_init(&f->train_mu, NULL);
     pthread_mutex_init(&f->snap_mu, NULL);
     f->n = n;
     f->kind = kind;
@@ -453,11 +457,11 @@ static int all_tried(const kt_search_family_t *f)
     return all;
 }
 
-/* sync of the shared model of FAM_ALL, under the exclusive lock, up to
- * the training: with Ansor's warm-up it gets no record (so it scores at
- * random) until every task has had a round, then all of them in one
- * training; with warmup=model every record at once. The records to train
- * on into *batch (NULL: none). */
+/* What the shared model of FAM_ALL trains on next, under the exclusive
+ * lock: with Ansor's warm-up no record (so it scores at random) until every
+ * task has had a round, then all of them in one training; with
+ * warmup=model every record at once. The records to train on into *batch
+ * (NULL: none), marked trained. */
 static int sync_all_take(kt_search_family_t *f, kt_search_batch_t **batch)
 {
     *batch = NULL;
@@ -468,28 +472,56 @@ static int sync_all_take(kt_search_family_t *f, kt_search_batch_t **batch)
     return kt_search_take_pending(f->pol, f->n, batch);
 }
 
-/* The training of a sync_all_take, entered holding train_mu (taken while
- * the batch's lock was held), which it releases: trains the shared model,
- * publishes its snapshot, frees the batch. rc: the take's status. */
-static int train_unlock(kt_search_family_t *f, kt_search_batch_t *batch, int rc)
+/* sync of FAM_ALL, entered holding the exclusive lock, which it releases.
+ * While another thread trains the shared model beside the searches, the
+ * records just recorded stay pending (`queued`): the next feedback, propose
+ * or sync after that training takes all of them, so feedbacks queued
+ * behind a training cost one more training in all, not one each, and do
+ * not wait for it (Ansor trains its one model once per round, on every
+ * task's new records). Otherwise this thread trains once on everything
+ * pending (not again on what comes meanwhile: its task would wait as long
+ * as others keep feeding back) and publishes a snapshot: `beside` (a
+ * feedback, or records that feedbacks left queued) outside the lock,
+ * while searches of other tasks score with the last snapshot; else (what
+ * a sync or propose finds pending: preloads, the end of the warm-up) under
+ * it, so that a search that starts after the sync sees what it trained.
+ * One caller feeding back in a fixed order, each feedback returning before
+ * the next, trains as before: once per feedback, on its records. */
+static int sync_all_unlock(kt_search_family_t *f, int beside)
 {
-    if (rc == 0)
+    kt_search_batch_t *batch = NULL;
+    int rc = 0;
+    if (f->training)
+        f->queued |= beside;
+    else
+        rc = sync_all_take(f, &batch);
+    if (batch) {
+        beside |= f->queued;
+        f->queued = 0;
+        f->training = beside;
+        if (beside)
+            pthread_rwlock_unlock(&f->lock);
+        if (f->hook)
+            f->hook(f->hook_user, kt_search_batch_size(batch));
         rc = kt_search_batch_train(batch, f->models[0]);
-    if (rc == 0)
-        rc = snap_publish(f);
-    pthread_mutex_unlock(&f->train_mu);
-    kt_search_batch_free(batch);
+        if (rc == 0)
+            rc = snap_publish(f);
+        kt_search_batch_free(batch);
+        if (beside)
+            pthread_rwlock_wrlock(&f->lock);
+        f->training = 0;
+    }
+    pthread_rwlock_unlock(&f->lock);
     return rc;
 }
 
-/* sync_all_take and its training, all under the exclusive lock: a search
- * that starts after a propose's sync sees what it trained. */
-static int sync_all(kt_search_family_t *f)
+void kt_search_family_set_train_hook(kt_search_family_t *f, kt_search_train_hook_fn fn,
+                                     void *user)
 {
-    kt_search_batch_t *batch = NULL;
-    int rc = sync_all_take(f, &batch);
-    pthread_mutex_lock(&f->train_mu);
-    return train_unlock(f, batch, rc);
+    if (f) {
+        f->hook = fn;
+        f->hook_user = user;
+    }
 }
 
 /* 1 when sync_locked would change something (train, share, end the
@@ -503,17 +535,15 @@ static int sync_needed(const kt_search_family_t *f)
         pending |= f->pol[k]->npending > 0;
         unshared |= f->fed[k] < f->pol[k]->nhist;
     }
-    if (f->kind == FAM_ALL)
-        return (!f->warm_done && all_tried(f)) ||
-               ((f->warm_done || f->warmup != KT_SEARCH_WARMUP_RANDOM) && pending);
+    if (f->kind == FAM_ALL)   /* a training in progress takes what is pending */
+        return !f->training && ((!f->warm_done && all_tried(f)) ||
+               ((f->warm_done || f->warmup != KT_SEARCH_WARMUP_RANDOM) && pending));
     return pending || (!f->warm_done && (unshared || all_tried(f)));
 }
 
-/* sync under the exclusive lock. */
+/* sync of the family kinds under the exclusive lock. */
 static int sync_locked(kt_search_family_t *f)
 {
-    if (f->kind == FAM_ALL)
-        return sync_all(f);
     int rc = 0;
     /* preloaded (or otherwise untrained) records of any task train its
      * family's model now, not only at that task's next feedback */
@@ -529,6 +559,16 @@ static int sync_locked(kt_search_family_t *f)
     return rc;
 }
 
+/* sync, entered holding the exclusive lock, which it releases. */
+static int sync_unlock(kt_search_family_t *f)
+{
+    if (f->kind == FAM_ALL)
+        return sync_all_unlock(f, 0);
+    int rc = sync_locked(f);
+    pthread_rwlock_unlock(&f->lock);
+    return rc;
+}
+
 int kt_search_family_sync(kt_search_family_t *f)
 {
     if (!f)
@@ -536,9 +576,7 @@ int kt_search_family_sync(kt_search_family_t *f)
     if (f->kind == FAM_PLAIN)
         return 0;
     pthread_rwlock_wrlock(&f->lock);
-    int rc = sync_locked(f);
-    pthread_rwlock_unlock(&f->lock);
-    return rc;
+    return sync_unlock(f);
 }
 
 /* ---- propose / feedback --------------------------------------------------------------- */
@@ -564,8 +602,7 @@ int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_st
     pthread_rwlock_unlock(&f->lock);
     if (need) {
         pthread_rwlock_wrlock(&f->lock);
-        rc = sync_locked(f);
-        pthread_rwlock_unlock(&f->lock);
+        rc = sync_unlock(f);
         if (rc)
             return rc;
     }
@@ -594,10 +631,11 @@ int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_st
         pthread_rwlock_wrlock(&f->lock);
         if (!f->exhausted[task]) {
             f->exhausted[task] = 1;
-            int src = sync_locked(f);
+            int src = sync_unlock(f);
             rc = src < 0 ? src : 0;
+        } else {
+            pthread_rwlock_unlock(&f->lock);
         }
-        pthread_rwlock_unlock(&f->lock);
     }
     return rc;
 }
@@ -615,13 +653,11 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
         kt_search_policy_t *sp = f->pol[task];
         double t0 = kt_time_mono();
         rc = kt_search_record(sp, states, costs, n);
-        kt_search_batch_t *batch = NULL;
-        if (rc == 0)
-            rc = sync_all_take(f, &batch);
-        /* other tasks search (with the snapshot) while the model trains */
-        pthread_mutex_lock(&f->train_mu);
-        pthread_rwlock_unlock(&f->lock);
-        rc = train_unlock(f, batch, rc);
+        if (rc == 0) {
+            rc = sync_all_unlock(f, 1);
+        } else {
+            pthread_rwlock_unlock(&f->lock);
+        }
         sp->train_s = kt_time_mono() - t0;
         return rc;
     }

@@ -298,6 +298,11 @@ int kt_search_batch_train(kt_search_batch_t *b, kt_model_t *m)
     return b ? acc_update(&b->a, m) : 0;
 }
 
+int kt_search_batch_size(const kt_search_batch_t *b)
+{
+    return b ? b->a.n : 0;
+}
+
 void kt_search_batch_free(kt_search_batch_t *b)
 {
     if (!b)

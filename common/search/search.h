@@ -305,7 +305,15 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  * sketch.xgb over several tasks a search scores with a snapshot of the one
  * model (taken after each training), so searches of different tasks run
  * at once and a feedback's training runs beside them (a search that
- * overlaps a feedback is as if it came first). For the family-* policies a
+ * overlaps a feedback is as if it came first). One thread trains that model
+ * at a time: a feedback that comes while another thread's feedback trains
+ * it only records and returns, and the first feedback, propose or sync
+ * after that training trains once on all the records queued meanwhile
+ * (Ansor trains its one model once per round on every task's new
+ * records); a search scores with the model of the last finished training.
+ * What a sync (or a propose's) trains otherwise (preloads, the end of the
+ * warm-up), it trains holding the lock: a search that starts after it
+ * sees it. For the family-* policies a
  * propose's search holds the family's lock shared: different tasks'
  * searches run at once, while a feedback (training, foresee passes that
  * write other tasks' policies) waits for them. Syncs hold the lock alone;
@@ -313,8 +321,10 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  * its model trains, each task's random scores come from its own seeded
  * generator, so a propose's result depends on the feedback given before it
  * (and on the seed), not on which other tasks' proposes overlap it or ran
- * first: a caller that feeds back in a fixed order gets the same proposals
- * from any number of threads. Preload (kt_search_preload on
+ * first: a caller that feeds back in a fixed order, one feedback at a
+ * time, gets the same proposals from any number of threads (feedbacks that
+ * overlap train sketch.xgb's model in groups that depend on their timing,
+ * as the tracker's do). Preload (kt_search_preload on
  * kt_search_family_policy()) before the first propose, from one thread.
  */
 typedef struct kt_search_family kt_search_family_t;
@@ -374,8 +384,18 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
 /* Train the family models on what was preloaded or fed to the policies but
  * not yet given to them (a resumed job; sketch.xgb's shared model only once
  * its warm-up allows, in one training) and end the warm-up when every task
- * has records. Propose and feedback call it; 0 or negative. */
+ * has records. Propose and feedback call it; 0 or negative. While another
+ * thread's feedback trains sketch.xgb's shared model, it returns at once
+ * and the records wait for the next sync (or propose, or feedback). */
 int kt_search_family_sync(kt_search_family_t *f);
+
+/* Called on the training thread before each training of sketch.xgb's
+ * shared model (n > 1 tasks), with the number of records it trains on:
+ * tests hold a training there, instrumentation counts them. Set before the
+ * first propose, from one thread; NULL removes it. */
+typedef void (*kt_search_train_hook_fn)(void *user, int nrecords);
+void kt_search_family_set_train_hook(kt_search_family_t *f, kt_search_train_hook_fn fn,
+                                     void *user);
 
 /* kt_search_one_round through the family (local measurement). */
 int kt_search_family_one_round(kt_search_family_t *f, int task, int n,

@@ -111,6 +111,7 @@ int kt_search_train_pending(kt_search_policy_t *const *sps, int n, kt_model_t *m
 typedef struct kt_search_batch kt_search_batch_t;
 int kt_search_take_pending(kt_search_policy_t *const *sps, int n, kt_search_batch_t **out);
 int kt_search_batch_train(kt_search_batch_t *b, kt_model_t *m);
+int kt_search_batch_size(const kt_search_batch_t *b);   /* records in it (0 for NULL) */
 void kt_search_batch_free(kt_search_batch_t *b);
 
 /* FamilySeer's foresee pass: a small search scored by the policy's (family)
