@@ -396,6 +396,15 @@ static size_t buf_numel(const kt_dag_t *dag, int buf)
     return (size_t)kt_stage_numel(kt_dag_stage(dag, kt_codegen_buf_stage(dag, buf)));
 }
 
+/* n floats on a 64-byte boundary, as the runner and a built network hold
+ * buffers: malloc puts a large block 16 bytes past a page, so every vector
+ * load of a packed weight would span two cache lines (12% slower kernels).
+ * free() releases it. */
+static float *aligned_floats(size_t n)
+{
+    return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+}
+
 /* A layer's kernel ready to time: its buffers as a built network holds
  * them (weights packed once, untimed). */
 typedef struct {
@@ -450,7 +459,7 @@ static void kernel_prepare(kernel_t *k, const char *db, const kt_workload_t *w,
     }
     memcpy(k->kbufs, k->bufs, (size_t)k->nbufs * sizeof k->kbufs[0]);
     for (int p = 0; p < k->npacks; p++) {
-        if (!(k->packed[p] = malloc(buf_numel(k->dag, packs[p].buf) * sizeof(float))))
+        if (!(k->packed[p] = aligned_floats(buf_numel(k->dag, packs[p].buf))))
             die("out of memory");
         kt_codegen_pack(&packs[p], k->bufs[packs[p].buf], k->packed[p], 0);
         k->kbufs[packs[p].buf] = k->packed[p];
@@ -549,7 +558,7 @@ static void time_layer(const char *db, const layer_t *l, int threads, const char
     const kt_dag_t *dag = ks[K_DIRECT].dag;
     int out = ks[K_DIRECT].nbufs - 1;
     size_t nout = buf_numel(dag, out);
-    float *dout = malloc(nout * sizeof(float));
+    float *dout = aligned_floats(nout);
     if (!dout)
         die("out of memory");
     for (size_t i = 0; i < nout; i++)
