@@ -1350,6 +1350,20 @@ int kt_codegen_check_entry(const kt_dag_t *dag, const char *entry)
     return 0;
 }
 
+/* Floats buffer i takes in the workspace (0: not a heap buffer), rounded up
+ * so that each buffer starts on a cache line: a vector load of a weight's
+ * rewritten layout that straddles two lines made one conv2d 35% slower. */
+static int64_t workspace_floats(const kt_lower_t *L, int i)
+{
+    const kt_lower_buf_t *bf = &L->bufs[i];
+    if (bf->kind != KT_BUF_HEAP)
+        return 0;
+    int64_t n = 1;
+    for (int d = 0; d < bf->ndim; d++)
+        n *= bf->shape[d];
+    return (n + 15) / 16 * 16;
+}
+
 /* The kernel's heap intermediates live in one block, its workspace, that
  * the kernel keeps between calls (as TVM's workspace pool does): freed and
  * allocated again on every call, glibc hands large blocks back to the
@@ -1366,17 +1380,8 @@ static int emit_workspace_open(const kt_lower_t *L, const char *entry, kt_sbuf_t
     int nheap = 0;
     int64_t total = 0;
     for (int i = 0; i < L->nbufs; i++) {
-        const kt_lower_buf_t *bf = &L->bufs[i];
-        if (bf->kind != KT_BUF_HEAP)
-            continue;
-        int64_t n = 1;
-        for (int d = 0; d < bf->ndim; d++)
-            n *= bf->shape[d];
-        /* Each buffer cache-line aligned: a vector load of a weight's
-         * rewritten layout that straddles two lines made one conv2d 35%
-         * slower. */
-        total += (n + 15) / 16 * 16;
-        nheap++;
+        total += workspace_floats(L, i);
+        nheap += L->bufs[i].kind == KT_BUF_HEAP;
     }
     if (!nheap)
         return 0;
@@ -1395,15 +1400,11 @@ static int emit_workspace_open(const kt_lower_t *L, const char *entry, kt_sbuf_t
                    entry, entry, (long long)total, entry);
     int64_t off = 0;
     for (int i = 0; i < L->nbufs; i++) {
-        const kt_lower_buf_t *bf = &L->bufs[i];
-        if (bf->kind != KT_BUF_HEAP)
+        if (L->bufs[i].kind != KT_BUF_HEAP)
             continue;
-        int64_t n = 1;
-        for (int d = 0; d < bf->ndim; d++)
-            n *= bf->shape[d];
-        kt_sbuf_printf(b, "        float *restrict %s = kt_ws + %lldLL;\n", bf->name,
+        kt_sbuf_printf(b, "        float *restrict %s = kt_ws + %lldLL;\n", L->bufs[i].name,
                        (long long)off);
-        off += (n + 15) / 16 * 16;
+        off += workspace_floats(L, i);
     }
     return nheap;
 }
