@@ -6,8 +6,12 @@
  *     int <entry>(float **bufs);
  * bufs[] holds the DAG's placeholders in stage order, then its output stages
  * in stage order; all are dense row-major float32. Intermediate stages that
- * are not inlined are allocated by the kernel itself. Returns 0, or -1 when
- * an internal allocation failed. Generated files include only <math.h>,
+ * are not inlined are allocated by the kernel itself: those at root in one
+ * block (its workspace) that the kernel keeps between calls and frees when
+ * its library is unloaded (a concurrent call of the same kernel allocates
+ * and frees its own), so that calls do not fault in fresh pages; local
+ * tiles over the stack limit per loop iteration. Returns 0, or -1 when an
+ * internal allocation failed. Generated files include only <math.h>,
  * <stdlib.h>, <string.h> (and <omp.h> when parallel), and compile with
  * `cc -O3 -march=native -fopenmp -shared -fPIC`.
  *

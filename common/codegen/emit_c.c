@@ -7,9 +7,10 @@
  * printed (their variable contributes nothing to any index). Local tiles
  * are stack arrays (heap when larger than KT_LOWER_LOCAL_STACK_BYTES), so
  * register tiles of a tiled stage are plain local arrays GCC can keep in
- * registers. The kernel is wrapped in GCC pragmas: 512-bit vectors, no loop
- * unswitching, and floating-point contraction (multiply-adds become FMAs
- * even under the builders' -std=c17).
+ * registers; the intermediates at root share one workspace block that the
+ * kernel keeps between calls. The kernel is wrapped in GCC pragmas: 512-bit
+ * vectors, no loop unswitching, and floating-point contraction
+ * (multiply-adds become FMAs even under the builders' -std=c17).
  *
  * Two decisions beyond the lowered program, both for GCC's sake:
  * - the body of a parallel loop group is a static function of its own
@@ -1349,6 +1350,77 @@ int kt_codegen_check_entry(const kt_dag_t *dag, const char *entry)
     return 0;
 }
 
+/* Floats buffer i takes in the workspace (0: not a heap buffer), rounded up
+ * so that each buffer starts on a cache line: a vector load of a weight's
+ * rewritten layout that straddles two lines made one conv2d 35% slower. */
+static int64_t workspace_floats(const kt_lower_t *L, int i)
+{
+    const kt_lower_buf_t *bf = &L->bufs[i];
+    if (bf->kind != KT_BUF_HEAP)
+        return 0;
+    int64_t n = 1;
+    for (int d = 0; d < bf->ndim; d++)
+        n *= bf->shape[d];
+    return (n + 15) / 16 * 16;
+}
+
+/* The kernel's heap intermediates live in one block, its workspace, that
+ * the kernel keeps between calls (as TVM's workspace pool does): freed and
+ * allocated again on every call, glibc hands large blocks back to the
+ * system, so every call faulted in and zeroed fresh pages (a Winograd
+ * conv2d's 5 MiB of transformed tiles took longer than its arithmetic). A
+ * call that finds the block in use by another thread allocates its own;
+ * the block is freed when the library is unloaded. Prints the static block
+ * before the kernel (to out) and, in the kernel (b), takes the block and
+ * opens `if (kt_ws) {` with the buffers' pointers into it; returns the
+ * number of heap buffers (0: nothing printed). */
+static int emit_workspace_open(const kt_lower_t *L, const char *entry, kt_sbuf_t *out,
+                               kt_sbuf_t *b)
+{
+    int nheap = 0;
+    int64_t total = 0;
+    for (int i = 0; i < L->nbufs; i++) {
+        total += workspace_floats(L, i);
+        nheap += L->bufs[i].kind == KT_BUF_HEAP;
+    }
+    if (!nheap)
+        return 0;
+    kt_sbuf_printf(out,
+                   "static float *kt_ws_%s;\nstatic int kt_ws_busy_%s;\n"
+                   "static void __attribute__((destructor)) kt_ws_free_%s(void)\n{\n"
+                   "    free(kt_ws_%s);\n}\n",
+                   entry, entry, entry, entry);
+    kt_sbuf_printf(b,
+                   "    int kt_ws_own = !__atomic_exchange_n(&kt_ws_busy_%s, 1, __ATOMIC_ACQUIRE);\n"
+                   "    float *kt_ws = kt_ws_own ? kt_ws_%s : NULL;\n"
+                   "    if (!kt_ws)\n"
+                   "        kt_ws = (float *)aligned_alloc(64, sizeof(float) * %lldULL);\n"
+                   "    if (kt_ws_own)\n        kt_ws_%s = kt_ws;\n"
+                   "    if (kt_ws) {\n",
+                   entry, entry, (long long)total, entry);
+    int64_t off = 0;
+    for (int i = 0; i < L->nbufs; i++) {
+        if (L->bufs[i].kind != KT_BUF_HEAP)
+            continue;
+        kt_sbuf_printf(b, "        float *restrict %s = kt_ws + %lldLL;\n", L->bufs[i].name,
+                       (long long)off);
+        off += workspace_floats(L, i);
+    }
+    return nheap;
+}
+
+/* Closes what emit_workspace_open opened: the block goes back for the next
+ * call, or is freed when this call allocated its own. */
+static void emit_workspace_close(const char *entry, kt_sbuf_t *b)
+{
+    kt_sbuf_printf(b,
+                   "    } else {\n        kt_fail = 1;\n    }\n"
+                   "    if (kt_ws_own)\n"
+                   "        __atomic_store_n(&kt_ws_busy_%s, 0, __ATOMIC_RELEASE);\n"
+                   "    else\n        free(kt_ws);\n",
+                   entry);
+}
+
 static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry,
                        kt_sbuf_t *b, int prepacked)
 {
@@ -1383,7 +1455,6 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
     kt_sbuf_t *out = b;
     b = &kern;
     kt_sbuf_printf(b, "int %s(float **kt_bufs)\n{\n", entry);
-    int nheap = 0;
     for (int i = 0; i < L->nbufs; i++) {
         const kt_lower_buf_t *bf = &L->bufs[i];
         if (bf->kind == KT_BUF_INPUT)
@@ -1391,33 +1462,9 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
         else if (bf->kind == KT_BUF_OUTPUT)
             kt_sbuf_printf(b, "    float *restrict %s = kt_bufs[%d];\n", bf->name, bf->arg);
     }
-    for (int i = 0; i < L->nbufs; i++) {
-        const kt_lower_buf_t *bf = &L->bufs[i];
-        if (bf->kind != KT_BUF_HEAP)
-            continue;
-        int64_t n = 1;
-        for (int d = 0; d < bf->ndim; d++)
-            n *= bf->shape[d];
-        /* Cache-line aligned (malloc gives 16 bytes): a vector load of a weight's
-         * rewritten layout that straddles two lines made one conv2d 35% slower.
-         * aligned_alloc wants a multiple of the alignment. */
-        n = (n + 15) / 16 * 16;
-        kt_sbuf_printf(b,
-                       "    float *restrict %s = (float *)aligned_alloc(64, sizeof(float) * %lldULL);\n",
-                       bf->name, (long long)n);
-        nheap++;
-    }
     kt_sbuf_puts(b, "    int kt_fail = 0;\n");
-    int depth = 1;
-    if (nheap) {
-        kt_sbuf_puts(b, "    if (");
-        int k = 0;
-        for (int i = 0; i < L->nbufs; i++)
-            if (L->bufs[i].kind == KT_BUF_HEAP)
-                kt_sbuf_printf(b, "%s%s", k++ ? " && " : "", L->bufs[i].name);
-        kt_sbuf_puts(b, ") {\n");
-        depth = 2;
-    }
+    int nheap = emit_workspace_open(L, entry, out, b);
+    int depth = nheap ? 2 : 1;
     emit_t e = {.dag = dag, .L = L, .out = b, .fns = &fns, .entry = entry, .par_last = -1,
                 .parts = 1, .narrow_node = -1};
     e.cval = malloc(sizeof(*e.cval) * (size_t)(L->niters > 0 ? L->niters : 1));
@@ -1430,12 +1477,8 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
         e.rc = rc;
     guards_free(&e);
     free(e.cval);
-    if (nheap) {
-        kt_sbuf_puts(b, "    } else {\n        kt_fail = 1;\n    }\n");
-        for (int i = 0; i < L->nbufs; i++)
-            if (L->bufs[i].kind == KT_BUF_HEAP)
-                kt_sbuf_printf(b, "    free(%s);\n", L->bufs[i].name);
-    }
+    if (nheap)
+        emit_workspace_close(entry, b);
     kt_sbuf_puts(b, "    return kt_fail ? -1 : 0;\n}\n");
     kt_lower_free(L);
     if (fns.failed || kern.failed)

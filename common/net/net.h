@@ -195,7 +195,7 @@ kt_net_tasks_t *kt_net_extract(const kt_net_t *net, kt_net_layout_t layout);
 /* Flags of kt_net_extract_ex. WINOGRAD (NHWC only; ignored for NCHW): after
  * the tasks above, one alternative task per conv2d_nhwc task with a 3x3
  * window, stride 1 and dilation 1: the conv2d_winograd_nhwc workload of the
- * same layers (tile 4 when the input height is a multiple of 8, else 2),
+ * same layers (tile 4 when the input height is a multiple of 4, else 2),
  * with the same weight, alt_of naming the direct task, desc "... (Winograd)".
  * The task scheduler counts each group once, at its fastest
  * (kt_scheduler_config_t.alternative_of; a job finds the pairs from the
