@@ -144,6 +144,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
     ck_assert_int_eq(mp.num_warmup_sample, 32);
     ck_assert_uint_eq(mp.seed, 5);
+    ck_assert_int_eq(mp.weight_by_label, 1);   /* Ansor's: slow programs weigh little */
     o.model_label = KT_MODEL_LABEL_LOG;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_LOG);

@@ -177,6 +177,11 @@ void kt_search_model_params(const kt_search_opts_t *o, uint64_t seed, kt_model_p
     mp->num_warmup_sample = o->num_warmup_sample;
     mp->label = o->model_label;
     mp->tree_method = KT_MODEL_TREE_HIST;
+    /* Ansor weights each program by its normalized throughput: unweighted,
+     * the many slow random programs teach the model that a factor is slow
+     * wherever it came with a bad tile (a whole reduction innermost, say),
+     * and it ranks that factor low beside the best tiles too (issue 25). */
+    mp->weight_by_label = 1;
 }
 
 kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_params_t *params,

@@ -108,7 +108,8 @@ int kt_search_opts_set(kt_search_opts_t *o, const char *list);
 
 /* The xgb model parameters a policy or a family makes from its options:
  * ktune's defaults, this seed, the options' warm-up and label kind, hist
- * trees (a caller that hands a policy its own model starts from these). */
+ * trees, programs weighted by their throughput as Ansor's (a caller that
+ * hands a policy its own model starts from these). */
 void kt_search_model_params(const kt_search_opts_t *o, uint64_t seed, kt_model_params_t *mp);
 
 typedef struct kt_search_policy kt_search_policy_t;
