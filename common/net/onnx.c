@@ -160,6 +160,12 @@ static uint64_t le(const uint8_t *p, int n)
     return v;
 }
 
+/* 1 when t's bytes are in an external data file (not read yet, or missing). */
+static int is_external(const Onnx__TensorProto *t)
+{
+    return t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+}
+
 /* Decode a TensorProto's shape and (for small tensors) values into c.
  * Inconsistent data (a truncated raw_data, a negative dimension) is an
  * error: the file is malformed. */
@@ -203,9 +209,7 @@ static int read_tensor(const Onnx__TensorProto *t, cval_t *c, const char *what)
     case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128: size = 16; break;
     default: size = 0;   /* strings, undefined: shape only */
     }
-    int external = t->has_data_location &&
-                   t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-    if (external || size == 0)
+    if (is_external(t) || size == 0)
         return KT_OK;
     if (t->has_raw_data) {
         if ((int64_t)t->raw_data.len != numel * size)
@@ -302,7 +306,7 @@ static int tensor_floats(const Onnx__TensorProto *t, int64_t numel, float **v)
 {
     *v = NULL;
     int dt = t->has_data_type ? t->data_type : 0, size;
-    if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+    if (is_external(t))
         return KT_OK;
     switch (dt) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
@@ -2603,14 +2607,12 @@ static int ext_load_all(Onnx__ModelProto *m, const char *dir, char *missing, siz
         return KT_OK;
     int rc = KT_OK;
     for (size_t i = 0; rc == KT_OK && i < g->n_initializer; i++)
-        if (g->initializer[i]->has_data_location &&
-            g->initializer[i]->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+        if (is_external(g->initializer[i]))
             rc = ext_load(g->initializer[i], dir, missing, cap);
     for (size_t i = 0; rc == KT_OK && i < g->n_node; i++)
         for (size_t a = 0; rc == KT_OK && a < g->node[i]->n_attribute; a++) {
             Onnx__TensorProto *t = g->node[i]->attribute[a]->t;
-            if (t && t->has_data_location &&
-                t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+            if (t && is_external(t))
                 rc = ext_load(t, dir, missing, cap);
         }
     return rc;
