@@ -57,6 +57,7 @@ typedef struct {
     uint8_t *hoisted;      /* per statement: its inequalities an enclosing if tests */
     uint8_t *tile_iter;    /* per iterator: it indexes a local (accumulator, register) tile */
     int64_t parts;         /* copies of the current node the enclosing partitions print */
+    int tile_split;        /* inside a nest printed as interior and border (tile_interior) */
     int64_t guarded_total; /* guarded_size of the whole program */
     int narrow_node;       /* loop printed with the bounds below instead of its range, -1 */
     const char *narrow_lo, *narrow_hi;
@@ -202,7 +203,10 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
  *   parts, split where the test becomes true, or false, for every value of
  *   the other iterators in their current ranges; each part narrows its
  *   iterator's range for the code inside it;
- * - what is left is tested on the statement.
+ * - what is left is tested on the statement; but a loop holding a local
+ *   tile whose statements' tests read the tile's loops is first printed
+ *   twice, an interior copy that tests nothing behind one test of the loops
+ *   around it, and the border's copy (see tile_interior).
  * Loops over a local tile's elements are neither split nor narrowed: GCC
  * keeps the register and accumulator tiles in registers only with whole
  * constant trip counts (a tile loop split into constant parts made GCC
@@ -1068,6 +1072,137 @@ static void emit_loop_plain(emit_t *e, int node, int depth, int in_par, int in_v
     free(cond);
 }
 
+/* Whether loop iterator it is a loop at or under node. */
+static int in_subtree(const kt_lower_t *L, int node, int it)
+{
+    const kt_lower_node_t *nd = &L->nodes[node];
+    if (nd->kind == KT_NODE_LOOP && nd->iter == it)
+        return 1;
+    for (int ch = nd->child; ch >= 0; ch = L->nodes[ch].next)
+        if (in_subtree(L, ch, it))
+            return 1;
+    return 0;
+}
+
+typedef struct {
+    int tile;                         /* some test reads a local tile's iterator */
+    int none;                         /* some test fails somewhere for every outer value */
+    int nc;
+    aff_t cond[KT_EMIT_GUARD_INEQS];  /* what the interior needs of the enclosing loops */
+} interior_t;
+
+/* The open tests of the statements under `at` that read its loops: in
+ * in->cond, each with those loops at the end of their ranges that makes it
+ * smallest (a test is affine, so it holds for every value of them where it
+ * holds there); their bits in bits[stmt]. */
+static void interior_tests(emit_t *e, int at, int node, uint8_t *bits, interior_t *in)
+{
+    const kt_lower_t *L = e->L;
+    const kt_lower_node_t *nd = &L->nodes[node];
+    if (nd->kind != KT_NODE_STMT) {
+        for (int ch = nd->child; ch >= 0 && !in->none; ch = L->nodes[ch].next)
+            interior_tests(e, at, ch, bits, in);
+        return;
+    }
+    int si = nd->stmt;
+    unsigned open = open_ineqs(e, si);
+    for (int k = 0; k < e->guards[si].nq && !in->none; k++) {
+        if (!((open >> k) & 1u))
+            continue;
+        const aff_t *q = &e->guards[si].q[k];
+        aff_t r = {.c = q->c};
+        int inner = 0;
+        for (int t = 0; t < q->n; t++) {
+            int it = q->iter[t];
+            int64_t c = q->coef[t];
+            if (c == 0 || L->iters[it].extent <= 1)
+                continue;
+            if (in_subtree(L, at, it)) {
+                inner = 1;
+                in->tile |= e->tile_iter[it];
+                r.c += c * (c > 0 ? e->lo[it] : e->hi[it]);
+            } else {
+                r.iter[r.n] = it;
+                r.coef[r.n++] = c;
+            }
+        }
+        if (!inner)
+            continue;
+        if (r.n == 0 && r.c < 0)
+            in->none = 1;
+        bits[si] |= (uint8_t)(1u << k);
+        if (r.n > 0 && in->nc < KT_EMIT_GUARD_INEQS)
+            in->cond[in->nc++] = r;
+        else if (r.n > 0)
+            in->none = 1;   /* more tests than one interior test takes */
+    }
+}
+
+/* Whether a local tile is allocated under node. */
+static int holds_alloc(const kt_lower_t *L, int node)
+{
+    for (int ch = L->nodes[node].child; ch >= 0; ch = L->nodes[ch].next)
+        if (L->nodes[ch].kind == KT_NODE_ALLOC || holds_alloc(L, ch))
+            return 1;
+    return 0;
+}
+
+static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec);
+
+/* A loop holding a local tile (an ALLOC child: a register tile, loaded,
+ * updated and stored inside it) whose statements' open tests read the
+ * tile's iterators (never split, see "padding guards": every unrolled
+ * element of the tile would be tested at every reduction step) is printed
+ * twice, behind one test of the enclosing loops: where every test holds for
+ * all of the loop's values, a copy that tests nothing; elsewhere (the
+ * border) the copy with the guards, partitions and narrowed loops above.
+ * The copies are whole loops, tile loads and stores included: GCC keeps
+ * the tile in registers in each (an if/else around the update alone made
+ * it spill the tile). Returns 1 when it printed the loop. */
+static int tile_interior(emit_t *e, int node, int depth, int in_par, int in_vec)
+{
+    const kt_lower_t *L = e->L;
+    if (!holds_alloc(L, node) || e->tile_split || e->nexpand > 0 || e->parts * 2 > KT_EMIT_MAX_PARTS)
+        return 0;
+    uint8_t *bits = calloc((size_t)(L->nstmts > 0 ? L->nstmts : 1), 1);
+    interior_t in = {0};
+    if (!bits) {
+        e->rc = kt_err_set(KT_ENOMEM, "emit: out of memory");
+        return 1;
+    }
+    interior_tests(e, node, node, bits, &in);
+    if (!in.tile || in.none) {
+        free(bits);
+        return 0;
+    }
+    kt_sbuf_t *b = e->out;
+    int64_t parts = e->parts;
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "if (");
+    for (int k = 0; k < in.nc; k++) {
+        kt_sbuf_puts(b, k ? " && " : "");
+        print_aff(e, &in.cond[k], -1, b);
+        kt_sbuf_puts(b, " >= 0LL");
+    }
+    kt_sbuf_puts(b, in.nc ? ") {\n" : "1) {\n");
+    e->tile_split = 1;
+    e->parts = parts * 2;
+    for (int i = 0; i < L->nstmts; i++)
+        e->hoisted[i] |= bits[i];
+    emit_loop(e, node, depth + 1, in_par, in_vec);
+    for (int i = 0; i < L->nstmts; i++)
+        e->hoisted[i] &= (uint8_t)~bits[i];
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "} else {\n");
+    emit_loop(e, node, depth + 1, in_par, in_vec);
+    kt_sbuf_indent(b, depth * 2);
+    kt_sbuf_puts(b, "}\n");
+    e->tile_split = 0;
+    e->parts = parts;
+    free(bits);
+    return 1;
+}
+
 /* A loop with the padding guards of the statements under it: not printed
  * where they add only zeros, the undecided tests of a perfect nest's
  * statement hoisted above it, the loop partitioned where its iterator
@@ -1077,6 +1212,9 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
     const kt_lower_t *L = e->L;
     const kt_lower_node_t *nd = &L->nodes[node];
     int v = nd->iter;
+    if (e->guards && nd->ann != KT_LOOP_PARALLEL && !in_vec && !subtree_dead(e, node) &&
+        tile_interior(e, node, depth, in_par, in_vec))
+        return;
     if (!e->guards || L->iters[v].extent <= 1 || nd->ann == KT_LOOP_PARALLEL || in_vec) {
         if (!subtree_dead(e, node))
             emit_loop_plain(e, node, depth, in_par, in_vec);
