@@ -1149,13 +1149,15 @@ static int holds_alloc(const kt_lower_t *L, int node)
 
 static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec);
 
-/* A loop holding a local tile (an ALLOC child: a register tile, loaded,
+/* A loop under which a local tile is allocated (a register tile, loaded,
  * updated and stored inside it) whose statements' open tests read the
  * tile's iterators (never split, see "padding guards": every unrolled
  * element of the tile would be tested at every reduction step) is printed
  * twice, behind one test of the enclosing loops: where every test holds for
  * all of the loop's values, a copy that tests nothing; elsewhere (the
  * border) the copy with the guards, partitions and narrowed loops above.
+ * Loops are visited outside in, so the outermost loop that has such an
+ * interior is split (a loop whose values always reach the border has none).
  * The copies are whole loops, tile loads and stores included: GCC keeps
  * the tile in registers in each (an if/else around the update alone made
  * it spill the tile). Returns 1 when it printed the loop. */
