@@ -1214,16 +1214,15 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
     const kt_lower_t *L = e->L;
     const kt_lower_node_t *nd = &L->nodes[node];
     int v = nd->iter;
-    if (e->guards && nd->ann != KT_LOOP_PARALLEL && !in_vec && !subtree_dead(e, node) &&
+    if (subtree_dead(e, node))
+        return;
+    if (e->guards && nd->ann != KT_LOOP_PARALLEL && !in_vec &&
         tile_interior(e, node, depth, in_par, in_vec))
         return;
     if (!e->guards || L->iters[v].extent <= 1 || nd->ann == KT_LOOP_PARALLEL || in_vec) {
-        if (!subtree_dead(e, node))
-            emit_loop_plain(e, node, depth, in_par, in_vec);
+        emit_loop_plain(e, node, depth, in_par, in_vec);
         return;
     }
-    if (subtree_dead(e, node))
-        return;
     int si = chain_stmt(L, node);
     unsigned hoist = 0;
     for (int k = 0; si >= 0 && k < e->guards[si].nq; k++) {
