@@ -990,7 +990,7 @@ static long long count_updates(const char *src, const char *entry)
     ck_assert(fs && cs);
     int (*fn)(float **);
     memcpy(&fn, &fs, sizeof(fn));
-    static float data[8 * 8 * 16], weight[3 * 3 * 16 * 32], bias[32], out[7 * 7 * 32];
+    static float data[8 * 8 * 16], weight[3 * 3 * 16 * 32], bias[32], out[8 * 8 * 32];
     float *bufs[4] = {data, weight, bias, out};
     ck_assert_int_eq(fn(bufs), 0);
     long long n = *(long long *)cs;
@@ -1050,61 +1050,78 @@ START_TEST(codegen_inlined_padding_is_partitioned_not_tested)
 }
 END_TEST
 
-/* Stride 2 from 8x8x16 to 4x4x32, the padding inlined, a register tile of
- * 2 pixels x 32 channels: only the first row and the first tile of a row
- * read the padding. The tile is printed twice behind one test of the loops
- * around it: a copy that tests nothing where the whole tile is inside (every
- * test of its statements holds at the ends of its loops' ranges) and the
- * border's copy with its guards. Today's emitter printed one copy, whose
- * rx = 0 part tested every unrolled pixel at every reduction step. The
- * multiply-adds are exactly the taps inside the input (rows and columns
- * 2 + 3 + 3 + 3 each), so no border tile runs the interior copy. */
-static const char *PAD_TILE_INTERIOR =
-    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
-    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"
-    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
-    "[2,1,2,1],[1,1,2,2],[1,1,1,32],[1,3],[1,3],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"
-    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":\"fused\","
-    "\"name\":\"T_relu\"}],\"version\":1}";
+/* The padding inlined and a register tile of 2 pixels x 32 channels:
+ * stride 2 from 8x8x16 to 4x4x32 (only the first row and the first tile of
+ * a row read the padding: tests with positive coefficients) and stride 1 at
+ * 8x8 (the last row and tile read it too: negative ones). The tile is
+ * printed twice behind one test of the loops around it: a copy that tests
+ * nothing where the whole tile is inside (every test of its statements
+ * holds at the ends of its loops' ranges) and the border's copy with its
+ * guards. Today's emitter printed one copy, whose rx = 0 part tested every
+ * unrolled pixel at every reduction step. The multiply-adds are exactly the
+ * taps inside the input (per row and column 2 + 3 + 3 + 3 at stride 2,
+ * 2 + 6 x 3 + 2 at stride 1), so no border tile runs the interior copy. */
+#define PAD_TILE_STATE(YY, XX)                                                                  \
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"      \
+    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"          \
+    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"   \
+    YY "," XX ",[1,1,1,32],[1,3],[1,3],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"        \
+    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":\"fused\","       \
+    "\"name\":\"T_relu\"}],\"version\":1}"
 
 START_TEST(codegen_register_tile_interior_tests_nothing)
 {
-    kt_conv2d_params_t cp = kt_test_conv_p(2, 1, 1);
+    static const struct {
+        int stride;
+        const char *state;
+        long long taps;   /* in-bounds (ry, rx) pairs summed over the output */
+    } cases[2] = {
+        {2, PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]"), 11 * 11},
+        {1, PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]"), 22 * 22},
+    };
     static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
-    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 8, 8, 16, 32, 3, 3, &cp, ep, 2);
-    ck_assert_ptr_nonnull(cv);
-    char *src = emit_json(cv, PAD_TILE_INTERIOR, "ti");
-    /* each copy of the tile follows its test (interior) or its else (border) */
-    int interior = 0, border = 0;
-    const char *decl = "float kt_conv2d_nhwc_reg[";
-    for (const char *d = strstr(src, decl); d; d = strstr(d + 1, decl)) {
-        const char *t = d;
-        while (t > src && strncmp(t, "if (", 4) != 0 && strncmp(t, "} else {", 8) != 0)
-            t--;
-        ck_assert_msg(t > src, "a copy of the tile behind no test:\n%s", src);
-        if (*t == '}') {
-            border++;
-            continue;
+    for (int c = 0; c < 2; c++) {
+        kt_conv2d_params_t cp = kt_test_conv_p(cases[c].stride, 1, 1);
+        kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 8, 8, 16, 32, 3, 3, &cp, ep, 2);
+        ck_assert_ptr_nonnull(cv);
+        char *src = emit_json(cv, cases[c].state, "ti");
+        /* each copy of the tile follows its test (interior) or its else (border) */
+        int interior = 0, border = 0;
+        const char *decl = "float kt_conv2d_nhwc_reg[";
+        for (const char *d = strstr(src, decl); d; d = strstr(d + 1, decl)) {
+            const char *t = d;
+            while (t > src && strncmp(t, "if (", 4) != 0 && strncmp(t, "} else {", 8) != 0)
+                t--;
+            ck_assert_msg(t > src, "stride %d: a copy of the tile behind no test", cases[c].stride);
+            if (*t == '}') {
+                border++;
+                continue;
+            }
+            interior++;
+            char *test = line_at(src, t);
+            ck_assert_msg(strstr(test, ">= 0LL") && !strstr(test, "_3_") && !strstr(test, "kt_r"),
+                          "interior test reads the tile's loops: %s", test);
+            free(test);
+            const char *end = strstr(d, "} else {");
+            ck_assert_ptr_nonnull(end);
+            char *copy = strndup(d, (size_t)(end - d));
+            static const char *const tests[3] = {"if (", "kt_maxi(", "kt_mini("};
+            for (int k = 0; k < 3; k++) {
+                const char *hit = strstr(copy, tests[k]);
+                char *l = hit ? line_at(copy, hit) : NULL;
+                ck_assert_msg(l == NULL, "a test in the interior copy: %s", l);
+            }
+            ck_assert_int_ge(count_lines(copy, "data["), 1);
+            free(copy);
         }
-        interior++;
-        char *test = line_at(src, t);
-        ck_assert_msg(strstr(test, ">= 0LL") && !strstr(test, "_3_") && !strstr(test, "kt_r"),
-                      "interior test reads the tile's loops: %s", test);
-        free(test);
-        const char *end = strstr(d, "} else {");
-        ck_assert_ptr_nonnull(end);
-        char *copy = strndup(d, (size_t)(end - d));
-        ck_assert_msg(!strstr(copy, "if (") && !strstr(copy, "kt_maxi(") && !strstr(copy, "kt_mini("),
-                      "a test in the interior copy:\n%s", copy);
-        ck_assert_int_ge(count_lines(copy, "data["), 1);
-        free(copy);
+        ck_assert_msg(interior >= 1 && interior == border,
+                      "stride %d: %d interior and %d border copies", cases[c].stride, interior,
+                      border);
+        check_against_reference(cv, src, "ti", 21 + (uint64_t)c);
+        ck_assert_int_eq(count_updates(src, "ti_packed"), cases[c].taps * 16 * 32);
+        free(src);
+        kt_dag_free(cv);
     }
-    ck_assert_msg(interior >= 1 && interior == border, "%d interior and %d border copies:\n%s",
-                  interior, border, src);
-    check_against_reference(cv, src, "ti", 21);
-    ck_assert_int_eq(count_updates(src, "ti_packed"), 11 * 11 * 16 * 32);
-    free(src);
-    kt_dag_free(cv);
 }
 END_TEST
 
