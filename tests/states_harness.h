@@ -11,6 +11,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,32 @@
 #include "util/util.h"
 
 #define KT_TEST_MAX_STATES 64
+
+/* conv2d 8x8x16 -> 32, 3x3 + bias + relu with the padding inlined and a
+ * register tile of 2 pixels x 32 channels (rows YY, columns XX: their
+ * four-level splits as JSON); codegen and feature suites. */
+#define KT_TEST_PAD_TILE_STATE(YY, XX)                                                          \
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"      \
+    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"          \
+    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"   \
+    YY "," XX ",[1,1,1,32],[1,3],[1,3],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"        \
+    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":\"fused\","       \
+    "\"name\":\"T_relu\"}],\"version\":1}"
+
+/* json (a conv2d state) with its inlined padding stage computed at root
+ * instead; malloc'd. */
+static inline char *kt_test_materialize_pad(const char *json)
+{
+    static const char inl[] = "{\"kind\":\"inline\",\"name\":\"pad_temp\"}";
+    static const char root[] = "{\"ann\":[0,0,0],\"kind\":\"root\",\"name\":\"pad_temp\"}";
+    const char *at = strstr(json, inl);
+    ck_assert_ptr_nonnull(at);
+    size_t head = (size_t)(at - json), n = strlen(json) - strlen(inl) + strlen(root) + 1;
+    char *out = malloc(n);
+    ck_assert_ptr_nonnull(out);
+    snprintf(out, n, "%.*s%s%s", (int)head, json, root, at + strlen(inl));
+    return out;
+}
 
 static inline kt_conv2d_params_t kt_test_conv_p(int stride, int pad, int dil)
 {

@@ -12,6 +12,7 @@
  * takes them as they are. */
 #include <check.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1061,14 +1062,6 @@ END_TEST
  * unrolled pixel at every reduction step. The multiply-adds are exactly the
  * taps inside the input (per row and column 2 + 3 + 3 + 3 at stride 2,
  * 2 + 6 x 3 + 2 at stride 1), so no border tile runs the interior copy. */
-#define PAD_TILE_STATE(YY, XX)                                                                  \
-    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"      \
-    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"          \
-    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"   \
-    YY "," XX ",[1,1,1,32],[1,3],[1,3],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"        \
-    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":\"fused\","       \
-    "\"name\":\"T_relu\"}],\"version\":1}"
-
 START_TEST(codegen_register_tile_interior_tests_nothing)
 {
     static const struct {
@@ -1076,8 +1069,8 @@ START_TEST(codegen_register_tile_interior_tests_nothing)
         const char *state;
         long long taps;   /* in-bounds (ry, rx) pairs summed over the output */
     } cases[2] = {
-        {2, PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]"), 11 * 11},
-        {1, PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]"), 22 * 22},
+        {2, KT_TEST_PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]"), 11 * 11},
+        {1, KT_TEST_PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]"), 22 * 22},
     };
     static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
     for (int c = 0; c < 2; c++) {
@@ -1122,6 +1115,54 @@ START_TEST(codegen_register_tile_interior_tests_nothing)
         free(src);
         kt_dag_free(cv);
     }
+}
+END_TEST
+
+/* kt_codegen_c_tested_share counts the padding tests the printed C runs
+ * per execution of the statement, each copy weighed by the full ranges of
+ * the loops around it. The stride-2 tile state above, 8x8x16 -> 4x4x32:
+ * the update runs 4x4 pixels x 32 channels x 9 taps x 16 = 73,728 times.
+ * Output rows 0-1 (ax1.0 = 0): of the 4 tiles (yy.2, xx.2) only (1, 1) is
+ * interior; a border tile runs, per rc.0 step, one narrowed ry loop start
+ * and 3 x 3 x 8 x 2 hoisted column tests (per ry, rx, rc.1, xx.3, around
+ * the simd loop): 145, times 3 tiles x 2 steps = 870. Rows 2-3: the row
+ * test always holds (that part of ax1.0 is split off); tiles with xx.2 = 1
+ * are interior, the 2 others test 144 times per step: 576. Share
+ * 1446 / 73728. The statements without a padding guard say 1, and so does
+ * every statement of the state with its padding materialized. */
+START_TEST(codegen_tested_share_counts_the_printed_tests)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(2, 1, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 8, 8, 16, 32, 3, 3, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    static const char *const inl = KT_TEST_PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]");
+    for (int materialized = 0; materialized < 2; materialized++) {
+        char *json = materialized ? kt_test_materialize_pad(inl) : strdup(inl);
+        kt_sched_state_t *st = parse_json(cv, json);
+        kt_lower_t *L = kt_lower_ex(cv, st, 1);
+        ck_assert_ptr_nonnull(L);
+        double share[64];
+        ck_assert_int_le(L->nstmts, 64);
+        ck_assert_int_eq(kt_codegen_c_tested_share(cv, L, share), 0);
+        int updates = 0;
+        for (int i = 0; i < L->nstmts; i++) {
+            const kt_lower_stmt_t *s = &L->stmts[i];
+            int guarded = !materialized && s->kind == KT_STMT_UPDATE &&
+                          strcmp(kt_dag_stage(cv, s->stage)->name, "conv2d_nhwc") == 0;
+            updates += guarded;
+            double want = guarded ? 1446.0 / 73728.0 : 1.0;
+            ck_assert_msg(fabs(share[i] - want) < 1e-12, "materialized %d, statement %d: share %g, want %g",
+                          materialized, i, share[i], want);
+        }
+        ck_assert_int_eq(updates, !materialized);
+        ck_assert_int_eq(kt_codegen_c_tested_share(cv, NULL, share), KT_EINVAL);
+        ck_assert_int_eq(kt_codegen_c_tested_share(cv, L, NULL), KT_EINVAL);
+        kt_lower_free(L);
+        kt_sched_state_free(st);
+        free(json);
+    }
+    kt_dag_free(cv);
 }
 END_TEST
 
@@ -1170,6 +1211,7 @@ int main(void)
     tcase_add_test(tc, codegen_register_tile_stays_in_zmm_registers);
     tcase_add_test(tc, codegen_padding_loop_is_split_from_its_condition);
     tcase_add_test(tc, codegen_inlined_padding_is_partitioned_not_tested);
+    tcase_add_test(tc, codegen_tested_share_counts_the_printed_tests);
     tcase_add_test(tc, codegen_register_tile_interior_tests_nothing);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);

@@ -741,6 +741,54 @@ START_TEST(feature_batch_matches_single_and_drops_invalid)
 }
 END_TEST
 
+/* An inlined padding's test counts where the C still runs it: in the
+ * stride-2 tile state (see codegen_tested_share_counts_the_printed_tests)
+ * the update runs 73,728 multiply-adds and its test 1,446 times (4
+ * comparisons and 3 ands each); the select once counted per multiply-add.
+ * With the padding materialized the update selects nothing and the
+ * padding stage's row selects per element it computes. */
+START_TEST(feature_padding_tests_count_where_the_c_runs_them)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(2, 1, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 8, 8, 16, 32, 3, 3, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    kt_sched_params_t p = test_params();
+    for (int materialized = 0; materialized < 2; materialized++) {
+        static const char *const inl = KT_TEST_PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]");
+        char *json = materialized ? kt_test_materialize_pad(inl) : strdup(inl);
+        kt_sched_state_t *st = kt_sched_state_from_json(json, cv, &p);
+        ck_assert_msg(st != NULL, "%s", kt_err_msg());
+        float *rows;
+        uint32_t nrows;
+        ck_assert_int_eq(kt_feature_extract(cv, st, &rows, &nrows), 0);
+        double mads = 0, selects = 0, cmps = 0, ands = 0, upd_selects = -1;
+        for (uint32_t r = 0; r < nrows; r++) {
+            const float *v = rows + (size_t)r * KT_FEATURE_COUNT;
+            mads += unlog(v[fidx("float_mad")]);
+            selects += unlog(v[fidx("select")]);
+            cmps += unlog(v[fidx("int_cmp")]);
+            ands += unlog(v[fidx("bool_op")]);
+            if (v[fidx("float_mad")] > 0)
+                upd_selects = unlog(v[fidx("select")]);
+        }
+        ck_assert_double_eq_tol(mads, 73728, 0.05);
+        if (materialized) {
+            ck_assert_double_eq_tol(upd_selects, 0, 1e-9);
+            ck_assert_double_gt(selects, 4 * 4 * 16);   /* the padding stage's own */
+        } else {
+            ck_assert_double_eq_tol(selects, 1446, 0.01);
+            ck_assert_double_eq_tol(cmps, 4 * 1446, 0.05);
+            ck_assert_double_eq_tol(ands, 3 * 1446, 0.05);
+        }
+        free(rows);
+        kt_sched_state_free(st);
+        free(json);
+    }
+    kt_dag_free(cv);
+}
+END_TEST
+
 START_TEST(feature_extract_rejects_bad_arguments)
 {
     kt_dag_t *dag = kt_ops_matmul(8, 8, 8, 0, NULL, 0);
@@ -785,6 +833,7 @@ int main(void)
     tcase_add_test(tc, feature_gpu_reduction_family_rows_are_sound);
     tcase_add_test(tc, feature_batch_matches_single_and_drops_invalid);
     tcase_add_test(tc, feature_extract_rejects_bad_arguments);
+    tcase_add_test(tc, feature_padding_tests_count_where_the_c_runs_them);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

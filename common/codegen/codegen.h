@@ -71,6 +71,18 @@ char *kt_codegen_emit_c(const kt_dag_t *dag, const struct kt_sched_state *st, co
 int kt_codegen_emit_c_into(const kt_dag_t *dag, const struct kt_sched_state *st,
                            const char *entry, kt_sbuf_t *b);
 
+/* How much of each statement's work the C of kt_codegen_emit_c_into runs
+ * behind a padding test (emit_c.c): share[i], for statement i of L (a CPU
+ * lowering of dag, L->nstmts values), is the share of its executions whose
+ * printed copy still tests its inlined padding's condition; the rest run in
+ * parts of partitioned loops, under a hoisted test or narrowed bounds, or in
+ * a register tile's interior copy (each copy weighed by the iterations of the
+ * loops around it). 1 for a statement with no such guard (a select stays in
+ * its expression). The cost model counts padding tests with it. 0 or
+ * negative. */
+struct kt_lower;
+int kt_codegen_c_tested_share(const kt_dag_t *dag, const struct kt_lower *L, double *share);
+
 /* What a candidate is measured as and what `ktune export --format c`
  * writes, appended to b (no preamble):
  *     int <entry>_packed(float **bufs);

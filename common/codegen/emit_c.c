@@ -63,6 +63,11 @@ typedef struct {
     const char *narrow_lo, *narrow_hi;
     int nexpand;           /* expanded loops enclosing the current node */
     int64_t *cval;         /* value of each iterator an expanded loop binds (per L->iters) */
+    /* kt_codegen_c_tested_share: per statement, the executions the printed
+     * copies run and those behind a test; NULL when only printing */
+    double *runs, *tested;
+    double frac;           /* share of the enclosing iterations reaching the current node
+                              through tile_interior's copies */
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -752,6 +757,15 @@ static void stmt_start(emit_t *e, int si, unsigned open, int depth, kt_sbuf_t *b
     }
 }
 
+/* How often the code printed at the current node runs (counting only). */
+static double node_runs(const emit_t *e)
+{
+    double w = e->frac;
+    for (int t = 0; t < e->nouter; t++)
+        w *= (double)(e->hi[e->outer[t]] - e->lo[e->outer[t]] + 1);
+    return w;
+}
+
 static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
 {
     kt_sbuf_t *b = e->out;
@@ -759,10 +773,16 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
     int si = (int)(s - e->L->stmts);
     if (stmt_dead(e, si))
         return;   /* adds only the padding's zeros here */
+    unsigned open = open_ineqs(e, si);
+    if (e->runs) {
+        double w = node_runs(e);
+        e->runs[si] += w;
+        e->tested[si] += open ? w : 0.0;
+        return;   /* counting only: the statement's text is not needed */
+    }
     kt_sbuf_t dst;
     kt_sbuf_init(&dst);
     access_c(e->L, s->dst, s->dst_idx, &dst);
-    unsigned open = open_ineqs(e, si);
     if (s->kind != KT_STMT_UPDATE)
         stmt_start(e, si, open, depth, b);
     int is_max = ss->rop == KT_RED_MAX;
@@ -1138,6 +1158,51 @@ static void interior_tests(emit_t *e, int at, int node, uint8_t *bits, interior_
     }
 }
 
+/* Share of the points of the enclosing loops' current ranges where every
+ * test of in->cond holds (counted over the iterators the tests read; 0.5
+ * past a million points). */
+static double interior_share(const emit_t *e, const interior_t *in)
+{
+    int its[KT_EMIT_GUARD_INEQS * KT_EMIT_AFF_TERMS], n = 0;
+    int64_t v[KT_EMIT_GUARD_INEQS * KT_EMIT_AFF_TERMS];
+    double points = 1;
+    for (int k = 0; k < in->nc; k++)
+        for (int t = 0; t < in->cond[k].n; t++) {
+            int it = in->cond[k].iter[t], seen = 0;
+            for (int j = 0; j < n && !seen; j++)
+                seen = its[j] == it;
+            if (!seen) {
+                its[n++] = it;
+                points *= (double)(e->hi[it] - e->lo[it] + 1);
+            }
+        }
+    if (points > 1e6)
+        return 0.5;
+    for (int j = 0; j < n; j++)
+        v[j] = e->lo[its[j]];
+    double hold = 0;
+    for (;;) {
+        int ok = 1;
+        for (int k = 0; k < in->nc && ok; k++) {
+            int64_t x = in->cond[k].c;
+            for (int t = 0; t < in->cond[k].n; t++)
+                for (int j = 0; j < n; j++)
+                    if (its[j] == in->cond[k].iter[t])
+                        x += in->cond[k].coef[t] * v[j];
+            ok = x >= 0;
+        }
+        hold += ok;
+        int j = 0;
+        while (j < n && ++v[j] > e->hi[its[j]]) {
+            v[j] = e->lo[its[j]];
+            j++;
+        }
+        if (j == n)
+            break;
+    }
+    return hold / points;
+}
+
 /* Whether a local tile is allocated under node. */
 static int holds_alloc(const kt_lower_t *L, int node)
 {
@@ -1187,8 +1252,10 @@ static int tile_interior(emit_t *e, int node, int depth, int in_par, int in_vec)
         kt_sbuf_puts(b, " >= 0LL");
     }
     kt_sbuf_puts(b, in.nc ? ") {\n" : "1) {\n");
+    double frac = e->frac, share = e->runs ? interior_share(e, &in) : 1.0;
     e->tile_split = 1;
     e->parts = parts * 2;
+    e->frac = frac * share;
     for (int i = 0; i < L->nstmts; i++)
         e->hoisted[i] |= bits[i];
     emit_loop(e, node, depth + 1, in_par, in_vec);
@@ -1196,9 +1263,11 @@ static int tile_interior(emit_t *e, int node, int depth, int in_par, int in_vec)
         e->hoisted[i] &= (uint8_t)~bits[i];
     kt_sbuf_indent(b, depth * 2);
     kt_sbuf_puts(b, "} else {\n");
+    e->frac = frac * (1.0 - share);
     emit_loop(e, node, depth + 1, in_par, in_vec);
     kt_sbuf_indent(b, depth * 2);
     kt_sbuf_puts(b, "}\n");
+    e->frac = frac;
     e->tile_split = 0;
     e->parts = parts;
     free(bits);
@@ -1240,6 +1309,8 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         print_test(e, si, hoist, e->out);
         kt_sbuf_puts(e->out, " {\n");
         e->hoisted[si] |= (uint8_t)hoist;
+        if (e->runs)
+            e->tested[si] += node_runs(e);
         emit_loop(e, node, depth + 1, in_par, in_vec);
         e->hoisted[si] &= (uint8_t)~hoist;
         kt_sbuf_indent(e->out, depth * 2);
@@ -1267,7 +1338,8 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         kt_sbuf_init(&hi);
         kt_sbuf_printf(&lo, "%lldLL", (long long)e->lo[v]);
         kt_sbuf_printf(&hi, "%lldLL", (long long)(e->hi[v] + 1));
-        for (int k = 0; k < KT_EMIT_GUARD_INEQS; k++) {
+        /* counting only (kt_codegen_c_tested_share): the bounds are not printed */
+        for (int k = 0; k < KT_EMIT_GUARD_INEQS && !e->runs; k++) {
             if (!((narrow >> k) & 1u))
                 continue;
             /* c*v + r >= 0: v >= ceil(-r/c) = -floor(r/c) for c > 0, v < floor(r/-c) + 1
@@ -1292,6 +1364,8 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         if (kt_sbuf_ok(&lo) || kt_sbuf_ok(&hi)) {
             e->rc = kt_err_set(KT_ENOMEM, "emit: out of memory");
         } else {
+            if (e->runs)
+                e->tested[si] += node_runs(e);
             e->narrow_node = node;
             e->narrow_lo = lo.data;
             e->narrow_hi = hi.data;
@@ -1560,6 +1634,54 @@ static void emit_workspace_close(const char *entry, kt_sbuf_t *b)
                    entry);
 }
 
+/* The loop nests of L printed into b (helper functions into fns); with
+ * share, each statement's tested share as kt_codegen_c_tested_share
+ * describes it. 0 or negative. */
+static int emit_program(const kt_dag_t *dag, const kt_lower_t *L, const char *entry, kt_sbuf_t *b,
+                        kt_sbuf_t *fns, int depth, double *share)
+{
+    size_t ns = (size_t)(L->nstmts > 0 ? L->nstmts : 1);
+    emit_t e = {.dag = dag, .L = L, .out = b, .fns = fns, .entry = entry, .par_last = -1,
+                .parts = 1, .narrow_node = -1, .frac = 1.0};
+    e.cval = malloc(sizeof(*e.cval) * (size_t)(L->niters > 0 ? L->niters : 1));
+    if (share) {
+        e.runs = calloc(ns, sizeof(*e.runs));
+        e.tested = calloc(ns, sizeof(*e.tested));
+    }
+    int rc = e.cval && (!share || (e.runs && e.tested)) ? guards_init(&e)
+                                                        : kt_err_set(KT_ENOMEM, "emit: out of memory");
+    for (int i = 0; e.cval && i < L->niters; i++)
+        e.cval[i] = -1;
+    /* without guards every test stays where the expression has it */
+    if (!rc && (!share || e.guards))
+        emit_list(&e, L->first, depth, 0, 0);
+    else if (rc)
+        e.rc = rc;
+    for (int i = 0; share && !e.rc && i < L->nstmts; i++)
+        share[i] = !e.guards || e.guards[i].nq == 0 ? 1.0
+                   : e.runs[i] > 0               ? e.tested[i] / e.runs[i]
+                                                 : 0.0;
+    guards_free(&e);
+    free(e.cval);
+    free(e.runs);
+    free(e.tested);
+    return e.rc;
+}
+
+int kt_codegen_c_tested_share(const kt_dag_t *dag, const kt_lower_t *L, double *share)
+{
+    if (!dag || !L || !share)
+        return kt_err_set(KT_EINVAL, "tested share: missing DAG, lowering or output");
+    kt_sbuf_t b, fns;
+    kt_sbuf_init(&b);
+    kt_sbuf_init(&fns);
+    b.failed = fns.failed = 1;   /* nothing is kept: appends do nothing */
+    int rc = emit_program(dag, L, "share", &b, &fns, 1, share);
+    kt_sbuf_free(&b);
+    kt_sbuf_free(&fns);
+    return rc ? kt_err_prefix("tested share") : 0;
+}
+
 static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const char *entry,
                        kt_sbuf_t *b, int prepacked)
 {
@@ -1604,18 +1726,7 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
     kt_sbuf_puts(b, "    int kt_fail = 0;\n");
     int nheap = emit_workspace_open(L, entry, out, b);
     int depth = nheap ? 2 : 1;
-    emit_t e = {.dag = dag, .L = L, .out = b, .fns = &fns, .entry = entry, .par_last = -1,
-                .parts = 1, .narrow_node = -1};
-    e.cval = malloc(sizeof(*e.cval) * (size_t)(L->niters > 0 ? L->niters : 1));
-    rc = e.cval ? guards_init(&e) : kt_err_set(KT_ENOMEM, "emit: out of memory");
-    for (int i = 0; e.cval && i < L->niters; i++)
-        e.cval[i] = -1;
-    if (!rc)
-        emit_list(&e, L->first, depth, 0, 0);
-    else
-        e.rc = rc;
-    guards_free(&e);
-    free(e.cval);
+    rc = emit_program(dag, L, entry, b, &fns, depth, NULL);
     if (nheap)
         emit_workspace_close(entry, b);
     kt_sbuf_puts(b, "    return kt_fail ? -1 : 0;\n}\n");
@@ -1629,7 +1740,7 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
     kt_sbuf_puts(out, "#if defined(__GNUC__) && !defined(__clang__)\n"
                       "#pragma GCC pop_options\n"
                       "#endif\n");
-    if (e.rc)
+    if (rc)
         return kt_err_prefix("emit");
     return kt_sbuf_ok(out);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/codegen.h"
 #include "feature.h"
 #include "util/err.h"
 
@@ -448,9 +449,12 @@ typedef struct {
     int *iter_depth;                /* during one statement: depth of each iterator, -1 */
     /* buffer sets of every statement, for serial reuse */
     int *sbufs;                     /* nstmts * MAX_SBUF, -1 padded */
-    int cap_lo, cap_hi, cap_sinfo, cap_order, cap_sbufs, cap_iters, cap_bufs, cap_kstat;
+    double *tested;                 /* CPU: per statement, kt_codegen_c_tested_share */
+    int cap_lo, cap_hi, cap_sinfo, cap_order, cap_sbufs, cap_iters, cap_bufs, cap_kstat,
+        cap_tested;
     /* current statement */
     const kt_lower_stmt_t *stmt;
+    double test_share;                       /* its entry of tested (1 on GPUs) */
     access_t acc[MAX_ACC];
     int nacc;
     double ops[NOPS];
@@ -485,6 +489,7 @@ static void ctx_free(ctx_t *c)
     free(c->kstat);
     free(c->iter_depth);
     free(c->sbufs);
+    free(c->tested);
     free(c);
 }
 
@@ -513,7 +518,8 @@ static int ctx_prepare(ctx_t *c, const kt_lower_t *L)
         grow_arr((void **)&c->sbufs, &c->cap_sbufs, L->nstmts * MAX_SBUF, sizeof(int)) ||
         grow_arr((void **)&c->iter_depth, &c->cap_iters, L->niters, sizeof(int)) ||
         grow_arr((void **)&c->alloc_outer, &c->cap_bufs, L->nbufs, sizeof(double)) ||
-        grow_arr((void **)&c->kstat, &c->cap_kstat, L->nkernels, sizeof(kstat_t)))
+        grow_arr((void **)&c->kstat, &c->cap_kstat, L->nkernels, sizeof(kstat_t)) ||
+        grow_arr((void **)&c->tested, &c->cap_tested, L->nstmts, sizeof(double)))
         return KT_ENOMEM;
     return 0;
 }
@@ -752,15 +758,22 @@ static void walk_expr(ctx_t *c, const kt_stage_t *s, const kt_expr_t *e, const l
         walk_expr(c, s, e->args[0], env, inl, &a);
         c->ops[F_BOOL_OP]++;
         return;
-    case KT_EX_SELECT:
-        /* Both branches count, as in Ansor: the cost model learns the rest. */
+    case KT_EX_SELECT: {
+        /* Both branches count, as in Ansor: the cost model learns the rest.
+         * An inlined padding's test counts where the C still runs it: the
+         * emitter drops it from partitioned loops and tile interiors. */
+        double before[NOPS];
+        memcpy(before, c->ops, sizeof(before));
         walk_expr(c, s, e->args[0], env, inl, &a);
+        c->ops[F_SELECT]++;
+        for (int i = 0; inl > 0 && c->test_share < 1 && i < NOPS; i++)
+            c->ops[i] = before[i] + (c->ops[i] - before[i]) * c->test_share;
         walk_expr(c, s, e->args[1], env, inl, out);
         walk_expr(c, s, e->args[2], env, inl, &b);
-        c->ops[F_SELECT]++;
         if (e->dtype == KT_DT_INT && (b.n > 0 || b.opaque || out->n > 0))
             lf_opaque(out, &b);
         return;
+    }
     case KT_EX_CAST:
         walk_expr(c, s, e->args[0], env, inl, out);
         c->ops[F_CAST]++;
@@ -811,6 +824,7 @@ static void walk_expr(ctx_t *c, const kt_stage_t *s, const kt_expr_t *e, const l
 static void stmt_accesses(ctx_t *c, const kt_lower_stmt_t *st)
 {
     c->stmt = st;
+    c->test_share = c->L->target == KT_SCHED_TARGET_CPU ? c->tested[st - c->L->stmts] : 1;
     c->nacc = 0;
     memset(c->ops, 0, sizeof(c->ops));
     const kt_stage_t *s = kt_dag_stage(c->dag, st->stage);
@@ -1312,6 +1326,8 @@ static int extract(ctx_t *c, const kt_dag_t *dag, const kt_sched_state_t *st, co
     c->nloopstack = 0;
     if (ctx_prepare(c, L))
         return KT_ENOMEM;
+    if (L->target == KT_SCHED_TARGET_CPU && kt_codegen_c_tested_share(dag, L, c->tested))
+        return kt_err_prefix("features");
     for (int i = 0; i < L->niters; i++)
         c->iter_depth[i] = -1;
     for (int b = 0; b < L->nbufs; b++)

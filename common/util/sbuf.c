@@ -61,6 +61,8 @@ void kt_sbuf_puts(kt_sbuf_t *b, const char *s) { kt_sbuf_putn(b, s, strlen(s)); 
 
 void kt_sbuf_vprintf(kt_sbuf_t *b, const char *fmt, va_list ap)
 {
+    if (b->failed)
+        return;   /* nothing is appended: skip the formatting */
     va_list ap2;
     va_copy(ap2, ap);
     int n = vsnprintf(NULL, 0, fmt, ap2);
