@@ -991,7 +991,8 @@ static long long count_updates(const char *src, const char *entry)
     ck_assert(fs && cs);
     int (*fn)(float **);
     memcpy(&fn, &fs, sizeof(fn));
-    static float data[8 * 8 * 16], weight[3 * 3 * 16 * 32], bias[32], out[8 * 8 * 32];
+    /* up to 16x16x16 -> 16x16x32, 3x3 */
+    static float data[16 * 16 * 16], weight[3 * 3 * 16 * 32], bias[32], out[16 * 16 * 32];
     float *bufs[4] = {data, weight, bias, out};
     ck_assert_int_eq(fn(bufs), 0);
     long long n = *(long long *)cs;
@@ -1118,6 +1119,61 @@ START_TEST(codegen_register_tile_interior_tests_nothing)
 }
 END_TEST
 
+/* Level-2 tiles of 12x12x16 -> 32 (stride 1, padding inlined): blocks of
+ * 3 rows x 4 pixels x 16 channels hold the accumulator tile, rows of 4
+ * pixels x 16 channels the register tile. The interior/border split wraps
+ * the register tile itself (the line before its declaration, past the
+ * braces of an unprinted loop, is the test or its else): split at the
+ * block's channel loop, the whole first and last blocks of rows ran the
+ * border copy (a tuned 56x56 stride-2 state: half its work, 1.5x slower
+ * than with the padding materialized). Answers and multiply-adds (34
+ * in-bounds taps per dimension) as the reference. */
+START_TEST(codegen_tile_interior_wraps_the_register_tile)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(1, 1, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 12, 12, 16, 32, 3, 3, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    char *src = emit_json(
+        cv,
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
+        "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"
+        "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
+        "[4,1,3,1],[1,3,1,4],[1,2,1,16],[1,3],[1,3],[2,8]]},{\"kind\":\"input\",\"name\":"
+        "\"bias\"},{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":"
+        "\"fused\",\"name\":\"T_relu\"}],\"version\":1}",
+        "tw");
+    int copies = 0;
+    const char *decl = "float kt_conv2d_nhwc_reg[";
+    for (const char *d = strstr(src, decl); d; d = strstr(d + 1, decl)) {
+        const char *l = d;   /* start of the previous line not just "{" */
+        for (;;) {
+            while (l > src && l[-1] != '\n')
+                l--;
+            const char *p = l > src ? l - 1 : src;
+            while (p > src && p[-1] != '\n')
+                p--;
+            l = p;
+            const char *t = l;
+            while (*t == ' ')
+                t++;
+            if (strncmp(t, "{\n", 2) != 0 || l == src)
+                break;
+        }
+        char *line = line_at(src, l);
+        ck_assert_msg(strstr(line, "if (") || strstr(line, "} else {"),
+                      "the register tile's copy is not behind its test: %s", line);
+        free(line);
+        copies++;
+    }
+    ck_assert_int_ge(copies, 2);
+    check_against_reference(cv, src, "tw", 31);
+    ck_assert_int_eq(count_updates(src, "tw_packed"), 34LL * 34 * 16 * 32);
+    free(src);
+    kt_dag_free(cv);
+}
+END_TEST
+
 /* kt_codegen_c_tested_share counts the padding tests the printed C runs
  * per execution of the statement, each copy weighed by the full ranges of
  * the loops around it. The stride-2 tile state above, 8x8x16 -> 4x4x32:
@@ -1212,6 +1268,7 @@ int main(void)
     tcase_add_test(tc, codegen_padding_loop_is_split_from_its_condition);
     tcase_add_test(tc, codegen_inlined_padding_is_partitioned_not_tested);
     tcase_add_test(tc, codegen_tested_share_counts_the_printed_tests);
+    tcase_add_test(tc, codegen_tile_interior_wraps_the_register_tile);
     tcase_add_test(tc, codegen_register_tile_interior_tests_nothing);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);
