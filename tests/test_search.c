@@ -14,6 +14,8 @@
 #include "util/pool.h"
 #include "util/util.h"
 
+#include "states_harness.h"
+
 static kt_workload_t *workload(const char *json)
 {
     kt_workload_t *w = kt_workload_parse(json);
@@ -139,6 +141,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.model_label, KT_MODEL_LABEL_RANK);   /* ktune's: pairwise objective */
     ck_assert_double_eq(o.diversity_filter_ratio, 0);       /* Ansor's pick */
     ck_assert_double_eq(o.tile_family_share, 0.25);         /* ktune's: 4+ tiles a round */
+    ck_assert_int_eq(o.location_siblings, 2);                 /* ktune's; Ansor: 0 */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -160,7 +163,8 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_int_eq(kt_search_opts_set(&o, "eps_greedy=0.1,evolutionary_search_population=512,"
                                             "evolutionary_search_num_iters=2,model_label=log,"
                                             "num_warmup_sample=64,foresee_keep=16,"
-                                            "diversity_filter_ratio=4,tile_family_share=0.25"),
+                                            "diversity_filter_ratio=4,tile_family_share=0.25,"
+                                            "location_siblings=0"),
                      0);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);   /* the default: Ansor's */
     ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
@@ -169,6 +173,7 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);
     ck_assert_double_eq(o.diversity_filter_ratio, 4);
     ck_assert_double_eq(o.tile_family_share, 0.25);
+    ck_assert_int_eq(o.location_siblings, 0);
     ck_assert_double_eq(o.eps_greedy, 0.1);
     ck_assert_int_eq(o.evolutionary_search_population, 512);
     ck_assert_int_eq(o.evolutionary_search_num_iters, 2);
@@ -195,6 +200,7 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"diversity_filter_ratio=100", "diversity_filter_ratio must be 0 (off) or in [1, 64]"},
         {"tile_family_share=0", "tile_family_share must be in (0, 1]"},
         {"tile_family_share=1.5", "tile_family_share must be in (0, 1]"},
+        {"location_siblings=-1", "location_siblings must be in [0, 64]"},
         {"seed=3", "job's seed"},
         {"policy=sketch.random", "job's policy"},
         {"eps_greedy", "is not key=value"},
@@ -653,6 +659,86 @@ START_TEST(search_tile_cap_spreads_picks_over_register_tiles)
 }
 END_TEST
 
+/* The best measured state's stages placed otherwise lead the round's
+ * picks (location_siblings): a padded conv2d whose best state materializes
+ * its padding gets, among the first picks of the next round, the same
+ * schedule with the padding inlined or computed at the convolution, never
+ * a state measured before; with location_siblings = 0 (Ansor) none is
+ * proposed, nor on a matmul (one placement per stage). */
+static int same_but_padding(const kt_sched_state_t *a, const kt_sched_state_t *b, int pad)
+{
+    if (a->nstages != b->nstages)
+        return 0;
+    for (int i = 0; i < a->nstages; i++)
+        if (i != pad && memcmp(&a->stages[i], &b->stages[i], sizeof(a->stages[i])) != 0)
+            return 0;
+    return a->stages[pad].kind != b->stages[pad].kind ||
+           a->stages[pad].at_stage != b->stages[pad].at_stage;
+}
+
+START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
+{
+    kt_workload_t *w = workload("{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":8,\"W\":8,\"CI\":16,"
+                                "\"CO\":32,\"KH\":3,\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],"
+                                "\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}");
+    const kt_dag_t *dag = kt_workload_dag(w);
+    int pad = -1;
+    for (int i = 0; i < kt_dag_num_stages(dag); i++)
+        if (strcmp(kt_dag_stage(dag, i)->name, "pad_temp") == 0)
+            pad = i;
+    ck_assert_int_ge(pad, 0);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    char *best = kt_test_materialize_pad(KT_TEST_PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]"));
+    kt_sched_state_t *b = kt_sched_state_from_json(best, dag, &p);
+    ck_assert_msg(b != NULL, "%s", kt_err_msg());
+    for (int siblings = 0; siblings <= 2; siblings += 2) {
+        kt_search_opts_t o;
+        small_opts(&o, "sketch.random", 21);
+        o.location_siblings = siblings;
+        kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+        ck_assert_ptr_nonnull(sp);
+        ck_assert_int_eq(kt_search_preload(sp, best, 1e-4), 0);
+        kt_sched_state_t **st;
+        int got = kt_search_propose(sp, 16, &st);
+        ck_assert_int_eq(got, 16);
+        kt_search_stats_t s;
+        kt_search_stats(sp, &s);
+        int found = 0, inlined = 0;
+        for (int i = 0; i < got; i++) {
+            int sib = same_but_padding(b, st[i], pad);
+            ck_assert_msg(!sib || i < s.last_picked_siblings, "a sibling at pick %d", i);
+            found += sib;
+            inlined += sib && st[i]->stages[pad].kind == KT_SK_INLINE;
+            ck_assert_uint_ne(kt_sched_state_hash(st[i], dag), kt_sched_state_hash(b, dag));
+        }
+        /* its other placements: inlined, and computed at the convolution where a loop takes it */
+        ck_assert_int_eq(found, s.last_picked_siblings);
+        ck_assert_int_eq(inlined, siblings > 0);
+        ck_assert_int_le(found, siblings);
+        free_states(st, got);
+        kt_search_policy_free(sp);
+    }
+    kt_sched_state_free(b);
+    free(best);
+    kt_workload_free(w);
+    /* a matmul's stages have one placement each */
+    kt_workload_t *mm = matmul(64, 64, 64);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", 22);
+    kt_search_policy_t *sp = kt_search_policy_new(mm, &p, &o, NULL, 0);
+    kt_sched_state_t **st;
+    int got = kt_search_propose(sp, 4, &st);
+    ck_assert_int_eq(got, 4);
+    kt_search_stats_t s;
+    kt_search_stats(sp, &s);
+    ck_assert_int_eq(s.last_picked_siblings, 0);
+    free_states(st, got);
+    kt_search_policy_free(sp);
+    kt_workload_free(mm);
+}
+END_TEST
+
 START_TEST(search_tiny_space_is_exhausted_then_propose_returns_zero)
 {
     /* 1x1x1 matmul: no tile sizes to choose, only a handful of annotations */
@@ -1045,6 +1131,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_eps_greedy_share_and_population_follow_the_options);
     tcase_add_test(tc, search_diversity_pick_covers_more_knob_values);
     tcase_add_test(tc, search_tile_cap_spreads_picks_over_register_tiles);
+    tcase_add_test(tc, search_location_siblings_place_the_best_states_padding_otherwise);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
     tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);

@@ -57,6 +57,7 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * model saw run fastest, and a search that settles on a poor tile that
      * way never leaves it. */
     o->tile_family_share = 0.25;
+    o->location_siblings = 2;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
     o->foresee_keep = 64;
@@ -94,6 +95,8 @@ static int opts_check(const kt_search_opts_t *o)
                           KT_SEARCH_MAX_DIVERSITY);
     if (!(o->tile_family_share > 0 && o->tile_family_share <= 1))
         return kt_err_set(KT_EINVAL, "search: tile_family_share must be in (0, 1]");
+    if (o->location_siblings < 0 || o->location_siblings > 64)
+        return kt_err_set(KT_EINVAL, "search: location_siblings must be in [0, 64]");
     if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
         return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
                                      "foresee_num_iters >= 0");
@@ -131,6 +134,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"num_warmup_sample", offsetof(kt_search_opts_t, num_warmup_sample), 'i'},
         {"diversity_filter_ratio", offsetof(kt_search_opts_t, diversity_filter_ratio), 'd'},
         {"tile_family_share", offsetof(kt_search_opts_t, tile_family_share), 'd'},
+        {"location_siblings", offsetof(kt_search_opts_t, location_siblings), 'i'},
         {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
         {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
         {"foresee_keep", offsetof(kt_search_opts_t, foresee_keep), 'i'},
@@ -944,6 +948,44 @@ static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, t
     return 0;
 }
 
+/* Up to location_siblings new states that place a stage of the best
+ * measured state otherwise (see kt_search_opts_t), in the round's first
+ * picks; a state whose stages have one placement each has none. */
+static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
+{
+    int b = -1;
+    for (int i = 0; i < sp->nhist; i++)
+        if (sp->hist[i].cost > 0 && (b < 0 || sp->hist[i].cost < sp->hist[b].cost))
+            b = i;
+    kt_slist_t sib = {0};
+    int rc = 0;
+    for (int t = 0; b >= 0 && rc == 0 && t < 4 * sp->opts.location_siblings &&
+                    sp->stats.last_picked_siblings < sp->opts.location_siblings && out->n < n;
+         t++) {
+        kt_sched_state_t *c = NULL;
+        int m = kt_sched_mutate(sp->dag, &sp->params, sp->hist[b].st, KT_MUT_COMPUTE_LOC,
+                                &sp->rng, &c);
+        if (m < 0) {
+            rc = m;
+            break;
+        }
+        if (m == 0)
+            continue;   /* nothing placed otherwise, or the placement broke another */
+        uint64_t h = kt_sched_state_hash(c, sp->dag);
+        if (!h || !is_new(sp, h)) {
+            kt_sched_state_free(c);
+            if (!h)
+                rc = kt_err_set(KT_ENOMEM, "out of memory");
+            continue;
+        }
+        if ((rc = kt_slist_push(&sib, c, h)) == 0 &&
+            (rc = take(sp, &sib, sib.n - 1, kt_sched_state_tile_key(c), tiles, out)) == 0)
+            sp->stats.last_picked_siblings++;
+    }
+    kt_slist_free(&sib);
+    return rc;
+}
+
 /* Ansor's PickStatesWithEpsGreedy: the first (1 - eps) x n from the best
  * states (chosen for diversity when diversity_filter_ratio is set, at most
  * tile_family_share of them of one register tile while others are left),
@@ -957,13 +999,15 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     int ob = 0, orr = 0, rc;
     double share = sp->opts.tile_family_share;
     tiles_t tiles;
-    sp->stats.last_picked_best = sp->stats.last_picked_random = 0;
+    sp->stats.last_picked_best = sp->stats.last_picked_random = sp->stats.last_picked_siblings = 0;
     /* at least one pick per tile, whatever the share of a small round */
     int cap = share >= 1 ? INT_MAX : (int)ceil(share * num_good);
     if ((rc = tiles_init(&tiles, n, cap > 1 ? cap : 1)))
         goto out;
+    if ((rc = pick_siblings(sp, num_good, &tiles, out)))
+        goto out;
     if (sp->opts.diversity_filter_ratio > 0)
-        rc = pick_diverse(sp, n, num_good, best, &tiles, out);
+        rc = pick_diverse(sp, n, num_good - out->n, best, &tiles, out);
     else
         rc = pick_capped(sp, num_good, best, &tiles, out);
     while (rc == 0 && out->n < n) {

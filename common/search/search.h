@@ -75,6 +75,13 @@ typedef struct {
      * more of the full ones. 1 = no cap (Ansor). A model that has seen one
      * tile family run fast otherwise spends whole rounds on it. */
     double tile_family_share;              /* 0.25 */
+    /* States per round, before the model's picks, that place a stage of the
+     * best measured state otherwise (a padding materialized, inlined or
+     * computed at its consumer; kt_sched_mutate's compute-location rule).
+     * The model learns a placement from the states measured with it, at
+     * first random ones, and never proposed an inlined padding on the tile
+     * that ran best materialized. 0 = off (Ansor). */
+    int location_siblings;                 /* 2 */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
@@ -184,6 +191,7 @@ typedef struct {
     int last_random;            /* random states drawn for eps-greedy */
     int last_picked_best;       /* states proposed from the heap */
     int last_picked_random;     /* states proposed from the random ones */
+    int last_picked_siblings;   /* placements of the best state's stages proposed */
     int last_tile_families;     /* distinct register tiles among the last round's picks */
     uint64_t foresee_passes;    /* foresee passes run for this task by its family */
     int foresight;              /* states kept by the last pass, waiting for the next round */
