@@ -64,6 +64,17 @@ static inline kt_conv2d_params_t kt_test_conv_p(int stride, int pad, int dil)
     return c;
 }
 
+/* conv2d HWxHWx16 -> 32, 3x3, padding 1, this stride, + bias + relu: the
+ * DAG of KT_TEST_PAD_TILE_STATE; the caller frees it. */
+static inline kt_dag_t *kt_test_pad_tile_conv(int hw, int stride)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(stride, 1, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, hw, hw, 16, 32, 3, 3, &cp, ep, 2);
+    ck_assert_msg(cv != NULL, "%s", kt_err_msg());
+    return cv;
+}
+
 /* Up to n (<= KT_TEST_MAX_STATES) distinct valid states: sampled
  * round-robin from the sketches, every third one mutated a few times more.
  * A small space may repeat. */

@@ -1073,11 +1073,8 @@ START_TEST(codegen_register_tile_interior_tests_nothing)
         {2, KT_TEST_PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]"), 11 * 11},
         {1, KT_TEST_PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]"), 22 * 22},
     };
-    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
     for (int c = 0; c < 2; c++) {
-        kt_conv2d_params_t cp = kt_test_conv_p(cases[c].stride, 1, 1);
-        kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 8, 8, 16, 32, 3, 3, &cp, ep, 2);
-        ck_assert_ptr_nonnull(cv);
+        kt_dag_t *cv = kt_test_pad_tile_conv(8, cases[c].stride);
         char *src = emit_json(cv, cases[c].state, "ti");
         /* each copy of the tile follows its test (interior) or its else (border) */
         int interior = 0, border = 0;
@@ -1130,10 +1127,7 @@ END_TEST
  * in-bounds taps per dimension) as the reference. */
 START_TEST(codegen_tile_interior_wraps_the_register_tile)
 {
-    kt_conv2d_params_t cp = kt_test_conv_p(1, 1, 1);
-    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
-    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 12, 12, 16, 32, 3, 3, &cp, ep, 2);
-    ck_assert_ptr_nonnull(cv);
+    kt_dag_t *cv = kt_test_pad_tile_conv(12, 1);
     char *src = emit_json(
         cv,
         "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
@@ -1188,10 +1182,7 @@ END_TEST
  * every statement of the state with its padding materialized. */
 START_TEST(codegen_tested_share_counts_the_printed_tests)
 {
-    kt_conv2d_params_t cp = kt_test_conv_p(2, 1, 1);
-    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
-    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 8, 8, 16, 32, 3, 3, &cp, ep, 2);
-    ck_assert_ptr_nonnull(cv);
+    kt_dag_t *cv = kt_test_pad_tile_conv(8, 2);
     static const char *const inl = KT_TEST_PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]");
     for (int materialized = 0; materialized < 2; materialized++) {
         char *json = materialized ? kt_test_materialize_pad(inl) : strdup(inl);

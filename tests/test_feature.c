@@ -749,10 +749,7 @@ END_TEST
  * padding stage's row selects per element it computes. */
 START_TEST(feature_padding_tests_count_where_the_c_runs_them)
 {
-    kt_conv2d_params_t cp = kt_test_conv_p(2, 1, 1);
-    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
-    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 8, 8, 16, 32, 3, 3, &cp, ep, 2);
-    ck_assert_ptr_nonnull(cv);
+    kt_dag_t *cv = kt_test_pad_tile_conv(8, 2);
     kt_sched_params_t p = test_params();
     for (int materialized = 0; materialized < 2; materialized++) {
         static const char *const inl = KT_TEST_PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]");
