@@ -953,10 +953,7 @@ static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, t
  * picks; a state whose stages have one placement each has none. */
 static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
 {
-    int b = -1;
-    for (int i = 0; i < sp->nhist; i++)
-        if (sp->hist[i].cost > 0 && (b < 0 || sp->hist[i].cost < sp->hist[b].cost))
-            b = i;
+    int b = sp->best;
     kt_slist_t sib = {0};
     int rc = 0;
     for (int t = 0; b >= 0 && rc == 0 && t < 4 * sp->opts.location_siblings &&
