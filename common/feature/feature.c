@@ -762,11 +762,13 @@ static void walk_expr(ctx_t *c, const kt_stage_t *s, const kt_expr_t *e, const l
         /* Both branches count, as in Ansor: the cost model learns the rest.
          * An inlined padding's test counts where the C still runs it: the
          * emitter drops it from partitioned loops and tile interiors. */
+        int scale = inl > 0 && c->test_share < 1;
         double before[NOPS];
-        memcpy(before, c->ops, sizeof(before));
+        if (scale)
+            memcpy(before, c->ops, sizeof(before));
         walk_expr(c, s, e->args[0], env, inl, &a);
         c->ops[F_SELECT]++;
-        for (int i = 0; inl > 0 && c->test_share < 1 && i < NOPS; i++)
+        for (int i = 0; scale && i < NOPS; i++)
             c->ops[i] = before[i] + (c->ops[i] - before[i]) * c->test_share;
         walk_expr(c, s, e->args[1], env, inl, out);
         walk_expr(c, s, e->args[2], env, inl, &b);
