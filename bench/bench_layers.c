@@ -283,6 +283,9 @@ static int stored_trials(const char *path, const kt_workload_t *w)
     return (int)c.total;
 }
 
+/* ktune tune's --search-params for every layer (NULL: its defaults). */
+static const char *search_params;
+
 /* Tune layer l's kernel (its task, or with wino its Winograd alternative)
  * up to `trials` records in the store with `threads` OpenMP threads (ktune
  * tune resumes: stored records count towards its budget). */
@@ -299,8 +302,12 @@ static void tune(const char *ktune, const char *db, const char *log, const layer
     fprintf(stderr, "tuning %s (%s%s), %d thread%s: %d of %d trials stored ...\n", l->id,
             l->what, wino ? ", Winograd" : "", threads, threads > 1 ? "s" : "", have, trials);
     setenv("OMP_NUM_THREADS", nth, 1);   /* read by the embedded runner's kernels */
-    char *const argv[] = {(char *)ktune, "tune", "--workload", (char *)kt_workload_json(w),
-                          "--trials", ntr, "--db", (char *)db, NULL};
+    char *argv[] = {(char *)ktune, "tune", "--workload", (char *)kt_workload_json(w),
+                    "--trials", ntr, "--db", (char *)db, NULL, NULL, NULL};
+    if (search_params) {
+        argv[8] = "--search-params";
+        argv[9] = (char *)search_params;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -706,13 +713,14 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_layers [--trials N (256)] [--threads 1,2] [--db PATH "
                "(bench_layers.db)]\n"
-               "                    [--layers ID,...] [--no-winograd]\n"
+               "                    [--layers ID,...] [--no-winograd] [--search-params LIST]\n"
                "ResNet-18's conv2d and dense layers and matmul 512/1024, tuned by ktune (a\n"
                "store per thread count: PATH, PATH.t2, ...) and timed against oneDNN; each\n"
                "3x3 stride-1 conv2d also as its Winograd alternative (--no-winograd: not),\n"
                "the faster kernel counting.\n"
                "--layers takes task ids of `ktune tasks --network resnet-18`, matmul512 and\n"
-               "matmul1024.\n");
+               "matmul1024. --search-params is passed to ktune tune (A/B runs of a search\n"
+               "option use a store each).\n");
 }
 
 int main(int argc, char **argv)
@@ -721,6 +729,7 @@ int main(int argc, char **argv)
         {"trials", required_argument, 0, 't'}, {"threads", required_argument, 0, 'n'},
         {"db", required_argument, 0, 'd'},     {"layers", required_argument, 0, 'l'},
         {"no-winograd", no_argument, 0, 'W'},  {"help", no_argument, 0, 'h'},
+        {"search-params", required_argument, 0, 'S'},
         {0, 0, 0, 0},
     };
     long trials = 256;
@@ -759,6 +768,7 @@ int main(int argc, char **argv)
         case 'd': db = optarg; break;
         case 'l': only = optarg; break;
         case 'W': winograd = 0; break;
+        case 'S': search_params = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

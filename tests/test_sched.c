@@ -416,6 +416,74 @@ START_TEST(sched_random_mutations_keep_validity)
 }
 END_TEST
 
+/* The tile-shape rule on a 7-row x 2-column register tile (x 32 channels)
+ * of a stride-2 conv2d: every result exchanges one prime between two
+ * spatial axes, the innermost level of one and an outer level of the other,
+ * so each axis keeps its extent, each loop level its trip count and the
+ * register tile its size (the same prime was there to take); among them the
+ * 1-row x 14-column tile. A one-spatial-axis tile (dense with M = 1) has
+ * nothing to exchange. */
+START_TEST(sched_tile_shape_exchanges_a_prime_between_axes)
+{
+    kt_sched_params_t p = params16();
+    kt_dag_t *cv = kt_test_pad_tile_conv(28, 2);
+    kt_sched_state_t *st =
+        kt_sched_state_from_json(KT_TEST_PAD_TILE_STATE("[1,1,2,7]", "[1,1,7,2]"), cv, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    int s = -1;
+    for (int i = 0; i < st->nstages; i++)
+        if (st->stages[i].kind == KT_SK_TILED)
+            s = i;
+    ck_assert_int_ge(s, 0);
+    const kt_stage_t *ss = kt_dag_stage(cv, s);
+    const int32_t(*f0)[KT_SCHED_MAX_LEVELS] = st->stages[s].split;
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 5);
+    int one_row = 0;
+    for (int k = 0; k < 64; k++) {
+        kt_sched_state_t *m = NULL;
+        ck_assert_int_eq(kt_sched_mutate(cv, &p, st, KT_MUT_TILE_SHAPE, &rng, &m), 1);
+        const int32_t(*f)[KT_SCHED_MAX_LEVELS] = m->stages[s].split;
+        int changed_axes = 0;
+        for (int a = 0; a < ss->ndim + ss->nreduce; a++) {
+            int64_t e = 1;
+            for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++)
+                e *= a < ss->ndim || l < KT_SCHED_REDUCE_LEVELS ? f[a][l] : 1;
+            ck_assert_int_eq(e, a < ss->ndim ? ss->shape[a] : ss->reduce_ext[a - ss->ndim]);
+            changed_axes += memcmp(f[a], f0[a], sizeof(f[a])) != 0;
+            if (a >= ss->ndim)
+                ck_assert_msg(memcmp(f[a], f0[a], sizeof(f[a])) == 0, "reduce axis %d", a);
+        }
+        ck_assert_int_eq(changed_axes, 2);
+        for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++) {
+            int64_t t = 1, t0 = 1;
+            for (int a = 0; a < ss->ndim; a++)
+                t *= f[a][l], t0 *= f0[a][l];
+            ck_assert_int_eq(t, t0);
+        }
+        one_row += f[1][3] == 1 && f[2][3] == 14 && f[3][3] == 32;
+        kt_sched_state_free(m);
+    }
+    ck_assert_int_gt(one_row, 0);
+    kt_sched_state_free(st);
+    kt_dag_free(cv);
+    kt_dag_t *dn = kt_ops_dense(1, 64, 32, NULL, 0);
+    ck_assert_ptr_nonnull(dn);
+    kt_sched_state_t **sk;
+    int n;
+    ck_assert_int_eq(kt_sched_sketches(dn, &p, &sk, &n), 0);
+    for (int i = 0; i < n; i++) {
+        kt_sched_state_t *d = kt_sched_sample(dn, &p, sk[i], &rng), *m = NULL;
+        ck_assert_ptr_nonnull(d);
+        ck_assert_int_eq(kt_sched_mutate(dn, &p, d, KT_MUT_TILE_SHAPE, &rng, &m), 0);
+        ck_assert_ptr_null(m);
+        kt_sched_state_free(d);
+    }
+    free_all(sk, n);
+    kt_dag_free(dn);
+}
+END_TEST
+
 /* Corrupt fields of valid states at random: validation never crashes, and
  * every state it accepts serializes, parses back and lowers. */
 START_TEST(sched_validate_survives_corrupted_states)
@@ -888,6 +956,7 @@ int main(void)
     tcase_add_test(tc, sched_json_round_trip_keeps_state_and_hash);
     tcase_add_test(tc, sched_parse_rejects_bad_states_with_message);
     tcase_add_test(tc, sched_random_mutations_keep_validity);
+    tcase_add_test(tc, sched_tile_shape_exchanges_a_prime_between_axes);
     tcase_add_test(tc, sched_validate_survives_corrupted_states);
     tcase_add_test(tc, sched_hashes_differ_for_different_states);
     tcase_add_test(tc, sched_knobs_name_each_decision_once);

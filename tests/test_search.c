@@ -142,6 +142,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_double_eq(o.diversity_filter_ratio, 0);       /* Ansor's pick */
     ck_assert_double_eq(o.tile_family_share, 0.25);         /* ktune's: 4+ tiles a round */
     ck_assert_int_eq(o.location_siblings, 2);                 /* ktune's; Ansor: 0 */
+    ck_assert_int_eq(o.tile_siblings, 2);                     /* ktune's; Ansor: 0 */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -164,7 +165,7 @@ START_TEST(search_opts_set_from_key_value_lists)
                                             "evolutionary_search_num_iters=2,model_label=log,"
                                             "num_warmup_sample=64,foresee_keep=16,"
                                             "diversity_filter_ratio=4,tile_family_share=0.25,"
-                                            "location_siblings=0"),
+                                            "location_siblings=0,tile_siblings=5"),
                      0);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);   /* the default: Ansor's */
     ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
@@ -174,6 +175,7 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_double_eq(o.diversity_filter_ratio, 4);
     ck_assert_double_eq(o.tile_family_share, 0.25);
     ck_assert_int_eq(o.location_siblings, 0);
+    ck_assert_int_eq(o.tile_siblings, 5);
     ck_assert_double_eq(o.eps_greedy, 0.1);
     ck_assert_int_eq(o.evolutionary_search_population, 512);
     ck_assert_int_eq(o.evolutionary_search_num_iters, 2);
@@ -201,6 +203,7 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"tile_family_share=0", "tile_family_share must be in (0, 1]"},
         {"tile_family_share=1.5", "tile_family_share must be in (0, 1]"},
         {"location_siblings=-1", "location_siblings must be in [0, 64]"},
+        {"tile_siblings=65", "tile_siblings must be in [0, 64]"},
         {"seed=3", "job's seed"},
         {"policy=sketch.random", "job's policy"},
         {"eps_greedy", "is not key=value"},
@@ -467,6 +470,7 @@ START_TEST(search_eps_greedy_share_and_population_follow_the_options)
     o.sample_init_use_measured_ratio = 0.1;
     o.evolutionary_search_num_iters = 7;   /* a random model caps it at 3 */
     o.tile_family_share = 1;               /* Ansor's pick: the heap holds 2n */
+    o.tile_siblings = 0;                   /* ... and no reshaped best tile first */
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
     ck_assert_ptr_nonnull(sp);
 
@@ -736,6 +740,75 @@ START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
     free_states(st, got);
     kt_search_policy_free(sp);
     kt_workload_free(mm);
+}
+END_TEST
+
+/* The best measured state's register tile reshaped leads the round's picks
+ * after the placements (tile_siblings): with a 2-row x 4-column tile best,
+ * the first picks are that state with one prime exchanged between two
+ * spatial axes (each loop level keeping its trip count), never a state
+ * measured before; with tile_siblings = 0 (Ansor) none is counted. */
+static int tile_sibling(const kt_sched_state_t *a, const kt_sched_state_t *b, int s, int ndim)
+{
+    if (a->nstages != b->nstages)
+        return 0;
+    for (int i = 0; i < a->nstages; i++) {
+        kt_sched_stage_t x = a->stages[i], y = b->stages[i];
+        if (i == s)
+            memset(x.split, 0, sizeof x.split), memset(y.split, 0, sizeof y.split);
+        if (memcmp(&x, &y, sizeof x) != 0)
+            return 0;
+    }
+    for (int l = 0; l < KT_SCHED_SPATIAL_LEVELS; l++) {
+        int64_t ta = 1, tb = 1;
+        for (int d = 0; d < ndim; d++)
+            ta *= a->stages[s].split[d][l], tb *= b->stages[s].split[d][l];
+        if (ta != tb)
+            return 0;
+    }
+    return memcmp(a->stages[s].split, b->stages[s].split, sizeof a->stages[s].split) != 0;
+}
+
+START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
+{
+    kt_workload_t *w = workload("{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":8,\"W\":8,\"CI\":16,"
+                                "\"CO\":32,\"KH\":3,\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],"
+                                "\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}");
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    const char *best = KT_TEST_PAD_TILE_STATE("[1,2,2,2]", "[1,1,2,4]");
+    kt_sched_state_t *b = kt_sched_state_from_json(best, dag, &p);
+    ck_assert_msg(b != NULL, "%s", kt_err_msg());
+    int s = -1;
+    for (int i = 0; i < b->nstages; i++)
+        if (b->stages[i].kind == KT_SK_TILED)
+            s = i;
+    ck_assert_int_ge(s, 0);
+    int ndim = kt_dag_stage(dag, s)->ndim;
+    for (int siblings = 0; siblings <= 2; siblings += 2) {
+        kt_search_opts_t o;
+        small_opts(&o, "sketch.random", 23);
+        o.location_siblings = 0;
+        o.tile_siblings = siblings;
+        kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+        ck_assert_ptr_nonnull(sp);
+        ck_assert_int_eq(kt_search_preload(sp, best, 1e-4), 0);
+        kt_sched_state_t **st;
+        int got = kt_search_propose(sp, 16, &st);
+        ck_assert_int_eq(got, 16);
+        kt_search_stats_t ss;
+        kt_search_stats(sp, &ss);
+        ck_assert_int_eq(ss.last_picked_tile_siblings, siblings);
+        for (int i = 0; i < got; i++) {
+            ck_assert_msg(i >= siblings || tile_sibling(b, st[i], s, ndim), "pick %d", i);
+            ck_assert_uint_ne(kt_sched_state_hash(st[i], dag), kt_sched_state_hash(b, dag));
+        }
+        free_states(st, got);
+        kt_search_policy_free(sp);
+    }
+    kt_sched_state_free(b);
+    kt_workload_free(w);
 }
 END_TEST
 
@@ -1132,6 +1205,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_diversity_pick_covers_more_knob_values);
     tcase_add_test(tc, search_tile_cap_spreads_picks_over_register_tiles);
     tcase_add_test(tc, search_location_siblings_place_the_best_states_padding_otherwise);
+    tcase_add_test(tc, search_tile_siblings_reshape_the_best_states_register_tile);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
     tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);

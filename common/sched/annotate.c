@@ -297,7 +297,7 @@ int kt_sched_move_factor(int32_t *f, int nlev, int max_inner, kt_rng_t *rng)
 
 /* ---- mutation ----------------------------------------------------------------- */
 
-static const double mut_weight[KT_MUT__COUNT] = {0.90, 0.04, 0.05, 0.01};
+static const double mut_weight[KT_MUT__COUNT] = {0.90, 0.04, 0.05, 0.01, 0};
 
 typedef struct {
     int stage, axis, nlev;
@@ -336,6 +336,66 @@ static int mutate_tile(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched
             return 1;
     }
     return 0;
+}
+
+/* KT_MUT_TILE_SHAPE: a prime q of axis a's innermost factor goes to level
+ * l of a, and a prime r of axis b's level l comes into b's innermost level,
+ * r = q where b has q at some outer level (a 7-row x 2-column register tile
+ * becomes 1 row x 14 columns, as many accumulators); the tile-size rule
+ * moves factors within one axis only, and reaching such a tile by it takes
+ * steps through much smaller tiles that the cost model rejects. */
+static int mutate_tile_shape(const kt_dag_t *dag, const kt_sched_params_t *p,
+                             kt_sched_state_t *st, kt_rng_t *rng)
+{
+    enum { IN = KT_SCHED_SPATIAL_LEVELS - 1 };
+    int cand[KT_TE_MAX_STAGES], nc = 0;
+    for (int s = 0; s < st->nstages; s++) {
+        const kt_stage_t *ss = kt_dag_stage(dag, s);
+        int nax = 0;
+        for (int a = 0; st->stages[s].kind == KT_SK_TILED && a < ss->ndim; a++)
+            nax += ss->shape[a] > 1;
+        if (nax >= 2)
+            cand[nc++] = s;
+    }
+    if (nc == 0)
+        return 0;
+    int s = cand[kt_rng_below(rng, (uint64_t)nc)];
+    const kt_stage_t *ss = kt_dag_stage(dag, s);
+    int32_t(*f)[KT_SCHED_MAX_LEVELS] = st->stages[s].split;
+    /* every (a, q, b, l, r) the rule can make, the same prime preferred */
+    typedef struct {
+        int a, b, l;
+        int64_t q, r;
+    } move_t;
+    move_t mv[64], same[64];
+    int nm = 0, ns = 0;
+    for (int a = 0; a < ss->ndim; a++) {
+        int64_t qp[32], rp[32];
+        int qe[32], re[32];
+        int nq = f[a][IN] > 1 ? kt_sched_factorize(f[a][IN], qp, qe) : 0;
+        for (int iq = 0; iq < nq; iq++)
+            for (int b = 0; b < ss->ndim; b++)
+                for (int l = 0; b != a && l < IN; l++) {
+                    int nr = f[b][l] > 1 ? kt_sched_factorize(f[b][l], rp, re) : 0;
+                    for (int ir = 0; ir < nr; ir++) {
+                        if (f[b][IN] * rp[ir] > p->max_innermost_split_factor)
+                            continue;
+                        move_t m = {a, b, l, qp[iq], rp[ir]};
+                        if (m.q == m.r && ns < 64)
+                            same[ns++] = m;
+                        else if (nm < 64)
+                            mv[nm++] = m;
+                    }
+                }
+    }
+    if (ns == 0 && nm == 0)
+        return 0;
+    move_t m = ns > 0 ? same[kt_rng_below(rng, (uint64_t)ns)] : mv[kt_rng_below(rng, (uint64_t)nm)];
+    f[m.a][IN] = (int32_t)(f[m.a][IN] / m.q);
+    f[m.a][m.l] = (int32_t)(f[m.a][m.l] * m.q);
+    f[m.b][m.l] = (int32_t)(f[m.b][m.l] / m.r);
+    f[m.b][IN] = (int32_t)(f[m.b][IN] * m.r);
+    return 1;
 }
 
 typedef struct {
@@ -447,7 +507,7 @@ int kt_sched_mutate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sc
         return kt_sched_gpu_mutate(dag, p, st, rule, rng, out);
     if (rule < 0) {
         double x = kt_rng_double(rng), acc = 0;
-        rule = KT_MUT__COUNT - 1;
+        rule = KT_MUT_PARALLEL;   /* where rounding leaves x above the sum */
         for (int i = 0; i < KT_MUT__COUNT; i++) {
             acc += mut_weight[i];
             if (x < acc) {
@@ -469,6 +529,9 @@ int kt_sched_mutate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sc
         break;
     case KT_MUT_COMPUTE_LOC:
         changed = mutate_location(dag, p, m, rng);
+        break;
+    case KT_MUT_TILE_SHAPE:
+        changed = mutate_tile_shape(dag, p, m, rng);
         break;
     default:
         changed = mutate_parallel(dag, m, rng);

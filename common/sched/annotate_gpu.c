@@ -705,7 +705,7 @@ int kt_sched_gpu_mutate(const kt_dag_t *dag, const kt_sched_params_t *p,
     if (rule < 0)
         rule = kt_rng_double(rng) < gpu_mut_weight[0] ? KT_MUT_TILE_SIZE : KT_MUT_AUTO_UNROLL;
     if (rule != KT_MUT_TILE_SIZE && rule != KT_MUT_AUTO_UNROLL)
-        return 0;   /* compute location and parallel are CPU rules */
+        return 0;   /* compute location, parallel and tile shape are CPU rules */
     /* A tile-size move that breaks a hardware limit is discarded and drawn
      * again, a few times. */
     for (int attempt = 0; attempt < 8; attempt++) {

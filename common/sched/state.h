@@ -171,7 +171,7 @@ kt_sched_state_t *kt_sched_sample(const kt_dag_t *dag, const kt_sched_params_t *
                                   const kt_sched_state_t *sketch, kt_rng_t *rng);
 
 /* Mutation rules and Ansor's CPU weights (GPU: tile size 0.90, auto-unroll
- * 0.10; the other two rules find nothing to change on GPU states). */
+ * 0.10; the other rules find nothing to change on GPU states). */
 typedef enum {
     KT_MUT_TILE_SIZE = 0,   /* 0.90: move a prime factor between two levels of a split
                                (GPU: also another thread count of a plain or
@@ -179,6 +179,12 @@ typedef enum {
     KT_MUT_AUTO_UNROLL,     /* 0.04: another auto-unroll max step */
     KT_MUT_COMPUTE_LOC,     /* 0.05: another compute location */
     KT_MUT_PARALLEL,        /* 0.01: another number of fused parallel loops */
+    KT_MUT_TILE_SHAPE,      /* never drawn (ktune's, asked for by the search's
+                               tile_siblings): exchange a prime factor between two
+                               spatial axes, the innermost level of one and an
+                               outer level of the other, so the register tile
+                               changes shape and every loop level keeps its
+                               trip count where the prime is the same */
     KT_MUT__COUNT
 } kt_sched_mut_t;
 

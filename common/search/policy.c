@@ -58,6 +58,7 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * way never leaves it. */
     o->tile_family_share = 0.25;
     o->location_siblings = 2;
+    o->tile_siblings = 2;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
     o->foresee_keep = 64;
@@ -97,6 +98,8 @@ static int opts_check(const kt_search_opts_t *o)
         return kt_err_set(KT_EINVAL, "search: tile_family_share must be in (0, 1]");
     if (o->location_siblings < 0 || o->location_siblings > 64)
         return kt_err_set(KT_EINVAL, "search: location_siblings must be in [0, 64]");
+    if (o->tile_siblings < 0 || o->tile_siblings > 64)
+        return kt_err_set(KT_EINVAL, "search: tile_siblings must be in [0, 64]");
     if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
         return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
                                      "foresee_num_iters >= 0");
@@ -135,6 +138,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"diversity_filter_ratio", offsetof(kt_search_opts_t, diversity_filter_ratio), 'd'},
         {"tile_family_share", offsetof(kt_search_opts_t, tile_family_share), 'd'},
         {"location_siblings", offsetof(kt_search_opts_t, location_siblings), 'i'},
+        {"tile_siblings", offsetof(kt_search_opts_t, tile_siblings), 'i'},
         {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
         {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
         {"foresee_keep", offsetof(kt_search_opts_t, foresee_keep), 'i'},
@@ -948,26 +952,24 @@ static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, t
     return 0;
 }
 
-/* Up to location_siblings new states that place a stage of the best
- * measured state otherwise (see kt_search_opts_t), in the round's first
- * picks; a state whose stages have one placement each has none. */
-static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
+/* Up to `limit` new states made from the best measured state by mutation
+ * `rule`, in the round's first picks, counted in *count; a state the rule
+ * cannot change (one placement per stage, a one-axis tile) has none. */
+static int pick_siblings_by(kt_search_policy_t *sp, int rule, int limit, int *count, int n,
+                            tiles_t *tiles, kt_slist_t *out)
 {
     int b = sp->best;
     kt_slist_t sib = {0};
     int rc = 0;
-    for (int t = 0; b >= 0 && rc == 0 && t < 4 * sp->opts.location_siblings &&
-                    sp->stats.last_picked_siblings < sp->opts.location_siblings && out->n < n;
-         t++) {
+    for (int t = 0; b >= 0 && rc == 0 && t < 4 * limit && *count < limit && out->n < n; t++) {
         kt_sched_state_t *c = NULL;
-        int m = kt_sched_mutate(sp->dag, &sp->params, sp->hist[b].st, KT_MUT_COMPUTE_LOC,
-                                &sp->rng, &c);
+        int m = kt_sched_mutate(sp->dag, &sp->params, sp->hist[b].st, rule, &sp->rng, &c);
         if (m < 0) {
             rc = m;
             break;
         }
         if (m == 0)
-            continue;   /* nothing placed otherwise, or the placement broke another */
+            continue;   /* nothing to change, or the change broke another decision */
         uint64_t h = kt_sched_state_hash(c, sp->dag);
         if (!h || !is_new(sp, h)) {
             kt_sched_state_free(c);
@@ -977,9 +979,21 @@ static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist
         }
         if ((rc = kt_slist_push(&sib, c, h)) == 0 &&
             (rc = take(sp, &sib, sib.n - 1, kt_sched_state_tile_key(c), tiles, out)) == 0)
-            sp->stats.last_picked_siblings++;
+            (*count)++;
     }
     kt_slist_free(&sib);
+    return rc;
+}
+
+/* The best state's stages placed otherwise (location_siblings), then its
+ * register tile reshaped (tile_siblings). */
+static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
+{
+    int rc = pick_siblings_by(sp, KT_MUT_COMPUTE_LOC, sp->opts.location_siblings,
+                              &sp->stats.last_picked_siblings, n, tiles, out);
+    if (rc == 0)
+        rc = pick_siblings_by(sp, KT_MUT_TILE_SHAPE, sp->opts.tile_siblings,
+                              &sp->stats.last_picked_tile_siblings, n, tiles, out);
     return rc;
 }
 
@@ -997,6 +1011,7 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     double share = sp->opts.tile_family_share;
     tiles_t tiles;
     sp->stats.last_picked_best = sp->stats.last_picked_random = sp->stats.last_picked_siblings = 0;
+    sp->stats.last_picked_tile_siblings = 0;
     /* at least one pick per tile, whatever the share of a small round */
     int cap = share >= 1 ? INT_MAX : (int)ceil(share * num_good);
     if ((rc = tiles_init(&tiles, n, cap > 1 ? cap : 1)))

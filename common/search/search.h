@@ -82,6 +82,12 @@ typedef struct {
      * first random ones, and never proposed an inlined padding on the tile
      * that ran best materialized. 0 = off (Ansor). */
     int location_siblings;                 /* 2 */
+    /* States per round, after those, with the best measured state's register
+     * tile reshaped (a prime factor exchanged between two spatial axes:
+     * kt_sched_mutate's tile-shape rule). The tile-size rule moves factors
+     * within one axis, and the model rejects the small tiles on the way
+     * from 7 rows x 2 columns to 1 row x 14. 0 = off (Ansor). */
+    int tile_siblings;                     /* 2 */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
@@ -192,6 +198,7 @@ typedef struct {
     int last_picked_best;       /* states proposed from the heap */
     int last_picked_random;     /* states proposed from the random ones */
     int last_picked_siblings;   /* placements of the best state's stages proposed */
+    int last_picked_tile_siblings;   /* reshapes of the best state's register tile proposed */
     int last_tile_families;     /* distinct register tiles among the last round's picks */
     uint64_t foresee_passes;    /* foresee passes run for this task by its family */
     int foresight;              /* states kept by the last pass, waiting for the next round */
