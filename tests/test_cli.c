@@ -272,7 +272,8 @@ START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
 END_TEST
 
 /* A FamilySeer policy through the embedded tracker: two matmul tasks of one
- * family share a model; the job finishes with every trial stored once. */
+ * family share a model; the job finishes with every trial stored once.
+ * --cache-flush reaches the job's measure options. */
 START_TEST(cli_tune_with_a_family_policy_finishes)
 {
     char db[256];
@@ -283,7 +284,7 @@ START_TEST(cli_tune_with_a_family_policy_finishes)
                     "\"K\":64}, \"weight\": 2}]",
                     "--trials", "16", "--per-round", "4", "--policy", "sketch.xgb.family-op",
                     "--search-params", "evolutionary_search_population=256,model_label=log",
-                    "--min-repeat-ms", "0", "--db", db, NULL};
+                    "--min-repeat-ms", "0", "--cache-flush", "--db", db, NULL};
     int rc = ktune(args, &out);
     ck_assert_msg(rc == 0 && strstr(out, "Job 1 done"), "exit %d: %s", rc, out);
     free(out);
@@ -301,6 +302,15 @@ START_TEST(cli_tune_with_a_family_policy_finishes)
                               "model_label=log\""),
                   "%s", out);
     free(out);
+    /* the stored job's measure options carry the flush */
+    kt_store_t *s = kt_store_open(db, 0);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    kt_store_job_info_t *j = NULL;
+    ck_assert_int_eq(kt_store_get_job(s, 1, &j), 0);
+    ck_assert_msg(strstr(j->job.options_json, "\"enable_cpu_cache_flush\":true"), "%s",
+                  j->job.options_json);
+    kt_store_job_info_free(j);
+    kt_store_close(s);
 }
 END_TEST
 
