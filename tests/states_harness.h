@@ -39,6 +39,17 @@
     "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":\"fused\","       \
     "\"name\":\"T_relu\"}],\"version\":1}"
 
+/* The index of st's (one) multi-level tiled stage. */
+static inline int kt_test_tiled_stage(const kt_sched_state_t *st)
+{
+    int s = -1;
+    for (int i = 0; i < st->nstages; i++)
+        if (st->stages[i].kind == KT_SK_TILED)
+            s = i;
+    ck_assert_int_ge(s, 0);
+    return s;
+}
+
 /* json (a conv2d state) with its inlined padding stage computed at root
  * instead; malloc'd. */
 static inline char *kt_test_materialize_pad(const char *json)

@@ -430,11 +430,7 @@ START_TEST(sched_tile_shape_exchanges_a_prime_between_axes)
     kt_sched_state_t *st =
         kt_sched_state_from_json(KT_TEST_PAD_TILE_STATE("[1,1,2,7]", "[1,1,7,2]"), cv, &p);
     ck_assert_msg(st != NULL, "%s", kt_err_msg());
-    int s = -1;
-    for (int i = 0; i < st->nstages; i++)
-        if (st->stages[i].kind == KT_SK_TILED)
-            s = i;
-    ck_assert_int_ge(s, 0);
+    int s = kt_test_tiled_stage(st);
     const kt_stage_t *ss = kt_dag_stage(cv, s);
     const int32_t(*f0)[KT_SCHED_MAX_LEVELS] = st->stages[s].split;
     kt_rng_t rng;

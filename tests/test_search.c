@@ -669,6 +669,26 @@ END_TEST
  * schedule with the padding inlined or computed at the convolution, never
  * a state measured before; with location_siblings = 0 (Ansor) none is
  * proposed, nor on a matmul (one placement per stage). */
+/* The first round of 16 picks of a sketch.random policy whose only
+ * measured state is best, with the given sibling options; *s its stats. */
+static kt_sched_state_t **propose_after(kt_workload_t *w, const kt_sched_params_t *p,
+                                        const char *best, uint64_t seed, int loc, int tile,
+                                        kt_search_stats_t *s)
+{
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.random", seed);
+    o.location_siblings = loc;
+    o.tile_siblings = tile;
+    kt_search_policy_t *sp = kt_search_policy_new(w, p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+    ck_assert_int_eq(kt_search_preload(sp, best, 1e-4), 0);
+    kt_sched_state_t **st;
+    ck_assert_int_eq(kt_search_propose(sp, 16, &st), 16);
+    kt_search_stats(sp, s);
+    kt_search_policy_free(sp);
+    return st;
+}
+
 static int same_but_padding(const kt_sched_state_t *a, const kt_sched_state_t *b, int pad)
 {
     if (a->nstages != b->nstages)
@@ -697,17 +717,9 @@ START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
     kt_sched_state_t *b = kt_sched_state_from_json(best, dag, &p);
     ck_assert_msg(b != NULL, "%s", kt_err_msg());
     for (int siblings = 0; siblings <= 2; siblings += 2) {
-        kt_search_opts_t o;
-        small_opts(&o, "sketch.random", 21);
-        o.location_siblings = siblings;
-        kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
-        ck_assert_ptr_nonnull(sp);
-        ck_assert_int_eq(kt_search_preload(sp, best, 1e-4), 0);
-        kt_sched_state_t **st;
-        int got = kt_search_propose(sp, 16, &st);
-        ck_assert_int_eq(got, 16);
         kt_search_stats_t s;
-        kt_search_stats(sp, &s);
+        int got = 16;
+        kt_sched_state_t **st = propose_after(w, &p, best, 21, siblings, 2, &s);
         int found = 0, inlined = 0;
         for (int i = 0; i < got; i++) {
             int sib = same_but_padding(b, st[i], pad);
@@ -721,7 +733,6 @@ START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
         ck_assert_int_eq(inlined, siblings > 0);
         ck_assert_int_le(found, siblings);
         free_states(st, got);
-        kt_search_policy_free(sp);
     }
     kt_sched_state_free(b);
     free(best);
@@ -780,32 +791,18 @@ START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
     const char *best = KT_TEST_PAD_TILE_STATE("[1,2,2,2]", "[1,1,2,4]");
     kt_sched_state_t *b = kt_sched_state_from_json(best, dag, &p);
     ck_assert_msg(b != NULL, "%s", kt_err_msg());
-    int s = -1;
-    for (int i = 0; i < b->nstages; i++)
-        if (b->stages[i].kind == KT_SK_TILED)
-            s = i;
-    ck_assert_int_ge(s, 0);
+    int s = kt_test_tiled_stage(b);
     int ndim = kt_dag_stage(dag, s)->ndim;
     for (int siblings = 0; siblings <= 2; siblings += 2) {
-        kt_search_opts_t o;
-        small_opts(&o, "sketch.random", 23);
-        o.location_siblings = 0;
-        o.tile_siblings = siblings;
-        kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
-        ck_assert_ptr_nonnull(sp);
-        ck_assert_int_eq(kt_search_preload(sp, best, 1e-4), 0);
-        kt_sched_state_t **st;
-        int got = kt_search_propose(sp, 16, &st);
-        ck_assert_int_eq(got, 16);
         kt_search_stats_t ss;
-        kt_search_stats(sp, &ss);
+        int got = 16;
+        kt_sched_state_t **st = propose_after(w, &p, best, 23, 0, siblings, &ss);
         ck_assert_int_eq(ss.last_picked_tile_siblings, siblings);
         for (int i = 0; i < got; i++) {
             ck_assert_msg(i >= siblings || tile_sibling(b, st[i], s, ndim), "pick %d", i);
             ck_assert_uint_ne(kt_sched_state_hash(st[i], dag), kt_sched_state_hash(b, dag));
         }
         free_states(st, got);
-        kt_search_policy_free(sp);
     }
     kt_sched_state_free(b);
     kt_workload_free(w);
