@@ -142,7 +142,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_double_eq(o.diversity_filter_ratio, 0);       /* Ansor's pick */
     ck_assert_double_eq(o.tile_family_share, 0.25);         /* ktune's: 4+ tiles a round */
     ck_assert_int_eq(o.location_siblings, 2);                 /* ktune's; Ansor: 0 */
-    ck_assert_int_eq(o.tile_siblings, 2);                     /* ktune's; Ansor: 0 */
+    ck_assert_int_eq(o.tile_siblings, 0);                     /* Ansor's; ktune's option */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);

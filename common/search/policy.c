@@ -58,7 +58,8 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * way never leaves it. */
     o->tile_family_share = 0.25;
     o->location_siblings = 2;
-    o->tile_siblings = 2;
+    /* Off: in an A/B run (docs/benchmarks.md) it changed nothing measurable. */
+    o->tile_siblings = 0;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
     o->foresee_keep = 64;

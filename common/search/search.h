@@ -87,7 +87,7 @@ typedef struct {
      * kt_sched_mutate's tile-shape rule). The tile-size rule moves factors
      * within one axis, and the model rejects the small tiles on the way
      * from 7 rows x 2 columns to 1 row x 14. 0 = off (Ansor). */
-    int tile_siblings;                     /* 2 */
+    int tile_siblings;                     /* 0 */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
