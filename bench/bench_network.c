@@ -10,10 +10,12 @@
  * records and runs it on one thread (`ktune run`). Printed: the machine's
  * multiply-add ceiling, both latencies, ktune over PyTorch's faster layout,
  * the tuning time, and the largest difference between the two outputs.
- * Figures are printed, never asserted.
+ * Figures are printed, never asserted. --cache-flush tunes with
+ * `ktune tune --cache-flush --repeat 3` (every candidate timed on cold
+ * caches, as a network reads its weights).
  *
  * usage: bench_network [--trials N] [--batch B] [--repeat R] [--db PATH]
- *                      [--dir DIR] [--skip-tune]
+ *                      [--dir DIR] [--skip-tune] [--cache-flush]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -79,11 +81,12 @@ int main(int argc, char **argv)
         {"trials", required_argument, 0, 't'}, {"batch", required_argument, 0, 'b'},
         {"repeat", required_argument, 0, 'r'}, {"db", required_argument, 0, 'd'},
         {"dir", required_argument, 0, 'o'},    {"skip-tune", no_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"cache-flush", no_argument, 0, 'f'},  {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     long trials = 2400, batch = 1, repeat = 30;
     const char *db = NULL, *dir = NULL;
-    int skip_tune = 0, c;
+    int skip_tune = 0, cache_flush = 0, c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't': trials = strtol(optarg, NULL, 10); break;
@@ -92,9 +95,10 @@ int main(int argc, char **argv)
         case 'd': db = optarg; break;
         case 'o': dir = optarg; break;
         case 's': skip_tune = 1; break;
+        case 'f': cache_flush = 1; break;
         default:
             printf("usage: bench_network [--trials N (2400)] [--batch B (1)] [--repeat R (30)]\n"
-                   "                     [--db PATH] [--dir DIR] [--skip-tune]\n");
+                   "                     [--db PATH] [--dir DIR] [--skip-tune] [--cache-flush]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -148,8 +152,9 @@ int main(int argc, char **argv)
     double tune_s = 0;
     if (!skip_tune) {
         snprintf(cmd, sizeof cmd,
-                 "OMP_NUM_THREADS=1 '%s' tune --onnx '%s' --trials %ld --db '%s' 2>&1 | "
-                 "grep -E '^Estimated total latency|^Job|done'", ktune, onnx, trials, dbpath);
+                 "OMP_NUM_THREADS=1 '%s' tune --onnx '%s' --trials %ld --db '%s'%s 2>&1 | "
+                 "grep -E '^Estimated total latency|^Job|done'", ktune, onnx, trials, dbpath,
+                 cache_flush ? " --cache-flush --repeat 3" : "");
         double t0 = kt_time_mono();
         rc = run_capture(cmd, NULL, NULL, 0);
         tune_s = kt_time_mono() - t0;
