@@ -669,8 +669,10 @@ END_TEST
  * schedule with the padding inlined or computed at the convolution, never
  * a state measured before; with location_siblings = 0 (Ansor) none is
  * proposed, nor on a matmul (one placement per stage). */
-/* The first round of 16 picks of a sketch.random policy whose only
- * measured state is best, with the given sibling options; *s its stats. */
+#define SIBLING_ROUND 16   /* picks of propose_after's round */
+
+/* The first round of SIBLING_ROUND picks of a sketch.random policy whose
+ * only measured state is best, with the given sibling options; *s its stats. */
 static kt_sched_state_t **propose_after(kt_workload_t *w, const kt_sched_params_t *p,
                                         const char *best, uint64_t seed, int loc, int tile,
                                         kt_search_stats_t *s)
@@ -683,7 +685,7 @@ static kt_sched_state_t **propose_after(kt_workload_t *w, const kt_sched_params_
     ck_assert_ptr_nonnull(sp);
     ck_assert_int_eq(kt_search_preload(sp, best, 1e-4), 0);
     kt_sched_state_t **st;
-    ck_assert_int_eq(kt_search_propose(sp, 16, &st), 16);
+    ck_assert_int_eq(kt_search_propose(sp, SIBLING_ROUND, &st), SIBLING_ROUND);
     kt_search_stats(sp, s);
     kt_search_policy_free(sp);
     return st;
@@ -718,7 +720,7 @@ START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
     ck_assert_msg(b != NULL, "%s", kt_err_msg());
     for (int siblings = 0; siblings <= 2; siblings += 2) {
         kt_search_stats_t s;
-        int got = 16;
+        int got = SIBLING_ROUND;
         kt_sched_state_t **st = propose_after(w, &p, best, 21, siblings, 2, &s);
         int found = 0, inlined = 0;
         for (int i = 0; i < got; i++) {
@@ -795,7 +797,7 @@ START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
     int ndim = kt_dag_stage(dag, s)->ndim;
     for (int siblings = 0; siblings <= 2; siblings += 2) {
         kt_search_stats_t ss;
-        int got = 16;
+        int got = SIBLING_ROUND;
         kt_sched_state_t **st = propose_after(w, &p, best, 23, 0, siblings, &ss);
         ck_assert_int_eq(ss.last_picked_tile_siblings, siblings);
         for (int i = 0; i < got; i++) {
