@@ -19,6 +19,7 @@
 #include "measure/cuda_runner.h"
 #include "measure/hw_params.h"
 #include "measure/nvrtc.h"
+#include "search/search.h"
 #include "sched/state.h"
 #include "te/workload.h"
 #include "util/err.h"
@@ -243,14 +244,8 @@ static int gpu_run(gpu_t *g, const kt_dag_t *dag, const char *ref, size_t ref_le
     in.prog = (kt_artifact_t){.data = cubin->cubin, .len = cubin->cubin_len,
                               .entry = cu->launches[0].name};
     in.ref = (kt_artifact_t){.data = ref, .len = ref_len, .entry = "kt_reference"};
-    int nb = kt_codegen_num_bufs(dag), nout = 0;
-    in.layout.num_bufs = nb;
-    for (int i = 0; i < nb; i++) {
-        const kt_stage_t *s = kt_dag_stage(dag, kt_codegen_buf_stage(dag, i));
-        in.layout.num_elems[i] = kt_stage_numel(s);
-        nout += s->kind != KT_STAGE_PLACEHOLDER;
-    }
-    in.layout.num_outputs = nout;
+    if (kt_search_buf_layout(dag, &in.layout) < 0)
+        return -1;
     in.launches = launches;
     in.n_launches = cu->n_launches;
     in.workspace_bytes = cu->workspace_bytes;

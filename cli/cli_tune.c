@@ -55,7 +55,7 @@
 
 enum { O_WORKLOAD = 1000, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
        O_POLICY, O_DB, O_JSON, O_SEED, O_PER_ROUND, O_EARLY, O_PRIORITY, O_NUMBER, O_REPEAT,
-       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_CACHE_FLUSH, O_SEARCH_PARAMS, O_MORE, O_HELP };
+       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_CACHE_FLUSH, O_FLUSH_WEIGHTS, O_SEARCH_PARAMS, O_MORE, O_HELP };
 
 static const struct option job_opts[] = {
     KT_CLI_NET_OPTIONS,
@@ -74,6 +74,7 @@ static const struct option job_opts[] = {
     {"no-check", no_argument, 0, O_NO_CHECK},       {"help", no_argument, 0, O_HELP},
     {"search-params", required_argument, 0, O_SEARCH_PARAMS},
     {"cache-flush", no_argument, 0, O_CACHE_FLUSH},
+    {"flush-weights", no_argument, 0, O_FLUSH_WEIGHTS},
     {0, 0, 0, 0}};
 
 typedef struct {
@@ -81,7 +82,7 @@ typedef struct {
     kt_cli_net_t net;
     const char *workload, *target, *key, *strategy, *policy, *search_params;
     int per_round, early, priority, number, repeat, min_repeat, run_timeout, no_check;
-    int cache_flush;
+    int cache_flush, flush_weights;
     int min_repeat_given;
     long long trials;
     long long more;            /* --more N: N trials beyond what the store holds */
@@ -125,6 +126,10 @@ static const char *JOB_HELP =
     "                        network reads each layer's weights from memory once\n"
     "                        per inference, and a kernel timed on warm caches does\n"
     "                        not pay for that; give --repeat 3 or more\n"
+    "  --flush-weights       evict only the weights (matmul's B, conv2d and dense\n"
+    "                        weights) before every timed run: the layer's input\n"
+    "                        stays warm, as the layer before it in a network has\n"
+    "                        just written it (number 1; give --repeat 3 or more)\n"
     "  --tracker HOST:PORT   the tracker to use (tune: default an embedded one)\n"
     "  --token-file F        the tracker's shared token (default: $KT_TOKEN_FILE)\n"
     "  --tls-ca F            CA certificate (PEM) of a TLS tracker\n"
@@ -166,6 +171,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_JSON: a->conn.json = 1; break;
         case O_NO_CHECK: a->no_check = 1; break;
         case O_CACHE_FLUSH: a->cache_flush = 1; break;
+        case O_FLUSH_WEIGHTS: a->flush_weights = 1; break;
         case O_DB:
             if (!allow_db) {
                 fprintf(stderr, "ktune %s: --db applies to ktune tune without --tracker\n", cmd);
@@ -392,6 +398,7 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
     m->mo.timeout_ms = a->run_timeout;
     m->mo.check_correctness = !a->no_check;
     m->mo.enable_cpu_cache_flush = a->cache_flush;
+    m->mo.flush_weights = a->flush_weights;
     m->opts.measure = &m->mo;
     m->job.options = &m->opts;
     return 0;

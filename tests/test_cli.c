@@ -273,7 +273,7 @@ END_TEST
 
 /* A FamilySeer policy through the embedded tracker: two matmul tasks of one
  * family share a model; the job finishes with every trial stored once.
- * --cache-flush reaches the job's measure options. */
+ * --cache-flush and --flush-weights reach the job's measure options. */
 START_TEST(cli_tune_with_a_family_policy_finishes)
 {
     char db[256];
@@ -284,7 +284,7 @@ START_TEST(cli_tune_with_a_family_policy_finishes)
                     "\"K\":64}, \"weight\": 2}]",
                     "--trials", "16", "--per-round", "4", "--policy", "sketch.xgb.family-op",
                     "--search-params", "evolutionary_search_population=256,model_label=log",
-                    "--min-repeat-ms", "0", "--cache-flush", "--db", db, NULL};
+                    "--min-repeat-ms", "0", "--cache-flush", "--flush-weights", "--db", db, NULL};
     int rc = ktune(args, &out);
     ck_assert_msg(rc == 0 && strstr(out, "Job 1 done"), "exit %d: %s", rc, out);
     free(out);
@@ -302,12 +302,14 @@ START_TEST(cli_tune_with_a_family_policy_finishes)
                               "model_label=log\""),
                   "%s", out);
     free(out);
-    /* the stored job's measure options carry the flush */
+    /* the stored job's measure options carry both flushes */
     kt_store_t *s = kt_store_open(db, 0);
     ck_assert_msg(s != NULL, "%s", kt_err_msg());
     kt_store_job_info_t *j = NULL;
     ck_assert_int_eq(kt_store_get_job(s, 1, &j), 0);
     ck_assert_msg(strstr(j->job.options_json, "\"enable_cpu_cache_flush\":true"), "%s",
+                  j->job.options_json);
+    ck_assert_msg(strstr(j->job.options_json, "\"flush_weights\":true"), "%s",
                   j->job.options_json);
     kt_store_job_info_free(j);
     kt_store_close(s);

@@ -628,6 +628,26 @@ START_TEST(runner_grows_number_until_a_repeat_lasts_min_repeat_ms)
     ck_assert_int_eq(res.n_costs, 3);
     print_spread("vadd with cache flush", &res);
     kt_measure_result_clear(&res);
+
+    /* Evicting only the weights (here the second addend) likewise. */
+    kt_runner_free(r);
+    ro.enable_cpu_cache_flush = 0;
+    ro.flush_weights = 1;
+    r = kt_runner_new(&ro);
+    in.layout.weights = 1u << 1;
+    ck_assert_int_eq(kt_runner_run(r, &in, 1, &res), 0);
+    ck_assert_msg(res.error_no == 0, "%s", res.error_msg ? res.error_msg : "");
+    ck_assert_int_eq(res.number, 1);
+    ck_assert_int_eq(res.n_costs, 3);
+    print_spread("vadd with its weight evicted", &res);
+    kt_measure_result_clear(&res);
+
+    /* A weight mask naming the output is refused before anything runs. */
+    in.layout.weights = 1u << 2;
+    ck_assert_int_eq(kt_runner_run(r, &in, 1, &res), 0);
+    ck_assert_int_eq(res.error_no, KT_MEASURE_INSTANTIATION_ERROR);
+    ck_assert_ptr_nonnull(strstr(res.error_msg, "weight mask"));
+    kt_measure_result_clear(&res);
     kt_runner_free(r);
     kt_build_result_clear(&art);
     kt_builder_free(b);

@@ -289,6 +289,8 @@ START_TEST(search_candidate_layout_entry_and_reference)
     ck_assert_int_eq(c.layout.num_elems[1], 48);
     ck_assert_int_eq(c.layout.num_elems[2], 12);
     ck_assert_int_eq(c.layout.num_elems[3], 96);
+    /* B alone is a weight: what a runner told to flush weights evicts */
+    ck_assert_uint_eq(c.layout.weights, 1u << 1);
     kt_search_candidate_clear(&c);
     ck_assert_int_eq(kt_search_candidate_make(w, st, "my_kernel", &c), 0);
     ck_assert_str_eq(c.entry, "my_kernel");

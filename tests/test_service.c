@@ -551,6 +551,14 @@ START_TEST(service_cluster_registers_builds_and_runs)
     ck_assert_int_eq(rr->results[0]->error_code,
                      KTUNE__V1__MEASURE_ERROR__INSTANTIATION_ERROR);
     ktune__v1__run_response__free_unpacked(rr, NULL);
+    /* So does one whose weight mask names its output. */
+    run_candidate(&c[2], elems, 15, b->results[0], NULL, 3);
+    c[2].weight_bufs = 1u << 2;
+    ck_assert_int_eq(run(r1->address, NULL, &cp[2], 1, 1, 1, &rr, &st), 0);
+    ck_assert_int_eq(rr->results[0]->error_code,
+                     KTUNE__V1__MEASURE_ERROR__INSTANTIATION_ERROR);
+    ck_assert_ptr_nonnull(strstr(rr->results[0]->error_msg, "weight mask"));
+    ktune__v1__run_response__free_unpacked(rr, NULL);
 
     ktune__v1__build_response__free_unpacked(b, NULL);
     ktune__v1__queue_status_response__free_unpacked(q, NULL);

@@ -65,6 +65,9 @@ typedef struct {
     int num_bufs;                            /* 1..KT_MEASURE_MAX_BUFS */
     int num_outputs;                         /* 1..num_bufs */
     int64_t num_elems[KT_MEASURE_MAX_BUFS];  /* each > 0 */
+    uint32_t weights;                        /* bit i: buffer i is a layout-free weight (an
+                                                input a built network holds fixed; what
+                                                kt_runner_opts_t.flush_weights evicts) */
 } kt_buf_layout_t;
 
 /* 0 when the layout is usable; KT_EINVAL with a message otherwise. */

@@ -110,6 +110,7 @@ static int run_options(const kt_run_service_t *x, const Ktune__V1__RunRequest *i
     o->min_repeat_ms = m->min_repeat_ms;
     o->cooldown_interval = m->cooldown_interval;
     o->enable_cpu_cache_flush = m->enable_cpu_cache_flush;
+    o->flush_weights = m->flush_weights;
     o->timeout = m->timeout_ms / 1000.0;
     o->check_correctness = m->check_correctness;
     if (m->num_threads)
@@ -188,6 +189,7 @@ static const char *candidate_problem(const Ktune__V1__RunCandidate *c, int cuda,
     in->layout.num_outputs = c->num_outputs;
     for (size_t i = 0; i < c->n_buf_elems; i++)
         in->layout.num_elems[i] = c->buf_elems[i];
+    in->layout.weights = c->weight_bufs;
     if (kt_buf_layout_check(&in->layout) != 0)
         return kt_err_msg();
     in->prog = (kt_artifact_t){.data = c->artifact.data, .len = c->artifact.len,
@@ -311,6 +313,7 @@ static int run_batch(kt_rpc_call_t *call, kt_run_service_t *x, const Ktune__V1__
             kt_cuda_runner_opts_default(&co);
             co.run = ro;
             co.run.enable_cpu_cache_flush = 0;
+            co.run.flush_weights = 0;
             co.device = x->cuda_device;
             if ((gpu = kt_cuda_runner_new(&co)))
                 runner = kt_cuda_runner_runner(gpu);

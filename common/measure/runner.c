@@ -104,7 +104,7 @@ kt_runner_t *kt_runner_new(const kt_runner_opts_t *o)
         r->o.timeout = 10;
     if (r->o.tolerance == 0)
         r->o.tolerance = KT_RUNNER_DEFAULT_TOLERANCE;
-    if (r->o.enable_cpu_cache_flush) {
+    if (r->o.enable_cpu_cache_flush || r->o.flush_weights) {
         /* Each run must start cold, so a repeat is a single run (as TVM). */
         r->o.number = 1;
         r->o.min_repeat_ms = 0;
@@ -390,6 +390,26 @@ static void flush_cache(void)
     __asm__ __volatile__("" : : "r"(buf) : "memory");
 }
 
+/* Evict the layout's weight buffers of bufs from every cache level. */
+static void flush_weights(float **bufs, const kt_buf_layout_t *l)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    for (int b = 0; b < l->num_bufs; b++) {
+        if (!(l->weights >> b & 1u))
+            continue;
+        const char *p = (const char *)bufs[b];
+        size_t bytes = sizeof(float) * (size_t)l->num_elems[b];
+        for (size_t k = 0; k < bytes; k += 64)
+            __asm__ __volatile__("clflush %0" : : "m"(*(const volatile char *)(p + k)));
+    }
+    __asm__ __volatile__("mfence" ::: "memory");
+#else
+    (void)bufs;
+    (void)l;
+    flush_cache();
+#endif
+}
+
 int kt_runner_timer_parse(const char *name)
 {
     if (name && strcmp(name, "wall") == 0)
@@ -480,9 +500,12 @@ static int exec_checked(exec_t *x, float **bufs, const kt_buf_layout_t *l, char 
     return 0;
 }
 
+/* What exec_timed evicts before each run. */
+enum { FLUSH_NONE, FLUSH_ALL, FLUSH_WEIGHTS };
+
 /* `number` runs; *dur = their time in seconds (cache flushes not counted). */
-static int exec_timed(exec_t *x, float **bufs, int number, int flush, double *dur, char *err,
-                      size_t n)
+static int exec_timed(exec_t *x, float **bufs, const kt_buf_layout_t *l, int number, int flush,
+                      double *dur, char *err, size_t n)
 {
 #if KT_HAVE_CUDA
     if (x->cu)
@@ -490,9 +513,12 @@ static int exec_timed(exec_t *x, float **bufs, int number, int flush, double *du
 #endif
     int rc = 0;
     *dur = 0;
-    if (flush) {
+    if (flush != FLUSH_NONE) {
         for (int k = 0; k < number && rc == 0; k++) {
-            flush_cache();
+            if (flush == FLUSH_ALL)
+                flush_cache();
+            else
+                flush_weights(bufs, l);
             double t0 = run_time();
             rc = x->fn(bufs);
             *dur += run_time() - t0;
@@ -657,6 +683,7 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
     if (!cr->costs)
         CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "out of memory for %d costs", o->repeat);
     int number = o->number;
+    int flush = o->enable_cpu_cache_flush ? FLUSH_ALL : o->flush_weights ? FLUSH_WEIGHTS : FLUSH_NONE;
     for (int rep = 0; rep < o->repeat; rep++) {
         if (rep > 0 && o->cooldown_interval > 0) {
             double s = o->cooldown_interval;
@@ -666,7 +693,7 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
         }
         double dur;
         for (;;) {
-            rc = exec_timed(&x, tb, number, o->enable_cpu_cache_flush, &dur, err, sizeof err);
+            rc = exec_timed(&x, tb, l, number, flush, &dur, err, sizeof err);
             if (rc != 0)
                 CR_FAIL(rc, "%s", err);
             if (dur * 1e3 >= (double)o->min_repeat_ms || number >= MAX_NUMBER)

@@ -21,6 +21,14 @@
  *   - enable_cpu_cache_flush: before every timed run, write a buffer larger
  *     than the last-level cache (untimed); forces number = 1 and
  *     min_repeat_ms = 0, as TVM does.
+ *   - flush_weights: before every timed run, evict from every cache level
+ *     only the buffers the layout marks as weights (their packed copies when
+ *     the candidate packs them), so each run reads its weights from memory
+ *     and its other inputs warm, as a layer of a built network does when the
+ *     layer before it has just written its input; forces number = 1 and
+ *     min_repeat_ms = 0 as above. Combined with enable_cpu_cache_flush, the
+ *     full flush wins. x86 evicts with clflush; elsewhere it flushes as
+ *     enable_cpu_cache_flush.
  *   - num_threads / cpu_list: the child sets OMP_NUM_THREADS and calls the
  *     kernel's omp_set_num_threads, and pins itself with sched_setaffinity.
  *
@@ -97,6 +105,7 @@ typedef struct {
     int min_repeat_ms;          /* see above; 0 = off (kt_runner_opts_default sets 100) */
     double cooldown_interval;   /* seconds between repeats */
     int enable_cpu_cache_flush; /* flush the LLC before each timed run */
+    int flush_weights;          /* evict the layout's weights before each timed run */
     double timeout;             /* seconds per candidate; 0 = 10 */
     int num_threads;            /* OpenMP threads; 0 = leave the default */
     const char *cpu_list;       /* cores to pin the child to ("0-3,6"); NULL = no pinning */

@@ -14,7 +14,7 @@
 #define DEFAULT_ENTRY "kt_main"
 #define REFERENCE_ENTRY "ref_main"
 
-static int make_layout(const kt_dag_t *dag, kt_buf_layout_t *l)
+int kt_search_buf_layout(const kt_dag_t *dag, kt_buf_layout_t *l)
 {
     memset(l, 0, sizeof(*l));
     int nb = kt_codegen_num_bufs(dag);
@@ -28,6 +28,8 @@ static int make_layout(const kt_dag_t *dag, kt_buf_layout_t *l)
         if (!st)
             return kt_err_set(KT_EINTERNAL, "candidate: buffer %d has no stage", i);
         l->num_elems[i] = kt_stage_numel(st);
+        if (st->kind == KT_STAGE_PLACEHOLDER && st->layout_free)
+            l->weights |= 1u << i;
         /* the calling convention puts the outputs last */
         if (st->kind == KT_STAGE_COMPUTE)
             l->num_outputs++;
@@ -59,7 +61,7 @@ int kt_search_candidate_make(const kt_workload_t *w, const kt_sched_state_t *st,
     if (!entry_ok(entry))
         return kt_err_set(KT_EINVAL, "candidate: entry '%s' is not a short C identifier", entry);
     const kt_dag_t *dag = kt_workload_dag(w);
-    int rc = make_layout(dag, &out->layout);
+    int rc = kt_search_buf_layout(dag, &out->layout);
     if (rc)
         return rc;
     snprintf(out->entry, sizeof(out->entry), "%s", entry);
@@ -101,7 +103,7 @@ int kt_search_candidate_reference(const kt_workload_t *w, kt_search_candidate_t 
     if (!w)
         return kt_err_set(KT_EINVAL, "candidate: no workload");
     const kt_dag_t *dag = kt_workload_dag(w);
-    int rc = make_layout(dag, &out->layout);
+    int rc = kt_search_buf_layout(dag, &out->layout);
     if (rc)
         return rc;
     snprintf(out->entry, sizeof(out->entry), "%s", REFERENCE_ENTRY);

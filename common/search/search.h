@@ -240,6 +240,9 @@ int kt_search_candidate_make(const kt_workload_t *w, const kt_sched_state_t *st,
 /* The workload's naive reference kernel (entry "ref_main"). */
 int kt_search_candidate_reference(const kt_workload_t *w, kt_search_candidate_t *out);
 void kt_search_candidate_clear(kt_search_candidate_t *c);   /* accepts NULL */
+/* The buffers of the DAG's kernels (kt_codegen_num_bufs order): elements,
+ * outputs, and its layout-free placeholders as weights. 0 or KT_EINVAL. */
+int kt_search_buf_layout(const kt_dag_t *dag, kt_buf_layout_t *l);
 
 /* ---- local measurement --------------------------------------------------- */
 

@@ -24,6 +24,7 @@ void kt_job_opts_default(kt_job_opts_t *o)
                          .min_repeat_ms = KT_JOB_DEFAULT_MIN_REPEAT_MS,
                          .cooldown_interval = 0,
                          .enable_cpu_cache_flush = 0,
+                         .flush_weights = 0,
                          .timeout_ms = KT_JOB_DEFAULT_TIMEOUT_MS,
                          .build_timeout_ms = KT_JOB_DEFAULT_BUILD_TIMEOUT_MS,
                          .check_correctness = 1,
@@ -74,6 +75,7 @@ int kt_job_opts_from_proto(const Ktune__V1__TuningOptions *in, kt_job_opts_t *o)
         o->min_repeat_ms = m->min_repeat_ms;
         o->cooldown_interval = m->cooldown_interval;
         o->enable_cpu_cache_flush = m->enable_cpu_cache_flush;
+        o->flush_weights = m->flush_weights;
         if (m->timeout_ms)
             o->timeout_ms = m->timeout_ms;
         o->check_correctness = m->check_correctness;
@@ -87,12 +89,12 @@ json_t *kt_job_opts_to_json(const kt_job_opts_t *o)
     /* The seed goes as text: JSON integers here are signed 64-bit. */
     char seed[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
-    return json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:f, s:b, s:i, s:i, s:b, s:i, s:s}",
+    return json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:f, s:b, s:b, s:i, s:i, s:b, s:i, s:s}",
                      "num_measure_trials", (json_int_t)o->trials, "num_measures_per_round",
                      o->per_round, "early_stopping", o->early_stopping, "seed", seed, "number",
                      o->number, "repeat", o->repeat, "min_repeat_ms", o->min_repeat_ms,
                      "cooldown_interval", o->cooldown_interval, "enable_cpu_cache_flush",
-                     o->enable_cpu_cache_flush, "timeout_ms", o->timeout_ms, "build_timeout_ms",
+                     o->enable_cpu_cache_flush, "flush_weights", o->flush_weights, "timeout_ms", o->timeout_ms, "build_timeout_ms",
                      o->build_timeout_ms, "check_correctness", o->check_correctness,
                      "num_threads", o->num_threads, "search_params", o->search_params);
 }
@@ -124,7 +126,7 @@ int kt_job_opts_from_json(const char *text, kt_job_opts_t *o)
     }
     int64_t trials = o->trials, per_round = o->per_round, es = o->early_stopping,
             number = o->number, repeat = o->repeat, mr = o->min_repeat_ms,
-            flush = o->enable_cpu_cache_flush, to = o->timeout_ms, bto = o->build_timeout_ms,
+            flush = o->enable_cpu_cache_flush, fw = o->flush_weights, to = o->timeout_ms, bto = o->build_timeout_ms,
             check = o->check_correctness, threads = o->num_threads;
     int rc = 0;
     if ((rc = get_int(root, "num_measure_trials", 0, INT32_MAX, &trials)) ||
@@ -134,6 +136,7 @@ int kt_job_opts_from_json(const char *text, kt_job_opts_t *o)
         (rc = get_int(root, "repeat", 1, INT32_MAX, &repeat)) ||
         (rc = get_int(root, "min_repeat_ms", 0, INT32_MAX, &mr)) ||
         (rc = get_int(root, "enable_cpu_cache_flush", 0, 1, &flush)) ||
+        (rc = get_int(root, "flush_weights", 0, 1, &fw)) ||
         (rc = get_int(root, "timeout_ms", 1, INT32_MAX, &to)) ||
         (rc = get_int(root, "build_timeout_ms", 1, INT32_MAX, &bto)) ||
         (rc = get_int(root, "check_correctness", 0, 1, &check)) ||
@@ -164,6 +167,7 @@ int kt_job_opts_from_json(const char *text, kt_job_opts_t *o)
     o->repeat = (int)repeat;
     o->min_repeat_ms = (int)mr;
     o->enable_cpu_cache_flush = (int)flush;
+    o->flush_weights = (int)fw;
     o->timeout_ms = (int)to;
     o->build_timeout_ms = (int)bto;
     o->check_correctness = (int)check;

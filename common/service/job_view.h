@@ -46,6 +46,7 @@ typedef struct {
     int number, repeat, min_repeat_ms;
     double cooldown_interval;
     int enable_cpu_cache_flush;
+    int flush_weights;         /* evict only the weights before each timed run */
     int timeout_ms;            /* per candidate run */
     int build_timeout_ms;      /* per candidate build */
     int check_correctness;

@@ -632,6 +632,7 @@ static void *run_part(void *arg)
             e[b] = c->cand.layout.num_elems[b];
         r->buf_elems = e;
         r->n_buf_elems = (size_t)c->cand.layout.num_bufs;
+        r->weight_bufs = c->cand.layout.weights;
         r->num_outputs = c->cand.layout.num_outputs;
         if (j->cuda) {
             int32_t *d = dims + (size_t)k * KT_RUNNER_MAX_LAUNCHES * 7;
@@ -665,6 +666,7 @@ static void *run_part(void *arg)
     mo.min_repeat_ms = o->min_repeat_ms;
     mo.cooldown_interval = o->cooldown_interval;
     mo.enable_cpu_cache_flush = o->enable_cpu_cache_flush;
+    mo.flush_weights = o->flush_weights;
     mo.timeout_ms = o->timeout_ms;
     mo.check_correctness = o->check_correctness && p->t->ref_art != NULL;
     mo.num_threads = o->num_threads;
