@@ -12,10 +12,11 @@
  * the tuning time, and the largest difference between the two outputs.
  * Figures are printed, never asserted. --cache-flush tunes with
  * `ktune tune --cache-flush --repeat 3` (every candidate timed on cold
- * caches, as a network reads its weights).
+ * caches, as a network reads its weights); --flush-weights with
+ * `ktune tune --flush-weights --repeat 3` (only the weights evicted).
  *
  * usage: bench_network [--trials N] [--batch B] [--repeat R] [--db PATH]
- *                      [--dir DIR] [--skip-tune] [--cache-flush]
+ *                      [--dir DIR] [--skip-tune] [--cache-flush | --flush-weights]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -81,12 +82,14 @@ int main(int argc, char **argv)
         {"trials", required_argument, 0, 't'}, {"batch", required_argument, 0, 'b'},
         {"repeat", required_argument, 0, 'r'}, {"db", required_argument, 0, 'd'},
         {"dir", required_argument, 0, 'o'},    {"skip-tune", no_argument, 0, 's'},
-        {"cache-flush", no_argument, 0, 'f'},  {"help", no_argument, 0, 'h'},
+        {"cache-flush", no_argument, 0, 'f'},  {"flush-weights", no_argument, 0, 'w'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     long trials = 2400, batch = 1, repeat = 30;
     const char *db = NULL, *dir = NULL;
-    int skip_tune = 0, cache_flush = 0, c;
+    int skip_tune = 0, c;
+    const char *flush = "";   /* what ktune tune is told to evict */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't': trials = strtol(optarg, NULL, 10); break;
@@ -95,10 +98,12 @@ int main(int argc, char **argv)
         case 'd': db = optarg; break;
         case 'o': dir = optarg; break;
         case 's': skip_tune = 1; break;
-        case 'f': cache_flush = 1; break;
+        case 'f': flush = " --cache-flush --repeat 3"; break;
+        case 'w': flush = " --flush-weights --repeat 3"; break;
         default:
             printf("usage: bench_network [--trials N (2400)] [--batch B (1)] [--repeat R (30)]\n"
-                   "                     [--db PATH] [--dir DIR] [--skip-tune] [--cache-flush]\n");
+                   "                     [--db PATH] [--dir DIR] [--skip-tune]\n"
+                   "                     [--cache-flush | --flush-weights]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -154,7 +159,7 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof cmd,
                  "OMP_NUM_THREADS=1 '%s' tune --onnx '%s' --trials %ld --db '%s'%s 2>&1 | "
                  "grep -E '^Estimated total latency|^Job|done'", ktune, onnx, trials, dbpath,
-                 cache_flush ? " --cache-flush --repeat 3" : "");
+                 flush);
         double t0 = kt_time_mono();
         rc = run_capture(cmd, NULL, NULL, 0);
         tune_s = kt_time_mono() - t0;

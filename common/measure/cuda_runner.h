@@ -55,8 +55,8 @@ typedef struct kt_cuda_runner kt_cuda_runner_t;
 
 typedef struct {
     kt_runner_opts_t run;       /* timing, timeout, correctness, seed (runner.h); leave
-                                   enable_cpu_cache_flush 0: it flushes nothing on the GPU
-                                   but still forces number = 1 */
+                                   enable_cpu_cache_flush and flush_weights 0: they flush
+                                   nothing on the GPU but still force number = 1 */
     int device;                 /* CUDA device ordinal */
     int enable_l2_flush;        /* flush the GPU's L2 before each timed run */
     const char *driver_lib;     /* NULL = KT_CUDA_DRIVER_LIB (tests name the toolkit's stub) */
