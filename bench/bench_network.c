@@ -10,13 +10,13 @@
  * records and runs it on one thread (`ktune run`). Printed: the machine's
  * multiply-add ceiling, both latencies, ktune over PyTorch's faster layout,
  * the tuning time, and the largest difference between the two outputs.
- * Figures are printed, never asserted. --cache-flush tunes with
- * `ktune tune --cache-flush --repeat 3` (every candidate timed on cold
- * caches, as a network reads its weights); --flush-weights with
- * `ktune tune --flush-weights --repeat 3` (only the weights evicted).
+ * Figures are printed, never asserted. ktune tune times a network's
+ * candidates with their weights evicted (its default); --cache-flush tunes
+ * with `ktune tune --cache-flush` (every cache flushed), --warm with
+ * `ktune tune --no-flush-weights` (nothing flushed).
  *
  * usage: bench_network [--trials N] [--batch B] [--repeat R] [--db PATH]
- *                      [--dir DIR] [--skip-tune] [--cache-flush | --flush-weights]
+ *                      [--dir DIR] [--skip-tune] [--cache-flush | --warm]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -82,7 +82,7 @@ int main(int argc, char **argv)
         {"trials", required_argument, 0, 't'}, {"batch", required_argument, 0, 'b'},
         {"repeat", required_argument, 0, 'r'}, {"db", required_argument, 0, 'd'},
         {"dir", required_argument, 0, 'o'},    {"skip-tune", no_argument, 0, 's'},
-        {"cache-flush", no_argument, 0, 'f'},  {"flush-weights", no_argument, 0, 'w'},
+        {"cache-flush", no_argument, 0, 'f'},  {"warm", no_argument, 0, 'w'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -98,12 +98,12 @@ int main(int argc, char **argv)
         case 'd': db = optarg; break;
         case 'o': dir = optarg; break;
         case 's': skip_tune = 1; break;
-        case 'f': flush = " --cache-flush --repeat 3"; break;
-        case 'w': flush = " --flush-weights --repeat 3"; break;
+        case 'f': flush = " --cache-flush"; break;
+        case 'w': flush = " --no-flush-weights"; break;
         default:
             printf("usage: bench_network [--trials N (2400)] [--batch B (1)] [--repeat R (30)]\n"
                    "                     [--db PATH] [--dir DIR] [--skip-tune]\n"
-                   "                     [--cache-flush | --flush-weights]\n");
+                   "                     [--cache-flush | --warm]\n");
             return c == 'h' ? 0 : 2;
         }
     }

@@ -55,7 +55,7 @@
 
 enum { O_WORKLOAD = 1000, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
        O_POLICY, O_DB, O_JSON, O_SEED, O_PER_ROUND, O_EARLY, O_PRIORITY, O_NUMBER, O_REPEAT,
-       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_CACHE_FLUSH, O_FLUSH_WEIGHTS, O_SEARCH_PARAMS, O_MORE, O_HELP };
+       O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_CACHE_FLUSH, O_FLUSH_WEIGHTS, O_NO_FLUSH_WEIGHTS, O_SEARCH_PARAMS, O_MORE, O_HELP };
 
 static const struct option job_opts[] = {
     KT_CLI_NET_OPTIONS,
@@ -75,6 +75,7 @@ static const struct option job_opts[] = {
     {"search-params", required_argument, 0, O_SEARCH_PARAMS},
     {"cache-flush", no_argument, 0, O_CACHE_FLUSH},
     {"flush-weights", no_argument, 0, O_FLUSH_WEIGHTS},
+    {"no-flush-weights", no_argument, 0, O_NO_FLUSH_WEIGHTS},
     {0, 0, 0, 0}};
 
 typedef struct {
@@ -82,7 +83,8 @@ typedef struct {
     kt_cli_net_t net;
     const char *workload, *target, *key, *strategy, *policy, *search_params;
     int per_round, early, priority, number, repeat, min_repeat, run_timeout, no_check;
-    int cache_flush, flush_weights;
+    int cache_flush;
+    int flush_weights;         /* 1 / 0 as given; -1: on for a network on a CPU */
     int min_repeat_given;
     long long trials;
     long long more;            /* --more N: N trials beyond what the store holds */
@@ -125,11 +127,12 @@ static const char *JOB_HELP =
     "                        enable_cpu_cache_flush; number 1, no minimum time): a\n"
     "                        network reads each layer's weights from memory once\n"
     "                        per inference, and a kernel timed on warm caches does\n"
-    "                        not pay for that; give --repeat 3 or more\n"
+    "                        not pay for that (repeat 3 unless given)\n"
     "  --flush-weights       evict only the weights (matmul's B, conv2d and dense\n"
-    "                        weights) before every timed run: the layer's input\n"
-    "                        stays warm, as the layer before it in a network has\n"
-    "                        just written it (number 1; give --repeat 3 or more)\n"
+    "                        weights) before every timed run, as a network reads\n"
+    "                        them while the layer before has just written the\n"
+    "                        input (number 1, repeat 3 unless given); the default\n"
+    "                        for a network on a CPU, --no-flush-weights times warm\n"
     "  --tracker HOST:PORT   the tracker to use (tune: default an embedded one)\n"
     "  --token-file F        the tracker's shared token (default: $KT_TOKEN_FILE)\n"
     "  --tls-ca F            CA certificate (PEM) of a TLS tracker\n"
@@ -147,6 +150,7 @@ static const char *JOB_HELP =
 static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, job_args_t *a)
 {
     memset(a, 0, sizeof *a);
+    a->flush_weights = -1;
     kt_cli_conn_init(&a->conn, 0);
     kt_cli_net_init(&a->net);
     optind = 1;
@@ -172,6 +176,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_NO_CHECK: a->no_check = 1; break;
         case O_CACHE_FLUSH: a->cache_flush = 1; break;
         case O_FLUSH_WEIGHTS: a->flush_weights = 1; break;
+        case O_NO_FLUSH_WEIGHTS: a->flush_weights = 0; break;
         case O_DB:
             if (!allow_db) {
                 fprintf(stderr, "ktune %s: --db applies to ktune tune without --tracker\n", cmd);
@@ -392,13 +397,19 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
     m->opts.early_stopping = a->early;
     m->opts.seed = a->seed;
     m->opts.search_params = (char *)(a->search_params ? a->search_params : "");
+    /* A network's layers read their weights from memory once per inference,
+     * so a CPU network job times candidates that way unless told otherwise
+     * (TVM's x86 network tutorial flushes the caches likewise). */
+    int fw = a->flush_weights >= 0 ? a->flush_weights
+                                   : kt_cli_net_given(&a->net) && !a->cache_flush &&
+                                         (!a->target || strcmp(a->target, "cpu") == 0);
     m->mo.number = a->number;
-    m->mo.repeat = a->repeat;
+    m->mo.repeat = a->repeat ? a->repeat : fw || a->cache_flush ? 3 : 0;
     m->mo.min_repeat_ms = a->min_repeat_given ? a->min_repeat : KT_JOB_DEFAULT_MIN_REPEAT_MS;
     m->mo.timeout_ms = a->run_timeout;
     m->mo.check_correctness = !a->no_check;
     m->mo.enable_cpu_cache_flush = a->cache_flush;
-    m->mo.flush_weights = a->flush_weights;
+    m->mo.flush_weights = fw;
     m->opts.measure = &m->mo;
     m->job.options = &m->opts;
     return 0;

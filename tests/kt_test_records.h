@@ -6,8 +6,11 @@
 #define KT_TEST_RECORDS_H
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "measure/measure.h"
+#include "store/store.h"
 
 /* Of `total` records counted per error code in by_error (indexed by
  * kt_measure error code), those whose candidate reached a runner: a build
@@ -16,6 +19,20 @@ static inline int64_t kt_test_records_timed(int64_t total, const int64_t *by_err
 {
     return total - by_error[KT_MEASURE_INSTANTIATION_ERROR] - by_error[KT_MEASURE_COMPILE_HOST] -
            by_error[KT_MEASURE_COMPILE_DEVICE] - by_error[KT_MEASURE_BUILD_TIMEOUT];
+}
+
+/* Job `id`'s stored options (JSON text, malloc'd), NULL when the store or
+ * the job cannot be read. */
+static inline char *kt_test_job_options(const char *db, int64_t id)
+{
+    kt_store_t *s = kt_store_open(db, 0);
+    kt_store_job_info_t *j = NULL;
+    char *text = NULL;
+    if (s && kt_store_get_job(s, id, &j) == 0 && j->job.options_json)
+        text = strdup(j->job.options_json);
+    kt_store_job_info_free(j);
+    kt_store_close(s);
+    return text;
 }
 
 #endif

@@ -39,6 +39,7 @@
 #include "kt_config.h"
 #include "kt_skip.h"
 #include "kt_test_proc.h"
+#include "kt_test_records.h"
 
 /* Upper bound of one ktune command (the machine may be slow and busy). */
 #define RUN_MS 400000
@@ -235,6 +236,11 @@ START_TEST(runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker)
     char *tune[] = {"tune", "--onnx", model, "--trials", "16", "--db", db, NULL};
     ck_assert_msg(ktune(tune, &out) == 0, "%s", out);
     free(out);
+    /* a network's candidates were timed with their weights evicted, 3 repeats */
+    char *opts = kt_test_job_options(db, 1);
+    ck_assert_msg(opts && strstr(opts, "\"flush_weights\":true") && strstr(opts, "\"repeat\":3"),
+                  "%s", opts ? opts : "?");
+    free(opts);
 
     /* From the store, in both layouts, every kernel checked against its reference. */
     const char *layouts[] = {"NHWC", "NCHW"};
