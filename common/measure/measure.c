@@ -82,7 +82,8 @@ int kt_buf_layout_check(const kt_buf_layout_t *layout)
     }
     int ninputs = layout->num_bufs - layout->num_outputs;
     if (layout->weights >> ninputs)
-        return kt_err_set(KT_EINVAL, "buffer layout: weight mask 0x%x names a buffer past the %d inputs",
+        return kt_err_set(KT_EINVAL,
+                          "buffer layout: weight mask 0x%x names a buffer past the %d inputs",
                           (unsigned)layout->weights, ninputs);
     return KT_OK;
 }

@@ -683,7 +683,9 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
     if (!cr->costs)
         CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "out of memory for %d costs", o->repeat);
     int number = o->number;
-    int flush = o->enable_cpu_cache_flush ? FLUSH_ALL : o->flush_weights ? FLUSH_WEIGHTS : FLUSH_NONE;
+    int flush = o->enable_cpu_cache_flush ? FLUSH_ALL
+                : o->flush_weights            ? FLUSH_WEIGHTS
+                                              : FLUSH_NONE;
     for (int rep = 0; rep < o->repeat; rep++) {
         if (rep > 0 && o->cooldown_interval > 0) {
             double s = o->cooldown_interval;

@@ -94,8 +94,9 @@ json_t *kt_job_opts_to_json(const kt_job_opts_t *o)
                      o->per_round, "early_stopping", o->early_stopping, "seed", seed, "number",
                      o->number, "repeat", o->repeat, "min_repeat_ms", o->min_repeat_ms,
                      "cooldown_interval", o->cooldown_interval, "enable_cpu_cache_flush",
-                     o->enable_cpu_cache_flush, "flush_weights", o->flush_weights, "timeout_ms", o->timeout_ms, "build_timeout_ms",
-                     o->build_timeout_ms, "check_correctness", o->check_correctness,
+                     o->enable_cpu_cache_flush, "flush_weights", o->flush_weights, "timeout_ms",
+                     o->timeout_ms, "build_timeout_ms", o->build_timeout_ms, "check_correctness",
+                     o->check_correctness,
                      "num_threads", o->num_threads, "search_params", o->search_params);
 }
 
@@ -126,8 +127,8 @@ int kt_job_opts_from_json(const char *text, kt_job_opts_t *o)
     }
     int64_t trials = o->trials, per_round = o->per_round, es = o->early_stopping,
             number = o->number, repeat = o->repeat, mr = o->min_repeat_ms,
-            flush = o->enable_cpu_cache_flush, fw = o->flush_weights, to = o->timeout_ms, bto = o->build_timeout_ms,
-            check = o->check_correctness, threads = o->num_threads;
+            flush = o->enable_cpu_cache_flush, fw = o->flush_weights, to = o->timeout_ms,
+            bto = o->build_timeout_ms, check = o->check_correctness, threads = o->num_threads;
     int rc = 0;
     if ((rc = get_int(root, "num_measure_trials", 0, INT32_MAX, &trials)) ||
         (rc = get_int(root, "num_measures_per_round", 1, INT32_MAX, &per_round)) ||
