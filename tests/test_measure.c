@@ -642,6 +642,17 @@ START_TEST(runner_grows_number_until_a_repeat_lasts_min_repeat_ms)
     print_spread("vadd with its weight evicted", &res);
     kt_measure_result_clear(&res);
 
+    /* A kernel with no weights keeps the warm repeats of min_repeat_ms. */
+    kt_runner_free(r);
+    ro.number = 1;
+    r = kt_runner_new(&ro);
+    in.layout.weights = 0;
+    ck_assert_int_eq(kt_runner_run(r, &in, 1, &res), 0);
+    ck_assert_msg(res.error_no == 0, "%s", res.error_msg ? res.error_msg : "");
+    ck_assert_int_gt(res.number, 1);
+    ck_assert(res.costs[0] * res.number >= 0.040 * (1 - 1e-9));
+    kt_measure_result_clear(&res);
+
     /* A weight mask naming the output is refused before anything runs. */
     in.layout.weights = 1u << 2;
     ck_assert_int_eq(kt_runner_run(r, &in, 1, &res), 0);

@@ -104,7 +104,7 @@ kt_runner_t *kt_runner_new(const kt_runner_opts_t *o)
         r->o.timeout = 10;
     if (r->o.tolerance == 0)
         r->o.tolerance = KT_RUNNER_DEFAULT_TOLERANCE;
-    if (r->o.enable_cpu_cache_flush || r->o.flush_weights) {
+    if (r->o.enable_cpu_cache_flush) {
         /* Each run must start cold, so a repeat is a single run (as TVM). */
         r->o.number = 1;
         r->o.min_repeat_ms = 0;
@@ -683,9 +683,15 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
     if (!cr->costs)
         CR_FAIL(KT_MEASURE_RUNTIME_DEVICE, "out of memory for %d costs", o->repeat);
     int number = o->number;
-    int flush = o->enable_cpu_cache_flush ? FLUSH_ALL
-                : o->flush_weights            ? FLUSH_WEIGHTS
-                                              : FLUSH_NONE;
+    int min_repeat_ms = o->min_repeat_ms;
+    int flush = o->enable_cpu_cache_flush ? FLUSH_ALL : FLUSH_NONE;
+    if (!flush && o->flush_weights && l->weights && !cuda) {
+        /* A run after an eviction is single; a kernel without weights
+         * (pooling, softmax) keeps the warm repeats that time it well. */
+        flush = FLUSH_WEIGHTS;
+        number = 1;
+        min_repeat_ms = 0;
+    }
     for (int rep = 0; rep < o->repeat; rep++) {
         if (rep > 0 && o->cooldown_interval > 0) {
             double s = o->cooldown_interval;
@@ -698,12 +704,12 @@ static void child_measure(const batch_t *bt, int i, child_result_t *cr)
             rc = exec_timed(&x, tb, l, number, flush, &dur, err, sizeof err);
             if (rc != 0)
                 CR_FAIL(rc, "%s", err);
-            if (dur * 1e3 >= (double)o->min_repeat_ms || number >= MAX_NUMBER)
+            if (dur * 1e3 >= (double)min_repeat_ms || number >= MAX_NUMBER)
                 break;
             /* As TVM's time evaluator: aim straight at min_repeat_ms from the
              * measured per-run time, but grow by at least the golden ratio. */
             double per_run_ms = dur * 1e3 / number;
-            double want = per_run_ms > 0 ? (double)o->min_repeat_ms / per_run_ms + 1 : 0;
+            double want = per_run_ms > 0 ? (double)min_repeat_ms / per_run_ms + 1 : 0;
             double grown = (double)number * 1.618;
             double next = want > grown ? want : grown;
             number = next >= (double)MAX_NUMBER ? MAX_NUMBER : (int)next;

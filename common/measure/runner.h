@@ -25,9 +25,11 @@
  *     only the buffers the layout marks as weights (their packed copies when
  *     the candidate packs them), so each run reads its weights from memory
  *     and its other inputs warm, as a layer of a built network does when the
- *     layer before it has just written its input; forces number = 1 and
- *     min_repeat_ms = 0 as above. Combined with enable_cpu_cache_flush, the
- *     full flush wins. x86 evicts with clflush; elsewhere it flushes as
+ *     layer before it has just written its input; for such a candidate
+ *     number = 1 and min_repeat_ms = 0 as above. A candidate whose layout
+ *     marks no weights (pooling, softmax), or a CUDA one, is timed warm with
+ *     the options as given. Combined with enable_cpu_cache_flush, the full
+ *     flush wins. x86 evicts with clflush; elsewhere it flushes as
  *     enable_cpu_cache_flush.
  *   - num_threads / cpu_list: the child sets OMP_NUM_THREADS and calls the
  *     kernel's omp_set_num_threads, and pins itself with sched_setaffinity.
