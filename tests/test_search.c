@@ -137,7 +137,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.evolutionary_search_num_iters, 4);
     ck_assert_double_eq(o.evolutionary_search_mutation_prob, 0.85);
     ck_assert_int_eq(o.retry_search_one_round_on_empty, 10);
-    ck_assert_int_eq(o.num_warmup_sample, 32);   /* ktune's: guides the third round of 32 */
+    ck_assert_int_eq(o.num_warmup_sample, 16);   /* ktune's: guides the second round of 32 */
     ck_assert_int_eq(o.model_label, KT_MODEL_LABEL_RANK);   /* ktune's: pairwise objective */
     ck_assert_double_eq(o.diversity_filter_ratio, 0);       /* Ansor's pick */
     ck_assert_double_eq(o.tile_family_share, 0.25);         /* ktune's: 4+ tiles a round */
@@ -146,7 +146,7 @@ START_TEST(search_opts_default_are_ansors)
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
-    ck_assert_int_eq(mp.num_warmup_sample, 32);
+    ck_assert_int_eq(mp.num_warmup_sample, 16);
     ck_assert_uint_eq(mp.seed, 5);
     ck_assert_int_eq(mp.weight_by_label, 1);   /* Ansor's: slow programs weigh little */
     o.model_label = KT_MODEL_LABEL_LOG;
@@ -1191,6 +1191,35 @@ START_TEST(search_proposals_do_not_depend_on_search_threads)
 }
 END_TEST
 
+/* With the default options and rounds of 32 (ktune tune's default), the
+ * model trained on the first round scores the second: random picks there
+ * would waste a round the model already guides well (docs/benchmarks.md,
+ * time to quality). */
+START_TEST(search_xgb_model_guides_the_second_round_of_32)
+{
+    kt_workload_t *w = matmul(64, 64, 64);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    kt_search_opts_default(&o);
+    o.seed = 7;
+    o.evolutionary_search_population = 300;
+    o.evolutionary_search_num_iters = 1;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_msg(sp != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_model_is_trained(kt_search_model(sp)), 0);
+    kt_sched_state_t **st;
+    kt_measure_result_t *res;
+    int got = kt_search_one_round(sp, 32, synthetic_measure, NULL, &st, &res);
+    ck_assert_msg(got == 32, "%d (%s)", got, kt_err_msg());
+    free_states(st, got);
+    free_results(res, got);
+    ck_assert(kt_model_is_trained(kt_search_model(sp)));
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+END_TEST
+
 static Suite *search_suite(void)
 {
     Suite *s = suite_create("search");
@@ -1213,6 +1242,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_model_update_from_store_trains_on_stored_records);
     tcase_add_test(tc, search_xgb_scores_and_proposes_gpu_states);
     tcase_add_test(tc, search_proposals_do_not_depend_on_search_threads);
+    tcase_add_test(tc, search_xgb_model_guides_the_second_round_of_32);
     suite_add_tcase(s, tc);
     return s;
 }

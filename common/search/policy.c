@@ -45,9 +45,9 @@ void kt_search_opts_default(kt_search_opts_t *o)
     o->evolutionary_search_mutation_prob = 0.85;
     o->retry_search_one_round_on_empty = 10;
     /* Ansor's is 100; lower, because a model trained on a few dozen random
-     * programs already picks far better than chance, so the model takes
-     * over from random sampling one round earlier. */
-    o->num_warmup_sample = 32;
+     * programs already picks far better than chance: with rounds of 32 it
+     * guides the second round (docs/benchmarks.md, time to quality). */
+    o->num_warmup_sample = 16;
     /* The pairwise ranking objective, because the search only needs the
      * order of its candidates and ranking orders them at least as well as
      * regression on throughput. */

@@ -61,7 +61,7 @@ typedef struct {
     int evolutionary_search_num_iters;     /* 4 */
     double evolutionary_search_mutation_prob; /* 0.85 */
     int retry_search_one_round_on_empty;   /* 10 */
-    int num_warmup_sample;                 /* records before the xgb model is trusted: 32 (Ansor 100) */
+    int num_warmup_sample;                 /* records before the xgb model is trusted: 16 (Ansor 100) */
     int model_label;                       /* KT_MODEL_LABEL_* of the xgb model: rank (see policy.c) */
     /* AutoTVM's diversity-aware pick (its diversity_filter_ratio): 0 = off,
      * Ansor's pick of the best-scored states. r >= 1: the (1 - eps) x n
