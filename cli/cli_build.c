@@ -82,9 +82,11 @@ static void run_usage(FILE *f)
                "                 [--threads N] [--check] [--out DIR]\n"
                "\n"
                "Build the network as ktune build does (into a temporary directory unless\n"
-               "--out), compile and run it: a per-layer time table (the %d slowest steps)\n"
-               "and, last, 'latency: M ms (min A, max B) over N runs, T threads' (M the\n"
-               "median).\n"
+               "--out), compile and run it: a per-layer time table (the %d slowest steps,\n"
+               "each beside its task's record cost as tuned), the tuned steps' time\n"
+               "against the sum of their records' costs (the tuner's estimate, timed\n"
+               "with the tuning job's threads and cache conditions) and, last,\n"
+               "'latency: M ms (min A, max B) over N runs, T threads' (M the median).\n"
                "\n"
                "options:\n%s%s"
                "  --out DIR             keep the library in DIR\n"
@@ -339,9 +341,11 @@ static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_t
 
 /* ---- building ------------------------------------------------------------------------ */
 
-/* Build the network into dir; the library's C name in name. 0 or 1 (said). */
+/* Build the network into dir; the library's C name in name. With tuned_ms,
+ * *tuned_ms gets a malloc'd array of *ntasks record costs in ms, one per
+ * task (0: no record). 0 or 1 (said). */
 static int build_into(const char *cmd, const build_args_t *a, const char *dir, char *name,
-                      size_t cap, int quiet)
+                      size_t cap, int quiet, double **tuned_ms, int *ntasks)
 {
     kt_net_t *net = kt_cli_net_load(cmd, &a->net);
     if (!net)
@@ -437,6 +441,11 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
                info.ntasks, info.ntasks == 1 ? "" : "s", info.ntasks - info.ndefault, info.nsteps,
                info.arena_bytes / 1048576.0, info.naive_bytes / 1048576.0,
                info.weight_bytes / 1048576.0);
+    if (tuned_ms) {
+        *tuned_ms = ms;
+        *ntasks = t->ntasks;
+        ms = NULL;
+    }
     rc = 0;
 done:
     for (int i = 0; states && i < t->ntasks; i++)
@@ -462,7 +471,7 @@ int kt_cli_build(int argc, char **argv)
     if (rc)
         return rc;
     char name[KT_NETLIB_MAX_NAME];
-    return build_into("build", &a, a.out, name, sizeof name, 0);
+    return build_into("build", &a, a.out, name, sizeof name, 0, NULL, NULL);
 }
 
 /* ---- running ------------------------------------------------------------------------- */
@@ -522,7 +531,15 @@ static float *load_input(const build_args_t *a, const int64_t *dims, int ndim, i
     return x;
 }
 
-static int run_network(const build_args_t *a, const char *dir, const char *name)
+/* Build time's record cost of step k's task in ms, 0 when it has none. */
+static double step_tuned_ms(const kt_netlib_t *n, int k, const double *tuned, int ntasks)
+{
+    int task = kt_netlib_step_task(n, k);
+    return task >= 0 && task < ntasks ? tuned[task] : 0;
+}
+
+static int run_network(const build_args_t *a, const char *dir, const char *name,
+                       const double *tuned, int ntasks)
 {
     kt_netlib_t *n = kt_netlib_open(dir, name, is_cuda(a) ? KT_NETLIB_CUDA
                                                : a->check ? KT_NETLIB_CHECK
@@ -570,17 +587,20 @@ static int run_network(const build_args_t *a, const char *dir, const char *name)
     }
     qsort(order, (size_t)nsteps, sizeof *order, by_time);
     int top = nsteps < TOP_STEPS ? nsteps : TOP_STEPS;
-    printf("| Step | Task |  Time (ms) | Share | Layers\n");
-    printf("-------------------------------------------------------------\n");
+    printf("| Step | Task |  Time (ms) | Tuned (ms) | Share | Layers\n");
+    printf("--------------------------------------------------------------------------\n");
     for (int i = 0; i < top; i++) {
         int k = order[i].step, task = kt_netlib_step_task(n, k);
-        char tid[16] = "-";
+        char tid[16] = "-", tms[32] = "-";
         if (task >= 0)
             snprintf(tid, sizeof tid, "%d", task);
-        printf("| %4d | %4s | %10.4f | %4.1f%% | %s\n", k, tid, order[i].sec * 1e3,
+        double est = step_tuned_ms(n, k, tuned, ntasks);
+        if (est > 0)
+            snprintf(tms, sizeof tms, "%.4f", est);
+        printf("| %4d | %4s | %10.4f | %10s | %4.1f%% | %s\n", k, tid, order[i].sec * 1e3, tms,
                total > 0 ? 100.0 * order[i].sec / total : 0.0, kt_netlib_step_name(n, k));
     }
-    printf("-------------------------------------------------------------\n");
+    printf("--------------------------------------------------------------------------\n");
     printf("%d steps, %d listed (%.1f%% of the time)\n", nsteps, top,
            total > 0 ? 100.0 * ({
                double s = 0;
@@ -589,6 +609,23 @@ static int run_network(const build_args_t *a, const char *dir, const char *name)
                s;
            }) / total
                      : 0.0);
+    /* Where a built network runs slower than its records promise (weights
+     * from memory, a colder input), the sum over tuned steps shows it. */
+    double here = 0, est = 0;
+    int ntuned = 0;
+    for (int k = 0; k < nsteps; k++) {
+        double e = step_tuned_ms(n, k, tuned, ntasks);
+        if (e > 0) {
+            here += sum[k] / a->repeat * 1e3;
+            est += e;
+            ntuned++;
+        }
+    }
+    if (ntuned)
+        printf("tuned steps: %d, %.4f ms here against %.4f ms as their records were timed "
+               "(%.2fx)\n", ntuned, here, est, here / est);
+    else
+        printf("tuned steps: none (no task has a record)\n");
     if (a->check) {
         double *err = steps;
         if (kt_netlib_check(n, x, y, err) != 0) {
@@ -665,9 +702,12 @@ int kt_cli_run(int argc, char **argv)
         return 1;
     }
     char name[KT_NETLIB_MAX_NAME];
-    rc = build_into("run", &a, dir, name, sizeof name, 1);
+    double *tuned = NULL;
+    int ntasks = 0;
+    rc = build_into("run", &a, dir, name, sizeof name, 1, &tuned, &ntasks);
     if (rc == 0)
-        rc = run_network(&a, dir, name);
+        rc = run_network(&a, dir, name, tuned, ntasks);
+    free(tuned);
     if (!a.out)
         nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return rc;

@@ -253,6 +253,16 @@ START_TEST(runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker)
          * (16 trials need not reach every NHWC task: some may fail to measure.) */
         if (l)
             ck_assert_msg(strstr(out, "no record"), "%s", out);
+        /* NHWC: the tuned steps' time beside their records' costs. */
+        ck_assert_msg(strstr(out, "| Tuned (ms) |"), "%s", out);
+        if (!l) {
+            int nt = 0;
+            double here = 0, est = 0;
+            const char *ts = strstr(out, "tuned steps: ");
+            ck_assert_msg(ts && sscanf(ts, "tuned steps: %d, %lf ms here against %lf ms", &nt,
+                                       &here, &est) == 3, "%s", out);
+            ck_assert_msg(nt >= 1 && here > 0 && est > 0, "%s", out);
+        }
         assert_latency_line(out, 3, 1);
         free(out);
         double d = npy_rel_diff(y, y_ref);
