@@ -33,7 +33,10 @@ int kt_codegen_buf_stage(const kt_dag_t *dag, int i);
 /* The start of every generated C file: the standard includes named above
  * and the static inline helpers that kt_codegen_expr_c's output calls
  * (kt_maxf, kt_minf, kt_maxi, kt_mini, kt_floordiv, kt_floormod with floor
- * semantics for negative numerators, kt_rsqrtf). Emitters append it first. */
+ * semantics for negative numerators, kt_rsqrtf) and the workspace pool the
+ * kernels take their heap intermediates from (kt_pool_take, kt_pool_give: one
+ * block per file, so the kernels of a built network share it). Emitters
+ * append it first, once per file. */
 void kt_codegen_preamble_c(kt_sbuf_t *out);
 
 /* Emit C for expression e of `stage`. Float constants print exactly (%.9g

@@ -1583,18 +1583,19 @@ static int64_t workspace_floats(const kt_lower_t *L, int i)
     return (n + 15) / 16 * 16;
 }
 
-/* The kernel's heap intermediates live in one block, its workspace, that
- * the kernel keeps between calls (as TVM's workspace pool does): freed and
- * allocated again on every call, glibc hands large blocks back to the
- * system, so every call faulted in and zeroed fresh pages (a Winograd
- * conv2d's 5 MiB of transformed tiles took longer than its arithmetic). A
- * call that finds the block in use by another thread allocates its own;
- * the block is freed when the library is unloaded. Prints the static block
- * before the kernel (to out) and, in the kernel (b), takes the block and
- * opens `if (kt_ws) {` with the buffers' pointers into it; returns the
- * number of heap buffers (0: nothing printed). */
-static int emit_workspace_open(const kt_lower_t *L, const char *entry, kt_sbuf_t *out,
-                               kt_sbuf_t *b)
+/* The kernel's heap intermediates live in one block, its workspace, taken
+ * from the pool the preamble declares (kt_pool_take, as TVM's workspace pool
+ * does): freed and allocated again on every call, glibc hands large blocks
+ * back to the system, so every call faulted in and zeroed fresh pages (a
+ * Winograd conv2d's 5 MiB of transformed tiles took longer than its
+ * arithmetic). The pool is one block for all kernels of a source file, so
+ * a built network's kernels write their intermediates into memory the
+ * previous kernel has just used (one block per kernel made every Winograd
+ * step of a ResNet-18 write megabytes of lines long evicted). In the
+ * kernel (b), takes the block and opens `if (kt_ws) {` with the buffers'
+ * pointers into it; returns the number of heap buffers (0: nothing
+ * printed). */
+static int emit_workspace_open(const kt_lower_t *L, kt_sbuf_t *b)
 {
     int nheap = 0;
     int64_t total = 0;
@@ -1604,19 +1605,11 @@ static int emit_workspace_open(const kt_lower_t *L, const char *entry, kt_sbuf_t
     }
     if (!nheap)
         return 0;
-    kt_sbuf_printf(out,
-                   "static float *kt_ws_%s;\nstatic int kt_ws_busy_%s;\n"
-                   "static void __attribute__((destructor)) kt_ws_free_%s(void)\n{\n"
-                   "    free(kt_ws_%s);\n}\n",
-                   entry, entry, entry, entry);
     kt_sbuf_printf(b,
-                   "    int kt_ws_own = !__atomic_exchange_n(&kt_ws_busy_%s, 1, __ATOMIC_ACQUIRE);\n"
-                   "    float *kt_ws = kt_ws_own ? kt_ws_%s : NULL;\n"
-                   "    if (!kt_ws)\n"
-                   "        kt_ws = (float *)aligned_alloc(64, sizeof(float) * %lldULL);\n"
-                   "    if (kt_ws_own)\n        kt_ws_%s = kt_ws;\n"
+                   "    int kt_ws_own;\n"
+                   "    float *kt_ws = kt_pool_take(%lldULL, &kt_ws_own);\n"
                    "    if (kt_ws) {\n",
-                   entry, entry, (long long)total, entry);
+                   (long long)total);
     int64_t off = 0;
     for (int i = 0; i < L->nbufs; i++) {
         if (L->bufs[i].kind != KT_BUF_HEAP)
@@ -1628,16 +1621,11 @@ static int emit_workspace_open(const kt_lower_t *L, const char *entry, kt_sbuf_t
     return nheap;
 }
 
-/* Closes what emit_workspace_open opened: the block goes back for the next
- * call, or is freed when this call allocated its own. */
-static void emit_workspace_close(const char *entry, kt_sbuf_t *b)
+/* Closes what emit_workspace_open opened: the block goes back to the pool. */
+static void emit_workspace_close(kt_sbuf_t *b)
 {
-    kt_sbuf_printf(b,
-                   "    } else {\n        kt_fail = 1;\n    }\n"
-                   "    if (kt_ws_own)\n"
-                   "        __atomic_store_n(&kt_ws_busy_%s, 0, __ATOMIC_RELEASE);\n"
-                   "    else\n        free(kt_ws);\n",
-                   entry);
+    kt_sbuf_puts(b, "    } else {\n        kt_fail = 1;\n    }\n"
+                    "    kt_pool_give(kt_ws, kt_ws_own);\n");
 }
 
 /* The loop nests of L printed into b (helper functions into fns); with
@@ -1730,11 +1718,11 @@ static int emit_c_into(const kt_dag_t *dag, const kt_sched_state_t *st, const ch
             kt_sbuf_printf(b, "    float *restrict %s = kt_bufs[%d];\n", bf->name, bf->arg);
     }
     kt_sbuf_puts(b, "    int kt_fail = 0;\n");
-    int nheap = emit_workspace_open(L, entry, out, b);
+    int nheap = emit_workspace_open(L, b);
     int depth = nheap ? 2 : 1;
     rc = emit_program(dag, L, entry, b, &fns, depth, NULL);
     if (nheap)
-        emit_workspace_close(entry, b);
+        emit_workspace_close(b);
     kt_sbuf_puts(b, "    return kt_fail ? -1 : 0;\n}\n");
     kt_lower_free(L);
     if (fns.failed || kern.failed)
