@@ -316,10 +316,16 @@ int main(int argc, char **argv)
     "\"tile\":" TILE "}," \
     "{\"kind\":\"input\",\"name\":\"bias\"},{\"kind\":\"inline\",\"name\":\"T_bias_add\"}," \
     "{\"ann\":[3,1,0],\"kind\":\"fused\",\"name\":\"T_relu\"}],\"version\":1}"
+    /* The last ones per matmul: a 4x64 or 8x32 register tile whose A rows stay in L1
+     * across the column blocks (level-2 loop over j), the fastest of a hand grid
+     * (docs/benchmarks.md, 2026-11-26 22:10). */
     static const char *const mm512[] = {MM_STATE("[[16,2,2,8],[1,4,4,32],[8,64]]"),
-                                        MM_STATE("[[16,4,1,8],[1,1,16,32],[8,64]]"), NULL};
+                                        MM_STATE("[[16,4,1,8],[1,1,16,32],[8,64]]"),
+                                        MM_STATE("[[1,128,1,4],[2,4,1,64],[8,64]]"), NULL};
     static const char *const mm1024[] = {MM_STATE("[[32,2,2,8],[1,8,4,32],[16,64]]"),
-                                         MM_STATE("[[16,4,2,8],[2,4,4,32],[16,64]]"), NULL};
+                                         MM_STATE("[[16,4,2,8],[2,4,4,32],[16,64]]"),
+                                         MM_STATE("[[1,256,1,4],[4,4,1,64],[16,64]]"),
+                                         MM_STATE("[[1,128,1,8],[4,8,1,32],[16,64]]"), NULL};
     static const char *const conv[] = {
         CONV_STATE("[[1,1,1,1],[14,2,2,1],[2,1,4,7],[1,1,1,64],[3,1],[3,1],[1,64]]"),
         CONV_STATE("[[1,1,1,1],[28,2,1,1],[2,2,2,7],[1,2,1,32],[3,1],[3,1],[1,64]]"), NULL};
