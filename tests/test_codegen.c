@@ -362,15 +362,20 @@ START_TEST(codegen_intermediates_kept_between_calls)
 }
 END_TEST
 
+/* Floats in the kernel's output, its last buffer. */
+static int64_t output_numel(const kt_dag_t *d)
+{
+    return kt_stage_numel(kt_dag_stage(d, kt_codegen_buf_stage(d, kt_codegen_num_bufs(d) - 1)));
+}
+
 /* A copy of the output (bufs' last buffer) of one call of fn. */
 static float *call_and_copy_output(const kt_dag_t *d, int (*fn)(float **), float **bufs)
 {
     ck_assert_int_eq(fn(bufs), 0);
-    int out = kt_codegen_num_bufs(d) - 1;
-    int64_t n = kt_stage_numel(kt_dag_stage(d, kt_codegen_buf_stage(d, out)));
-    float *copy = malloc(sizeof(float) * (size_t)n);
+    size_t bytes = sizeof(float) * (size_t)output_numel(d);
+    float *copy = malloc(bytes);
     ck_assert_ptr_nonnull(copy);
-    memcpy(copy, bufs[out], sizeof(float) * (size_t)n);
+    memcpy(copy, bufs[kt_codegen_num_bufs(d) - 1], bytes);
     return copy;
 }
 
@@ -431,9 +436,7 @@ START_TEST(codegen_kernels_of_one_file_share_the_workspace)
     float *got = call_and_copy_output(wg, pw, bw);
     set_busy(0);
     ck_assert_ptr_eq(block(), big);
-    int64_t n = kt_stage_numel(
-        kt_dag_stage(wg, kt_codegen_buf_stage(wg, kt_codegen_num_bufs(wg) - 1)));
-    ck_assert_int_eq(memcmp(got, want, sizeof(float) * (size_t)n), 0);
+    ck_assert_int_eq(memcmp(got, want, sizeof(float) * (size_t)output_numel(wg)), 0);
 
     free(got);
     free(want);
