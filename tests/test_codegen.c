@@ -986,6 +986,84 @@ START_TEST(codegen_register_tile_stays_in_zmm_registers)
 }
 END_TEST
 
+/* The line of text holding at, up to its newline. */
+static int line_has(const char *text, const char *at, const char *what)
+{
+    const char *start = at, *end = strchr(at, '\n');
+    while (start > text && start[-1] != '\n')
+        start--;
+    const char *hit = strstr(start, what);
+    return hit && (!end || hit < end);
+}
+
+/* Whether a line of assembly text names op (and reg, when not NULL). */
+static int asm_line(const char *text, const char *op, const char *reg)
+{
+    for (const char *at = strstr(text, op); at; at = strstr(at + 1, op))
+        if (!reg || line_has(text, at, reg))
+            return 1;
+    return 0;
+}
+
+/* Where the reduction ends inside the register tile (every outer reduce
+ * factor 1), the tile's store is the consumer's statement: the fused
+ * bias + relu reads the registers in zmm vectors (a scalar epilogue took
+ * the stem 1.5x its time), a cache-write stage copies the registers out,
+ * and neither has a local tile; with an outer reduce loop
+ * the local tile stays. All match the reference. */
+START_TEST(codegen_direct_register_tile_writes_the_consumer)
+{
+    kt_dag_t *cv = conv56();
+    kt_dag_t *mm = kt_ops_matmul(64, 48, 32, 0, NULL, 0);
+    char *cv_direct = replace_once(CONV56_STATE, "[3,1],[1,3],[1,64]", "[1,3],[1,3],[1,64]");
+    char *mm_direct = replace_once(MM_CACHE_WRITE, "[8,4]", "[1,32]");
+
+    char *src = emit_json(cv, cv_direct, "dk");
+    ck_assert_ptr_null(strstr(src, "kt_conv2d_nhwc_local"));
+    const char *out = strstr(src, "T_relu[");
+    ck_assert_ptr_nonnull(out);
+    ck_assert_msg(line_has(src, out, "kt_conv2d_nhwc_reg["), "the epilogue does not read the tile");
+    ck_assert_ptr_null(strstr(out + 1, "T_relu["));   /* written in one place */
+    check_against_reference(cv, src, "dk", 3);
+    char dir[] = "/tmp/kt_test_direct_XXXXXX", asm_path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(asm_path, sizeof(asm_path), "%s/k.s", dir);
+    ck_assert_msg(kt_codegen_compile_flags(src, asm_path,
+                                           "-O3 -fopenmp -std=c17 -march=skylake-avx512 -S",
+                                           NULL) == 0, "%s", kt_err_msg());
+    char *text = kt_file_read(asm_path, NULL);
+    ck_assert_ptr_nonnull(text);
+    /* relu's max: a compare on zmm registers, none on single floats */
+    ck_assert_msg((asm_line(text, "vcmpps", "%zmm") || asm_line(text, "vmaxps", "%zmm")) &&
+                      !asm_line(text, "vcmpltss", NULL) && !asm_line(text, "vmaxss", NULL),
+                  "the epilogue is not a zmm vector loop");
+    free(text);
+    unlink(asm_path);
+    rmdir(dir);
+    free(src);
+
+    src = emit_json(mm, mm_direct, "dm");
+    ck_assert_ptr_null(strstr(src, "kt_C_local"));
+    out = strstr(src, "  C[");
+    ck_assert_ptr_nonnull(out);
+    ck_assert_msg(line_has(src, out, "= kt_C_reg["), "the copy-out does not read the tile");
+    check_against_reference(mm, src, "dm", 4);
+    free(src);
+
+    /* an outer reduce loop: the tile is stored back to the local block */
+    src = emit_json(cv, CONV56_STATE, "lk");
+    ck_assert_ptr_nonnull(strstr(src, "kt_conv2d_nhwc_local"));
+    free(src);
+    src = emit_json(mm, MM_CACHE_WRITE, "lm");
+    ck_assert_ptr_nonnull(strstr(src, "kt_C_local"));
+    free(src);
+    free(cv_direct);
+    free(mm_direct);
+    kt_dag_free(cv);
+    kt_dag_free(mm);
+}
+END_TEST
+
 /* A materialized padding stage tests its condition once per row of
  * channels, not per element: the loop is printed twice, the interior copy a
  * plain load (it vectorizes), the border one zeros; the answers match. */
@@ -1347,6 +1425,7 @@ int main(void)
     tcase_add_test(tc, codegen_timed_kernel_takes_packed_weights);
     tcase_add_test(tc, codegen_check_catches_a_wrong_pack);
     tcase_add_test(tc, codegen_register_tile_stays_in_zmm_registers);
+    tcase_add_test(tc, codegen_direct_register_tile_writes_the_consumer);
     tcase_add_test(tc, codegen_padding_loop_is_split_from_its_condition);
     tcase_add_test(tc, codegen_inlined_padding_is_partitioned_not_tested);
     tcase_add_test(tc, codegen_tested_share_counts_the_printed_tests);

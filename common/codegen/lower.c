@@ -92,6 +92,8 @@ typedef void (*attach_fn)(ctx_t *c, int loop_i, int node, void *arg);
  * (the reduction init before the first reduce loop; the register tile's
  * load and store around the innermost reduce loops), holding statement s
  * with those loops' iterators renamed to the copies. */
+enum { COPY_LOOPS, COPY_UNROLL, COPY_UNROLL_OUTER };
+
 static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const int *iters,
                        const int *anns, int from, const kt_lower_stmt_t *stmt, const char *suffix,
                        int unroll)
@@ -106,7 +108,11 @@ static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const 
         if (!nest->loops[j].reduce)
             elems *= c->L->iters[iters[j]].extent;
     if (elems > KT_LOWER_MAX_UNROLLED_TILE)
-        unroll = 0;
+        unroll = COPY_LOOPS;
+    int innermost = -1;
+    for (int j = from + 1; j < nest->nloops; j++)
+        if (!nest->loops[j].reduce)
+            innermost = j;
     for (int j = from + 1; j < nest->nloops && !c->rc; j++) {
         if (nest->loops[j].reduce)
             continue;
@@ -122,7 +128,10 @@ static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const 
          * moves the block with full-width vector moves straight between
          * registers and the accumulator, where a simd loop goes through a
          * stack copy in half-width pieces (twice as slow on short R1 runs). */
-        c->L->nodes[node].ann = unroll            ? KT_LOOP_UNROLL
+        /* An epilogue computed from the tile keeps its innermost loop, which
+         * GCC vectorizes; unrolled, its max() and adds went scalar. */
+        int unrolled = unroll == COPY_UNROLL || (unroll == COPY_UNROLL_OUTER && j != innermost);
+        c->L->nodes[node].ann = unrolled                      ? KT_LOOP_UNROLL
                                 : anns[j] == KT_LOOP_VECTORIZE ? KT_LOOP_VECTORIZE
                                                                : KT_LOOP_SERIAL;
         kt_lower_append(c, cur, node);
@@ -131,6 +140,8 @@ static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const 
             remap_idx(&s.dst_idx[d], iters[j], it);
             remap_idx(&s.src_idx[d], iters[j], it);
         }
+        for (int a = 0; a < KT_SCHED_MAX_AXES; a++)
+            remap_idx(&s.axis[a], iters[j], it);
     }
     kt_lower_add_stmt(c, cur, &s);
 }
@@ -162,16 +173,22 @@ static void unroll_update(ctx_t *c, const kt_sched_nest_t *nest, const int *iter
 /* Register tile of a tiled nest: the accumulator block of the innermost
  * spatial loops is copied into a small local array around the innermost
  * reduce loops and back, so the compiler keeps it in registers (what LLVM's
- * store motion does for TVM; GCC does not after unrolling). */
+ * store motion does for TVM; GCC does not after unrolling). A direct tile
+ * (the reduction ends inside it) starts from the identity instead of a load
+ * and its store is the consumer's statement: the fused epilogue or the
+ * cache-write copy-out reads the registers, and the stage needs no local
+ * block (a 57 KB block of the 7x7 stem went through L2 twice per output). */
 typedef struct {
     int first;        /* index of the first innermost reduce loop, -1: none */
     int buf;          /* the local register tile */
-    kt_lower_stmt_t load, store;
+    int direct;
+    kt_lower_stmt_t load, store;   /* direct: load is the tile's init */
 } regtile_t;
 
 /* One loop nest: loops in nest order with the annotations of `ann`, the
  * reduction init before the first reduce loop, attached stages after their
- * loop, the leaf statement innermost; then auto-unroll marking. */
+ * loop, the leaf statement innermost (NULL: none, where a producer's
+ * register tile computes it); then auto-unroll marking. */
 static void build(ctx_t *c, int parent, int stage, const kt_sched_nest_t *nest, const int *iters,
                   const kt_sched_ann_t *ann, const kt_lower_stmt_t *leaf,
                   const kt_lower_stmt_t *init, attach_fn attach, void *arg, const regtile_t *rt)
@@ -194,15 +211,16 @@ static void build(ctx_t *c, int parent, int stage, const kt_sched_nest_t *nest, 
         before = x;
     int cur = parent, rt_parent = -2, nodes[KT_SCHED_MAX_LOOPS];
     for (int i = 0; i < nest->nloops && !c->rc; i++) {
-        if (i == first_reduce && init)
-            build_copy(c, cur, nest, iters, anns, first_reduce, init, "init", 0);
+        if (i == first_reduce && init && !(rt && rt->direct))
+            build_copy(c, cur, nest, iters, anns, first_reduce, init, "init", COPY_LOOPS);
         if (rt && i == rt->first) {
             int an = kt_lower_new_node(c, KT_NODE_ALLOC);
             if (an < 0)
                 return;
             L->nodes[an].buf = rt->buf;
             kt_lower_append(c, cur, an);
-            build_copy(c, cur, nest, iters, anns, i, &rt->load, "ld", 1);
+            build_copy(c, cur, nest, iters, anns, i, &rt->load, rt->direct ? "init" : "ld",
+                       COPY_UNROLL);
             rt_parent = cur;
         }
         int node = kt_lower_new_node(c, KT_NODE_LOOP);
@@ -218,9 +236,12 @@ static void build(ctx_t *c, int parent, int stage, const kt_sched_nest_t *nest, 
     }
     if (init && first_reduce < 0)
         kt_lower_add_stmt(c, cur, init);
-    kt_lower_add_stmt(c, cur, leaf);
+    if (leaf)
+        kt_lower_add_stmt(c, cur, leaf);
     if (rt_parent != -2) {
-        build_copy(c, rt_parent, nest, iters, anns, rt->first, &rt->store, "st", 1);
+        build_copy(c, rt_parent, nest, iters, anns, rt->first, &rt->store, "st",
+                   rt->direct && rt->store.kind == KT_STMT_COMPUTE ? COPY_UNROLL_OUTER
+                                                                  : COPY_UNROLL);
         if (!c->rc)
             unroll_update(c, nest, iters, nodes, rt->first);
     }
@@ -304,15 +325,44 @@ static int64_t tile_stride(const kt_sched_stage_t *e, int a, int l, int nlev)
     return st;
 }
 
+/* Whether tiled stage s gets a register tile: its R1 loops iterate and
+ * the S3 block is small enough for registers. */
+static int regtile_fits(const kt_stage_t *ss, const kt_sched_stage_t *e)
+{
+    int64_t r1 = 1, s3 = 1;
+    for (int r = 0; r < ss->nreduce; r++)
+        r1 *= e->split[ss->ndim + r][1];
+    for (int a = 0; a < ss->ndim; a++)
+        s3 *= e->split[a][3];
+    return r1 > 1 && s3 * (int64_t)sizeof(float) <= KT_LOWER_REGTILE_BYTES;
+}
+
+/* Whether the register tile of s, computed inside its consumer's nest,
+ * holds finished values when its R1 loops end (every R0 factor is 1), so
+ * the consumer can read them there. */
+static int regtile_direct(const kt_stage_t *ss, const kt_sched_stage_t *e)
+{
+    if (!regtile_fits(ss, e))
+        return 0;
+    for (int r = 0; r < ss->nreduce; r++)
+        if (e->split[ss->ndim + r][0] != 1)
+            return 0;
+    return 1;
+}
+
 /* The tiled nest of s; bound[a][l] are the consumer's iterators of the
- * levels below the compute level, local the accumulator tile (or -1). */
+ * levels below the compute level (NULL: s is computed at the root), local
+ * the accumulator tile (-1: none), cons the consumer stage (-1: s's own
+ * copy-out). Inside a consumer with a direct register tile there is no
+ * local tile: the tile's store is the consumer's statement. */
 static void lower_tiled(ctx_t *c, int s, int parent, int (*bound)[KT_SCHED_SPATIAL_LEVELS],
-                        int local)
+                        int local, int cons)
 {
     const kt_stage_t *ss = kt_dag_stage(c->dag, s);
     const kt_sched_stage_t *e = &c->st->stages[s];
     int nd = ss->ndim, nr = ss->nreduce;
-    int L0 = local >= 0 ? e->level : 0;
+    int L0 = bound ? e->level : 0;
+    int direct = bound && regtile_direct(ss, e);
     kt_sched_nest_t nest;
     kt_sched_nest(c->dag, c->st, s, 0, &nest);
     int it[KT_SCHED_MAX_AXES][KT_SCHED_SPATIAL_LEVELS];
@@ -350,15 +400,12 @@ static void lower_tiled(ctx_t *c, int s, int parent, int (*bound)[KT_SCHED_SPATI
     kt_lower_stmt_t init = leaf;
     init.kind = KT_STMT_INIT;
 
-    /* Register tile over the S3 loops around the R1 loops, when the R1
-     * loops iterate and the block is small enough for registers. */
-    regtile_t rt = {.first = -1};
-    int64_t r1 = 1, s3 = 1, s3ext[KT_TE_MAX_DIMS];
-    for (int r = 0; r < nr; r++)
-        r1 *= e->split[nd + r][1];
+    /* Register tile over the S3 loops around the R1 loops. */
+    regtile_t rt = {.first = -1, .direct = direct};
+    int64_t s3ext[KT_TE_MAX_DIMS];
     for (int a = 0; a < nd; a++)
-        s3 *= (s3ext[a] = e->split[a][3]);
-    if (r1 > 1 && s3 * (int64_t)sizeof(float) <= KT_LOWER_REGTILE_BYTES) {
+        s3ext[a] = e->split[a][3];
+    if (regtile_fits(ss, e)) {
         for (int i = 0; i < nest.nloops && rt.first < 0; i++)
             if (nest.loops[i].reduce && nest.loops[i].level == 1)
                 rt.first = i;
@@ -376,6 +423,21 @@ static void lower_tiled(ctx_t *c, int s, int parent, int (*bound)[KT_SCHED_SPATI
         }
         rt.load.dst = rt.store.src = rt.buf;
         rt.load.src = rt.store.dst = leaf.dst;
+        if (direct) {
+            rt.load.kind = KT_STMT_INIT;
+            rt.load.src = -1;
+            if (cons >= 0) {
+                rt.store.kind = KT_STMT_COMPUTE;
+                rt.store.stage = cons;
+                rt.store.src_stage = s;
+            }
+            rt.store.dst = c->gbuf[cons >= 0 ? cons : s];
+            for (int a = 0; a < nd; a++) {
+                rt.store.dst_idx[a] = leaf.axis[a];
+                if (cons >= 0)
+                    rt.store.axis[a] = leaf.axis[a];
+            }
+        }
         leaf.dst = rt.buf;
         for (int a = 0; a < nd; a++)
             leaf.dst_idx[a] = rt.load.dst_idx[a];
@@ -384,7 +446,7 @@ static void lower_tiled(ctx_t *c, int s, int parent, int (*bound)[KT_SCHED_SPATI
 }
 
 typedef struct {
-    int tiled, local;
+    int tiled, local, cons;
     int it[KT_SCHED_MAX_AXES][KT_SCHED_SPATIAL_LEVELS];
 } cons_attach_t;
 
@@ -392,12 +454,14 @@ static void cons_attach(ctx_t *c, int loop_i, int node, void *arg)
 {
     (void)loop_i;
     cons_attach_t *ca = arg;
-    int an = kt_lower_new_node(c, KT_NODE_ALLOC);
-    if (an < 0)
-        return;
-    c->L->nodes[an].buf = ca->local;
-    kt_lower_append(c, node, an);
-    lower_tiled(c, ca->tiled, node, ca->it, ca->local);
+    if (ca->local >= 0) {
+        int an = kt_lower_new_node(c, KT_NODE_ALLOC);
+        if (an < 0)
+            return;
+        c->L->nodes[an].buf = ca->local;
+        kt_lower_append(c, node, an);
+    }
+    lower_tiled(c, ca->tiled, node, ca->it, ca->local, ca->cons);
 }
 
 /* The nest of the consumer of tiled stage t (cons, or the copy-out of a
@@ -416,8 +480,10 @@ static void lower_consumer(ctx_t *c, int t, int cons, int parent)
     char name[KT_LOWER_NAME], label[KT_LOWER_NAME];
     snprintf(name, sizeof(name), "kt_%s_local", ts->name);
     snprintf(label, sizeof(label), "%s.local", ts->name);
-    cons_attach_t ca = {.tiled = t};
-    ca.local = kt_lower_new_buf(c, KT_BUF_LOCAL, t, name, label, nd, tile);
+    int direct = regtile_direct(ts, te);
+    cons_attach_t ca = {.tiled = t, .cons = cons, .local = -1};
+    if (!direct)
+        ca.local = kt_lower_new_buf(c, KT_BUF_LOCAL, t, name, label, nd, tile);
     int iters[KT_SCHED_MAX_LOOPS], rest[KT_TE_MAX_DIMS];
     for (int i = 0; i < nest.nloops; i++) {
         const kt_sched_loop_t *lp = &nest.loops[i];
@@ -442,6 +508,22 @@ static void lower_consumer(ctx_t *c, int t, int cons, int parent)
     leaf.src = ca.local;
     leaf.src_stage = t;
     const kt_sched_ann_t *ann = cons >= 0 ? &c->st->stages[cons].ann : &te->ann2;
+    if (direct) {
+        /* Only the loops above the compute level: t's register tile computes
+         * the statement. Their parallel loops stay; vectorize annotated the
+         * inner loops. */
+        kt_sched_ann_t outer = *ann;
+        int n = 0;
+        while (n < nest.nloops && nest.loops[n].level < L0)
+            n++;
+        nest.nloops = n;
+        outer.vectorize = 0;
+        if (outer.parallel > n)
+            outer.parallel = (uint8_t)n;
+        build(c, parent, cons >= 0 ? cons : t, &nest, iters, &outer, NULL, NULL, cons_attach, &ca,
+              NULL);
+        return;
+    }
     build(c, parent, cons >= 0 ? cons : t, &nest, iters, ann, &leaf, NULL, cons_attach, &ca, NULL);
 }
 
@@ -622,7 +704,7 @@ static void lower_stage(ctx_t *c, int s, int parent, const int *bound)
         if (e->cache_write)
             lower_consumer(c, s, -1, parent);
         else if (e->fuse < 0)
-            lower_tiled(c, s, parent, NULL, -1);
+            lower_tiled(c, s, parent, NULL, -1, -1);
         break;   /* fused: lowered inside its consumer's nest */
     case KT_SK_FUSED:
         lower_consumer(c, e->fuse, s, parent);
