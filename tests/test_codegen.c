@@ -285,6 +285,23 @@ static const char *WINO28_STATE =
     "\"tile\":[[49,4],[2,16]]},"
     "{\"ann\":[3,1,0],\"kind\":\"root\",\"name\":\"conv2d_winograd\"}],\"version\":1}";
 
+/* The assembly GCC makes of src for an AVX-512 CPU, as the builder compiles
+ * it (the test fails if it does not compile); the caller frees it. */
+static char *avx512_asm(const char *src)
+{
+    char dir[] = "/tmp/kt_test_asm_XXXXXX", out[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(out, sizeof(out), "%s/k.s", dir);
+    ck_assert_msg(kt_codegen_compile_flags(src, out,
+                                           "-O3 -fopenmp -std=c17 -march=skylake-avx512 -S",
+                                           NULL) == 0, "%s", kt_err_msg());
+    char *text = kt_file_read(out, NULL);
+    ck_assert_ptr_nonnull(text);
+    unlink(out);
+    rmdir(dir);
+    return text;
+}
+
 /* The gather of a Winograd kernel compiles to block copies: its row of
  * channels is read at an index whose floor divisions and clamps do not
  * change along the row, and GCC vectorizes the copy only when they have no
@@ -296,14 +313,7 @@ START_TEST(codegen_winograd_gather_is_not_scalar)
 {
     kt_dag_t *d = wino28();
     char *src = emit_json(d, WINO28_STATE, "gv");
-    char dir[] = "/tmp/kt_test_gv_XXXXXX", out[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(out, sizeof(out), "%s/k.s", dir);
-    ck_assert_msg(kt_codegen_compile_flags(src, out,
-                                           "-O3 -fopenmp -std=c17 -march=skylake-avx512 -S",
-                                           NULL) == 0, "%s", kt_err_msg());
-    char *text = kt_file_read(out, NULL);
-    ck_assert_ptr_nonnull(text);
+    char *text = avx512_asm(src);
     /* the first parallel group, input_tile's nest: from its label to .size */
     const char *fn = strstr(text, "\nkt_par0_gv_packed");
     ck_assert_ptr_nonnull(fn);
@@ -314,8 +324,6 @@ START_TEST(codegen_winograd_gather_is_not_scalar)
     ck_assert_msg(scalar == 0, "input_tile copies single floats (%d vmovss)", scalar);
     free(body);
     free(text);
-    unlink(out);
-    rmdir(dir);
     free(src);
     kt_dag_free(d);
 }
@@ -956,16 +964,9 @@ START_TEST(codegen_register_tile_stays_in_zmm_registers)
         int fma, max_loads;
     } k[] = {{mm, mm_state, 16, 10}, {cv, CONV56_STATE, 16, 17}, {cv, cv512, 16, 17},
              {cv, cv14, 28, 16}};
-    char dir[] = "/tmp/kt_test_asm_XXXXXX", out[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(out, sizeof(out), "%s/k.s", dir);
     for (int i = 0; i < 4; i++) {
         char *src = emit_json(k[i].dag, k[i].state, "rk");
-        ck_assert_msg(kt_codegen_compile_flags(src, out,
-                                               "-O3 -fopenmp -std=c17 -march=skylake-avx512 -S",
-                                               NULL) == 0, "%s", kt_err_msg());
-        char *text = kt_file_read(out, NULL);
-        ck_assert_ptr_nonnull(text);
+        char *text = avx512_asm(src);
         fma_loop_t l = innermost_fma_loop(text);
         /* the loop may hold several reduction steps (the partial unroll) */
         ck_assert_msg(l.fma >= k[i].fma && l.fma % k[i].fma == 0 && l.fma_zmm == l.fma &&
@@ -976,9 +977,7 @@ START_TEST(codegen_register_tile_stays_in_zmm_registers)
                       l.stack);
         free(text);
         free(src);
-        unlink(out);
     }
-    rmdir(dir);
     free(cv512);
     free(cv14);
     kt_dag_free(mm);
@@ -1025,21 +1024,12 @@ START_TEST(codegen_direct_register_tile_writes_the_consumer)
     ck_assert_msg(line_has(src, out, "kt_conv2d_nhwc_reg["), "the epilogue does not read the tile");
     ck_assert_ptr_null(strstr(out + 1, "T_relu["));   /* written in one place */
     check_against_reference(cv, src, "dk", 3);
-    char dir[] = "/tmp/kt_test_direct_XXXXXX", asm_path[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(asm_path, sizeof(asm_path), "%s/k.s", dir);
-    ck_assert_msg(kt_codegen_compile_flags(src, asm_path,
-                                           "-O3 -fopenmp -std=c17 -march=skylake-avx512 -S",
-                                           NULL) == 0, "%s", kt_err_msg());
-    char *text = kt_file_read(asm_path, NULL);
-    ck_assert_ptr_nonnull(text);
+    char *text = avx512_asm(src);
     /* relu's max: a compare on zmm registers, none on single floats */
     ck_assert_msg((asm_line(text, "vcmpps", "%zmm") || asm_line(text, "vmaxps", "%zmm")) &&
                       !asm_line(text, "vcmpltss", NULL) && !asm_line(text, "vmaxss", NULL),
                   "the epilogue is not a zmm vector loop");
     free(text);
-    unlink(asm_path);
-    rmdir(dir);
     free(src);
 
     src = emit_json(mm, mm_direct, "dm");
