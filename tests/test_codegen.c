@@ -1006,9 +1006,9 @@ static int asm_line(const char *text, const char *op, const char *reg)
 
 /* Where the reduction ends inside the register tile (every outer reduce
  * factor 1), the tile's store is the consumer's statement: the fused
- * bias + relu reads the registers in zmm vectors (a scalar epilogue took
- * the stem 1.5x its time), a cache-write stage copies the registers out,
- * and neither has a local tile; with an outer reduce loop
+ * bias + relu reads the registers in zmm vectors (a scalar epilogue lost
+ * more than the local block cost), a cache-write stage copies the
+ * registers out, and neither has a local tile; with an outer reduce loop
  * the local tile stays. All match the reference. */
 START_TEST(codegen_direct_register_tile_writes_the_consumer)
 {

@@ -177,7 +177,7 @@ static void unroll_update(ctx_t *c, const kt_sched_nest_t *nest, const int *iter
  * (the reduction ends inside it) starts from the identity instead of a load
  * and its store is the consumer's statement: the fused epilogue or the
  * cache-write copy-out reads the registers, and the stage needs no local
- * block (a 57 KB block of the 7x7 stem went through L2 twice per output). */
+ * block (the stem's block went through L2 twice per output). */
 typedef struct {
     int first;        /* index of the first innermost reduce loop, -1: none */
     int buf;          /* the local register tile */
