@@ -88,12 +88,14 @@ static int64_t unroll_walk(ctx_t *c, int node, int stage, int64_t max_step, int 
 
 typedef void (*attach_fn)(ctx_t *c, int loop_i, int node, void *arg);
 
+/* How build_copy prints its loops: as the nest annotates them, all
+ * unrolled, or all but the innermost unrolled. */
+enum { COPY_LOOPS, COPY_UNROLL, COPY_UNROLL_OUTER };
+
 /* A sub-nest over copies of the spatial loops nested inside loop `from`
  * (the reduction init before the first reduce loop; the register tile's
  * load and store around the innermost reduce loops), holding statement s
  * with those loops' iterators renamed to the copies. */
-enum { COPY_LOOPS, COPY_UNROLL, COPY_UNROLL_OUTER };
-
 static void build_copy(ctx_t *c, int parent, const kt_sched_nest_t *nest, const int *iters,
                        const int *anns, int from, const kt_lower_stmt_t *stmt, const char *suffix,
                        int unroll)
@@ -482,8 +484,24 @@ static void lower_consumer(ctx_t *c, int t, int cons, int parent)
     snprintf(label, sizeof(label), "%s.local", ts->name);
     int direct = regtile_direct(ts, te);
     cons_attach_t ca = {.tiled = t, .cons = cons, .local = -1};
-    if (!direct)
+    const kt_sched_ann_t *ann = cons >= 0 ? &c->st->stages[cons].ann : &te->ann2;
+    kt_sched_ann_t outer;
+    if (direct) {
+        /* Only the loops above the compute level: t's register tile computes
+         * the statement. Their parallel loops stay; vectorize annotated the
+         * inner loops. */
+        int n = 0;
+        while (n < nest.nloops && nest.loops[n].level < L0)
+            n++;
+        nest.nloops = n;
+        outer = *ann;
+        outer.vectorize = 0;
+        if (outer.parallel > n)
+            outer.parallel = (uint8_t)n;
+        ann = &outer;
+    } else {
         ca.local = kt_lower_new_buf(c, KT_BUF_LOCAL, t, name, label, nd, tile);
+    }
     int iters[KT_SCHED_MAX_LOOPS], rest[KT_TE_MAX_DIMS];
     for (int i = 0; i < nest.nloops; i++) {
         const kt_sched_loop_t *lp = &nest.loops[i];
@@ -493,6 +511,11 @@ static void lower_consumer(ctx_t *c, int t, int cons, int parent)
             ca.it[lp->axis][lp->level] = iters[i];
         else
             rest[lp->axis] = iters[i];
+    }
+    if (direct) {
+        build(c, parent, cons >= 0 ? cons : t, &nest, iters, ann, NULL, NULL, cons_attach, &ca,
+              NULL);
+        return;
     }
     kt_lower_stmt_t leaf = kt_lower_stmt_new(cons >= 0 ? KT_STMT_COMPUTE : KT_STMT_COPY,
                                              cons >= 0 ? cons : t);
@@ -507,23 +530,6 @@ static void lower_consumer(ctx_t *c, int t, int cons, int parent)
     leaf.dst = c->gbuf[cons >= 0 ? cons : t];
     leaf.src = ca.local;
     leaf.src_stage = t;
-    const kt_sched_ann_t *ann = cons >= 0 ? &c->st->stages[cons].ann : &te->ann2;
-    if (direct) {
-        /* Only the loops above the compute level: t's register tile computes
-         * the statement. Their parallel loops stay; vectorize annotated the
-         * inner loops. */
-        kt_sched_ann_t outer = *ann;
-        int n = 0;
-        while (n < nest.nloops && nest.loops[n].level < L0)
-            n++;
-        nest.nloops = n;
-        outer.vectorize = 0;
-        if (outer.parallel > n)
-            outer.parallel = (uint8_t)n;
-        build(c, parent, cons >= 0 ? cons : t, &nest, iters, &outer, NULL, NULL, cons_attach, &ca,
-              NULL);
-        return;
-    }
     build(c, parent, cons >= 0 ? cons : t, &nest, iters, ann, &leaf, NULL, cons_attach, &ca, NULL);
 }
 
