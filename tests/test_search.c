@@ -460,6 +460,57 @@ START_TEST(search_never_proposes_measured_preloaded_or_reported_states)
 }
 END_TEST
 
+/* Before sketch.xgb's model is trained its scores are noise: the first
+ * round takes sampled states for the coverage of their knob values, so its
+ * 16 picks hold every innermost factor from 1 to 32 on both 64-wide axes,
+ * which 16 states drawn uniformly seldom do (a 32 comes in 3 draws of 84
+ * per axis); the trained model's rounds evolve as before. */
+START_TEST(search_untrained_model_spreads_the_first_round_over_the_sample)
+{
+    kt_workload_t *w = matmul(64, 64, 64);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_search_opts_t o;
+    small_opts(&o, "sketch.xgb", 9);
+    o.evolutionary_search_population = 512;
+    o.num_warmup_sample = 8;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+    ck_assert_ptr_nonnull(sp);
+    enum { N = 16, IN = KT_SCHED_SPATIAL_LEVELS - 1 };
+    for (int r = 0; r < 2; r++) {
+        kt_sched_state_t **st;
+        kt_measure_result_t *res;
+        int got = kt_search_one_round(sp, N, synthetic_measure, NULL, &st, &res);
+        ck_assert_msg(got == N, "round %d: %d (%s)", r, got, kt_err_msg());
+        kt_search_stats_t s;
+        kt_search_stats(sp, &s);
+        ck_assert_int_eq(s.last_picked_spread, r == 0 ? N : 0);
+        ck_assert_int_eq(s.last_num_iters, r == 0 ? 0 : o.evolutionary_search_num_iters);
+        if (r == 0) {
+            /* bit v of seen[ax]: 2^v was the innermost factor of axis ax */
+            unsigned seen[2] = {0, 0};
+            int tiled = 0;
+            for (int i = 0; i < got; i++)
+                for (int k = 0; k < st[i]->nstages; k++) {
+                    const kt_sched_stage_t *g = &st[i]->stages[k];
+                    if (g->kind != KT_SK_TILED)
+                        continue;
+                    tiled++;
+                    for (int ax = 0; ax < 2; ax++)
+                        seen[ax] |= 1u << (unsigned)__builtin_ctz((unsigned)g->split[ax][IN]);
+                }
+            ck_assert_int_ge(tiled, N);
+            ck_assert_uint_eq(seen[0] & 0x3f, 0x3f);
+            ck_assert_uint_eq(seen[1] & 0x3f, 0x3f);
+        }
+        free_states(st, got);
+        free_results(res, got);
+    }
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+END_TEST
+
 START_TEST(search_eps_greedy_share_and_population_follow_the_options)
 {
     kt_workload_t *w = matmul(64, 64, 64);
@@ -1086,13 +1137,16 @@ START_TEST(search_xgb_scores_and_proposes_gpu_states)
             seen[nseen++] = h;
         }
         kt_model_t *m = kt_search_model(sp);
+        kt_search_stats_t stats;
+        kt_search_stats(sp, &stats);
+        /* rounds proposed before the model trained (it needs more than 16
+         * results) spread over the sampled states; then evolution */
+        ck_assert_int_eq(stats.last_picked_spread, r <= 2 ? N : 0);
+        ck_assert_int_eq(stats.last_best > 0, r > 2);
         if (r >= 2) {
             /* the warm-up (16 results) is over: the trained model scores
              * every proposed state from its feature rows */
             ck_assert(kt_model_is_trained(m));
-            kt_search_stats_t stats;
-            kt_search_stats(sp, &stats);
-            ck_assert_int_gt(stats.last_best, 0);
             float *rows = NULL, scores[N];
             uint32_t counts[N];
             ck_assert_int_eq(kt_feature_extract_batch(dag, (const kt_sched_state_t *const *)st,
@@ -1131,7 +1185,7 @@ static char *proposals(kt_pool_t *pool, uint64_t seed, int rounds, int n)
     /* 300 states: 5 chunks of feature extraction, the last a short one. */
     o.evolutionary_search_population = 300;
     o.evolutionary_search_num_iters = 2;
-    o.num_warmup_sample = n;   /* the model picks from the second round on */
+    o.num_warmup_sample = n;   /* trained (more than n results) from the third round on */
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
     ck_assert_ptr_nonnull(sp);
     kt_search_set_pool(sp, pool);
@@ -1226,6 +1280,7 @@ static Suite *search_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, search_opts_default_are_ansors);
+    tcase_add_test(tc, search_untrained_model_spreads_the_first_round_over_the_sample);
     tcase_add_test(tc, search_opts_set_from_key_value_lists);
     tcase_add_test(tc, search_policy_new_rejects_bad_input);
     tcase_add_test(tc, search_candidate_layout_entry_and_reference);

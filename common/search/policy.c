@@ -872,14 +872,14 @@ static int diversity_pool(const kt_search_policy_t *sp, int n)
 }
 
 /* AutoTVM's submodular pick with zero scores (diversity_filter_ratio): up to
- * num_good new states from the first ratio x n of best, each the one whose
- * knob values add most to those the earlier picks cover; best is in score
- * order, so ties go to the better score. Greedy coverage: a round measures a
- * spread of the model's favourites instead of sixty variants of one. */
-static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t *best,
-                        tiles_t *tiles, kt_slist_t *out)
+ * num_good new states from the first `pool` of best, each the one whose
+ * knob values add most to those the earlier picks cover, counted in *picked;
+ * best is in score order, so ties go to the better score. Greedy coverage:
+ * a round measures a spread of the model's favourites instead of sixty
+ * variants of one. */
+static int pick_diverse(kt_search_policy_t *sp, int pool, int num_good, kt_slist_t *best,
+                        tiles_t *tiles, kt_slist_t *out, int *picked)
 {
-    int pool = diversity_pool(sp, n);
     if (pool > best->n)
         pool = best->n;
     const int per = kt_dag_num_stages(sp->dag) * KT_SCHED_KNOBS_PER_STAGE;
@@ -923,7 +923,7 @@ static int pick_diverse(kt_search_policy_t *sp, int n, int num_good, kt_slist_t 
         nkeys[arg] = -1;
         if ((rc = take(sp, best, arg, tile[arg], tiles, out)))
             goto out;
-        sp->stats.last_picked_best++;
+        (*picked)++;
     }
     rc = 0;
 out:
@@ -1020,7 +1020,8 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     if ((rc = pick_siblings(sp, num_good, &tiles, out)))
         goto out;
     if (sp->opts.diversity_filter_ratio > 0)
-        rc = pick_diverse(sp, n, num_good - out->n, best, &tiles, out);
+        rc = pick_diverse(sp, diversity_pool(sp, n), num_good - out->n, best, &tiles, out,
+                          &sp->stats.last_picked_best);
     else
         rc = pick_capped(sp, num_good, best, &tiles, out);
     while (rc == 0 && out->n < n) {
@@ -1048,23 +1049,44 @@ out:
     return rc;
 }
 
-/* One round: sample, add measured, draw random states, evolve, pick. */
-static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
+/* A round while a learned model is not trained yet: its scores are noise,
+ * and evolving by them breeds the mutants of the few parents that drew high
+ * ones, so the round would measure a handful of register tiles and the
+ * search would stay near them. It takes the sampled states instead, for the
+ * coverage of their knob values (tile_family_share per register tile while
+ * others are left). */
+static int pick_spread(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_t *out)
 {
-    kt_slist_t pop = {0}, best = {0}, rnd = {0};
-    int rc = sample_init_population(sp, &pop);
-    sp->stats.rounds++;
-    sp->stats.last_sampled = pop.n;
-    int sampled = pop.n;   /* scored while sampling */
+    double share = sp->opts.tile_family_share;
+    int cap = share >= 1 ? INT_MAX : (int)ceil(share * n);
+    tiles_t tiles;
+    int rc = tiles_init(&tiles, n, cap > 1 ? cap : 1);
     if (rc == 0)
-        rc = add_measured(sp, &pop, sp->opts.evolutionary_search_population);
+        rc = pick_diverse(sp, pop->n, n, pop, &tiles, out, &sp->stats.last_picked_spread);
+    for (int i = 0; rc == 0 && i < pop->n && out->n < n; i++)
+        if (pop->st[i] && is_new(sp, pop->hash[i]) &&
+            (rc = take(sp, pop, i, kt_sched_state_tile_key(pop->st[i]), &tiles, out)) == 0)
+            sp->stats.last_picked_spread++;
+    sp->stats.last_tile_families = tiles.n;
+    tiles_free(&tiles);
+    return rc;
+}
+
+/* The rest of a round with a trained model (Ansor's): add measured states
+ * and the foresight to the sampled population pop, draw random states,
+ * evolve, pick. */
+static int evolve_and_pick(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_t *out)
+{
+    kt_slist_t best = {0}, rnd = {0};
+    int sampled = pop->n;   /* scored while sampling */
+    int rc = add_measured(sp, pop, sp->opts.evolutionary_search_population);
     /* states a foresee pass of the family liked join the population (they
      * are scored again with the current model) */
     sp->stats.last_from_foresight = 0;
     for (int i = 0; rc == 0 && i < sp->foresight.n; i++) {
         if (!sp->foresight.st[i])
             continue;
-        rc = kt_slist_push(&pop, sp->foresight.st[i], sp->foresight.hash[i]);
+        rc = kt_slist_push(pop, sp->foresight.st[i], sp->foresight.hash[i]);
         sp->foresight.st[i] = NULL;
         sp->stats.last_from_foresight += rc == 0;
     }
@@ -1073,10 +1095,10 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     /* random states for eps-greedy: 3 x its share, drawn from the initial
      * population before evolution consumes it */
     int nrand = 3 * (int)(sp->opts.eps_greedy * n);
-    for (int i = 0; rc == 0 && pop.n > 0 && i < nrand; i++) {
-        int k = (int)kt_rng_below(&sp->rng, (uint64_t)pop.n);
-        kt_sched_state_t *c = kt_sched_state_clone(pop.st[k]);
-        rc = c ? kt_slist_push(&rnd, c, pop.hash[k]) : kt_err_set(KT_ENOMEM, "out of memory");
+    for (int i = 0; rc == 0 && pop->n > 0 && i < nrand; i++) {
+        int k = (int)kt_rng_below(&sp->rng, (uint64_t)pop->n);
+        kt_sched_state_t *c = kt_sched_state_clone(pop->st[k]);
+        rc = c ? kt_slist_push(&rnd, c, pop->hash[k]) : kt_err_set(KT_ENOMEM, "out of memory");
     }
     sp->stats.last_random = rnd.n;
     /* Ansor keeps the best 2n; a diversity pick draws from ratio x n, and a
@@ -1091,15 +1113,36 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     }
     int pool = diversity_pool(sp, n);
     if (rc == 0)
-        rc = evolve(sp, &pop, sampled, sp->opts.evolutionary_search_num_iters,
+        rc = evolve(sp, pop, sampled, sp->opts.evolutionary_search_num_iters,
                     pool > keep ? pool : keep, &best);
     if (rc == 0)
         rc = pick(sp, n, &best, &rnd, out);
+    kt_slist_free(&best);
+    kt_slist_free(&rnd);
+    return rc;
+}
+
+/* One round: sample, then spread the picks over the sample while the
+ * learned model is untrained, else evolve and pick. */
+static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
+{
+    kt_slist_t pop = {0};
+    int rc = sample_init_population(sp, &pop);
+    sp->stats.rounds++;
+    sp->stats.last_sampled = pop.n;
+    sp->stats.last_picked_spread = 0;
+    if (rc == 0 && sp->features && !kt_model_is_trained(kt_search_scorer(sp))) {
+        sp->stats.last_picked_best = sp->stats.last_picked_random = 0;
+        sp->stats.last_picked_siblings = sp->stats.last_picked_tile_siblings = 0;
+        sp->stats.last_random = sp->stats.last_best = sp->stats.last_num_iters = 0;
+        sp->stats.last_from_measured = sp->stats.last_from_foresight = 0;
+        rc = pick_spread(sp, n, &pop, out);
+    } else if (rc == 0) {
+        rc = evolve_and_pick(sp, n, &pop, out);
+    }
     if (rc == 0 && out->n == 0)
         sp->stats.empty_rounds++;
     kt_slist_free(&pop);
-    kt_slist_free(&best);
-    kt_slist_free(&rnd);
     return rc;
 }
 

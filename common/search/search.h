@@ -199,6 +199,8 @@ typedef struct {
     int last_picked_random;     /* states proposed from the random ones */
     int last_picked_siblings;   /* placements of the best state's stages proposed */
     int last_picked_tile_siblings;   /* reshapes of the best state's register tile proposed */
+    int last_picked_spread;     /* states proposed from the sampled ones by knob coverage
+                                 * (a learned model not trained yet: no evolution) */
     int last_tile_families;     /* distinct register tiles among the last round's picks */
     uint64_t foresee_passes;    /* foresee passes run for this task by its family */
     int foresight;              /* states kept by the last pass, waiting for the next round */
