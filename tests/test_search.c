@@ -48,6 +48,15 @@ static void one_thread_params(kt_sched_params_t *p)
     p->num_cores = 1;
 }
 
+/* matmul 64^3 with one-thread parameters and small options. */
+static kt_workload_t *small_matmul(kt_sched_params_t *p, kt_search_opts_t *o, const char *policy,
+                                   uint64_t seed)
+{
+    one_thread_params(p);
+    small_opts(o, policy, seed);
+    return matmul(64, 64, 64);
+}
+
 static void free_states(kt_sched_state_t **st, int n)
 {
     for (int i = 0; i < n; i++)
@@ -467,11 +476,9 @@ END_TEST
  * per axis); the trained model's rounds evolve as before. */
 START_TEST(search_untrained_model_spreads_the_first_round_over_the_sample)
 {
-    kt_workload_t *w = matmul(64, 64, 64);
     kt_sched_params_t p;
-    one_thread_params(&p);
     kt_search_opts_t o;
-    small_opts(&o, "sketch.xgb", 9);
+    kt_workload_t *w = small_matmul(&p, &o, "sketch.xgb", 9);
     o.evolutionary_search_population = 512;
     o.num_warmup_sample = 8;
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
@@ -513,11 +520,9 @@ END_TEST
 
 START_TEST(search_eps_greedy_share_and_population_follow_the_options)
 {
-    kt_workload_t *w = matmul(64, 64, 64);
     kt_sched_params_t p;
-    one_thread_params(&p);
     kt_search_opts_t o;
-    small_opts(&o, "sketch.random", 5);
+    kt_workload_t *w = small_matmul(&p, &o, "sketch.random", 5);
     o.eps_greedy = 0.25;
     o.evolutionary_search_population = 100;
     o.sample_init_use_measured_ratio = 0.1;
@@ -1027,11 +1032,9 @@ END_TEST
 static void synthetic_run(const char *policy, uint64_t seed, int rounds, int n, double *best,
                           double *last_mean)
 {
-    kt_workload_t *w = matmul(64, 64, 64);
     kt_sched_params_t p;
-    one_thread_params(&p);
     kt_search_opts_t o;
-    small_opts(&o, policy, seed);
+    kt_workload_t *w = small_matmul(&p, &o, policy, seed);
     o.evolutionary_search_population = 256;
     o.evolutionary_search_num_iters = 3;
     o.num_warmup_sample = 2 * n;
@@ -1177,11 +1180,9 @@ END_TEST
  * scoring on `pool` (NULL: the calling thread). */
 static char *proposals(kt_pool_t *pool, uint64_t seed, int rounds, int n)
 {
-    kt_workload_t *w = matmul(64, 64, 64);
     kt_sched_params_t p;
-    one_thread_params(&p);
     kt_search_opts_t o;
-    small_opts(&o, "sketch.xgb", seed);
+    kt_workload_t *w = small_matmul(&p, &o, "sketch.xgb", seed);
     /* 300 states: 5 chunks of feature extraction, the last a short one. */
     o.evolutionary_search_population = 300;
     o.evolutionary_search_num_iters = 2;
