@@ -56,8 +56,11 @@
  * asserted); then the tuning time per trial.
  *
  *   bench_layers [--trials N (256)] [--threads 1,2] [--db PATH (bench_layers.db)]
- *                [--layers ID,...] [--no-winograd]
+ *                [--layers ID,...] [--no-winograd] [--search-params LIST] [--seed S]
  *
+ * --search-params and --seed go to every `ktune tune` (its search's options
+ * and seed): an A/B run of an option, or another seed, takes a store of its
+ * own.
  * --layers: task ids as `ktune tasks --network resnet-18` numbers them, and
  * matmul512, matmul1024 (default: all); a Winograd alternative goes with its
  * conv2d (its own task id is not taken). The tuning jobs' output is appended
@@ -283,8 +286,9 @@ static int stored_trials(const char *path, const kt_workload_t *w)
     return (int)c.total;
 }
 
-/* ktune tune's --search-params for every layer (NULL: its defaults). */
-static const char *search_params;
+/* ktune tune's --search-params and --seed for every layer (NULL: its
+ * defaults). */
+static const char *search_params, *seed;
 
 /* Tune layer l's kernel (its task, or with wino its Winograd alternative)
  * up to `trials` records in the store with `threads` OpenMP threads (ktune
@@ -303,10 +307,15 @@ static void tune(const char *ktune, const char *db, const char *log, const layer
             l->what, wino ? ", Winograd" : "", threads, threads > 1 ? "s" : "", have, trials);
     setenv("OMP_NUM_THREADS", nth, 1);   /* read by the embedded runner's kernels */
     char *argv[] = {(char *)ktune, "tune", "--workload", (char *)kt_workload_json(w),
-                    "--trials", ntr, "--db", (char *)db, NULL, NULL, NULL};
+                    "--trials", ntr, "--db", (char *)db, NULL, NULL, NULL, NULL, NULL};
+    int na = 8;
     if (search_params) {
-        argv[8] = "--search-params";
-        argv[9] = (char *)search_params;
+        argv[na++] = "--search-params";
+        argv[na++] = (char *)search_params;
+    }
+    if (seed) {
+        argv[na++] = "--seed";
+        argv[na++] = (char *)seed;
     }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -714,13 +723,14 @@ static void usage(FILE *f)
     fprintf(f, "usage: bench_layers [--trials N (256)] [--threads 1,2] [--db PATH "
                "(bench_layers.db)]\n"
                "                    [--layers ID,...] [--no-winograd] [--search-params LIST]\n"
+               "                    [--seed S]\n"
                "ResNet-18's conv2d and dense layers and matmul 512/1024, tuned by ktune (a\n"
                "store per thread count: PATH, PATH.t2, ...) and timed against oneDNN; each\n"
                "3x3 stride-1 conv2d also as its Winograd alternative (--no-winograd: not),\n"
                "the faster kernel counting.\n"
                "--layers takes task ids of `ktune tasks --network resnet-18`, matmul512 and\n"
-               "matmul1024. --search-params is passed to ktune tune (A/B runs of a search\n"
-               "option use a store each).\n");
+               "matmul1024. --search-params and --seed are passed to ktune tune (A/B runs\n"
+               "of a search option, or searches with other seeds, use a store each).\n");
 }
 
 int main(int argc, char **argv)
@@ -730,6 +740,7 @@ int main(int argc, char **argv)
         {"db", required_argument, 0, 'd'},     {"layers", required_argument, 0, 'l'},
         {"no-winograd", no_argument, 0, 'W'},  {"help", no_argument, 0, 'h'},
         {"search-params", required_argument, 0, 'S'},
+        {"seed", required_argument, 0, 's'},
         {0, 0, 0, 0},
     };
     long trials = 256;
@@ -769,6 +780,15 @@ int main(int argc, char **argv)
         case 'l': only = optarg; break;
         case 'W': winograd = 0; break;
         case 'S': search_params = optarg; break;
+        case 's':
+            if (!*optarg || strspn(optarg, "0123456789") != strlen(optarg) ||
+                strlen(optarg) > 19) {
+                fprintf(stderr, "bench_layers: --seed wants a non-negative integer, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            seed = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -819,6 +819,16 @@ static int tiles_init(tiles_t *t, int room, int cap)
     return t->key && t->count ? 0 : kt_err_set(KT_ENOMEM, "out of memory");
 }
 
+/* Room for a round of n picks, of which num_good are capped by
+ * tile_family_share: at least one pick per tile, whatever the share of a
+ * small round. */
+static int tiles_for_round(const kt_search_policy_t *sp, int n, int num_good, tiles_t *t)
+{
+    double share = sp->opts.tile_family_share;
+    int cap = share >= 1 ? INT_MAX : (int)ceil(share * num_good);
+    return tiles_init(t, n, cap > 1 ? cap : 1);
+}
+
 static void tiles_free(tiles_t *t)
 {
     free(t->key);
@@ -1009,13 +1019,10 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     int num_random = (int)(sp->opts.eps_greedy * n);
     int num_good = n - num_random;
     int ob = 0, orr = 0, rc;
-    double share = sp->opts.tile_family_share;
     tiles_t tiles;
     sp->stats.last_picked_best = sp->stats.last_picked_random = sp->stats.last_picked_siblings = 0;
     sp->stats.last_picked_tile_siblings = 0;
-    /* at least one pick per tile, whatever the share of a small round */
-    int cap = share >= 1 ? INT_MAX : (int)ceil(share * num_good);
-    if ((rc = tiles_init(&tiles, n, cap > 1 ? cap : 1)))
+    if ((rc = tiles_for_round(sp, n, num_good, &tiles)))
         goto out;
     if ((rc = pick_siblings(sp, num_good, &tiles, out)))
         goto out;
@@ -1057,10 +1064,8 @@ out:
  * others are left). */
 static int pick_spread(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_t *out)
 {
-    double share = sp->opts.tile_family_share;
-    int cap = share >= 1 ? INT_MAX : (int)ceil(share * n);
     tiles_t tiles;
-    int rc = tiles_init(&tiles, n, cap > 1 ? cap : 1);
+    int rc = tiles_for_round(sp, n, n, &tiles);
     if (rc == 0)
         rc = pick_diverse(sp, pop->n, n, pop, &tiles, out, &sp->stats.last_picked_spread);
     for (int i = 0; rc == 0 && i < pop->n && out->n < n; i++)
