@@ -152,6 +152,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_double_eq(o.tile_family_share, 0.25);         /* ktune's: 4+ tiles a round */
     ck_assert_int_eq(o.location_siblings, 2);                 /* ktune's; Ansor: 0 */
     ck_assert_int_eq(o.tile_siblings, 0);                     /* Ansor's; ktune's option */
+    ck_assert_int_eq(o.restart_after, 0);                     /* Ansor's: one start */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -174,7 +175,8 @@ START_TEST(search_opts_set_from_key_value_lists)
                                             "evolutionary_search_num_iters=2,model_label=log,"
                                             "num_warmup_sample=64,foresee_keep=16,"
                                             "diversity_filter_ratio=4,tile_family_share=0.25,"
-                                            "location_siblings=0,tile_siblings=5"),
+                                            "location_siblings=0,tile_siblings=5,"
+                                            "restart_after=128"),
                      0);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);   /* the default: Ansor's */
     ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
@@ -185,6 +187,7 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_double_eq(o.tile_family_share, 0.25);
     ck_assert_int_eq(o.location_siblings, 0);
     ck_assert_int_eq(o.tile_siblings, 5);
+    ck_assert_int_eq(o.restart_after, 128);
     ck_assert_double_eq(o.eps_greedy, 0.1);
     ck_assert_int_eq(o.evolutionary_search_population, 512);
     ck_assert_int_eq(o.evolutionary_search_num_iters, 2);
@@ -213,6 +216,7 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"tile_family_share=1.5", "tile_family_share must be in (0, 1]"},
         {"location_siblings=-1", "location_siblings must be in [0, 64]"},
         {"tile_siblings=65", "tile_siblings must be in [0, 64]"},
+        {"restart_after=-1", "restart_after must be in [0, 1048576]"},
         {"seed=3", "job's seed"},
         {"policy=sketch.random", "job's policy"},
         {"eps_greedy", "is not key=value"},
@@ -1275,6 +1279,103 @@ START_TEST(search_xgb_model_guides_the_second_round_of_32)
 }
 END_TEST
 
+/* Costs that stop improving: round 0's states run at about 1 ms, every
+ * later one at about 2 ms (or, `improving`, each round 5% faster than the
+ * one before); the synthetic cost only orders states within a round. */
+typedef struct {
+    int calls, improving;
+} stall_t;
+
+static int stall_measure(void *user, const kt_workload_t *w, kt_sched_state_t *const *states,
+                         int n, kt_measure_result_t *results)
+{
+    stall_t *s = user;
+    double base = s->improving ? 1e-3 * pow(0.95, s->calls) : s->calls == 0 ? 1e-3 : 2e-3;
+    s->calls++;
+    int rc = synthetic_measure(NULL, w, states, n, results);
+    for (int i = 0; i < n; i++)
+        results[i].costs[0] = results[i].mean = base * (1 + 1e-3 * results[i].mean);
+    return rc;
+}
+
+/* Rounds of 16 on matmul 64 under stall_measure with restart_after (a
+ * shared model: `model`); every proposed state is new. The restarts into
+ * *restarts, the statistics of the last round into *last. */
+static void stall_rounds(int restart_after, kt_model_t *model, int improving, int rounds,
+                         uint64_t *restarts, kt_search_stats_t *last, double *best)
+{
+    kt_sched_params_t p;
+    kt_search_opts_t o;
+    kt_workload_t *w = small_matmul(&p, &o, "sketch.xgb", 3);
+    o.evolutionary_search_population = 512;
+    o.num_warmup_sample = 8;
+    o.restart_after = restart_after;
+    kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, model, 0);
+    ck_assert_ptr_nonnull(sp);
+    stall_t cost = {.improving = improving};
+    uint64_t seen[256];
+    int nseen = 0;
+    enum { N = 16 };
+    for (int r = 0; r < rounds; r++) {
+        const kt_model_t *before = kt_search_model(sp);
+        kt_sched_state_t **st;
+        kt_measure_result_t *res;
+        int got = kt_search_one_round(sp, N, stall_measure, &cost, &st, &res);
+        ck_assert_msg(got == N, "round %d: %d (%s)", r, got, kt_err_msg());
+        for (int i = 0; i < got; i++) {
+            uint64_t h = kt_sched_state_hash(st[i], kt_workload_dag(w));
+            for (int k = 0; k < nseen; k++)
+                ck_assert(h != seen[k]);
+            seen[nseen++] = h;
+        }
+        kt_search_stats(sp, last);
+        /* a restart replaces the model and spreads its first round */
+        ck_assert_int_eq(kt_search_model(sp) != before, last->restarts > *restarts);
+        if (last->restarts > *restarts)
+            ck_assert_int_eq(last->last_picked_spread, N);
+        *restarts = last->restarts;
+        free_states(st, got);
+        free_results(res, got);
+    }
+    ck_assert_int_eq(kt_search_best(sp, best, NULL), 0);
+    kt_search_policy_free(sp);
+    kt_workload_free(w);
+}
+
+/* restart_after 40 with rounds of 16: the best stops gaining after round
+ * 0, so round 3 (48 records, 47 without a gain) starts again with a fresh
+ * model; round 4 evolves from the new start's 16 records only, and the
+ * task's best is still round 0's. No restart with the option off, with a
+ * shared model, or while the best keeps improving. */
+START_TEST(search_restarts_after_its_best_stalls)
+{
+    uint64_t restarts = 0;
+    kt_search_stats_t s;
+    double best;
+    stall_rounds(40, NULL, 0, 3, &restarts, &s, &best);
+    ck_assert_int_eq(restarts, 0);
+    stall_rounds(40, NULL, 0, 5, &restarts, &s, &best);
+    ck_assert_int_eq(restarts, 1);
+    ck_assert_int_eq(s.last_picked_spread, 0);
+    ck_assert_int_eq(s.last_from_measured, 16);
+    ck_assert(best < 1.01e-3);
+    restarts = 0;
+    stall_rounds(0, NULL, 0, 5, &restarts, &s, &best);
+    ck_assert_int_eq(restarts, 0);
+    ck_assert_int_eq(s.last_from_measured, 64);
+    kt_model_params_t mp;
+    kt_model_params_default(&mp);
+    mp.num_warmup_sample = 8;
+    kt_model_t *shared = kt_model_new(KT_MODEL_XGB, &mp);
+    ck_assert_ptr_nonnull(shared);
+    stall_rounds(40, shared, 0, 5, &restarts, &s, &best);
+    ck_assert_int_eq(restarts, 0);
+    kt_model_free(shared);
+    stall_rounds(40, NULL, 1, 6, &restarts, &s, &best);
+    ck_assert_int_eq(restarts, 0);
+}
+END_TEST
+
 static Suite *search_suite(void)
 {
     Suite *s = suite_create("search");
@@ -1299,6 +1400,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_xgb_scores_and_proposes_gpu_states);
     tcase_add_test(tc, search_proposals_do_not_depend_on_search_threads);
     tcase_add_test(tc, search_xgb_model_guides_the_second_round_of_32);
+    tcase_add_test(tc, search_restarts_after_its_best_stalls);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -6,6 +6,7 @@
  * and a child combining two parents' stages is rarely valid here (a fused or
  * computed-at stage follows its producer's tiling), so evolution is mutation
  * only. */
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -30,6 +31,9 @@
 /* Fewest best-scored states per pick a capped pick (tile_family_share < 1)
  * chooses from; it keeps at least a population's worth (see search_round). */
 #define TILE_CAP_POOL 16
+/* Smallest gain of a start's best that counts as progress (restart_after):
+ * re-timings of one state differ by about this much. */
+#define RESTART_MIN_GAIN 0.01
 
 void kt_search_opts_default(kt_search_opts_t *o)
 {
@@ -60,6 +64,7 @@ void kt_search_opts_default(kt_search_opts_t *o)
     o->location_siblings = 2;
     /* Off: in an A/B run (docs/benchmarks.md) it changed nothing measurable. */
     o->tile_siblings = 0;
+    o->restart_after = 0;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
     o->foresee_keep = 64;
@@ -101,6 +106,9 @@ static int opts_check(const kt_search_opts_t *o)
         return kt_err_set(KT_EINVAL, "search: location_siblings must be in [0, 64]");
     if (o->tile_siblings < 0 || o->tile_siblings > 64)
         return kt_err_set(KT_EINVAL, "search: tile_siblings must be in [0, 64]");
+    if (o->restart_after < 0 || o->restart_after > KT_SEARCH_MAX_POPULATION)
+        return kt_err_set(KT_EINVAL, "search: restart_after must be in [0, %d]",
+                          KT_SEARCH_MAX_POPULATION);
     if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
         return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
                                      "foresee_num_iters >= 0");
@@ -140,6 +148,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"tile_family_share", offsetof(kt_search_opts_t, tile_family_share), 'd'},
         {"location_siblings", offsetof(kt_search_opts_t, location_siblings), 'i'},
         {"tile_siblings", offsetof(kt_search_opts_t, tile_siblings), 'i'},
+        {"restart_after", offsetof(kt_search_opts_t, restart_after), 'i'},
         {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
         {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
         {"foresee_keep", offsetof(kt_search_opts_t, foresee_keep), 'i'},
@@ -237,7 +246,7 @@ kt_search_policy_t *kt_search_policy_new(const kt_workload_t *w, const kt_sched_
     snprintf(sp->name, sizeof(sp->name), "%s", name);
     sp->opts.policy = sp->name;
     sp->task_id = (uint64_t)(int64_t)task_id;
-    sp->best = -1;
+    sp->best = sp->start_best = -1;
     kt_rng_seed(&sp->rng, o.seed);
     sp->score_rng = kt_hash64(&o.seed, sizeof o.seed);
     if (model) {
@@ -347,6 +356,11 @@ static int hist_add(kt_search_policy_t *sp, kt_sched_state_t *st, uint64_t hash,
     sp->hist[sp->nhist] = (kt_measured_t){.st = st, .cost = cost};
     if (cost > 0 && (sp->best < 0 || cost < sp->hist[sp->best].cost))
         sp->best = sp->nhist;
+    if (cost > 0 && (sp->start_best < 0 || cost < sp->hist[sp->start_best].cost)) {
+        if (sp->start_best < 0 || cost < (1 - RESTART_MIN_GAIN) * sp->hist[sp->start_best].cost)
+            sp->start_gain = sp->nhist + 1;
+        sp->start_best = sp->nhist;
+    }
     sp->nhist++;
     return 0;
 }
@@ -544,13 +558,14 @@ static int cmp_by_cost(const void *a, const void *b)
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
-/* Add the best measured states (by throughput, i.e. lowest cost) to pop:
- * up to sample_init_use_measured_ratio x population. */
+/* Add the best states measured since the search's start (by throughput,
+ * i.e. lowest cost) to pop: up to sample_init_use_measured_ratio x
+ * population. */
 static int add_measured(kt_search_policy_t *sp, kt_slist_t *pop, int population)
 {
     int limit = (int)(sp->opts.sample_init_use_measured_ratio * population);
     int nvalid = 0;
-    for (int i = 0; i < sp->nhist; i++)
+    for (int i = sp->start; i < sp->nhist; i++)
         nvalid += sp->hist[i].cost > 0;
     int take = nvalid < limit ? nvalid : limit;
     sp->stats.last_from_measured = 0;
@@ -559,7 +574,7 @@ static int add_measured(kt_search_policy_t *sp, kt_slist_t *pop, int population)
     by_cost_t *idx = malloc((size_t)nvalid * sizeof(*idx));
     if (!idx)
         return kt_err_set(KT_ENOMEM, "out of memory");
-    for (int i = 0, k = 0; i < sp->nhist; i++)
+    for (int i = sp->start, k = 0; i < sp->nhist; i++)
         if (sp->hist[i].cost > 0)
             idx[k++] = (by_cost_t){sp->hist[i].cost, i};
     qsort(idx, (size_t)nvalid, sizeof(*idx), cmp_by_cost);
@@ -963,13 +978,13 @@ static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, t
     return 0;
 }
 
-/* Up to `limit` new states made from the best measured state by mutation
- * `rule`, in the round's first picks, counted in *count; a state the rule
+/* Up to `limit` new states made from the best state measured since the
+ * search's start by mutation `rule`, in the round's first picks, counted in *count; a state the rule
  * cannot change (one placement per stage, a one-axis tile) has none. */
 static int pick_siblings_by(kt_search_policy_t *sp, int rule, int limit, int *count, int n,
                             tiles_t *tiles, kt_slist_t *out)
 {
-    int b = sp->best;
+    int b = sp->start_best;
     kt_slist_t sib = {0};
     int rc = 0;
     for (int t = 0; b >= 0 && rc == 0 && t < 4 * limit && *count < limit && out->n < n; t++) {
@@ -1151,6 +1166,34 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     return rc;
 }
 
+/* A restart when the current start's best has not gained RESTART_MIN_GAIN
+ * over restart_after records: a search that has settled in one region of
+ * the space stays there (the model ranks that region first, evolution
+ * starts from its records), and trials after that mostly re-measure it; an
+ * independent start draws another first round. Only an owned learned model
+ * is replaced: a shared one also serves other tasks. */
+static int maybe_restart(kt_search_policy_t *sp)
+{
+    if (sp->opts.restart_after == 0 || !sp->own_model || !sp->features || sp->start_best < 0 ||
+        sp->nhist - sp->start_gain < sp->opts.restart_after)
+        return 0;
+    kt_model_params_t mp;
+    kt_search_model_params(&sp->opts, sp->opts.seed + sp->stats.restarts + 1, &mp);
+    kt_model_t *m = kt_model_new(kt_model_kind(sp->model), &mp);
+    if (!m)
+        return kt_err_code() ? kt_err_code() : KT_ENOMEM;
+    kt_model_free(sp->model);
+    sp->model = m;
+    sp->npending = 0;   /* the old start's records trained the old model */
+    sp->start = sp->start_gain = sp->nhist;
+    sp->start_best = -1;
+    kt_slist_clear(&sp->foresight);
+    sp->stats.restarts++;
+    KT_INFO("search: task %" PRIu64 " restarts (%" PRIu64 "): its best gained less than 1%% over "
+            "the last %d measured states", sp->task_id, sp->stats.restarts, sp->opts.restart_after);
+    return 0;
+}
+
 int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out)
 {
     if (out)
@@ -1159,6 +1202,8 @@ int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out)
         return kt_err_set(KT_EINVAL, "search propose: bad arguments");
     double t0 = kt_time_mono();
     int rc = ensure_sketches(sp);
+    if (rc == 0)
+        rc = maybe_restart(sp);
     kt_slist_t got = {0};
     for (int tries = 0; rc == 0 && tries <= sp->opts.retry_search_one_round_on_empty; tries++) {
         rc = search_round(sp, n, &got);

@@ -88,6 +88,14 @@ typedef struct {
      * within one axis, and the model rejects the small tiles on the way
      * from 7 rows x 2 columns to 1 row x 14. 0 = off (Ansor). */
     int tile_siblings;                     /* 0 */
+    /* Random restart: once the best of the search's current start has not
+     * improved by 1% over this many measured states, the next propose
+     * starts again as an independent search: a fresh model (own models
+     * only: a task sharing its job's model never restarts), a first round
+     * spread over a new sample, evolution from the new start's records
+     * only. Nothing measured before is proposed again, and the best of all
+     * starts stays the task's best. 0 = off (Ansor). */
+    int restart_after;                     /* 0 */
     /* FamilySeer's foresee pass (family policies only; see kt_search_family_feedback) */
     int foresee_population;                /* states sampled per pass: 256 */
     int foresee_num_iters;                 /* evolution iterations per pass: 2 */
@@ -202,6 +210,7 @@ typedef struct {
     int last_picked_spread;     /* states proposed from the sampled ones by knob coverage
                                  * (a learned model not trained yet: no evolution) */
     int last_tile_families;     /* distinct register tiles among the last round's picks */
+    uint64_t restarts;          /* independent starts after the first (restart_after) */
     uint64_t foresee_passes;    /* foresee passes run for this task by its family */
     int foresight;              /* states kept by the last pass, waiting for the next round */
     int last_from_foresight;    /* foresight states that seeded the last round's population */
@@ -209,7 +218,9 @@ typedef struct {
 
 void kt_search_stats(const kt_search_policy_t *sp, kt_search_stats_t *out);
 
-/* The policy's cost model (owned or shared) and sched parameters. */
+/* The policy's cost model (owned or shared) and sched parameters. An owned
+ * model is replaced when the search restarts (restart_after): the pointer
+ * is valid until the next propose. */
 kt_model_t *kt_search_model(const kt_search_policy_t *sp);
 const kt_sched_params_t *kt_search_params(const kt_search_policy_t *sp);
 

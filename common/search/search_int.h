@@ -65,6 +65,10 @@ struct kt_search_policy {
     int nhist, caphist;
     int npending;                /* hist[nhist - npending ..] have not trained the model */
     int best;                    /* index in hist of the lowest valid cost, -1 none */
+    /* The current start (restart_after): its first record in hist, its
+     * best (-1 none), and the records it had when that best last improved
+     * by RESTART_MIN_GAIN. */
+    int start, start_best, start_gain;
 
     kt_slist_t foresight;        /* kept by the last foresee pass, best first */
 
