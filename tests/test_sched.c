@@ -416,6 +416,39 @@ START_TEST(sched_random_mutations_keep_validity)
 }
 END_TEST
 
+/* The reduce-in rule moves every outer reduce factor of the tiled stage
+ * into its inner level (channels [2,8] -> [1,16]) and changes nothing else;
+ * a state whose reduction already ends in the tile, or one where an inner
+ * factor would exceed max_innermost_split_factor, has nothing to change. */
+START_TEST(sched_reduce_in_ends_the_reduction_inside_the_register_tile)
+{
+    kt_sched_params_t p = params16();
+    kt_dag_t *cv = kt_test_pad_tile_conv(28, 2);
+    kt_sched_state_t *st =
+        kt_sched_state_from_json(KT_TEST_PAD_TILE_STATE("[1,1,2,7]", "[1,1,7,2]"), cv, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    int s = kt_test_tiled_stage(st);
+    int ci = kt_dag_stage(cv, s)->ndim + 2;
+    kt_sched_state_t *want = kt_sched_state_clone(st);
+    want->stages[s].split[ci][0] = 1;
+    want->stages[s].split[ci][1] = 16;
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 6);
+    kt_sched_state_t *m = NULL, *again = NULL;
+    ck_assert_int_eq(kt_sched_mutate(cv, &p, st, KT_MUT_REDUCE_IN, &rng, &m), 1);
+    ck_assert(kt_sched_state_equal(m, want));
+    ck_assert_int_eq(kt_sched_mutate(cv, &p, m, KT_MUT_REDUCE_IN, &rng, &again), 0);
+    ck_assert_ptr_null(again);
+    p.max_innermost_split_factor = 8;
+    ck_assert_int_eq(kt_sched_mutate(cv, &p, st, KT_MUT_REDUCE_IN, &rng, &again), 0);
+    ck_assert_ptr_null(again);
+    kt_sched_state_free(m);
+    kt_sched_state_free(want);
+    kt_sched_state_free(st);
+    kt_dag_free(cv);
+}
+END_TEST
+
 /* The tile-shape rule on a 7-row x 2-column register tile (x 32 channels)
  * of a stride-2 conv2d: every result exchanges one prime between two
  * spatial axes, the innermost level of one and an outer level of the other,
@@ -953,6 +986,7 @@ int main(void)
     tcase_add_test(tc, sched_parse_rejects_bad_states_with_message);
     tcase_add_test(tc, sched_random_mutations_keep_validity);
     tcase_add_test(tc, sched_tile_shape_exchanges_a_prime_between_axes);
+    tcase_add_test(tc, sched_reduce_in_ends_the_reduction_inside_the_register_tile);
     tcase_add_test(tc, sched_validate_survives_corrupted_states);
     tcase_add_test(tc, sched_hashes_differ_for_different_states);
     tcase_add_test(tc, sched_knobs_name_each_decision_once);

@@ -153,6 +153,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.location_siblings, 2);                 /* ktune's; Ansor: 0 */
     ck_assert_int_eq(o.tile_siblings, 0);                     /* Ansor's; ktune's option */
     ck_assert_int_eq(o.restart_after, 0);                     /* Ansor's: one start */
+    ck_assert_int_eq(o.direct_siblings, 1);                   /* ktune's; Ansor: 0 */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -176,7 +177,7 @@ START_TEST(search_opts_set_from_key_value_lists)
                                             "num_warmup_sample=64,foresee_keep=16,"
                                             "diversity_filter_ratio=4,tile_family_share=0.25,"
                                             "location_siblings=0,tile_siblings=5,"
-                                            "restart_after=128"),
+                                            "restart_after=128,direct_siblings=0"),
                      0);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);   /* the default: Ansor's */
     ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
@@ -188,6 +189,7 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_int_eq(o.location_siblings, 0);
     ck_assert_int_eq(o.tile_siblings, 5);
     ck_assert_int_eq(o.restart_after, 128);
+    ck_assert_int_eq(o.direct_siblings, 0);
     ck_assert_double_eq(o.eps_greedy, 0.1);
     ck_assert_int_eq(o.evolutionary_search_population, 512);
     ck_assert_int_eq(o.evolutionary_search_num_iters, 2);
@@ -216,6 +218,7 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"tile_family_share=1.5", "tile_family_share must be in (0, 1]"},
         {"location_siblings=-1", "location_siblings must be in [0, 64]"},
         {"tile_siblings=65", "tile_siblings must be in [0, 64]"},
+        {"direct_siblings=2", "direct_siblings must be 0 or 1"},
         {"restart_after=-1", "restart_after must be in [0, 1048576]"},
         {"seed=3", "job's seed"},
         {"policy=sketch.random", "job's policy"},
@@ -533,6 +536,7 @@ START_TEST(search_eps_greedy_share_and_population_follow_the_options)
     o.evolutionary_search_num_iters = 7;   /* a random model caps it at 3 */
     o.tile_family_share = 1;               /* Ansor's pick: the heap holds 2n */
     o.tile_siblings = 0;                   /* ... and no reshaped best tile first */
+    o.direct_siblings = 0;                 /* ... nor its direct tile */
     kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
     ck_assert_ptr_nonnull(sp);
 
@@ -737,12 +741,13 @@ END_TEST
  * only measured state is best, with the given sibling options; *s its stats. */
 static kt_sched_state_t **propose_after(kt_workload_t *w, const kt_sched_params_t *p,
                                         const char *best, uint64_t seed, int loc, int tile,
-                                        kt_search_stats_t *s)
+                                        int direct, kt_search_stats_t *s)
 {
     kt_search_opts_t o;
     small_opts(&o, "sketch.random", seed);
     o.location_siblings = loc;
     o.tile_siblings = tile;
+    o.direct_siblings = direct;
     kt_search_policy_t *sp = kt_search_policy_new(w, p, &o, NULL, 0);
     ck_assert_ptr_nonnull(sp);
     ck_assert_int_eq(kt_search_preload(sp, best, 1e-4), 0);
@@ -783,7 +788,7 @@ START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
     for (int siblings = 0; siblings <= 2; siblings += 2) {
         kt_search_stats_t s;
         int got = SIBLING_ROUND;
-        kt_sched_state_t **st = propose_after(w, &p, best, 21, siblings, 2, &s);
+        kt_sched_state_t **st = propose_after(w, &p, best, 21, siblings, 2, 0, &s);
         int found = 0, inlined = 0;
         for (int i = 0; i < got; i++) {
             int sib = same_but_padding(b, st[i], pad);
@@ -860,7 +865,7 @@ START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
     for (int siblings = 0; siblings <= 2; siblings += 2) {
         kt_search_stats_t ss;
         int got = SIBLING_ROUND;
-        kt_sched_state_t **st = propose_after(w, &p, best, 23, 0, siblings, &ss);
+        kt_sched_state_t **st = propose_after(w, &p, best, 23, 0, siblings, 0, &ss);
         ck_assert_int_eq(ss.last_picked_tile_siblings, siblings);
         for (int i = 0; i < got; i++) {
             ck_assert_msg(i >= siblings || tile_sibling(b, st[i], s, ndim), "pick %d", i);
@@ -868,6 +873,52 @@ START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
         }
         free_states(st, got);
     }
+    kt_sched_state_free(b);
+    kt_workload_free(w);
+}
+END_TEST
+
+/* direct_siblings: the best state's reduction moved into its register tile
+ * leads the round (after the other siblings): its channel reduction split
+ * [2,8] becomes [1,16], nothing else changes; a best state whose reduction
+ * already ends in the tile has no such sibling, nor with the option off. */
+START_TEST(search_direct_sibling_ends_the_best_states_reduction_in_its_tile)
+{
+    kt_workload_t *w = workload("{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":8,\"W\":8,\"CI\":16,"
+                                "\"CO\":32,\"KH\":3,\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],"
+                                "\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}");
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    const char *best = KT_TEST_PAD_TILE_STATE("[1,2,2,2]", "[1,1,2,4]");
+    kt_sched_state_t *b = kt_sched_state_from_json(best, dag, &p);
+    ck_assert_msg(b != NULL, "%s", kt_err_msg());
+    int s = kt_test_tiled_stage(b);
+    int ci = kt_dag_stage(dag, s)->ndim + 2;
+    ck_assert_int_eq(b->stages[s].split[ci][0], 2);
+    kt_sched_state_t *want = kt_sched_state_clone(b);
+    want->stages[s].split[ci][0] = 1;
+    want->stages[s].split[ci][1] = 16;
+    for (int direct = 0; direct <= 1; direct++) {
+        kt_search_stats_t ss;
+        kt_sched_state_t **st = propose_after(w, &p, best, 24, 0, 0, direct, &ss);
+        ck_assert_int_eq(ss.last_picked_direct_siblings, direct);
+        int found = 0;
+        for (int i = 0; i < SIBLING_ROUND; i++)
+            found += kt_sched_state_hash(st[i], dag) == kt_sched_state_hash(want, dag);
+        ck_assert_int_eq(found, direct);
+        if (direct)
+            ck_assert_uint_eq(kt_sched_state_hash(st[0], dag), kt_sched_state_hash(want, dag));
+        free_states(st, SIBLING_ROUND);
+    }
+    char *direct_best = kt_sched_state_to_json(want, dag);
+    ck_assert_ptr_nonnull(direct_best);
+    kt_search_stats_t ss;
+    kt_sched_state_t **st = propose_after(w, &p, direct_best, 24, 0, 0, 1, &ss);
+    ck_assert_int_eq(ss.last_picked_direct_siblings, 0);
+    free_states(st, SIBLING_ROUND);
+    free(direct_best);
+    kt_sched_state_free(want);
     kt_sched_state_free(b);
     kt_workload_free(w);
 }
@@ -1393,6 +1444,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_tile_cap_spreads_picks_over_register_tiles);
     tcase_add_test(tc, search_location_siblings_place_the_best_states_padding_otherwise);
     tcase_add_test(tc, search_tile_siblings_reshape_the_best_states_register_tile);
+    tcase_add_test(tc, search_direct_sibling_ends_the_best_states_reduction_in_its_tile);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
     tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);

@@ -297,7 +297,7 @@ int kt_sched_move_factor(int32_t *f, int nlev, int max_inner, kt_rng_t *rng)
 
 /* ---- mutation ----------------------------------------------------------------- */
 
-static const double mut_weight[KT_MUT__COUNT] = {0.90, 0.04, 0.05, 0.01, 0};
+static const double mut_weight[KT_MUT__COUNT] = {0.90, 0.04, 0.05, 0.01, 0, 0};
 
 typedef struct {
     int stage, axis, nlev;
@@ -396,6 +396,39 @@ static int mutate_tile_shape(const kt_dag_t *dag, const kt_sched_params_t *p,
     f[m.b][m.l] = (int32_t)(f[m.b][m.l] / m.r);
     f[m.b][IN] = (int32_t)(f[m.b][IN] * m.r);
     return 1;
+}
+
+/* KT_MUT_REDUCE_IN: a tiled stage's outer reduce loops (R0) iterate over
+ * the whole register-tile block, which is then stored to and loaded from a
+ * local block between their steps; with every R0 factor moved inwards the
+ * tile starts from zero and its store is the consumer's (direct tile). The
+ * tile-size rule gets there one factor at a time, and the model, trained on
+ * the best state's R0 > 1 records, seldom ranks the direct state high. */
+static int mutate_reduce_in(const kt_dag_t *dag, const kt_sched_params_t *p,
+                            kt_sched_state_t *st)
+{
+    int changed = 0;
+    for (int s = 0; s < st->nstages; s++) {
+        kt_sched_stage_t *e = &st->stages[s];
+        const kt_stage_t *ss = kt_dag_stage(dag, s);
+        if (e->kind != KT_SK_TILED)
+            continue;
+        int fits = 1, outer = 0;
+        for (int r = 0; r < ss->nreduce; r++) {
+            const int32_t *f = e->split[ss->ndim + r];
+            outer |= f[0] > 1;
+            fits &= (int64_t)f[0] * f[1] <= p->max_innermost_split_factor;
+        }
+        if (!outer || !fits)
+            continue;
+        for (int r = 0; r < ss->nreduce; r++) {
+            int32_t *f = e->split[ss->ndim + r];
+            f[1] *= f[0];
+            f[0] = 1;
+        }
+        changed = 1;
+    }
+    return changed;
 }
 
 typedef struct {
@@ -532,6 +565,9 @@ int kt_sched_mutate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sc
         break;
     case KT_MUT_TILE_SHAPE:
         changed = mutate_tile_shape(dag, p, m, rng);
+        break;
+    case KT_MUT_REDUCE_IN:
+        changed = mutate_reduce_in(dag, p, m);
         break;
     default:
         changed = mutate_parallel(dag, m, rng);

@@ -185,6 +185,12 @@ typedef enum {
                                outer level of the other, so the register tile
                                changes shape and every loop level keeps its
                                trip count where the prime is the same */
+    KT_MUT_REDUCE_IN,       /* never drawn (ktune's, asked for by the search's
+                               direct_siblings): every outer reduce factor of a
+                               tiled stage moved into its inner level, so the
+                               reduction ends inside the register tile, which
+                               then writes its consumer (a stage where one
+                               would exceed max_innermost_split_factor is left) */
     KT_MUT__COUNT
 } kt_sched_mut_t;
 

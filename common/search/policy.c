@@ -64,6 +64,7 @@ void kt_search_opts_default(kt_search_opts_t *o)
     o->location_siblings = 2;
     /* Off: in an A/B run (docs/benchmarks.md) it changed nothing measurable. */
     o->tile_siblings = 0;
+    o->direct_siblings = 1;
     o->restart_after = 0;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
@@ -106,6 +107,8 @@ static int opts_check(const kt_search_opts_t *o)
         return kt_err_set(KT_EINVAL, "search: location_siblings must be in [0, 64]");
     if (o->tile_siblings < 0 || o->tile_siblings > 64)
         return kt_err_set(KT_EINVAL, "search: tile_siblings must be in [0, 64]");
+    if (o->direct_siblings < 0 || o->direct_siblings > 1)
+        return kt_err_set(KT_EINVAL, "search: direct_siblings must be 0 or 1");
     if (o->restart_after < 0 || o->restart_after > KT_SEARCH_MAX_POPULATION)
         return kt_err_set(KT_EINVAL, "search: restart_after must be in [0, %d]",
                           KT_SEARCH_MAX_POPULATION);
@@ -148,6 +151,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"tile_family_share", offsetof(kt_search_opts_t, tile_family_share), 'd'},
         {"location_siblings", offsetof(kt_search_opts_t, location_siblings), 'i'},
         {"tile_siblings", offsetof(kt_search_opts_t, tile_siblings), 'i'},
+        {"direct_siblings", offsetof(kt_search_opts_t, direct_siblings), 'i'},
         {"restart_after", offsetof(kt_search_opts_t, restart_after), 'i'},
         {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
         {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
@@ -1011,8 +1015,9 @@ static int pick_siblings_by(kt_search_policy_t *sp, int rule, int limit, int *co
     return rc;
 }
 
-/* The best state's stages placed otherwise (location_siblings), then its
- * register tile reshaped (tile_siblings). */
+/* The best state's stages placed otherwise (location_siblings), its
+ * register tile reshaped (tile_siblings), then its reduction moved into the
+ * tile (direct_siblings). */
 static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
 {
     int rc = pick_siblings_by(sp, KT_MUT_COMPUTE_LOC, sp->opts.location_siblings,
@@ -1020,6 +1025,9 @@ static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist
     if (rc == 0)
         rc = pick_siblings_by(sp, KT_MUT_TILE_SHAPE, sp->opts.tile_siblings,
                               &sp->stats.last_picked_tile_siblings, n, tiles, out);
+    if (rc == 0)
+        rc = pick_siblings_by(sp, KT_MUT_REDUCE_IN, sp->opts.direct_siblings,
+                              &sp->stats.last_picked_direct_siblings, n, tiles, out);
     return rc;
 }
 
@@ -1036,7 +1044,7 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     int ob = 0, orr = 0, rc;
     tiles_t tiles;
     sp->stats.last_picked_best = sp->stats.last_picked_random = sp->stats.last_picked_siblings = 0;
-    sp->stats.last_picked_tile_siblings = 0;
+    sp->stats.last_picked_tile_siblings = sp->stats.last_picked_direct_siblings = 0;
     if ((rc = tiles_for_round(sp, n, num_good, &tiles)))
         goto out;
     if ((rc = pick_siblings(sp, num_good, &tiles, out)))
@@ -1154,6 +1162,7 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     if (rc == 0 && sp->features && !kt_model_is_trained(kt_search_scorer(sp))) {
         sp->stats.last_picked_best = sp->stats.last_picked_random = 0;
         sp->stats.last_picked_siblings = sp->stats.last_picked_tile_siblings = 0;
+        sp->stats.last_picked_direct_siblings = 0;
         sp->stats.last_random = sp->stats.last_best = sp->stats.last_num_iters = 0;
         sp->stats.last_from_measured = sp->stats.last_from_foresight = 0;
         rc = pick_spread(sp, n, &pop, out);

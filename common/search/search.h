@@ -88,6 +88,13 @@ typedef struct {
      * within one axis, and the model rejects the small tiles on the way
      * from 7 rows x 2 columns to 1 row x 14. 0 = off (Ansor). */
     int tile_siblings;                     /* 0 */
+    /* 1: per round, after those, the best measured state with its
+     * reduction ended inside the register tile (every outer reduce factor
+     * moved inwards: kt_sched_mutate's reduce-in rule), where that is new.
+     * Such a tile writes its consumer from registers, with no local block;
+     * the model, trained on the best state's relatives, seldom proposes it.
+     * 0 = off (Ansor). */
+    int direct_siblings;                   /* 1 */
     /* Random restart: once the best of the search's current start has not
      * improved by 1% over this many measured states, the next propose
      * starts again as an independent search: a fresh model (own models
@@ -207,6 +214,7 @@ typedef struct {
     int last_picked_random;     /* states proposed from the random ones */
     int last_picked_siblings;   /* placements of the best state's stages proposed */
     int last_picked_tile_siblings;   /* reshapes of the best state's register tile proposed */
+    int last_picked_direct_siblings; /* the best state with its reduction in the tile */
     int last_picked_spread;     /* states proposed from the sampled ones by knob coverage
                                  * (a learned model not trained yet: no evolution) */
     int last_tile_families;     /* distinct register tiles among the last round's picks */
