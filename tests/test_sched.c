@@ -416,6 +416,19 @@ START_TEST(sched_random_mutations_keep_validity)
 }
 END_TEST
 
+/* A 28x28 stride-2 conv2d and its state with a 7-row x 2-column register
+ * tile (x 32 channels) whose channel reduction splits [2,8]; *s: its tiled
+ * stage. */
+static kt_sched_state_t *tile_7x2(const kt_sched_params_t *p, kt_dag_t **cv, int *s)
+{
+    *cv = kt_test_pad_tile_conv(28, 2);
+    kt_sched_state_t *st =
+        kt_sched_state_from_json(KT_TEST_PAD_TILE_STATE("[1,1,2,7]", "[1,1,7,2]"), *cv, p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    *s = kt_test_tiled_stage(st);
+    return st;
+}
+
 /* The reduce-in rule moves every outer reduce factor of the tiled stage
  * into its inner level (channels [2,8] -> [1,16]) and changes nothing else;
  * a state whose reduction already ends in the tile, or one where an inner
@@ -423,11 +436,9 @@ END_TEST
 START_TEST(sched_reduce_in_ends_the_reduction_inside_the_register_tile)
 {
     kt_sched_params_t p = params16();
-    kt_dag_t *cv = kt_test_pad_tile_conv(28, 2);
-    kt_sched_state_t *st =
-        kt_sched_state_from_json(KT_TEST_PAD_TILE_STATE("[1,1,2,7]", "[1,1,7,2]"), cv, &p);
-    ck_assert_msg(st != NULL, "%s", kt_err_msg());
-    int s = kt_test_tiled_stage(st);
+    kt_dag_t *cv;
+    int s;
+    kt_sched_state_t *st = tile_7x2(&p, &cv, &s);
     int ci = kt_dag_stage(cv, s)->ndim + 2;
     kt_sched_state_t *want = kt_sched_state_clone(st);
     want->stages[s].split[ci][0] = 1;
@@ -459,11 +470,9 @@ END_TEST
 START_TEST(sched_tile_shape_exchanges_a_prime_between_axes)
 {
     kt_sched_params_t p = params16();
-    kt_dag_t *cv = kt_test_pad_tile_conv(28, 2);
-    kt_sched_state_t *st =
-        kt_sched_state_from_json(KT_TEST_PAD_TILE_STATE("[1,1,2,7]", "[1,1,7,2]"), cv, &p);
-    ck_assert_msg(st != NULL, "%s", kt_err_msg());
-    int s = kt_test_tiled_stage(st);
+    kt_dag_t *cv;
+    int s;
+    kt_sched_state_t *st = tile_7x2(&p, &cv, &s);
     const kt_stage_t *ss = kt_dag_stage(cv, s);
     const int32_t(*f0)[KT_SCHED_MAX_LEVELS] = st->stages[s].split;
     kt_rng_t rng;

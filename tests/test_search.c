@@ -849,18 +849,29 @@ static int tile_sibling(const kt_sched_state_t *a, const kt_sched_state_t *b, in
     return memcmp(a->stages[s].split, b->stages[s].split, sizeof a->stages[s].split) != 0;
 }
 
-START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
+/* The 8x8 conv2d of the sibling tests with one-thread parameters, and its
+ * best state SIBLING_BEST parsed into *best (tiled stage *s). */
+#define SIBLING_BEST KT_TEST_PAD_TILE_STATE("[1,2,2,2]", "[1,1,2,4]")
+static kt_workload_t *sibling_conv(kt_sched_params_t *p, kt_sched_state_t **best, int *s)
 {
     kt_workload_t *w = workload("{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":8,\"W\":8,\"CI\":16,"
                                 "\"CO\":32,\"KH\":3,\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],"
                                 "\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}");
-    const kt_dag_t *dag = kt_workload_dag(w);
+    one_thread_params(p);
+    *best = kt_sched_state_from_json(SIBLING_BEST, kt_workload_dag(w), p);
+    ck_assert_msg(*best != NULL, "%s", kt_err_msg());
+    *s = kt_test_tiled_stage(*best);
+    return w;
+}
+
+START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
+{
     kt_sched_params_t p;
-    one_thread_params(&p);
-    const char *best = KT_TEST_PAD_TILE_STATE("[1,2,2,2]", "[1,1,2,4]");
-    kt_sched_state_t *b = kt_sched_state_from_json(best, dag, &p);
-    ck_assert_msg(b != NULL, "%s", kt_err_msg());
-    int s = kt_test_tiled_stage(b);
+    kt_sched_state_t *b;
+    int s;
+    kt_workload_t *w = sibling_conv(&p, &b, &s);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    const char *best = SIBLING_BEST;
     int ndim = kt_dag_stage(dag, s)->ndim;
     for (int siblings = 0; siblings <= 2; siblings += 2) {
         kt_search_stats_t ss;
@@ -884,16 +895,12 @@ END_TEST
  * already ends in the tile has no such sibling, nor with the option off. */
 START_TEST(search_direct_sibling_ends_the_best_states_reduction_in_its_tile)
 {
-    kt_workload_t *w = workload("{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":8,\"W\":8,\"CI\":16,"
-                                "\"CO\":32,\"KH\":3,\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],"
-                                "\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}");
-    const kt_dag_t *dag = kt_workload_dag(w);
     kt_sched_params_t p;
-    one_thread_params(&p);
-    const char *best = KT_TEST_PAD_TILE_STATE("[1,2,2,2]", "[1,1,2,4]");
-    kt_sched_state_t *b = kt_sched_state_from_json(best, dag, &p);
-    ck_assert_msg(b != NULL, "%s", kt_err_msg());
-    int s = kt_test_tiled_stage(b);
+    kt_sched_state_t *b;
+    int s;
+    kt_workload_t *w = sibling_conv(&p, &b, &s);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    const char *best = SIBLING_BEST;
     int ci = kt_dag_stage(dag, s)->ndim + 2;
     ck_assert_int_eq(b->stages[s].split[ci][0], 2);
     kt_sched_state_t *want = kt_sched_state_clone(b);

@@ -402,8 +402,8 @@ static int mutate_tile_shape(const kt_dag_t *dag, const kt_sched_params_t *p,
  * the whole register-tile block, which is then stored to and loaded from a
  * local block between their steps; with every R0 factor moved inwards the
  * tile starts from zero and its store is the consumer's (direct tile). The
- * tile-size rule gets there one factor at a time, and the model, trained on
- * the best state's R0 > 1 records, seldom ranks the direct state high. */
+ * tile-size rule moves one factor of one axis at a time, and searches ended
+ * on R0 > 1 states whose direct form they never measured. */
 static int mutate_reduce_in(const kt_dag_t *dag, const kt_sched_params_t *p,
                             kt_sched_state_t *st)
 {

@@ -983,8 +983,9 @@ static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, t
 }
 
 /* Up to `limit` new states made from the best state measured since the
- * search's start by mutation `rule`, in the round's first picks, counted in *count; a state the rule
- * cannot change (one placement per stage, a one-axis tile) has none. */
+ * search's start by mutation `rule`, in the round's first picks, counted in
+ * *count; a state the rule cannot change (one placement per stage, a
+ * one-axis tile) has none. */
 static int pick_siblings_by(kt_search_policy_t *sp, int rule, int limit, int *count, int n,
                             tiles_t *tiles, kt_slist_t *out)
 {

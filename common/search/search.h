@@ -92,7 +92,7 @@ typedef struct {
      * reduction ended inside the register tile (every outer reduce factor
      * moved inwards: kt_sched_mutate's reduce-in rule), where that is new.
      * Such a tile writes its consumer from registers, with no local block;
-     * the model, trained on the best state's relatives, seldom proposes it.
+     * searches ended on states whose direct form they never measured.
      * 0 = off (Ansor). */
     int direct_siblings;                   /* 1 */
     /* Random restart: once the best of the search's current start has not
