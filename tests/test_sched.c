@@ -451,12 +451,53 @@ START_TEST(sched_reduce_in_ends_the_reduction_inside_the_register_tile)
     ck_assert_int_eq(kt_sched_mutate(cv, &p, m, KT_MUT_REDUCE_IN, &rng, &again), 0);
     ck_assert_ptr_null(again);
     p.max_innermost_split_factor = 8;
+    p.max_direct_reduce_factor = 8;
     ck_assert_int_eq(kt_sched_mutate(cv, &p, st, KT_MUT_REDUCE_IN, &rng, &again), 0);
     ck_assert_ptr_null(again);
     kt_sched_state_free(m);
     kt_sched_state_free(want);
     kt_sched_state_free(st);
     kt_dag_free(cv);
+}
+END_TEST
+
+/* A direct tile may run a reduction longer than max_innermost_split_factor
+ * whole: matmul 512's k [8,64] moves in to [1,512], which validates, while
+ * [2,256] (not direct) does not; at max_direct_reduce_factor 256 the rule
+ * leaves the state and [1,512] is out of bounds. */
+START_TEST(sched_reduce_in_runs_a_long_reduction_whole)
+{
+    kt_sched_params_t p = params16();
+    kt_dag_t *mm = kt_ops_matmul(512, 512, 512, 0, NULL, 0);
+    const char *fmt = "{\"version\":1,\"stages\":[{\"kind\":\"input\",\"name\":\"A\"},"
+                      "{\"kind\":\"input\",\"name\":\"B\"},{\"kind\":\"tiled\","
+                      "\"name\":\"C\",\"ann\":[2,0,0],\"tile\":[[2,8,4,8],[2,2,4,32],%s]}]}";
+    char js[512];
+    snprintf(js, sizeof(js), fmt, "[8,64]");
+    kt_sched_state_t *st = kt_sched_state_from_json(js, mm, &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    snprintf(js, sizeof(js), fmt, "[1,512]");
+    kt_sched_state_t *want = kt_sched_state_from_json(js, mm, &p);
+    ck_assert_msg(want != NULL, "%s", kt_err_msg());
+    snprintf(js, sizeof(js), fmt, "[2,256]");
+    ck_assert_ptr_null(kt_sched_state_from_json(js, mm, &p));
+    ck_assert_msg(strstr(kt_err_msg(), "innermost split factor 256 exceeds 64") != NULL, "%s", kt_err_msg());
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 6);
+    kt_sched_state_t *m = NULL;
+    ck_assert_int_eq(kt_sched_mutate(mm, &p, st, KT_MUT_REDUCE_IN, &rng, &m), 1);
+    ck_assert(kt_sched_state_equal(m, want));
+    ck_assert_msg(kt_sched_state_validate(mm, &p, m) == 0, "%s", kt_err_msg());
+    kt_sched_state_free(m);
+    m = NULL;
+    p.max_direct_reduce_factor = 256;
+    ck_assert_int_eq(kt_sched_mutate(mm, &p, st, KT_MUT_REDUCE_IN, &rng, &m), 0);
+    ck_assert_ptr_null(m);
+    ck_assert_int_ne(kt_sched_state_validate(mm, &p, want), 0);
+    ck_assert_msg(strstr(kt_err_msg(), "innermost split factor 512 exceeds 256") != NULL, "%s", kt_err_msg());
+    kt_sched_state_free(want);
+    kt_sched_state_free(st);
+    kt_dag_free(mm);
 }
 END_TEST
 
@@ -996,6 +1037,7 @@ int main(void)
     tcase_add_test(tc, sched_random_mutations_keep_validity);
     tcase_add_test(tc, sched_tile_shape_exchanges_a_prime_between_axes);
     tcase_add_test(tc, sched_reduce_in_ends_the_reduction_inside_the_register_tile);
+    tcase_add_test(tc, sched_reduce_in_runs_a_long_reduction_whole);
     tcase_add_test(tc, sched_validate_survives_corrupted_states);
     tcase_add_test(tc, sched_hashes_differ_for_different_states);
     tcase_add_test(tc, sched_knobs_name_each_decision_once);

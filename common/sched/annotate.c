@@ -417,7 +417,7 @@ static int mutate_reduce_in(const kt_dag_t *dag, const kt_sched_params_t *p,
         for (int r = 0; r < ss->nreduce; r++) {
             const int32_t *f = e->split[ss->ndim + r];
             outer |= f[0] > 1;
-            fits &= (int64_t)f[0] * f[1] <= p->max_innermost_split_factor;
+            fits &= (int64_t)f[0] * f[1] <= kt_sched_direct_reduce_cap(p);
         }
         if (!outer || !fits)
             continue;

@@ -32,12 +32,20 @@ void kt_sched_params_default(kt_sched_params_t *p)
     else
         p->vector_bytes = 16;
     p->max_innermost_split_factor = 64;
+    p->max_direct_reduce_factor = 512;
     p->max_vectorize_size = 16;
     p->target = KT_SCHED_TARGET_CPU;
     p->max_threads_per_block = 1024;
     p->max_shared_memory_per_block = 48 * 1024;
     p->max_vthread_extent = 8;
     p->warp_size = 32;
+}
+
+int kt_sched_direct_reduce_cap(const kt_sched_params_t *p)
+{
+    return p->max_direct_reduce_factor > p->max_innermost_split_factor
+               ? p->max_direct_reduce_factor
+               : p->max_innermost_split_factor;
 }
 
 void kt_sched_params_default_gpu(kt_sched_params_t *p)
@@ -638,11 +646,16 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
         case KT_SK_TILED:
             if (!kt_dag_has_data_reuse(dag, s))
                 return bad(s, ss, "multi-level tiling needs a reduction with data reuse", NULL);
+            /* a direct tile may run a longer reduction whole (the reduce-in rule's states) */
+            int direct = 1;
+            for (int r = 0; r < nr; r++)
+                direct &= e->split[nd + r][0] == 1;
             for (int a = 0; a < nd + nr; a++) {
                 int rc = check_split(ss, s, e->split[a],
                                      a < nd ? KT_SCHED_SPATIAL_LEVELS : KT_SCHED_REDUCE_LEVELS,
                                      a < nd ? ss->shape[a] : ss->reduce_ext[a - nd],
-                                     p->max_innermost_split_factor);
+                                     a >= nd && direct ? kt_sched_direct_reduce_cap(p)
+                                                       : p->max_innermost_split_factor);
                 if (rc)
                     return rc;
             }

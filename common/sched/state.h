@@ -56,6 +56,10 @@ typedef struct {
                                         vector_unit_bytes, for cost features; the
                                         vectorize rule is bounded by max_vectorize_size) */
     int max_innermost_split_factor;  /* innermost tile factor bound (64) */
+    int max_direct_reduce_factor;    /* a reduce axis's inner factor bound in a direct tile
+                                        (every outer reduce factor 1), where the register
+                                        tile runs the whole reduction (512; never below
+                                        max_innermost_split_factor) */
     int max_vectorize_size;          /* longest vectorized loop when sampling (16) */
     /* GPU (target cuda; TVM's HardwareParams). num_cores is the SM count there. */
     int target;                      /* kt_sched_target_t of the sketches made */
@@ -66,9 +70,14 @@ typedef struct {
 } kt_sched_params_t;
 
 /* CPU defaults for this host: cores from sysconf, vector width from the CPU's
- * AVX-512 / AVX2 support, 64 and 16 for the two bounds; target CPU and the
+ * AVX-512 / AVX2 support, 64, 512 and 16 for the three bounds; target CPU and the
  * GPU limits of kt_sched_params_default_gpu (unused for CPU states). */
 void kt_sched_params_default(kt_sched_params_t *p);
+
+/* The largest inner factor of a reduce axis in a direct tile (a tiled stage
+ * whose outer reduce factors are all 1): max_direct_reduce_factor, never
+ * below max_innermost_split_factor. */
+int kt_sched_direct_reduce_cap(const kt_sched_params_t *p);
 
 /* GPU defaults (the sm_90 preset of measure/hw_params.h: 132 SMs, 1024
  * threads and 48 KiB shared memory per block, vthread extent 8, warp 32),
@@ -190,7 +199,7 @@ typedef enum {
                                tiled stage moved into its inner level, so the
                                reduction ends inside the register tile, which
                                then writes its consumer (a stage where one
-                               would exceed max_innermost_split_factor is left) */
+                               would exceed kt_sched_direct_reduce_cap is left) */
     KT_MUT__COUNT
 } kt_sched_mut_t;
 
