@@ -432,7 +432,7 @@ static kt_sched_state_t *tile_7x2(const kt_sched_params_t *p, kt_dag_t **cv, int
 /* The reduce-in rule moves every outer reduce factor of the tiled stage
  * into its inner level (channels [2,8] -> [1,16]) and changes nothing else;
  * a state whose reduction already ends in the tile, or one where an inner
- * factor would exceed max_innermost_split_factor, has nothing to change. */
+ * factor would exceed kt_sched_direct_reduce_cap, has nothing to change. */
 START_TEST(sched_reduce_in_ends_the_reduction_inside_the_register_tile)
 {
     kt_sched_params_t p = params16();
@@ -481,7 +481,8 @@ START_TEST(sched_reduce_in_runs_a_long_reduction_whole)
     ck_assert_msg(want != NULL, "%s", kt_err_msg());
     snprintf(js, sizeof(js), fmt, "[2,256]");
     ck_assert_ptr_null(kt_sched_state_from_json(js, mm, &p));
-    ck_assert_msg(strstr(kt_err_msg(), "innermost split factor 256 exceeds 64") != NULL, "%s", kt_err_msg());
+    ck_assert_msg(strstr(kt_err_msg(), "innermost split factor 256 exceeds 64") != NULL, "%s",
+                  kt_err_msg());
     kt_rng_t rng;
     kt_rng_seed(&rng, 6);
     kt_sched_state_t *m = NULL;
@@ -494,7 +495,8 @@ START_TEST(sched_reduce_in_runs_a_long_reduction_whole)
     ck_assert_int_eq(kt_sched_mutate(mm, &p, st, KT_MUT_REDUCE_IN, &rng, &m), 0);
     ck_assert_ptr_null(m);
     ck_assert_int_ne(kt_sched_state_validate(mm, &p, want), 0);
-    ck_assert_msg(strstr(kt_err_msg(), "innermost split factor 512 exceeds 256") != NULL, "%s", kt_err_msg());
+    ck_assert_msg(strstr(kt_err_msg(), "innermost split factor 512 exceeds 256") != NULL, "%s",
+                  kt_err_msg());
     kt_sched_state_free(want);
     kt_sched_state_free(st);
     kt_dag_free(mm);

@@ -344,12 +344,7 @@ static int regtile_fits(const kt_stage_t *ss, const kt_sched_stage_t *e)
  * the consumer can read them there. */
 static int regtile_direct(const kt_stage_t *ss, const kt_sched_stage_t *e)
 {
-    if (!regtile_fits(ss, e))
-        return 0;
-    for (int r = 0; r < ss->nreduce; r++)
-        if (e->split[ss->ndim + r][0] != 1)
-            return 0;
-    return 1;
+    return regtile_fits(ss, e) && kt_sched_reduce_ends_in_tile(ss, e);
 }
 
 /* The tiled nest of s; bound[a][l] are the consumer's iterators of the

@@ -411,15 +411,14 @@ static int mutate_reduce_in(const kt_dag_t *dag, const kt_sched_params_t *p,
     for (int s = 0; s < st->nstages; s++) {
         kt_sched_stage_t *e = &st->stages[s];
         const kt_stage_t *ss = kt_dag_stage(dag, s);
-        if (e->kind != KT_SK_TILED)
+        if (e->kind != KT_SK_TILED || kt_sched_reduce_ends_in_tile(ss, e))
             continue;
-        int fits = 1, outer = 0;
+        int fits = 1;
         for (int r = 0; r < ss->nreduce; r++) {
             const int32_t *f = e->split[ss->ndim + r];
-            outer |= f[0] > 1;
             fits &= (int64_t)f[0] * f[1] <= kt_sched_direct_reduce_cap(p);
         }
-        if (!outer || !fits)
+        if (!fits)
             continue;
         for (int r = 0; r < ss->nreduce; r++) {
             int32_t *f = e->split[ss->ndim + r];

@@ -48,6 +48,14 @@ int kt_sched_direct_reduce_cap(const kt_sched_params_t *p)
                : p->max_innermost_split_factor;
 }
 
+int kt_sched_reduce_ends_in_tile(const kt_stage_t *ss, const kt_sched_stage_t *e)
+{
+    for (int r = 0; r < ss->nreduce; r++)
+        if (e->split[ss->ndim + r][0] != 1)
+            return 0;
+    return 1;
+}
+
 void kt_sched_params_default_gpu(kt_sched_params_t *p)
 {
     kt_sched_params_default(p);
@@ -647,9 +655,7 @@ int kt_sched_state_validate(const kt_dag_t *dag, const kt_sched_params_t *p,
             if (!kt_dag_has_data_reuse(dag, s))
                 return bad(s, ss, "multi-level tiling needs a reduction with data reuse", NULL);
             /* a direct tile may run a longer reduction whole (the reduce-in rule's states) */
-            int direct = 1;
-            for (int r = 0; r < nr; r++)
-                direct &= e->split[nd + r][0] == 1;
+            int direct = kt_sched_reduce_ends_in_tile(ss, e);
             for (int a = 0; a < nd + nr; a++) {
                 int rc = check_split(ss, s, e->split[a],
                                      a < nd ? KT_SCHED_SPATIAL_LEVELS : KT_SCHED_REDUCE_LEVELS,

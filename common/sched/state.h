@@ -140,6 +140,10 @@ typedef struct {
                             step of the cooperative fetch (1, 2 or 4) */
 } kt_sched_stage_t;
 
+/* 1 when every outer reduce factor (R0) of tiled stage e of ss is 1: its
+ * reduction ends inside the register tile (a direct tile). */
+int kt_sched_reduce_ends_in_tile(const kt_stage_t *ss, const kt_sched_stage_t *e);
+
 typedef struct kt_sched_state {
     int nstages;                 /* = kt_dag_num_stages */
     int target;                  /* kt_sched_target_t */
