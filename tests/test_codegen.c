@@ -1129,8 +1129,11 @@ static long long count_updates(const char *src, const char *entry)
             l += n;
             continue;
         }
-        const char *d = strstr(l, "data[");
-        if (d && d < l + n) {
+        /* an update reads data or a border table's pointer (not the line
+         * filling the table) */
+        const char *d = strstr(l, "data["), *bt = strstr(l, "kt_border");
+        d = d && d < l + n ? d : bt && bt < l + n ? bt : NULL;
+        if (d && strncmp(t, "kt_border", 9) != 0 && strncmp(t, "const ", 6) != 0) {
             kt_sbuf_putn(&b, l, (size_t)(t - l));
             kt_sbuf_puts(&b, "__atomic_fetch_add(&kt_count, 1, __ATOMIC_RELAXED), ");
             kt_sbuf_putn(&b, t, n - (size_t)(t - l));
@@ -1150,8 +1153,8 @@ static long long count_updates(const char *src, const char *entry)
     ck_assert(fs && cs);
     int (*fn)(float **);
     memcpy(&fn, &fs, sizeof(fn));
-    /* up to 16x16x16 -> 16x16x32, 3x3 */
-    static float data[16 * 16 * 16], weight[3 * 3 * 16 * 32], bias[32], out[16 * 16 * 32];
+    /* up to 16x16x16 -> 16x16x32, 7x7 */
+    static float data[16 * 16 * 16], weight[7 * 7 * 16 * 32], bias[32], out[16 * 16 * 32];
     float *bufs[4] = {data, weight, bias, out};
     ck_assert_int_eq(fn(bufs), 0);
     long long n = *(long long *)cs;
@@ -1211,6 +1214,28 @@ START_TEST(codegen_inlined_padding_is_partitioned_not_tested)
 }
 END_TEST
 
+/* Multiply-adds of a k x k conv2d with this padding and stride of an
+ * hw x hw x 16 input to 32 channels, whose register tiles are th x tw
+ * pixels, when each (ry, rx) step of a tile runs whole where any of its
+ * pixels reads the input and not at all where none does: a border tile
+ * reads through a border table, whose padded pixels multiply zeros. */
+static long long tile_taps(int hw, int k, int pad, int stride, int th, int tw)
+{
+    int out = (hw + 2 * pad - k) / stride + 1;
+    long long n[2] = {0, 0};
+    for (int d = 0; d < 2; d++) {
+        int t = d ? tw : th;
+        for (int o0 = 0; o0 < out; o0 += t)
+            for (int r = 0; r < k; r++) {
+                int any = 0;
+                for (int o = o0; o < o0 + t && o < out; o++)
+                    any |= o * stride + r - pad >= 0 && o * stride + r - pad < hw;
+                n[d] += any ? t : 0;
+            }
+    }
+    return n[0] * n[1] * 16 * 32;
+}
+
 /* The padding inlined and a register tile of 2 pixels x 32 channels:
  * stride 2 from 8x8x16 to 4x4x32 (only the first row and the first tile of
  * a row read the padding: tests with positive coefficients) and stride 1 at
@@ -1219,21 +1244,23 @@ END_TEST
  * nothing where the whole tile is inside (every test of its statements
  * holds at the ends of its loops' ranges) and the border's copy with its
  * guards. Today's emitter printed one copy, whose rx = 0 part tested every
- * unrolled pixel at every reduction step. The multiply-adds are exactly the
- * taps inside the input (per row and column 2 + 3 + 3 + 3 at stride 2,
- * 2 + 6 x 3 + 2 at stride 1), so no border tile runs the interior copy. */
+ * unrolled pixel at every reduction step. The border copy reads through a
+ * border table: per row the taps inside the input (2 + 3 + 3 + 3 at stride
+ * 2, 2 + 6 x 3 + 2 at stride 1, the row loop narrowed), per column every
+ * (rx, tile) step where a pixel of the tile is inside (tile_taps: 12 and
+ * 24); 11 and 22 of them if a border tile ran the interior copy. */
 START_TEST(codegen_register_tile_interior_tests_nothing)
 {
     static const struct {
         int stride;
         const char *state;
-        long long taps;   /* in-bounds (ry, rx) pairs summed over the output */
+        int side;   /* of the input */
     } cases[2] = {
-        {2, KT_TEST_PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]"), 11 * 11},
-        {1, KT_TEST_PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]"), 22 * 22},
+        {2, KT_TEST_PAD_TILE_STATE("[2,1,2,1]", "[1,1,2,2]"), 8},
+        {1, KT_TEST_PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]"), 8},
     };
     for (int c = 0; c < 2; c++) {
-        kt_dag_t *cv = kt_test_pad_tile_conv(8, cases[c].stride);
+        kt_dag_t *cv = kt_test_pad_tile_conv(cases[c].side, cases[c].stride);
         char *src = emit_json(cv, cases[c].state, "ti");
         /* each copy of the tile follows its test (interior) or its else (border) */
         int interior = 0, border = 0;
@@ -1268,7 +1295,8 @@ START_TEST(codegen_register_tile_interior_tests_nothing)
                       "stride %d: %d interior and %d border copies", cases[c].stride, interior,
                       border);
         check_against_reference(cv, src, "ti", 21 + (uint64_t)c);
-        ck_assert_int_eq(count_updates(src, "ti_packed"), cases[c].taps * 16 * 32);
+        ck_assert_int_eq(count_updates(src, "ti_packed"),
+                         tile_taps(cases[c].side, 3, 1, cases[c].stride, 1, 2));
         free(src);
         kt_dag_free(cv);
     }
@@ -1282,8 +1310,9 @@ END_TEST
  * braces of an unprinted loop, is the test or its else): split at the
  * block's channel loop, the whole first and last blocks of rows ran the
  * border copy (a tuned 56x56 stride-2 state: half its work, 1.5x slower
- * than with the padding materialized). Answers and multiply-adds (34
- * in-bounds taps per dimension) as the reference. */
+ * than with the padding materialized). Answers as the reference;
+ * multiply-adds: the 34 in-bounds taps per row, and per column the 36 of
+ * every step where a tile of 4 pixels reads the input (tile_taps). */
 START_TEST(codegen_tile_interior_wraps_the_register_tile)
 {
     kt_dag_t *cv = kt_test_pad_tile_conv(12, 1);
@@ -1321,7 +1350,57 @@ START_TEST(codegen_tile_interior_wraps_the_register_tile)
     }
     ck_assert_int_ge(copies, 2);
     check_against_reference(cv, src, "tw", 31);
-    ck_assert_int_eq(count_updates(src, "tw_packed"), 34LL * 34 * 16 * 32);
+    ck_assert_int_eq(count_updates(src, "tw_packed"), tile_taps(12, 3, 1, 1, 1, 4));   /* 34 x 36 */
+    free(src);
+    kt_dag_free(cv);
+}
+END_TEST
+
+/* A 7x7 window, padding 3, stride 2 (the ResNet-18 stem's shape on a
+ * 12x12x16 input, 6x6x32 out) with the padding inlined and register tiles
+ * of 2 x 2 pixels: the border copy's tests read the tile's rows and
+ * columns and loops around them that GCC cannot fold, so it reads through
+ * border tables (one pointer per pixel of the tile, into data or a block
+ * of zeros) filled per (ry, rx) step and tests nothing per pixel and
+ * reduction step. A step where every pixel of the tile reads the padding
+ * (rows 0 and 1 at ry = 0: input rows -3 and -1) runs no multiply-add:
+ * tile_taps counts exactly the steps with a pixel inside, fewer than all
+ * 6 x 6 x 49 taps (a table without that test) and more than those inside
+ * the input (per-pixel guards). Answers as the reference. */
+START_TEST(codegen_border_table_replaces_the_tests_per_pixel)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(2, 3, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 12, 12, 16, 32, 7, 7, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    char *src = emit_json(
+        cv,
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
+        "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"
+        "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
+        "[1,3,1,2],[1,3,1,2],[1,1,1,32],[1,7],[1,7],[2,8]]},{\"kind\":\"input\",\"name\":"
+        "\"bias\"},{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":"
+        "\"fused\",\"name\":\"T_relu\"}],\"version\":1}",
+        "bt");
+    ck_assert_int_ge(count_lines(src, "kt_border0["), 2);   /* filled and read */
+    for (const char *p = strstr(src, "kt_conv2d_nhwc_reg[kt_"); p;
+         p = strstr(p + 1, "kt_conv2d_nhwc_reg[kt_")) {
+        char *l = line_at(src, p);
+        ck_assert_msg(strstr(l, "if (") == NULL && strstr(l, " ? ") == NULL,
+                      "a test on the update: %s", l);
+        free(l);
+    }
+    static const char simd[] = "#pragma omp simd";
+    for (const char *p = strstr(src, simd); p; p = strstr(p + 1, simd)) {
+        const char *body = strchr(strchr(p, '\n') + 1, '\n') + 1;
+        const char *end = strstr(body, "}\n");
+        const char *t = strstr(body, " >= ");
+        ck_assert_msg(t == NULL || t > end, "a test inside a simd loop");
+    }
+    check_against_reference(cv, src, "bt", 41);
+    long long n = count_updates(src, "bt_packed"), want = tile_taps(12, 7, 3, 2, 2, 2);
+    ck_assert_int_eq(n, want);
+    ck_assert_int_lt(want, 6LL * 6 * 49 * 16 * 32);
     free(src);
     kt_dag_free(cv);
 }
@@ -1333,12 +1412,13 @@ END_TEST
  * the update runs 4x4 pixels x 32 channels x 9 taps x 16 = 73,728 times.
  * Output rows 0-1 (ax1.0 = 0): of the 4 tiles (yy.2, xx.2) only (1, 1) is
  * interior; a border tile runs, per rc.0 step, one narrowed ry loop start
- * and 3 x 3 x 8 x 2 hoisted column tests (per ry, rx, rc.1, xx.3, around
- * the simd loop): 145, times 3 tiles x 2 steps = 870. Rows 2-3: the row
- * test always holds (that part of ax1.0 is split off); tiles with xx.2 = 1
- * are interior, the 2 others test 144 times per step: 576. Share
- * 1446 / 73728. The statements without a padding guard say 1, and so does
- * every statement of the state with its padding materialized. */
+ * and per (ry, rx) a border table of 2 column tests (one per pixel of the
+ * tile, read by the 8 rc.1 steps): 19, times 3 tiles x 2 steps = 114. Rows
+ * 2-3: the row test always holds (that part of ax1.0 is split off); tiles
+ * with xx.2 = 1 are interior, the 2 others test 18 times per step: 72.
+ * Share 186 / 73728 (1446 when the border tested each pixel at every rc.1
+ * step). The statements without a padding guard say 1, and so does every
+ * statement of the state with its padding materialized. */
 START_TEST(codegen_tested_share_counts_the_printed_tests)
 {
     kt_dag_t *cv = kt_test_pad_tile_conv(8, 2);
@@ -1357,7 +1437,7 @@ START_TEST(codegen_tested_share_counts_the_printed_tests)
             int guarded = !materialized && s->kind == KT_STMT_UPDATE &&
                           strcmp(kt_dag_stage(cv, s->stage)->name, "conv2d_nhwc") == 0;
             updates += guarded;
-            double want = guarded ? 1446.0 / 73728.0 : 1.0;
+            double want = guarded ? 186.0 / 73728.0 : 1.0;
             ck_assert_msg(fabs(share[i] - want) < 1e-12, "materialized %d, statement %d: share %g, want %g",
                           materialized, i, share[i], want);
         }
@@ -1420,6 +1500,7 @@ int main(void)
     tcase_add_test(tc, codegen_inlined_padding_is_partitioned_not_tested);
     tcase_add_test(tc, codegen_tested_share_counts_the_printed_tests);
     tcase_add_test(tc, codegen_tile_interior_wraps_the_register_tile);
+    tcase_add_test(tc, codegen_border_table_replaces_the_tests_per_pixel);
     tcase_add_test(tc, codegen_register_tile_interior_tests_nothing);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);

@@ -68,6 +68,10 @@ typedef struct {
     double *runs, *tested;
     double frac;           /* share of the enclosing iterations reaching the current node
                               through tile_interior's copies */
+    int border;            /* inside tile_interior's border copy: tables may replace tests */
+    int table_stmt;        /* statement reading through border_table's pointers, -1 */
+    const char *table_load;/* what its padding source's load reads instead */
+    int ntables;           /* tables printed so far (their names) */
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -211,7 +215,9 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
  * - what is left is tested on the statement; but a loop holding a local
  *   tile whose statements' tests read the tile's loops is first printed
  *   twice, an interior copy that tests nothing behind one test of the loops
- *   around it, and the border's copy (see tile_interior).
+ *   around it, and the border's copy (see tile_interior), which reads
+ *   through a table of pointers where its tests would not fold (see
+ *   border_table).
  * Loops over a local tile's elements are neither split nor narrowed: GCC
  * keeps the register and accumulator tiles in registers only with whole
  * constant trip counts (a tile loop split into constant parts made GCC
@@ -228,6 +234,8 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
 #define KT_EMIT_MAX_PARTS 6     /* most copies of a statement the partitions print */
 #define KT_EMIT_PART_MIN 256    /* partitions print at most as many guarded statements as
                                    the kernel unrolls, or this many */
+#define KT_EMIT_TABLE_MAX 64    /* pointers of one border table (border_table) */
+#define KT_EMIT_ZERO_MAX 4096   /* floats of its block of zeros */
 
 /* sum coef * iter + c; in a guard, the inequality aff >= 0. */
 typedef struct {
@@ -241,6 +249,8 @@ typedef struct guard {
     int nq;            /* 0: the statement is not guarded */
     uint64_t taken;    /* the padding stage its body reads through the select's operand */
     aff_t q[KT_EMIT_GUARD_INEQS];
+    int src;           /* the placeholder the select's operand loads, -1: not one */
+    aff_t flat;        /* that load's row-major index */
 } guard_t;
 
 /* x += k * y; -1 when the terms overflow. */
@@ -365,6 +375,7 @@ static int count_loads(const kt_dag_t *dag, uint64_t mask, const kt_expr_t *e, i
 static void guard_of_stmt(const emit_t *e, const kt_lower_stmt_t *s, guard_t *g)
 {
     memset(g, 0, sizeof(*g));
+    g->src = -1;
     const kt_stage_t *ss = kt_dag_stage(e->dag, s->stage);
     uint64_t mask = e->L->inline_mask;
     if (s->kind != KT_STMT_UPDATE || !ss || ss->rop != KT_RED_SUM || !ss->body)
@@ -389,10 +400,32 @@ static void guard_of_stmt(const emit_t *e, const kt_lower_stmt_t *s, guard_t *g)
     for (int i = 0; i < p->ndim; i++)
         if (aff_of_expr(ld->args[i], env, na, &penv[i], 0))
             return;
-    guard_t tmp = {0};
+    guard_t tmp = {.src = -1};
     if (cond_ineqs(p->body->args[0], penv, p->ndim, &tmp, 0) || tmp.nq == 0)
         return;
     tmp.taken = 1ULL << ld->tensor;
+    /* the operand's flat index, for border_table's pointers */
+    const kt_expr_t *op = p->body->args[1];
+    const kt_stage_t *src = op->kind == KT_EX_LOAD ? kt_dag_stage(e->dag, op->tensor) : NULL;
+    if (src && src->kind == KT_STAGE_PLACEHOLDER && op->nargs == src->ndim &&
+        count_loads(e->dag, mask, ss->body, op->tensor, 0) == 1) {
+        int64_t stride = 1;
+        int ok = 1;
+        for (int i = src->ndim - 1; i >= 0 && ok; i--) {
+            aff_t a, live = {0};
+            ok = aff_of_expr(op->args[i], penv, p->ndim, &a, 0) == 0;
+            /* loops of one iteration add nothing (and would crowd out the others) */
+            for (int t = 0; t < a.n && ok; t++)
+                if (e->L->iters[a.iter[t]].extent > 1) {
+                    aff_t one = {.n = 1, .iter = {a.iter[t]}, .coef = {a.coef[t]}};
+                    ok = aff_add(&live, &one, 1) == 0;
+                }
+            live.c = a.c;
+            ok = ok && aff_add(&tmp.flat, &live, stride) == 0;
+            stride *= src->shape[i];
+        }
+        tmp.src = ok ? op->tensor : -1;
+    }
     *g = tmp;
 }
 
@@ -732,6 +765,19 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
         /* loads redirected to another buffer: a rewritten weight's copy */
         kt_codegen_apply_subs(e->dag, e->L, (int)(s - e->L->stmts), access_c_fn, (void *)e->L,
                               &text);
+        if ((int)(s - e->L->stmts) == e->table_stmt && e->table_load) {
+            /* read through border_table's pointers */
+            kt_sbuf_t tmp;
+            kt_sbuf_init(&tmp);
+            kt_codegen_replace_loads(text.data ? text.data : "",
+                                     kt_dag_stage(e->dag, e->guards[e->table_stmt].src)->name,
+                                     e->table_load, &tmp);
+            kt_sbuf_clear(&text);
+            kt_sbuf_puts(&text, tmp.data ? tmp.data : "");
+            if (tmp.failed)
+                text.failed = 1;
+            kt_sbuf_free(&tmp);
+        }
         if (s->kind == KT_STMT_COMPUTE && s->src >= 0) {
             kt_sbuf_t repl;
             kt_sbuf_init(&repl);
@@ -1270,13 +1316,196 @@ static int tile_interior(emit_t *e, int node, int depth, int in_par, int in_vec)
     kt_sbuf_indent(b, depth * 2);
     kt_sbuf_puts(b, "} else {\n");
     e->frac = frac * (1.0 - share);
+    e->border = 1;
     emit_loop(e, node, depth + 1, in_par, in_vec);
+    e->border = 0;
     kt_sbuf_indent(b, depth * 2);
     kt_sbuf_puts(b, "}\n");
     e->frac = frac;
     e->tile_split = 0;
     e->parts = parts;
     free(bits);
+    return 1;
+}
+
+/* The annotation of loop iterator it at or under node; -1 if none. */
+static int ann_under(const kt_lower_t *L, int node, int it)
+{
+    const kt_lower_node_t *nd = &L->nodes[node];
+    if (nd->kind == KT_NODE_LOOP && nd->iter == it)
+        return (int)nd->ann;
+    for (int ch = nd->child; ch >= 0; ch = L->nodes[ch].next) {
+        int a = ann_under(L, ch, it);
+        if (a >= 0)
+            return a;
+    }
+    return -1;
+}
+
+/* The one statement under node whose guard has open tests; -1 if none or
+ * several. */
+static int open_stmt_under(const emit_t *e, int node)
+{
+    const kt_lower_t *L = e->L;
+    const kt_lower_node_t *nd = &L->nodes[node];
+    if (nd->kind == KT_NODE_STMT)
+        return !stmt_dead(e, nd->stmt) && open_ineqs(e, nd->stmt) ? nd->stmt : -1;
+    int found = -1;
+    for (int ch = nd->child; ch >= 0; ch = L->nodes[ch].next) {
+        const kt_lower_node_t *c = &L->nodes[ch];
+        int si = c->kind == KT_NODE_STMT || c->kind == KT_NODE_LOOP ? open_stmt_under(e, ch) : -1;
+        if (si == -2 || (si >= 0 && found >= 0 && si != found))
+            return -2;
+        if (si >= 0)
+            found = si;
+    }
+    return found;
+}
+
+/* In a register tile's border copy (tile_interior), a serial loop under
+ * which the one guarded update's open tests read only the tile's own loops
+ * (and loops around this one) is preceded by a table of pointers, one per
+ * value of those tile loops: into the padding's source where the tests
+ * hold, else to a block of zeros; the update reads through it and tests
+ * nothing. A test per tile element and reduction step, an unrolled branch,
+ * made GCC spill the tile (border tiles ran 3-6 times the interior's time,
+ * more than the padding they skip); the table is built once per iteration
+ * of the loops around this one and read by every iteration of this loop,
+ * adding the padding's zeros at the interior's speed. Returns 1 when it
+ * printed the loop. */
+static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
+{
+    const kt_lower_t *L = e->L;
+    const kt_lower_node_t *nd = &L->nodes[node];
+    int v = nd->iter;
+    if (!e->border || e->table_stmt >= 0 || nd->ann == KT_LOOP_PARALLEL || in_vec ||
+        e->tile_iter[v] || L->iters[v].extent <= 1)
+        return 0;
+    int si = open_stmt_under(e, node);
+    if (si < 0 || e->guards[si].src < 0)
+        return 0;
+    const guard_t *g = &e->guards[si];
+    unsigned open = open_ineqs(e, si);
+    int dims[KT_EMIT_AFF_TERMS], nd_ = 0, folds = 1;
+    int64_t entries = 1;
+    for (int k = 0; k < g->nq; k++) {
+        if (!((open >> k) & 1u))
+            continue;
+        for (int t = 0; t < g->q[k].n; t++) {
+            int it = g->q[k].iter[t], seen = 0;
+            if (g->q[k].coef[t] == 0 || L->iters[it].extent <= 1)
+                continue;
+            if (!in_subtree(L, node, it)) {
+                folds &= e->lo[it] == e->hi[it];
+                continue;
+            }
+            if (!e->tile_iter[it] || e->lo[it] != 0 || e->hi[it] != L->iters[it].extent - 1 ||
+                ann_under(L, node, it) == KT_LOOP_VECTORIZE)
+                return 0;   /* not a whole tile loop, or its lanes would gather: the guards */
+            for (int j = 0; j < nd_ && !seen; j++)
+                seen = dims[j] == it;
+            if (!seen && nd_ == KT_EMIT_AFF_TERMS)
+                return 0;
+            if (!seen) {
+                dims[nd_++] = it;
+                entries *= L->iters[it].extent;
+            }
+        }
+    }
+    /* tests of the unrolled tile loops and constants only: GCC folds them */
+    if (nd_ == 0 || folds || entries > KT_EMIT_TABLE_MAX)
+        return 0;
+    /* the load's index: the entry's part (outer and tested loops) and the
+     * offset of the loops under node the tests do not read */
+    aff_t base = {.c = g->flat.c}, off = {0};
+    int64_t span = 1;
+    for (int t = 0; t < g->flat.n; t++) {
+        int it = g->flat.iter[t], tested = 0;
+        int64_t c = g->flat.coef[t];
+        if (c == 0 || L->iters[it].extent <= 1)
+            continue;
+        for (int j = 0; j < nd_ && !tested; j++)
+            tested = dims[j] == it;
+        aff_t *to = in_subtree(L, node, it) && !tested ? &off : &base;
+        if (to == &off) {
+            if (c < 0)
+                return 0;
+            span += c * (L->iters[it].extent - 1);
+        }
+        to->iter[to->n] = it;
+        to->coef[to->n++] = c;
+    }
+    if (span > KT_EMIT_ZERO_MAX)
+        return 0;
+    int id = e->ntables++;
+    kt_sbuf_t *b = e->out, load;
+    kt_sbuf_init(&load);
+    if (!e->runs) {
+        const char *src = kt_dag_stage(e->dag, g->src)->name;
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_printf(b, "static const float kt_zeros%d[%lld] __attribute__((aligned(64)));\n",
+                       id, (long long)span);
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_printf(b, "const float *kt_border%d[%lld];\n", id, (long long)entries);
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_printf(b, "int kt_any%d = 0;\n", id);
+        kt_sbuf_printf(&load, "kt_border%d[", id);
+        for (int j = 0; j < nd_; j++) {
+            kt_sbuf_indent(b, (depth + j) * 2);
+            kt_sbuf_printf(b, "for (long long %s = 0; %s < %lldLL; ++%s)\n",
+                           L->iters[dims[j]].name, L->iters[dims[j]].name,
+                           (long long)L->iters[dims[j]].extent, L->iters[dims[j]].name);
+        }
+        kt_sbuf_t idx;
+        kt_sbuf_init(&idx);
+        for (int j = 0; j < nd_; j++) {
+            int64_t m = 1;
+            for (int k = j + 1; k < nd_; k++)
+                m *= L->iters[dims[k]].extent;
+            kt_sbuf_printf(&idx, "%s%s*%lldLL", j ? " + " : "", L->iters[dims[j]].name,
+                           (long long)m);
+        }
+        kt_sbuf_indent(b, (depth + nd_) * 2);
+        kt_sbuf_puts(b, "{\n");
+        kt_sbuf_indent(b, (depth + nd_ + 1) * 2);
+        kt_sbuf_puts(b, "const int kt_in = ");
+        print_test(e, si, open, b);
+        kt_sbuf_puts(b, ";\n");
+        kt_sbuf_indent(b, (depth + nd_ + 1) * 2);
+        kt_sbuf_printf(b, "kt_border%d[%s] = kt_in ? &%s[", id, idx.data ? idx.data : "0", src);
+        print_aff(e, &base, -1, b);
+        kt_sbuf_printf(b, "] : kt_zeros%d;\n", id);
+        kt_sbuf_indent(b, (depth + nd_ + 1) * 2);
+        kt_sbuf_printf(b, "kt_any%d |= kt_in;\n", id);
+        kt_sbuf_indent(b, (depth + nd_) * 2);
+        kt_sbuf_puts(b, "}\n");
+        /* where the whole tile reads the padding the loop adds only zeros */
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_printf(b, "if (kt_any%d) {\n", id);
+        kt_sbuf_printf(&load, "%s][", idx.data ? idx.data : "0");
+        print_aff(e, &off, -1, &load);
+        kt_sbuf_puts(&load, "]");
+        kt_sbuf_free(&idx);
+        if (kt_sbuf_ok(&load)) {
+            kt_sbuf_free(&load);
+            e->rc = kt_err_set(KT_ENOMEM, "emit: out of memory");
+            return 1;
+        }
+    }
+    if (e->runs)
+        e->tested[si] += node_runs(e) * (double)entries;   /* the table's tests */
+    e->table_stmt = si;
+    e->table_load = load.data;
+    e->hoisted[si] |= (uint8_t)open;
+    emit_loop(e, node, depth + 1, in_par, in_vec);
+    if (!e->runs) {
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_puts(b, "}\n");
+    }
+    e->hoisted[si] &= (uint8_t)~open;
+    e->table_stmt = -1;
+    e->table_load = NULL;
+    kt_sbuf_free(&load);
     return 1;
 }
 
@@ -1293,6 +1522,8 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         return;
     if (e->guards && nd->ann != KT_LOOP_PARALLEL && !in_vec &&
         tile_interior(e, node, depth, in_par, in_vec))
+        return;
+    if (e->guards && border_table(e, node, depth, in_par, in_vec))
         return;
     if (!e->guards || L->iters[v].extent <= 1 || nd->ann == KT_LOOP_PARALLEL || in_vec) {
         emit_loop_plain(e, node, depth, in_par, in_vec);
@@ -1636,7 +1867,7 @@ static int emit_program(const kt_dag_t *dag, const kt_lower_t *L, const char *en
 {
     size_t ns = (size_t)(L->nstmts > 0 ? L->nstmts : 1);
     emit_t e = {.dag = dag, .L = L, .out = b, .fns = fns, .entry = entry, .par_last = -1,
-                .parts = 1, .narrow_node = -1, .frac = 1.0};
+                .parts = 1, .narrow_node = -1, .frac = 1.0, .table_stmt = -1};
     e.cval = malloc(sizeof(*e.cval) * (size_t)(L->niters > 0 ? L->niters : 1));
     if (share) {
         e.runs = calloc(ns, sizeof(*e.runs));
