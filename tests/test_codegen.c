@@ -1248,7 +1248,8 @@ static long long tile_taps(int hw, int k, int pad, int stride, int th, int tw)
  * border table: per row the taps inside the input (2 + 3 + 3 + 3 at stride
  * 2, 2 + 6 x 3 + 2 at stride 1, the row loop narrowed), per column every
  * (rx, tile) step where a pixel of the tile is inside (tile_taps: 12 and
- * 24); 11 and 22 of them if a border tile ran the interior copy. */
+ * 24; 11 and 22 with the per-pixel tests before); a border tile running
+ * the interior copy would read outside the input (wrong answers). */
 START_TEST(codegen_register_tile_interior_tests_nothing)
 {
     static const struct {

@@ -1386,7 +1386,7 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
         return 0;
     const guard_t *g = &e->guards[si];
     unsigned open = open_ineqs(e, si);
-    int dims[KT_EMIT_AFF_TERMS], nd_ = 0, folds = 1;
+    int dims[KT_EMIT_AFF_TERMS], ndims = 0, folds = 1;
     int64_t entries = 1;
     for (int k = 0; k < g->nq; k++) {
         if (!((open >> k) & 1u))
@@ -1402,18 +1402,18 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
             if (!e->tile_iter[it] || e->lo[it] != 0 || e->hi[it] != L->iters[it].extent - 1 ||
                 ann_under(L, node, it) == KT_LOOP_VECTORIZE)
                 return 0;   /* not a whole tile loop, or its lanes would gather: the guards */
-            for (int j = 0; j < nd_ && !seen; j++)
+            for (int j = 0; j < ndims && !seen; j++)
                 seen = dims[j] == it;
-            if (!seen && nd_ == KT_EMIT_AFF_TERMS)
+            if (!seen && ndims == KT_EMIT_AFF_TERMS)
                 return 0;
             if (!seen) {
-                dims[nd_++] = it;
+                dims[ndims++] = it;
                 entries *= L->iters[it].extent;
             }
         }
     }
     /* tests of the unrolled tile loops and constants only: GCC folds them */
-    if (nd_ == 0 || folds || entries > KT_EMIT_TABLE_MAX)
+    if (ndims == 0 || folds || entries > KT_EMIT_TABLE_MAX)
         return 0;
     /* the load's index: the entry's part (outer and tested loops) and the
      * offset of the loops under node the tests do not read */
@@ -1424,7 +1424,7 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
         int64_t c = g->flat.coef[t];
         if (c == 0 || L->iters[it].extent <= 1)
             continue;
-        for (int j = 0; j < nd_ && !tested; j++)
+        for (int j = 0; j < ndims && !tested; j++)
             tested = dims[j] == it;
         aff_t *to = in_subtree(L, node, it) && !tested ? &off : &base;
         if (to == &off) {
@@ -1450,7 +1450,7 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
         kt_sbuf_indent(b, depth * 2);
         kt_sbuf_printf(b, "int kt_any%d = 0;\n", id);
         kt_sbuf_printf(&load, "kt_border%d[", id);
-        for (int j = 0; j < nd_; j++) {
+        for (int j = 0; j < ndims; j++) {
             kt_sbuf_indent(b, (depth + j) * 2);
             kt_sbuf_printf(b, "for (long long %s = 0; %s < %lldLL; ++%s)\n",
                            L->iters[dims[j]].name, L->iters[dims[j]].name,
@@ -1458,26 +1458,26 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
         }
         kt_sbuf_t idx;
         kt_sbuf_init(&idx);
-        for (int j = 0; j < nd_; j++) {
+        for (int j = 0; j < ndims; j++) {
             int64_t m = 1;
-            for (int k = j + 1; k < nd_; k++)
+            for (int k = j + 1; k < ndims; k++)
                 m *= L->iters[dims[k]].extent;
             kt_sbuf_printf(&idx, "%s%s*%lldLL", j ? " + " : "", L->iters[dims[j]].name,
                            (long long)m);
         }
-        kt_sbuf_indent(b, (depth + nd_) * 2);
+        kt_sbuf_indent(b, (depth + ndims) * 2);
         kt_sbuf_puts(b, "{\n");
-        kt_sbuf_indent(b, (depth + nd_ + 1) * 2);
+        kt_sbuf_indent(b, (depth + ndims + 1) * 2);
         kt_sbuf_puts(b, "const int kt_in = ");
         print_test(e, si, open, b);
         kt_sbuf_puts(b, ";\n");
-        kt_sbuf_indent(b, (depth + nd_ + 1) * 2);
+        kt_sbuf_indent(b, (depth + ndims + 1) * 2);
         kt_sbuf_printf(b, "kt_border%d[%s] = kt_in ? &%s[", id, idx.data ? idx.data : "0", src);
         print_aff(e, &base, -1, b);
         kt_sbuf_printf(b, "] : kt_zeros%d;\n", id);
-        kt_sbuf_indent(b, (depth + nd_ + 1) * 2);
+        kt_sbuf_indent(b, (depth + ndims + 1) * 2);
         kt_sbuf_printf(b, "kt_any%d |= kt_in;\n", id);
-        kt_sbuf_indent(b, (depth + nd_) * 2);
+        kt_sbuf_indent(b, (depth + ndims) * 2);
         kt_sbuf_puts(b, "}\n");
         /* where the whole tile reads the padding the loop adds only zeros */
         kt_sbuf_indent(b, depth * 2);
