@@ -687,6 +687,17 @@ void kt_codegen_replace_loads(const char *text, const char *name, const char *re
     }
 }
 
+/* kt_codegen_replace_loads on text itself (tmp: scratch). */
+static void replace_loads_in(kt_sbuf_t *text, const char *name, const char *repl, kt_sbuf_t *tmp)
+{
+    kt_sbuf_clear(tmp);
+    kt_codegen_replace_loads(text->data ? text->data : "", name, repl ? repl : "", tmp);
+    kt_sbuf_clear(text);
+    kt_sbuf_puts(text, tmp->data ? tmp->data : "");
+    if (tmp->failed)
+        text->failed = 1;
+}
+
 void kt_codegen_apply_subs(const kt_dag_t *dag, const kt_lower_t *L, int si,
                            kt_codegen_access_fn access, void *ctx, kt_sbuf_t *text)
 {
@@ -699,12 +710,8 @@ void kt_codegen_apply_subs(const kt_dag_t *dag, const kt_lower_t *L, int si,
         kt_sbuf_t repl;
         kt_sbuf_init(&repl);
         access(ctx, x->buf, x->idx, &repl);
-        kt_sbuf_clear(&tmp);
-        kt_codegen_replace_loads(text->data ? text->data : "", kt_dag_stage(dag, x->stage)->name,
-                                 repl.data ? repl.data : "", &tmp);
-        kt_sbuf_clear(text);
-        kt_sbuf_puts(text, tmp.data ? tmp.data : "");
-        if (repl.failed || tmp.failed)
+        replace_loads_in(text, kt_dag_stage(dag, x->stage)->name, repl.data, &tmp);
+        if (repl.failed)
             text->failed = 1;
         kt_sbuf_free(&repl);
     }
@@ -769,13 +776,8 @@ static void body_c(emit_t *e, const kt_lower_stmt_t *s, kt_sbuf_t *b)
             /* read through border_table's pointers */
             kt_sbuf_t tmp;
             kt_sbuf_init(&tmp);
-            kt_codegen_replace_loads(text.data ? text.data : "",
-                                     kt_dag_stage(e->dag, e->guards[e->table_stmt].src)->name,
-                                     e->table_load, &tmp);
-            kt_sbuf_clear(&text);
-            kt_sbuf_puts(&text, tmp.data ? tmp.data : "");
-            if (tmp.failed)
-                text.failed = 1;
+            replace_loads_in(&text, kt_dag_stage(e->dag, e->guards[e->table_stmt].src)->name,
+                             e->table_load, &tmp);
             kt_sbuf_free(&tmp);
         }
         if (s->kind == KT_STMT_COMPUTE && s->src >= 0) {
@@ -1204,6 +1206,15 @@ static void interior_tests(emit_t *e, int at, int node, uint8_t *bits, interior_
     }
 }
 
+/* Whether x is one of v[0..n). */
+static int in_list(const int *v, int n, int x)
+{
+    for (int j = 0; j < n; j++)
+        if (v[j] == x)
+            return 1;
+    return 0;
+}
+
 /* Share of the points of the enclosing loops' current ranges where every
  * test of in->cond holds (counted over the iterators the tests read; 0.5
  * past a million points). */
@@ -1214,10 +1225,8 @@ static double interior_share(const emit_t *e, const interior_t *in)
     double points = 1;
     for (int k = 0; k < in->nc; k++)
         for (int t = 0; t < in->cond[k].n; t++) {
-            int it = in->cond[k].iter[t], seen = 0;
-            for (int j = 0; j < n && !seen; j++)
-                seen = its[j] == it;
-            if (!seen) {
+            int it = in->cond[k].iter[t];
+            if (!in_list(its, n, it)) {
                 its[n++] = it;
                 points *= (double)(e->hi[it] - e->lo[it] + 1);
             }
@@ -1392,7 +1401,7 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
         if (!((open >> k) & 1u))
             continue;
         for (int t = 0; t < g->q[k].n; t++) {
-            int it = g->q[k].iter[t], seen = 0;
+            int it = g->q[k].iter[t];
             if (g->q[k].coef[t] == 0 || L->iters[it].extent <= 1)
                 continue;
             if (!in_subtree(L, node, it)) {
@@ -1402,14 +1411,12 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
             if (!e->tile_iter[it] || e->lo[it] != 0 || e->hi[it] != L->iters[it].extent - 1 ||
                 ann_under(L, node, it) == KT_LOOP_VECTORIZE)
                 return 0;   /* not a whole tile loop, or its lanes would gather: the guards */
-            for (int j = 0; j < ndims && !seen; j++)
-                seen = dims[j] == it;
-            if (!seen && ndims == KT_EMIT_AFF_TERMS)
+            if (in_list(dims, ndims, it))
+                continue;
+            if (ndims == KT_EMIT_AFF_TERMS)
                 return 0;
-            if (!seen) {
-                dims[ndims++] = it;
-                entries *= L->iters[it].extent;
-            }
+            dims[ndims++] = it;
+            entries *= L->iters[it].extent;
         }
     }
     /* tests of the unrolled tile loops and constants only: GCC folds them */
@@ -1420,13 +1427,11 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
     aff_t base = {.c = g->flat.c}, off = {0};
     int64_t span = 1;
     for (int t = 0; t < g->flat.n; t++) {
-        int it = g->flat.iter[t], tested = 0;
+        int it = g->flat.iter[t];
         int64_t c = g->flat.coef[t];
         if (c == 0 || L->iters[it].extent <= 1)
             continue;
-        for (int j = 0; j < ndims && !tested; j++)
-            tested = dims[j] == it;
-        aff_t *to = in_subtree(L, node, it) && !tested ? &off : &base;
+        aff_t *to = in_subtree(L, node, it) && !in_list(dims, ndims, it) ? &off : &base;
         if (to == &off) {
             if (c < 0)
                 return 0;
