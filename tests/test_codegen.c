@@ -1384,6 +1384,13 @@ START_TEST(codegen_border_table_replaces_the_tests_per_pixel)
         "\"fused\",\"name\":\"T_relu\"}],\"version\":1}",
         "bt");
     ck_assert_int_ge(count_lines(src, "kt_border0["), 2);   /* filled and read */
+    /* the fill unrolled (its pointers in registers); the tables keep the
+     * parallel group in one pass (no second pass of border copies) */
+    const char *fill = strstr(src, "const float *kt_border0[");
+    ck_assert_ptr_nonnull(fill);
+    const char *unroll = strstr(fill, "#pragma GCC unroll 2\n");
+    ck_assert(unroll && unroll < strstr(fill, "kt_border0[kt_"));
+    ck_assert_ptr_null(strstr(src, "if (!("));
     for (const char *p = strstr(src, "kt_conv2d_nhwc_reg[kt_"); p;
          p = strstr(p + 1, "kt_conv2d_nhwc_reg[kt_")) {
         char *l = line_at(src, p);
@@ -1402,6 +1409,64 @@ START_TEST(codegen_border_table_replaces_the_tests_per_pixel)
     long long n = count_updates(src, "bt_packed"), want = tile_taps(12, 7, 3, 2, 2, 2);
     ck_assert_int_eq(n, want);
     ck_assert_int_lt(want, 6LL * 6 * 49 * 16 * 32);
+    free(src);
+    kt_dag_free(cv);
+}
+END_TEST
+
+/* Taps of a k x k window with this padding and stride over an hw x hw x 16
+ * input that read the input, times 32 output channels: the multiply-adds of
+ * a conv2d that multiplies no zeros. */
+static long long inside_taps(int hw, int k, int pad, int stride)
+{
+    int out = (hw + 2 * pad - k) / stride + 1;
+    long long n = 0;
+    for (int o = 0; o < out; o++)
+        for (int r = 0; r < k; r++)
+            n += o * stride + r - pad >= 0 && o * stride + r - pad < hw;
+    return n * n * 16 * 32;
+}
+
+/* The same stem shape (12x12x16 -> 6x6x32, 7x7, padding 3, stride 2), one
+ * output row per parallel iteration and register tiles of 1 x 2 pixels:
+ * column tiles 0 and 2 read the padding, tile 1 does not. The parallel
+ * group prints in two passes, each a parallel loop calling a function of
+ * its own: the first the interior copies and the untested tiles, the
+ * second only the border copies (behind the negated interior test), whose
+ * rx loop is cut at each pixel's own point, so that every unrolled pixel's
+ * test is decided and GCC folds it: no border table, and the kernel
+ * multiplies no zeros, exactly the taps inside the input (with a table per
+ * step, tile_taps' count: more). Answers as the reference. */
+START_TEST(codegen_border_pass_multiplies_no_zeros)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(2, 3, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 12, 12, 16, 32, 7, 7, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    char *src = emit_json(
+        cv,
+        "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
+        "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"
+        "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
+        "[6,1,1,1],[1,1,3,2],[1,1,1,32],[1,7],[1,7],[1,16]]},{\"kind\":\"input\",\"name\":"
+        "\"bias\"},{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[2,1,0],\"kind\":"
+        "\"fused\",\"name\":\"T_relu\"}],\"version\":1}",
+        "bp");
+    ck_assert_int_eq(count_lines(src, "#pragma omp parallel for"), 2);
+    const char *first = strstr(src, "int kt_par0_bp_packed(");
+    const char *second = strstr(src, "int kt_par1_bp_packed(");
+    ck_assert_ptr_nonnull(first);
+    ck_assert_ptr_nonnull(second);
+    char *one = strndup(first, (size_t)(second - first));
+    ck_assert_ptr_null(strstr(one, "} else {"));   /* no border copy in the first pass */
+    ck_assert_ptr_null(strstr(one, "if (!("));
+    ck_assert_int_ge(count_lines(second, "if (!("), 2);   /* column tiles 0 and 2 */
+    free(one);
+    ck_assert_ptr_null(strstr(src, "kt_border"));
+    check_against_reference(cv, src, "bp", 51);
+    long long n = count_updates(src, "bp_packed");
+    ck_assert_int_eq(n, inside_taps(12, 7, 3, 2));
+    ck_assert_int_lt(n, tile_taps(12, 7, 3, 2, 1, 2));
     free(src);
     kt_dag_free(cv);
 }
@@ -1502,6 +1567,7 @@ int main(void)
     tcase_add_test(tc, codegen_tested_share_counts_the_printed_tests);
     tcase_add_test(tc, codegen_tile_interior_wraps_the_register_tile);
     tcase_add_test(tc, codegen_border_table_replaces_the_tests_per_pixel);
+    tcase_add_test(tc, codegen_border_pass_multiplies_no_zeros);
     tcase_add_test(tc, codegen_register_tile_interior_tests_nothing);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);

@@ -69,6 +69,11 @@ typedef struct {
     double frac;           /* share of the enclosing iterations reaching the current node
                               through tile_interior's copies */
     int border;            /* inside tile_interior's border copy: tables may replace tests */
+    int pass;              /* 0: all; 1: a parallel group's interior copies and untested
+                              tiles; 2: its border copies only (see two_pass_ok); -1: all,
+                              the group printed again in one pass */
+    int nsplit;            /* tile_interior splits printed so far */
+    int nparams;           /* outer[0..nparams): the outlined body's parameters */
     int table_stmt;        /* statement reading through border_table's pointers, -1 */
     const char *table_load;/* what its padding source's load reads instead */
     int ntables;           /* tables printed so far (their names) */
@@ -232,6 +237,7 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
 #define KT_EMIT_GUARD_INEQS 8   /* inequalities of one guard */
 #define KT_EMIT_AFF_TERMS 16    /* iterators of one affine form */
 #define KT_EMIT_MAX_PARTS 6     /* most copies of a statement the partitions print */
+#define KT_EMIT_BORDER_PARTS 3  /* times as many for a border copy's per-element cuts */
 #define KT_EMIT_PART_MIN 256    /* partitions print at most as many guarded statements as
                                    the kernel unrolls, or this many */
 #define KT_EMIT_TABLE_MAX 64    /* pointers of one border table (border_table) */
@@ -511,14 +517,47 @@ static int subtree_dead(const emit_t *e, int node)
     return e->guards && live_stmts(e, node, &total) == 0 && total > 0;
 }
 
+/* Point p added to the sorted split points of loop v (inside its range, once). */
+static int add_point(const emit_t *e, int v, int64_t p, int64_t *pts, int np, int cap)
+{
+    if (p <= e->lo[v] || p > e->hi[v])
+        return np;
+    int at = 0;
+    while (at < np && pts[at] < p)
+        at++;
+    if ((at < np && pts[at] == p) || np == cap)
+        return np;
+    memmove(&pts[at + 1], &pts[at], sizeof(*pts) * (size_t)(np - at));
+    pts[at] = p;
+    return np + 1;
+}
+
+/* The one register tile loop other than v that inequality q reads, with at
+ * most KT_EMIT_TABLE_MAX values; -1 if none or several. */
+static int tile_term(const emit_t *e, const aff_t *q, int v)
+{
+    int found = -1;
+    for (int t = 0; t < q->n; t++) {
+        int it = q->iter[t];
+        if (it == v || q->coef[t] == 0 || !e->tile_iter[it] || e->lo[it] == e->hi[it])
+            continue;
+        if (found >= 0 || e->hi[it] - e->lo[it] >= KT_EMIT_TABLE_MAX)
+            return -1;
+        found = it;
+    }
+    return found;
+}
+
 /* Where loop iterator v's range splits for the open inequalities of the
- * guarded statements under node: part starts in (lo, hi], sorted, unique. */
-static int split_points(const emit_t *e, int node, int v, int64_t *pts, int np, int cap)
+ * guarded statements under node: part starts in (lo, hi], sorted, unique;
+ * with per_elem also where each register tile element's test flips. */
+static int split_points(const emit_t *e, int node, int v, int64_t *pts, int np, int cap,
+                        int per_elem)
 {
     const kt_lower_node_t *nd = &e->L->nodes[node];
     if (nd->kind != KT_NODE_STMT) {
         for (int ch = nd->child; ch >= 0; ch = e->L->nodes[ch].next)
-            np = split_points(e, ch, v, pts, np, cap);
+            np = split_points(e, ch, v, pts, np, cap, per_elem);
         return np;
     }
     int si = nd->stmt;
@@ -541,18 +580,20 @@ static int split_points(const emit_t *e, int node, int v, int64_t *pts, int np, 
             cand[0] = floordiv(mn, -c) + 1;
             cand[1] = floordiv(mx, -c) + 1;
         }
-        for (int j = 0; j < 2; j++) {
-            int64_t p = cand[j];
-            if (p <= e->lo[v] || p > e->hi[v])
-                continue;
-            int at = 0;
-            while (at < np && pts[at] < p)
-                at++;
-            if ((at < np && pts[at] == p) || np == cap)
-                continue;
-            memmove(&pts[at + 1], &pts[at], sizeof(*pts) * (size_t)(np - at));
-            pts[at] = p;
-            np++;
+        for (int j = 0; j < 2; j++)
+            np = add_point(e, v, cand[j], pts, np, cap);
+        /* a register tile loop's values each flip the test at their own
+         * point: split there too and, the tile unrolled, GCC decides every
+         * element's test in every part (no test, no zeros) */
+        int tl = per_elem ? tile_term(e, q, v) : -1;
+        if (tl < 0)
+            continue;
+        int64_t ct = coef_of(q, tl), tmn = ct * (ct > 0 ? e->lo[tl] : e->hi[tl]);
+        int64_t tmx = ct * (ct > 0 ? e->hi[tl] : e->lo[tl]);
+        for (int64_t u = e->lo[tl]; u <= e->hi[tl]; u++) {
+            int64_t umn = mn - tmn + ct * u, umx = mx - tmx + ct * u;
+            np = add_point(e, v, c > 0 ? -floordiv(umx, c) : floordiv(umn, -c) + 1, pts, np, cap);
+            np = add_point(e, v, c > 0 ? -floordiv(umn, c) : floordiv(umx, -c) + 1, pts, np, cap);
         }
     }
     return np;
@@ -1035,8 +1076,11 @@ static void outline_body(emit_t *e, int first, int depth)
     kt_sbuf_t body;
     kt_sbuf_init(&body);
     kt_sbuf_t *saved = e->out;
+    int nparams = e->nparams;
     e->out = &body;
+    e->nparams = e->nouter;
     emit_list(e, first, 1, 1, 0);
+    e->nparams = nparams;
     e->out = saved;
     kt_sbuf_printf(e->fns, "static __attribute__((noinline)) int %s(", name);
     outline_args(e, 1, e->fns);
@@ -1305,28 +1349,34 @@ static int tile_interior(emit_t *e, int node, int depth, int in_par, int in_vec)
     }
     kt_sbuf_t *b = e->out;
     int64_t parts = e->parts;
+    e->nsplit++;
     kt_sbuf_indent(b, depth * 2);
-    kt_sbuf_puts(b, "if (");
+    kt_sbuf_puts(b, e->pass == 2 ? "if (!(" : "if (");
     for (int k = 0; k < in.nc; k++) {
         kt_sbuf_puts(b, k ? " && " : "");
         print_aff(e, &in.cond[k], -1, b);
         kt_sbuf_puts(b, " >= 0LL");
     }
-    kt_sbuf_puts(b, in.nc ? ") {\n" : "1) {\n");
+    kt_sbuf_puts(b, in.nc ? "" : "1");
+    kt_sbuf_puts(b, e->pass == 2 ? ")) {\n" : ") {\n");
     double frac = e->frac, share = e->runs ? interior_share(e, &in) : 1.0;
     e->tile_split = 1;
     e->parts = parts * 2;
     e->frac = frac * share;
     for (int i = 0; i < L->nstmts; i++)
         e->hoisted[i] |= bits[i];
-    emit_loop(e, node, depth + 1, in_par, in_vec);
+    if (e->pass != 2)
+        emit_loop(e, node, depth + 1, in_par, in_vec);
     for (int i = 0; i < L->nstmts; i++)
         e->hoisted[i] &= (uint8_t)~bits[i];
-    kt_sbuf_indent(b, depth * 2);
-    kt_sbuf_puts(b, "} else {\n");
+    if (e->pass <= 0) {
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_puts(b, "} else {\n");
+    }
     e->frac = frac * (1.0 - share);
     e->border = 1;
-    emit_loop(e, node, depth + 1, in_par, in_vec);
+    if (e->pass != 1)
+        emit_loop(e, node, depth + 1, in_par, in_vec);
     e->border = 0;
     kt_sbuf_indent(b, depth * 2);
     kt_sbuf_puts(b, "}\n");
@@ -1334,6 +1384,35 @@ static int tile_interior(emit_t *e, int node, int depth, int in_par, int in_vec)
     e->tile_split = 0;
     e->parts = parts;
     free(bits);
+    return 1;
+}
+
+/* Whether node is a register tile's loop: it holds a local buffer and no
+ * loop under it does (where tile_interior splits). */
+static int tile_node(const kt_lower_t *L, int node)
+{
+    if (L->nodes[node].kind != KT_NODE_LOOP || !holds_alloc(L, node))
+        return 0;
+    for (int ch = L->nodes[node].child; ch >= 0; ch = L->nodes[ch].next)
+        if (L->nodes[ch].kind == KT_NODE_LOOP && holds_alloc(L, ch))
+            return 0;
+    return 1;
+}
+
+/* Whether every statement of the list from first lies in a register tile's
+ * loop: then a parallel group over it may print in two passes, every tile
+ * once, the interior copies and untested tiles in the first, the border
+ * copies in the second. Interleaved with the interior's tiles, the border's
+ * partitions made GCC compile the interior's loop worse and ran slower than
+ * the two apart (docs/benchmarks.md, the stem's border). */
+static int two_pass_ok(const kt_lower_t *L, int first)
+{
+    for (int x = first; x >= 0; x = L->nodes[x].next) {
+        if (L->nodes[x].kind != KT_NODE_LOOP)
+            return 0;
+        if (!tile_node(L, x) && !two_pass_ok(L, L->nodes[x].child))
+            return 0;
+    }
     return 1;
 }
 
@@ -1369,6 +1448,49 @@ static int open_stmt_under(const emit_t *e, int node)
             found = si;
     }
     return found;
+}
+
+/* Whether each open test of g (bits open) is true or false for every element
+ * of the tile loops dims over the ranges of the other loops, none of them a
+ * parameter of the function (GCC knows only the ranges of the loops it
+ * sees): once the tile is unrolled, GCC decides them all (the border pass's
+ * split_points cut the loops to make it so). */
+static int decided_per_element(const emit_t *e, const guard_t *g, unsigned open,
+                               const int *dims, int ndims)
+{
+    for (int k = 0; k < g->nq; k++)
+        for (int t = 0; ((open >> k) & 1u) && t < g->q[k].n; t++) {
+            int it = g->q[k].iter[t];
+            if (g->q[k].coef[t] != 0 && e->lo[it] != e->hi[it] && in_list(e->outer, e->nparams, it))
+                return 0;
+        }
+    int64_t val[KT_EMIT_AFF_TERMS];
+    for (int j = 0; j < ndims; j++)
+        val[j] = e->lo[dims[j]];
+    for (;;) {
+        for (int k = 0; k < g->nq; k++) {
+            if (!((open >> k) & 1u))
+                continue;
+            const aff_t *q = &g->q[k];
+            int64_t mn = q->c, mx = q->c;
+            for (int t = 0; t < q->n; t++) {
+                int it = q->iter[t], j = 0;
+                int64_t c = q->coef[t];
+                while (j < ndims && dims[j] != it)
+                    j++;
+                mn += c * (j < ndims ? val[j] : c >= 0 ? e->lo[it] : e->hi[it]);
+                mx += c * (j < ndims ? val[j] : c >= 0 ? e->hi[it] : e->lo[it]);
+            }
+            if (mn < 0 && mx >= 0)
+                return 0;
+        }
+        int j = ndims - 1;
+        for (; j >= 0 && val[j] == e->hi[dims[j]]; j--)
+            val[j] = e->lo[dims[j]];
+        if (j < 0)
+            return 1;
+        val[j]++;
+    }
 }
 
 /* In a register tile's border copy (tile_interior), a serial loop under
@@ -1419,8 +1541,10 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
             entries *= L->iters[it].extent;
         }
     }
-    /* tests of the unrolled tile loops and constants only: GCC folds them */
-    if (ndims == 0 || folds || entries > KT_EMIT_TABLE_MAX)
+    /* tests of the unrolled tile loops and constants only, or decided for
+     * each tile element over this part's ranges: GCC folds them */
+    if (ndims == 0 || folds || entries > KT_EMIT_TABLE_MAX ||
+        decided_per_element(e, g, open, dims, ndims))
         return 0;
     /* the load's index: the entry's part (outer and tested loops) and the
      * offset of the loops under node the tests do not read */
@@ -1455,7 +1579,11 @@ static int border_table(emit_t *e, int node, int depth, int in_par, int in_vec)
         kt_sbuf_indent(b, depth * 2);
         kt_sbuf_printf(b, "int kt_any%d = 0;\n", id);
         kt_sbuf_printf(&load, "kt_border%d[", id);
+        /* unrolled, so that the pointers stay in registers (GCC left a
+         * rolled fill's table in memory in some kernels) */
         for (int j = 0; j < ndims; j++) {
+            kt_sbuf_indent(b, (depth + j) * 2);
+            kt_sbuf_printf(b, "#pragma GCC unroll %lld\n", (long long)L->iters[dims[j]].extent);
             kt_sbuf_indent(b, (depth + j) * 2);
             kt_sbuf_printf(b, "for (long long %s = 0; %s < %lldLL; ++%s)\n",
                            L->iters[dims[j]].name, L->iters[dims[j]].name,
@@ -1528,6 +1656,8 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
     if (e->guards && nd->ann != KT_LOOP_PARALLEL && !in_vec &&
         tile_interior(e, node, depth, in_par, in_vec))
         return;
+    if (e->pass == 2 && !e->tile_split && tile_node(L, node))
+        return;   /* no border copy: the first pass printed it whole */
     if (e->guards && border_table(e, node, depth, in_par, in_vec))
         return;
     if (!e->guards || L->iters[v].extent <= 1 || nd->ann == KT_LOOP_PARALLEL || in_vec) {
@@ -1620,21 +1750,31 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         return;
     }
     int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4];
-    int np = nd->ann == KT_LOOP_UNROLL || e->tile_iter[v]
-                 ? 0
-                 : split_points(e, node, v, pts, 0, (int)(sizeof(pts) / sizeof(pts[0])));
     int64_t lo = e->lo[v], hi = e->hi[v], parts = e->parts;
-    int live = 0;
-    for (int k = 0; k <= np; k++) {
-        e->lo[v] = k ? pts[k - 1] : lo;
-        e->hi[v] = k < np ? pts[k] - 1 : hi;
-        live += !subtree_dead(e, node);
-    }
-    e->lo[v] = lo;
-    e->hi[v] = hi;
     /* bounded code: GCC's time grows with the unrolled statements it compiles */
     int64_t cap = e->guarded_total > KT_EMIT_PART_MIN ? e->guarded_total : KT_EMIT_PART_MIN;
-    if (np == 0 || parts * live > KT_EMIT_MAX_PARTS || parts * live * guarded_size(e, node) > cap) {
+    int np = 0, live = 0;
+    /* in a border copy (a small share of the work), first the cuts at each tile
+     * element's own point, with a larger bound; else those where whole tiles flip */
+    for (int per_elem = e->border && e->pass == 2; per_elem >= 0; per_elem--) {
+        int64_t most = per_elem ? KT_EMIT_MAX_PARTS * KT_EMIT_BORDER_PARTS : KT_EMIT_MAX_PARTS;
+        np = nd->ann == KT_LOOP_UNROLL || e->tile_iter[v]
+                 ? 0
+                 : split_points(e, node, v, pts, 0, (int)(sizeof(pts) / sizeof(pts[0])),
+                                per_elem);
+        live = 0;
+        for (int k = 0; k <= np; k++) {
+            e->lo[v] = k ? pts[k - 1] : lo;
+            e->hi[v] = k < np ? pts[k] - 1 : hi;
+            live += !subtree_dead(e, node);
+        }
+        e->lo[v] = lo;
+        e->hi[v] = hi;
+        if (np > 0 && parts * live <= most && parts * live * guarded_size(e, node) <= cap)
+            break;
+        np = 0;
+    }
+    if (np == 0) {
         emit_loop_plain(e, node, depth, in_par, in_vec);
         return;
     }
@@ -1656,8 +1796,38 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
     const kt_lower_node_t *nd = &L->nodes[node];
     const kt_lower_iter_t *it = &L->iters[nd->iter];
     kt_sbuf_t *b = e->out;
-    if (nd->ann == KT_LOOP_PARALLEL && !in_par && e->par_last < 0 && e->nallocs == 0)
-        e->par_last = group_last(L, node, KT_LOOP_PARALLEL);
+    if (nd->ann == KT_LOOP_PARALLEL && !in_par && e->par_last < 0 && e->nallocs == 0) {
+        int last = group_last(L, node, KT_LOOP_PARALLEL);
+        if (e->pass == 0 && !e->runs && e->guards && two_pass_ok(L, L->nodes[last].child)) {
+            size_t out_len = b->len, fns_len = e->fns->len;
+            int npar = e->npar, ntables = e->ntables, nsplit = e->nsplit;
+            e->pass = 1;
+            emit_loop_nest(e, node, depth, in_par, in_vec);
+            if (e->nsplit > nsplit && !e->rc) {
+                int tables = e->ntables;
+                e->pass = 2;
+                emit_loop_nest(e, node, depth, in_par, in_vec);
+                if (e->ntables > tables && !e->rc) {
+                    /* a border read through tables: in a pass of their own
+                     * its tiles ran slower than beside the interior's */
+                    b->len = out_len;
+                    e->fns->len = fns_len;
+                    if (b->data)
+                        b->data[out_len] = '\0';
+                    if (e->fns->data)
+                        e->fns->data[fns_len] = '\0';
+                    e->npar = npar;
+                    e->ntables = ntables;
+                    e->nsplit = nsplit;
+                    e->pass = -1;
+                    emit_loop_nest(e, node, depth, in_par, in_vec);
+                }
+            }
+            e->pass = 0;
+            return;
+        }
+        e->par_last = last;
+    }
     if (it->extent <= 1) {
         /* Not printed; braces keep a local declaration in its scope unless
          * the body is a single loop (so collapsed loops stay perfectly nested). */
