@@ -1881,16 +1881,21 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
         kt_sbuf_indent(b, depth * 2);
         kt_sbuf_printf(b, "#pragma GCC unroll %lld\n", (long long)(e->hi[nd->iter] -
                                                                     e->lo[nd->iter] + 1));
-    } else if (nd->ann == KT_LOOP_SERIAL && it->reduce &&
-               it->extent > KT_EMIT_PARTIAL_UNROLL) {
+    } else if (nd->ann == KT_LOOP_SERIAL && it->reduce) {
         /* The innermost reduce loop around an unrolled block (a register
          * tile's update): a few copies let GCC keep the block's operands in
          * registers and overlap their loads, as LLVM's runtime unrolling
-         * does for TVM. */
-        int64_t steps = unrolled_steps(L, nd->child);
-        if (steps >= 1 && steps <= KT_EMIT_PARTIAL_UNROLL_STEPS) {
+         * does for TVM; one of at most that many steps runs unrolled whole
+         * (left to its heuristics, GCC kept such a loop of 3 in some
+         * kernels, its counter and addresses spilled beside the tile). */
+        int64_t steps = unrolled_steps(L, nd->child), trips = e->hi[nd->iter] - e->lo[nd->iter] + 1;
+        int narrowed = node == e->narrow_node;   /* its trip count known at run time only */
+        if (steps >= 1 && steps <= KT_EMIT_PARTIAL_UNROLL_STEPS &&
+            (trips > KT_EMIT_PARTIAL_UNROLL || (!narrowed && trips > 1))) {
             kt_sbuf_indent(b, depth * 2);
-            kt_sbuf_printf(b, "#pragma GCC unroll %d\n", KT_EMIT_PARTIAL_UNROLL);
+            kt_sbuf_printf(b, "#pragma GCC unroll %lld\n",
+                           (long long)(trips > KT_EMIT_PARTIAL_UNROLL ? KT_EMIT_PARTIAL_UNROLL
+                                                                      : trips));
         }
     }
     if (e->nouter == MAX_OUTER) {
