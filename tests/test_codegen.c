@@ -1407,6 +1407,28 @@ START_TEST(codegen_tile_interior_wraps_the_register_tile)
 }
 END_TEST
 
+/* The ResNet-18 stem's window on a 12x12x16 input: 7x7, padding 3, stride 2
+ * to 6x6x32, + bias + relu. */
+static kt_dag_t *stem12(void)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(2, 3, 1);
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 12, 12, 16, 32, 7, 7, &cp, ep, 2);
+    ck_assert_ptr_nonnull(cv);
+    return cv;
+}
+
+/* A state of stem12 with the padding inlined: rows YY and columns XX split
+ * in four levels, 32 channels a tile, rc split RC, the first PAR loops of
+ * the fused output parallel. */
+#define STEM12_STATE(YY, XX, RC, PAR)                                                           \
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"      \
+    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"          \
+    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1]," YY \
+    "," XX ",[1,1,1,32],[1,7],[1,7]," RC "]},{\"kind\":\"input\",\"name\":\"bias\"},{\"kind\":"   \
+    "\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[" PAR ",1,0],\"kind\":\"fused\",\"name\":"    \
+    "\"T_relu\"}],\"version\":1}"
+
 /* A 7x7 window, padding 3, stride 2 (the ResNet-18 stem's shape on a
  * 12x12x16 input, 6x6x32 out) with the padding inlined and register tiles
  * of 2 x 2 pixels: the border copy's tests read the tile's rows and
@@ -1420,19 +1442,8 @@ END_TEST
  * the input (per-pixel guards). Answers as the reference. */
 START_TEST(codegen_border_table_replaces_the_tests_per_pixel)
 {
-    kt_conv2d_params_t cp = kt_test_conv_p(2, 3, 1);
-    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
-    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 12, 12, 16, 32, 7, 7, &cp, ep, 2);
-    ck_assert_ptr_nonnull(cv);
-    char *src = emit_json(
-        cv,
-        "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
-        "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"
-        "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
-        "[1,3,1,2],[1,3,1,2],[1,1,1,32],[1,7],[1,7],[2,8]]},{\"kind\":\"input\",\"name\":"
-        "\"bias\"},{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[1,1,0],\"kind\":"
-        "\"fused\",\"name\":\"T_relu\"}],\"version\":1}",
-        "bt");
+    kt_dag_t *cv = stem12();
+    char *src = emit_json(cv, STEM12_STATE("[1,3,1,2]", "[1,3,1,2]", "[2,8]", "1"), "bt");
     ck_assert_int_ge(count_lines(src, "kt_border0["), 2);   /* filled and read */
     /* the fill unrolled (its pointers in registers); the tables keep the
      * parallel group in one pass (no second pass of border copies) */
@@ -1489,19 +1500,8 @@ static long long inside_taps(int hw, int k, int pad, int stride)
  * step, tile_taps' count: more). Answers as the reference. */
 START_TEST(codegen_border_pass_multiplies_no_zeros)
 {
-    kt_conv2d_params_t cp = kt_test_conv_p(2, 3, 1);
-    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
-    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 12, 12, 16, 32, 7, 7, &cp, ep, 2);
-    ck_assert_ptr_nonnull(cv);
-    char *src = emit_json(
-        cv,
-        "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"
-        "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"
-        "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"
-        "[6,1,1,1],[1,1,3,2],[1,1,1,32],[1,7],[1,7],[1,16]]},{\"kind\":\"input\",\"name\":"
-        "\"bias\"},{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[2,1,0],\"kind\":"
-        "\"fused\",\"name\":\"T_relu\"}],\"version\":1}",
-        "bp");
+    kt_dag_t *cv = stem12();
+    char *src = emit_json(cv, STEM12_STATE("[6,1,1,1]", "[1,1,3,2]", "[1,16]", "2"), "bp");
     ck_assert_int_eq(count_lines(src, "#pragma omp parallel for"), 2);
     const char *first = strstr(src, "int kt_par0_bp_packed(");
     const char *second = strstr(src, "int kt_par1_bp_packed(");
