@@ -532,6 +532,17 @@ static int add_point(const emit_t *e, int v, int64_t p, int64_t *pts, int np, in
     return np + 1;
 }
 
+/* The points of loop v where c*v + r >= 0 flips over r in [mn, mx], added:
+ * with c > 0 false for all r below ceil(-mx/c), true for all from
+ * ceil(-mn/c); with c < 0 true for all up to floor(mn/-c), false for all
+ * past floor(mx/-c). */
+static int add_flips(const emit_t *e, int v, int64_t c, int64_t mn, int64_t mx, int64_t *pts,
+                     int np, int cap)
+{
+    np = add_point(e, v, c > 0 ? -floordiv(mx, c) : floordiv(mn, -c) + 1, pts, np, cap);
+    return add_point(e, v, c > 0 ? -floordiv(mn, c) : floordiv(mx, -c) + 1, pts, np, cap);
+}
+
 /* The one register tile loop other than v that inequality q reads, with at
  * most KT_EMIT_TABLE_MAX values; -1 if none or several. */
 static int tile_term(const emit_t *e, const aff_t *q, int v)
@@ -566,22 +577,11 @@ static int split_points(const emit_t *e, int node, int v, int64_t *pts, int np, 
     unsigned open = open_ineqs(e, si);
     for (int k = 0; k < KT_EMIT_GUARD_INEQS; k++) {
         const aff_t *q = &e->guards[si].q[k];
-        int64_t c = (open >> k) & 1u ? coef_of(q, v) : 0, mn, mx, cand[2];
+        int64_t c = (open >> k) & 1u ? coef_of(q, v) : 0, mn, mx;
         if (c == 0)
             continue;
         aff_range(e, q, v, &mn, &mx);
-        /* c*v + r >= 0 over r in [mn, mx]: with c > 0 false for all r below
-         * ceil(-mx/c), true for all from ceil(-mn/c); with c < 0 true for
-         * all up to floor(mn/-c), false for all past floor(mx/-c) */
-        if (c > 0) {
-            cand[0] = -floordiv(mx, c);
-            cand[1] = -floordiv(mn, c);
-        } else {
-            cand[0] = floordiv(mn, -c) + 1;
-            cand[1] = floordiv(mx, -c) + 1;
-        }
-        for (int j = 0; j < 2; j++)
-            np = add_point(e, v, cand[j], pts, np, cap);
+        np = add_flips(e, v, c, mn, mx, pts, np, cap);
         /* a register tile loop's values each flip the test at their own
          * point: split there too and, the tile unrolled, GCC decides every
          * element's test in every part (no test, no zeros) */
@@ -590,11 +590,8 @@ static int split_points(const emit_t *e, int node, int v, int64_t *pts, int np, 
             continue;
         int64_t ct = coef_of(q, tl), tmn = ct * (ct > 0 ? e->lo[tl] : e->hi[tl]);
         int64_t tmx = ct * (ct > 0 ? e->hi[tl] : e->lo[tl]);
-        for (int64_t u = e->lo[tl]; u <= e->hi[tl]; u++) {
-            int64_t umn = mn - tmn + ct * u, umx = mx - tmx + ct * u;
-            np = add_point(e, v, c > 0 ? -floordiv(umx, c) : floordiv(umn, -c) + 1, pts, np, cap);
-            np = add_point(e, v, c > 0 ? -floordiv(umn, c) : floordiv(umx, -c) + 1, pts, np, cap);
-        }
+        for (int64_t u = e->lo[tl]; u <= e->hi[tl]; u++)
+            np = add_flips(e, v, c, mn - tmn + ct * u, mx - tmx + ct * u, pts, np, cap);
     }
     return np;
 }
@@ -1455,8 +1452,8 @@ static int open_stmt_under(const emit_t *e, int node)
  * parameter of the function (GCC knows only the ranges of the loops it
  * sees): once the tile is unrolled, GCC decides them all (the border pass's
  * split_points cut the loops to make it so). */
-static int decided_per_element(const emit_t *e, const guard_t *g, unsigned open,
-                               const int *dims, int ndims)
+static int decided_per_element(emit_t *e, const guard_t *g, unsigned open, const int *dims,
+                               int ndims)
 {
     for (int k = 0; k < g->nq; k++)
         for (int t = 0; ((open >> k) & 1u) && t < g->q[k].n; t++) {
@@ -1464,33 +1461,29 @@ static int decided_per_element(const emit_t *e, const guard_t *g, unsigned open,
             if (g->q[k].coef[t] != 0 && e->lo[it] != e->hi[it] && in_list(e->outer, e->nparams, it))
                 return 0;
         }
-    int64_t val[KT_EMIT_AFF_TERMS];
-    for (int j = 0; j < ndims; j++)
-        val[j] = e->lo[dims[j]];
-    for (;;) {
-        for (int k = 0; k < g->nq; k++) {
-            if (!((open >> k) & 1u))
-                continue;
-            const aff_t *q = &g->q[k];
-            int64_t mn = q->c, mx = q->c;
-            for (int t = 0; t < q->n; t++) {
-                int it = q->iter[t], j = 0;
-                int64_t c = q->coef[t];
-                while (j < ndims && dims[j] != it)
-                    j++;
-                mn += c * (j < ndims ? val[j] : c >= 0 ? e->lo[it] : e->hi[it]);
-                mx += c * (j < ndims ? val[j] : c >= 0 ? e->hi[it] : e->lo[it]);
-            }
-            if (mn < 0 && mx >= 0)
-                return 0;
-        }
-        int j = ndims - 1;
-        for (; j >= 0 && val[j] == e->hi[dims[j]]; j--)
-            val[j] = e->lo[dims[j]];
-        if (j < 0)
-            return 1;
-        val[j]++;
+    /* each element in turn: the dims' ranges narrowed to its values */
+    int64_t lo[KT_EMIT_AFF_TERMS], hi[KT_EMIT_AFF_TERMS];
+    for (int j = 0; j < ndims; j++) {
+        lo[j] = e->lo[dims[j]];
+        hi[j] = e->hi[dims[j]];
+        e->hi[dims[j]] = lo[j];
     }
+    int decided = 1;
+    for (;;) {
+        for (int k = 0; k < g->nq && decided; k++)
+            decided = !((open >> k) & 1u) || ineq_state(e, &g->q[k]) != Q_OPEN;
+        int j = ndims - 1;
+        for (; j >= 0 && e->lo[dims[j]] == hi[j]; j--)
+            e->lo[dims[j]] = e->hi[dims[j]] = lo[j];
+        if (!decided || j < 0)
+            break;
+        e->lo[dims[j]] = ++e->hi[dims[j]];
+    }
+    for (int j = 0; j < ndims; j++) {
+        e->lo[dims[j]] = lo[j];
+        e->hi[dims[j]] = hi[j];
+    }
+    return decided;
 }
 
 /* In a register tile's border copy (tile_interior), a serial loop under
@@ -1790,6 +1783,32 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
     e->parts = parts;
 }
 
+/* The parallel group at node printed twice (two_pass_ok): its interior
+ * copies and untested tiles, then its border copies; where the border reads
+ * through a table, printed again in one pass instead (in a pass of their own
+ * such tiles ran slower than beside the interior's). */
+static void emit_two_passes(emit_t *e, int node, int depth, int in_par, int in_vec)
+{
+    size_t out_len = e->out->len, fns_len = e->fns->len;
+    int npar = e->npar, ntables = e->ntables, nsplit = e->nsplit;
+    e->pass = 1;
+    emit_loop_nest(e, node, depth, in_par, in_vec);
+    if (e->nsplit > nsplit && !e->rc) {
+        e->pass = 2;
+        emit_loop_nest(e, node, depth, in_par, in_vec);
+        if (e->ntables > ntables && !e->rc) {
+            kt_sbuf_truncate(e->out, out_len);
+            kt_sbuf_truncate(e->fns, fns_len);
+            e->npar = npar;
+            e->ntables = ntables;
+            e->nsplit = nsplit;
+            e->pass = -1;
+            emit_loop_nest(e, node, depth, in_par, in_vec);
+        }
+    }
+    e->pass = 0;
+}
+
 static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_vec)
 {
     const kt_lower_t *L = e->L;
@@ -1799,31 +1818,7 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
     if (nd->ann == KT_LOOP_PARALLEL && !in_par && e->par_last < 0 && e->nallocs == 0) {
         int last = group_last(L, node, KT_LOOP_PARALLEL);
         if (e->pass == 0 && !e->runs && e->guards && two_pass_ok(L, L->nodes[last].child)) {
-            size_t out_len = b->len, fns_len = e->fns->len;
-            int npar = e->npar, ntables = e->ntables, nsplit = e->nsplit;
-            e->pass = 1;
-            emit_loop_nest(e, node, depth, in_par, in_vec);
-            if (e->nsplit > nsplit && !e->rc) {
-                int tables = e->ntables;
-                e->pass = 2;
-                emit_loop_nest(e, node, depth, in_par, in_vec);
-                if (e->ntables > tables && !e->rc) {
-                    /* a border read through tables: in a pass of their own
-                     * its tiles ran slower than beside the interior's */
-                    b->len = out_len;
-                    e->fns->len = fns_len;
-                    if (b->data)
-                        b->data[out_len] = '\0';
-                    if (e->fns->data)
-                        e->fns->data[fns_len] = '\0';
-                    e->npar = npar;
-                    e->ntables = ntables;
-                    e->nsplit = nsplit;
-                    e->pass = -1;
-                    emit_loop_nest(e, node, depth, in_par, in_vec);
-                }
-            }
-            e->pass = 0;
+            emit_two_passes(e, node, depth, in_par, in_vec);
             return;
         }
         e->par_last = last;

@@ -23,9 +23,15 @@ void kt_sbuf_free(kt_sbuf_t *b)
 
 void kt_sbuf_clear(kt_sbuf_t *b)
 {
-    b->len = 0;
+    kt_sbuf_truncate(b, 0);
+}
+
+void kt_sbuf_truncate(kt_sbuf_t *b, size_t len)
+{
+    if (len < b->len)
+        b->len = len;
     if (b->data)
-        b->data[0] = '\0';
+        b->data[b->len] = '\0';
 }
 
 static int reserve(kt_sbuf_t *b, size_t extra)

@@ -21,6 +21,7 @@ typedef struct {
 void kt_sbuf_init(kt_sbuf_t *b);
 void kt_sbuf_free(kt_sbuf_t *b);
 void kt_sbuf_clear(kt_sbuf_t *b);   /* len = 0, keeps memory */
+void kt_sbuf_truncate(kt_sbuf_t *b, size_t len);   /* len = min(len, b->len) */
 void kt_sbuf_puts(kt_sbuf_t *b, const char *s);
 void kt_sbuf_putn(kt_sbuf_t *b, const char *s, size_t n);
 void kt_sbuf_printf(kt_sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
