@@ -461,6 +461,121 @@ START_TEST(sched_reduce_in_ends_the_reduction_inside_the_register_tile)
 }
 END_TEST
 
+/* The stage st and m place differently, -1 where they differ elsewhere or
+ * in more than one stage's placement. */
+static int moved_stage(const kt_sched_state_t *st, const kt_sched_state_t *m)
+{
+    int moved = -1;
+    for (int i = 0; i < st->nstages; i++) {
+        const kt_sched_stage_t *a = &st->stages[i], *b = &m->stages[i];
+        if (a->kind == b->kind && a->at_stage == b->at_stage && a->at_depth == b->at_depth) {
+            if (memcmp(a, b, sizeof(*a)) != 0)
+                return -1;
+            continue;
+        }
+        if (moved >= 0)
+            return -1;
+        moved = i;
+    }
+    return moved;
+}
+
+/* Checks kt_sched_relocate over st's placements: every k moves one stage
+ * and changes no other, no two k give one placement, and together they are
+ * exactly the placements 400 draws of the compute-location rule reach; a k
+ * out of range is an error. Returns the number of placements. */
+static int check_relocations(const kt_dag_t *d, const kt_sched_params_t *p,
+                             const kt_sched_state_t *st, kt_rng_t *rng, int first[4])
+{
+    int n = kt_sched_relocations(d, st);
+    ck_assert_int_le(n, 64);
+    int place[64][4], np = 0;
+    for (int k = 0; k < n; k++) {
+        kt_sched_state_t *m = NULL;
+        int rc = kt_sched_relocate(d, p, st, k, rng, &m);
+        ck_assert_int_ge(rc, 0);
+        if (rc == 0) {
+            ck_assert_ptr_null(m);
+            continue;
+        }
+        int i = moved_stage(st, m);
+        ck_assert_int_ge(i, 0);
+        int q[4] = {i, m->stages[i].kind, m->stages[i].at_stage, m->stages[i].at_depth};
+        for (int j = 0; j < np; j++)
+            ck_assert_msg(memcmp(place[j], q, sizeof(q)) != 0, "placement %d again at %d", j, k);
+        memcpy(place[np++], q, sizeof(q));
+        kt_sched_state_free(m);
+    }
+    if (np > 0)
+        memcpy(first, place[0], sizeof(place[0]));
+    int reached[64] = {0};
+    for (int t = 0; t < 400; t++) {
+        kt_sched_state_t *m = NULL;
+        if (kt_sched_mutate(d, p, st, KT_MUT_COMPUTE_LOC, rng, &m) != 1)
+            continue;
+        int i = moved_stage(st, m), j = 0;
+        ck_assert_int_ge(i, 0);
+        int q[4] = {i, m->stages[i].kind, m->stages[i].at_stage, m->stages[i].at_depth};
+        while (j < np && memcmp(place[j], q, sizeof(q)) != 0)
+            j++;
+        ck_assert_msg(j < np, "the rule drew a placement relocate never gave (stage %d)", i);
+        reached[j] = 1;
+        kt_sched_state_free(m);
+    }
+    for (int j = 0; j < np; j++)
+        ck_assert_msg(reached[j], "placement %d never drawn by the rule", j);
+    kt_sched_state_t *m = NULL;
+    ck_assert_int_lt(kt_sched_relocate(d, p, st, n, rng, &m), 0);
+    ck_assert_msg(strstr(kt_err_msg(), "no placement") != NULL, "%s", kt_err_msg());
+    ck_assert_int_lt(kt_sched_relocate(d, p, st, -1, rng, &m), 0);
+    ck_assert_ptr_null(m);
+    return np;
+}
+
+/* kt_sched_relocate takes each placement the compute-location rule can
+ * draw once, in a fixed order (check_relocations): a conv2d whose padding
+ * is inlined has one, the padding at root; a padded max pool has two (its
+ * padding placed at two of root, inlined, at the pool's loops); a matmul
+ * (one placement per stage) has none. */
+START_TEST(sched_relocate_takes_each_placement_once)
+{
+    kt_sched_params_t p = params16();
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 8);
+    kt_dag_t *cv;
+    int s, first[4];
+    kt_sched_state_t *st = tile_7x2(&p, &cv, &s);
+    ck_assert_int_eq(check_relocations(cv, &p, st, &rng, first), 1);
+    ck_assert_str_eq(kt_dag_stage(cv, first[0])->name, "pad_temp");
+    ck_assert_int_eq(first[1], KT_SK_ROOT);
+    ck_assert_int_eq(first[2], -1);
+    kt_sched_state_free(st);
+    kt_dag_free(cv);
+    kt_conv2d_params_t pp = kt_test_conv_p(2, 1, 1);
+    kt_dag_t *d[2] = {kt_ops_pool2d_nhwc(KT_POOL_MAX, 1, 16, 16, 32, 3, 3, &pp),
+                      kt_ops_matmul(64, 64, 64, 0, NULL, 0)};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(d[k] != NULL, "%s", kt_err_msg());
+        kt_sched_state_t **sk;
+        int nsk, most = 0;
+        ck_assert_int_eq(kt_sched_sketches(d[k], &p, &sk, &nsk), 0);
+        for (int t = 0; t < 12; t++) {
+            kt_sched_state_t *x = kt_sched_sample(d[k], &p, sk[t % nsk], &rng);
+            ck_assert_ptr_nonnull(x);
+            int n = check_relocations(d[k], &p, x, &rng, first);
+            most = n > most ? n : most;
+            kt_sched_state_free(x);
+        }
+        if (k == 0)
+            ck_assert_int_ge(most, 2);
+        else
+            ck_assert_int_eq(most, 0);
+        free_all(sk, nsk);
+        kt_dag_free(d[k]);
+    }
+}
+END_TEST
+
 /* A direct tile may run a reduction longer than max_innermost_split_factor
  * whole: matmul 512's k [8,64] moves in to [1,512], which validates, while
  * [2,256] (not direct) does not; at max_direct_reduce_factor 256 the rule
@@ -1040,6 +1155,7 @@ int main(void)
     tcase_add_test(tc, sched_tile_shape_exchanges_a_prime_between_axes);
     tcase_add_test(tc, sched_reduce_in_ends_the_reduction_inside_the_register_tile);
     tcase_add_test(tc, sched_reduce_in_runs_a_long_reduction_whole);
+    tcase_add_test(tc, sched_relocate_takes_each_placement_once);
     tcase_add_test(tc, sched_validate_survives_corrupted_states);
     tcase_add_test(tc, sched_hashes_differ_for_different_states);
     tcase_add_test(tc, sched_knobs_name_each_decision_once);

@@ -823,6 +823,100 @@ START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
 }
 END_TEST
 
+/* location_siblings takes the best state of each of the best
+ * location_sibling_tiles register tiles in turn, best tile first, each
+ * placement once: with four states measured (A best, C on A's tile, then
+ * B and D on tiles of their own; D's padding inlined, the others'
+ * materialized), two siblings a round give A's and B's padding inlined,
+ * never C's; the next round D's at root, the one after none; four a round
+ * give all three at once; one tile gives A's alone. */
+static int sibling_of(const kt_sched_state_t *const *from, int n, const kt_sched_state_t *st,
+                      int pad)
+{
+    for (int i = 0; i < n; i++)
+        if (same_but_padding(from[i], st, pad))
+            return i;
+    return -1;
+}
+
+START_TEST(search_location_siblings_take_the_best_tiles_in_turn)
+{
+    kt_workload_t *w = workload("{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":8,\"W\":8,\"CI\":16,"
+                                "\"CO\":32,\"KH\":3,\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],"
+                                "\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}");
+    const kt_dag_t *dag = kt_workload_dag(w);
+    int pad = -1;
+    for (int i = 0; i < kt_dag_num_stages(dag); i++)
+        if (strcmp(kt_dag_stage(dag, i)->name, "pad_temp") == 0)
+            pad = i;
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    /* A, C, B, D and their costs */
+    char *json[4] = {kt_test_materialize_pad(KT_TEST_PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]")),
+                     kt_test_materialize_pad(KT_TEST_PAD_TILE_STATE("[1,2,4,1]", "[1,1,4,2]")),
+                     kt_test_materialize_pad(KT_TEST_PAD_TILE_STATE("[2,1,2,2]", "[1,1,8,1]")),
+                     strdup(KT_TEST_PAD_TILE_STATE("[1,1,8,1]", "[2,2,2,1]"))};
+    const double cost[4] = {1e-4, 1.5e-4, 2e-4, 3e-4};
+    kt_sched_state_t *from[4];
+    for (int i = 0; i < 4; i++) {
+        from[i] = kt_sched_state_from_json(json[i], dag, &p);
+        ck_assert_msg(from[i] != NULL, "%s", kt_err_msg());
+    }
+    ck_assert_uint_eq(kt_sched_state_tile_key(from[0]), kt_sched_state_tile_key(from[1]));
+    ck_assert_uint_ne(kt_sched_state_tile_key(from[0]), kt_sched_state_tile_key(from[2]));
+    ck_assert_uint_ne(kt_sched_state_tile_key(from[2]), kt_sched_state_tile_key(from[3]));
+    /* siblings a round, tiles, rounds; per round the states the siblings come from */
+    static const struct {
+        int siblings, tiles, rounds;
+        int want[3][4];
+    } cases[] = {
+        {2, 4, 3, {{0, 2, -1}, {3, -1}, {-1}}},
+        {4, 4, 2, {{0, 2, 3, -1}, {-1}}},
+        {2, 1, 2, {{0, -1}, {-1}}},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        kt_search_opts_t o;
+        small_opts(&o, "sketch.random", 23);
+        o.location_siblings = cases[c].siblings;
+        o.location_sibling_tiles = cases[c].tiles;
+        kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+        ck_assert_ptr_nonnull(sp);
+        for (int i = 0; i < 4; i++)
+            ck_assert_int_eq(kt_search_preload(sp, json[i], cost[i]), 0);
+        for (int r = 0; r < cases[c].rounds; r++) {
+            kt_sched_state_t **st;
+            ck_assert_int_eq(kt_search_propose(sp, SIBLING_ROUND, &st), SIBLING_ROUND);
+            kt_search_stats_t s;
+            kt_search_stats(sp, &s);
+            const int *want = cases[c].want[r];
+            int nwant = 0;
+            while (want[nwant] >= 0)
+                nwant++;
+            ck_assert_msg(s.last_picked_siblings == nwant, "case %zu round %d: %d siblings", c,
+                          r, s.last_picked_siblings);
+            for (int i = 0; i < SIBLING_ROUND; i++) {
+                int from_i = sibling_of((const kt_sched_state_t *const *)from, 4, st[i], pad);
+                if (i < nwant) {
+                    ck_assert_msg(from_i == want[i], "case %zu round %d pick %d: a sibling of %d",
+                                  c, r, i, from_i);
+                    ck_assert_int_eq(st[i]->stages[pad].kind,
+                                     from[from_i]->stages[pad].kind == KT_SK_INLINE
+                                         ? KT_SK_ROOT
+                                         : KT_SK_INLINE);
+                }
+            }
+            free_states(st, SIBLING_ROUND);
+        }
+        kt_search_policy_free(sp);
+    }
+    for (int i = 0; i < 4; i++) {
+        kt_sched_state_free(from[i]);
+        free(json[i]);
+    }
+    kt_workload_free(w);
+}
+END_TEST
+
 /* The best measured state's register tile reshaped leads the round's picks
  * after the placements (tile_siblings): with a 2-row x 4-column tile best,
  * the first picks are that state with one prime exchanged between two
@@ -1450,6 +1544,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_diversity_pick_covers_more_knob_values);
     tcase_add_test(tc, search_tile_cap_spreads_picks_over_register_tiles);
     tcase_add_test(tc, search_location_siblings_place_the_best_states_padding_otherwise);
+    tcase_add_test(tc, search_location_siblings_take_the_best_tiles_in_turn);
     tcase_add_test(tc, search_tile_siblings_reshape_the_best_states_register_tile);
     tcase_add_test(tc, search_direct_sibling_ends_the_best_states_reduction_in_its_tile);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);

@@ -490,28 +490,12 @@ static int mutate_parallel(const kt_dag_t *dag, kt_sched_state_t *st, kt_rng_t *
     return 1;
 }
 
-static int mutate_location(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_state_t *st,
-                           kt_rng_t *rng)
+/* Stage s placed at o, its nest annotated afresh by the init rules. */
+static void move_stage(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_state_t *st,
+                       int s, const loc_t *o, kt_rng_t *rng)
 {
-    int cand[KT_TE_MAX_STAGES], nc = 0;
-    loc_t opt[2 + KT_TE_MAX_DIMS];
-    for (int s = 0; s < st->nstages; s++)
-        if (kt_sched_loc_tunable(dag, st, s) && loc_options(dag, st, s, opt) > 1)
-            cand[nc++] = s;
-    if (nc == 0)
-        return 0;
-    int s = cand[kt_rng_below(rng, (uint64_t)nc)];
-    int k = loc_options(dag, st, s, opt);
-    loc_t other[2 + KT_TE_MAX_DIMS];
-    int no = 0;
-    for (int i = 0; i < k; i++)
-        if (!loc_is(&st->stages[s], &opt[i]))
-            other[no++] = opt[i];
-    if (no == 0)
-        return 0;
     kt_sched_stage_t *e = &st->stages[s];
-    set_loc(e, &other[kt_rng_below(rng, (uint64_t)no)]);
-    /* The moved stage's nest gets fresh annotations by the init rules. */
+    set_loc(e, o);
     kt_sched_nest_t nn;
     if (kt_sched_nest(dag, st, s, 0, &nn)) {
         init_parallel(p, &nn, &e->ann);
@@ -519,6 +503,80 @@ static int mutate_location(const kt_dag_t *dag, const kt_sched_params_t *p, kt_s
             e->ann.unroll = (int16_t)random_unroll(rng);
         init_vectorize(p, &nn, &e->ann, rng);
     }
+}
+
+/* Stage s's placements other than its own into other; their count (none
+ * where the stage has one option). */
+static int other_locs(const kt_dag_t *dag, const kt_sched_state_t *st, int s, loc_t *other)
+{
+    if (!kt_sched_loc_tunable(dag, st, s))
+        return 0;
+    loc_t opt[2 + KT_TE_MAX_DIMS];
+    int k = loc_options(dag, st, s, opt), no = 0;
+    if (k < 2)
+        return 0;
+    for (int i = 0; i < k; i++)
+        if (!loc_is(&st->stages[s], &opt[i]))
+            other[no++] = opt[i];
+    return no;
+}
+
+static int mutate_location(const kt_dag_t *dag, const kt_sched_params_t *p, kt_sched_state_t *st,
+                           kt_rng_t *rng)
+{
+    int cand[KT_TE_MAX_STAGES], nc = 0;
+    loc_t other[2 + KT_TE_MAX_DIMS];
+    for (int s = 0; s < st->nstages; s++)
+        if (other_locs(dag, st, s, other) > 0)
+            cand[nc++] = s;
+    if (nc == 0)
+        return 0;
+    int s = cand[kt_rng_below(rng, (uint64_t)nc)];
+    int no = other_locs(dag, st, s, other);
+    move_stage(dag, p, st, s, &other[kt_rng_below(rng, (uint64_t)no)], rng);
+    return 1;
+}
+
+int kt_sched_relocations(const kt_dag_t *dag, const kt_sched_state_t *st)
+{
+    if (!dag || !st || st->nstages != kt_dag_num_stages(dag) ||
+        st->target == KT_SCHED_TARGET_CUDA)
+        return 0;
+    loc_t other[2 + KT_TE_MAX_DIMS];
+    int n = 0;
+    for (int s = 0; s < st->nstages; s++)
+        n += other_locs(dag, st, s, other);
+    return n;
+}
+
+int kt_sched_relocate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sched_state_t *st,
+                      int k, kt_rng_t *rng, kt_sched_state_t **out)
+{
+    kt_sched_params_t defp;
+    if (!p) {
+        kt_sched_params_default(&defp);
+        p = &defp;
+    }
+    *out = NULL;
+    int n = kt_sched_relocations(dag, st);
+    if (!rng || k < 0 || k >= n)
+        return kt_err_set(KT_EINVAL, "relocate: no placement %d of %d", k, n);
+    loc_t other[2 + KT_TE_MAX_DIMS];
+    int s = 0, no;
+    while ((no = other_locs(dag, st, s, other)) <= k) {
+        k -= no;
+        s++;
+    }
+    kt_sched_state_t *m = kt_sched_state_clone(st);
+    if (!m)
+        return KT_ENOMEM;
+    move_stage(dag, p, m, s, &other[k], rng);
+    if (kt_sched_state_validate(dag, p, m) != 0) {
+        kt_err_clear();
+        kt_sched_state_free(m);
+        return 0;
+    }
+    *out = m;
     return 1;
 }
 

@@ -214,6 +214,18 @@ typedef enum {
 int kt_sched_mutate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sched_state_t *st,
                     int rule, kt_rng_t *rng, kt_sched_state_t **out);
 
+/* The placements KT_MUT_COMPUTE_LOC can move st's stages to, counted and
+ * taken in a fixed order (stages in order, each one's options root,
+ * inline, at each depth of its consumer, less the one it has), so a
+ * caller can propose each once: kt_sched_relocations gives their number
+ * (0 on a GPU state or a bad argument), kt_sched_relocate the k-th as
+ * kt_sched_mutate gives a mutation (the moved stage's loops annotated
+ * afresh from rng): 1 and *out, 0 where the move breaks validity,
+ * negative for a k out of range or on error. */
+int kt_sched_relocations(const kt_dag_t *dag, const kt_sched_state_t *st);
+int kt_sched_relocate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sched_state_t *st,
+                      int k, kt_rng_t *rng, kt_sched_state_t **out);
+
 /* Auto-unroll max steps the sampler and mutator choose from. */
 extern const int kt_sched_unroll_steps[4];   /* {0, 16, 64, 512} */
 extern const int kt_sched_gpu_unroll_steps[5];   /* {0, 16, 64, 512, 1024} */

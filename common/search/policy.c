@@ -62,6 +62,7 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * way never leaves it. */
     o->tile_family_share = 0.25;
     o->location_siblings = 2;
+    o->location_sibling_tiles = 4;
     /* Off: in an A/B run (docs/benchmarks.md) it changed nothing measurable. */
     o->tile_siblings = 0;
     o->direct_siblings = 1;
@@ -105,6 +106,9 @@ static int opts_check(const kt_search_opts_t *o)
         return kt_err_set(KT_EINVAL, "search: tile_family_share must be in (0, 1]");
     if (o->location_siblings < 0 || o->location_siblings > 64)
         return kt_err_set(KT_EINVAL, "search: location_siblings must be in [0, 64]");
+    if (o->location_sibling_tiles < 1 || o->location_sibling_tiles > KT_SEARCH_MAX_SIBLING_TILES)
+        return kt_err_set(KT_EINVAL, "search: location_sibling_tiles must be in [1, %d]",
+                          KT_SEARCH_MAX_SIBLING_TILES);
     if (o->tile_siblings < 0 || o->tile_siblings > 64)
         return kt_err_set(KT_EINVAL, "search: tile_siblings must be in [0, 64]");
     if (o->direct_siblings < 0 || o->direct_siblings > 1)
@@ -150,6 +154,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"diversity_filter_ratio", offsetof(kt_search_opts_t, diversity_filter_ratio), 'd'},
         {"tile_family_share", offsetof(kt_search_opts_t, tile_family_share), 'd'},
         {"location_siblings", offsetof(kt_search_opts_t, location_siblings), 'i'},
+        {"location_sibling_tiles", offsetof(kt_search_opts_t, location_sibling_tiles), 'i'},
         {"tile_siblings", offsetof(kt_search_opts_t, tile_siblings), 'i'},
         {"direct_siblings", offsetof(kt_search_opts_t, direct_siblings), 'i'},
         {"restart_after", offsetof(kt_search_opts_t, restart_after), 'i'},
@@ -281,6 +286,7 @@ void kt_search_policy_free(kt_search_policy_t *sp)
         kt_sched_state_free(sp->sketches[i]);
     free(sp->sketches);
     kt_hset_free(&sp->measured);
+    kt_hset_free(&sp->relocated);
     kt_slist_free(&sp->foresight);
     for (int i = 0; i < sp->nhist; i++)
         kt_sched_state_free(sp->hist[i].st);
@@ -982,6 +988,110 @@ static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, t
     return 0;
 }
 
+/* Indices in hist of the best state measured since the search's start of
+ * each of the first `max` register tiles, best first; their count. */
+static int tile_bests(kt_search_policy_t *sp, int max, int *src)
+{
+    int nvalid = 0, n = 0;
+    for (int i = sp->start; i < sp->nhist; i++)
+        nvalid += sp->hist[i].cost > 0;
+    if (nvalid == 0)
+        return 0;
+    by_cost_t *idx = malloc((size_t)nvalid * sizeof(*idx));
+    uint64_t *keys = malloc((size_t)max * sizeof(*keys));
+    if (!idx || !keys) {
+        free(idx);
+        free(keys);
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    for (int i = sp->start, k = 0; i < sp->nhist; i++)
+        if (sp->hist[i].cost > 0)
+            idx[k++] = (by_cost_t){sp->hist[i].cost, i};
+    qsort(idx, (size_t)nvalid, sizeof(*idx), cmp_by_cost);
+    for (int i = 0; i < nvalid && n < max; i++) {
+        uint64_t key = kt_sched_state_tile_key(sp->hist[idx[i].idx].st);
+        int seen = 0;
+        for (int j = 0; j < n && !seen; j++)
+            seen = keys[j] == key;
+        if (!seen) {
+            keys[n] = key;
+            src[n++] = idx[i].idx;
+        }
+    }
+    free(idx);
+    free(keys);
+    return n;
+}
+
+/* The next placement of hist[b]'s stages not proposed before (each is
+ * tried once, whatever came of it) that makes a new state, taken into out:
+ * 1 taken, 0 none left, negative on error. */
+static int take_relocation(kt_search_policy_t *sp, int b, tiles_t *tiles, kt_slist_t *out)
+{
+    const kt_sched_state_t *st = sp->hist[b].st;
+    uint64_t src = kt_sched_state_hash(st, sp->dag);
+    if (!src)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    int n = kt_sched_relocations(sp->dag, st);
+    for (int k = 0; k < n; k++) {
+        uint64_t tried[2] = {src, (uint64_t)k};
+        int rc = kt_hset_add(&sp->relocated, kt_hash64(tried, sizeof tried));
+        if (rc <= 0) {
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        kt_sched_state_t *c = NULL;
+        if ((rc = kt_sched_relocate(sp->dag, &sp->params, st, k, &sp->rng, &c)) <= 0) {
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        uint64_t h = kt_sched_state_hash(c, sp->dag);
+        if (!h || !is_new(sp, h)) {
+            kt_sched_state_free(c);
+            if (!h)
+                return kt_err_set(KT_ENOMEM, "out of memory");
+            continue;
+        }
+        kt_slist_t one = {0};
+        if ((rc = kt_slist_push(&one, c, h)) == 0)
+            rc = take(sp, &one, 0, kt_sched_state_tile_key(c), tiles, out);
+        kt_slist_free(&one);
+        return rc ? rc : 1;
+    }
+    return 0;
+}
+
+/* location_siblings: the stages of the best state of each of the
+ * location_sibling_tiles best register tiles placed otherwise, one state
+ * per tile in turn, best tile first, each placement once. A placement
+ * that ran slower on the best tile may run faster on another (a padding
+ * inlined reads the input at a row pitch that a tall tile maps onto one
+ * cache set), so the best tile's siblings alone settle nothing. */
+static int pick_relocations(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
+{
+    int limit = sp->opts.location_siblings, *count = &sp->stats.last_picked_siblings;
+    int src[KT_SEARCH_MAX_SIBLING_TILES];
+    int nsrc = limit > 0 ? tile_bests(sp, sp->opts.location_sibling_tiles, src) : 0;
+    if (nsrc < 0)
+        return nsrc;
+    while (*count < limit && out->n < n && nsrc > 0) {
+        int live = 0;
+        for (int i = 0; i < nsrc && *count < limit && out->n < n; i++) {
+            int rc = take_relocation(sp, src[i], tiles, out);
+            if (rc < 0)
+                return rc;
+            if (rc == 0)
+                continue;
+            (*count)++;
+            src[live++] = src[i];
+        }
+        nsrc = live;   /* a tile with nothing left drops out */
+    }
+    return 0;
+}
+
 /* Up to `limit` new states made from the best state measured since the
  * search's start by mutation `rule`, in the round's first picks, counted in
  * *count; a state the rule cannot change (one placement per stage, a
@@ -1016,13 +1126,12 @@ static int pick_siblings_by(kt_search_policy_t *sp, int rule, int limit, int *co
     return rc;
 }
 
-/* The best state's stages placed otherwise (location_siblings), its
- * register tile reshaped (tile_siblings), then its reduction moved into the
- * tile (direct_siblings). */
+/* The best tiles' stages placed otherwise (location_siblings), the best
+ * state's register tile reshaped (tile_siblings), then its reduction moved
+ * into the tile (direct_siblings). */
 static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
 {
-    int rc = pick_siblings_by(sp, KT_MUT_COMPUTE_LOC, sp->opts.location_siblings,
-                              &sp->stats.last_picked_siblings, n, tiles, out);
+    int rc = pick_relocations(sp, n, tiles, out);
     if (rc == 0)
         rc = pick_siblings_by(sp, KT_MUT_TILE_SHAPE, sp->opts.tile_siblings,
                               &sp->stats.last_picked_tile_siblings, n, tiles, out);

@@ -82,6 +82,11 @@ typedef struct {
      * first random ones, and never proposed an inlined padding on the tile
      * that ran best materialized. 0 = off (Ansor). */
     int location_siblings;                 /* 2 */
+    /* The register tiles whose best state's placements location_siblings
+     * proposes, best first, one state per tile in turn: an inlined padding
+     * slowed the best tile (its rows then fell on one cache set) and sped
+     * up the next. 1 = the best state only. */
+    int location_sibling_tiles;            /* 4 */
     /* States per round, after those, with the best measured state's register
      * tile reshaped (a prime factor exchanged between two spatial axes:
      * kt_sched_mutate's tile-shape rule). The tile-size rule moves factors
@@ -125,6 +130,8 @@ void kt_search_opts_default(kt_search_opts_t *o);
 #define KT_SEARCH_MAX_ITERS 1000
 /* Largest diversity_filter_ratio (the candidate pool is ratio x n states). */
 #define KT_SEARCH_MAX_DIVERSITY 64
+/* Most register tiles location_siblings takes placements from. */
+#define KT_SEARCH_MAX_SIBLING_TILES 16
 
 /* Sets options from "key=value,..." (a job's search_params): the numeric
  * fields above by name, model_label=throughput|log|rank and
@@ -212,7 +219,7 @@ typedef struct {
     int last_random;            /* random states drawn for eps-greedy */
     int last_picked_best;       /* states proposed from the heap */
     int last_picked_random;     /* states proposed from the random ones */
-    int last_picked_siblings;   /* placements of the best state's stages proposed */
+    int last_picked_siblings;   /* placements of the best tiles' stages proposed */
     int last_picked_tile_siblings;   /* reshapes of the best state's register tile proposed */
     int last_picked_direct_siblings; /* the best state with its reduction in the tile */
     int last_picked_spread;     /* states proposed from the sampled ones by knob coverage

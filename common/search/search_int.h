@@ -61,6 +61,7 @@ struct kt_search_policy {
     int nsketches;
 
     kt_hset_t measured;          /* measured, preloaded, or proposed already */
+    kt_hset_t relocated;         /* (state hash, placement) pairs location_siblings tried */
     kt_measured_t *hist;         /* measured and preloaded states, in order */
     int nhist, caphist;
     int npending;                /* hist[nhist - npending ..] have not trained the model */
