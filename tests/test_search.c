@@ -769,17 +769,27 @@ static int same_but_padding(const kt_sched_state_t *a, const kt_sched_state_t *b
            a->stages[pad].at_stage != b->stages[pad].at_stage;
 }
 
-START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
+/* The conv2d of KT_TEST_PAD_TILE_STATE (8x8x16 -> 32, 3x3, padding 1, + bias
+ * + relu) and, in *pad, the index of its padding stage. */
+static kt_workload_t *pad_conv8(int *pad)
 {
     kt_workload_t *w = workload("{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":8,\"W\":8,\"CI\":16,"
                                 "\"CO\":32,\"KH\":3,\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],"
                                 "\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}");
     const kt_dag_t *dag = kt_workload_dag(w);
-    int pad = -1;
+    *pad = -1;
     for (int i = 0; i < kt_dag_num_stages(dag); i++)
         if (strcmp(kt_dag_stage(dag, i)->name, "pad_temp") == 0)
-            pad = i;
-    ck_assert_int_ge(pad, 0);
+            *pad = i;
+    ck_assert_int_ge(*pad, 0);
+    return w;
+}
+
+START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
+{
+    int pad;
+    kt_workload_t *w = pad_conv8(&pad);
+    const kt_dag_t *dag = kt_workload_dag(w);
     kt_sched_params_t p;
     one_thread_params(&p);
     char *best = kt_test_materialize_pad(KT_TEST_PAD_TILE_STATE("[2,1,4,1]", "[1,1,4,2]"));
@@ -841,14 +851,9 @@ static int sibling_of(const kt_sched_state_t *const *from, int n, const kt_sched
 
 START_TEST(search_location_siblings_take_the_best_tiles_in_turn)
 {
-    kt_workload_t *w = workload("{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":8,\"W\":8,\"CI\":16,"
-                                "\"CO\":32,\"KH\":3,\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],"
-                                "\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}");
+    int pad;
+    kt_workload_t *w = pad_conv8(&pad);
     const kt_dag_t *dag = kt_workload_dag(w);
-    int pad = -1;
-    for (int i = 0; i < kt_dag_num_stages(dag); i++)
-        if (strcmp(kt_dag_stage(dag, i)->name, "pad_temp") == 0)
-            pad = i;
     kt_sched_params_t p;
     one_thread_params(&p);
     /* A, C, B, D and their costs */
