@@ -568,18 +568,15 @@ static int cmp_by_cost(const void *a, const void *b)
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
-/* Add the best states measured since the search's start (by throughput,
- * i.e. lowest cost) to pop: up to sample_init_use_measured_ratio x
- * population. */
-static int add_measured(kt_search_policy_t *sp, kt_slist_t *pop, int population)
+/* The valid records since the search's start, fastest first, into a
+ * malloc'd *out (NULL when none): their count, or negative on OOM. */
+static int measured_by_cost(const kt_search_policy_t *sp, by_cost_t **out)
 {
-    int limit = (int)(sp->opts.sample_init_use_measured_ratio * population);
     int nvalid = 0;
+    *out = NULL;
     for (int i = sp->start; i < sp->nhist; i++)
         nvalid += sp->hist[i].cost > 0;
-    int take = nvalid < limit ? nvalid : limit;
-    sp->stats.last_from_measured = 0;
-    if (take <= 0)
+    if (nvalid == 0)
         return 0;
     by_cost_t *idx = malloc((size_t)nvalid * sizeof(*idx));
     if (!idx)
@@ -588,6 +585,24 @@ static int add_measured(kt_search_policy_t *sp, kt_slist_t *pop, int population)
         if (sp->hist[i].cost > 0)
             idx[k++] = (by_cost_t){sp->hist[i].cost, i};
     qsort(idx, (size_t)nvalid, sizeof(*idx), cmp_by_cost);
+    *out = idx;
+    return nvalid;
+}
+
+/* Add the best states measured since the search's start (by throughput,
+ * i.e. lowest cost) to pop: up to sample_init_use_measured_ratio x
+ * population. */
+static int add_measured(kt_search_policy_t *sp, kt_slist_t *pop, int population)
+{
+    int limit = (int)(sp->opts.sample_init_use_measured_ratio * population);
+    sp->stats.last_from_measured = 0;
+    if (limit <= 0)
+        return 0;
+    by_cost_t *idx;
+    int nvalid = measured_by_cost(sp, &idx);
+    if (nvalid <= 0)
+        return nvalid;
+    int take = nvalid < limit ? nvalid : limit;
     int rc = 0;
     for (int i = 0; i < take && rc == 0; i++) {
         kt_sched_state_t *c = kt_sched_state_clone(sp->hist[idx[i].idx].st);
@@ -989,25 +1004,13 @@ static int pick_capped(kt_search_policy_t *sp, int num_good, kt_slist_t *best, t
 }
 
 /* Indices in hist of the best state measured since the search's start of
- * each of the first `max` register tiles, best first; their count. */
+ * each of the first `max` (<= KT_SEARCH_MAX_SIBLING_TILES) register tiles,
+ * best first; their count. */
 static int tile_bests(kt_search_policy_t *sp, int max, int *src)
 {
-    int nvalid = 0, n = 0;
-    for (int i = sp->start; i < sp->nhist; i++)
-        nvalid += sp->hist[i].cost > 0;
-    if (nvalid == 0)
-        return 0;
-    by_cost_t *idx = malloc((size_t)nvalid * sizeof(*idx));
-    uint64_t *keys = malloc((size_t)max * sizeof(*keys));
-    if (!idx || !keys) {
-        free(idx);
-        free(keys);
-        return kt_err_set(KT_ENOMEM, "out of memory");
-    }
-    for (int i = sp->start, k = 0; i < sp->nhist; i++)
-        if (sp->hist[i].cost > 0)
-            idx[k++] = (by_cost_t){sp->hist[i].cost, i};
-    qsort(idx, (size_t)nvalid, sizeof(*idx), cmp_by_cost);
+    by_cost_t *idx;
+    int nvalid = measured_by_cost(sp, &idx), n = 0;
+    uint64_t keys[KT_SEARCH_MAX_SIBLING_TILES];
     for (int i = 0; i < nvalid && n < max; i++) {
         uint64_t key = kt_sched_state_tile_key(sp->hist[idx[i].idx].st);
         int seen = 0;
@@ -1019,8 +1022,7 @@ static int tile_bests(kt_search_policy_t *sp, int max, int *src)
         }
     }
     free(idx);
-    free(keys);
-    return n;
+    return nvalid < 0 ? nvalid : n;
 }
 
 /* The next placement of hist[b]'s stages not proposed before (each is
