@@ -18,12 +18,18 @@
  * Prints the estimated total latency (sum of weight x best latency; "-"
  * while some task has no valid measurement) after 25%, 50% and 100% of the
  * trials, and each configuration's final latency against random's (issue
- * 25's goal for xgb: at most 0.85x).
+ * 25's goal for xgb: at most 0.85x). Then each task's best latency per
+ * configuration, and the bound on those ratios: the total of each task's
+ * best over all runs and, with --reference, over the stores given too (a
+ * longer tuning of the same tasks, e.g. bench_layers' or ktune tune's with
+ * 256 trials each): no search scores below that total against random's at
+ * this budget unless it finds faster kernels than the reference holds.
  *
  *   bench_scheduler [--trials N | --trials-per-task 48] [--tasks K] [--per-round 16]
  *                   [--confs xgb,xgb-model,random,family-none]
  *                   [--population 2048] [--search key=value,...]
  *                   [--min-repeat-ms 100] [--seed 0] [--timer wall|cpu]
+ *                   [--reference STORE]...
  *   bench_scheduler --analytic
  *
  * --per-round defaults to 16, not TVM's 64: with 23 tasks and 1,000 trials,
@@ -50,6 +56,7 @@
 #include "net/net.h"
 #include "scheduler/scheduler.h"
 #include "search/search.h"
+#include "store/store.h"
 #include "util/err.h"
 #include "util/sbuf.h"
 #include "util/util.h"
@@ -194,6 +201,7 @@ typedef struct {
     double lat[NCHECK];      /* estimated latency when first reached; NAN not yet */
     int errors;
     double *first;           /* per task: median cost (s) of its first round; NAN before */
+    double *best;            /* per task: best cost (s) at the end; INFINITY none */
 } real_t;
 
 static void die(const char *what)
@@ -286,6 +294,78 @@ static void print_lat(double v)
         printf("  %10.3f", v * 1e3);
 }
 
+/* Each task's best valid latency (s) over the stores at refs[0..nrefs), or
+ * INFINITY where none holds one; exits when a store cannot be opened. */
+static double *reference_bests(const char *const *refs, int nrefs,
+                               const kt_scheduler_task_t *tasks, int n)
+{
+    double *ref = malloc((size_t)n * sizeof *ref);
+    if (!ref)
+        die("out of memory");
+    for (int i = 0; i < n; i++)
+        ref[i] = INFINITY;
+    for (int k = 0; k < nrefs; k++) {
+        kt_store_t *st = kt_store_open(refs[k], KT_STORE_READONLY);
+        if (!st)
+            die(refs[k]);
+        for (int i = 0; i < n; i++) {
+            kt_record_list_t *l = NULL;
+            int rc = kt_store_best(st, tasks[i].workload_key, "cpu", &l);
+            if (rc == 0 && l->items[0].mean_cost < ref[i])
+                ref[i] = l->items[0].mean_cost;
+            else if (rc < 0 && rc != KT_ENOTFOUND)
+                die(refs[k]);
+            kt_record_list_free(l);
+        }
+        kt_store_close(st);
+    }
+    return ref;
+}
+
+/* Each task's best latency per configuration (and in the reference stores),
+ * then the totals of the per-task minimums against random's final total:
+ * the lowest "vs random" ratio these kernels allow. */
+static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
+                         const kt_scheduler_task_t *tasks, const kt_net_tasks_t *ts, int n,
+                         const double *ref)
+{
+    printf("best latency (ms) of each task at the end (weight x: the task appears x times)\n");
+    printf("%-4s  %-6s  %-36s", "task", "weight", "layers");
+    for (int ci = 0; ci < nsel; ci++)
+        printf("  %10s", confs[sel[ci]].key);
+    printf("%s\n", ref ? "   reference" : "");
+    double runs_tot = 0, all_tot = 0;
+    int runs_ok = 1, from_runs = 0;
+    for (int i = 0; i < n; i++) {
+        printf("%-4d  %-6g  %-36.36s", i, tasks[i].weight,
+               ts->tasks[i].desc ? ts->tasks[i].desc : "");
+        double m = INFINITY;
+        for (int ci = 0; ci < nsel; ci++) {
+            double b = runs[sel[ci]].best[i];
+            print_lat(b);
+            m = fmin(m, b);
+        }
+        if (ref)
+            print_lat(ref[i]);
+        printf("\n");
+        runs_ok &= isfinite(m);
+        runs_tot += tasks[i].weight * m;
+        if (ref && !(ref[i] < m))
+            from_runs++;
+        all_tot += tasks[i].weight * (ref ? fmin(m, ref[i]) : m);
+    }
+    if (!runs_ok || rnd < 0)
+        return;
+    double r = runs[rnd].lat[NCHECK - 1];
+    printf("each task's best over these runs: total %.3f ms, %.3fx of %s's final\n",
+           runs_tot * 1e3, runs_tot / r, confs[rnd].name);
+    if (ref)
+        printf("each task's best over these runs and the reference stores (%d of %d tasks from "
+               "the runs): total %.3f ms, %.3fx of %s's final: the lowest ratio a search reaches "
+               "at this budget unless it finds kernels faster than these\n",
+               from_runs, n, all_tot * 1e3, all_tot / r, confs[rnd].name);
+}
+
 /* --confs: indices into confs, in the order given. */
 static int parse_confs(const char *list, int *out)
 {
@@ -314,6 +394,9 @@ int main(int argc, char **argv)
     int ntasks = 0, per_round = 16, population = 2048, min_repeat_ms = 100;
     int timer = KT_RUNNER_TIMER_WALL;
     uint64_t seed = 0;
+    enum { MAX_REFS = 8 };
+    const char *refs[MAX_REFS];
+    int nrefs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--analytic") == 0)
@@ -343,6 +426,8 @@ int main(int argc, char **argv)
             timer = kt_bench_timer("bench_scheduler", v);
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--reference") == 0 && nrefs < MAX_REFS)
+            refs[nrefs++] = v;
         else {
             fprintf(stderr, "unknown option %s\n", a);
             return 2;
@@ -378,6 +463,7 @@ int main(int argc, char **argv)
                                          .workload_key = kt_workload_key(wl[i])};
     }
 
+    double *ref = nrefs ? reference_bests(refs, nrefs, tasks, n) : NULL;
     kt_builder_t *b;
     kt_runner_t *r;
     kt_bench_local("bench_scheduler", min_repeat_ms, 1, timer, &b, &r);
@@ -397,7 +483,8 @@ int main(int argc, char **argv)
             x->check[k] = trials * (k + 1 == NCHECK ? 4 : k + 1) / 4;
             x->lat[k] = NAN;
         }
-        if (!(x->first = malloc((size_t)n * sizeof *x->first)))
+        if (!(x->first = malloc((size_t)n * sizeof *x->first)) ||
+            !(x->best = malloc((size_t)n * sizeof *x->best)))
             die("out of memory");
         for (int i = 0; i < n; i++)
             x->first[i] = NAN;
@@ -438,6 +525,13 @@ int main(int argc, char **argv)
                 x->lat[k] = kt_scheduler_estimated_latency(s);
         if (*kt_scheduler_finish_message(s))
             fprintf(stderr, "%s: %s\n", confs[c].name, kt_scheduler_finish_message(s));
+        for (int i = 0; i < n; i++) {
+            kt_scheduler_task_state_t st;
+            x->best[i] = kt_scheduler_task_state(s, i, &st) == 0 &&
+                                 st.best_cost < KT_SCHEDULER_VALID_COST_LIMIT
+                             ? st.best_cost
+                             : INFINITY;
+        }
         kt_scheduler_free(s);
         kt_measurer_free(x->measurer);
         kt_search_family_free(x->fam);
@@ -485,8 +579,12 @@ int main(int argc, char **argv)
         }
         printf("%-38s  %9.3fx  (%d tasks)\n", confs[c].name, k ? exp(lsum / k) : NAN, k);
     }
-    for (int ci = 0; ci < nsel; ci++)
+    print_bounds(runs, sel, nsel, rnd, tasks, ts, n, ref);
+    free(ref);
+    for (int ci = 0; ci < nsel; ci++) {
         free(runs[sel[ci]].first);
+        free(runs[sel[ci]].best);
+    }
     kt_runner_free(r);
     kt_builder_free(b);
     for (int i = 0; i < n; i++)
