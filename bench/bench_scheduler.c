@@ -202,6 +202,7 @@ typedef struct {
     int errors;
     double *first;           /* per task: median cost (s) of its first round; NAN before */
     double *best;            /* per task: best cost (s) at the end; INFINITY none */
+    int64_t *ntrials;        /* per task: trials it was given */
 } real_t;
 
 static void die(const char *what)
@@ -329,10 +330,11 @@ static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
                          const kt_scheduler_task_t *tasks, const kt_net_tasks_t *ts, int n,
                          const double *ref)
 {
-    printf("best latency (ms) of each task at the end (weight x: the task appears x times)\n");
+    printf("best latency (ms) of each task at the end and the trials it was given (weight x: "
+           "the task appears x times)\n");
     printf("%-4s  %-6s  %-36s", "task", "weight", "layers");
     for (int ci = 0; ci < nsel; ci++)
-        printf("  %10s", confs[sel[ci]].key);
+        printf("  %10s  %6s", confs[sel[ci]].key, "trials");
     printf("%s\n", ref ? "   reference" : "");
     double runs_tot = 0, all_tot = 0;
     int runs_ok = 1, from_runs = 0;
@@ -343,6 +345,7 @@ static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
         for (int ci = 0; ci < nsel; ci++) {
             double b = runs[sel[ci]].best[i];
             print_lat(b);
+            printf("  %6lld", (long long)runs[sel[ci]].ntrials[i]);
             m = fmin(m, b);
         }
         if (ref)
@@ -484,7 +487,8 @@ int main(int argc, char **argv)
             x->lat[k] = NAN;
         }
         if (!(x->first = malloc((size_t)n * sizeof *x->first)) ||
-            !(x->best = malloc((size_t)n * sizeof *x->best)))
+            !(x->best = malloc((size_t)n * sizeof *x->best)) ||
+            !(x->ntrials = calloc((size_t)n, sizeof *x->ntrials)))
             die("out of memory");
         for (int i = 0; i < n; i++)
             x->first[i] = NAN;
@@ -527,10 +531,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: %s\n", confs[c].name, kt_scheduler_finish_message(s));
         for (int i = 0; i < n; i++) {
             kt_scheduler_task_state_t st;
-            x->best[i] = kt_scheduler_task_state(s, i, &st) == 0 &&
-                                 st.best_cost < KT_SCHEDULER_VALID_COST_LIMIT
-                             ? st.best_cost
-                             : INFINITY;
+            int ok = kt_scheduler_task_state(s, i, &st) == 0;
+            x->best[i] = ok && st.best_cost < KT_SCHEDULER_VALID_COST_LIMIT ? st.best_cost
+                                                                          : INFINITY;
+            x->ntrials[i] = ok ? st.trials : 0;
         }
         kt_scheduler_free(s);
         kt_measurer_free(x->measurer);
@@ -584,6 +588,7 @@ int main(int argc, char **argv)
     for (int ci = 0; ci < nsel; ci++) {
         free(runs[sel[ci]].first);
         free(runs[sel[ci]].best);
+        free(runs[sel[ci]].ntrials);
     }
     kt_runner_free(r);
     kt_builder_free(b);
