@@ -429,9 +429,13 @@ int main(int argc, char **argv)
             timer = kt_bench_timer("bench_scheduler", v);
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, NULL, 10);
-        else if (strcmp(a, "--reference") == 0 && nrefs < MAX_REFS)
+        else if (strcmp(a, "--reference") == 0) {
+            if (nrefs == MAX_REFS) {
+                fprintf(stderr, "bench_scheduler: at most %d --reference stores\n", MAX_REFS);
+                return 2;
+            }
             refs[nrefs++] = v;
-        else {
+        } else {
             fprintf(stderr, "unknown option %s\n", a);
             return 2;
         }
