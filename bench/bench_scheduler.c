@@ -2,8 +2,11 @@
  * on ResNet-18.
  *
  * Default mode: the built-in ResNet-18 (batch 1, NHWC; optionally its first
- * K tasks) tuned on this CPU with one thread (every candidate built, run and
- * checked against the reference by the local measurer) for a total of N
+ * K tasks) with the Winograd alternative of each 3x3 stride-1 conv2d task, as
+ * `ktune tune --network` extracts it for a CPU (--winograd 0: the direct
+ * tasks only; a layer counts at the faster of its two tasks, as the task
+ * scheduler counts it), tuned on this CPU with one thread (every candidate
+ * built, run and checked against the reference by the local measurer) for a total of N
  * trials (48 per task by default: issue 25's network budget), once per
  * configuration (--confs, in this order by default):
  *   xgb          gradient + sketch.xgb (one model for all tasks, Ansor's
@@ -25,7 +28,8 @@
  * 256 trials each): no search scores below that total against random's at
  * this budget unless it finds faster kernels than the reference holds.
  *
- *   bench_scheduler [--trials N | --trials-per-task 48] [--tasks K] [--per-round 16]
+ *   bench_scheduler [--trials N | --trials-per-task 48] [--tasks K] [--winograd 1|0]
+ *                   [--per-round 16]
  *                   [--confs xgb,xgb-model,random,family-none]
  *                   [--population 2048] [--search key=value,...]
  *                   [--min-repeat-ms 100] [--seed 0] [--timer wall|cpu]
@@ -326,9 +330,28 @@ static double *reference_bests(const char *const *refs, int nrefs,
 /* Each task's best latency per configuration (and in the reference stores),
  * then the totals of the per-task minimums against random's final total:
  * the lowest "vs random" ratio these kernels allow. */
+/* The network's latency from per-task latencies m: per task that is no
+ * alternative (alt[i] < 0), its weight times the fastest of it and its
+ * alternatives, as the scheduler counts it. */
+static double group_total(const double *m, const int *alt, const kt_scheduler_task_t *tasks,
+                          int n)
+{
+    double tot = 0;
+    for (int i = 0; i < n; i++) {
+        if (alt[i] >= 0)
+            continue;
+        double g = m[i];
+        for (int j = 0; j < n; j++)
+            if (alt[j] == i)
+                g = fmin(g, m[j]);
+        tot += tasks[i].weight * g;
+    }
+    return tot;
+}
+
 static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
-                         const kt_scheduler_task_t *tasks, const kt_net_tasks_t *ts, int n,
-                         const double *ref)
+                         const kt_scheduler_task_t *tasks, const kt_net_tasks_t *ts,
+                         const int *pick, const int *alt, int n, const double *ref)
 {
     printf("best latency (ms) of each task at the end and the trials it was given (weight x: "
            "the task appears x times)\n");
@@ -336,11 +359,18 @@ static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
     for (int ci = 0; ci < nsel; ci++)
         printf("  %10s  %6s", confs[sel[ci]].key, "trials");
     printf("%s\n", ref ? "   reference" : "");
-    double runs_tot = 0, all_tot = 0;
-    int runs_ok = 1, from_runs = 0;
+    double *runs_m = malloc((size_t)n * sizeof *runs_m);
+    double *all_m = malloc((size_t)n * sizeof *all_m);
+    if (!runs_m || !all_m)
+        die("out of memory");
+    int from_runs = 0;
     for (int i = 0; i < n; i++) {
+        const char *desc = ts->tasks[pick[i]].desc;
+        char altname[40];
+        if (alt[i] >= 0)   /* its desc is the direct task's, cut before "(Winograd)" */
+            snprintf(altname, sizeof altname, "Winograd alternative of task %d", alt[i]);
         printf("%-4d  %-6g  %-36.36s", i, tasks[i].weight,
-               ts->tasks[i].desc ? ts->tasks[i].desc : "");
+               alt[i] >= 0 ? altname : desc ? desc : "");
         double m = INFINITY;
         for (int ci = 0; ci < nsel; ci++) {
             double b = runs[sel[ci]].best[i];
@@ -351,13 +381,16 @@ static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
         if (ref)
             print_lat(ref[i]);
         printf("\n");
-        runs_ok &= isfinite(m);
-        runs_tot += tasks[i].weight * m;
+        runs_m[i] = m;
         if (ref && !(ref[i] < m))
             from_runs++;
-        all_tot += tasks[i].weight * (ref ? fmin(m, ref[i]) : m);
+        all_m[i] = ref ? fmin(m, ref[i]) : m;
     }
-    if (!runs_ok || rnd < 0)
+    double runs_tot = group_total(runs_m, alt, tasks, n);
+    double all_tot = group_total(all_m, alt, tasks, n);
+    free(runs_m);
+    free(all_m);
+    if (!isfinite(runs_tot) || rnd < 0)
         return;
     double r = runs[rnd].lat[NCHECK - 1];
     printf("each task's best over these runs: total %.3f ms, %.3fx of %s's final\n",
@@ -394,7 +427,7 @@ int main(int argc, char **argv)
     int64_t trials = 0;
     int per_task = 48;
     const char *conf_list = "xgb,xgb-model,random,family-none", *search_params = NULL;
-    int ntasks = 0, per_round = 16, population = 2048, min_repeat_ms = 100;
+    int ntasks = 0, per_round = 16, population = 2048, min_repeat_ms = 100, winograd = 1;
     int timer = KT_RUNNER_TIMER_WALL;
     uint64_t seed = 0;
     enum { MAX_REFS = 8 };
@@ -419,6 +452,8 @@ int main(int argc, char **argv)
             search_params = kt_bench_search_option("bench_scheduler", v);
         else if (strcmp(a, "--tasks") == 0)
             ntasks = atoi(v);
+        else if (strcmp(a, "--winograd") == 0)
+            winograd = strcmp(v, "1") == 0 ? 1 : strcmp(v, "0") == 0 ? 0 : -1;
         else if (strcmp(a, "--per-round") == 0)
             per_round = atoi(v);
         else if (strcmp(a, "--population") == 0)
@@ -442,17 +477,31 @@ int main(int argc, char **argv)
     }
     int sel[NCONF], nsel = parse_confs(conf_list, sel);
     if (trials < 0 || per_task < 1 || ntasks < 0 || per_round < 1 || population < 1 ||
-        min_repeat_ms < 0 || nsel < 1) {
+        min_repeat_ms < 0 || nsel < 1 || winograd < 0) {
         fprintf(stderr, "bad options\n");
         return 2;
     }
     setenv("OMP_NUM_THREADS", "1", 1);
 
     kt_net_t *net = kt_net_builtin("resnet-18", 1, 0);
-    kt_net_tasks_t *ts = net ? kt_net_extract(net, KT_NET_NHWC) : NULL;
+    kt_net_tasks_t *ts =
+        net ? kt_net_extract_ex(net, KT_NET_NHWC, winograd ? KT_NET_EXTRACT_WINOGRAD : 0) : NULL;
     if (!ts)
         die("resnet-18");
-    int n = ntasks > 0 && ntasks < ts->ntasks ? ntasks : ts->ntasks;
+    /* --tasks K: the first K direct tasks and their alternatives, which
+     * kt_net_extract_ex lists after every direct task */
+    int *pick = calloc((size_t)ts->ntasks, sizeof *pick);
+    int *alt = calloc((size_t)ts->ntasks, sizeof *alt);
+    if (!pick || !alt)
+        die("out of memory");
+    int n = 0;
+    for (int i = 0; i < ts->ntasks; i++) {
+        int d = ts->tasks[i].alt_of;
+        if (ntasks == 0 || (d < 0 ? i : d) < ntasks) {
+            alt[n] = d;   /* direct tasks keep their index: they come first */
+            pick[n++] = i;
+        }
+    }
     if (trials == 0)
         trials = (int64_t)per_task * n;
     const kt_workload_t **wl = calloc((size_t)n, sizeof *wl);
@@ -461,10 +510,10 @@ int main(int argc, char **argv)
     if (!wl || !tasks || !tags)
         die("out of memory");
     for (int i = 0; i < n; i++) {
-        wl[i] = ts->tasks[i].wl;
+        wl[i] = ts->tasks[pick[i]].wl;
         if (!(tags[i] = similarity_tag(wl[i])))
             die("out of memory");
-        tasks[i] = (kt_scheduler_task_t){.weight = ts->tasks[i].weight,
+        tasks[i] = (kt_scheduler_task_t){.weight = ts->tasks[pick[i]].weight,
                                          .flops = kt_workload_flops(wl[i]),
                                          .similarity_tag = tags[i],
                                          .workload_key = kt_workload_key(wl[i])};
@@ -514,6 +563,7 @@ int main(int argc, char **argv)
         cfg.num_measure_trials = trials;
         cfg.num_measures_per_round = per_round;
         cfg.seed = seed;
+        cfg.alternative_of = alt;
         cfg.table_out = NULL;
         cfg.latency_log = real_latency;
         cfg.latency_user = x;
@@ -545,9 +595,13 @@ int main(int argc, char **argv)
         kt_search_family_free(x->fam);
     }
 
-    printf("ResNet-18 (batch 1, NHWC, %d of %d tasks) on this CPU, one thread: estimated total "
-           "latency (ms) after N trials, %d per round at most, population %d, seed %llu%s%s\n",
-           n, ts->ntasks, per_round, population, (unsigned long long)seed,
+    printf("ResNet-18 (batch 1, NHWC, %d of %d tasks, %s) on this CPU, one thread: estimated "
+           "total latency (ms) after N trials, %d per round at most, population %d, seed "
+           "%llu%s%s\n",
+           n, ts->ntasks,
+           winograd ? "3x3 stride-1 convolutions with their Winograd alternatives"
+                    : "direct convolutions only",
+           per_round, population, (unsigned long long)seed,
            search_params ? ", search params " : "", search_params ? search_params : "");
     int rnd = -1;   /* sketch.random's run: the baseline of the ratios */
     for (int ci = 0; ci < nsel; ci++)
@@ -587,7 +641,7 @@ int main(int argc, char **argv)
         }
         printf("%-38s  %9.3fx  (%d tasks)\n", confs[c].name, k ? exp(lsum / k) : NAN, k);
     }
-    print_bounds(runs, sel, nsel, rnd, tasks, ts, n, ref);
+    print_bounds(runs, sel, nsel, rnd, tasks, ts, pick, alt, n, ref);
     free(ref);
     for (int ci = 0; ci < nsel; ci++) {
         free(runs[sel[ci]].first);
@@ -601,6 +655,8 @@ int main(int argc, char **argv)
     free(tags);
     free(tasks);
     free(wl);
+    free(pick);
+    free(alt);
     kt_net_tasks_free(ts);
     kt_net_free(net);
     return 0;
