@@ -1,6 +1,7 @@
 /* bench_search: how good are the kernels the search finds, and where does a
- * round's time go? For matmul 512^3 and ResNet-18's 3x3 conv2d on 56x56x64
- * (NHWC, pad 1, + bias + relu), sketch.xgb against sketch.random, several
+ * round's time go? For matmul 512^3, ResNet-18's 3x3 conv2d on 56x56x64
+ * (NHWC, pad 1, + bias + relu) and the same layer as a Winograd convolution
+ * (tile 4), sketch.xgb against sketch.random, several
  * seeds: the best latency after each trial checkpoint, measured on this CPU
  * with one thread (candidates are built, run and checked against the
  * reference by the local measurer), the median latency of each round's
@@ -24,7 +25,8 @@
  * 2-core machine a second bench beside this one slows the kernels it times.
  *
  *   bench_search [--trials 64,128,256] [--seeds 3] [--per-round 32]
- *                [--workload matmul|conv|all] [--policies sketch.xgb,sketch.random]
+ *                [--workload matmul|conv|winograd|all]
+ *                [--policies sketch.xgb,sketch.random]
  *                [--population 2048] [--iters 4] [--min-repeat-ms 100] [--timer wall|cpu]
  *                [--confirm-repeat 5] [--dump FILE]
  *                [--label throughput|log|rank] [--xgb key=value,...]
@@ -90,18 +92,27 @@ static const char *search_params;   /* --search: kt_search_opts_set list for bot
 static const char *policies[MAX_POL] = {"sketch.xgb", "sketch.random"};
 static int npol = 2;
 
+/* ResNet-18's stage-1 3x3 conv2d + bias + relu, the fields after "op" */
+#define CONV_56x56x64                                                                          \
+    "\"N\":1,\"H\":56,\"W\":56,\"CI\":64,\"CO\":64,\"KH\":3,\"KW\":3,\"stride\":[1,1],"  \
+    "\"padding\":[1,1],\"dilation\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]"
+
 /* Each with its library baseline (bench_blas.h): OpenBLAS sgemm of
- * M, N, K, or im2col + sgemm of H, W, CI, CO, KH, KW, pad. */
+ * M, N, K, or im2col + sgemm of H, W, CI, CO, KH, KW, pad. The Winograd
+ * workload is the alternative `ktune tune --network` tunes beside the conv
+ * on a CPU (the same layer, tile 4): its GFLOPS count the direct
+ * convolution's multiply-adds (direct), so that they compare with the
+ * baselines and the core's ceiling. */
 static const struct {
     const char *name, *json;
     int conv;
     int d[7];
+    const char *direct;   /* NULL, or the workload whose FLOPs the figures count */
 } workloads[] = {
-    {"matmul", "{\"op\":\"matmul\",\"M\":512,\"N\":512,\"K\":512}", 0, {512, 512, 512}},
-    {"conv", "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":56,\"W\":56,\"CI\":64,\"CO\":64,\"KH\":3,"
-             "\"KW\":3,\"stride\":[1,1],\"padding\":[1,1],\"dilation\":[1,1],"
-             "\"epilogue\":[\"bias_add\",\"relu\"]}",
-     1, {56, 56, 64, 64, 3, 3, 1}},
+    {"matmul", "{\"op\":\"matmul\",\"M\":512,\"N\":512,\"K\":512}", 0, {512, 512, 512}, NULL},
+    {"conv", "{\"op\":\"conv2d_nhwc\"," CONV_56x56x64 "}", 1, {56, 56, 64, 64, 3, 3, 1}, NULL},
+    {"winograd", "{\"op\":\"conv2d_winograd_nhwc\",\"tile_size\":4," CONV_56x56x64 "}", 1,
+     {56, 56, 64, 64, 3, 3, 1}, "{\"op\":\"conv2d_nhwc\"," CONV_56x56x64 "}"},
 };
 
 typedef struct {
@@ -440,7 +451,10 @@ static void print_baseline(size_t wi, double flops, run_t runs[][MAX_SEEDS])
         printf("1.3x over %s at %d trials needs %.3f ms: %.0f%% of the peak, %.0f%% of the "
                "core's ceiling%s\n", policies[1], checkpoints[ncheck - 1], need * 1e3,
                100 * need_gf / peak, 100 * need_gf / core_gf,
-               need_gf > core_gf ? " (out of reach on this machine)" : "");
+               workloads[wi].direct ? " (in the direct convolution's multiply-adds: Winograd "
+                                      "runs fewer)"
+               : need_gf > core_gf  ? " (out of reach on this machine)"
+                                    : "");
     }
 }
 
@@ -512,6 +526,13 @@ int main(int argc, char **argv)
         if (!w)
             die("workload");
         double flops = kt_workload_flops(w);
+        if (workloads[wi].direct) {
+            kt_workload_t *d = kt_workload_parse(workloads[wi].direct);
+            if (!d)
+                die("workload");
+            flops = kt_workload_flops(d);
+            kt_workload_free(d);
+        }
         static run_t runs[MAX_POL][MAX_SEEDS];
         for (int pi = 0; pi < npol; pi++)
             for (int s = 0; s < nseeds; s++) {
