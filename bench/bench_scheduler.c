@@ -329,29 +329,12 @@ static double *reference_bests(const char *const *refs, int nrefs,
 
 /* Each task's best latency per configuration (and in the reference stores),
  * then the totals of the per-task minimums against random's final total:
- * the lowest "vs random" ratio these kernels allow. */
-/* The network's latency from per-task latencies m: per task that is no
- * alternative (alt[i] < 0), its weight times the fastest of it and its
- * alternatives, as the scheduler counts it. */
-static double group_total(const double *m, const int *alt, const kt_scheduler_task_t *tasks,
-                          int n)
-{
-    double tot = 0;
-    for (int i = 0; i < n; i++) {
-        if (alt[i] >= 0)
-            continue;
-        double g = m[i];
-        for (int j = 0; j < n; j++)
-            if (alt[j] == i)
-                g = fmin(g, m[j]);
-        tot += tasks[i].weight * g;
-    }
-    return tot;
-}
-
+ * the lowest "vs random" ratio these kernels allow. The totals are sched's
+ * objective: each layer at the fastest of its task and its alternatives. */
 static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
                          const kt_scheduler_task_t *tasks, const kt_net_tasks_t *ts,
-                         const int *pick, const int *alt, int n, const double *ref)
+                         const int *pick, const int *alt, const kt_scheduler_t *sched, int n,
+                         const double *ref)
 {
     printf("best latency (ms) of each task at the end and the trials it was given (weight x: "
            "the task appears x times)\n");
@@ -386,8 +369,8 @@ static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
             from_runs++;
         all_m[i] = ref ? fmin(m, ref[i]) : m;
     }
-    double runs_tot = group_total(runs_m, alt, tasks, n);
-    double all_tot = group_total(all_m, alt, tasks, n);
+    double runs_tot = kt_scheduler_objective(sched, runs_m);
+    double all_tot = kt_scheduler_objective(sched, all_m);
     free(runs_m);
     free(all_m);
     if (!isfinite(runs_tot) || rnd < 0)
@@ -641,7 +624,16 @@ int main(int argc, char **argv)
         }
         printf("%-38s  %9.3fx  (%d tasks)\n", confs[c].name, k ? exp(lsum / k) : NAN, k);
     }
-    print_bounds(runs, sel, nsel, rnd, tasks, ts, pick, alt, n, ref);
+    kt_scheduler_config_t ecfg;   /* a scheduler only to evaluate its objective */
+    kt_scheduler_config_default(&ecfg);
+    ecfg.alternative_of = alt;
+    ecfg.num_measure_trials = trials;
+    ecfg.table_out = NULL;
+    kt_scheduler_t *sched = kt_scheduler_new(tasks, n, &ecfg);
+    if (!sched)
+        die("scheduler");
+    print_bounds(runs, sel, nsel, rnd, tasks, ts, pick, alt, sched, n, ref);
+    kt_scheduler_free(sched);
     free(ref);
     for (int ci = 0; ci < nsel; ci++) {
         free(runs[sel[ci]].first);

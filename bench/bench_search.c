@@ -101,18 +101,17 @@ static int npol = 2;
  * M, N, K, or im2col + sgemm of H, W, CI, CO, KH, KW, pad. The Winograd
  * workload is the alternative `ktune tune --network` tunes beside the conv
  * on a CPU (the same layer, tile 4): its GFLOPS count the direct
- * convolution's multiply-adds (direct), so that they compare with the
- * baselines and the core's ceiling. */
+ * convolution's multiply-adds, so that they compare with the baselines and
+ * the core's ceiling. */
 static const struct {
     const char *name, *json;
     int conv;
     int d[7];
-    const char *direct;   /* NULL, or the workload whose FLOPs the figures count */
 } workloads[] = {
-    {"matmul", "{\"op\":\"matmul\",\"M\":512,\"N\":512,\"K\":512}", 0, {512, 512, 512}, NULL},
-    {"conv", "{\"op\":\"conv2d_nhwc\"," CONV_56x56x64 "}", 1, {56, 56, 64, 64, 3, 3, 1}, NULL},
+    {"matmul", "{\"op\":\"matmul\",\"M\":512,\"N\":512,\"K\":512}", 0, {512, 512, 512}},
+    {"conv", "{\"op\":\"conv2d_nhwc\"," CONV_56x56x64 "}", 1, {56, 56, 64, 64, 3, 3, 1}},
     {"winograd", "{\"op\":\"conv2d_winograd_nhwc\",\"tile_size\":4," CONV_56x56x64 "}", 1,
-     {56, 56, 64, 64, 3, 3, 1}, "{\"op\":\"conv2d_nhwc\"," CONV_56x56x64 "}"},
+     {56, 56, 64, 64, 3, 3, 1}},
 };
 
 typedef struct {
@@ -402,7 +401,7 @@ static void parse_list(const char *s, int *out, int *n, int cap)
  * machine's practical peak: the rate of OpenBLAS's sgemm 512^3 on one thread
  * or of the fastest baseline. A ratio target between two policies is
  * out of reach when it asks for more than that. */
-static void print_baseline(size_t wi, double flops, run_t runs[][MAX_SEEDS])
+static void print_baseline(size_t wi, double flops, int winograd, run_t runs[][MAX_SEEDS])
 {
     static double sgemm512_s;   /* sgemm 512^3, timed once per run */
     static double core_gf;      /* the core's multiply-add ceiling, once per run */
@@ -451,7 +450,7 @@ static void print_baseline(size_t wi, double flops, run_t runs[][MAX_SEEDS])
         printf("1.3x over %s at %d trials needs %.3f ms: %.0f%% of the peak, %.0f%% of the "
                "core's ceiling%s\n", policies[1], checkpoints[ncheck - 1], need * 1e3,
                100 * need_gf / peak, 100 * need_gf / core_gf,
-               workloads[wi].direct ? " (in the direct convolution's multiply-adds: Winograd "
+               winograd ? " (in the direct convolution's multiply-adds: Winograd "
                                       "runs fewer)"
                : need_gf > core_gf  ? " (out of reach on this machine)"
                                     : "");
@@ -526,8 +525,11 @@ int main(int argc, char **argv)
         if (!w)
             die("workload");
         double flops = kt_workload_flops(w);
-        if (workloads[wi].direct) {
-            kt_workload_t *d = kt_workload_parse(workloads[wi].direct);
+        int winograd = strcmp(kt_workload_op(w), "conv2d_winograd_nhwc") == 0;
+        if (winograd) {
+            char *direct = kt_workload_winograd_direct_json(w);
+            kt_workload_t *d = direct ? kt_workload_parse(direct) : NULL;
+            free(direct);
             if (!d)
                 die("workload");
             flops = kt_workload_flops(d);
@@ -578,7 +580,7 @@ int main(int argc, char **argv)
             }
         if (npol == 2)
             print_time_to_quality(runs);
-        print_baseline(wi, flops, runs);
+        print_baseline(wi, flops, winograd, runs);
         int maxr = 0;
         for (int pi = 0; pi < npol; pi++)
             for (int k = 0; k < nseeds; k++)

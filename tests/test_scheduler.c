@@ -296,6 +296,12 @@ START_TEST(alternatives_count_once_at_their_fastest)
     double want = 2 * st[2].best_cost + 1 * st[1].best_cost;
     ck_assert(st[2].best_cost < st[0].best_cost);
     ck_assert_double_eq_tol(kt_scheduler_estimated_latency(s), want, 1e-12);
+    /* the same sum over costs the caller gives: group 0 at its faster member */
+    const double given[3] = {1e-3, 5e-3, 4e-3};
+    ck_assert_double_eq_tol(kt_scheduler_objective(s, given), 2 * 1e-3 + 5e-3, 1e-15);
+    const double alt_faster[3] = {4e-3, 5e-3, 1e-3};
+    ck_assert_double_eq_tol(kt_scheduler_objective(s, alt_faster), 2 * 1e-3 + 5e-3, 1e-15);
+    ck_assert(isinf(kt_scheduler_objective(s, NULL)));
     kt_scheduler_free(s);
 
     /* An alternative of an alternative, or of itself, is refused. */

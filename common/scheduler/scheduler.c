@@ -905,6 +905,16 @@ double kt_scheduler_estimated_latency(const kt_scheduler_t *s)
     return v;
 }
 
+double kt_scheduler_objective(const kt_scheduler_t *s, const double *costs)
+{
+    if (!s || !costs)
+        return INFINITY;
+    lock(s);
+    double v = objective(s, costs);
+    unlock(s);
+    return v;
+}
+
 int kt_scheduler_task_state(const kt_scheduler_t *s, int task, kt_scheduler_task_state_t *out)
 {
     if (!s || !out)

@@ -215,6 +215,10 @@ int64_t kt_scheduler_total_trials(const kt_scheduler_t *s);
 /* The objective over current best costs, seconds; INFINITY while some task
  * has no valid measurement. */
 double kt_scheduler_estimated_latency(const kt_scheduler_t *s);
+/* The objective over costs[0..n_tasks) given by the caller (seconds, INFINITY
+ * for none): what the estimate would be with those bests (e.g. each task's
+ * best over several runs); INFINITY for a NULL argument. */
+double kt_scheduler_objective(const kt_scheduler_t *s, const double *costs);
 /* A task's state; out->history points into the scheduler and stays valid
  * until the next next/complete/abort/restore call. */
 int kt_scheduler_task_state(const kt_scheduler_t *s, int task, kt_scheduler_task_state_t *out);
