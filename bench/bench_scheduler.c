@@ -385,6 +385,20 @@ static void print_bounds(const real_t *runs, const int *sel, int nsel, int rnd,
                from_runs, n, all_tot * 1e3, all_tot / r, confs[rnd].name);
 }
 
+/* A silent scheduler of the network's tasks (alt: their alternative_of) for
+ * `trials` trials, with cfg's other fields; exits on error. */
+static kt_scheduler_t *network_scheduler(const kt_scheduler_task_t *tasks, int n, const int *alt,
+                                         int64_t trials, kt_scheduler_config_t *cfg)
+{
+    cfg->alternative_of = alt;
+    cfg->num_measure_trials = trials;
+    cfg->table_out = NULL;
+    kt_scheduler_t *s = kt_scheduler_new(tasks, n, cfg);
+    if (!s)
+        die("scheduler");
+    return s;
+}
+
 /* --confs: indices into confs, in the order given. */
 static int parse_confs(const char *list, int *out)
 {
@@ -543,16 +557,11 @@ int main(int argc, char **argv)
         kt_scheduler_config_t cfg;
         kt_scheduler_config_default(&cfg);
         cfg.strategy = confs[c].strategy;
-        cfg.num_measure_trials = trials;
         cfg.num_measures_per_round = per_round;
         cfg.seed = seed;
-        cfg.alternative_of = alt;
-        cfg.table_out = NULL;
         cfg.latency_log = real_latency;
         cfg.latency_user = x;
-        kt_scheduler_t *s = kt_scheduler_new(tasks, n, &cfg);
-        if (!s)
-            die("scheduler");
+        kt_scheduler_t *s = network_scheduler(tasks, n, alt, trials, &cfg);
         fprintf(stderr, "%s: %d tasks, %lld trials, %d per round\n", confs[c].name, n,
                 (long long)trials, kt_scheduler_measures_per_round(s));
         kt_scheduler_tuner_t tu = {.search_round = real_round, .user = x};
@@ -626,12 +635,7 @@ int main(int argc, char **argv)
     }
     kt_scheduler_config_t ecfg;   /* a scheduler only to evaluate its objective */
     kt_scheduler_config_default(&ecfg);
-    ecfg.alternative_of = alt;
-    ecfg.num_measure_trials = trials;
-    ecfg.table_out = NULL;
-    kt_scheduler_t *sched = kt_scheduler_new(tasks, n, &ecfg);
-    if (!sched)
-        die("scheduler");
+    kt_scheduler_t *sched = network_scheduler(tasks, n, alt, trials, &ecfg);
     print_bounds(runs, sel, nsel, rnd, tasks, ts, pick, alt, sched, n, ref);
     kt_scheduler_free(sched);
     free(ref);
