@@ -461,6 +461,41 @@ START_TEST(sched_reduce_in_ends_the_reduction_inside_the_register_tile)
 }
 END_TEST
 
+/* The rows-out rule gathers the outer factors of a convolution's output
+ * rows that inlines its padding in the outermost level ([1,1,2,7] ->
+ * [2,1,1,7]: the 7-row register tile stays) and changes nothing else; a
+ * state with its rows gathered already, or one that materializes its
+ * padding, has nothing to change. */
+START_TEST(sched_rows_out_gathers_the_rows_outermost)
+{
+    kt_sched_params_t p = params16();
+    kt_dag_t *cv;
+    int s;
+    kt_sched_state_t *st = tile_7x2(&p, &cv, &s);
+    kt_sched_state_t *want = kt_sched_state_clone(st);
+    int32_t rows[4] = {2, 1, 1, 7};
+    memcpy(want->stages[s].split[1], rows, sizeof rows);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, 7);
+    kt_sched_state_t *m = NULL, *again = NULL;
+    ck_assert_int_eq(kt_sched_mutate(cv, &p, st, KT_MUT_ROWS_OUT, &rng, &m), 1);
+    ck_assert(kt_sched_state_equal(m, want));
+    ck_assert_int_eq(kt_sched_mutate(cv, &p, m, KT_MUT_ROWS_OUT, &rng, &again), 0);
+    ck_assert_ptr_null(again);
+    char *mat = kt_test_materialize_pad(KT_TEST_PAD_TILE_STATE("[1,1,2,7]", "[1,1,7,2]"));
+    kt_sched_state_t *root = kt_sched_state_from_json(mat, cv, &p);
+    ck_assert_msg(root != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_sched_mutate(cv, &p, root, KT_MUT_ROWS_OUT, &rng, &again), 0);
+    ck_assert_ptr_null(again);
+    kt_sched_state_free(root);
+    free(mat);
+    kt_sched_state_free(m);
+    kt_sched_state_free(want);
+    kt_sched_state_free(st);
+    kt_dag_free(cv);
+}
+END_TEST
+
 /* The stage st and m place differently, -1 where they differ elsewhere or
  * in more than one stage's placement. */
 static int moved_stage(const kt_sched_state_t *st, const kt_sched_state_t *m)
@@ -1155,6 +1190,7 @@ int main(void)
     tcase_add_test(tc, sched_tile_shape_exchanges_a_prime_between_axes);
     tcase_add_test(tc, sched_reduce_in_ends_the_reduction_inside_the_register_tile);
     tcase_add_test(tc, sched_reduce_in_runs_a_long_reduction_whole);
+    tcase_add_test(tc, sched_rows_out_gathers_the_rows_outermost);
     tcase_add_test(tc, sched_relocate_takes_each_placement_once);
     tcase_add_test(tc, sched_validate_survives_corrupted_states);
     tcase_add_test(tc, sched_hashes_differ_for_different_states);

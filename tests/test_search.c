@@ -154,6 +154,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.tile_siblings, 0);                     /* Ansor's; ktune's option */
     ck_assert_int_eq(o.restart_after, 0);                     /* Ansor's: one start */
     ck_assert_int_eq(o.direct_siblings, 1);                   /* ktune's; Ansor: 0 */
+    ck_assert_int_eq(o.row_siblings, 0);                      /* Ansor's; ktune's option */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -177,7 +178,7 @@ START_TEST(search_opts_set_from_key_value_lists)
                                             "num_warmup_sample=64,foresee_keep=16,"
                                             "diversity_filter_ratio=4,tile_family_share=0.25,"
                                             "location_siblings=0,tile_siblings=5,"
-                                            "restart_after=128,direct_siblings=0"),
+                                            "restart_after=128,direct_siblings=0,row_siblings=1"),
                      0);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);   /* the default: Ansor's */
     ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
@@ -190,6 +191,7 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_int_eq(o.tile_siblings, 5);
     ck_assert_int_eq(o.restart_after, 128);
     ck_assert_int_eq(o.direct_siblings, 0);
+    ck_assert_int_eq(o.row_siblings, 1);
     ck_assert_double_eq(o.eps_greedy, 0.1);
     ck_assert_int_eq(o.evolutionary_search_population, 512);
     ck_assert_int_eq(o.evolutionary_search_num_iters, 2);
@@ -219,6 +221,7 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"location_siblings=-1", "location_siblings must be in [0, 64]"},
         {"tile_siblings=65", "tile_siblings must be in [0, 64]"},
         {"direct_siblings=2", "direct_siblings must be 0 or 1"},
+        {"row_siblings=-1", "row_siblings must be 0 or 1"},
         {"restart_after=-1", "restart_after must be in [0, 1048576]"},
         {"seed=3", "job's seed"},
         {"policy=sketch.random", "job's policy"},
@@ -741,13 +744,14 @@ END_TEST
  * only measured state is best, with the given sibling options; *s its stats. */
 static kt_sched_state_t **propose_after(kt_workload_t *w, const kt_sched_params_t *p,
                                         const char *best, uint64_t seed, int loc, int tile,
-                                        int direct, kt_search_stats_t *s)
+                                        int direct, int row, kt_search_stats_t *s)
 {
     kt_search_opts_t o;
     small_opts(&o, "sketch.random", seed);
     o.location_siblings = loc;
     o.tile_siblings = tile;
     o.direct_siblings = direct;
+    o.row_siblings = row;
     kt_search_policy_t *sp = kt_search_policy_new(w, p, &o, NULL, 0);
     ck_assert_ptr_nonnull(sp);
     ck_assert_int_eq(kt_search_preload(sp, best, 1e-4), 0);
@@ -798,7 +802,7 @@ START_TEST(search_location_siblings_place_the_best_states_padding_otherwise)
     for (int siblings = 0; siblings <= 2; siblings += 2) {
         kt_search_stats_t s;
         int got = SIBLING_ROUND;
-        kt_sched_state_t **st = propose_after(w, &p, best, 21, siblings, 2, 0, &s);
+        kt_sched_state_t **st = propose_after(w, &p, best, 21, siblings, 2, 0, 0, &s);
         int found = 0, inlined = 0;
         for (int i = 0; i < got; i++) {
             int sib = same_but_padding(b, st[i], pad);
@@ -975,7 +979,7 @@ START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
     for (int siblings = 0; siblings <= 2; siblings += 2) {
         kt_search_stats_t ss;
         int got = SIBLING_ROUND;
-        kt_sched_state_t **st = propose_after(w, &p, best, 23, 0, siblings, 0, &ss);
+        kt_sched_state_t **st = propose_after(w, &p, best, 23, 0, siblings, 0, 0, &ss);
         ck_assert_int_eq(ss.last_picked_tile_siblings, siblings);
         for (int i = 0; i < got; i++) {
             ck_assert_msg(i >= siblings || tile_sibling(b, st[i], s, ndim), "pick %d", i);
@@ -1007,7 +1011,7 @@ START_TEST(search_direct_sibling_ends_the_best_states_reduction_in_its_tile)
     want->stages[s].split[ci][1] = 16;
     for (int direct = 0; direct <= 1; direct++) {
         kt_search_stats_t ss;
-        kt_sched_state_t **st = propose_after(w, &p, best, 24, 0, 0, direct, &ss);
+        kt_sched_state_t **st = propose_after(w, &p, best, 24, 0, 0, direct, 0, &ss);
         ck_assert_int_eq(ss.last_picked_direct_siblings, direct);
         int found = 0;
         for (int i = 0; i < SIBLING_ROUND; i++)
@@ -1020,10 +1024,49 @@ START_TEST(search_direct_sibling_ends_the_best_states_reduction_in_its_tile)
     char *direct_best = kt_sched_state_to_json(want, dag);
     ck_assert_ptr_nonnull(direct_best);
     kt_search_stats_t ss;
-    kt_sched_state_t **st = propose_after(w, &p, direct_best, 24, 0, 0, 1, &ss);
+    kt_sched_state_t **st = propose_after(w, &p, direct_best, 24, 0, 0, 1, 0, &ss);
     ck_assert_int_eq(ss.last_picked_direct_siblings, 0);
     free_states(st, SIBLING_ROUND);
     free(direct_best);
+    kt_sched_state_free(want);
+    kt_sched_state_free(b);
+    kt_workload_free(w);
+}
+END_TEST
+
+/* row_siblings: the best state's output rows gathered outermost follow the
+ * other siblings: rows [1,2,2,2] become [4,1,1,2], nothing else changes; a
+ * best state that materializes its padding has no such sibling, nor with
+ * the option off. */
+START_TEST(search_row_sibling_gathers_the_best_states_rows_outermost)
+{
+    kt_sched_params_t p;
+    kt_sched_state_t *b;
+    int s;
+    kt_workload_t *w = sibling_conv(&p, &b, &s);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_state_t *want = kt_sched_state_clone(b);
+    int32_t rows[4] = {4, 1, 1, 2};
+    memcpy(want->stages[s].split[1], rows, sizeof rows);
+    uint64_t hw = kt_sched_state_hash(want, dag);
+    for (int row = 0; row <= 1; row++) {
+        kt_search_stats_t ss;
+        kt_sched_state_t **st = propose_after(w, &p, SIBLING_BEST, 25, 0, 0, 0, row, &ss);
+        ck_assert_int_eq(ss.last_picked_row_siblings, row);
+        int found = 0;
+        for (int i = 0; i < SIBLING_ROUND; i++)
+            found += kt_sched_state_hash(st[i], dag) == hw;
+        ck_assert_int_eq(found, row);
+        if (row)
+            ck_assert_uint_eq(kt_sched_state_hash(st[0], dag), hw);
+        free_states(st, SIBLING_ROUND);
+    }
+    char *mat = kt_test_materialize_pad(SIBLING_BEST);
+    kt_search_stats_t ss;
+    kt_sched_state_t **st = propose_after(w, &p, mat, 25, 0, 0, 0, 1, &ss);
+    ck_assert_int_eq(ss.last_picked_row_siblings, 0);
+    free_states(st, SIBLING_ROUND);
+    free(mat);
     kt_sched_state_free(want);
     kt_sched_state_free(b);
     kt_workload_free(w);
@@ -1552,6 +1595,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_location_siblings_take_the_best_tiles_in_turn);
     tcase_add_test(tc, search_tile_siblings_reshape_the_best_states_register_tile);
     tcase_add_test(tc, search_direct_sibling_ends_the_best_states_reduction_in_its_tile);
+    tcase_add_test(tc, search_row_sibling_gathers_the_best_states_rows_outermost);
     tcase_add_test(tc, search_tiny_space_is_exhausted_then_propose_returns_zero);
     tcase_add_test(tc, search_shared_model_learns_from_preloaded_and_measured_states);
     tcase_add_test(tc, search_xgb_finds_better_states_than_random_on_a_synthetic_cost);

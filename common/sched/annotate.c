@@ -297,7 +297,7 @@ int kt_sched_move_factor(int32_t *f, int nlev, int max_inner, kt_rng_t *rng)
 
 /* ---- mutation ----------------------------------------------------------------- */
 
-static const double mut_weight[KT_MUT__COUNT] = {0.90, 0.04, 0.05, 0.01, 0, 0};
+static const double mut_weight[KT_MUT__COUNT] = {0.90, 0.04, 0.05, 0.01, 0, 0, 0};
 
 typedef struct {
     int stage, axis, nlev;
@@ -426,6 +426,49 @@ static int mutate_reduce_in(const kt_dag_t *dag, const kt_sched_params_t *p,
             f[0] = 1;
         }
         changed = 1;
+    }
+    return changed;
+}
+
+/* Stage s reads a padding stage that st inlines. */
+static int reads_inlined_pad(const kt_dag_t *dag, const kt_sched_state_t *st, int s)
+{
+    int prod[KT_TE_MAX_STAGES];
+    int np = kt_dag_producers(dag, s, prod);
+    for (int i = 0; i < np; i++) {
+        const char *tag = kt_dag_stage(dag, prod[i])->tag;
+        if (st->stages[prod[i]].kind == KT_SK_INLINE && tag && strcmp(tag, "pad") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* KT_MUT_ROWS_OUT: an inlined padding's border is cut from the interior
+ * at the loops outside the register tile; where the rows of one parallel
+ * chunk are split over inner levels, the chunk holding the first or last
+ * row takes all of them to the slower border code, and a chunk of one
+ * tile's rows keeps that share smallest. The tile-size rule moves one
+ * prime at a time, and the steps in between ran slower. */
+static int mutate_rows_out(const kt_dag_t *dag, kt_sched_state_t *st)
+{
+    enum { IN = KT_SCHED_SPATIAL_LEVELS - 1 };
+    int changed = 0;
+    for (int s = 0; s < st->nstages; s++) {
+        kt_sched_stage_t *e = &st->stages[s];
+        const kt_stage_t *ss = kt_dag_stage(dag, s);
+        if (e->kind != KT_SK_TILED || !reads_inlined_pad(dag, st, s))
+            continue;
+        int a = 0;
+        while (a < ss->ndim && ss->shape[a] == 1)
+            a++;
+        if (a == ss->ndim)
+            continue;
+        int32_t *f = e->split[a];
+        for (int l = 1; l < IN; l++) {
+            changed |= f[l] > 1;
+            f[0] *= f[l];
+            f[l] = 1;
+        }
     }
     return changed;
 }
@@ -625,6 +668,9 @@ int kt_sched_mutate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_sc
         break;
     case KT_MUT_REDUCE_IN:
         changed = mutate_reduce_in(dag, p, m);
+        break;
+    case KT_MUT_ROWS_OUT:
+        changed = mutate_rows_out(dag, m);
         break;
     default:
         changed = mutate_parallel(dag, m, rng);

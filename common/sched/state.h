@@ -204,6 +204,12 @@ typedef enum {
                                reduction ends inside the register tile, which
                                then writes its consumer (a stage where one
                                would exceed kt_sched_direct_reduce_cap is left) */
+    KT_MUT_ROWS_OUT,        /* never drawn (ktune's, asked for by the search's
+                               row_siblings): a tiled stage that reads an inlined
+                               padding gets every outer factor of its first axis
+                               longer than 1 (a convolution's output rows) in the
+                               outermost level, its register tile unchanged, so a
+                               parallel chunk spans no more rows than the tile */
     KT_MUT__COUNT
 } kt_sched_mut_t;
 

@@ -66,6 +66,9 @@ void kt_search_opts_default(kt_search_opts_t *o)
     /* Off: in an A/B run (docs/benchmarks.md) it changed nothing measurable. */
     o->tile_siblings = 0;
     o->direct_siblings = 1;
+    /* Off: in an A/B run of the stem (docs/benchmarks.md) it won on one seed
+     * of six and lost on another. */
+    o->row_siblings = 0;
     o->restart_after = 0;
     o->foresee_population = 256;
     o->foresee_num_iters = 2;
@@ -113,6 +116,8 @@ static int opts_check(const kt_search_opts_t *o)
         return kt_err_set(KT_EINVAL, "search: tile_siblings must be in [0, 64]");
     if (o->direct_siblings < 0 || o->direct_siblings > 1)
         return kt_err_set(KT_EINVAL, "search: direct_siblings must be 0 or 1");
+    if (o->row_siblings < 0 || o->row_siblings > 1)
+        return kt_err_set(KT_EINVAL, "search: row_siblings must be 0 or 1");
     if (o->restart_after < 0 || o->restart_after > KT_SEARCH_MAX_POPULATION)
         return kt_err_set(KT_EINVAL, "search: restart_after must be in [0, %d]",
                           KT_SEARCH_MAX_POPULATION);
@@ -157,6 +162,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"location_sibling_tiles", offsetof(kt_search_opts_t, location_sibling_tiles), 'i'},
         {"tile_siblings", offsetof(kt_search_opts_t, tile_siblings), 'i'},
         {"direct_siblings", offsetof(kt_search_opts_t, direct_siblings), 'i'},
+        {"row_siblings", offsetof(kt_search_opts_t, row_siblings), 'i'},
         {"restart_after", offsetof(kt_search_opts_t, restart_after), 'i'},
         {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
         {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
@@ -1094,52 +1100,77 @@ static int pick_relocations(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_sl
     return 0;
 }
 
-/* Up to `limit` new states made from the best state measured since the
- * search's start by mutation `rule`, in the round's first picks, counted in
- * *count; a state the rule cannot change (one placement per stage, a
- * one-axis tile) has none. */
+/* Up to `limit` new states made by mutation `rule` from the first of the
+ * nsrc measured states (hist indices) that gives one, in the round's first
+ * picks, counted in *count; a state the rule cannot change (one placement
+ * per stage, a one-axis tile) has none. */
 static int pick_siblings_by(kt_search_policy_t *sp, int rule, int limit, int *count, int n,
-                            tiles_t *tiles, kt_slist_t *out)
+                            const int *src, int nsrc, tiles_t *tiles, kt_slist_t *out)
 {
-    int b = sp->start_best;
     kt_slist_t sib = {0};
     int rc = 0;
-    for (int t = 0; b >= 0 && rc == 0 && t < 4 * limit && *count < limit && out->n < n; t++) {
-        kt_sched_state_t *c = NULL;
-        int m = kt_sched_mutate(sp->dag, &sp->params, sp->hist[b].st, rule, &sp->rng, &c);
-        if (m < 0) {
-            rc = m;
-            break;
+    for (int i = 0; i < nsrc && rc == 0 && *count < limit && out->n < n; i++)
+        for (int t = 0; rc == 0 && t < 4 * limit && *count < limit && out->n < n; t++) {
+            kt_sched_state_t *c = NULL;
+            int m = kt_sched_mutate(sp->dag, &sp->params, sp->hist[src[i]].st, rule, &sp->rng, &c);
+            if (m < 0) {
+                rc = m;
+                break;
+            }
+            if (m == 0)
+                continue;   /* nothing to change, or the change broke another decision */
+            uint64_t h = kt_sched_state_hash(c, sp->dag);
+            if (!h || !is_new(sp, h)) {
+                kt_sched_state_free(c);
+                if (!h)
+                    rc = kt_err_set(KT_ENOMEM, "out of memory");
+                continue;
+            }
+            if ((rc = kt_slist_push(&sib, c, h)) == 0 &&
+                (rc = take(sp, &sib, sib.n - 1, kt_sched_state_tile_key(c), tiles, out)) == 0)
+                (*count)++;
         }
-        if (m == 0)
-            continue;   /* nothing to change, or the change broke another decision */
-        uint64_t h = kt_sched_state_hash(c, sp->dag);
-        if (!h || !is_new(sp, h)) {
-            kt_sched_state_free(c);
-            if (!h)
-                rc = kt_err_set(KT_ENOMEM, "out of memory");
-            continue;
-        }
-        if ((rc = kt_slist_push(&sib, c, h)) == 0 &&
-            (rc = take(sp, &sib, sib.n - 1, kt_sched_state_tile_key(c), tiles, out)) == 0)
-            (*count)++;
-    }
     kt_slist_free(&sib);
     return rc;
 }
 
+/* row_siblings: the best of the best KT_SEARCH_ROW_SIBLING_SCAN measured
+ * states that the rows-out rule makes new. Not the best state alone: the
+ * rule needs an inlined padding, and the best state often materializes
+ * its padding while its inlined sibling (location_siblings) ran a little
+ * slower with the rows that the rule would gather. */
+static int pick_row_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
+{
+    if (sp->opts.row_siblings <= 0)
+        return 0;
+    by_cost_t *idx;
+    int nvalid = measured_by_cost(sp, &idx);
+    if (nvalid < 0)
+        return nvalid;
+    int src[KT_SEARCH_ROW_SIBLING_SCAN], nsrc = 0;
+    for (int i = 0; i < nvalid && nsrc < KT_SEARCH_ROW_SIBLING_SCAN; i++)
+        src[nsrc++] = idx[i].idx;
+    free(idx);
+    return pick_siblings_by(sp, KT_MUT_ROWS_OUT, sp->opts.row_siblings,
+                            &sp->stats.last_picked_row_siblings, n, src, nsrc, tiles, out);
+}
+
 /* The best tiles' stages placed otherwise (location_siblings), the best
- * state's register tile reshaped (tile_siblings), then its reduction moved
- * into the tile (direct_siblings). */
+ * state's register tile reshaped (tile_siblings), its reduction moved
+ * into the tile (direct_siblings), then a good state's rows gathered
+ * outermost (row_siblings). */
 static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
 {
     int rc = pick_relocations(sp, n, tiles, out);
+    int b = sp->start_best, nb = b >= 0;
     if (rc == 0)
         rc = pick_siblings_by(sp, KT_MUT_TILE_SHAPE, sp->opts.tile_siblings,
-                              &sp->stats.last_picked_tile_siblings, n, tiles, out);
+                              &sp->stats.last_picked_tile_siblings, n, &b, nb, tiles, out);
     if (rc == 0)
         rc = pick_siblings_by(sp, KT_MUT_REDUCE_IN, sp->opts.direct_siblings,
-                              &sp->stats.last_picked_direct_siblings, n, tiles, out);
+                              &sp->stats.last_picked_direct_siblings, n, &b, nb, tiles, out);
+    if (rc == 0)
+        rc = pick_row_siblings(sp, n, tiles, out);
     return rc;
 }
 
@@ -1157,6 +1188,7 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     tiles_t tiles;
     sp->stats.last_picked_best = sp->stats.last_picked_random = sp->stats.last_picked_siblings = 0;
     sp->stats.last_picked_tile_siblings = sp->stats.last_picked_direct_siblings = 0;
+    sp->stats.last_picked_row_siblings = 0;
     if ((rc = tiles_for_round(sp, n, num_good, &tiles)))
         goto out;
     if ((rc = pick_siblings(sp, num_good, &tiles, out)))
@@ -1274,7 +1306,7 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
     if (rc == 0 && sp->features && !kt_model_is_trained(kt_search_scorer(sp))) {
         sp->stats.last_picked_best = sp->stats.last_picked_random = 0;
         sp->stats.last_picked_siblings = sp->stats.last_picked_tile_siblings = 0;
-        sp->stats.last_picked_direct_siblings = 0;
+        sp->stats.last_picked_direct_siblings = sp->stats.last_picked_row_siblings = 0;
         sp->stats.last_random = sp->stats.last_best = sp->stats.last_num_iters = 0;
         sp->stats.last_from_measured = sp->stats.last_from_foresight = 0;
         rc = pick_spread(sp, n, &pop, out);
