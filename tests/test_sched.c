@@ -429,6 +429,19 @@ static kt_sched_state_t *tile_7x2(const kt_sched_params_t *p, kt_dag_t **cv, int
     return st;
 }
 
+/* Deterministic rule `rule` makes want of st and nothing new of want. */
+static void check_rule_once(const kt_dag_t *cv, const kt_sched_params_t *p,
+                            const kt_sched_state_t *st, const kt_sched_state_t *want, int rule,
+                            kt_rng_t *rng)
+{
+    kt_sched_state_t *m = NULL, *again = NULL;
+    ck_assert_int_eq(kt_sched_mutate(cv, p, st, rule, rng, &m), 1);
+    ck_assert(kt_sched_state_equal(m, want));
+    ck_assert_int_eq(kt_sched_mutate(cv, p, m, rule, rng, &again), 0);
+    ck_assert_ptr_null(again);
+    kt_sched_state_free(m);
+}
+
 /* The reduce-in rule moves every outer reduce factor of the tiled stage
  * into its inner level (channels [2,8] -> [1,16]) and changes nothing else;
  * a state whose reduction already ends in the tile, or one where an inner
@@ -445,16 +458,12 @@ START_TEST(sched_reduce_in_ends_the_reduction_inside_the_register_tile)
     want->stages[s].split[ci][1] = 16;
     kt_rng_t rng;
     kt_rng_seed(&rng, 6);
-    kt_sched_state_t *m = NULL, *again = NULL;
-    ck_assert_int_eq(kt_sched_mutate(cv, &p, st, KT_MUT_REDUCE_IN, &rng, &m), 1);
-    ck_assert(kt_sched_state_equal(m, want));
-    ck_assert_int_eq(kt_sched_mutate(cv, &p, m, KT_MUT_REDUCE_IN, &rng, &again), 0);
-    ck_assert_ptr_null(again);
+    check_rule_once(cv, &p, st, want, KT_MUT_REDUCE_IN, &rng);
+    kt_sched_state_t *again = NULL;
     p.max_innermost_split_factor = 8;
     p.max_direct_reduce_factor = 8;
     ck_assert_int_eq(kt_sched_mutate(cv, &p, st, KT_MUT_REDUCE_IN, &rng, &again), 0);
     ck_assert_ptr_null(again);
-    kt_sched_state_free(m);
     kt_sched_state_free(want);
     kt_sched_state_free(st);
     kt_dag_free(cv);
@@ -477,11 +486,8 @@ START_TEST(sched_rows_out_gathers_the_rows_outermost)
     memcpy(want->stages[s].split[1], rows, sizeof rows);
     kt_rng_t rng;
     kt_rng_seed(&rng, 7);
-    kt_sched_state_t *m = NULL, *again = NULL;
-    ck_assert_int_eq(kt_sched_mutate(cv, &p, st, KT_MUT_ROWS_OUT, &rng, &m), 1);
-    ck_assert(kt_sched_state_equal(m, want));
-    ck_assert_int_eq(kt_sched_mutate(cv, &p, m, KT_MUT_ROWS_OUT, &rng, &again), 0);
-    ck_assert_ptr_null(again);
+    check_rule_once(cv, &p, st, want, KT_MUT_ROWS_OUT, &rng);
+    kt_sched_state_t *again = NULL;
     char *mat = kt_test_materialize_pad(KT_TEST_PAD_TILE_STATE("[1,1,2,7]", "[1,1,7,2]"));
     kt_sched_state_t *root = kt_sched_state_from_json(mat, cv, &p);
     ck_assert_msg(root != NULL, "%s", kt_err_msg());
@@ -489,7 +495,6 @@ START_TEST(sched_rows_out_gathers_the_rows_outermost)
     ck_assert_ptr_null(again);
     kt_sched_state_free(root);
     free(mat);
-    kt_sched_state_free(m);
     kt_sched_state_free(want);
     kt_sched_state_free(st);
     kt_dag_free(cv);

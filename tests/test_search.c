@@ -992,6 +992,33 @@ START_TEST(search_tile_siblings_reshape_the_best_states_register_tile)
 }
 END_TEST
 
+/* The round after best with the direct (row 0) or the row sibling (row 1)
+ * off, then on, the other siblings off: want leads it when on and is not in
+ * it when off; then the round after none_best, which has no such sibling. */
+static void check_sibling_leads(kt_workload_t *w, const kt_sched_params_t *p, const char *best,
+                                const char *none_best, uint64_t seed, int row,
+                                const kt_sched_state_t *want)
+{
+    const kt_dag_t *dag = kt_workload_dag(w);
+    uint64_t hw = kt_sched_state_hash(want, dag);
+    kt_search_stats_t ss;
+    kt_sched_state_t **st;
+    for (int on = 0; on <= 1; on++) {
+        st = propose_after(w, p, best, seed, 0, 0, row ? 0 : on, row ? on : 0, &ss);
+        ck_assert_int_eq(row ? ss.last_picked_row_siblings : ss.last_picked_direct_siblings, on);
+        int found = 0;
+        for (int i = 0; i < SIBLING_ROUND; i++)
+            found += kt_sched_state_hash(st[i], dag) == hw;
+        ck_assert_int_eq(found, on);
+        if (on)
+            ck_assert_uint_eq(kt_sched_state_hash(st[0], dag), hw);
+        free_states(st, SIBLING_ROUND);
+    }
+    st = propose_after(w, p, none_best, seed, 0, 0, !row, row, &ss);
+    ck_assert_int_eq(row ? ss.last_picked_row_siblings : ss.last_picked_direct_siblings, 0);
+    free_states(st, SIBLING_ROUND);
+}
+
 /* direct_siblings: the best state's reduction moved into its register tile
  * leads the round (after the other siblings): its channel reduction split
  * [2,8] becomes [1,16], nothing else changes; a best state whose reduction
@@ -1009,24 +1036,9 @@ START_TEST(search_direct_sibling_ends_the_best_states_reduction_in_its_tile)
     kt_sched_state_t *want = kt_sched_state_clone(b);
     want->stages[s].split[ci][0] = 1;
     want->stages[s].split[ci][1] = 16;
-    for (int direct = 0; direct <= 1; direct++) {
-        kt_search_stats_t ss;
-        kt_sched_state_t **st = propose_after(w, &p, best, 24, 0, 0, direct, 0, &ss);
-        ck_assert_int_eq(ss.last_picked_direct_siblings, direct);
-        int found = 0;
-        for (int i = 0; i < SIBLING_ROUND; i++)
-            found += kt_sched_state_hash(st[i], dag) == kt_sched_state_hash(want, dag);
-        ck_assert_int_eq(found, direct);
-        if (direct)
-            ck_assert_uint_eq(kt_sched_state_hash(st[0], dag), kt_sched_state_hash(want, dag));
-        free_states(st, SIBLING_ROUND);
-    }
     char *direct_best = kt_sched_state_to_json(want, dag);
     ck_assert_ptr_nonnull(direct_best);
-    kt_search_stats_t ss;
-    kt_sched_state_t **st = propose_after(w, &p, direct_best, 24, 0, 0, 1, 0, &ss);
-    ck_assert_int_eq(ss.last_picked_direct_siblings, 0);
-    free_states(st, SIBLING_ROUND);
+    check_sibling_leads(w, &p, best, direct_best, 24, 0, want);
     free(direct_best);
     kt_sched_state_free(want);
     kt_sched_state_free(b);
@@ -1044,28 +1056,11 @@ START_TEST(search_row_sibling_gathers_the_best_states_rows_outermost)
     kt_sched_state_t *b;
     int s;
     kt_workload_t *w = sibling_conv(&p, &b, &s);
-    const kt_dag_t *dag = kt_workload_dag(w);
     kt_sched_state_t *want = kt_sched_state_clone(b);
     int32_t rows[4] = {4, 1, 1, 2};
     memcpy(want->stages[s].split[1], rows, sizeof rows);
-    uint64_t hw = kt_sched_state_hash(want, dag);
-    for (int row = 0; row <= 1; row++) {
-        kt_search_stats_t ss;
-        kt_sched_state_t **st = propose_after(w, &p, SIBLING_BEST, 25, 0, 0, 0, row, &ss);
-        ck_assert_int_eq(ss.last_picked_row_siblings, row);
-        int found = 0;
-        for (int i = 0; i < SIBLING_ROUND; i++)
-            found += kt_sched_state_hash(st[i], dag) == hw;
-        ck_assert_int_eq(found, row);
-        if (row)
-            ck_assert_uint_eq(kt_sched_state_hash(st[0], dag), hw);
-        free_states(st, SIBLING_ROUND);
-    }
     char *mat = kt_test_materialize_pad(SIBLING_BEST);
-    kt_search_stats_t ss;
-    kt_sched_state_t **st = propose_after(w, &p, mat, 25, 0, 0, 0, 1, &ss);
-    ck_assert_int_eq(ss.last_picked_row_siblings, 0);
-    free_states(st, SIBLING_ROUND);
+    check_sibling_leads(w, &p, SIBLING_BEST, mat, 25, 1, want);
     free(mat);
     kt_sched_state_free(want);
     kt_sched_state_free(b);
