@@ -1101,16 +1101,17 @@ static int pick_relocations(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_sl
 }
 
 /* Up to `limit` new states made by mutation `rule` from the first of the
- * nsrc measured states (hist indices) that gives one, in the round's first
+ * nsrc measured states (hist indices) that gives one, `tries` draws of the
+ * rule per state (1 for a rule with one result), in the round's first
  * picks, counted in *count; a state the rule cannot change (one placement
  * per stage, a one-axis tile) has none. */
-static int pick_siblings_by(kt_search_policy_t *sp, int rule, int limit, int *count, int n,
-                            const int *src, int nsrc, tiles_t *tiles, kt_slist_t *out)
+static int pick_siblings_by(kt_search_policy_t *sp, int rule, int tries, int limit, int *count,
+                            int n, const int *src, int nsrc, tiles_t *tiles, kt_slist_t *out)
 {
     kt_slist_t sib = {0};
     int rc = 0;
     for (int i = 0; i < nsrc && rc == 0 && *count < limit && out->n < n; i++)
-        for (int t = 0; rc == 0 && t < 4 * limit && *count < limit && out->n < n; t++) {
+        for (int t = 0; rc == 0 && t < tries && *count < limit && out->n < n; t++) {
             kt_sched_state_t *c = NULL;
             int m = kt_sched_mutate(sp->dag, &sp->params, sp->hist[src[i]].st, rule, &sp->rng, &c);
             if (m < 0) {
@@ -1151,7 +1152,7 @@ static int pick_row_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_s
     for (int i = 0; i < nvalid && nsrc < KT_SEARCH_ROW_SIBLING_SCAN; i++)
         src[nsrc++] = idx[i].idx;
     free(idx);
-    return pick_siblings_by(sp, KT_MUT_ROWS_OUT, sp->opts.row_siblings,
+    return pick_siblings_by(sp, KT_MUT_ROWS_OUT, 1, sp->opts.row_siblings,
                             &sp->stats.last_picked_row_siblings, n, src, nsrc, tiles, out);
 }
 
@@ -1164,10 +1165,11 @@ static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist
     int rc = pick_relocations(sp, n, tiles, out);
     int b = sp->start_best, nb = b >= 0;
     if (rc == 0)
-        rc = pick_siblings_by(sp, KT_MUT_TILE_SHAPE, sp->opts.tile_siblings,
-                              &sp->stats.last_picked_tile_siblings, n, &b, nb, tiles, out);
+        rc = pick_siblings_by(sp, KT_MUT_TILE_SHAPE, 4 * sp->opts.tile_siblings,
+                              sp->opts.tile_siblings, &sp->stats.last_picked_tile_siblings, n,
+                              &b, nb, tiles, out);
     if (rc == 0)
-        rc = pick_siblings_by(sp, KT_MUT_REDUCE_IN, sp->opts.direct_siblings,
+        rc = pick_siblings_by(sp, KT_MUT_REDUCE_IN, 1, sp->opts.direct_siblings,
                               &sp->stats.last_picked_direct_siblings, n, &b, nb, tiles, out);
     if (rc == 0)
         rc = pick_row_siblings(sp, n, tiles, out);
