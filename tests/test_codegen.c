@@ -1522,6 +1522,92 @@ START_TEST(codegen_border_pass_multiplies_no_zeros)
 }
 END_TEST
 
+/* conv2d 12xW x16 -> 32, 3x3 stride 1 + bias + relu, padded by 1 on the rows
+ * and by padw on the columns, the padding inlined; the output rows (12) in
+ * 3 chunks of 4 (parallel), the columns split as XX, the first PAR fused
+ * output loops parallel. */
+#define ROWPAD_STATE(XX, PAR)                                                                   \
+    "{\"stages\":[{\"kind\":\"input\",\"name\":\"data\"},{\"kind\":\"inline\",\"name\":"      \
+    "\"pad_temp\"},{\"kind\":\"input\",\"name\":\"weight\"},{\"ann\":[0,1,0],\"fuse\":"          \
+    "\"T_relu\",\"kind\":\"tiled\",\"level\":2,\"name\":\"conv2d_nhwc\",\"tile\":[[1,1,1,1],"   \
+    "[3,1,2,2]," XX ",[1,1,1,32],[1,3],[1,3],[2,8]]},{\"kind\":\"input\",\"name\":\"bias\"},"  \
+    "{\"kind\":\"inline\",\"name\":\"T_bias_add\"},{\"ann\":[" PAR ",1,0],\"kind\":\"fused\","  \
+    "\"name\":\"T_relu\"}],\"version\":1}"
+
+static kt_dag_t *rowpad_conv(int w, int padw)
+{
+    kt_conv2d_params_t cp = kt_test_conv_p(1, 1, 1);
+    cp.pad[1] = cp.pad[3] = padw;
+    static const kt_epilogue_t ep[2] = {KT_EPI_BIAS_ADD, KT_EPI_RELU};
+    kt_dag_t *cv = kt_ops_conv2d_nhwc(1, 12, w, 16, 32, 3, 3, &cp, ep, 2);
+    ck_assert_msg(cv != NULL, "%s", kt_err_msg());
+    return cv;
+}
+
+/* The text of outlined function kt_par<i>_<entry>_packed, up to the next
+ * function; NULL if there is none. malloc'd. */
+static char *par_fn(const char *src, int i, const char *entry)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "int kt_par%d_%s_packed(", i, entry);
+    const char *a = strstr(src, name);
+    if (!a)
+        return NULL;
+    const char *z = strstr(a + 1, "\nstatic ");
+    z = z ? z : strstr(a, "\nint ");
+    ck_assert_ptr_nonnull(z);
+    return strndup(a, (size_t)(z - a));
+}
+
+/* A parallel loop over output rows with the padding inlined: only the
+ * first chunk reads the top padding and only the last the bottom one, so
+ * the body is outlined once per kind of chunk, each called for its own
+ * iterations, the chunk's index a constant in a single-valued one: the
+ * middle chunk's function tests nothing (before, every chunk ran the code
+ * testing every row against an index GCC could not know). Parallel over
+ * rows and columns with padding on both (3 x 3 kinds, more than
+ * KT_EMIT_PAR_BODIES), the body splits over the rows only. Answers as the
+ * reference in both. */
+START_TEST(codegen_parallel_body_outlined_per_border_chunk)
+{
+    kt_dag_t *cv = rowpad_conv(8, 0);   /* 12 x 6 out */
+    char *src = emit_json(cv, ROWPAD_STATE("[1,1,3,2]", "2"), "pc");
+    char *fn[3];
+    for (int i = 0; i < 3; i++) {
+        fn[i] = par_fn(src, i, "pc");
+        ck_assert_msg(fn[i] != NULL, "no function %d:\n%s", i, src);
+        char v[32];
+        snprintf(v, sizeof(v), " = %dLL;\n", i);
+        ck_assert_msg(strstr(fn[i], v) != NULL, "chunk %d is not a constant:\n%s", i, fn[i]);
+    }
+    ck_assert_ptr_null(par_fn(src, 3, "pc"));
+    ck_assert_msg(strstr(fn[0], "if (") && strstr(fn[2], "if ("), "the border chunks test");
+    ck_assert_msg(!strstr(fn[1], "if (") && !strstr(fn[1], "kt_maxi") &&
+                      !strstr(fn[1], "kt_mini") && !strstr(fn[1], "kt_border"),
+                  "the middle chunk tests: %s", fn[1]);
+    ck_assert_int_eq(count_lines(src, "if (kt_ax1_0_1 >= "), 3);   /* one call each */
+    for (int i = 0; i < 3; i++)
+        free(fn[i]);
+    check_against_reference(cv, src, "pc", 61);
+    free(src);
+    kt_dag_free(cv);
+
+    cv = rowpad_conv(8, 1);   /* 12 x 8 out, padded on all sides */
+    src = emit_json(cv, ROWPAD_STATE("[2,1,2,2]", "3"), "pq");
+    ck_assert_int_eq(count_lines(src, "#pragma omp parallel for"), 1);
+    ck_assert_int_eq(count_lines(src, "collapse(2)"), 1);
+    char *last = par_fn(src, 2, "pq");
+    ck_assert_msg(last && !par_fn(src, 3, "pq"), "not 3 functions:\n%s", src);
+    ck_assert_int_eq(count_lines(last, "const long long kt_ax1_0_1 = 2LL;"), 1);
+    ck_assert_int_eq(count_lines(src, "if (kt_ax1_0_1 >= "), 3);
+    ck_assert_int_eq(count_lines(src, "if (kt_ax2_0_2 >= "), 0);   /* the columns not split */
+    free(last);
+    check_against_reference(cv, src, "pq", 62);
+    free(src);
+    kt_dag_free(cv);
+}
+END_TEST
+
 /* kt_codegen_c_tested_share counts the padding tests the printed C runs
  * per execution of the statement, each copy weighed by the full ranges of
  * the loops around it. The stride-2 tile state above, 8x8x16 -> 4x4x32:
@@ -1619,6 +1705,7 @@ int main(void)
     tcase_add_test(tc, codegen_tile_interior_wraps_the_register_tile);
     tcase_add_test(tc, codegen_border_table_replaces_the_tests_per_pixel);
     tcase_add_test(tc, codegen_border_pass_multiplies_no_zeros);
+    tcase_add_test(tc, codegen_parallel_body_outlined_per_border_chunk);
     tcase_add_test(tc, codegen_register_tile_interior_tests_nothing);
     tcase_add_test(tc, codegen_matmul_states_match_reference);
     tcase_add_test(tc, codegen_dense_states_match_reference);

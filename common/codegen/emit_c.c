@@ -77,6 +77,8 @@ typedef struct {
     int table_stmt;        /* statement reading through border_table's pointers, -1 */
     const char *table_load;/* what its padding source's load reads instead */
     int ntables;           /* tables printed so far (their names) */
+    int nprinted;          /* statements printed (or counted) so far */
+    uint64_t split_params; /* outline_parts: the parameters (outer[k], bit k) it splits */
 } emit_t;
 
 /* ---- indices (shared with the CUDA emitters) ------------------------------------ */
@@ -240,6 +242,7 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
 #define KT_EMIT_BORDER_PARTS 3  /* times as many for a border copy's per-element cuts */
 #define KT_EMIT_PART_MIN 256    /* partitions print at most as many guarded statements as
                                    the kernel unrolls, or this many */
+#define KT_EMIT_PAR_BODIES 4    /* most copies of a parallel group's outlined body */
 #define KT_EMIT_TABLE_MAX 64    /* pointers of one border table (border_table) */
 #define KT_EMIT_ZERO_MAX 4096   /* floats of its block of zeros */
 
@@ -860,6 +863,7 @@ static void stmt_c(emit_t *e, const kt_lower_stmt_t *s, int depth)
     if (stmt_dead(e, si))
         return;   /* adds only the padding's zeros here */
     unsigned open = open_ineqs(e, si);
+    e->nprinted++;
     if (e->runs) {
         double w = node_runs(e);
         e->runs[si] += w;
@@ -1042,7 +1046,8 @@ static void put_fail(kt_sbuf_t *b, int depth)
 }
 
 /* The parameters (decl) or arguments of an outlined body: the kernel's
- * buffers, then the enclosing loops' iterators. */
+ * buffers, then the enclosing loops' iterators that run more than one value
+ * here (the others are constants of the body, see outline_one). */
 static void outline_args(const emit_t *e, int decl, kt_sbuf_t *b)
 {
     const kt_lower_t *L = e->L;
@@ -1057,31 +1062,42 @@ static void outline_args(const emit_t *e, int decl, kt_sbuf_t *b)
                        bf->name);
     }
     for (int t = 0; t < e->nouter; t++)
-        kt_sbuf_printf(b, "%s%s%s", k++ ? ", " : "", decl ? "long long " : "",
-                       L->iters[e->outer[t]].name);
+        if (e->lo[e->outer[t]] != e->hi[e->outer[t]])
+            kt_sbuf_printf(b, "%s%s%s", k++ ? ", " : "", decl ? "long long " : "",
+                           L->iters[e->outer[t]].name);
 }
 
 /* The body of a parallel loop group as a function of its own, called once
  * per iteration: inside the region GCC outlines for OpenMP, the buffers
  * lose `restrict` and loop pragmas (the partial unroll below) are dropped,
  * which costs register-tiled kernels up to 1.6x; a plain function with
- * restrict parameters is optimized like serial code. */
-static void outline_body(emit_t *e, int first, int depth)
+ * restrict parameters is optimized like serial code. Returns 0 when the
+ * body printed no statement (nothing printed, no call). */
+static int outline_one(emit_t *e, int first, int depth)
 {
     char name[KT_LOWER_NAME + 128];
-    snprintf(name, sizeof(name), "kt_par%d_%s", e->npar++, e->entry);
     kt_sbuf_t body;
     kt_sbuf_init(&body);
     kt_sbuf_t *saved = e->out;
-    int nparams = e->nparams;
+    int nparams = e->nparams, nprinted = e->nprinted;
     e->out = &body;
     e->nparams = e->nouter;
     emit_list(e, first, 1, 1, 0);
     e->nparams = nparams;
     e->out = saved;
+    if (e->nprinted == nprinted) {
+        kt_sbuf_free(&body);
+        return 0;
+    }
+    snprintf(name, sizeof(name), "kt_par%d_%s", e->npar++, e->entry);
     kt_sbuf_printf(e->fns, "static __attribute__((noinline)) int %s(", name);
     outline_args(e, 1, e->fns);
     kt_sbuf_puts(e->fns, ")\n{\n    int kt_fail = 0;\n");
+    /* an iterator with one value here is a constant GCC folds into the tests */
+    for (int t = 0; t < e->nouter; t++)
+        if (e->lo[e->outer[t]] == e->hi[e->outer[t]])
+            kt_sbuf_printf(e->fns, "    const long long %s = %lldLL;\n",
+                           e->L->iters[e->outer[t]].name, (long long)e->lo[e->outer[t]]);
     kt_sbuf_puts(e->fns, body.data ? body.data : "");
     kt_sbuf_puts(e->fns, "    return kt_fail;\n}\n");
     if (body.failed)
@@ -1095,6 +1111,93 @@ static void outline_body(emit_t *e, int first, int depth)
     put_fail(b, depth + 1);
     kt_sbuf_indent(b, depth * 2);
     kt_sbuf_puts(b, "}\n");
+    return 1;
+}
+
+/* Where parameter v of a body (the statements from first) splits for the
+ * open tests under it (split_points over the list). */
+static int list_split_points(const emit_t *e, int first, int v, int64_t *pts, int cap)
+{
+    int np = 0;
+    for (int x = first; x >= 0; x = e->L->nodes[x].next)
+        np = split_points(e, x, v, pts, np, cap, 0);
+    return np;
+}
+
+/* Whether every statement from first adds only zeros at the current ranges. */
+static int list_dead(const emit_t *e, int first)
+{
+    for (int x = first; x >= 0; x = e->L->nodes[x].next)
+        if (!subtree_dead(e, x))
+            return 0;
+    return 1;
+}
+
+/* The body outlined once per part of its parameters' ranges where a
+ * padding test flips (parameters k.. in turn), the call behind a test of
+ * the iteration's values: inside a part GCC sees the test decided. A
+ * parallel loop over output rows otherwise runs every chunk's first rows as
+ * the border, tested element by element against a parameter GCC cannot
+ * know (its tile spilled: a 56x56 stride-2 conv2d split in two row chunks
+ * ran 1.2x slower than split over channels). */
+static void outline_parts(emit_t *e, int first, int depth, int k)
+{
+    int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4];
+    int np = 0, v = -1;
+    for (; k < e->nouter && k < 64 && np == 0; k++) {
+        v = e->outer[k];
+        np = (e->split_params >> k) & 1u
+                 ? list_split_points(e, first, v, pts, (int)(sizeof(pts) / sizeof(pts[0])))
+                 : 0;
+    }
+    if (np == 0) {
+        outline_one(e, first, depth);
+        return;
+    }
+    kt_sbuf_t *b = e->out;
+    int64_t lo = e->lo[v], hi = e->hi[v];
+    int opened = 0;
+    for (int p = 0; p <= np && !e->rc; p++) {
+        e->lo[v] = p ? pts[p - 1] : lo;
+        e->hi[v] = p < np ? pts[p] - 1 : hi;
+        if (list_dead(e, first))
+            continue;
+        size_t at = b->len;
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_printf(b, "%sif (%s >= %lldLL && %s <= %lldLL) {\n", opened ? "} else " : "",
+                       e->L->iters[v].name, (long long)e->lo[v], e->L->iters[v].name,
+                       (long long)e->hi[v]);
+        size_t inside = b->len;
+        outline_parts(e, first, depth + 1, k);
+        if (b->len == inside)
+            kt_sbuf_truncate(b, at);   /* nothing to call for these values */
+        else
+            opened = 1;
+    }
+    e->lo[v] = lo;
+    e->hi[v] = hi;
+    if (opened) {
+        kt_sbuf_indent(b, depth * 2);
+        kt_sbuf_puts(b, "}\n");
+    }
+}
+
+/* The parallel group's body outlined: once per part of the parameters
+ * where padding tests flip (outline_parts), the outermost parameters first,
+ * as long as that makes at most KT_EMIT_PAR_BODIES functions. */
+static void outline_body(emit_t *e, int first, int depth)
+{
+    int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4], bodies = 1;
+    e->split_params = 0;
+    for (int k = 0; e->guards && k < e->nouter && k < 64; k++) {
+        int64_t parts = list_split_points(e, first, e->outer[k], pts,
+                                          (int)(sizeof(pts) / sizeof(pts[0]))) + 1;
+        if (parts > 1 && bodies * parts <= KT_EMIT_PAR_BODIES) {
+            bodies *= parts;
+            e->split_params |= (uint64_t)1 << k;
+        }
+    }
+    outline_parts(e, first, depth, 0);
 }
 
 /* A loop's children, or the call of their outlined function when the loop
