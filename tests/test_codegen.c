@@ -1491,22 +1491,34 @@ static long long inside_taps(int hw, int k, int pad, int stride)
 /* The same stem shape (12x12x16 -> 6x6x32, 7x7, padding 3, stride 2), one
  * output row per parallel iteration and register tiles of 1 x 2 pixels:
  * column tiles 0 and 2 read the padding, tile 1 does not. The parallel
- * group prints in two passes, each a parallel loop calling a function of
- * its own: the first the interior copies and the untested tiles, the
- * second only the border copies (behind the negated interior test), whose
- * rx loop is cut at each pixel's own point, so that every unrolled pixel's
- * test is decided and GCC folds it: no border table, and the kernel
- * multiplies no zeros, exactly the taps inside the input (with a table per
- * step, tile_taps' count: more). Answers as the reference. */
+ * group prints in two passes, two loops of one parallel region with no
+ * barrier between them, each calling functions of its own: the first the
+ * interior copies and the untested tiles, the second only the border
+ * copies (behind the negated interior test), whose rx loop is cut at each
+ * pixel's own point, so that every unrolled pixel's test is decided and
+ * GCC folds it: no border table, and the kernel multiplies no zeros,
+ * exactly the taps inside the input (with a table per step, tile_taps'
+ * count: more). Answers as the reference. */
 START_TEST(codegen_border_pass_multiplies_no_zeros)
 {
     kt_dag_t *cv = stem12();
     char *src = emit_json(cv, STEM12_STATE("[6,1,1,1]", "[1,1,3,2]", "[1,16]", "2"), "bp");
-    ck_assert_int_eq(count_lines(src, "#pragma omp parallel for"), 2);
+    ck_assert_int_eq(count_lines(src, "#pragma omp parallel for"), 0);
+    ck_assert_int_eq(count_lines(src, "#pragma omp parallel\n"), 1);
+    ck_assert_int_eq(count_lines(src, "#pragma omp for schedule(static) nowait"), 2);
+    /* the first pass's functions: up to the first one the second loop calls */
+    const char *loop2 = strstr(strstr(src, " nowait\n") + 1, " nowait\n");
+    const char *call2 = strstr(loop2, "kt_par");
+    ck_assert_ptr_nonnull(call2);
+    char name[64];
+    int len = (int)strcspn(call2, "(");
+    ck_assert_int_lt(len, 50);
+    snprintf(name, sizeof(name), "int %.*s(", len, call2);
     const char *first = strstr(src, "int kt_par0_bp_packed(");
-    const char *second = strstr(src, "int kt_par1_bp_packed(");
+    const char *second = strstr(src, name);
     ck_assert_ptr_nonnull(first);
     ck_assert_ptr_nonnull(second);
+    ck_assert(second > first);
     char *one = strndup(first, (size_t)(second - first));
     ck_assert_ptr_null(strstr(one, "} else {"));   /* no border copy in the first pass */
     ck_assert_ptr_null(strstr(one, "if (!("));

@@ -73,6 +73,7 @@ typedef struct {
                               tiles; 2: its border copies only (see two_pass_ok); -1: all,
                               the group printed again in one pass */
     int nsplit;            /* tile_interior splits printed so far */
+    int region;            /* inside emit_two_passes' parallel region: loops share it */
     int nparams;           /* outer[0..nparams): the outlined body's parameters */
     int table_stmt;        /* statement reading through border_table's pointers, -1 */
     const char *table_load;/* what its padding source's load reads instead */
@@ -1889,25 +1890,40 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
 /* The parallel group at node printed twice (two_pass_ok): its interior
  * copies and untested tiles, then its border copies; where the border reads
  * through a table, printed again in one pass instead (in a pass of their own
- * such tiles ran slower than beside the interior's). */
+ * such tiles ran slower than beside the interior's). The two passes are
+ * loops of one parallel region without a barrier between them (each tile is
+ * printed in one pass): with a barrier, the chunks holding the border ran
+ * their border pass while the other threads waited (a conv2d whose first of
+ * four row chunks was all border took 1.5x its time on two threads). */
 static void emit_two_passes(emit_t *e, int node, int depth, int in_par, int in_vec)
 {
     size_t out_len = e->out->len, fns_len = e->fns->len;
     int npar = e->npar, ntables = e->ntables, nsplit = e->nsplit;
+    kt_sbuf_indent(e->out, depth * 2);
+    kt_sbuf_puts(e->out, "#pragma omp parallel\n");
+    kt_sbuf_indent(e->out, depth * 2);
+    kt_sbuf_puts(e->out, "{\n");
+    e->region = 1;
     e->pass = 1;
-    emit_loop_nest(e, node, depth, in_par, in_vec);
+    emit_loop_nest(e, node, depth + 1, in_par, in_vec);
     if (e->nsplit > nsplit && !e->rc) {
         e->pass = 2;
-        emit_loop_nest(e, node, depth, in_par, in_vec);
-        if (e->ntables > ntables && !e->rc) {
-            kt_sbuf_truncate(e->out, out_len);
-            kt_sbuf_truncate(e->fns, fns_len);
-            e->npar = npar;
-            e->ntables = ntables;
-            e->nsplit = nsplit;
-            e->pass = -1;
+        emit_loop_nest(e, node, depth + 1, in_par, in_vec);
+    }
+    e->region = 0;
+    if (e->nsplit == nsplit || e->ntables > ntables) {
+        /* nothing for a second pass, or tables: the group in one loop */
+        kt_sbuf_truncate(e->out, out_len);
+        kt_sbuf_truncate(e->fns, fns_len);
+        e->npar = npar;
+        e->ntables = ntables;
+        e->nsplit = nsplit;
+        e->pass = -1;
+        if (!e->rc)
             emit_loop_nest(e, node, depth, in_par, in_vec);
-        }
+    } else {
+        kt_sbuf_indent(e->out, depth * 2);
+        kt_sbuf_puts(e->out, "}\n");
     }
     e->pass = 0;
 }
@@ -1945,7 +1961,8 @@ static void emit_loop_nest(emit_t *e, int node, int depth, int in_par, int in_ve
     if (nd->ann == KT_LOOP_PARALLEL && !in_par) {
         int n = group_size(L, node, KT_LOOP_PARALLEL);
         kt_sbuf_indent(b, depth * 2);
-        kt_sbuf_puts(b, "#pragma omp parallel for schedule(static)");
+        kt_sbuf_puts(b, e->region ? "#pragma omp for schedule(static) nowait"
+                                  : "#pragma omp parallel for schedule(static)");
         if (n > 1)
             kt_sbuf_printf(b, " collapse(%d)", n);
         kt_sbuf_puts(b, "\n");
