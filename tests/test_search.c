@@ -1046,9 +1046,9 @@ START_TEST(search_direct_sibling_ends_the_best_states_reduction_in_its_tile)
 }
 END_TEST
 
-/* row_siblings: the best state's output rows gathered outermost follow the
- * other siblings: rows [1,2,2,2] become [4,1,1,2], nothing else changes; a
- * best state that materializes its padding has no such sibling, nor with
+/* row_siblings: the best state's row sweep follows the other siblings: rows
+ * [1,2,2,2] become [4,1,1,2] (its columns are inside already), nothing else
+ * changes; a best state that is a row sweep has no such sibling, nor with
  * the option off. */
 START_TEST(search_row_sibling_gathers_the_best_states_rows_outermost)
 {
@@ -1059,9 +1059,10 @@ START_TEST(search_row_sibling_gathers_the_best_states_rows_outermost)
     kt_sched_state_t *want = kt_sched_state_clone(b);
     int32_t rows[4] = {4, 1, 1, 2};
     memcpy(want->stages[s].split[1], rows, sizeof rows);
-    char *mat = kt_test_materialize_pad(SIBLING_BEST);
-    check_sibling_leads(w, &p, SIBLING_BEST, mat, 25, 1, want);
-    free(mat);
+    char *sweep = kt_sched_state_to_json(want, kt_workload_dag(w));
+    ck_assert_ptr_nonnull(sweep);
+    check_sibling_leads(w, &p, SIBLING_BEST, sweep, 25, 1, want);
+    free(sweep);
     kt_sched_state_free(want);
     kt_sched_state_free(b);
     kt_workload_free(w);

@@ -205,11 +205,15 @@ typedef enum {
                                then writes its consumer (a stage where one
                                would exceed kt_sched_direct_reduce_cap is left) */
     KT_MUT_ROWS_OUT,        /* never drawn (ktune's, asked for by the search's
-                               row_siblings): a tiled stage that reads an inlined
-                               padding gets every outer factor of its first axis
-                               longer than 1 (a convolution's output rows) in the
-                               outermost level, its register tile unchanged, so a
-                               parallel chunk spans no more rows than the tile */
+                               row_siblings): a row sweep. A tiled stage that reads
+                               a padding gets it inlined (where it may be), every
+                               outer factor of its first axis longer than 1 (a
+                               convolution's output rows) in the outermost level
+                               and every outer factor of the next such axis (the
+                               columns) in the last level outside the register
+                               tile, the tile unchanged: a parallel chunk spans no
+                               more rows than the tile, and a row's columns are
+                               swept inside the loops over channel blocks */
     KT_MUT__COUNT
 } kt_sched_mut_t;
 

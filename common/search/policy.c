@@ -1136,10 +1136,9 @@ static int pick_siblings_by(kt_search_policy_t *sp, int rule, int tries, int lim
 }
 
 /* row_siblings: the best of the best KT_SEARCH_ROW_SIBLING_SCAN measured
- * states that the rows-out rule makes new. Not the best state alone: the
- * rule needs an inlined padding, and the best state often materializes
- * its padding while its inlined sibling (location_siblings) ran a little
- * slower with the rows that the rule would gather. */
+ * states that the rows-out rule (a row sweep) makes new. Not the best state
+ * alone: a round after its sweep was measured, the next best state's may
+ * still be new. */
 static int pick_row_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
 {
     if (sp->opts.row_siblings <= 0)

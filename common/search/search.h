@@ -100,12 +100,13 @@ typedef struct {
      * searches ended on states whose direct form they never measured.
      * 0 = off (Ansor). */
     int direct_siblings;                   /* 1 */
-    /* 1: per round, after those, a state with a convolution's output rows
-     * gathered in the outermost level (kt_sched_mutate's rows-out rule:
-     * where the convolution inlines its padding, a parallel chunk of one
-     * register tile's rows leaves the fewest tiles to the border code), made
-     * from the best of the KT_SEARCH_ROW_SIBLING_SCAN best measured states
-     * the rule changes, where that is new. 0 = off (Ansor). */
+    /* 1: per round, after those, a convolution's row sweep (kt_sched_mutate's
+     * rows-out rule: padding inlined, output rows in the outermost level,
+     * columns in the last level outside the register tile, so a parallel
+     * chunk of one tile's rows leaves the fewest tiles to the border code
+     * and a row's columns reuse the weights of the channel blocks around
+     * them), made from the best of the KT_SEARCH_ROW_SIBLING_SCAN best
+     * measured states the rule changes, where that is new. 0 = off (Ansor). */
     int row_siblings;                      /* 0 */
     /* Random restart: once the best of the search's current start has not
      * improved by 1% over this many measured states, the next propose
@@ -231,7 +232,7 @@ typedef struct {
     int last_picked_siblings;   /* placements of the best tiles' stages proposed */
     int last_picked_tile_siblings;   /* reshapes of the best state's register tile proposed */
     int last_picked_direct_siblings; /* the best state with its reduction in the tile */
-    int last_picked_row_siblings;    /* a good state with its rows gathered outermost */
+    int last_picked_row_siblings;    /* a good state's row sweep */
     int last_picked_spread;     /* states proposed from the sampled ones by knob coverage
                                  * (a learned model not trained yet: no evolution) */
     int last_tile_families;     /* distinct register tiles among the last round's picks */
