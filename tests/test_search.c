@@ -154,7 +154,7 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.tile_siblings, 0);                     /* Ansor's; ktune's option */
     ck_assert_int_eq(o.restart_after, 0);                     /* Ansor's: one start */
     ck_assert_int_eq(o.direct_siblings, 1);                   /* ktune's; Ansor: 0 */
-    ck_assert_int_eq(o.row_siblings, 0);                      /* Ansor's; ktune's option */
+    ck_assert_int_eq(o.row_siblings, 1);                      /* ktune's; Ansor: 0 */
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -178,7 +178,7 @@ START_TEST(search_opts_set_from_key_value_lists)
                                             "num_warmup_sample=64,foresee_keep=16,"
                                             "diversity_filter_ratio=4,tile_family_share=0.25,"
                                             "location_siblings=0,tile_siblings=5,"
-                                            "restart_after=128,direct_siblings=0,row_siblings=1"),
+                                            "restart_after=128,direct_siblings=0,row_siblings=0"),
                      0);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);   /* the default: Ansor's */
     ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
@@ -191,7 +191,7 @@ START_TEST(search_opts_set_from_key_value_lists)
     ck_assert_int_eq(o.tile_siblings, 5);
     ck_assert_int_eq(o.restart_after, 128);
     ck_assert_int_eq(o.direct_siblings, 0);
-    ck_assert_int_eq(o.row_siblings, 1);
+    ck_assert_int_eq(o.row_siblings, 0);
     ck_assert_double_eq(o.eps_greedy, 0.1);
     ck_assert_int_eq(o.evolutionary_search_population, 512);
     ck_assert_int_eq(o.evolutionary_search_num_iters, 2);

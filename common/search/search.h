@@ -107,7 +107,7 @@ typedef struct {
      * and a row's columns reuse the weights of the channel blocks around
      * them), made from the best of the KT_SEARCH_ROW_SIBLING_SCAN best
      * measured states the rule changes, where that is new. 0 = off (Ansor). */
-    int row_siblings;                      /* 0 */
+    int row_siblings;                      /* 1 */
     /* Random restart: once the best of the search's current start has not
      * improved by 1% over this many measured states, the next propose
      * starts again as an independent search: a fresh model (own models
