@@ -244,6 +244,7 @@ static void access_c(const kt_lower_t *L, int buf, const kt_lower_index_t *idx, 
 #define KT_EMIT_PART_MIN 256    /* partitions print at most as many guarded statements as
                                    the kernel unrolls, or this many */
 #define KT_EMIT_PAR_BODIES 4    /* most copies of a parallel group's outlined body */
+#define KT_EMIT_SPLIT_POINTS (2 * KT_EMIT_GUARD_INEQS * 4)   /* most split points of a loop */
 #define KT_EMIT_TABLE_MAX 64    /* pointers of one border table (border_table) */
 #define KT_EMIT_ZERO_MAX 4096   /* floats of its block of zeros */
 
@@ -1116,12 +1117,13 @@ static int outline_one(emit_t *e, int first, int depth)
 }
 
 /* Where parameter v of a body (the statements from first) splits for the
- * open tests under it (split_points over the list). */
-static int list_split_points(const emit_t *e, int first, int v, int64_t *pts, int cap)
+ * open tests under it (split_points over the list, at most
+ * KT_EMIT_SPLIT_POINTS into pts). */
+static int list_split_points(const emit_t *e, int first, int v, int64_t *pts)
 {
     int np = 0;
     for (int x = first; x >= 0; x = e->L->nodes[x].next)
-        np = split_points(e, x, v, pts, np, cap, 0);
+        np = split_points(e, x, v, pts, np, KT_EMIT_SPLIT_POINTS, 0);
     return np;
 }
 
@@ -1143,13 +1145,11 @@ static int list_dead(const emit_t *e, int first)
  * ran 1.2x slower than split over channels). */
 static void outline_parts(emit_t *e, int first, int depth, int k)
 {
-    int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4];
+    int64_t pts[KT_EMIT_SPLIT_POINTS];
     int np = 0, v = -1;
     for (; k < e->nouter && k < 64 && np == 0; k++) {
         v = e->outer[k];
-        np = (e->split_params >> k) & 1u
-                 ? list_split_points(e, first, v, pts, (int)(sizeof(pts) / sizeof(pts[0])))
-                 : 0;
+        np = (e->split_params >> k) & 1u ? list_split_points(e, first, v, pts) : 0;
     }
     if (np == 0) {
         outline_one(e, first, depth);
@@ -1188,11 +1188,10 @@ static void outline_parts(emit_t *e, int first, int depth, int k)
  * as long as that makes at most KT_EMIT_PAR_BODIES functions. */
 static void outline_body(emit_t *e, int first, int depth)
 {
-    int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4], bodies = 1;
+    int64_t pts[KT_EMIT_SPLIT_POINTS], bodies = 1;
     e->split_params = 0;
     for (int k = 0; e->guards && k < e->nouter && k < 64; k++) {
-        int64_t parts = list_split_points(e, first, e->outer[k], pts,
-                                          (int)(sizeof(pts) / sizeof(pts[0]))) + 1;
+        int64_t parts = list_split_points(e, first, e->outer[k], pts) + 1;
         if (parts > 1 && bodies * parts <= KT_EMIT_PAR_BODIES) {
             bodies *= parts;
             e->split_params |= (uint64_t)1 << k;
@@ -1846,7 +1845,7 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         kt_sbuf_free(&hi);
         return;
     }
-    int64_t pts[2 * KT_EMIT_GUARD_INEQS * 4];
+    int64_t pts[KT_EMIT_SPLIT_POINTS];
     int64_t lo = e->lo[v], hi = e->hi[v], parts = e->parts;
     /* bounded code: GCC's time grows with the unrolled statements it compiles */
     int64_t cap = e->guarded_total > KT_EMIT_PART_MIN ? e->guarded_total : KT_EMIT_PART_MIN;
@@ -1857,8 +1856,7 @@ static void emit_loop(emit_t *e, int node, int depth, int in_par, int in_vec)
         int64_t most = per_elem ? KT_EMIT_MAX_PARTS * KT_EMIT_BORDER_PARTS : KT_EMIT_MAX_PARTS;
         np = nd->ann == KT_LOOP_UNROLL || e->tile_iter[v]
                  ? 0
-                 : split_points(e, node, v, pts, 0, (int)(sizeof(pts) / sizeof(pts[0])),
-                                per_elem);
+                 : split_points(e, node, v, pts, 0, KT_EMIT_SPLIT_POINTS, per_elem);
         live = 0;
         for (int k = 0; k <= np; k++) {
             e->lo[v] = k ? pts[k - 1] : lo;

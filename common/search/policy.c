@@ -1157,8 +1157,8 @@ static int pick_row_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_s
 
 /* The best tiles' stages placed otherwise (location_siblings), the best
  * state's register tile reshaped (tile_siblings), its reduction moved
- * into the tile (direct_siblings), then a good state's rows gathered
- * outermost (row_siblings). */
+ * into the tile (direct_siblings), then a good state's row sweep
+ * (row_siblings). */
 static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist_t *out)
 {
     int rc = pick_relocations(sp, n, tiles, out);
