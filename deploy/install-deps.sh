@@ -12,7 +12,7 @@ PACKAGES=(
   libgrpc-dev libssl-dev protobuf-c-compiler libprotobuf-c-dev libsqlite3-dev libxgboost-dev
   libevent-dev libjansson-dev libxxhash-dev
   # tests
-  check libsubunit-dev openssl sqlite3 systemd python3-yaml python3-grpcio python3-grpc-tools python3-torch python3-onnx
+  check libsubunit-dev openssl sqlite3 systemd python3-yaml python3-grpcio python3-grpc-tools python3-torch python3-torchvision python3-onnx
   iproute2   # ip netns: the hosts suite
   # benchmarks
   libopenblas-dev libdnnl-dev hyperfine

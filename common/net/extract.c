@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -436,6 +437,9 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
         json_object_set_new(w, "op", json_string("layer_norm"));
         json_object_set_new(w, "shape", shape_json(o));
         json_object_set_new(w, "affine", json_boolean(A->affine));
+        /* The model's epsilon; a float32 1e-5 is the default's. */
+        if (fabs(A->eps - KT_OPS_LN_EPS) > 1e-6 * KT_OPS_LN_EPS)
+            json_object_set_new(w, "eps", json_real(A->eps));
         break;
     default:
         why = "not an operator";

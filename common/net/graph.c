@@ -16,7 +16,7 @@ static const char *const op_names[NET__OP_COUNT] = {
     [NET_GELU] = "gelu",         [NET_ELEMWISE] = "elementwise",  [NET_POOL] = "pool",
     [NET_CLIP] = "clip",         [NET_SIGMOID] = "sigmoid",       [NET_TANH] = "tanh",
     [NET_GLOBAL_POOL] = "global_avg_pool", [NET_SOFTMAX] = "softmax",
-    [NET_LAYER_NORM] = "layer_norm",       [NET_SHAPE] = "shape",
+    [NET_LAYER_NORM] = "layer_norm",       [NET_SHAPE] = "shape",  [NET_REFOP] = "refop",
     [NET_UNSUPPORTED] = "unsupported",
 };
 
@@ -73,6 +73,7 @@ void kt_net_free(kt_net_t *net)
         free(net->layers[i].label);
         free(net->layers[i].in);
         free(net->layers[i].reason);
+        free(net->layers[i].rop);
         for (int k = 0; k < net->layers[i].nparam; k++)
             free(net->layers[i].param[k].v);
     }
@@ -352,6 +353,48 @@ static int infer_shape_op(net_layer_t *l, const net_shape_t *x, const kt_net_t *
     return kt_err_set(KT_EINTERNAL, "bad shape kind");
 }
 
+/* A reference operator: its inputs' shapes are the call's, and its output
+ * is the call's output or a reshape of it (`target`, when given). */
+static int infer_refop(const kt_net_t *net, net_layer_t *l)
+{
+    kt_refop_t *r = l->rop;
+    if (!r)
+        return kt_err_set(KT_EINTERNAL, "a refop layer without its call");
+    int used = 0;
+    for (int k = 0; k < r->nin; k++) {
+        int s = l->rop_src[k];
+        if (s < 0)
+            continue;
+        if (s >= l->nin)
+            return kt_err_set(KT_EINTERNAL, "refop input %d reads input %d of %d", k, s, l->nin);
+        const net_shape_t *x = &net->layers[l->in[s]].out;
+        r->ndim[k] = x->ndim;
+        memcpy(r->din[k], x->d, sizeof(r->din[k]));
+        used++;
+    }
+    if (used != l->nin)
+        return kt_err_set(KT_EINTERNAL, "refop: %d of %d inputs used", used, l->nin);
+    if (kt_refop_infer(r))
+        return KT_EINVAL;
+    net_shape_t *o = &l->out;
+    if (l->ntarget > 0) {
+        o->ndim = l->ntarget;
+        memcpy(o->d, l->target, sizeof(o->d));
+        if (net_shape_numel(o) != kt_refop_numel(r->ondim, r->dout))
+            return kt_err_set(KT_EINVAL, "field 'shape': %lld elements, the operator makes %lld",
+                              (long long)net_shape_numel(o),
+                              (long long)kt_refop_numel(r->ondim, r->dout));
+    } else {
+        o->ndim = r->ondim;
+        memcpy(o->d, r->dout, sizeof(o->d));
+    }
+    if (o->ndim == 0) {
+        o->ndim = 1;   /* a scalar result is held as one element */
+        o->d[0] = 1;
+    }
+    return check_dims("shape", o);
+}
+
 int net_layer_finish(kt_net_t *net, int i)
 {
     net_layer_t *l = &net->layers[i];
@@ -500,6 +543,8 @@ int net_layer_finish(kt_net_t *net, int i)
         if (need_inputs(l, 1, l->shape_kind == NET_SHAPE_CONCAT ? 1 << 20 : 1))
             return KT_EINVAL;
         return infer_shape_op(l, x, net);
+    case NET_REFOP:
+        return infer_refop(net, l);
     case NET_UNSUPPORTED:
         o->ndim = l->ntarget > 0 ? l->ntarget : -1;
         memcpy(o->d, l->target, sizeof(o->d));
@@ -588,7 +633,7 @@ const char *kt_net_layer_op(const kt_net_t *net, int i)
         return NULL;
     const net_layer_t *l = &net->layers[i];
     return l->op == NET_ELEMWISE || l->op == NET_UNSUPPORTED || l->op == NET_SHAPE ||
-                   l->op == NET_POOL
+                   l->op == NET_POOL || l->op == NET_REFOP
                ? l->label
                : net_op_name(l->op);
 }

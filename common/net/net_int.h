@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "net.h"
+#include "refop/refop.h"
 
 typedef enum {
     NET_INPUT = 0,    /* graph input: shape given */
@@ -38,6 +39,7 @@ typedef enum {
     NET_SOFTMAX,      /* over the last axis */
     NET_LAYER_NORM,   /* over the last axis */
     NET_SHAPE,        /* reshape, flatten, transpose, concat...: moves data only */
+    NET_REFOP,        /* any other operator, run by its reference implementation (refop.h) */
     NET_UNSUPPORTED,  /* an operator ktune cannot model; `reason` says why */
     NET__OP_COUNT
 } net_op_t;
@@ -93,6 +95,12 @@ typedef struct {
     int secondary;       /* unsupported: an extra output, reported only when used */
     double eps;          /* batch norm, layer norm: epsilon (1e-5 unless the source says) */
     net_param_t param[NET_MAX_PARAMS];   /* constant values (ONNX import only) */
+    /* refop: the call (its output shape may differ from `out` by a reshape
+     * of the same size, a reduction without keepdims), and where each of
+     * its inputs comes from: >= 0 that input of the layer, -1 the constant
+     * parameter "c0", "c1" or "c2" of that slot. */
+    kt_refop_t *rop;
+    int rop_src[KT_REFOP_MAX_IN];
     int nparam;
 } net_layer_t;
 

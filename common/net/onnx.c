@@ -19,6 +19,7 @@
 
 #define MAX_CONST_VALUES 4096   /* constants with more elements keep only their shape */
 #define UNSUP 1                 /* handler result: the node becomes an unsupported layer */
+#define ND_MAX_IN 256           /* inputs of one node (a DenseNet block's Concat has 49) */
 
 /* A constant: an initializer, a Constant node or a folded computation. */
 typedef struct {
@@ -34,6 +35,12 @@ typedef struct {
     const Onnx__TensorProto *src;
 } cval_t;
 
+/* A matched layer norm pattern (match_layer_norm): value names in the graph. */
+typedef struct {
+    const char *x, *gamma, *beta;   /* gamma, beta NULL when the pattern has none */
+    double eps;
+} layer_norm_t;
+
 typedef struct {
     Onnx__GraphProto *g;
     int64_t opset;
@@ -48,6 +55,7 @@ typedef struct {
     char missing[512];      /* the first external tensor that could not be read, and why */
     char *skip;             /* per node: inside a collapsed gelu pattern */
     const char **gelu_in;   /* per node: the gelu's input when the node ends a pattern */
+    layer_norm_t **ln;      /* per node: the layer norm a pattern ending there computes */
 } imp_t;
 
 /* The node being converted. */
@@ -57,8 +65,8 @@ typedef struct {
     int idx;
     char name[160];         /* its layer name */
     char why[256];          /* UNSUP reason */
-    int code[16];           /* resolved input codes (first 16 inputs) */
-    int present[16];
+    int code[ND_MAX_IN];    /* resolved input codes */
+    int present[ND_MAX_IN];
 } nd_t;
 
 static int unsup(nd_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -474,7 +482,7 @@ static const char *attr_str(const Onnx__NodeProto *n, const char *name, char *bu
 
 static int nin(const nd_t *d) { return (int)d->n->n_input; }
 
-static int has_in(const nd_t *d, int k) { return k < nin(d) && k < 16 && d->present[k]; }
+static int has_in(const nd_t *d, int k) { return k < nin(d) && k < ND_MAX_IN && d->present[k]; }
 
 static int is_layer(const nd_t *d, int k) { return has_in(d, k) && d->code[k] >= 0; }
 
@@ -964,6 +972,10 @@ static int h_matmul(nd_t *d, int gemm)
 
 /* ---- elementwise ------------------------------------------------------------------- */
 
+/* Reference-operator forms (below) of nodes the handlers here do not map. */
+static int rf_softmax(nd_t *d, int log_softmax);
+static int rf_reduce(nd_t *d, int code, const char *op);
+
 /* The one axis of x a constant of shape c broadcasts along (all its other
  * dimensions 1); -1 if none, -2 for a single element. */
 static int const_axis(const cval_t *c, const net_shape_t *x)
@@ -1102,8 +1114,7 @@ static int h_softmax(nd_t *d)
     if (axis == xs->ndim - 1 && xs->ndim >= 2)
         return simple(d, NET_SOFTMAX, "Softmax");
     if (d->im->opset >= 13 || axis == 0)
-        return unsup(d, "softmax over axis %lld of a rank-%d tensor: te's softmax reduces the "
-                     "last axis only", (long long)axis, xs->ndim);
+        return rf_softmax(d, 0);   /* not the last axis: no task */
     /* Before opset 13 softmax works on the input flattened to 2-D at axis:
      * a last-axis softmax of the reshaped tensor, exactly. */
     int f = new_layer(d, "flatten", NET_SHAPE, "flatten", &x, 1, &l);
@@ -1457,9 +1468,9 @@ static int h_concat(nd_t *d)
     int64_t axis;
     if (attr_int(d, "axis", 0, &axis))
         return UNSUP;
-    int in[64], n = 0, rc;
-    if (nin(d) < 1 || nin(d) > 16)
-        return unsup(d, "1 to 16 inputs supported");
+    int in[ND_MAX_IN], n = 0, rc;
+    if (nin(d) < 1 || nin(d) > ND_MAX_IN)
+        return unsup(d, "1 to %d inputs supported", ND_MAX_IN);
     for (int k = 0; k < nin(d); k++)
         if (has_in(d, k) && (rc = in_layer(d, k, &in[n++])))
             return rc;
@@ -1470,55 +1481,6 @@ static int h_concat(nd_t *d)
     l->shape_kind = NET_SHAPE_CONCAT;
     l->axis = (int)axis;
     return finish_out(d, i, 0);
-}
-
-static int h_gather(nd_t *d)
-{
-    /* Gather moves data: an embedding lookup or index selection, no task. */
-    int64_t axis;
-    if (attr_int(d, "axis", 0, &axis))
-        return UNSUP;
-    if (!has_in(d, 0) || !has_in(d, 1))
-        return unsup(d, "needs two inputs");
-    int64_t ds[KT_NET_MAX_DIMS], is[KT_NET_MAX_DIMS];
-    int dn, in_n, src;
-    if (is_layer(d, 0)) {
-        dn = lshape(d, 0)->ndim;
-        memcpy(ds, lshape(d, 0)->d, sizeof(ds));
-        src = d->code[0];
-    } else {
-        dn = cin(d, 0)->ndim;
-        if (dn < 1)
-            return unsup(d, "data of unknown shape");
-        memcpy(ds, cin(d, 0)->d, sizeof(ds));
-        src = d->code[1];
-    }
-    if (is_layer(d, 1)) {
-        in_n = lshape(d, 1)->ndim;
-        memcpy(is, lshape(d, 1)->d, sizeof(is));
-    } else {
-        in_n = cin(d, 1)->ndim;
-        if (in_n < 0)
-            return unsup(d, "indices of unknown shape");
-        memcpy(is, cin(d, 1)->d, sizeof(is));
-    }
-    if (axis < 0)
-        axis += dn;
-    if (axis < 0 || axis >= dn || dn - 1 + in_n > KT_NET_MAX_DIMS)
-        return unsup(d, "bad axis or rank");
-    int64_t t[KT_NET_MAX_DIMS];
-    int n = 0;
-    for (int i = 0; i < axis; i++)
-        t[n++] = ds[i];
-    for (int i = 0; i < in_n; i++)
-        t[n++] = is[i];
-    for (int i = (int)axis + 1; i < dn; i++)
-        t[n++] = ds[i];
-    if (n == 0)
-        return unsup(d, "a scalar result");
-    if (src < 0)
-        return unsup(d, "no activation input");
-    return shape_layer(d, src, 0, NET_SHAPE_EXPLICIT, n, t, 0, "gather");
 }
 
 /* ReduceMean over H and W of a 4-D tensor is a global average pool
@@ -1545,8 +1507,7 @@ static int h_reduce_mean(nd_t *d)
         hw |= a == 2 ? 1 : a == 3 ? 2 : 4;
     }
     if (xs.ndim != 4 || n != 2 || hw != 3)
-        return unsup(d, "te has no ReduceMean operator (only the mean over H and W of a 4-D "
-                     "tensor, a global average pool, is supported)");
+        return rf_reduce(d, KT_RR_MEAN, "ReduceMean");
     net_layer_t *l;
     if (keep)
         return finish_out(d, new_layer(d, NULL, NET_GLOBAL_POOL, "ReduceMean", &x, 1, &l), 0);
@@ -1555,6 +1516,626 @@ static int h_reduce_mean(nd_t *d)
         return rc;
     int64_t t[2] = {xs.d[0], xs.d[1]};
     return shape_layer(d, g, 0, NET_SHAPE_EXPLICIT, 2, t, 0, "reshape");
+}
+
+/* ---- reference operators --------------------------------------------------------------
+ * Every operator with no task and no simpler layer form is one call of its
+ * reference implementation (refop.h), built here from the node once: a
+ * node of constants only is folded by running that call on the constants
+ * (double), any other becomes a NET_REFOP layer the built network runs
+ * (float). So folding and the built network compute an operator with the
+ * same code. */
+
+#define NOT_REFOP 2              /* refop_node: the operator has no reference form */
+
+static int const_out(nd_t *d, int k, cval_t **c);
+#define FOLD_MAX_VALUES (1 << 21)   /* folded results kept with their values */
+
+static const char *const refop_roles[KT_REFOP_MAX_IN] = {"c0", "c1", "c2"};
+
+/* Shape of node input j (a layer or a constant); 0 or UNSUP. */
+static int in_shape(nd_t *d, int j, int *nd, int64_t *dims)
+{
+    if (!has_in(d, j))
+        return unsup(d, "input %d is missing", j);
+    if (is_layer(d, j)) {
+        *nd = lshape(d, j)->ndim;
+        memcpy(dims, lshape(d, j)->d, sizeof(int64_t) * KT_NET_MAX_DIMS);
+        return KT_OK;
+    }
+    const cval_t *c = cin(d, j);
+    if (c->ndim < 0)
+        return unsup(d, "input %d is a constant of unknown shape", j);
+    *nd = c->ndim;
+    memcpy(dims, c->d, sizeof(int64_t) * KT_NET_MAX_DIMS);
+    return KT_OK;
+}
+
+/* Run call r on node inputs slot[0..r->nin) as the node's output k, shaped
+ * `target` when ntarget >= 0 (a reshape of the call's output). A result of
+ * integer type (is_int) is rounded when folded. */
+static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarget,
+                      const int64_t *target, int is_int, const char *label)
+{
+    int known = 1, layers[KT_REFOP_MAX_IN], nl = 0, rc;
+    for (int s = 0; s < r->nin; s++) {
+        if (in_shape(d, slot[s], &r->ndim[s], r->din[s]))
+            return UNSUP;
+        if (is_layer(d, slot[s]))
+            known = 0;
+        else
+            known &= cin(d, slot[s])->known;
+    }
+    if (kt_refop_infer(r))
+        return unsup(d, "%s", kt_err_msg());
+    int64_t numel = kt_refop_numel(r->ondim, r->dout);
+    if (ntarget < 0) {
+        ntarget = r->ondim;
+        target = r->dout;
+    }
+    if (known && numel <= FOLD_MAX_VALUES) {
+        double *in[KT_REFOP_MAX_IN] = {NULL}, *out = malloc(((size_t)numel + 1) * sizeof(double));
+        rc = out ? KT_OK : kt_err_set(KT_ENOMEM, "out of memory");
+        for (int s = 0; rc == KT_OK && s < r->nin; s++) {
+            const cval_t *c = cin(d, slot[s]);
+            int64_t n = cnumel(c);
+            if (!(in[s] = malloc(((size_t)n + 1) * sizeof(double))))
+                rc = kt_err_set(KT_ENOMEM, "out of memory");
+            for (int64_t q = 0; in[s] && q < n; q++)
+                in[s][q] = cget_f(c, q);
+        }
+        if (rc == KT_OK)
+            kt_refop_run_d(r, (const double *const *)in, out);
+        for (int s = 0; s < r->nin; s++)
+            free(in[s]);
+        cval_t *o;
+        if (rc == KT_OK && (rc = const_out(d, k, &o)) == KT_OK) {
+            o->ndim = ntarget;
+            memcpy(o->d, target, (size_t)ntarget * sizeof(int64_t));
+            o->known = 1;
+            o->is_int = is_int;
+            if (is_int) {
+                if (!(o->iv = malloc(((size_t)numel + 1) * sizeof(int64_t))))
+                    rc = kt_err_set(KT_ENOMEM, "out of memory");
+                for (int64_t q = 0; o->iv && q < numel; q++)
+                    o->iv[q] = out[q] >= 9.2e18 ? INT64_MAX : out[q] <= -9.2e18 ? INT64_MIN
+                                                                              : (int64_t)out[q];
+            } else {
+                o->fv = out;
+                out = NULL;
+            }
+        }
+        free(out);
+        return rc;
+    }
+    for (int s = 0; s < r->nin; s++)
+        if (is_layer(d, slot[s]))
+            layers[nl++] = d->code[slot[s]];
+    net_layer_t *l;
+    int i = new_layer(d, k ? d->n->output[k] : NULL, NET_REFOP, label, layers, nl, &l);
+    if (i < 0)
+        return i;
+    if (!(l->rop = malloc(sizeof(*r))))
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    *l->rop = *r;
+    l->ntarget = ntarget;
+    memcpy(l->target, target, (size_t)ntarget * sizeof(int64_t));
+    for (int s = 0, at = 0; s < r->nin; s++) {
+        l->rop_src[s] = is_layer(d, slot[s]) ? at++ : -1;
+        if (!is_layer(d, slot[s]) && (rc = attach(d, i, refop_roles[s], slot[s], 1.0, P_AS_IS)))
+            return rc;
+    }
+    return finish_out(d, i, k);
+}
+
+static int is_int_in(nd_t *d, int j)
+{
+    return is_const(d, j) && cin(d, j)->is_int;
+}
+
+/* A call with the node's first n inputs in order. */
+static int refop_simple(nd_t *d, kt_refop_t *r, int n, int is_int, const char *label)
+{
+    int slot[KT_REFOP_MAX_IN] = {0, 1, 2};
+    r->nin = n;
+    return refop_call(d, r, slot, 0, -1, NULL, is_int, label);
+}
+
+typedef struct {
+    const char *onnx;
+    int code;
+    const char *p0, *p1;   /* attribute names of fa[0], fa[1] */
+    double d0, d1;         /* and their defaults */
+} unary_def_t;
+
+static const unary_def_t unary_defs[] = {
+    {"Erf", KT_RU_ERF, 0, 0, 0, 0}, {"Exp", KT_RU_EXP, 0, 0, 0, 0},
+    {"Log", KT_RU_LOG, 0, 0, 0, 0}, {"Sqrt", KT_RU_SQRT, 0, 0, 0, 0},
+    {"Reciprocal", KT_RU_RECIPROCAL, 0, 0, 0, 0}, {"Neg", KT_RU_NEG, 0, 0, 0, 0},
+    {"Abs", KT_RU_ABS, 0, 0, 0, 0}, {"Softplus", KT_RU_SOFTPLUS, 0, 0, 0, 0},
+    {"Softsign", KT_RU_SOFTSIGN, 0, 0, 0, 0}, {"LeakyRelu", KT_RU_LEAKYRELU, "alpha", 0, 0.01, 0},
+    {"HardSigmoid", KT_RU_HARDSIGMOID, "alpha", "beta", 0.2, 0.5},
+    {"HardSwish", KT_RU_HARDSWISH, 0, 0, 0, 0}, {"Elu", KT_RU_ELU, "alpha", 0, 1.0, 0},
+    {"Selu", KT_RU_SELU, "alpha", "gamma", 1.67326319217681884765625, 1.05070102214813232421875},
+    {"Celu", KT_RU_CELU, "alpha", 0, 1.0, 0}, {"ThresholdedRelu", KT_RU_THRESHOLDEDRELU, "alpha", 0, 1.0, 0},
+    {"Floor", KT_RU_FLOOR, 0, 0, 0, 0}, {"Ceil", KT_RU_CEIL, 0, 0, 0, 0},
+    {"Round", KT_RU_ROUND, 0, 0, 0, 0}, {"Sin", KT_RU_SIN, 0, 0, 0, 0},
+    {"Cos", KT_RU_COS, 0, 0, 0, 0}, {"Sign", KT_RU_SIGN, 0, 0, 0, 0},
+    {"Mish", KT_RU_MISH, 0, 0, 0, 0}, {"Not", KT_RU_NOT, 0, 0, 0, 0},
+    {"IsNaN", KT_RU_ISNAN, 0, 0, 0, 0}, {"IsInf", KT_RU_ISINF, 0, 0, 0, 0},
+    {"Relu", KT_RU_RELU, 0, 0, 0, 0}, {"Sigmoid", KT_RU_SIGMOID, 0, 0, 0, 0},
+    {"Tanh", KT_RU_TANH, 0, 0, 0, 0}, {"Identity", KT_RU_IDENTITY, 0, 0, 0, 0},
+};
+
+static const struct {
+    const char *onnx;
+    int code;
+} binary_defs[] = {
+    {"Add", KT_RB_ADD}, {"Sub", KT_RB_SUB}, {"Mul", KT_RB_MUL}, {"Div", KT_RB_DIV},
+    {"Pow", KT_RB_POW}, {"Max", KT_RB_MAX}, {"Min", KT_RB_MIN}, {"Mod", KT_RB_MOD},
+    {"Equal", KT_RB_EQUAL}, {"Less", KT_RB_LESS}, {"Greater", KT_RB_GREATER},
+    {"LessOrEqual", KT_RB_LESS_EQUAL}, {"GreaterOrEqual", KT_RB_GREATER_EQUAL},
+    {"And", KT_RB_AND}, {"Or", KT_RB_OR}, {"Xor", KT_RB_XOR}, {"PRelu", KT_RB_PRELU},
+};
+
+static const struct {
+    const char *onnx;
+    int code;
+} reduce_defs[] = {
+    {"ReduceSum", KT_RR_SUM}, {"ReduceMean", KT_RR_MEAN}, {"ReduceMax", KT_RR_MAX},
+    {"ReduceMin", KT_RR_MIN}, {"ReduceProd", KT_RR_PROD}, {"ReduceL1", KT_RR_L1},
+    {"ReduceL2", KT_RR_L2}, {"ReduceSumSquare", KT_RR_SUMSQUARE},
+    {"ReduceLogSum", KT_RR_LOGSUM}, {"ReduceLogSumExp", KT_RR_LOGSUMEXP},
+};
+
+/* Row-major strides of a shape. */
+static void row_strides(int nd, const int64_t *d, int64_t *s)
+{
+    int64_t acc = 1;
+    for (int k = nd - 1; k >= 0; k--) {
+        s[k] = acc;
+        acc *= d[k];
+    }
+}
+
+static int rf_unary(nd_t *d, const unary_def_t *u)
+{
+    kt_refop_t r = {.op = KT_REFOP_UNARY, .ia = {u->code}};
+    if ((u->p0 && attr_float(d, u->p0, u->d0, &r.fa[0])) ||
+        (u->p1 && attr_float(d, u->p1, u->d1, &r.fa[1])))
+        return UNSUP;
+    int is_int = u->code == KT_RU_NOT || u->code == KT_RU_ISNAN || u->code == KT_RU_ISINF ||
+                 ((u->code == KT_RU_NEG || u->code == KT_RU_ABS || u->code == KT_RU_SIGN ||
+                   u->code == KT_RU_IDENTITY || u->code == KT_RU_RELU) && is_int_in(d, 0));
+    return refop_simple(d, &r, 1, is_int, u->onnx);
+}
+
+static int rf_binary(nd_t *d, int code, const char *op)
+{
+    if (nin(d) != 2)
+        return unsup(d, "%s of %d inputs (2 supported)", op, nin(d));
+    kt_refop_t r = {.op = KT_REFOP_BINARY, .ia = {code}};
+    int both_int = is_int_in(d, 0) && is_int_in(d, 1);
+    if (code == KT_RB_MOD) {
+        int64_t fm;
+        if (attr_int(d, "fmod", 0, &fm))
+            return UNSUP;
+        if (fm)
+            r.ia[0] = KT_RB_FMOD;
+    }
+    if (code == KT_RB_DIV && both_int)
+        r.ia[0] = KT_RB_IDIV;
+    int is_int = code >= KT_RB_EQUAL && code <= KT_RB_XOR ? 1 : both_int;
+    return refop_simple(d, &r, 2, is_int, op);
+}
+
+/* A strided view of input 0 (Slice, Expand, Tile, Transpose, Split). */
+static int rf_view(nd_t *d, int k, int nd, const int64_t *dims, const int64_t *start,
+                   const int64_t *step, const int64_t *mod, const char *label)
+{
+    kt_refop_t r = {.op = KT_REFOP_VIEW, .nin = 1};
+    int nid;
+    int64_t din[KT_NET_MAX_DIMS], st[KT_NET_MAX_DIMS];
+    if (in_shape(d, 0, &nid, din))
+        return UNSUP;
+    row_strides(nid, din, st);
+    r.ondim = nd;
+    memcpy(r.dout, dims, (size_t)nd * sizeof(int64_t));
+    for (int q = 0; q < nd; q++) {
+        r.ia[1 + q] = step[q];
+        r.ia[1 + KT_REFOP_MAX_DIMS + q] = mod ? mod[q] : 0;
+    }
+    for (int q = 0; q < nid; q++)
+        r.ia[0] += start[q] * st[q];
+    int slot[1] = {0};
+    return refop_call(d, &r, slot, k, -1, NULL, is_int_in(d, 0), label);
+}
+
+static int rf_slice(nd_t *d)
+{
+    int nd, n, ax[KT_NET_MAX_DIMS];
+    int64_t din[KT_NET_MAX_DIMS], st[KT_NET_MAX_DIMS], en[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
+    if (in_shape(d, 0, &nd, din) || slice_params(d, nd, st, en, sp, ax, &n))
+        return UNSUP;
+    int64_t dims[KT_NET_MAX_DIMS], start[KT_NET_MAX_DIMS] = {0}, step[KT_NET_MAX_DIMS], s[KT_NET_MAX_DIMS];
+    row_strides(nd, din, s);
+    memcpy(dims, din, sizeof(dims));
+    for (int q = 0; q < nd; q++)
+        step[q] = s[q];
+    for (int q = 0; q < n; q++) {
+        int a = ax[q];
+        dims[a] = slice_len(din[a], st[q], en[q], sp[q]);
+        start[a] = slice_start(din[a], st[q], sp[q]);
+        step[a] = sp[q] * s[a];
+        if (dims[a] < 1)
+            return unsup(d, "an empty slice of axis %d", a);
+    }
+    return rf_view(d, 0, nd, dims, start, step, NULL, "slice");
+}
+
+static int rf_split(nd_t *d)
+{
+    int nd, ns = -1, nout = (int)d->n->n_output, rc;
+    int64_t din[KT_NET_MAX_DIMS], s[KT_NET_MAX_DIMS], axis, split[256];
+    if (in_shape(d, 0, &nd, din) || attr_int(d, "axis", 0, &axis))
+        return UNSUP;
+    if (axis < 0)
+        axis += nd;
+    if (axis < 0 || axis >= nd || nout < 1 || nout > 256)
+        return unsup(d, "bad axis or number of outputs");
+    if (d->im->opset >= 13 && has_in(d, 1)) {
+        if (ints_in(d, 1, split, 256, &ns))
+            return UNSUP;
+    } else if (d->im->opset < 13 && attr_ints(d, "split", 256, split, &ns)) {
+        return UNSUP;
+    }
+    if (ns < 0) {
+        int64_t dim = din[axis], each = (dim + nout - 1) / nout;
+        for (int q = 0; q < nout; q++)
+            split[q] = q < nout - 1 ? each : dim - each * (nout - 1);
+        ns = nout;
+    }
+    int64_t sum = 0;
+    for (int q = 0; q < ns; q++)
+        sum += split[q];
+    if (ns != nout || sum != din[axis])
+        return unsup(d, "split sizes do not cover axis %lld", (long long)axis);
+    row_strides(nd, din, s);
+    int64_t at = 0;
+    for (int q = 0; q < nout; q++) {
+        int64_t dims[KT_NET_MAX_DIMS], start[KT_NET_MAX_DIMS] = {0};
+        memcpy(dims, din, sizeof(dims));
+        dims[axis] = split[q];
+        start[axis] = at;
+        at += split[q];
+        if (split[q] < 1)
+            return unsup(d, "an empty split");
+        if (*d->n->output[q] && (rc = rf_view(d, q, nd, dims, start, s, NULL, "split")))
+            return rc;
+    }
+    return KT_OK;
+}
+
+/* Expand (numpy broadcast to a shape) and Tile (repeats). */
+static int rf_expand_tile(nd_t *d, int tile)
+{
+    int nd, n;
+    int64_t din[KT_NET_MAX_DIMS], t[KT_NET_MAX_DIMS], s[KT_NET_MAX_DIMS];
+    if (in_shape(d, 0, &nd, din) || ints_in(d, 1, t, KT_NET_MAX_DIMS, &n))
+        return UNSUP;
+    row_strides(nd, din, s);
+    int64_t dims[KT_NET_MAX_DIMS], start[KT_NET_MAX_DIMS] = {0}, step[KT_NET_MAX_DIMS],
+        mod[KT_NET_MAX_DIMS];
+    if (tile) {
+        if (n != nd)
+            return unsup(d, "Tile needs one repeat per axis (%d, not %d)", nd, n);
+        for (int q = 0; q < nd; q++) {
+            if (t[q] < 1)
+                return unsup(d, "a repeat below 1");
+            dims[q] = din[q] * t[q];
+            step[q] = s[q];
+            mod[q] = din[q];
+        }
+        return rf_view(d, 0, nd, dims, start, step, mod, "tile");
+    }
+    int on = n > nd ? n : nd;
+    for (int q = 0; q < on; q++) {
+        int ai = q - (on - nd), at = q - (on - n);
+        int64_t a = ai >= 0 ? din[ai] : 1, b = at >= 0 ? t[at] : 1;
+        if (a != b && a != 1 && b != 1)
+            return unsup(d, "shape %lld does not broadcast to %lld on axis %d", (long long)a,
+                         (long long)b, q);
+        dims[q] = a == 1 ? b : a;
+        step[q] = a == 1 ? 0 : s[ai];
+        mod[q] = 0;
+    }
+    return rf_view(d, 0, on, dims, start, step, NULL, "expand");
+}
+
+static int rf_transpose(nd_t *d)
+{
+    int nd, n;
+    int64_t din[KT_NET_MAX_DIMS], s[KT_NET_MAX_DIMS], perm[KT_NET_MAX_DIMS];
+    if (in_shape(d, 0, &nd, din) || attr_ints(d, "perm", KT_NET_MAX_DIMS, perm, &n))
+        return UNSUP;
+    if (n < 0) {
+        n = nd;
+        for (int q = 0; q < n; q++)
+            perm[q] = n - 1 - q;
+    }
+    if (n != nd)
+        return unsup(d, "perm has %d values for rank %d", n, nd);
+    row_strides(nd, din, s);
+    int64_t dims[KT_NET_MAX_DIMS], start[KT_NET_MAX_DIMS] = {0}, step[KT_NET_MAX_DIMS];
+    int seen = 0;
+    for (int q = 0; q < nd; q++) {
+        if (perm[q] < 0 || perm[q] >= nd || (seen >> perm[q] & 1))
+            return unsup(d, "perm is not a permutation");
+        seen |= 1 << perm[q];
+        dims[q] = din[perm[q]];
+        step[q] = s[perm[q]];
+    }
+    return rf_view(d, 0, nd, dims, start, step, NULL, "transpose");
+}
+
+static int rf_pad(nd_t *d)
+{
+    int nd, n, na = -1;
+    int64_t din[KT_NET_MAX_DIMS], pads[2 * KT_NET_MAX_DIMS], axes[KT_NET_MAX_DIMS];
+    if (in_shape(d, 0, &nd, din))
+        return UNSUP;
+    if (d->im->opset >= 11) {
+        if (ints_in(d, 1, pads, 2 * KT_NET_MAX_DIMS, &n))
+            return UNSUP;
+        if (has_in(d, 3) && ints_in(d, 3, axes, KT_NET_MAX_DIMS, &na))
+            return UNSUP;
+    } else if (attr_ints(d, "pads", 2 * KT_NET_MAX_DIMS, pads, &n)) {
+        return UNSUP;
+    }
+    if (na < 0) {
+        na = nd;
+        for (int q = 0; q < nd; q++)
+            axes[q] = q;
+    }
+    if (n != 2 * na)
+        return unsup(d, "pads must have 2 values per padded axis");
+    kt_refop_t r = {.op = KT_REFOP_PAD};
+    char buf[16];
+    const char *mode = attr_str(d->n, "mode", buf, sizeof(buf));
+    if (!mode || !strcmp(mode, "constant"))
+        r.ia[0] = KT_RP_CONSTANT;
+    else if (!strcmp(mode, "reflect"))
+        r.ia[0] = KT_RP_REFLECT;
+    else if (!strcmp(mode, "edge"))
+        r.ia[0] = KT_RP_EDGE;
+    else if (!strcmp(mode, "wrap"))
+        r.ia[0] = KT_RP_WRAP;
+    else
+        return unsup(d, "pad mode '%s'", mode);
+    for (int q = 0; q < na; q++) {
+        int64_t a = axes[q] < 0 ? axes[q] + nd : axes[q];
+        if (a < 0 || a >= nd)
+            return unsup(d, "pad axis %lld out of range", (long long)axes[q]);
+        r.ia[1 + a] = pads[q];
+        r.ia[1 + KT_REFOP_MAX_DIMS + a] = pads[q + na];
+    }
+    if (d->im->opset >= 11) {
+        int g;
+        if (scalar_in(d, 2, &r.fa[0], &g))
+            return UNSUP;
+    } else if (attr_float(d, "value", 0.0, &r.fa[0])) {
+        return UNSUP;
+    }
+    return refop_simple(d, &r, 1, is_int_in(d, 0), "pad");
+}
+
+static int rf_gather(nd_t *d)
+{
+    int nd;
+    int64_t din[KT_NET_MAX_DIMS], axis;
+    if (in_shape(d, 0, &nd, din) || attr_int(d, "axis", 0, &axis))
+        return UNSUP;
+    if (axis < 0)
+        axis += nd;
+    kt_refop_t r = {.op = KT_REFOP_GATHER, .ia = {axis}};
+    return refop_simple(d, &r, 2, is_int_in(d, 0), "gather");
+}
+
+/* Reduce* over any axes; the mean over H and W of a 4-D activation stays a
+ * global average pool (a task). */
+static int rf_reduce(nd_t *d, int code, const char *op)
+{
+    int nd, n = -1;
+    int64_t din[KT_NET_MAX_DIMS], axes[KT_NET_MAX_DIMS], keep, noop;
+    if (in_shape(d, 0, &nd, din) || attr_int(d, "keepdims", 1, &keep) ||
+        attr_int(d, "noop_with_empty_axes", 0, &noop))
+        return UNSUP;
+    int from_input = d->im->opset >= 18 || (code == KT_RR_SUM && d->im->opset >= 13);
+    if (from_input) {
+        if (has_in(d, 1) && ints_in(d, 1, axes, KT_NET_MAX_DIMS, &n))
+            return UNSUP;
+    } else if (attr_ints(d, "axes", KT_NET_MAX_DIMS, axes, &n)) {
+        return UNSUP;
+    }
+    if (n <= 0 && noop)
+        return is_layer(d, 0) ? alias(d, 0) : unsup(d, "a reduction of nothing");
+    int64_t mask = 0;
+    for (int q = 0; q < n; q++) {
+        int64_t a = axes[q] < 0 ? axes[q] + nd : axes[q];
+        if (a < 0 || a >= nd)
+            return unsup(d, "reduce axis %lld out of range", (long long)axes[q]);
+        mask |= 1LL << a;
+    }
+    if (n <= 0)
+        mask = (1LL << nd) - 1;
+    kt_refop_t r = {.op = KT_REFOP_REDUCE, .ia = {code, mask}};
+    int64_t t[KT_NET_MAX_DIMS];
+    int nt = 0;
+    for (int q = 0; q < nd; q++)
+        if (keep || !(mask >> q & 1))
+            t[nt++] = mask >> q & 1 ? 1 : din[q];
+    int slot[1] = {0};
+    r.nin = 1;
+    int is_int = is_int_in(d, 0) && code != KT_RR_MEAN && code != KT_RR_L2 &&
+                 code != KT_RR_LOGSUM && code != KT_RR_LOGSUMEXP;
+    return refop_call(d, &r, slot, 0, nt, t, is_int, op);
+}
+
+static int rf_softmax(nd_t *d, int log_softmax)
+{
+    int nd;
+    int64_t din[KT_NET_MAX_DIMS], axis;
+    if (in_shape(d, 0, &nd, din) || attr_int(d, "axis", d->im->opset >= 13 ? -1 : 1, &axis))
+        return UNSUP;
+    if (axis < 0)
+        axis += nd;
+    if (axis < 0 || axis >= nd)
+        return unsup(d, "softmax axis out of range");
+    /* Before opset 13 the input is coerced to 2-D at axis. */
+    kt_refop_t r = {.op = KT_REFOP_SOFTMAX,
+                    .ia = {axis, d->im->opset >= 13 ? axis + 1 : nd, log_softmax}};
+    return refop_simple(d, &r, 1, 0, log_softmax ? "log_softmax" : "softmax");
+}
+
+static int rf_range(nd_t *d)
+{
+    double v[3];
+    int g;
+    for (int q = 0; q < 3; q++)
+        if (scalar_in(d, q, &v[q], &g) || !g)
+            return unsup(d, "Range needs known scalar start, limit and delta");
+    if (v[2] == 0)
+        return unsup(d, "a Range with delta 0");
+    double len = ceil((v[1] - v[0]) / v[2]);
+    kt_refop_t r = {.op = KT_REFOP_RANGE, .ondim = 1, .dout = {len > 0 ? (int64_t)len : 0},
+                    .fa = {v[0], v[2]}};
+    if (r.dout[0] < 1)
+        return unsup(d, "an empty Range");
+    return refop_simple(d, &r, 0, is_int_in(d, 0) && is_int_in(d, 2), "range");
+}
+
+static int rf_trilu(nd_t *d)
+{
+    int64_t upper;
+    double k = 0;
+    int g;
+    if (attr_int(d, "upper", 1, &upper) || scalar_in(d, 1, &k, &g))
+        return UNSUP;
+    kt_refop_t r = {.op = KT_REFOP_TRILU, .ia = {upper != 0, (int64_t)k}};
+    return refop_simple(d, &r, 1, is_int_in(d, 0), "trilu");
+}
+
+static int rf_cast(nd_t *d)
+{
+    int64_t to;
+    if (attr_int(d, "to", 1, &to))
+        return UNSUP;
+    int code = KT_RU_IDENTITY, is_int = 0;
+    switch (to) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: code = KT_RU_BOOL; is_int = 1; break;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT8:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: code = KT_RU_TRUNC; is_int = 1; break;
+    default: return unsup(d, "a cast to type %lld", (long long)to);
+    }
+    if (code == KT_RU_IDENTITY && is_layer(d, 0))
+        return alias(d, 0);
+    kt_refop_t r = {.op = KT_REFOP_UNARY, .ia = {code}};
+    return refop_simple(d, &r, 1, is_int, "cast");
+}
+
+/* Shape (of a layer or a constant): its dimensions as int64 constants. */
+static int h_shape(nd_t *d)
+{
+    net_shape_t sv, *s = &sv;
+    if (in_shape(d, 0, &sv.ndim, sv.d))
+        return UNSUP;
+    int64_t start = 0, end = s->ndim;
+    if (attr_int(d, "start", 0, &start) || attr_int(d, "end", s->ndim, &end))
+        return UNSUP;
+    if (start < 0)
+        start += s->ndim;
+    if (end < 0)
+        end += s->ndim;
+    start = start < 0 ? 0 : start > s->ndim ? s->ndim : start;
+    end = end < start ? start : end > s->ndim ? s->ndim : end;
+    cval_t *o;
+    int rc = const_out(d, 0, &o);
+    if (rc)
+        return rc;
+    o->ndim = 1;
+    o->d[0] = end - start;
+    if (calloc_vals(o, 1))
+        return KT_ENOMEM;
+    for (int64_t k = start; k < end; k++)
+        o->iv[k - start] = s->d[k];
+    return KT_OK;
+}
+
+/* The reference form of ONNX operator `op`: UNSUP or 0 as a handler, or
+ * NOT_REFOP when it has none. */
+static int refop_node(nd_t *d, const char *op)
+{
+    for (size_t k = 0; k < KT_ARRAY_LEN(unary_defs); k++)
+        if (!strcmp(op, unary_defs[k].onnx))
+            return rf_unary(d, &unary_defs[k]);
+    for (size_t k = 0; k < KT_ARRAY_LEN(binary_defs); k++)
+        if (!strcmp(op, binary_defs[k].onnx))
+            return rf_binary(d, binary_defs[k].code, op);
+    for (size_t k = 0; k < KT_ARRAY_LEN(reduce_defs); k++)
+        if (!strcmp(op, reduce_defs[k].onnx))
+            return rf_reduce(d, reduce_defs[k].code, op);
+    if (!strcmp(op, "Gelu")) {
+        char buf[16];
+        const char *ap = attr_str(d->n, "approximate", buf, sizeof(buf));
+        kt_refop_t r = {.op = KT_REFOP_UNARY,
+                        .ia = {ap && strcmp(ap, "none") ? KT_RU_GELU_TANH : KT_RU_GELU}};
+        return refop_simple(d, &r, 1, 0, "gelu");
+    }
+    if (!strcmp(op, "Clip")) {
+        double lo = -INFINITY, hi = INFINITY;
+        int g;
+        if (d->im->opset < 11 ? attr_float(d, "min", -INFINITY, &lo) ||
+                                    attr_float(d, "max", INFINITY, &hi)
+                              : scalar_in(d, 1, &lo, &g) || scalar_in(d, 2, &hi, &g))
+            return UNSUP;
+        kt_refop_t r = {.op = KT_REFOP_UNARY, .ia = {KT_RU_CLIP}, .fa = {lo, hi}};
+        return refop_simple(d, &r, 1, is_int_in(d, 0), "clip");
+    }
+    if (!strcmp(op, "Where")) {
+        kt_refop_t r = {.op = KT_REFOP_WHERE};
+        return refop_simple(d, &r, 3, is_int_in(d, 1) && is_int_in(d, 2), "where");
+    }
+    if (!strcmp(op, "Slice"))
+        return rf_slice(d);
+    if (!strcmp(op, "Split"))
+        return rf_split(d);
+    if (!strcmp(op, "Expand") || !strcmp(op, "Tile"))
+        return rf_expand_tile(d, op[0] == 'T');
+    if (!strcmp(op, "Transpose"))
+        return rf_transpose(d);
+    if (!strcmp(op, "Pad"))
+        return rf_pad(d);
+    if (!strcmp(op, "Gather"))
+        return rf_gather(d);
+    if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax"))
+        return rf_softmax(d, op[0] == 'L');
+    if (!strcmp(op, "Range"))
+        return rf_range(d);
+    if (!strcmp(op, "Trilu"))
+        return rf_trilu(d);
+    if (!strcmp(op, "Cast"))
+        return rf_cast(d);
+    return NOT_REFOP;
 }
 
 /* ---- constant folding -------------------------------------------------------------- */
@@ -1791,7 +2372,7 @@ static int fold(nd_t *d, const char *op)
         if (attr_int(d, "axis", 0, &axis))
             return UNSUP;
         if (a->ndim != 1 || (axis != 0 && axis != -1) || ix->ndim > 1 || ix->ndim < 0)
-            return unsup(d, "only gathers from 1-D constants are folded");
+            return rf_gather(d);
         if ((rc = const_out(d, 0, &o)))
             return rc;
         a = cin(d, 0);
@@ -1822,7 +2403,7 @@ static int fold(nd_t *d, const char *op)
         int64_t st[KT_NET_MAX_DIMS], en[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
         int ax[KT_NET_MAX_DIMS], n;
         if (a->ndim != 1)
-            return unsup(d, "only 1-D constants are sliced when importing");
+            return rf_slice(d);
         if (slice_params(d, 1, st, en, sp, ax, &n))
             return UNSUP;
         int64_t start = 0, step = 1, len = a->d[0];
@@ -1894,6 +2475,10 @@ static int fold(nd_t *d, const char *op)
         }
         return KT_OK;
     }
+    if (!strcmp(op, "Shape"))
+        return h_shape(d);
+    if ((rc = refop_node(d, op)) != NOT_REFOP)
+        return rc;
     return unsup(d, "its inputs are all constants, and folding %s is not supported", op);
 }
 
@@ -1930,35 +2515,60 @@ static int consumer(const imp_t *im, const char *v)
     return -1;
 }
 
-/* A scalar constant initializer/Constant value named v close to `want`. */
-static int const_near(const imp_t *im, const char *v, double want)
+static int is_const_node(const Onnx__NodeProto *n)
+{
+    return n->op_type && strcmp(n->op_type, "Constant") == 0;
+}
+
+/* The tensor of an initializer or Constant node named v; NULL if none. */
+static const Onnx__TensorProto *const_tensor(const imp_t *im, const char *v)
 {
     const Onnx__GraphProto *g = im->g;
     for (size_t i = 0; i < g->n_initializer; i++)
-        if (g->initializer[i]->name && strcmp(g->initializer[i]->name, v) == 0) {
-            cval_t c = {0};
-            int ok = read_tensor(g->initializer[i], &c, "constant") == KT_OK && c.known &&
-                     cnumel(&c) == 1 && fabs(cget_f(&c, 0) - want) < 1e-3 * fabs(want);
-            free(c.iv);
-            free(c.fv);
-            kt_err_clear();
-            return ok;
-        }
+        if (g->initializer[i]->name && strcmp(g->initializer[i]->name, v) == 0)
+            return g->initializer[i];
     int p = producer(g, v);
-    if (p < 0 || !g->node[p]->op_type || strcmp(g->node[p]->op_type, "Constant") != 0)
-        return 0;
+    /* Exporters write a parameter shared by two layers as an Identity of it. */
+    for (int hops = 0; p >= 0 && hops < 8 && g->node[p]->op_type && g->node[p]->n_input == 1 &&
+                       strcmp(g->node[p]->op_type, "Identity") == 0; hops++) {
+        for (size_t i = 0; i < g->n_initializer; i++)
+            if (g->initializer[i]->name && strcmp(g->initializer[i]->name, g->node[p]->input[0]) == 0)
+                return g->initializer[i];
+        p = producer(g, g->node[p]->input[0]);
+    }
+    if (p < 0 || !is_const_node(g->node[p]))
+        return NULL;
     const Onnx__AttributeProto *a = attr(g->node[p], "value");
-    if (a && a->t) {
+    return a ? a->t : NULL;
+}
+
+/* The value of a scalar initializer/Constant named v; 0 if it is none. */
+static int const_value(const imp_t *im, const char *v, double *out)
+{
+    const Onnx__TensorProto *t = const_tensor(im, v);
+    if (t) {
         cval_t c = {0};
-        int ok = read_tensor(a->t, &c, "constant") == KT_OK && c.known && cnumel(&c) == 1 &&
-                 fabs(cget_f(&c, 0) - want) < 1e-3 * fabs(want);
+        int ok = read_tensor(t, &c, "constant") == KT_OK && c.known && cnumel(&c) == 1;
+        if (ok)
+            *out = cget_f(&c, 0);
         free(c.iv);
         free(c.fv);
         kt_err_clear();
         return ok;
     }
-    a = attr(g->node[p], "value_float");
-    return a && a->has_f && fabs(a->f - want) < 1e-3 * fabs(want);
+    int p = producer(im->g, v);
+    const Onnx__AttributeProto *a =
+        p >= 0 && is_const_node(im->g->node[p]) ? attr(im->g->node[p], "value_float") : NULL;
+    if (a && a->has_f)
+        *out = a->f;
+    return a && a->has_f;
+}
+
+/* A scalar constant initializer/Constant value named v close to `want`. */
+static int const_near(const imp_t *im, const char *v, double want)
+{
+    double x;
+    return const_value(im, v, &x) && fabs(x - want) < 1e-3 * fabs(want);
 }
 
 static int is_op(const Onnx__NodeProto *n, const char *op)
@@ -2047,20 +2657,168 @@ static void match_gelu(imp_t *im, int e)
     im->gelu_in[last] = x;
 }
 
-/* ---- nodes ------------------------------------------------------------------------------ */
+/* ---- layer norm pattern -------------------------------------------------------------
+ * LayerNorm as opsets before 17 export it: m = ReduceMean(x, -1); d = x - m;
+ * v = ReduceMean(Pow(d, 2), -1); y = d / Sqrt(v + eps), then optionally
+ * * gamma and + beta: one layer_norm layer (a task), as LayerNormalization. */
 
-static int unary_elementwise(const char *op)
+/* Whether node n is a ReduceMean over the last axis only, keeping it. */
+static int is_mean_last(const imp_t *im, const Onnx__NodeProto *n)
 {
-    static const char *const ops[] = {
-        "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Softplus",
-        "Softsign", "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Floor",
-        "Ceil", "Round", "Sin", "Cos", "Sign", "Mish", "ThresholdedRelu", "Not",
-    };
-    for (size_t i = 0; i < KT_ARRAY_LEN(ops); i++)
-        if (strcmp(op, ops[i]) == 0)
-            return 1;
-    return 0;
+    if (!n->op_type || strcmp(n->op_type, "ReduceMean") != 0 || n->n_output != 1 ||
+        n->n_input != 1 || im->opset >= 18)
+        return 0;
+    const Onnx__AttributeProto *a = attr(n, "axes"), *k = attr(n, "keepdims");
+    return a && a->n_ints == 1 && a->ints[0] == -1 && (!k || k->i == 1);
 }
+
+/* The one consumer of v if it is a binary `op` node; -1 otherwise. */
+static int only_consumer(const imp_t *im, const char *v, const char *op)
+{
+    int c = consumer(im, v);
+    return c >= 0 && uses(im, v) == 1 && is_op(im->g->node[c], op) ? c : -1;
+}
+
+/* Whether v is an initializer or Constant (not computed by nodes). */
+static int is_param(const imp_t *im, const char *v)
+{
+    return const_tensor(im, v) != NULL;
+}
+
+static void match_layer_norm(imp_t *im, int r1)
+{
+    const Onnx__GraphProto *g = im->g;
+    const Onnx__NodeProto *m = g->node[r1];
+    if (!is_mean_last(im, m))
+        return;
+    const char *x = m->input[0];
+    int sb = only_consumer(im, m->output[0], "Sub");
+    if (sb < 0 || strcmp(g->node[sb]->input[0], x) != 0 || strcmp(g->node[sb]->input[1], m->output[0]))
+        return;
+    const char *dv = g->node[sb]->output[0];
+    if (uses(im, dv) != 2)
+        return;
+    /* d's two readers: Pow(d, 2) and Div(d, std), in either order. */
+    int pw = -1, dvn = -1;
+    for (size_t i = (size_t)sb + 1; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        for (size_t k = 0; k < n->n_input; k++)
+            if (strcmp(n->input[k], dv) == 0) {
+                if (is_op(n, "Pow") && k == 0)
+                    pw = (int)i;
+                else if (is_op(n, "Div") && k == 0)
+                    dvn = (int)i;
+            }
+    }
+    double two, eps;
+    if (pw < 0 || dvn < 0 || !const_value(im, g->node[pw]->input[1], &two) || two != 2.0)
+        return;
+    int r2 = consumer(im, g->node[pw]->output[0]);
+    if (r2 < 0 || uses(im, g->node[pw]->output[0]) != 1 || !is_mean_last(im, g->node[r2]))
+        return;
+    int ad = only_consumer(im, g->node[r2]->output[0], "Add");
+    if (ad < 0)
+        return;
+    const char *e = other(g->node[ad], g->node[r2]->output[0]);
+    if (!e || !const_value(im, e, &eps) || !(eps >= 0 && eps < 1))
+        return;
+    int sq = consumer(im, g->node[ad]->output[0]);
+    if (sq < 0 || uses(im, g->node[ad]->output[0]) != 1 || !g->node[sq]->op_type ||
+        strcmp(g->node[sq]->op_type, "Sqrt") || g->node[sq]->n_input != 1 ||
+        strcmp(g->node[dvn]->input[1], g->node[sq]->output[0]) ||
+        uses(im, g->node[sq]->output[0]) != 1)
+        return;
+    int last = dvn, mul = only_consumer(im, g->node[dvn]->output[0], "Mul"), add = -1;
+    const char *gamma = NULL, *beta = NULL;
+    if (mul >= 0 && (gamma = other(g->node[mul], g->node[dvn]->output[0])) && is_param(im, gamma)) {
+        last = mul;
+        add = only_consumer(im, g->node[mul]->output[0], "Add");
+        if (add >= 0 && (beta = other(g->node[add], g->node[mul]->output[0])) &&
+            is_param(im, beta)) {
+            last = add;
+        } else {
+            beta = NULL;
+            add = -1;
+        }
+    } else {
+        gamma = NULL;
+        mul = -1;
+    }
+    layer_norm_t *ln = calloc(1, sizeof(*ln));
+    if (!ln)
+        return;   /* imported unmatched: the same values, slower */
+    *ln = (layer_norm_t){.x = x, .gamma = gamma, .beta = beta, .eps = eps};
+    int nodes[] = {r1, sb, pw, r2, ad, sq, dvn, mul, add};
+    for (size_t k = 0; k < KT_ARRAY_LEN(nodes); k++)
+        if (nodes[k] >= 0 && nodes[k] != last)
+            im->skip[nodes[k]] = 1;
+    im->ln[last] = ln;
+}
+
+static int make_unsupported(nd_t *d, const char *op, const char *why);
+
+/* The last node of a matched layer norm pattern: one layer_norm layer. */
+static int convert_layer_norm(nd_t *d, const layer_norm_t *ln)
+{
+    imp_t *im = d->im;
+    int x, rc;
+    if (!lookup(im, ln->x, &x))
+        return kt_err_set(KT_EINVAL, "node %d '%s': input '%s' is not produced by an earlier "
+                          "node, an initializer or a graph input", d->idx, d->name, ln->x);
+    if (x < 0)
+        return make_unsupported(d, "layer_norm (pattern)", "a layer norm of a constant");
+    if (im->net->layers[x].out.ndim < 0)
+        return make_unsupported(d, "layer_norm (pattern)", NULL);
+    int64_t D = im->net->layers[x].out.d[im->net->layers[x].out.ndim - 1];
+    net_layer_t *l;
+    int i = new_layer(d, NULL, NET_LAYER_NORM, "LayerNorm (pattern)", &x, 1, &l);
+    if (i < 0)
+        return i;
+    l->eps = ln->eps;
+    l->affine = ln->gamma != NULL;
+    const char *names[2] = {ln->gamma, ln->beta};
+    static const char *const roles[2] = {"gamma", "beta"};
+    for (int k = 0; k < 2 && l->affine; k++) {
+        float *v = NULL;
+        int64_t n = D;
+        int code;
+        if (names[k]) {
+            if (!lookup(im, names[k], &code) || code >= 0)
+                return kt_err_set(KT_EINTERNAL, "layer norm pattern: '%s' is no constant",
+                                  names[k]);
+            if ((rc = const_floats(im, code, &v, &n)))
+                return rc;
+            if (!v) {
+                im->params_missing = 1;
+                continue;
+            }
+        } else if (!(v = calloc((size_t)D, sizeof(float)))) {   /* no beta: zeros */
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        if (n == 1 && D > 1) {   /* a scalar gamma or beta: broadcast */
+            float *w = realloc(v, (size_t)D * sizeof(float));
+            if (!w) {
+                free(v);
+                return kt_err_set(KT_ENOMEM, "out of memory");
+            }
+            for (int64_t q = 1; q < D; q++)
+                w[q] = w[0];
+            v = w;
+            n = D;
+        }
+        if (n != D) {
+            free(v);
+            return make_unsupported(d, "layer_norm (pattern)", "gamma or beta is not one value "
+                                    "per element of the last axis");
+        }
+        if ((rc = net_layer_set_param(im->net, i, roles[k], v, n)))
+            return rc;
+    }
+    rc = finish_out(d, i, 0);
+    return rc == UNSUP ? make_unsupported(d, "layer_norm (pattern)", d->why) : rc;
+}
+
+/* ---- nodes ------------------------------------------------------------------------------ */
 
 static int dispatch(nd_t *d, const char *op)
 {
@@ -2086,73 +2844,39 @@ static int dispatch(nd_t *d, const char *op)
         char buf[16];
         const char *ap = attr_str(d->n, "approximate", buf, sizeof(buf));
         if (ap && strcmp(ap, "none") != 0)
-            return simple(d, NET_ELEMWISE, "gelu_tanh");
+            return refop_node(d, op);
         return simple(d, NET_GELU, "Gelu");
     }
-    if (unary_elementwise(op) || !strcmp(op, "Pow") || !strcmp(op, "PRelu")) {
-        char label[32];
-        snprintf(label, sizeof(label), "%s", op);
-        for (char *p = label; *p; p++)
-            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-        return simple(d, NET_ELEMWISE, label);
-    }
+
     if (!strcmp(op, "BatchNormalization"))
         return h_batch_norm(d);
     if (!strcmp(op, "LayerNormalization"))
         return h_layer_norm(d);
     if (!strcmp(op, "Softmax"))
         return h_softmax(d);
-    if (!strcmp(op, "Identity") || !strcmp(op, "Dropout")) {
-        for (size_t k = 1; k < d->n->n_output; k++)
-            if (*d->n->output[k])
-                return unsup(d, "the mask output is not supported");
-        return alias(d, 0);
-    }
-    if (!strcmp(op, "Cast")) {
-        int64_t to;
-        if (attr_int(d, "to", 1, &to))
-            return UNSUP;
-        if (to != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && to != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 &&
-            to != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE && to != ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
-            return unsup(d, "a cast to a non-float type (%lld)", (long long)to);
-        return alias(d, 0);
-    }
-    if (!strcmp(op, "Shape")) {
-        const net_shape_t *s = lshape(d, 0);
-        int64_t start = 0, end = s->ndim;
-        if (attr_int(d, "start", 0, &start) || attr_int(d, "end", s->ndim, &end))
-            return UNSUP;
-        if (start < 0)
-            start += s->ndim;
-        if (end < 0)
-            end += s->ndim;
-        start = start < 0 ? 0 : start > s->ndim ? s->ndim : start;
-        end = end < start ? start : end > s->ndim ? s->ndim : end;
-        cval_t *o;
-        int rc = const_out(d, 0, &o);
-        if (rc)
-            return rc;
-        o->ndim = 1;
-        o->d[0] = end - start;
-        if (calloc_vals(o, 1))
-            return KT_ENOMEM;
-        s = lshape(d, 0);
-        for (int64_t k = start; k < end; k++)
-            o->iv[k - start] = s->d[k];
-        return KT_OK;
-    }
+    if (!strcmp(op, "Identity") || !strcmp(op, "Dropout"))
+        return alias(d, 0);   /* a mask output is reported only where it is read */
+    if (!strcmp(op, "Cast"))
+        return rf_cast(d);
+    if (!strcmp(op, "Shape"))
+        return h_shape(d);
     if (!strcmp(op, "Flatten") || !strcmp(op, "Reshape") || !strcmp(op, "Transpose") ||
-        !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") || !strcmp(op, "Slice") ||
-        !strcmp(op, "Pad") || !strcmp(op, "Split"))
+        !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze"))
         return h_shape_op(d, op);
     if (!strcmp(op, "Concat"))
         return h_concat(d);
-    if (!strcmp(op, "Gather"))
-        return h_gather(d);
     if (!strcmp(op, "ReduceMean"))
         return h_reduce_mean(d);
-    if (!strcmp(op, "GlobalMaxPool") || !strcmp(op, "LogSoftmax") || !strncmp(op, "Reduce", 6))
-        return unsup(d, "te has no %s operator", op);
+    if (!strcmp(op, "GlobalMaxPool")) {
+        kt_refop_t r = {.op = KT_REFOP_REDUCE, .nin = 1, .ia = {KT_RR_MAX, 12}};
+        int slot[1] = {0};
+        if (lshape(d, 0)->ndim != 4)
+            return unsup(d, "GlobalMaxPool of a rank-%d tensor", lshape(d, 0)->ndim);
+        return refop_call(d, &r, slot, 0, -1, NULL, 0, "GlobalMaxPool");
+    }
+    int rc = refop_node(d, op);
+    if (rc != NOT_REFOP)
+        return rc;
     return unsup(d, "operator %s is not supported", op);
 }
 
@@ -2160,8 +2884,8 @@ static int dispatch(nd_t *d, const char *op)
 static int make_unsupported(nd_t *d, const char *op, const char *why)
 {
     imp_t *im = d->im;
-    int in[16], n = 0;
-    for (int k = 0; k < nin(d) && k < 16; k++)
+    int in[ND_MAX_IN], n = 0;
+    for (int k = 0; k < nin(d) && k < ND_MAX_IN; k++)
         if (is_layer(d, k))
             in[n++] = d->code[k];
     for (size_t k = 0; k < d->n->n_output; k++) {
@@ -2217,9 +2941,11 @@ static int convert_node(imp_t *im, int idx)
         return kt_err_set(KT_EINVAL, "node %d '%s' has no op_type", idx, d.name);
     if (n->n_output == 0 || !*n->output[0])
         return kt_err_set(KT_EINVAL, "node %d '%s' (%s) has no output", idx, d.name, op);
-    if (n->n_input > 16 && strcmp(op, "Concat") != 0)
+    if (n->n_input > ND_MAX_IN)
         return kt_err_set(KT_EINVAL, "node %d '%s' (%s) has %zu inputs", idx, d.name, op,
                           n->n_input);
+    if (im->ln[idx])
+        return convert_layer_norm(&d, im->ln[idx]);
     if (im->gelu_in[idx]) {
         /* The last node of a collapsed pattern: its inputs are skipped nodes'. */
         int code;
@@ -2239,7 +2965,7 @@ static int convert_node(imp_t *im, int idx)
         return rc == UNSUP ? make_unsupported(&d, "gelu (Erf pattern)", d.why) : rc;
     }
     int any_layer = 0, unknown = 0;
-    for (size_t k = 0; k < n->n_input && k < 16; k++) {
+    for (size_t k = 0; k < n->n_input && k < ND_MAX_IN; k++) {
         if (!n->input[k] || !*n->input[k])
             continue;   /* an omitted optional input */
         if (!lookup(im, n->input[k], &d.code[k]))
@@ -2252,11 +2978,6 @@ static int convert_node(imp_t *im, int idx)
             unknown |= im->net->layers[d.code[k]].out.ndim < 0;
         }
     }
-    for (size_t k = 16; k < n->n_input; k++)
-        if (*n->input[k] && !json_object_get(im->vals, n->input[k]))
-            return kt_err_set(KT_EINVAL, "node %d '%s' (%s): input '%s' is not produced by an "
-                              "earlier node, an initializer or a graph input", idx, d.name, op,
-                              n->input[k]);
     int rc;
     if (!std_domain) {
         rc = unsup(&d, "operator %s of domain '%s' is not supported", op, n->domain);
@@ -2425,8 +3146,9 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     im->materialized = json_object();
     im->skip = calloc(g->n_node, 1);
     im->gelu_in = calloc(g->n_node, sizeof(char *));
+    im->ln = calloc(g->n_node, sizeof(layer_norm_t *));
     if (!im->net || !im->vals || !im->declared || !im->uses || !im->materialized || !im->skip ||
-        !im->gelu_in)
+        !im->gelu_in || !im->ln)
         return kt_err_set(KT_ENOMEM, "out of memory");
     for (size_t i = 0; i < g->n_initializer; i++) {
         const Onnx__TensorProto *t = g->initializer[i];
@@ -2478,6 +3200,9 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     for (size_t i = 0; i < g->n_node; i++)
         if (g->node[i]->op_type && strcmp(g->node[i]->op_type, "Erf") == 0)
             match_gelu(im, (int)i);
+    for (size_t i = 0; i < g->n_node; i++)
+        if (!im->skip[i])
+            match_layer_norm(im, (int)i);
     for (size_t i = 0; i < g->n_node; i++) {
         if (im->skip[i])
             continue;
@@ -2650,6 +3375,9 @@ static kt_net_t *parse_model(const void *data, size_t len, const char *dir,
     free(im.consts);
     free(im.skip);
     free(im.gelu_in);
+    for (size_t i = 0; im.ln && im.g && i < im.g->n_node; i++)
+        free(im.ln[i]);
+    free(im.ln);
     onnx__model_proto__free_unpacked(m, NULL);
     if (rc) {
         kt_net_free(im.net);

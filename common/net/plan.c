@@ -807,6 +807,42 @@ static int plan_simple(ctx_t *c, int i)
         return kt_err_set(KT_EUNSUP, "layer '%s' (%s): ktune build cannot run this data "
                           "movement (reshape, flatten, transpose and concat only)", l->name,
                           l->label);
+    case NET_REFOP: {
+        const kt_refop_t *r = l->rop;
+        int ins[KT_REFOP_MAX_IN];
+        for (int k = 0; k < r->nin; k++) {
+            int src = l->rop_src[k];
+            if (src >= 0) {
+                int v = c->lv[l->in[src]];
+                if (v < 0)
+                    return kt_err_set(KT_EINTERNAL, "layer '%s': its input is not computed",
+                                      l->name);
+                if ((ins[k] = need(c, v, 0, l->name)) < 0)
+                    return ins[k];
+                continue;
+            }
+            /* A constant input: its values, or (no values carried) a draw
+             * that keeps gather indices near 0. */
+            static const char *const roles[KT_REFOP_MAX_IN] = {"c0", "c1", "c2"};
+            int64_t nv = kt_refop_numel(r->ndim[k], r->din[k]), dims[KT_NET_MAX_DIMS];
+            float *v = param(c, i, roles[k], nv, 0.0, r->op == KT_REFOP_GATHER ? 0.0 : 1.0);
+            if (!v)
+                return kt_err_code();
+            int nd = r->ndim[k] ? r->ndim[k] : 1;
+            memcpy(dims, r->din[k], sizeof(dims));
+            if (!r->ndim[k])
+                dims[0] = 1;
+            if ((ins[k] = new_weight(c, l->name, roles[k], v, nd, dims)) < 0)
+                return ins[k];
+        }
+        out = new_value(c, KT_PLAN_V_ARENA, &l->out, 0);
+        if (out < 0 || !(st = new_step(c, KT_PLAN_REFOP, l->name, out)))
+            return KT_ENOMEM;
+        st->rop = *r;
+        for (int k = 0; k < r->nin; k++)
+            step_in(st, l->rop_src[k] < 0, ins[k]);
+        break;
+    }
     default:
         return kt_err_set(KT_EUNSUP, "layer '%s' (%s): no task and no simple form", l->name,
                           l->label);
@@ -945,6 +981,32 @@ static int ready(const ctx_t *c, int i)
     return 1;
 }
 
+/* A constant the model uses as an activation (a class token, a position
+ * table, a mask): its values are a weight, copied into the arena by an
+ * identity call so every step reads it as a value. */
+static int plan_constant(ctx_t *c, int i)
+{
+    const net_layer_t *l = &c->net->layers[i];
+    int64_t n = net_shape_numel(&l->out);
+    float *v = param(c, i, "value", n, -0.1, 0.1);
+    if (!v)
+        return kt_err_code();
+    int w = new_weight(c, l->name, "value", v, l->out.ndim, l->out.d);
+    if (w < 0)
+        return w;
+    kt_plan_step_t *st;
+    int out = new_value(c, KT_PLAN_V_ARENA, &l->out, 0);
+    if (out < 0 || !(st = new_step(c, KT_PLAN_REFOP, l->name, out)))
+        return KT_ENOMEM;
+    st->rop = (kt_refop_t){.op = KT_REFOP_UNARY, .nin = 1, .ndim = {l->out.ndim},
+                           .ondim = l->out.ndim, .ia = {KT_RU_IDENTITY}};
+    memcpy(st->rop.din[0], l->out.d, sizeof(st->rop.din[0]));
+    memcpy(st->rop.dout, l->out.d, sizeof(st->rop.dout));
+    step_in(st, 1, w);
+    c->lv[i] = out;
+    return KT_OK;
+}
+
 static int plan_layer(ctx_t *c, int i)
 {
     const kt_net_t *net = c->net;
@@ -957,6 +1019,8 @@ static int plan_layer(ctx_t *c, int i)
         return kt_err_set(KT_EUNSUP, "layer '%s' (%s) is not supported: %s", l->name, l->label,
                           l->reason ? l->reason : "its input shapes are unknown");
     }
+    if (l->op == NET_INPUT && l->label && strcmp(l->label, "constant") == 0)
+        return plan_constant(c, i);
     if (l->op == NET_INPUT) {
         if (c->p->input >= 0)
             return kt_err_set(KT_EUNSUP, "the network has several inputs; ktune build runs "

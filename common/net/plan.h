@@ -5,7 +5,8 @@
  * subgraph, net.h's kt_net_instance_t) with its buffers bound, or a simple
  * operator the tasks do not cover (a stand-alone elementwise layer, a
  * transpose, a concatenation, a layout conversion at the edge of the NHWC
- * kernels). It also holds the constant tensors every kernel reads, already
+ * kernels, or any other operator the importer kept as a call of its
+ * reference implementation: slices, pads, gathers, reductions...). It also holds the constant tensors every kernel reads, already
  * folded and laid out as its te operator expects: batch norm folded into the
  * convolution's weights and bias (or forward into the next convolution's
  * input channels, as extraction decided), conv2d weights transposed to
@@ -17,8 +18,7 @@
  * by layer (the same seed gives the same network in either layout).
  *
  * What a plan cannot express is an error naming the layer: unsupported
- * operators, anchors te has no task for, data-movement operators other than
- * reshape, flatten, transpose and concat, networks with several inputs or
+ * operators, anchors te has no task for, networks with several inputs or
  * outputs.
  *
  * Ownership: kt_net_plan() returns a plan the caller frees with
@@ -31,8 +31,9 @@
 #include <stdint.h>
 
 #include "net.h"
+#include "refop/refop.h"
 
-#define KT_PLAN_MAX_IN 16   /* buffers of one step */
+#define KT_PLAN_MAX_IN 256  /* buffers of one step (a concat's inputs) */
 
 typedef enum {
     KT_PLAN_TASK = 0,   /* call the kernel of `task` with in[] (kernel buffer order) and out */
@@ -43,6 +44,7 @@ typedef enum {
     KT_PLAN_BINARY,     /* out = in[0] (+ or *) in[1] with numpy broadcasting */
     KT_PLAN_TRANSPOSE,  /* out = in[0] permuted by perm */
     KT_PLAN_CONCAT,     /* out = in[0..nin) joined along axis */
+    KT_PLAN_REFOP,      /* out = the reference operator `rop` of in[0..nin) (refop.h) */
 } kt_plan_kind_t;
 
 typedef enum { KT_PLAN_RELU = 0, KT_PLAN_GELU, KT_PLAN_SIGMOID, KT_PLAN_TANH, KT_PLAN_CLIP } kt_plan_unary_t;
@@ -84,6 +86,7 @@ typedef struct {
     int64_t outer, chan, inner;   /* CHANNEL: out[o][c][i] over [outer, chan, inner] */
     int axis;            /* CONCAT (logical axis) */
     int perm[KT_NET_MAX_DIMS];    /* TRANSPOSE */
+    kt_refop_t rop;      /* REFOP: the call, inputs in model layout */
 } kt_plan_step_t;
 
 /* A constant tensor: float32, row-major in the layout its kernel reads. */

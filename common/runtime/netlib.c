@@ -3,11 +3,13 @@
 #include "netlib_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "refop/refop.h"
 #include "sched/state.h"
 #include "tensorio/tensorio.h"
 #include "util/err.h"
@@ -143,6 +145,70 @@ void kt_netlib_concat_dims(const kt_net_plan_t *p, const kt_plan_step_t *s, int6
         *inner *= o->dims[d];
 }
 
+/* A double as a C constant, infinities and NaN included. */
+static void put_double(kt_sbuf_t *b, double v)
+{
+    if (isnan(v))
+        kt_sbuf_puts(b, "NAN");
+    else if (isinf(v))
+        kt_sbuf_puts(b, v > 0 ? "HUGE_VAL" : "-HUGE_VAL");
+    else
+        kt_sbuf_printf(b, "%.17g", v);
+}
+
+static void put_i64s(kt_sbuf_t *b, const int64_t *v, int n)
+{
+    kt_sbuf_puts(b, "{");
+    for (int k = 0; k < n; k++)
+        kt_sbuf_printf(b, "%s%lldLL", k ? ", " : "", (long long)v[k]);
+    kt_sbuf_puts(b, "}");
+}
+
+/* A reference-operator step: its call as a constant and one call of the
+ * embedded float instance. */
+static void put_refop(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_plan_step_t *s)
+{
+    const kt_refop_t *r = &s->rop;
+    kt_sbuf_printf(b, "        static const kt_refop_t R = {%d, %d, {%d, %d, %d}, {", r->op, r->nin,
+                   r->ndim[0], r->ndim[1], r->ndim[2]);
+    for (int k = 0; k < KT_REFOP_MAX_IN; k++) {
+        kt_sbuf_puts(b, k ? ", " : "");
+        put_i64s(b, r->din[k], KT_REFOP_MAX_DIMS);
+    }
+    kt_sbuf_printf(b, "}, %d, ", r->ondim);
+    put_i64s(b, r->dout, KT_REFOP_MAX_DIMS);
+    kt_sbuf_puts(b, ",\n            ");
+    put_i64s(b, r->ia, (int)(sizeof(r->ia) / sizeof(r->ia[0])));
+    kt_sbuf_puts(b, ", {");
+    put_double(b, r->fa[0]);
+    kt_sbuf_puts(b, ", ");
+    put_double(b, r->fa[1]);
+    kt_sbuf_puts(b, "}};\n        const float *in[] = {");
+    for (int q = 0; q < s->nin; q++) {
+        kt_sbuf_puts(b, q ? ", " : "");
+        put_ref(b, p, s->in[q]);
+    }
+    kt_sbuf_puts(b, s->nin ? "};\n" : "NULL};\n");
+    kt_sbuf_puts(b, "        kt_refop_run_f(&R, in, y);\n");
+}
+
+/* The reference operators' float instance, when a step calls it. */
+static void put_refop_text(kt_sbuf_t *b, const kt_net_plan_t *p)
+{
+    int any = 0;
+    for (int k = 0; k < p->nsteps && !any; k++)
+        any = p->steps[k].kind == KT_PLAN_REFOP;
+    if (!any)
+        return;
+    kt_sbuf_puts(b, "/* The reference operators of the steps with no kernel (refop.h). */\n"
+                    "#define KT_REFOP_EMBEDDED 1\n");
+    kt_sbuf_puts(b, kt_refop_header_text);
+    kt_sbuf_puts(b, "#include <math.h>\n#include <string.h>\n#define KT_RT float\n"
+                    "#define KT_RF(n) kt_refop_##n##_f\n#define KT_RM(fn) fn##f\n");
+    kt_sbuf_puts(b, kt_refop_impl_text);
+    kt_sbuf_puts(b, "\n");
+}
+
 static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs, int k)
 {
     const kt_plan_step_t *s = &p->steps[k];
@@ -155,7 +221,7 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         kt_sbuf_puts(b, "        float *y = ");
         put_value(b, p, s->out);
         kt_sbuf_puts(b, ";\n");
-        if (s->kind != KT_PLAN_CONCAT && s->kind != KT_PLAN_BINARY) {
+        if (s->kind != KT_PLAN_CONCAT && s->kind != KT_PLAN_BINARY && s->kind != KT_PLAN_REFOP) {
             kt_sbuf_puts(b, "        const float *x = ");
             put_value(b, p, s->in[0].id);
             kt_sbuf_puts(b, ";\n");
@@ -320,6 +386,9 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         }
         break;
     }
+    case KT_PLAN_REFOP:
+        put_refop(b, p, s);
+        break;
     }
     kt_sbuf_printf(b, "    }\n    if (t)\n        t[%d] = kt_lap(&t0);\n", k);
     return KT_OK;
@@ -656,6 +725,7 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
                      "#ifdef _OPENMP\n#define KT_PRAGMA(x) _Pragma(#x)\n"
                      "#define KT_PARALLEL_FOR(n) KT_PRAGMA(omp parallel for if ((n) > 32768))\n"
                      "#else\n#define KT_PARALLEL_FOR(n)\n#endif\n\n");
+    put_refop_text(&t, p);
     kt_sched_params_t params;
     kt_sched_params_default(&params);
     int rc = KT_OK;

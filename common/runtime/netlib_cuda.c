@@ -209,7 +209,8 @@ static void emit_host_step(kt_sbuf_t *b, const kt_net_plan_t *p, const task_cu_t
             kt_sbuf_puts(b, ";\n");
         }
         switch (s->kind) {
-        case KT_PLAN_TASK: break;
+        case KT_PLAN_TASK:
+        case KT_PLAN_REFOP: break;   /* refused by kt_netlib_write_cuda */
         case KT_PLAN_LAYOUT:
             kt_sbuf_printf(b, "        long long N = %lldLL, C = %lldLL, H = %lldLL, W = %lldLL;\n",
                            (long long)o->dims[0], (long long)o->dims[1], (long long)o->dims[2],
@@ -408,6 +409,11 @@ int kt_netlib_write_cuda(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
                          const kt_netlib_kernel_t *kernels, const char *name, const char *source,
                          const char *arch, const char *dir, kt_netlib_info_t *info)
 {
+    for (int k = 0; k < plan->nsteps; k++)
+        if (plan->steps[k].kind == KT_PLAN_REFOP)
+            return kt_err_set(KT_EUNSUP, "step %d '%s' runs a reference operator, which the "
+                              "CUDA build has no kernel for (build it with --target cpu)", k,
+                              plan->steps[k].name);
     kt_netlib_info_t inf;
     memset(&inf, 0, sizeof inf);
     kt_netlib_c_name(name, inf.name, sizeof inf.name);

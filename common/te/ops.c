@@ -1020,8 +1020,17 @@ kt_dag_t *kt_ops_softmax(int ndim, const int64_t *shape)
 
 kt_dag_t *kt_ops_layer_norm(int ndim, const int64_t *shape, int affine)
 {
+    return kt_ops_layer_norm_eps(ndim, shape, affine, KT_OPS_LN_EPS);
+}
+
+kt_dag_t *kt_ops_layer_norm_eps(int ndim, const int64_t *shape, int affine, double eps)
+{
     if (check_shape(ndim, shape))
         return NULL;
+    if (!(eps > 0 && eps < 1)) {
+        kt_err_set(KT_EINVAL, "layer norm epsilon must be in (0, 1) (got %g)", eps);
+        return NULL;
+    }
     kt_dag_t *d = kt_dag_new();
     if (!d)
         return NULL;
@@ -1053,7 +1062,7 @@ kt_dag_t *kt_ops_layer_norm(int ndim, const int64_t *shape, int affine)
     if (!rc) {
         kt_expr_t *norm = mul(d, sub(d, load_identity(d, x, n), load_identity(d, mean, n - 1)),
                               kt_ex_call(d, KT_FN_RSQRT, add(d, load_identity(d, var, n - 1),
-                                                             cf(d, KT_OPS_LN_EPS))));
+                                                             cf(d, eps))));
         if (affine) {
             int last = n - 1;
             norm = add(d, mul(d, norm, load_axes(d, gamma, 1, &last)),

@@ -22,7 +22,7 @@
  * - softmax over the last axis: stages T_softmax_maxelem, T_softmax_exp,
  *   T_softmax_expsum, T_softmax_norm (TVM's names). Rank >= 2.
  * - layer norm over the last axis: T_ln_mean, T_ln_var (biased, two-pass),
- *   T_layer_norm = (x - mean) * rsqrt(var + 1e-5) [* gamma + beta]; gamma
+ *   T_layer_norm = (x - mean) * rsqrt(var + eps) [* gamma + beta]; gamma
  *   and beta [D] are placeholders when `affine` is set. Rank >= 2.
  * - depthwise conv2d NCHW: data [N, C, H, W], weight [C, M, KH, KW], out
  *   [N, C*M, OH, OW] (TVM's depthwise_conv2d_nchw). With a channel
@@ -178,5 +178,8 @@ kt_dag_t *kt_ops_pool2d_nhwc(kt_pool_kind_t kind, int64_t N, int64_t H, int64_t 
 kt_dag_t *kt_ops_global_avg_pool_nhwc(int64_t N, int64_t H, int64_t W, int64_t C);
 kt_dag_t *kt_ops_softmax(int ndim, const int64_t *shape);
 kt_dag_t *kt_ops_layer_norm(int ndim, const int64_t *shape, int affine);
+/* The same with the model's epsilon (ConvNeXt's is 1e-6); KT_EINVAL unless
+ * 0 < eps < 1. */
+kt_dag_t *kt_ops_layer_norm_eps(int ndim, const int64_t *shape, int affine, double eps);
 
 #endif

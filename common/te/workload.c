@@ -288,6 +288,23 @@ static int get_opt_int(reader_t *r, const char *field, int64_t dflt, int64_t *ou
     return rc;
 }
 
+/* Layer norm's optional "eps" (0 < eps < 1), in the canonical JSON only when
+ * it differs from KT_OPS_LN_EPS, so existing workloads keep their JSON. */
+static int get_eps(reader_t *r, double *out)
+{
+    mark(r, "eps");
+    json_t *v = json_object_get(r->obj, "eps");
+    *out = KT_OPS_LN_EPS;
+    if (!v)
+        return KT_OK;
+    if (!json_is_number(v) || !(json_number_value(v) > 0 && json_number_value(v) < 1))
+        return kt_err_set(KT_EINVAL, "field 'eps' must be a number in (0, 1)");
+    *out = json_number_value(v);
+    if (*out != KT_OPS_LN_EPS)
+        json_object_set_new(r->canon, "eps", json_real(*out));
+    return KT_OK;
+}
+
 static kt_dag_t *build(reader_t *r, int op)
 {
     kt_epi_t epi[KT_OPS_MAX_EPILOGUE];
@@ -366,10 +383,13 @@ static kt_dag_t *build(reader_t *r, int op)
         if (get_shape(r, shape, &ndim) || reject_unknown(r))
             return NULL;
         return kt_ops_softmax(ndim, shape);
-    default:
-        if (get_shape(r, shape, &ndim) || get_bool(r, "affine", 1, &affine) || reject_unknown(r))
+    default: {
+        double eps;
+        if (get_shape(r, shape, &ndim) || get_bool(r, "affine", 1, &affine) || get_eps(r, &eps) ||
+            reject_unknown(r))
             return NULL;
-        return kt_ops_layer_norm(ndim, shape, affine);
+        return kt_ops_layer_norm_eps(ndim, shape, affine, eps);
+    }
     }
 }
 

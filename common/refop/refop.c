@@ -1,0 +1,168 @@
+/* Reference operators: the float and double instances, shape inference and names (refop.h). */
+#include "refop.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "util/err.h"
+
+#define KT_RT float
+#define KT_RF(n) kt_refop_##n##_f
+#define KT_RM(fn) fn##f
+#include "refop_impl.h"
+#undef KT_RT
+#undef KT_RF
+#undef KT_RM
+
+#define KT_RT double
+#define KT_RF(n) kt_refop_##n##_d
+#define KT_RM(fn) fn
+#include "refop_impl.h"
+#undef KT_RT
+#undef KT_RF
+#undef KT_RM
+
+static const char *const unary_names[KT_RU__COUNT] = {
+    "identity", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "clip", "hardsigmoid",
+    "hardswish", "erf", "exp", "log", "sqrt", "reciprocal", "neg", "abs", "softplus",
+    "softsign", "leakyrelu", "elu", "selu", "celu", "thresholdedrelu", "floor", "ceil",
+    "round", "sin", "cos", "sign", "mish", "not", "trunc", "bool", "isnan", "isinf", "silu",
+};
+static const char *const binary_names[KT_RB__COUNT] = {
+    "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "equal", "less", "greater",
+    "less_equal", "greater_equal", "and", "or", "xor", "prelu", "idiv",
+};
+static const char *const reduce_names[KT_RR__COUNT] = {
+    "sum", "mean", "max", "min", "prod", "l1", "l2", "sumsquare", "logsum", "logsumexp",
+};
+
+const char *kt_refop_unary_name(int c) { return c >= 0 && c < KT_RU__COUNT ? unary_names[c] : "?"; }
+const char *kt_refop_binary_name(int c) { return c >= 0 && c < KT_RB__COUNT ? binary_names[c] : "?"; }
+const char *kt_refop_reduce_name(int c) { return c >= 0 && c < KT_RR__COUNT ? reduce_names[c] : "?"; }
+
+/* The numpy broadcast of inputs [0, n) into the output shape. */
+static int broadcast(kt_refop_t *r, int n)
+{
+    int nd = 0;
+    for (int k = 0; k < n; k++)
+        nd = r->ndim[k] > nd ? r->ndim[k] : nd;
+    r->ondim = nd;
+    for (int d = 0; d < nd; d++) {
+        int64_t v = 1;
+        for (int k = 0; k < n; k++) {
+            int at = d - (nd - r->ndim[k]);
+            int64_t x = at >= 0 ? r->din[k][at] : 1;
+            if (x != 1 && v != 1 && x != v)
+                return kt_err_set(KT_EINVAL, "shapes do not broadcast (axis %d: %lld against "
+                                  "%lld)", d, (long long)v, (long long)x);
+            if (x != 1)
+                v = x;
+        }
+        r->dout[d] = v;
+    }
+    return KT_OK;
+}
+
+int kt_refop_infer(kt_refop_t *r)
+{
+    static const int nin[KT_REFOP__COUNT] = {
+        [KT_REFOP_UNARY] = 1, [KT_REFOP_BINARY] = 2, [KT_REFOP_WHERE] = 3, [KT_REFOP_VIEW] = 1,
+        [KT_REFOP_PAD] = 1, [KT_REFOP_GATHER] = 2, [KT_REFOP_REDUCE] = 1, [KT_REFOP_SOFTMAX] = 1,
+        [KT_REFOP_TRILU] = 1, [KT_REFOP_RANGE] = 0,
+    };
+    if (r->op < 1 || r->op >= KT_REFOP__COUNT)
+        return kt_err_set(KT_EINVAL, "reference operator %d does not exist", r->op);
+    if (r->nin != nin[r->op])
+        return kt_err_set(KT_EINVAL, "reference operator %d takes %d inputs, not %d", r->op,
+                          nin[r->op], r->nin);
+    for (int k = 0; k < r->nin; k++) {
+        if (r->ndim[k] < 0 || r->ndim[k] > KT_REFOP_MAX_DIMS)
+            return kt_err_set(KT_EINVAL, "input %d has rank %d (0 to %d)", k, r->ndim[k],
+                              KT_REFOP_MAX_DIMS);
+        for (int d = 0; d < r->ndim[k]; d++)
+            if (r->din[k][d] < 1)
+                return kt_err_set(KT_EINVAL, "input %d has an empty or unknown dimension", k);
+    }
+    int nd = r->nin ? r->ndim[0] : 0;
+    switch (r->op) {
+    case KT_REFOP_UNARY:
+        if (r->ia[0] < 0 || r->ia[0] >= KT_RU__COUNT)
+            return kt_err_set(KT_EINVAL, "unary code %lld does not exist", (long long)r->ia[0]);
+        return broadcast(r, 1);
+    case KT_REFOP_BINARY:
+        if (r->ia[0] < 0 || r->ia[0] >= KT_RB__COUNT)
+            return kt_err_set(KT_EINVAL, "binary code %lld does not exist", (long long)r->ia[0]);
+        return broadcast(r, 2);
+    case KT_REFOP_WHERE:
+        return broadcast(r, 3);
+    case KT_REFOP_VIEW: {
+        /* The caller sets the output shape; every index it can form must
+         * land inside the input. */
+        int64_t lo = r->ia[0], hi = r->ia[0], n = kt_refop_numel(nd, r->din[0]);
+        if (r->ondim < 0 || r->ondim > KT_REFOP_MAX_DIMS)
+            return kt_err_set(KT_EINVAL, "a view of rank %d", r->ondim);
+        for (int d = 0; d < r->ondim; d++) {
+            int64_t m = r->ia[1 + KT_REFOP_MAX_DIMS + d], span;
+            if (r->dout[d] < 1 || m < 0)
+                return kt_err_set(KT_EINVAL, "a view with an empty dimension");
+            span = ((m > 0 && m < r->dout[d]) ? m : r->dout[d]) - 1;
+            if (r->ia[1 + d] > 0)
+                hi += span * r->ia[1 + d];
+            else
+                lo += span * r->ia[1 + d];
+        }
+        if (lo < 0 || hi >= n)
+            return kt_err_set(KT_EINVAL, "a view reads outside its input (%lld to %lld of %lld)",
+                              (long long)lo, (long long)hi, (long long)n);
+        return KT_OK;
+    }
+    case KT_REFOP_PAD:
+        r->ondim = nd;
+        if (r->ia[0] < KT_RP_CONSTANT || r->ia[0] > KT_RP_WRAP)
+            return kt_err_set(KT_EINVAL, "pad mode %lld does not exist", (long long)r->ia[0]);
+        for (int d = 0; d < nd; d++)
+            if ((r->dout[d] = r->din[0][d] + r->ia[1 + d] + r->ia[1 + KT_REFOP_MAX_DIMS + d]) < 1)
+                return kt_err_set(KT_EINVAL, "padding leaves axis %d empty", d);
+        return KT_OK;
+    case KT_REFOP_GATHER: {
+        int axis = (int)r->ia[0];
+        if (axis < 0 || axis >= nd)
+            return kt_err_set(KT_EINVAL, "gather axis %d of a rank-%d tensor", axis, nd);
+        if (nd - 1 + r->ndim[1] > KT_REFOP_MAX_DIMS)
+            return kt_err_set(KT_EINVAL, "a gather result of rank > %d", KT_REFOP_MAX_DIMS);
+        r->ondim = 0;
+        for (int d = 0; d < axis; d++)
+            r->dout[r->ondim++] = r->din[0][d];
+        for (int d = 0; d < r->ndim[1]; d++)
+            r->dout[r->ondim++] = r->din[1][d];
+        for (int d = axis + 1; d < nd; d++)
+            r->dout[r->ondim++] = r->din[0][d];
+        return KT_OK;
+    }
+    case KT_REFOP_REDUCE:
+        if (r->ia[0] < 0 || r->ia[0] >= KT_RR__COUNT)
+            return kt_err_set(KT_EINVAL, "reduce code %lld does not exist", (long long)r->ia[0]);
+        if (r->ia[1] < 0 || r->ia[1] >= (1LL << nd))
+            return kt_err_set(KT_EINVAL, "reduced axes outside a rank-%d tensor", nd);
+        r->ondim = nd;   /* keepdims; the caller's reshape drops them */
+        for (int d = 0; d < nd; d++)
+            r->dout[d] = r->ia[1] >> d & 1 ? 1 : r->din[0][d];
+        return KT_OK;
+    case KT_REFOP_SOFTMAX:
+        if (r->ia[0] < 0 || r->ia[0] >= r->ia[1] || r->ia[1] > nd)
+            return kt_err_set(KT_EINVAL, "softmax over axes %lld to %lld of a rank-%d tensor",
+                              (long long)r->ia[0], (long long)r->ia[1], nd);
+        return broadcast(r, 1);
+    case KT_REFOP_TRILU:
+        if (nd < 2)
+            return kt_err_set(KT_EINVAL, "trilu needs rank >= 2");
+        return broadcast(r, 1);
+    case KT_REFOP_RANGE:
+        /* The caller sets the length, max(ceil((limit - start) / delta), 0). */
+        if (r->ondim != 1 || r->dout[0] < 0)
+            return kt_err_set(KT_EINVAL, "a range needs its length");
+        return KT_OK;
+    default:
+        return kt_err_set(KT_EINVAL, "reference operator %d does not exist", r->op);
+    }
+}
