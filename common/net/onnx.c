@@ -2133,6 +2133,14 @@ static int refop_node(nd_t *d, const char *op)
         return rf_range(d);
     if (!strcmp(op, "Trilu"))
         return rf_trilu(d);
+    if (!strcmp(op, "ScatterND")) {
+        char buf[16];
+        const char *red = attr_str(d->n, "reduction", buf, sizeof(buf));
+        if (red && strcmp(red, "none"))
+            return unsup(d, "ScatterND with reduction '%s'", red);
+        kt_refop_t r = {.op = KT_REFOP_SCATTER_ND};
+        return refop_simple(d, &r, 3, is_int_in(d, 0), "scatter_nd");
+    }
     if (!strcmp(op, "Cast"))
         return rf_cast(d);
     return NOT_REFOP;
@@ -2334,14 +2342,16 @@ static int fold(nd_t *d, const char *op)
         if (attr_int(d, "axis", 0, &axis))
             return UNSUP;
         cval_t *a = cin(d, 0);
+        /* Tensors of constants (a window mask) are joined when the network
+         * runs, as any concat. */
         if (a->ndim != 1 || (axis != 0 && axis != -1))
-            return unsup(d, "only 1-D constants are concatenated when importing");
+            return h_concat(d);
         int64_t total = 0;
         int known = 1, is_int = 1;
         for (int k = 0; k < nin(d); k++) {
             cval_t *c = cin(d, k);
             if (c->ndim != 1)
-                return unsup(d, "only 1-D constants are concatenated when importing");
+                return h_concat(d);
             total += c->d[0];
             known &= c->known;
             is_int &= c->is_int;

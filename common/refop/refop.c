@@ -68,7 +68,7 @@ int kt_refop_infer(kt_refop_t *r)
     static const int nin[KT_REFOP__COUNT] = {
         [KT_REFOP_UNARY] = 1, [KT_REFOP_BINARY] = 2, [KT_REFOP_WHERE] = 3, [KT_REFOP_VIEW] = 1,
         [KT_REFOP_PAD] = 1, [KT_REFOP_GATHER] = 2, [KT_REFOP_REDUCE] = 1, [KT_REFOP_SOFTMAX] = 1,
-        [KT_REFOP_TRILU] = 1, [KT_REFOP_RANGE] = 0,
+        [KT_REFOP_TRILU] = 1, [KT_REFOP_RANGE] = 0, [KT_REFOP_SCATTER_ND] = 3,
     };
     if (r->op < 1 || r->op >= KT_REFOP__COUNT)
         return kt_err_set(KT_EINVAL, "reference operator %d does not exist", r->op);
@@ -162,6 +162,22 @@ int kt_refop_infer(kt_refop_t *r)
         if (r->ondim != 1 || r->dout[0] < 0)
             return kt_err_set(KT_EINVAL, "a range needs its length");
         return KT_OK;
+    case KT_REFOP_SCATTER_ND: {
+        /* updates: indices' shape without its last axis, then data's axes from k on */
+        int ni = r->ndim[1];
+        int64_t k = ni ? r->din[1][ni - 1] : 0;
+        if (ni < 1 || k < 1 || k > nd)
+            return kt_err_set(KT_EINVAL, "ScatterND indices of shape [..., %lld] for data of "
+                              "rank %d", (long long)k, nd);
+        int want = ni - 1 + nd - (int)k, ok = r->ndim[2] == want;
+        for (int d = 0; ok && d < ni - 1; d++)
+            ok = r->din[2][d] == r->din[1][d];
+        for (int d = 0; ok && d < nd - k; d++)
+            ok = r->din[2][ni - 1 + d] == r->din[0][k + d];
+        if (!ok)
+            return kt_err_set(KT_EINVAL, "ScatterND updates do not match the indices and data");
+        return broadcast(r, 1);
+    }
     default:
         return kt_err_set(KT_EINVAL, "reference operator %d does not exist", r->op);
     }

@@ -41,6 +41,7 @@ typedef enum {
     KT_REFOP_SOFTMAX,     /* over input axes [ia[0], ia[1]); ia[2] 1: log-softmax */
     KT_REFOP_TRILU,       /* over the last two axes; ia[0] 1: upper; ia[1] diagonal k */
     KT_REFOP_RANGE,       /* no input; out[i] = fa[0] + i * fa[1] */
+    KT_REFOP_SCATTER_ND,  /* in[0] data, in[1] indices [..., k], in[2] updates: ONNX ScatterND */
     KT_REFOP__COUNT
 } kt_refop_op_t;
 

@@ -358,6 +358,27 @@ static void KT_RF(trilu)(const kt_refop_t *r, const KT_RT *x, KT_RT *out)
             }
 }
 
+/* ScatterND without reduction: a copy of the data with each indexed slice
+ * replaced by its update (indices clamped into their axes). */
+static void KT_RF(scatter_nd)(const kt_refop_t *r, const KT_RT *x, const KT_RT *idx,
+                              const KT_RT *upd, KT_RT *out)
+{
+    int nd = r->ndim[0], k = (int)r->din[1][r->ndim[1] - 1];
+    int64_t st[KT_REFOP_MAX_DIMS], numel = kt_refop_numel(nd, r->din[0]);
+    KT_RF(strides)(nd, r->din[0], st);
+    int64_t slice = k < nd ? st[k - 1] : 1, nupd = kt_refop_numel(r->ndim[1], r->din[1]) / k;
+    memcpy(out, x, sizeof(KT_RT) * (size_t)numel);
+    for (int64_t u = 0; u < nupd; u++) {
+        int64_t off = 0;
+        for (int j = 0; j < k; j++) {
+            int64_t q = (int64_t)idx[u * k + j], n = r->din[0][j];
+            q = q < 0 ? q + n : q;
+            off += (q < 0 ? 0 : q >= n ? n - 1 : q) * st[j];
+        }
+        memcpy(out + off, upd + u * slice, sizeof(KT_RT) * (size_t)slice);
+    }
+}
+
 void KT_RF(run)(const kt_refop_t *r, const KT_RT *const *in, KT_RT *out)
 {
     switch (r->op) {
@@ -370,6 +391,7 @@ void KT_RF(run)(const kt_refop_t *r, const KT_RT *const *in, KT_RT *out)
     case KT_REFOP_REDUCE: KT_RF(reduce)(r, in[0], out); break;
     case KT_REFOP_SOFTMAX: KT_RF(softmax)(r, in[0], out); break;
     case KT_REFOP_TRILU: KT_RF(trilu)(r, in[0], out); break;
+    case KT_REFOP_SCATTER_ND: KT_RF(scatter_nd)(r, in[0], in[1], in[2], out); break;
     case KT_REFOP_RANGE: {
         int64_t n = kt_refop_numel(r->ondim, r->dout);
         for (int64_t i = 0; i < n; i++)
