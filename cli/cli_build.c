@@ -502,7 +502,8 @@ static int by_time(const void *x, const void *y)
 }
 
 /* The input: the .npy file, checked against the network's shape, or seeded noise. */
-static float *load_input(const build_args_t *a, const int64_t *dims, int ndim, int64_t numel)
+static float *load_input(const build_args_t *a, const int64_t *dims, int ndim, int64_t numel,
+                         int is_int)
 {
     if (!a->input) {
         float *x = malloc((size_t)numel * sizeof(float));
@@ -512,14 +513,16 @@ static float *load_input(const build_args_t *a, const int64_t *dims, int ndim, i
         }
         kt_rng_t r;
         kt_rng_seed(&r, a->seed ^ 0x5eedf00dull);
+        /* Integers (token ids, a mask) are drawn as 0 and 1. */
         for (int64_t i = 0; i < numel; i++)
-            x[i] = (float)(2.0 * kt_rng_double(&r) - 1.0);
+            x[i] = is_int ? (float)(kt_rng_double(&r) < 0.5) : (float)(2.0 * kt_rng_double(&r) - 1.0);
         return x;
     }
     float *x = NULL;
     int64_t d[KT_NET_MAX_DIMS];
     int nd = 0;
-    if (kt_npy_read(a->input, &x, d, &nd) != 0) {
+    if ((is_int ? kt_npy_read_ints(a->input, &x, d, &nd, NULL)
+                : kt_npy_read(a->input, &x, d, &nd)) != 0) {
         fprintf(stderr, "ktune run: --input: %s\n", kt_err_msg());
         return NULL;
     }
@@ -555,7 +558,7 @@ static int run_network(const build_args_t *a, const char *dir, const char *name,
     for (int d = 0; d < nout; d++)
         numel_out *= dout[d];
     int nsteps = kt_netlib_num_steps(n);
-    float *x = load_input(a, din, nin, numel_in);
+    float *x = load_input(a, din, nin, numel_in, kt_netlib_input_is_int(n));
     float *y = malloc((size_t)numel_out * sizeof(float));
     double *steps = calloc((size_t)nsteps + 1, sizeof(double));
     double *sum = calloc((size_t)nsteps + 1, sizeof(double));

@@ -92,6 +92,7 @@ typedef struct {
     int64_t target[KT_NET_MAX_DIMS];
     char *reason;        /* unsupported: why */
     int marked_output;   /* named as a network output by the source */
+    int int_input;       /* input: the source's type is integer or bool (held as floats) */
     int secondary;       /* unsupported: an extra output, reported only when used */
     double eps;          /* batch norm, layer norm: epsilon (1e-5 unless the source says) */
     net_param_t param[NET_MAX_PARAMS];   /* constant values (ONNX import only) */

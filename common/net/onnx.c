@@ -3123,6 +3123,14 @@ static int add_graph_input(imp_t *im, const Onnx__ValueInfoProto *v, const kt_ne
     if (i < 0)
         return i;
     net_layer_t *l = net_layer(im->net, i);
+    if (v->type && v->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+        v->type->tensor_type && v->type->tensor_type->has_elem_type) {
+        int et = v->type->tensor_type->elem_type;
+        l->int_input = et != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
+                       et != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE &&
+                       et != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 &&
+                       et != ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+    }
     l->ntarget = s.ndim;
     memcpy(l->target, s.d, sizeof(l->target));
     int rc = net_layer_finish(im->net, i);

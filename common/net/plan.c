@@ -1026,6 +1026,7 @@ static int plan_layer(ctx_t *c, int i)
             return kt_err_set(KT_EUNSUP, "the network has several inputs; ktune build runs "
                               "networks with one input and one output");
         c->p->input = c->lv[i] = new_value(c, KT_PLAN_V_INPUT, &l->out, 0);
+        c->p->input_int = l->int_input;
         return c->lv[i] < 0 ? c->lv[i] : KT_OK;
     }
     if (inst >= 0)

@@ -106,6 +106,7 @@ typedef struct {
     kt_plan_weight_t *weights;
     int nweights;
     int input, output;      /* the INPUT and OUTPUT values */
+    int input_int;          /* the input holds integers (token ids, a mask) as floats */
     int64_t arena_bytes;    /* planned arena size */
     int64_t naive_bytes;    /* what the arena values take without reuse */
     int params_random;      /* 1: parameters were drawn from the seed */

@@ -907,6 +907,9 @@ int kt_netlib_emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tas
     kt_sbuf_printf(&t, "#define NET_INPUT_NDIM %d\n#define NET_INPUT_SHAPE {", in->ndim);
     put_shape(&t, in);
     kt_sbuf_printf(&t, "}\n#define NET_INPUT_NUMEL %lldLL\n", (long long)in->numel);
+    kt_sbuf_printf(&t, "/* The model's input type; integers (token ids, masks) are passed as\n"
+                       " * their float values. */\n#define NET_INPUT_DTYPE \"%s\"\n",
+                   p->input_int ? "int" : "float32");
     kt_sbuf_printf(&t, "#define NET_OUTPUT_NDIM %d\n#define NET_OUTPUT_SHAPE {", out->ndim);
     put_shape(&t, out);
     kt_sbuf_printf(&t, "}\n#define NET_OUTPUT_NUMEL %lldLL\n\n", (long long)out->numel);

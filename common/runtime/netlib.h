@@ -83,6 +83,9 @@ void kt_netlib_close(kt_netlib_t *n);
 /* Shapes of the input and output (model layout). */
 int kt_netlib_input_shape(const kt_netlib_t *n, int64_t *dims);
 int kt_netlib_output_shape(const kt_netlib_t *n, int64_t *dims);
+/* 1 when the model's input is of an integer or bool type (token ids, a
+ * mask): it is passed as float values all the same. */
+int kt_netlib_input_is_int(const kt_netlib_t *n);
 int kt_netlib_set_threads(kt_netlib_t *n, int threads);
 
 /* One run; step_seconds (may be NULL) receives each step's time. */

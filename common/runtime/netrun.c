@@ -22,6 +22,7 @@ struct kt_netlib {
     void *inst;
     int check;
     int in_ndim, out_ndim;
+    int in_int;   /* the header's NAME_INPUT_DTYPE is "int" */
     int64_t in_dims[MAX_DIMS], out_dims[MAX_DIMS];
     void *(*create)(const char *);
     int (*run)(void *, const float *, float *);
@@ -114,6 +115,9 @@ static int read_shapes(kt_netlib_t *n, const char *hpath, const char *name)
                 p++;
         }
     }
+    char key[KT_NETLIB_MAX_NAME + 32];
+    snprintf(key, sizeof key, "#define %s_INPUT_DTYPE \"int\"", name);
+    n->in_int = strstr(h, key) != NULL;
     free(h);
     return rc;
 }
@@ -184,6 +188,11 @@ int kt_netlib_input_shape(const kt_netlib_t *n, int64_t *dims)
 {
     memcpy(dims, n->in_dims, (size_t)n->in_ndim * sizeof(int64_t));
     return n->in_ndim;
+}
+
+int kt_netlib_input_is_int(const kt_netlib_t *n)
+{
+    return n->in_int;
 }
 
 int kt_netlib_output_shape(const kt_netlib_t *n, int64_t *dims)

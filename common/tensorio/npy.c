@@ -267,7 +267,42 @@ static int read_elems(kt_tio_in_t *in, float *out, size_t n, int esize, bool swa
     return KT_OK;
 }
 
-static int npy_read_file(kt_tio_in_t *in, float **data, int64_t *dims, int *ndim)
+/* Integer and boolean elements (kind 'i', 'u' or 'b') as float32 values,
+ * each of which must be exact (|v| <= 2^24: token ids, masks, indices). */
+static int read_int_elems(kt_tio_in_t *in, float *out, size_t n, int esize, char kind, bool le,
+                          const char *path)
+{
+    unsigned char chunk[8192];
+    size_t per = sizeof chunk / (size_t)esize, at = 0;
+    while (n > 0) {
+        size_t k = n < per ? n : per;
+        int rc = kt_tio_in_read(in, chunk, k * (size_t)esize, "data");
+        if (rc != 0)
+            return rc;
+        for (size_t i = 0; i < k; i++, at++) {
+            uint64_t u = 0;
+            for (int b = 0; b < esize; b++)
+                u |= (uint64_t)chunk[(size_t)esize * i + (size_t)(le ? b : esize - 1 - b)] << (8 * b);
+            int64_t v;
+            if (kind == 'i' && esize < 8 && (u >> (8 * esize - 1) & 1))
+                v = (int64_t)(u | ~((1ULL << (8 * esize)) - 1));   /* sign-extend */
+            else
+                v = (int64_t)u;
+            if ((kind == 'u' && esize == 8 && u > (1ULL << 24)) || v > (1LL << 24) ||
+                v < -(1LL << 24))
+                return kt_err_set(KT_EINVAL, "%s: element %zu (%lld) is not exactly a float32 "
+                                  "(integer inputs must lie within +-2^24)", path, at,
+                                  (long long)v);
+            out[i] = (float)v;
+        }
+        out += k;
+        n -= k;
+    }
+    return KT_OK;
+}
+
+static int npy_read_file(kt_tio_in_t *in, float **data, int64_t *dims, int *ndim,
+                         int allow_int, int *was_int)
 {
     const char *path = in->path;
     unsigned char pre[8];
@@ -323,14 +358,21 @@ static int npy_read_file(kt_tio_in_t *in, float **data, int64_t *dims, int *ndim
 
     int esize;
     bool file_le;
-    if (strcmp(hd.descr, "<f4") == 0 || strcmp(hd.descr, ">f4") == 0)
+    char kind = 'f';
+    const char *ds = hd.descr;
+    if (strcmp(ds, "<f4") == 0 || strcmp(ds, ">f4") == 0)
         esize = 4;
-    else if (strcmp(hd.descr, "<f8") == 0 || strcmp(hd.descr, ">f8") == 0)
+    else if (strcmp(ds, "<f8") == 0 || strcmp(ds, ">f8") == 0)
         esize = 8;
+    else if (allow_int && strlen(ds) == 3 && strchr("<>|", ds[0]) && strchr("iub", ds[1]) &&
+             strchr("1248", ds[2]) && (ds[0] == '|' || ds[2] != '1'))
+        esize = ds[2] - '0', kind = ds[1];
     else
-        return kt_err_set(KT_EINVAL, "%s: dtype '%s' not supported: ktune reads float32", path,
-                          hd.descr);
-    file_le = hd.descr[0] == '<';
+        return kt_err_set(KT_EINVAL, "%s: dtype '%s' not supported: ktune reads float32%s", path,
+                          hd.descr, allow_int ? " and integers" : "");
+    file_le = hd.descr[0] != '>';
+    if (was_int)
+        *was_int = kind != 'f';
     if (hd.fortran)
         return kt_err_set(KT_EINVAL,
                           "%s: fortran_order is True: ktune reads C-order arrays only "
@@ -359,7 +401,8 @@ static int npy_read_file(kt_tio_in_t *in, float **data, int64_t *dims, int *ndim
     float *out = malloc(numel ? (size_t)numel * sizeof(float) : 1);
     if (!out)
         return kt_err_set(KT_ENOMEM, "%s: out of memory for shape %s", path, shape);
-    rc = read_elems(in, out, (size_t)numel, esize, file_le != (bool)kt_tio_host_le());
+    rc = kind != 'f' ? read_int_elems(in, out, (size_t)numel, esize, kind, file_le, path)
+                     : read_elems(in, out, (size_t)numel, esize, file_le != (bool)kt_tio_host_le());
     if (rc != 0) {
         free(out);
         return rc;
@@ -370,7 +413,8 @@ static int npy_read_file(kt_tio_in_t *in, float **data, int64_t *dims, int *ndim
     return KT_OK;
 }
 
-int kt_npy_read(const char *path, float **data, int64_t *dims, int *ndim)
+static int npy_read(const char *path, float **data, int64_t *dims, int *ndim, int allow_int,
+                    int *was_int)
 {
     if (!data || !dims || !ndim)
         return kt_err_set(KT_EINVAL, "kt_npy_read: NULL argument");
@@ -382,8 +426,21 @@ int kt_npy_read(const char *path, float **data, int64_t *dims, int *ndim)
     int rc = kt_tio_in_open(&in, path);
     if (rc != 0)
         return rc;
-    rc = npy_read_file(&in, data, dims, ndim);
+    rc = npy_read_file(&in, data, dims, ndim, allow_int, was_int);
     kt_tio_in_close(&in);
+    return rc;
+}
+
+int kt_npy_read(const char *path, float **data, int64_t *dims, int *ndim)
+{
+    return npy_read(path, data, dims, ndim, 0, NULL);
+}
+
+int kt_npy_read_ints(const char *path, float **data, int64_t *dims, int *ndim, int *was_int)
+{
+    int w = 0, rc = npy_read(path, data, dims, ndim, 1, &w);
+    if (was_int)
+        *was_int = w;
     return rc;
 }
 

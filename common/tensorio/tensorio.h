@@ -38,6 +38,12 @@
  * zero elements), dims[0..*ndim) holds the shape. On failure *data is NULL. */
 int kt_npy_read(const char *path, float **data, int64_t *dims, int *ndim);
 
+/* kt_npy_read that also takes integer and boolean dtypes ('<i8', '<i4',
+ * '|u1', '|b1'...: token ids, masks), each value converted to float32 and
+ * required to be exact (within +-2^24); *was_int (may be NULL) says which
+ * it read. */
+int kt_npy_read_ints(const char *path, float **data, int64_t *dims, int *ndim, int *was_int);
+
 /* Write `data` (product of dims floats) as version 1.0 '<f4' C-order with
  * the header bytes numpy itself writes (2.0 only if the header outgrows 1.0's
  * 64 KiB, which rank <= 8 never does). `data` may be NULL for zero elements. */
