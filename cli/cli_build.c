@@ -34,7 +34,9 @@ typedef struct {
     kt_cli_net_t net;
     kt_cli_conn_t conn;
     int64_t job;
-    const char *target, *arch, *out, *name, *input, *output;
+    const char *target, *arch, *out, *name, *output;
+    const char *input[KT_PLAN_MAX_INPUTS];   /* --input FILE or NAME=FILE, in order */
+    int ninput;
     unsigned long long seed;
     int repeat, threads, check;
 } build_args_t;
@@ -90,9 +92,12 @@ static void run_usage(FILE *f)
                "\n"
                "options:\n%s%s"
                "  --out DIR             keep the library in DIR\n"
-               "  --input x.npy         the input (float32, the model's input shape; default:\n"
-               "                        uniform in [-1, 1) from --seed); an --input\n"
-               "                        NAME=DIMS that names no file is an ONNX input's shape\n"
+               "  --input x.npy         the input (float32, the model's input shape; integers\n"
+               "                        for an integer input such as token ids; default:\n"
+               "                        uniform in [-1, 1) from --seed); a network of several\n"
+               "                        inputs takes one --input NAME=FILE.npy each; an\n"
+               "                        --input NAME=DIMS that names no file is an ONNX\n"
+               "                        input's shape\n"
                "  --output y.npy        write the output there\n"
                "  --repeat N            timed runs (default 20), after one warm-up run\n"
                "  --threads N           OpenMP threads (default 1)\n"
@@ -176,7 +181,13 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         case O_ARCH: a->arch = optarg; break;
         case O_OUT: a->out = optarg; break;
         case O_NAME: a->name = optarg; break;
-        case O_IN: a->input = optarg; break;
+        case O_IN:
+            if (a->ninput == KT_PLAN_MAX_INPUTS) {
+                fprintf(stderr, "ktune %s: at most %d --input files\n", cmd, KT_PLAN_MAX_INPUTS);
+                return 2;
+            }
+            a->input[a->ninput++] = optarg;
+            break;
         case O_OUTPUT: a->output = optarg; break;
         case O_CHECK: a->check = 1; break;
         case O_SEED:
@@ -502,17 +513,52 @@ static int by_time(const void *x, const void *y)
 }
 
 /* The input: the .npy file, checked against the network's shape, or seeded noise. */
-static float *load_input(const build_args_t *a, const int64_t *dims, int ndim, int64_t numel,
-                         int is_int)
+/* The file --input gives for network input k (named `name`): the one
+ * written NAME=FILE with its name, or else the k-th of those without a
+ * network input's name. NULL when none. */
+static const char *input_file(const build_args_t *a, const kt_netlib_t *n, int k)
 {
-    if (!a->input) {
+    int plain = 0;
+    for (int q = 0; q < a->ninput; q++) {
+        const char *s = a->input[q], *eq = strchr(s, '=');
+        int named = 0;
+        for (int j = 0; eq && j < kt_netlib_num_inputs(n); j++) {
+            const char *nm = kt_netlib_input_name(n, j);
+            if (*nm && strlen(nm) == (size_t)(eq - s) && !strncmp(s, nm, (size_t)(eq - s))) {
+                named = 1;
+                if (j == k)
+                    return eq + 1;
+            }
+        }
+        if (!named && plain++ == k)
+            return s;
+    }
+    return NULL;
+}
+
+/* Input k of the network: its --input file, or (no --input at all) values
+ * drawn from --seed. NULL when said. */
+static float *load_input(const build_args_t *a, const kt_netlib_t *n, int k)
+{
+    int64_t dims[KT_NET_MAX_DIMS], numel = 1;
+    int ndim = kt_netlib_input_shape_at(n, k, dims), is_int = kt_netlib_input_is_int_at(n, k);
+    for (int d = 0; d < ndim; d++)
+        numel *= dims[d];
+    const char *file = input_file(a, n, k);
+    if (!file && a->ninput) {
+        fprintf(stderr, "ktune run: no --input for the network's input %d ('%s'): give each of "
+                "its %d inputs as --input NAME=FILE.npy\n", k, kt_netlib_input_name(n, k),
+                kt_netlib_num_inputs(n));
+        return NULL;
+    }
+    if (!file) {
         float *x = malloc((size_t)numel * sizeof(float));
         if (!x) {
             fprintf(stderr, "ktune run: out of memory\n");
             return NULL;
         }
         kt_rng_t r;
-        kt_rng_seed(&r, a->seed ^ 0x5eedf00dull);
+        kt_rng_seed(&r, a->seed ^ 0x5eedf00dull ^ (uint64_t)k);
         /* Integers (token ids, a mask) are drawn as 0 and 1. */
         for (int64_t i = 0; i < numel; i++)
             x[i] = is_int ? (float)(kt_rng_double(&r) < 0.5) : (float)(2.0 * kt_rng_double(&r) - 1.0);
@@ -521,13 +567,16 @@ static float *load_input(const build_args_t *a, const int64_t *dims, int ndim, i
     float *x = NULL;
     int64_t d[KT_NET_MAX_DIMS];
     int nd = 0;
-    if ((is_int ? kt_npy_read_ints(a->input, &x, d, &nd, NULL)
-                : kt_npy_read(a->input, &x, d, &nd)) != 0) {
+    if ((is_int ? kt_npy_read_ints(file, &x, d, &nd, NULL) : kt_npy_read(file, &x, d, &nd)) != 0) {
         fprintf(stderr, "ktune run: --input: %s\n", kt_err_msg());
         return NULL;
     }
     if (kt_npy_check_shape(d, nd, dims, ndim) != 0) {
-        fprintf(stderr, "ktune run: --input %s: %s\n", a->input, kt_err_msg());
+        if (kt_netlib_num_inputs(n) > 1)
+            fprintf(stderr, "ktune run: --input %s (input '%s'): %s\n", file,
+                    kt_netlib_input_name(n, k), kt_err_msg());
+        else
+            fprintf(stderr, "ktune run: --input %s: %s\n", file, kt_err_msg());
         free(x);
         return NULL;
     }
@@ -550,32 +599,38 @@ static int run_network(const build_args_t *a, const char *dir, const char *name,
     if (!n)
         return kt_cli_fail("run");
     int rc = 1;
-    int64_t din[KT_NET_MAX_DIMS], dout[KT_NET_MAX_DIMS];
-    int nin = kt_netlib_input_shape(n, din), nout = kt_netlib_output_shape(n, dout);
-    int64_t numel_in = 1, numel_out = 1;
-    for (int d = 0; d < nin; d++)
-        numel_in *= din[d];
+    int64_t dout[KT_NET_MAX_DIMS];
+    int nout = kt_netlib_output_shape(n, dout), nx = kt_netlib_num_inputs(n);
+    int64_t numel_out = 1;
     for (int d = 0; d < nout; d++)
         numel_out *= dout[d];
     int nsteps = kt_netlib_num_steps(n);
-    float *x = load_input(a, din, nin, numel_in, kt_netlib_input_is_int(n));
+    float *xs[KT_PLAN_MAX_INPUTS] = {NULL};
     float *y = malloc((size_t)numel_out * sizeof(float));
     double *steps = calloc((size_t)nsteps + 1, sizeof(double));
     double *sum = calloc((size_t)nsteps + 1, sizeof(double));
     double *lat = calloc((size_t)a->repeat + 1, sizeof(double));
     step_time_t *order = calloc((size_t)nsteps + 1, sizeof(step_time_t));
-    if (!x || !y || !steps || !sum || !lat || !order) {
-        if (x)
-            fprintf(stderr, "ktune run: out of memory\n");
+    if (!y || !steps || !sum || !lat || !order) {
+        fprintf(stderr, "ktune run: out of memory\n");
         goto done;
     }
-    if (kt_netlib_set_threads(n, a->threads) != 0 || kt_netlib_run(n, x, y, NULL) != 0) {
+    if (a->ninput > nx) {
+        fprintf(stderr, "ktune run: %d --input files for a network of %d input%s\n", a->ninput,
+                nx, nx == 1 ? "" : "s");
+        goto done;
+    }
+    for (int k = 0; k < nx; k++)
+        if (!(xs[k] = load_input(a, n, k)))
+            goto done;
+    const float *const *in = (const float *const *)xs;
+    if (kt_netlib_set_threads(n, a->threads) != 0 || kt_netlib_run_inputs(n, in, y, NULL) != 0) {
         kt_cli_fail("run");
         goto done;
     }
     for (int r = 0; r < a->repeat; r++) {
         double t0 = kt_time_mono();
-        if (kt_netlib_run(n, x, y, steps) != 0) {
+        if (kt_netlib_run_inputs(n, in, y, steps) != 0) {
             kt_cli_fail("run");
             goto done;
         }
@@ -631,7 +686,7 @@ static int run_network(const build_args_t *a, const char *dir, const char *name,
         printf("tuned steps: none (no task has a record)\n");
     if (a->check) {
         double *err = steps;
-        if (kt_netlib_check(n, x, y, err) != 0) {
+        if (kt_netlib_check_inputs(n, in, y, err) != 0) {
             kt_cli_fail("run");
             goto done;
         }
@@ -665,7 +720,8 @@ static int run_network(const build_args_t *a, const char *dir, const char *name,
            a->threads == 1 ? "" : "s");
     rc = 0;
 done:
-    free(x);
+    for (int k = 0; k < KT_PLAN_MAX_INPUTS; k++)
+        free(xs[k]);
     free(y);
     free(steps);
     free(sum);
@@ -693,10 +749,15 @@ int kt_cli_run(int argc, char **argv)
             return 1;
         }
     }
-    /* Say so before building when the input cannot be read at all. */
-    if (a.input && access(a.input, R_OK) != 0) {
-        fprintf(stderr, "ktune run: --input %s: %s\n", a.input, strerror(errno));
-        return 1;
+    /* Say so before building when an input cannot be read at all (a
+     * NAME=FILE is checked as FILE when the whole does not name a file). */
+    for (int k = 0; k < a.ninput; k++) {
+        const char *f = a.input[k], *eq = strchr(f, '=');
+        if (access(f, R_OK) != 0 && (!eq || access(eq + 1, R_OK) != 0)) {
+            fprintf(stderr, "ktune run: --input %s: %s\n", eq && access(f, F_OK) != 0 ? eq + 1 : f,
+                    strerror(errno));
+            return 1;
+        }
     }
     char tmp[] = "/tmp/ktune-run-XXXXXX";
     const char *dir = a.out;

@@ -975,6 +975,7 @@ static int h_matmul(nd_t *d, int gemm)
 /* Reference-operator forms (below) of nodes the handlers here do not map. */
 static int rf_softmax(nd_t *d, int log_softmax);
 static int rf_reduce(nd_t *d, int code, const char *op);
+static int rf_binary(nd_t *d, int code, const char *op);
 
 /* The one axis of x a constant of shape c broadcasts along (all its other
  * dimensions 1); -1 if none, -2 for a single element. */
@@ -1035,6 +1036,8 @@ static int h_binary(nd_t *d, const char *op)
             int in[2] = {x, cl};
             return finish_out(d, new_layer(d, NULL, NET_ADD, op, in, 2, &l), 0);
         }
+        /* c - x, c / x, a constant of any other shape: the reference call. */
+        return rf_binary(d, add ? KT_RB_ADD : sub ? KT_RB_SUB : mul ? KT_RB_MUL : KT_RB_DIV, op);
     }
     int a, b;
     if ((rc = in_layer(d, 0, &a)) || (rc = in_layer(d, 1, &b)))

@@ -937,6 +937,8 @@ void kt_net_plan_free(kt_net_plan_t *p)
         free(p->weights[i].name);
         free(p->weights[i].data);
     }
+    for (int k = 0; k < p->ninputs; k++)
+        free(p->input_names[k]);
     free(p->steps);
     free(p->weights);
     free(p->values);
@@ -1022,12 +1024,21 @@ static int plan_layer(ctx_t *c, int i)
     if (l->op == NET_INPUT && l->label && strcmp(l->label, "constant") == 0)
         return plan_constant(c, i);
     if (l->op == NET_INPUT) {
-        if (c->p->input >= 0)
-            return kt_err_set(KT_EUNSUP, "the network has several inputs; ktune build runs "
-                              "networks with one input and one output");
-        c->p->input = c->lv[i] = new_value(c, KT_PLAN_V_INPUT, &l->out, 0);
-        c->p->input_int = l->int_input;
-        return c->lv[i] < 0 ? c->lv[i] : KT_OK;
+        kt_net_plan_t *p = c->p;
+        if (p->ninputs == KT_PLAN_MAX_INPUTS)
+            return kt_err_set(KT_EUNSUP, "the network has more than %d inputs",
+                              KT_PLAN_MAX_INPUTS);
+        int v = c->lv[i] = new_value(c, KT_PLAN_V_INPUT, &l->out, 0);
+        if (v < 0)
+            return v;
+        if (!(p->input_names[p->ninputs] = strdup(l->name)))
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        p->values[v].slot = p->ninputs;
+        p->input_int[p->ninputs] = l->int_input;
+        p->inputs[p->ninputs++] = v;
+        if (p->input < 0)
+            p->input = v;
+        return KT_OK;
     }
     if (inst >= 0)
         return tasks->instances[inst].anchor == i ? plan_instance(c, &tasks->instances[inst])

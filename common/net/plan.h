@@ -18,8 +18,8 @@
  * by layer (the same seed gives the same network in either layout).
  *
  * What a plan cannot express is an error naming the layer: unsupported
- * operators, anchors te has no task for, networks with several inputs or
- * outputs.
+ * operators, anchors te has no task for, networks with more than
+ * KT_PLAN_MAX_INPUTS inputs or with several outputs.
  *
  * Ownership: kt_net_plan() returns a plan the caller frees with
  * kt_net_plan_free() (accepts NULL); it keeps no pointer into the network or
@@ -34,6 +34,7 @@
 #include "refop/refop.h"
 
 #define KT_PLAN_MAX_IN 256  /* buffers of one step (a concat's inputs) */
+#define KT_PLAN_MAX_INPUTS 8   /* graph inputs of a network (data, a mask, ids...) */
 
 typedef enum {
     KT_PLAN_TASK = 0,   /* call the kernel of `task` with in[] (kernel buffer order) and out */
@@ -65,6 +66,7 @@ typedef struct {
     int64_t numel;
     int64_t offset;                  /* ARENA: bytes from the arena's start (64-aligned) */
     int alias;                       /* ALIAS: the value whose memory it is */
+    int slot;                        /* INPUT: which of the network's inputs */
 } kt_plan_value_t;
 
 /* A buffer a step reads: a value or a constant. */
@@ -105,8 +107,11 @@ typedef struct {
     int nsteps;
     kt_plan_weight_t *weights;
     int nweights;
-    int input, output;      /* the INPUT and OUTPUT values */
-    int input_int;          /* the input holds integers (token ids, a mask) as floats */
+    int input, output;      /* the first INPUT value and the OUTPUT value */
+    int ninputs;            /* graph inputs, in the model's order */
+    int inputs[KT_PLAN_MAX_INPUTS];       /* their INPUT values */
+    int input_int[KT_PLAN_MAX_INPUTS];    /* 1: integers (token ids, a mask) held as floats */
+    char *input_names[KT_PLAN_MAX_INPUTS];   /* the model's names (owned) */
     int64_t arena_bytes;    /* planned arena size */
     int64_t naive_bytes;    /* what the arena values take without reuse */
     int params_random;      /* 1: parameters were drawn from the seed */

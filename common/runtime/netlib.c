@@ -74,7 +74,7 @@ static void put_value(kt_sbuf_t *b, const kt_net_plan_t *p, int v)
     v = kt_net_plan_root(p, v);
     const kt_plan_value_t *x = &p->values[v];
     if (x->kind == KT_PLAN_V_INPUT)
-        kt_sbuf_puts(b, "((float *)input)");
+        kt_sbuf_printf(b, "((float *)kt_in[%d])", x->slot);
     else if (x->kind == KT_PLAN_V_OUTPUT)
         kt_sbuf_puts(b, "output");
     else
@@ -827,7 +827,8 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         "            at -= S[m] * D[m];\n            idx[m] = 0;\n        }\n    }\n"
         "    return w;\n}\n"
         "#endif\n\n"
-        "static int kt_exec(NET_t *m, const float *input, float *output, double *t, double *err)\n"
+        "static int kt_exec(NET_t *m, const float *const *kt_in, float *output, double *t,\n"
+        "                   double *err)\n"
         "{\n    float *A = m->arena;\n    double t0 = 0;\n    (void)err;\n"
         "    if (t)\n        kt_lap(&t0);\n",
         (long long)((p->arena_bytes + 64) / 64 * 64), (long long)p->arena_bytes);
@@ -835,19 +836,40 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         rc = emit_step(&t, p, packs, k);
     kt_sbuf_puts(&t,
         "    (void)A;\n    return 0;\n}\n\n"
+        "/* The inputs of a run: one pointer each, none NULL. */\n"
+        "static int kt_inputs_ok(const char *fn, const float *const *in, int n)\n{\n"
+        "    if (n != NET_NUM_INPUTS)\n"
+        "        return kt_fail(\"%s: the network has %d inputs (call NET_run_inputs)\", fn,\n"
+        "                       NET_NUM_INPUTS);\n"
+        "    for (int k = 0; k < n; k++)\n        if (!in[k])\n"
+        "            return kt_fail(\"%s: input %d is NULL\", fn, k);\n    return 0;\n}\n\n"
         "int NET_run(NET_t *m, const float *input, float *output)\n{\n"
-        "    if (!m || !input || !output)\n        return kt_fail(\"NET_run: a NULL argument\");\n"
-        "    return kt_exec(m, input, output, NULL, NULL);\n}\n\n"
+        "    if (!m || !output || kt_inputs_ok(\"NET_run\", &input, 1))\n"
+        "        return m && output ? -1 : kt_fail(\"NET_run: a NULL argument\");\n"
+        "    return kt_exec(m, &input, output, NULL, NULL);\n}\n\n"
         "int NET_run_timed(NET_t *m, const float *input, float *output, double *step_seconds)\n{\n"
-        "    if (!m || !input || !output || !step_seconds)\n"
-        "        return kt_fail(\"NET_run_timed: a NULL argument\");\n"
-        "    return kt_exec(m, input, output, step_seconds, NULL);\n}\n\n"
+        "    if (!m || !output || !step_seconds || kt_inputs_ok(\"NET_run_timed\", &input, 1))\n"
+        "        return m && output && step_seconds ? -1\n"
+        "                                           : kt_fail(\"NET_run_timed: a NULL argument\");\n"
+        "    return kt_exec(m, &input, output, step_seconds, NULL);\n}\n\n"
+        "int NET_run_inputs(NET_t *m, const float *const *inputs, float *output,\n"
+        "                   double *step_seconds)\n{\n"
+        "    if (!m || !inputs || !output)\n"
+        "        return kt_fail(\"NET_run_inputs: a NULL argument\");\n"
+        "    if (kt_inputs_ok(\"NET_run_inputs\", inputs, NET_NUM_INPUTS))\n        return -1;\n"
+        "    return kt_exec(m, inputs, output, step_seconds, NULL);\n}\n\n"
         "#ifdef KTUNE_CHECK\n"
-        "int NET_check(NET_t *m, const float *input, float *output, double *step_err)\n{\n"
-        "    if (!m || !input || !output || !step_err)\n"
+        "int NET_check_inputs(NET_t *m, const float *const *inputs, float *output,\n"
+        "                     double *step_err)\n{\n"
+        "    if (!m || !inputs || !output || !step_err)\n"
         "        return kt_fail(\"NET_check: a NULL argument\");\n"
+        "    if (kt_inputs_ok(\"NET_check\", inputs, NET_NUM_INPUTS))\n        return -1;\n"
         "    for (int k = 0; k < KT_NSTEPS; k++)\n        step_err[k] = -1;\n"
-        "    return kt_exec(m, input, output, NULL, step_err);\n}\n#endif\n");
+        "    return kt_exec(m, inputs, output, NULL, step_err);\n}\n\n"
+        "int NET_check(NET_t *m, const float *input, float *output, double *step_err)\n{\n"
+        "    if (!input)\n        return kt_fail(\"NET_check: a NULL argument\");\n"
+        "    if (kt_inputs_ok(\"NET_check\", &input, 1))\n        return -1;\n"
+        "    return NET_check_inputs(m, &input, output, step_err);\n}\n#endif\n");
     if (rc == KT_OK)
         rc = kt_sbuf_ok(&t);
     if (rc == KT_OK) {
@@ -861,7 +883,7 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
 int kt_netlib_emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_t *tasks,
                           const char *name, const char *source, int ndefault, const char *arch)
 {
-    const kt_plan_value_t *in = &p->values[p->input], *out = &p->values[p->output];
+    const kt_plan_value_t *out = &p->values[p->output];
     char guard[KT_NETLIB_MAX_NAME + 8];
     size_t g = 0;
     for (const char *c = name; *c && g + 3 < sizeof guard; c++)
@@ -904,12 +926,22 @@ int kt_netlib_emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tas
                      " * Errors: NULL or -1, with a message in NET_last_error() (per thread).\n"
                      " */\n");
     kt_sbuf_printf(&t, "#ifndef %s\n#define %s\n\n", guard, guard);
-    kt_sbuf_printf(&t, "#define NET_INPUT_NDIM %d\n#define NET_INPUT_SHAPE {", in->ndim);
-    put_shape(&t, in);
-    kt_sbuf_printf(&t, "}\n#define NET_INPUT_NUMEL %lldLL\n", (long long)in->numel);
-    kt_sbuf_printf(&t, "/* The model's input type; integers (token ids, masks) are passed as\n"
-                       " * their float values. */\n#define NET_INPUT_DTYPE \"%s\"\n",
-                   p->input_int ? "int" : "float32");
+    /* Input 0 is NET_INPUT_*, input k > 0 NET_INPUTk_*; each DTYPE is the
+     * model's type: integers (token ids, masks) are passed as float values. */
+    kt_sbuf_printf(&t, "#define NET_NUM_INPUTS %d\n", p->ninputs);
+    for (int k = 0; k < p->ninputs; k++) {
+        const kt_plan_value_t *v = &p->values[p->inputs[k]];
+        char tag[16] = "";
+        if (k)
+            snprintf(tag, sizeof tag, "%d", k);
+        kt_sbuf_printf(&t, "#define NET_INPUT%s_NAME ", tag);
+        kt_netlib_put_cstr(&t, p->input_names[k]);
+        kt_sbuf_printf(&t, "\n#define NET_INPUT%s_NDIM %d\n#define NET_INPUT%s_SHAPE {", tag,
+                       v->ndim, tag);
+        put_shape(&t, v);
+        kt_sbuf_printf(&t, "}\n#define NET_INPUT%s_NUMEL %lldLL\n#define NET_INPUT%s_DTYPE \"%s\"\n",
+                       tag, (long long)v->numel, tag, p->input_int[k] ? "int" : "float32");
+    }
     kt_sbuf_printf(&t, "#define NET_OUTPUT_NDIM %d\n#define NET_OUTPUT_SHAPE {", out->ndim);
     put_shape(&t, out);
     kt_sbuf_printf(&t, "}\n#define NET_OUTPUT_NUMEL %lldLL\n\n", (long long)out->numel);
@@ -926,13 +958,23 @@ int kt_netlib_emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tas
         "int NET_num_steps(void);\n"
         "const char *NET_step_name(int i);\n"
         "int NET_step_task(int i);\n"
-        "int NET_run_timed(NET_t *m, const float *input, float *output, double *step_seconds);\n\n"
+        "int NET_run_timed(NET_t *m, const float *input, float *output, double *step_seconds);\n\n");
+    if (!arch)
+        kt_sbuf_puts(&t,
+            "/* ---- any number of inputs: inputs[k] is input k (NET_run and NET_run_timed\n"
+            " * take networks of one input); step_seconds may be NULL ---- */\n"
+            "int NET_run_inputs(NET_t *m, const float *const *inputs, float *output,\n"
+            "                   double *step_seconds);\n\n");
+    kt_sbuf_puts(&t,
         "#ifdef KTUNE_CHECK\n"
         "/* A run that also runs each task's reference kernel on the same inputs;\n"
         " * step_err[i]: largest difference / the reference's largest magnitude\n"
         " * (-1 for steps that are no task). */\n"
-        "int NET_check(NET_t *m, const float *input, float *output, double *step_err);\n"
-        "#endif\n\n#endif\n");
+        "int NET_check(NET_t *m, const float *input, float *output, double *step_err);\n");
+    if (!arch)
+        kt_sbuf_puts(&t, "int NET_check_inputs(NET_t *m, const float *const *inputs, float *output,\n"
+                         "                     double *step_err);\n");
+    kt_sbuf_puts(&t, "#endif\n\n#endif\n");
     int rc = kt_sbuf_ok(&t);
     if (rc == KT_OK) {
         kt_netlib_put_named(b, t.data, name);

@@ -80,12 +80,18 @@ typedef struct kt_netlib kt_netlib_t;
 kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int flags);
 void kt_netlib_close(kt_netlib_t *n);
 
-/* Shapes of the input and output (model layout). */
+/* Shapes of the inputs and the output (model layout); input 0's for
+ * kt_netlib_input_shape. -1 for a bad k. */
+int kt_netlib_num_inputs(const kt_netlib_t *n);
 int kt_netlib_input_shape(const kt_netlib_t *n, int64_t *dims);
+int kt_netlib_input_shape_at(const kt_netlib_t *n, int k, int64_t *dims);
 int kt_netlib_output_shape(const kt_netlib_t *n, int64_t *dims);
 /* 1 when the model's input is of an integer or bool type (token ids, a
  * mask): it is passed as float values all the same. */
 int kt_netlib_input_is_int(const kt_netlib_t *n);
+int kt_netlib_input_is_int_at(const kt_netlib_t *n, int k);
+/* Input k's name in the model ("" when the build did not record it). */
+const char *kt_netlib_input_name(const kt_netlib_t *n, int k);
 int kt_netlib_set_threads(kt_netlib_t *n, int threads);
 
 /* One run; step_seconds (may be NULL) receives each step's time. */
@@ -94,6 +100,11 @@ int kt_netlib_run(kt_netlib_t *n, const float *input, float *output, double *ste
  * step_err[i] gets the largest difference relative to the reference's
  * largest magnitude (-1 for steps that are no task). Needs check at open. */
 int kt_netlib_check(kt_netlib_t *n, const float *input, float *output, double *step_err);
+/* The same for any number of inputs: inputs[k] is input k. */
+int kt_netlib_run_inputs(kt_netlib_t *n, const float *const *inputs, float *output,
+                         double *step_seconds);
+int kt_netlib_check_inputs(kt_netlib_t *n, const float *const *inputs, float *output,
+                           double *step_err);
 
 int kt_netlib_num_steps(const kt_netlib_t *n);
 const char *kt_netlib_step_name(const kt_netlib_t *n, int i);

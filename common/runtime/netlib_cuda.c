@@ -409,6 +409,9 @@ int kt_netlib_write_cuda(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
                          const kt_netlib_kernel_t *kernels, const char *name, const char *source,
                          const char *arch, const char *dir, kt_netlib_info_t *info)
 {
+    if (plan->ninputs != 1)
+        return kt_err_set(KT_EUNSUP, "the network has %d inputs; the CUDA build runs networks "
+                          "of one input (build it with --target cpu)", plan->ninputs);
     for (int k = 0; k < plan->nsteps; k++)
         if (plan->steps[k].kind == KT_PLAN_REFOP)
             return kt_err_set(KT_EUNSUP, "step %d '%s' runs a reference operator, which the "

@@ -16,18 +16,23 @@
 extern char **environ;
 
 #define MAX_DIMS 8
+#define MAX_INPUTS 8   /* KT_PLAN_MAX_INPUTS */
 
 struct kt_netlib {
     void *so;
     void *inst;
     int check;
-    int in_ndim, out_ndim;
-    int in_int;   /* the header's NAME_INPUT_DTYPE is "int" */
-    int64_t in_dims[MAX_DIMS], out_dims[MAX_DIMS];
+    int nin;                           /* inputs (NAME_NUM_INPUTS; 1 in older builds) */
+    int in_ndim[MAX_INPUTS], out_ndim;
+    int in_int[MAX_INPUTS];            /* the input's NAME_INPUTk_DTYPE is "int" */
+    char in_name[MAX_INPUTS][128];
+    int64_t in_dims[MAX_INPUTS][MAX_DIMS], out_dims[MAX_DIMS];
     void *(*create)(const char *);
     int (*run)(void *, const float *, float *);
     int (*run_timed)(void *, const float *, float *, double *);
     int (*check_fn)(void *, const float *, float *, double *);
+    int (*run_inputs)(void *, const float *const *, float *, double *);
+    int (*check_inputs)(void *, const float *const *, float *, double *);
     void (*destroy)(void *);
     int (*set_threads)(int);
     const char *(*last_error)(void);
@@ -83,41 +88,63 @@ static int sym(kt_netlib_t *n, const char *name, const char *what, void **out, i
     return KT_OK;
 }
 
-/* The shapes are read back from the header's macros, so the handle needs no
- * other description of the network. */
+/* The shape in "#define KEY {d0, d1, ...}" of header text h; -1 if absent. */
+static int read_dims(const char *h, const char *key, int64_t *dims)
+{
+    const char *p = strstr(h, key);
+    if (!p)
+        return -1;
+    p += strlen(key);
+    int nd = 0;
+    while (*p && *p != '}' && nd < MAX_DIMS) {
+        char *e;
+        long long v = strtoll(p, &e, 10);
+        if (e == p)
+            break;
+        dims[nd++] = v;
+        p = e;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+    return nd;
+}
+
+/* The shapes, names and types are read back from the header's macros, so
+ * the handle needs no other description of the network. */
 static int read_shapes(kt_netlib_t *n, const char *hpath, const char *name)
 {
     size_t len = 0;
     char *h = kt_file_read(hpath, &len);
     if (!h)
         return kt_err_prefix("reading %s", hpath);
+    char key[KT_NETLIB_MAX_NAME + 64];
     int rc = KT_OK;
-    for (int k = 0; k < 2 && rc == KT_OK; k++) {
-        char key[KT_NETLIB_MAX_NAME + 32];
-        snprintf(key, sizeof key, "#define %s_%s_SHAPE {", name, k ? "OUTPUT" : "INPUT");
-        char *p = strstr(h, key);
-        int *nd = k ? &n->out_ndim : &n->in_ndim;
-        int64_t *dims = k ? n->out_dims : n->in_dims;
-        *nd = 0;
-        if (!p) {
+    snprintf(key, sizeof key, "#define %s_NUM_INPUTS ", name);
+    const char *p = strstr(h, key);
+    n->nin = p ? atoi(p + strlen(key)) : 1;
+    if (n->nin < 1 || n->nin > MAX_INPUTS)
+        rc = kt_err_set(KT_EINVAL, "%s: %d inputs (1 to %d)", hpath, n->nin, MAX_INPUTS);
+    for (int k = 0; k < n->nin && rc == KT_OK; k++) {
+        char tag[16] = "";
+        if (k)
+            snprintf(tag, sizeof tag, "%d", k);
+        snprintf(key, sizeof key, "#define %s_INPUT%s_SHAPE {", name, tag);
+        if ((n->in_ndim[k] = read_dims(h, key, n->in_dims[k])) < 0) {
             rc = kt_err_set(KT_EINVAL, "%s has no %s", hpath, key);
             break;
         }
-        p += strlen(key);
-        while (*p && *p != '}' && *nd < MAX_DIMS) {
-            char *e;
-            long long v = strtoll(p, &e, 10);
-            if (e == p)
-                break;
-            dims[(*nd)++] = v;
-            p = e;
-            while (*p == ',' || *p == ' ')
-                p++;
-        }
+        snprintf(key, sizeof key, "#define %s_INPUT%s_DTYPE \"int\"", name, tag);
+        n->in_int[k] = strstr(h, key) != NULL;
+        snprintf(key, sizeof key, "#define %s_INPUT%s_NAME \"", name, tag);
+        const char *q = strstr(h, key);
+        size_t m = 0;
+        for (q = q ? q + strlen(key) : NULL; q && *q && *q != '"' && m + 1 < sizeof n->in_name[k];)
+            n->in_name[k][m++] = *q++;
+        n->in_name[k][m] = '\0';
     }
-    char key[KT_NETLIB_MAX_NAME + 32];
-    snprintf(key, sizeof key, "#define %s_INPUT_DTYPE \"int\"", name);
-    n->in_int = strstr(h, key) != NULL;
+    snprintf(key, sizeof key, "#define %s_OUTPUT_SHAPE {", name);
+    if (rc == KT_OK && (n->out_ndim = read_dims(h, key, n->out_dims)) < 0)
+        rc = kt_err_set(KT_EINVAL, "%s has no %s", hpath, key);
     free(h);
     return rc;
 }
@@ -160,7 +187,9 @@ kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int flags)
         sym(n, name, "num_steps", (void **)&n->num_steps, 1) ||
         sym(n, name, "step_name", (void **)&n->step_name, 1) ||
         sym(n, name, "step_task", (void **)&n->step_task, 1) ||
-        sym(n, name, "check", (void **)&n->check_fn, check))
+        sym(n, name, "check", (void **)&n->check_fn, check) ||
+        sym(n, name, "run_inputs", (void **)&n->run_inputs, n->nin > 1) ||
+        sym(n, name, "check_inputs", (void **)&n->check_inputs, check && n->nin > 1))
         goto fail;
     n->inst = n->create(weights);
     if (!n->inst) {
@@ -184,15 +213,31 @@ void kt_netlib_close(kt_netlib_t *n)
     free(n);
 }
 
+int kt_netlib_num_inputs(const kt_netlib_t *n) { return n->nin; }
+
 int kt_netlib_input_shape(const kt_netlib_t *n, int64_t *dims)
 {
-    memcpy(dims, n->in_dims, (size_t)n->in_ndim * sizeof(int64_t));
-    return n->in_ndim;
+    return kt_netlib_input_shape_at(n, 0, dims);
 }
 
-int kt_netlib_input_is_int(const kt_netlib_t *n)
+int kt_netlib_input_shape_at(const kt_netlib_t *n, int k, int64_t *dims)
 {
-    return n->in_int;
+    if (k < 0 || k >= n->nin)
+        return -1;
+    memcpy(dims, n->in_dims[k], (size_t)n->in_ndim[k] * sizeof(int64_t));
+    return n->in_ndim[k];
+}
+
+int kt_netlib_input_is_int(const kt_netlib_t *n) { return kt_netlib_input_is_int_at(n, 0); }
+
+int kt_netlib_input_is_int_at(const kt_netlib_t *n, int k)
+{
+    return k >= 0 && k < n->nin && n->in_int[k];
+}
+
+const char *kt_netlib_input_name(const kt_netlib_t *n, int k)
+{
+    return k >= 0 && k < n->nin ? n->in_name[k] : NULL;
 }
 
 int kt_netlib_output_shape(const kt_netlib_t *n, int64_t *dims)
@@ -216,13 +261,29 @@ int kt_netlib_run(kt_netlib_t *n, const float *input, float *output, double *ste
     return rc == 0 ? KT_OK : kt_err_set(KT_EINVAL, "%s", n->last_error());
 }
 
+int kt_netlib_run_inputs(kt_netlib_t *n, const float *const *inputs, float *output,
+                         double *step_seconds)
+{
+    if (n->nin == 1)
+        return kt_netlib_run(n, inputs[0], output, step_seconds);
+    return n->run_inputs(n->inst, inputs, output, step_seconds) == 0
+               ? KT_OK
+               : kt_err_set(KT_EINVAL, "%s", n->last_error());
+}
+
 int kt_netlib_check(kt_netlib_t *n, const float *input, float *output, double *step_err)
+{
+    return kt_netlib_check_inputs(n, &input, output, step_err);
+}
+
+int kt_netlib_check_inputs(kt_netlib_t *n, const float *const *inputs, float *output,
+                           double *step_err)
 {
     if (!n->check_fn)
         return kt_err_set(KT_ESTATE, "the library was not opened for checking");
-    return n->check_fn(n->inst, input, output, step_err) == 0
-               ? KT_OK
-               : kt_err_set(KT_EINVAL, "%s", n->last_error());
+    int rc = n->nin == 1 ? n->check_fn(n->inst, inputs[0], output, step_err)
+                         : n->check_inputs(n->inst, inputs, output, step_err);
+    return rc == 0 ? KT_OK : kt_err_set(KT_EINVAL, "%s", n->last_error());
 }
 
 int kt_netlib_num_steps(const kt_netlib_t *n) { return n->num_steps(); }
