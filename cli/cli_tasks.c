@@ -92,9 +92,12 @@ int kt_cli_tasks(int argc, char **argv)
     if (!net)
         return 1;
     kt_net_tasks_t *t = kt_net_extract_ex(net, n.layout, kt_cli_net_extract_flags(&n, NULL));
+    char *plain = t ? kt_net_plain_steps_text(net) : NULL;
     kt_net_free(net);
-    if (!t)
+    if (!t || !plain) {
+        kt_net_tasks_free(t);
         return kt_cli_fail("extracting tasks");
+    }
     int rc = 0;
     char *text = json ? kt_net_tasks_json(t) : kt_net_tasks_text(t);
     if (!text) {
@@ -104,9 +107,15 @@ int kt_cli_tasks(int argc, char **argv)
             rc = kt_cli_fail("writing the task list");
     } else {
         fputs(text, stdout);
+        if (!json)
+            fputs(plain, stdout);
         fflush(stdout);
     }
     free(text);
+    /* Which layers no task covers: with a listing file or JSON, on stderr. */
+    if (rc == 0 && (json || (out_path && strcmp(out_path, "-") != 0)))
+        fputs(plain, stderr);
+    free(plain);
     if (json && rc == 0) {
         /* Keep standard output a loadable list; issues go to standard error. */
         char *issues = NULL;

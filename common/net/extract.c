@@ -701,6 +701,42 @@ done:
     return e.out;
 }
 
+char *kt_net_plain_steps_text(const kt_net_t *net)
+{
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    kt_sbuf_puts(&b, "");
+    char *done = calloc((size_t)(net ? net->n : 0) + 1, 1);
+    for (int i = 0; done && i < net->n; i++) {
+        const net_layer_t *l = &net->layers[i];
+        if (done[i] || l->op != NET_REFOP || l->blocked)
+            continue;
+        int count = 0;
+        kt_sbuf_t names;
+        kt_sbuf_init(&names);
+        for (int j = i; j < net->n; j++) {
+            const net_layer_t *o = &net->layers[j];
+            if (o->op != NET_REFOP || o->blocked || strcmp(o->label, l->label) != 0)
+                continue;
+            done[j] = 1;
+            if (count < 4)
+                kt_sbuf_printf(&names, "%s'%s'", count ? ", " : "", o->name);
+            count++;
+        }
+        kt_sbuf_printf(&b, "plain step (no task, its reference implementation): %s x%d: %s%s\n",
+                       l->label, count, names.data ? names.data : "", count > 4 ? ", ..." : "");
+        kt_sbuf_free(&names);
+    }
+    if (!done || kt_sbuf_ok(&b)) {
+        free(done);
+        kt_sbuf_free(&b);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    free(done);
+    return kt_sbuf_take(&b);
+}
+
 int kt_net_layout_parse(const char *s, kt_net_layout_t *out)
 {
     if (s && strcasecmp(s, "NHWC") == 0)

@@ -188,6 +188,12 @@ typedef struct {
     unsigned char *layer_fold;      /* per layer: a kt_net_fold_t */
 } kt_net_tasks_t;
 
+/* The layers that run as plain steps, a call of their operator's reference
+ * implementation each (no task, no tuning): one line per operator with its
+ * count and first layers ("plain steps: slice x4: '/a', '/b'..."), "" when
+ * none; malloc'd, NULL on out-of-memory. */
+char *kt_net_plain_steps_text(const kt_net_t *net);
+
 /* Extract the tasks of `net` with te operators of `layout`. NULL + kt_err only
  * on out-of-memory or an internal error; unsupported layers are issues. */
 kt_net_tasks_t *kt_net_extract(const kt_net_t *net, kt_net_layout_t layout);

@@ -970,6 +970,60 @@ static int h_matmul(nd_t *d, int gemm)
     return finish_out(d, i, 0);
 }
 
+/* Einsum of two activations that is a batched matrix product (MaxViT's
+ * "bghid,bghjd->bghij" and "bghij,bghjd->bghid"): the same batch letters
+ * leading every term, one row, one column and one contracted letter, each
+ * operand's last two letters in either order (a transpose layer where the
+ * matmul needs the other), the output's rows before its columns. */
+static int h_einsum(nd_t *d)
+{
+    char eq[128], t[3][KT_NET_MAX_DIMS + 1];
+    const char *e = attr_str(d->n, "equation", eq, sizeof(eq));
+    if (!e || nin(d) != 2)
+        return unsup(d, "Einsum of %d inputs (two supported)", nin(d));
+    int n[3] = {0, 0, 0}, term = 0;
+    for (const char *p = e; *p; p++) {
+        if (*p == ' ')
+            continue;
+        if (*p == ',' && term == 0) {
+            term = 1;
+        } else if (*p == '-' && p[1] == '>' && term == 1) {
+            term = 2;
+            p++;
+        } else if (((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) &&
+                   n[term] < KT_NET_MAX_DIMS) {
+            t[term][n[term]++] = *p;
+        } else {
+            return unsup(d, "Einsum equation '%s': only letters, one ',' and '->' supported", e);
+        }
+    }
+    int nb = n[2] - 2;
+    int ok = term == 2 && nb >= 0 && n[0] == nb + 2 && n[1] == nb + 2 && !memcmp(t[0], t[2], (size_t)nb) &&
+             !memcmp(t[1], t[2], (size_t)nb);
+    char M = ok ? t[2][nb] : 0, N = ok ? t[2][nb + 1] : 0, K = 0;
+    /* The contracted letter: in both operands, not in the output. */
+    for (int q = nb; ok && q < nb + 2; q++)
+        if (t[0][q] != M)
+            K = t[0][q];
+    ok = ok && K && K != N && M != N &&
+         ((t[0][nb] == M && t[0][nb + 1] == K) || (t[0][nb] == K && t[0][nb + 1] == M)) &&
+         ((t[1][nb] == K && t[1][nb + 1] == N) || (t[1][nb] == N && t[1][nb + 1] == K));
+    if (!ok)
+        return unsup(d, "Einsum '%s' is not a batched matrix product", e);
+    int a, b, rc;
+    if ((rc = in_layer(d, 0, &a)) || (rc = in_layer(d, 1, &b)))
+        return rc;
+    if (d->im->net->layers[a].out.ndim != nb + 2 || d->im->net->layers[b].out.ndim != nb + 2)
+        return unsup(d, "Einsum '%s': the operands' ranks differ from the equation's", e);
+    if (t[0][nb] == K && (rc = transposed(d, a, "transpose_a", &a)))
+        return rc;
+    if (t[1][nb] == N && (rc = transposed(d, b, "transpose_b", &b)))
+        return rc;
+    int in[2] = {a, b};
+    net_layer_t *l;
+    return finish_out(d, new_layer(d, NULL, NET_MATMUL, "Einsum", in, 2, &l), 0);
+}
+
 /* ---- elementwise ------------------------------------------------------------------- */
 
 /* Reference-operator forms (below) of nodes the handlers here do not map. */
@@ -2084,70 +2138,100 @@ static int h_shape(nd_t *d)
     return KT_OK;
 }
 
-/* The reference form of ONNX operator `op`: UNSUP or 0 as a handler, or
- * NOT_REFOP when it has none. */
-static int refop_node(nd_t *d, const char *op)
+/* Reference converters of the operators the helpers above do not cover
+ * alone; each is one entry of the converter table (below). */
+static int rf_gelu(nd_t *d, const char *op)
+{
+    char buf[16];
+    const char *ap = attr_str(d->n, "approximate", buf, sizeof(buf));
+    kt_refop_t r = {.op = KT_REFOP_UNARY,
+                    .ia = {ap && strcmp(ap, "none") ? KT_RU_GELU_TANH : KT_RU_GELU}};
+    (void)op;
+    return refop_simple(d, &r, 1, 0, "gelu");
+}
+
+static int rf_clip(nd_t *d, const char *op)
+{
+    double lo = -INFINITY, hi = INFINITY;
+    int g;
+    (void)op;
+    if (d->im->opset < 11 ? attr_float(d, "min", -INFINITY, &lo) ||
+                                attr_float(d, "max", INFINITY, &hi)
+                          : scalar_in(d, 1, &lo, &g) || scalar_in(d, 2, &hi, &g))
+        return UNSUP;
+    kt_refop_t r = {.op = KT_REFOP_UNARY, .ia = {KT_RU_CLIP}, .fa = {lo, hi}};
+    return refop_simple(d, &r, 1, is_int_in(d, 0), "clip");
+}
+
+static int rf_where(nd_t *d, const char *op)
+{
+    kt_refop_t r = {.op = KT_REFOP_WHERE};
+    (void)op;
+    return refop_simple(d, &r, 3, is_int_in(d, 1) && is_int_in(d, 2), "where");
+}
+
+static int rf_scatter_nd(nd_t *d, const char *op)
+{
+    char buf[16];
+    const char *red = attr_str(d->n, "reduction", buf, sizeof(buf));
+    (void)op;
+    if (red && strcmp(red, "none"))
+        return unsup(d, "ScatterND with reduction '%s'", red);
+    kt_refop_t r = {.op = KT_REFOP_SCATTER_ND};
+    return refop_simple(d, &r, 3, is_int_in(d, 0), "scatter_nd");
+}
+
+static int rf_global_max_pool(nd_t *d, const char *op)
+{
+    kt_refop_t r = {.op = KT_REFOP_REDUCE, .nin = 1, .ia = {KT_RR_MAX, 12}};
+    int slot[1] = {0}, nd;
+    int64_t dims[KT_NET_MAX_DIMS];
+    if (in_shape(d, 0, &nd, dims))
+        return UNSUP;
+    if (nd != 4)
+        return unsup(d, "GlobalMaxPool of a rank-%d tensor", nd);
+    return refop_call(d, &r, slot, 0, -1, NULL, 0, op);
+}
+
+/* Table-driven forms of the families: the op's entry in unary_defs,
+ * binary_defs or reduce_defs. */
+static int rf_unary_op(nd_t *d, const char *op)
 {
     for (size_t k = 0; k < KT_ARRAY_LEN(unary_defs); k++)
         if (!strcmp(op, unary_defs[k].onnx))
             return rf_unary(d, &unary_defs[k]);
+    return unsup(d, "no unary form of %s", op);
+}
+
+static int rf_binary_op(nd_t *d, const char *op)
+{
     for (size_t k = 0; k < KT_ARRAY_LEN(binary_defs); k++)
         if (!strcmp(op, binary_defs[k].onnx))
             return rf_binary(d, binary_defs[k].code, op);
+    return unsup(d, "no binary form of %s", op);
+}
+
+static int rf_reduce_op(nd_t *d, const char *op)
+{
     for (size_t k = 0; k < KT_ARRAY_LEN(reduce_defs); k++)
         if (!strcmp(op, reduce_defs[k].onnx))
             return rf_reduce(d, reduce_defs[k].code, op);
-    if (!strcmp(op, "Gelu")) {
-        char buf[16];
-        const char *ap = attr_str(d->n, "approximate", buf, sizeof(buf));
-        kt_refop_t r = {.op = KT_REFOP_UNARY,
-                        .ia = {ap && strcmp(ap, "none") ? KT_RU_GELU_TANH : KT_RU_GELU}};
-        return refop_simple(d, &r, 1, 0, "gelu");
-    }
-    if (!strcmp(op, "Clip")) {
-        double lo = -INFINITY, hi = INFINITY;
-        int g;
-        if (d->im->opset < 11 ? attr_float(d, "min", -INFINITY, &lo) ||
-                                    attr_float(d, "max", INFINITY, &hi)
-                              : scalar_in(d, 1, &lo, &g) || scalar_in(d, 2, &hi, &g))
-            return UNSUP;
-        kt_refop_t r = {.op = KT_REFOP_UNARY, .ia = {KT_RU_CLIP}, .fa = {lo, hi}};
-        return refop_simple(d, &r, 1, is_int_in(d, 0), "clip");
-    }
-    if (!strcmp(op, "Where")) {
-        kt_refop_t r = {.op = KT_REFOP_WHERE};
-        return refop_simple(d, &r, 3, is_int_in(d, 1) && is_int_in(d, 2), "where");
-    }
-    if (!strcmp(op, "Slice"))
-        return rf_slice(d);
-    if (!strcmp(op, "Split"))
-        return rf_split(d);
-    if (!strcmp(op, "Expand") || !strcmp(op, "Tile"))
-        return rf_expand_tile(d, op[0] == 'T');
-    if (!strcmp(op, "Transpose"))
-        return rf_transpose(d);
-    if (!strcmp(op, "Pad"))
-        return rf_pad(d);
-    if (!strcmp(op, "Gather"))
-        return rf_gather(d);
-    if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax"))
-        return rf_softmax(d, op[0] == 'L');
-    if (!strcmp(op, "Range"))
-        return rf_range(d);
-    if (!strcmp(op, "Trilu"))
-        return rf_trilu(d);
-    if (!strcmp(op, "ScatterND")) {
-        char buf[16];
-        const char *red = attr_str(d->n, "reduction", buf, sizeof(buf));
-        if (red && strcmp(red, "none"))
-            return unsup(d, "ScatterND with reduction '%s'", red);
-        kt_refop_t r = {.op = KT_REFOP_SCATTER_ND};
-        return refop_simple(d, &r, 3, is_int_in(d, 0), "scatter_nd");
-    }
-    if (!strcmp(op, "Cast"))
-        return rf_cast(d);
-    return NOT_REFOP;
+    return unsup(d, "no reduction form of %s", op);
 }
+
+static int rf_slice_op(nd_t *d, const char *op) { (void)op; return rf_slice(d); }
+static int rf_split_op(nd_t *d, const char *op) { (void)op; return rf_split(d); }
+static int rf_expand_op(nd_t *d, const char *op) { return rf_expand_tile(d, op[0] == 'T'); }
+static int rf_transpose_op(nd_t *d, const char *op) { (void)op; return rf_transpose(d); }
+static int rf_pad_op(nd_t *d, const char *op) { (void)op; return rf_pad(d); }
+static int rf_gather_op(nd_t *d, const char *op) { (void)op; return rf_gather(d); }
+static int rf_softmax_op(nd_t *d, const char *op) { return rf_softmax(d, op[0] == 'L'); }
+static int rf_range_op(nd_t *d, const char *op) { (void)op; return rf_range(d); }
+static int rf_trilu_op(nd_t *d, const char *op) { (void)op; return rf_trilu(d); }
+static int rf_cast_op(nd_t *d, const char *op) { (void)op; return rf_cast(d); }
+static int rf_shape_op(nd_t *d, const char *op) { (void)op; return h_shape(d); }
+
+static int refop_node(nd_t *d, const char *op);
 
 /* ---- constant folding -------------------------------------------------------------- */
 
@@ -2833,64 +2917,179 @@ static int convert_layer_norm(nd_t *d, const layer_norm_t *ln)
 
 /* ---- nodes ------------------------------------------------------------------------------ */
 
+/* ---- the converter table -------------------------------------------------------------
+ * One entry per ONNX operator, as TVM's frontend maps each operator name to
+ * its converter: `layer` builds the layers of a node that reads an
+ * activation (a task's anchor, an epilogue, a shape operator), `ref` the
+ * call of its reference implementation (refop.h), which also folds a node
+ * of constants only. An operator with a layer form falls back on `ref`
+ * only through its own converter; one with no layer form runs as `ref`.
+ * `since` is the first opset whose form the converters read (older
+ * attribute forms are handled inside them where ONNX changed an operator). */
+
+typedef int (*convert_fn)(nd_t *d, const char *op);
+
+static int c_conv(nd_t *d, const char *op) { (void)op; return h_conv(d); }
+static int c_pool(nd_t *d, const char *op) { return h_pool(d, op[0] == 'M'); }
+static int c_gpool(nd_t *d, const char *op) { return simple(d, NET_GLOBAL_POOL, op); }
+static int c_matmul(nd_t *d, const char *op) { return h_matmul(d, op[0] == 'G'); }
+static int c_relu(nd_t *d, const char *op) { (void)op; return simple(d, NET_RELU, "Relu"); }
+static int c_clip(nd_t *d, const char *op) { (void)op; return h_clip(d); }
+static int c_sigmoid(nd_t *d, const char *op) { (void)op; return simple(d, NET_SIGMOID, "sigmoid"); }
+static int c_tanh(nd_t *d, const char *op) { (void)op; return simple(d, NET_TANH, "tanh"); }
+static int c_batch_norm(nd_t *d, const char *op) { (void)op; return h_batch_norm(d); }
+static int c_layer_norm(nd_t *d, const char *op) { (void)op; return h_layer_norm(d); }
+static int c_softmax(nd_t *d, const char *op) { (void)op; return h_softmax(d); }
+static int c_identity(nd_t *d, const char *op) { (void)op; return alias(d, 0); }
+static int c_shape_op(nd_t *d, const char *op) { return h_shape_op(d, op); }
+static int c_concat(nd_t *d, const char *op) { (void)op; return h_concat(d); }
+static int c_reduce_mean(nd_t *d, const char *op) { (void)op; return h_reduce_mean(d); }
+static int c_einsum(nd_t *d, const char *op) { (void)op; return h_einsum(d); }
+
+/* Gelu's erf form is an epilogue; its tanh form runs as the reference call. */
+static int c_gelu(nd_t *d, const char *op)
+{
+    char buf[16];
+    const char *ap = attr_str(d->n, "approximate", buf, sizeof(buf));
+    if (ap && strcmp(ap, "none") != 0)
+        return rf_gelu(d, op);
+    return simple(d, NET_GELU, "Gelu");
+}
+
+typedef struct {
+    const char *op;
+    int since;
+    convert_fn layer, ref;
+} converter_t;
+
+static const converter_t converters[] = {
+    /* anchors and their epilogues */
+    {"Conv", 1, c_conv, NULL},
+    {"MaxPool", 1, c_pool, NULL},
+    {"AveragePool", 1, c_pool, NULL},
+    {"GlobalAveragePool", 1, c_gpool, NULL},
+    {"GlobalMaxPool", 1, NULL, rf_global_max_pool},
+    {"Gemm", 1, c_matmul, NULL},
+    {"MatMul", 1, c_matmul, NULL},
+    {"Einsum", 12, c_einsum, NULL},
+    {"BatchNormalization", 1, c_batch_norm, NULL},
+    {"LayerNormalization", 17, c_layer_norm, NULL},
+    {"Softmax", 1, c_softmax, rf_softmax_op},
+    {"LogSoftmax", 1, NULL, rf_softmax_op},
+    {"Add", 1, h_binary, rf_binary_op},
+    {"Sub", 1, h_binary, rf_binary_op},
+    {"Mul", 1, h_binary, rf_binary_op},
+    {"Div", 1, h_binary, rf_binary_op},
+    {"Relu", 1, c_relu, rf_unary_op},
+    {"Clip", 1, c_clip, rf_clip},
+    {"Sigmoid", 1, c_sigmoid, rf_unary_op},
+    {"Tanh", 1, c_tanh, rf_unary_op},
+    {"Gelu", 20, c_gelu, rf_gelu},
+    /* data movement */
+    {"Identity", 1, c_identity, rf_unary_op},
+    {"Dropout", 1, c_identity, NULL},   /* a mask output is reported only where it is read */
+    {"Cast", 1, NULL, rf_cast_op},
+    {"Shape", 1, NULL, rf_shape_op},
+    {"Flatten", 1, c_shape_op, NULL},
+    {"Reshape", 5, c_shape_op, NULL},
+    {"Squeeze", 1, c_shape_op, NULL},
+    {"Unsqueeze", 1, c_shape_op, NULL},
+    {"Transpose", 1, c_shape_op, rf_transpose_op},
+    {"Concat", 4, c_concat, NULL},
+    {"Slice", 1, NULL, rf_slice_op},
+    {"Split", 1, NULL, rf_split_op},
+    {"Expand", 8, NULL, rf_expand_op},
+    {"Tile", 6, NULL, rf_expand_op},
+    {"Pad", 1, NULL, rf_pad_op},
+    {"Gather", 1, NULL, rf_gather_op},
+    {"ScatterND", 11, NULL, rf_scatter_nd},
+    {"Trilu", 14, NULL, rf_trilu_op},
+    {"Range", 11, NULL, rf_range_op},
+    {"Where", 9, NULL, rf_where},
+    /* reductions (the mean over H and W of a 4-D tensor is a global pool task) */
+    {"ReduceMean", 1, c_reduce_mean, rf_reduce_op},
+    {"ReduceSum", 1, NULL, rf_reduce_op},
+    {"ReduceMax", 1, NULL, rf_reduce_op},
+    {"ReduceMin", 1, NULL, rf_reduce_op},
+    {"ReduceProd", 1, NULL, rf_reduce_op},
+    {"ReduceL1", 1, NULL, rf_reduce_op},
+    {"ReduceL2", 1, NULL, rf_reduce_op},
+    {"ReduceSumSquare", 1, NULL, rf_reduce_op},
+    {"ReduceLogSum", 1, NULL, rf_reduce_op},
+    {"ReduceLogSumExp", 1, NULL, rf_reduce_op},
+    /* elementwise: binary with numpy broadcasting, then unary */
+    {"Pow", 1, NULL, rf_binary_op},
+    {"Max", 1, NULL, rf_binary_op},
+    {"Min", 1, NULL, rf_binary_op},
+    {"Mod", 10, NULL, rf_binary_op},
+    {"Equal", 1, NULL, rf_binary_op},
+    {"Less", 1, NULL, rf_binary_op},
+    {"Greater", 1, NULL, rf_binary_op},
+    {"LessOrEqual", 12, NULL, rf_binary_op},
+    {"GreaterOrEqual", 12, NULL, rf_binary_op},
+    {"And", 1, NULL, rf_binary_op},
+    {"Or", 1, NULL, rf_binary_op},
+    {"Xor", 1, NULL, rf_binary_op},
+    {"PRelu", 1, NULL, rf_binary_op},
+    {"Erf", 9, NULL, rf_unary_op},
+    {"Exp", 1, NULL, rf_unary_op},
+    {"Log", 1, NULL, rf_unary_op},
+    {"Sqrt", 1, NULL, rf_unary_op},
+    {"Reciprocal", 1, NULL, rf_unary_op},
+    {"Neg", 1, NULL, rf_unary_op},
+    {"Abs", 1, NULL, rf_unary_op},
+    {"Softplus", 1, NULL, rf_unary_op},
+    {"Softsign", 1, NULL, rf_unary_op},
+    {"LeakyRelu", 1, NULL, rf_unary_op},
+    {"HardSigmoid", 1, NULL, rf_unary_op},
+    {"HardSwish", 14, NULL, rf_unary_op},
+    {"Elu", 1, NULL, rf_unary_op},
+    {"Selu", 1, NULL, rf_unary_op},
+    {"Celu", 12, NULL, rf_unary_op},
+    {"ThresholdedRelu", 10, NULL, rf_unary_op},
+    {"Floor", 1, NULL, rf_unary_op},
+    {"Ceil", 1, NULL, rf_unary_op},
+    {"Round", 11, NULL, rf_unary_op},
+    {"Sin", 7, NULL, rf_unary_op},
+    {"Cos", 7, NULL, rf_unary_op},
+    {"Sign", 9, NULL, rf_unary_op},
+    {"Mish", 18, NULL, rf_unary_op},
+    {"Not", 1, NULL, rf_unary_op},
+    {"IsNaN", 9, NULL, rf_unary_op},
+    {"IsInf", 10, NULL, rf_unary_op},
+};
+
+static const converter_t *converter_of(const char *op)
+{
+    for (size_t k = 0; k < KT_ARRAY_LEN(converters); k++)
+        if (!strcmp(op, converters[k].op))
+            return &converters[k];
+    return NULL;
+}
+
+/* The reference form of ONNX operator `op`: UNSUP or 0 as a handler, or
+ * NOT_REFOP when it has none. */
+static int refop_node(nd_t *d, const char *op)
+{
+    const converter_t *c = converter_of(op);
+    if (!c || !c->ref)
+        return NOT_REFOP;
+    if (d->im->opset < c->since)
+        return unsup(d, "%s needs opset %d or later (the model has %lld)", op, c->since,
+                     (long long)d->im->opset);
+    return c->ref(d, op);
+}
+
+/* A node reading an activation: its layer form, else its reference call. */
 static int dispatch(nd_t *d, const char *op)
 {
-    if (!strcmp(op, "Conv"))
-        return h_conv(d);
-    if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool"))
-        return h_pool(d, op[0] == 'M');
-    if (!strcmp(op, "GlobalAveragePool"))
-        return simple(d, NET_GLOBAL_POOL, "GlobalAveragePool");
-    if (!strcmp(op, "Gemm") || !strcmp(op, "MatMul"))
-        return h_matmul(d, op[0] == 'G');
-    if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div"))
-        return h_binary(d, op);
-    if (!strcmp(op, "Relu"))
-        return simple(d, NET_RELU, "Relu");
-    if (!strcmp(op, "Clip"))
-        return h_clip(d);
-    if (!strcmp(op, "Sigmoid"))
-        return simple(d, NET_SIGMOID, "sigmoid");
-    if (!strcmp(op, "Tanh"))
-        return simple(d, NET_TANH, "tanh");
-    if (!strcmp(op, "Gelu")) {
-        char buf[16];
-        const char *ap = attr_str(d->n, "approximate", buf, sizeof(buf));
-        if (ap && strcmp(ap, "none") != 0)
-            return refop_node(d, op);
-        return simple(d, NET_GELU, "Gelu");
-    }
-
-    if (!strcmp(op, "BatchNormalization"))
-        return h_batch_norm(d);
-    if (!strcmp(op, "LayerNormalization"))
-        return h_layer_norm(d);
-    if (!strcmp(op, "Softmax"))
-        return h_softmax(d);
-    if (!strcmp(op, "Identity") || !strcmp(op, "Dropout"))
-        return alias(d, 0);   /* a mask output is reported only where it is read */
-    if (!strcmp(op, "Cast"))
-        return rf_cast(d);
-    if (!strcmp(op, "Shape"))
-        return h_shape(d);
-    if (!strcmp(op, "Flatten") || !strcmp(op, "Reshape") || !strcmp(op, "Transpose") ||
-        !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze"))
-        return h_shape_op(d, op);
-    if (!strcmp(op, "Concat"))
-        return h_concat(d);
-    if (!strcmp(op, "ReduceMean"))
-        return h_reduce_mean(d);
-    if (!strcmp(op, "GlobalMaxPool")) {
-        kt_refop_t r = {.op = KT_REFOP_REDUCE, .nin = 1, .ia = {KT_RR_MAX, 12}};
-        int slot[1] = {0};
-        if (lshape(d, 0)->ndim != 4)
-            return unsup(d, "GlobalMaxPool of a rank-%d tensor", lshape(d, 0)->ndim);
-        return refop_call(d, &r, slot, 0, -1, NULL, 0, "GlobalMaxPool");
-    }
-    int rc = refop_node(d, op);
-    if (rc != NOT_REFOP)
-        return rc;
-    return unsup(d, "operator %s is not supported", op);
+    const converter_t *c = converter_of(op);
+    if (!c)
+        return unsup(d, "operator %s is not supported", op);
+    if (d->im->opset < c->since)
+        return unsup(d, "%s needs opset %d or later (the model has %lld)", op, c->since,
+                     (long long)d->im->opset);
+    return c->layer ? c->layer(d, op) : c->ref(d, op);
 }
 
 /* Make the node's outputs unsupported layers (the first carries the reason). */
