@@ -20,6 +20,7 @@
 #define MAX_CONST_VALUES 4096   /* constants with more elements keep only their shape */
 #define UNSUP 1                 /* handler result: the node becomes an unsupported layer */
 #define ND_MAX_IN 256           /* inputs of one node (a DenseNet block's Concat has 49) */
+#define FOLD_LIMIT (1 << 21)    /* elements of a constant the importer computes */
 
 /* A constant: an initializer, a Constant node or a folded computation. */
 typedef struct {
@@ -584,6 +585,70 @@ static int materialize_scaled(nd_t *d, int k, double factor, int *layer)
     return attach(d, i, "value", k, factor, P_AS_IS);
 }
 
+/* Constant input k broadcast to shape `to` (when it broadcasts to it and
+ * differs from it): a constant layer of that shape carrying the repeated
+ * values times `factor`, so that x + C reads two tensors of one shape.
+ * Anything else is materialize_scaled's. */
+static int materialize_bcast(nd_t *d, int k, double factor, const net_shape_t *to, int *layer)
+{
+    const cval_t *c = cin(d, k);
+    int64_t n = net_shape_numel(to);
+    int same = c->ndim == to->ndim && !memcmp(c->d, to->d, sizeof(int64_t) * (size_t)to->ndim);
+    int fits = c->ndim >= 1 && c->ndim <= to->ndim && n > 0 && n <= FOLD_LIMIT;
+    for (int q = 0; fits && q < c->ndim; q++) {
+        int64_t a = c->d[q], b = to->d[q + to->ndim - c->ndim];
+        fits = a == b || a == 1;
+    }
+    if (same || !fits)
+        return materialize_scaled(d, k, factor, layer);
+    float *v = NULL;
+    int64_t m = 0;
+    int rc = const_floats(d->im, d->code[k], &v, &m);
+    if (rc)
+        return rc;
+    if (!v)
+        return materialize_scaled(d, k, factor, layer);   /* values not at hand: shapes only */
+    float *w = malloc((size_t)n * sizeof(float));
+    if (!w) {
+        free(v);
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    }
+    int64_t st[KT_NET_MAX_DIMS], acc = 1;
+    for (int q = to->ndim - 1; q >= 0; q--) {
+        int cq = q - (to->ndim - c->ndim);
+        st[q] = cq >= 0 && c->d[cq] != 1 ? acc : 0;
+        if (cq >= 0)
+            acc *= c->d[cq];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, src = 0;
+        for (int q = to->ndim - 1; q >= 0; q--) {
+            src += (rem % to->d[q]) * st[q];
+            rem /= to->d[q];
+        }
+        w[i] = (float)(factor * v[src]);
+    }
+    free(v);
+    char name[200];
+    snprintf(name, sizeof(name), "const:%.150s*bcast", d->n->input[k]);
+    for (int j = 1; net_find(d->im->net, name) >= 0; j++)
+        snprintf(name, sizeof(name), "const:%.140s*bcast#%d", d->n->input[k], j);
+    int i = net_layer_add(d->im->net, name, NET_INPUT, "constant", NULL, 0);
+    if (i < 0) {
+        free(w);
+        return i;
+    }
+    net_layer_t *l = net_layer(d->im->net, i);
+    l->ntarget = to->ndim;
+    memcpy(l->target, to->d, sizeof(l->target));
+    if ((rc = net_layer_finish(d->im->net, i)) < 0) {
+        free(w);
+        return rc;
+    }
+    *layer = i;
+    return net_layer_set_param(d->im->net, i, "value", w, n);
+}
+
 static int materialize(nd_t *d, int k, int *layer)
 {
     return materialize_scaled(d, k, 1.0, layer);
@@ -1083,9 +1148,11 @@ static int h_binary(nd_t *d, const char *op)
             return finish_out(d, i, 0);
         }
         if ((add || (sub && ci == 1)) && cnumel(c) >= 0) {
-            /* x + C with C of x's shape: the add of two tensors (-C for sub). */
+            /* x + C with C of x's shape: the add of two tensors (-C for sub);
+             * a C that broadcasts to x's shape (an attention mask) is
+             * expanded to it, so the add stays an epilogue of x's task. */
             int cl;
-            if ((rc = materialize_scaled(d, ci, sub ? -1.0 : 1.0, &cl)))
+            if ((rc = materialize_bcast(d, ci, sub ? -1.0 : 1.0, xs, &cl)))
                 return rc;
             int in[2] = {x, cl};
             return finish_out(d, new_layer(d, NULL, NET_ADD, op, in, 2, &l), 0);
@@ -1586,7 +1653,7 @@ static int h_reduce_mean(nd_t *d)
 #define NOT_REFOP 2              /* refop_node: the operator has no reference form */
 
 static int const_out(nd_t *d, int k, cval_t **c);
-#define FOLD_MAX_VALUES (1 << 21)   /* folded results kept with their values */
+#define FOLD_MAX_VALUES FOLD_LIMIT   /* folded results kept with their values */
 
 static const char *const refop_roles[KT_REFOP_MAX_IN] = {"c0", "c1", "c2"};
 
