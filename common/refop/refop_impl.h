@@ -248,8 +248,76 @@ static void KT_RF(gather)(const kt_refop_t *r, const KT_RT *x, const KT_RT *idx,
         }
 }
 
+/* The element transform and combination of a reduction's plain forms. */
+static double KT_RF(rd_in)(int code, double v)
+{
+    return code == KT_RR_L1 ? fabs(v) : code == KT_RR_L2 || code == KT_RR_SUMSQUARE ? v * v : v;
+}
+
+static double KT_RF(rd_add)(int code, double acc, double v)
+{
+    switch (code) {
+    case KT_RR_MAX: return v > acc || v != v ? v : acc;
+    case KT_RR_MIN: return v < acc || v != v ? v : acc;
+    case KT_RR_PROD: return acc * v;
+    default: return acc + v;
+    }
+}
+
+static double KT_RF(rd_out)(int code, double acc, int64_t count)
+{
+    return code == KT_RR_MEAN ? acc / (double)count : code == KT_RR_L2 ? sqrt(acc)
+           : code == KT_RR_LOGSUM ? log(acc) : acc;
+}
+
+/* A reduction over one block of adjacent axes [a0, a1): [outer, mid, inner]
+ * with unit-stride loops (the mean over the last axis of a LayerNorm, the
+ * sum over channels). 0 when the axes are not one block. */
+static int KT_RF(reduce_block)(const kt_refop_t *r, const KT_RT *x, KT_RT *out)
+{
+    int nd = r->ndim[0], code = (int)r->ia[0], a0 = -1, a1 = -1;
+    int64_t mask = r->ia[1], outer = 1, mid = 1, inner = 1;
+    for (int d = 0; d < nd; d++)
+        if (mask >> d & 1) {
+            if (a1 >= 0 && a1 != d)
+                return 0;
+            a0 = a0 < 0 ? d : a0;
+            a1 = d + 1;
+        }
+    if (a0 < 0 || code == KT_RR_LOGSUMEXP)
+        return 0;
+    for (int d = 0; d < nd; d++)
+        *(d < a0 ? &outer : d < a1 ? &mid : &inner) *= r->din[0][d];
+    double init = code == KT_RR_MAX ? -INFINITY : code == KT_RR_MIN ? INFINITY
+                  : code == KT_RR_PROD ? 1.0 : 0.0;
+#ifdef _OPENMP
+#pragma omp parallel for if (outer * mid * inner > 32768)
+#endif
+    for (int64_t o = 0; o < outer; o++) {
+        const KT_RT *p = x + o * mid * inner;
+        KT_RT *y = out + o * inner;
+        if (inner == 1) {
+            double acc = init;
+            for (int64_t j = 0; j < mid; j++)
+                acc = KT_RF(rd_add)(code, acc, KT_RF(rd_in)(code, p[j]));
+            y[0] = (KT_RT)KT_RF(rd_out)(code, acc, mid);
+            continue;
+        }
+        for (int64_t i = 0; i < inner; i++)
+            y[i] = (KT_RT)init;
+        for (int64_t j = 0; j < mid; j++)
+            for (int64_t i = 0; i < inner; i++)
+                y[i] = (KT_RT)KT_RF(rd_add)(code, y[i], KT_RF(rd_in)(code, p[j * inner + i]));
+        for (int64_t i = 0; i < inner; i++)
+            y[i] = (KT_RT)KT_RF(rd_out)(code, y[i], mid);
+    }
+    return 1;
+}
+
 static void KT_RF(reduce)(const kt_refop_t *r, const KT_RT *x, KT_RT *out)
 {
+    if (KT_RF(reduce_block)(r, x, out))
+        return;
     int nd = r->ndim[0], code = (int)r->ia[0];
     int64_t mask = r->ia[1], st[KT_REFOP_MAX_DIMS], rd[KT_REFOP_MAX_DIMS], rs[KT_REFOP_MAX_DIMS];
     int64_t kd[KT_REFOP_MAX_DIMS], ks[KT_REFOP_MAX_DIMS], count = 1, nout = 1;
@@ -293,26 +361,11 @@ static void KT_RF(reduce)(const kt_refop_t *r, const KT_RT *x, KT_RT *out)
                 q /= rd[d];
             }
             double v = x[at];
-            switch (code) {
-            case KT_RR_MAX: acc = v > acc || v != v ? v : acc; break;
-            case KT_RR_MIN: acc = v < acc || v != v ? v : acc; break;
-            case KT_RR_PROD: acc *= v; break;
-            case KT_RR_L1: acc += fabs(v); break;
-            case KT_RR_L2:
-            case KT_RR_SUMSQUARE: acc += v * v; break;
-            case KT_RR_LOGSUMEXP: acc += exp(v - mx); break;
-            default: acc += v; break;
-            }
+            acc = code == KT_RR_LOGSUMEXP ? acc + exp(v - mx)
+                                          : KT_RF(rd_add)(code, acc, KT_RF(rd_in)(code, v));
         }
-        if (code == KT_RR_MEAN)
-            acc /= (double)count;
-        else if (code == KT_RR_L2)
-            acc = sqrt(acc);
-        else if (code == KT_RR_LOGSUM)
-            acc = log(acc);
-        else if (code == KT_RR_LOGSUMEXP)
-            acc = mx + log(acc);
-        out[o] = (KT_RT)acc;
+        out[o] = (KT_RT)(code == KT_RR_LOGSUMEXP ? mx + log(acc)
+                                                 : KT_RF(rd_out)(code, acc, count));
     }
 }
 
