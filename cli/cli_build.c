@@ -758,6 +758,25 @@ int kt_cli_run(int argc, char **argv)
                     strerror(errno));
             return 1;
         }
+        /* NAME=FILE.npy fixes NAME's dynamic dimensions to the file's shape
+         * unless an --input NAME=DIMS says otherwise. */
+        if (!eq || access(f, F_OK) == 0 || a.net.ninputs == KT_CLI_MAX_INPUTS ||
+            (size_t)(eq - f) >= sizeof a.net.inputs[0].name)
+            continue;
+        int known = 0;
+        for (int q = 0; q < a.net.ninputs; q++)
+            known |= strlen(a.net.inputs[q].name) == (size_t)(eq - f) &&
+                     !strncmp(a.net.inputs[q].name, f, (size_t)(eq - f));
+        float *x = NULL;
+        kt_net_input_t *in = &a.net.inputs[a.net.ninputs];
+        if (known || kt_npy_read_ints(eq + 1, &x, in->dims, &in->ndim, NULL) != 0) {
+            kt_err_clear();   /* a bad file is said when the network reads it */
+            continue;
+        }
+        free(x);
+        memcpy(in->name, f, (size_t)(eq - f));
+        in->name[eq - f] = '\0';
+        a.net.ninputs++;
     }
     char tmp[] = "/tmp/ktune-run-XXXXXX";
     const char *dir = a.out;
