@@ -1722,8 +1722,10 @@ static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarge
                 if (!(o->iv = malloc(((size_t)numel + 1) * sizeof(int64_t))))
                     rc = kt_err_set(KT_ENOMEM, "out of memory");
                 for (int64_t q = 0; o->iv && q < numel; q++)
-                    o->iv[q] = out[q] >= 9.2e18 ? INT64_MAX : out[q] <= -9.2e18 ? INT64_MIN
-                                                                              : (int64_t)out[q];
+                    o->iv[q] = out[q] != out[q] ? 0
+                               : out[q] >= 9.2e18 ? INT64_MAX
+                               : out[q] <= -9.2e18 ? INT64_MIN
+                                                   : (int64_t)out[q];
             } else {
                 o->fv = out;
                 out = NULL;
@@ -2131,10 +2133,10 @@ static int rf_range(nd_t *d)
     if (v[2] == 0)
         return unsup(d, "a Range with delta 0");
     double len = ceil((v[1] - v[0]) / v[2]);
-    kt_refop_t r = {.op = KT_REFOP_RANGE, .ondim = 1, .dout = {len > 0 ? (int64_t)len : 0},
+    if (!(len >= 1 && len <= FOLD_LIMIT))
+        return unsup(d, "a Range of %g elements (1 to %d supported)", len, FOLD_LIMIT);
+    kt_refop_t r = {.op = KT_REFOP_RANGE, .ondim = 1, .dout = {(int64_t)len},
                     .fa = {v[0], v[2]}};
-    if (r.dout[0] < 1)
-        return unsup(d, "an empty Range");
     return refop_simple(d, &r, 0, is_int_in(d, 0) && is_int_in(d, 2), "range");
 }
 
@@ -2145,6 +2147,8 @@ static int rf_trilu(nd_t *d)
     int g;
     if (attr_int(d, "upper", 1, &upper) || scalar_in(d, 1, &k, &g))
         return UNSUP;
+    if (!(fabs(k) < 1e15))
+        return unsup(d, "a Trilu diagonal of %g", k);
     kt_refop_t r = {.op = KT_REFOP_TRILU, .ia = {upper != 0, (int64_t)k}};
     return refop_simple(d, &r, 1, is_int_in(d, 0), "trilu");
 }

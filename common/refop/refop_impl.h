@@ -226,6 +226,19 @@ static void KT_RF(pad)(const kt_refop_t *r, const KT_RT *x, KT_RT *out)
     }
 }
 
+/* An index value into an axis of n: negative counts from the end, and
+ * anything else outside it (NaN included) is clamped, so no value can make
+ * a call read or write out of bounds. */
+static int64_t KT_RF(index)(KT_RT v, int64_t n)
+{
+    double q = (double)v;
+    if (q < 0)
+        q += (double)n;
+    if (!(q >= 0))
+        return 0;
+    return q >= (double)n ? n - 1 : (int64_t)q;
+}
+
 static void KT_RF(gather)(const kt_refop_t *r, const KT_RT *x, const KT_RT *idx, KT_RT *out)
 {
     int axis = (int)r->ia[0];
@@ -240,10 +253,7 @@ static void KT_RF(gather)(const kt_refop_t *r, const KT_RT *x, const KT_RT *idx,
 #endif
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < ni; j++) {
-            int64_t k = (int64_t)idx[j];
-            if (k < 0)
-                k += A;
-            k = k < 0 ? 0 : k >= A ? A - 1 : k;
+            int64_t k = KT_RF(index)(idx[j], A);
             memcpy(out + (o * ni + j) * inner, x + (o * A + k) * inner, sizeof(KT_RT) * (size_t)inner);
         }
 }
@@ -423,11 +433,8 @@ static void KT_RF(scatter_nd)(const kt_refop_t *r, const KT_RT *x, const KT_RT *
     memcpy(out, x, sizeof(KT_RT) * (size_t)numel);
     for (int64_t u = 0; u < nupd; u++) {
         int64_t off = 0;
-        for (int j = 0; j < k; j++) {
-            int64_t q = (int64_t)idx[u * k + j], n = r->din[0][j];
-            q = q < 0 ? q + n : q;
-            off += (q < 0 ? 0 : q >= n ? n - 1 : q) * st[j];
-        }
+        for (int j = 0; j < k; j++)
+            off += KT_RF(index)(idx[u * k + j], r->din[0][j]) * st[j];
         memcpy(out + off, upd + u * slice, sizeof(KT_RT) * (size_t)slice);
     }
 }
