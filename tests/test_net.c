@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "net/net.h"
+#include "net/plan.h"
 #include "te/workload.h"
 #include "util/err.h"
 #include "util/util.h"
@@ -1067,6 +1068,55 @@ START_TEST(net_onnx_reports_unsupported_nodes_and_lists_the_rest)
 }
 END_TEST
 
+/* The LayerNorm opsets before 17 export as nine nodes is one layer_norm task
+ * with the model's epsilon; a network of a float and an int64 input keeps
+ * both, in order, and lists its reference steps by operator. */
+START_TEST(net_onnx_layer_norm_pattern_and_two_inputs)
+{
+    char *p = model("ln13.onnx");
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->nissues, 0);
+    int ln = -1;
+    for (int i = 0; i < t->ntasks; i++)
+        if (strstr(kt_workload_json(t->tasks[i].wl), "\"layer_norm\""))
+            ln = i;
+    ck_assert_msg(ln >= 0, "no layer_norm task");
+    const char *js = kt_workload_json(t->tasks[ln].wl);
+    ck_assert_msg(strstr(js, "\"eps\"") && strstr(js, "\"affine\":true"), "%s", js);
+    ck_assert_int_eq(t->ntasks, 2);   /* the dense layer and the layer norm */
+    char *plain = kt_net_plain_steps_text(net);
+    ck_assert_str_eq(plain, "");      /* nothing of it is left to plain steps */
+    free(plain);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(p);
+
+    p = model("masked.onnx");
+    net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
+    t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_ptr_nonnull(t);
+    kt_net_plan_t *plan = kt_net_plan(net, t, KT_NET_NHWC, 1);
+    ck_assert_msg(plan != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(plan->ninputs, 2);
+    ck_assert_str_eq(plan->input_names[0], "x");
+    ck_assert_str_eq(plan->input_names[1], "mask");
+    ck_assert_int_eq(plan->input_int[0], 0);
+    ck_assert_int_eq(plan->input_int[1], 1);
+    ck_assert_int_eq(plan->values[plan->inputs[1]].slot, 1);
+    plain = kt_net_plain_steps_text(net);
+    ck_assert_msg(strstr(plain, "slice x1: ") && strstr(plain, "ReduceSum x1"), "%s", plain);
+    free(plain);
+    kt_net_plan_free(plan);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(p);
+}
+END_TEST
+
 START_TEST(net_onnx_symbolic_inputs_need_a_shape)
 {
     char *p = model("symbolic.onnx");
@@ -1562,6 +1612,7 @@ int main(void)
     tcase_add_test(to, net_onnx_mobile_cnn_matches_its_network_file);
     tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
+    tcase_add_test(to, net_onnx_layer_norm_pattern_and_two_inputs);
     tcase_add_test(to, net_onnx_folds_shape_arithmetic_and_infers_shape_ops);
     tcase_add_test(to, net_onnx_rejects_truncated_and_random_files);
     tcase_add_test(to, net_onnx_keeps_parameters_in_canonical_layouts);

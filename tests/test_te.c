@@ -118,6 +118,9 @@ START_TEST(workload_written_differently_is_the_same_workload)
          "\"padding\":[1,1,1,1],\"stride\":[1,1],\"dilation\":[1,1],\"epilogue\":[]}"},
         {"{\"op\":\"layer_norm\",\"shape\":[4,8]}",
          "{\"affine\":true,\"op\":\"layer_norm\",\"shape\":[4,8]}"},
+        /* the default epsilon said out loud is the same workload */
+        {"{\"op\":\"layer_norm\",\"shape\":[4,8]}",
+         "{\"op\":\"layer_norm\",\"shape\":[4,8],\"eps\":1e-5}"},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(pairs); i++) {
         kt_workload_t *a = kt_workload_parse(pairs[i][0]);
@@ -246,6 +249,9 @@ START_TEST(workload_errors_name_the_field)
         {"{\"op\": \"softmax\", \"shape\": [2, 0]}", "'shape'"},
         {"{\"op\": \"softmax\", \"shape\": [2, 3], \"epilogue\": [\"relu\"]}", "'epilogue'"},
         {"{\"op\": \"layer_norm\", \"shape\": [2, 3], \"affine\": 1}", "'affine'"},
+        {"{\"op\": \"layer_norm\", \"shape\": [2, 3], \"eps\": 0}", "'eps'"},
+        {"{\"op\": \"layer_norm\", \"shape\": [2, 3], \"eps\": \"1e-6\"}", "'eps'"},
+        {"{\"op\": \"layer_norm\", \"shape\": [2, 3], \"eps\": 1.5}", "'eps'"},
         {"{\"op\": \"batch_matmul\", \"M\": 2, \"N\": 2, \"K\": 2}", "'B'"},
         {WINO_FIELDS("5", "3") ", \"tile_size\": 2}", "'KH'"},
         {WINO_FIELDS("3", "1") ", \"tile_size\": 2}", "'KW'"},
@@ -1000,6 +1006,53 @@ START_TEST(reference_softmax_and_layer_norm_are_right)
 }
 END_TEST
 
+/* A model's own epsilon (ConvNeXt's 1e-6) is a field of the workload: its
+ * own key, written in the canonical JSON, and the reference computes with it
+ * (with 1e-5 instead, a row of variance ~1e-5 is off by ~1e-1). */
+START_TEST(layer_norm_takes_the_models_epsilon)
+{
+    kt_workload_t *a = kt_workload_parse("{\"op\":\"layer_norm\",\"shape\":[3,10]}");
+    kt_workload_t *b = kt_workload_parse("{\"op\":\"layer_norm\",\"shape\":[3,10],\"eps\":1e-6}");
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
+    ck_assert_ptr_null(strstr(kt_workload_json(a), "eps"));
+    ck_assert_ptr_nonnull(strstr(kt_workload_json(b), "\"eps\""));
+    kt_workload_t *c = kt_workload_parse(kt_workload_json(b));   /* round trip */
+    ck_assert_ptr_nonnull(c);
+    ck_assert_str_eq(kt_workload_key(b), kt_workload_key(c));
+    kt_workload_free(a);
+    kt_workload_free(b);
+    kt_workload_free(c);
+
+    enum { R = 3, D = 10 };
+    kt_dag_t *d = kt_ops_layer_norm_eps(2, (int64_t[]){R, D}, 0, 1e-6);
+    ck_assert_ptr_nonnull(d);
+    ran_t r;
+    load_reference(d, &r);
+    /* Rows of tiny spread: the epsilon decides the result. */
+    for (int i = 0; i < R * D; i++)
+        r.bufs[0][i] = (float)(1.0 + 3e-3 * ((i * 7) % 5 - 2));
+    ck_assert_int_eq(kt_codegen_lib_fn(r.lib)(r.bufs), 0);
+    double y[R * D];
+    for (int i = 0; i < R; i++) {
+        double mean = 0, var = 0;
+        for (int j = 0; j < D; j++)
+            mean += r.bufs[0][i * D + j] / (double)D;
+        for (int j = 0; j < D; j++)
+            var += pow(r.bufs[0][i * D + j] - mean, 2) / D;
+        for (int j = 0; j < D; j++)
+            y[i * D + j] = (r.bufs[0][i * D + j] - mean) / sqrt(var + 1e-6);
+    }
+    assert_close(r.bufs[1], y, R * D);
+    ran_free(d, &r);
+    kt_dag_free(d);
+    kt_err_clear();
+    ck_assert_ptr_null(kt_ops_layer_norm_eps(2, (int64_t[]){R, D}, 0, 0.0));
+    ck_assert_int_eq(kt_err_code(), KT_EINVAL);
+}
+END_TEST
+
 START_TEST(reference_floor_division_handles_negative_indices)
 {
     /* out(i) = A[floormod(i - 5, 4)] + float(floordiv(i - 5, 3)), i in 0..9. */
@@ -1382,6 +1435,7 @@ int main(void)
     tcase_add_test(tr, reference_conv2d_nchw_and_depthwise_are_right);
     tcase_add_test(tr, reference_pools_are_right);
     tcase_add_test(tr, reference_softmax_and_layer_norm_are_right);
+    tcase_add_test(tr, layer_norm_takes_the_models_epsilon);
     tcase_add_test(tr, reference_new_epilogues_are_right);
     tcase_add_test(tr, reference_grouped_and_multiplier_convs_are_right);
     tcase_add_test(tr, reference_winograd_conv2d_equals_direct);

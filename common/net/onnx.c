@@ -586,14 +586,14 @@ static int materialize_scaled(nd_t *d, int k, double factor, int *layer)
 }
 
 /* Constant input k broadcast to shape `to` (when it broadcasts to it and
- * differs from it): a constant layer of that shape carrying the repeated
+ * has fewer elements): a constant layer of that shape carrying the repeated
  * values times `factor`, so that x + C reads two tensors of one shape.
  * Anything else is materialize_scaled's. */
 static int materialize_bcast(nd_t *d, int k, double factor, const net_shape_t *to, int *layer)
 {
     const cval_t *c = cin(d, k);
     int64_t n = net_shape_numel(to);
-    int same = c->ndim == to->ndim && !memcmp(c->d, to->d, sizeof(int64_t) * (size_t)to->ndim);
+    int same = cnumel(c) == n;   /* the same values, perhaps with leading 1s */
     int fits = c->ndim >= 1 && c->ndim <= to->ndim && n > 0 && n <= FOLD_LIMIT;
     for (int q = 0; fits && q < c->ndim; q++) {
         int64_t a = c->d[q], b = to->d[q + to->ndim - c->ndim];

@@ -31,6 +31,14 @@ Hand-built with onnx.helper (python3-onnx):
   ext_present.onnx  the same with its weight in ext_present.bin (offset 8, values
                     -1, -0.75, ..., 0.75), ext_escape.onnx with a location of ../
   short_raw.onnx, short_floats.onnx  a bias whose data is shorter than its shape
+From PyTorch again:
+  ln13.onnx    Linear then LayerNorm(eps=1e-6) at opset 13, where the exporter
+               writes LayerNorm as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/
+               Mul/Add, and a Linear with its one parameter shared (an Identity
+               of it)
+  masked.onnx  two inputs, x float [1, 6, 16] and mask int64 [1, 6]:
+               x * (1 - mask) through Cast, Sub of a scalar constant, Unsqueeze
+               and Mul, then a slice of the last axis and a ReduceSum
 
 Expected parameter values, computed here with numpy in the canonical layouts
 of net.h (kt_net_layer_param), go to MODEL.params.json for cnn_bn.onnx,
@@ -436,6 +444,30 @@ if onnx is not None:
         with open(os.path.join(out, name), "wb") as f:
             f.write(model.SerializeToString())
         made.append(name)
+
+if torch is not None and onnx is not None:
+    class LN13(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 32)
+            self.ln = nn.LayerNorm(32, eps=1e-6)
+
+        def forward(self, x):
+            return self.ln(self.fc(x))
+
+    class Masked(nn.Module):
+        def forward(self, x, mask):
+            y = x * (1.0 - mask.float()).unsqueeze(-1)
+            return y[:, :, 2:-3].sum(-1)
+
+    with torch.no_grad():
+        torch.onnx.export(LN13().eval(), torch.randn(1, 5, 16), os.path.join(out, "ln13.onnx"),
+                          opset_version=13, input_names=["x"], output_names=["y"])
+        made.append("ln13.onnx")
+        torch.onnx.export(Masked(), (torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.int64)),
+                          os.path.join(out, "masked.onnx"), opset_version=13,
+                          input_names=["x", "mask"], output_names=["y"])
+        made.append("masked.onnx")
 
 with open(os.path.join(out, "made"), "w") as f:
     f.write("\n".join(made) + "\n")
