@@ -377,7 +377,7 @@ static int infer_refop(const kt_net_t *net, net_layer_t *l)
     if (kt_refop_infer(r))
         return KT_EINVAL;
     net_shape_t *o = &l->out;
-    if (l->ntarget > 0) {
+    if (l->ntarget >= 0) {   /* the importer always says the shape; 0: a scalar */
         o->ndim = l->ntarget;
         memcpy(o->d, l->target, sizeof(o->d));
         if (net_shape_numel(o) != kt_refop_numel(r->ondim, r->dout))

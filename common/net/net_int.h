@@ -97,7 +97,8 @@ typedef struct {
     double eps;          /* batch norm, layer norm: epsilon (1e-5 unless the source says) */
     net_param_t param[NET_MAX_PARAMS];   /* constant values (ONNX import only) */
     /* refop: the call (its output shape may differ from `out` by a reshape
-     * of the same size, a reduction without keepdims), and where each of
+     * of the same size, a reduction without keepdims: `target`, whose rank
+     * 0 is held as shape [1]), and where each of
      * its inputs comes from: >= 0 that input of the layer, -1 the constant
      * parameter "c0", "c1" or "c2" of that slot. */
     kt_refop_t *rop;

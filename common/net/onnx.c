@@ -68,6 +68,8 @@ typedef struct {
     char why[256];          /* UNSUP reason */
     int code[ND_MAX_IN];    /* resolved input codes */
     int present[ND_MAX_IN];
+    int nextra;             /* codes after the node's inputs: a chain's partial results */
+    int last;               /* refop_call with k < 0: the code of what it made */
 } nd_t;
 
 static int unsup(nd_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -483,7 +485,10 @@ static const char *attr_str(const Onnx__NodeProto *n, const char *name, char *bu
 
 static int nin(const nd_t *d) { return (int)d->n->n_input; }
 
-static int has_in(const nd_t *d, int k) { return k < nin(d) && k < ND_MAX_IN && d->present[k]; }
+static int has_in(const nd_t *d, int k)
+{
+    return k >= 0 && k < nin(d) + d->nextra && k < ND_MAX_IN && d->present[k];
+}
 
 static int is_layer(const nd_t *d, int k) { return has_in(d, k) && d->code[k] >= 0; }
 
@@ -1677,7 +1682,8 @@ static int in_shape(nd_t *d, int j, int *nd, int64_t *dims)
 
 /* Run call r on node inputs slot[0..r->nin) as the node's output k, shaped
  * `target` when ntarget >= 0 (a reshape of the call's output). A result of
- * integer type (is_int) is rounded when folded. */
+ * integer type (is_int) is rounded when folded. With k < 0 the result is a
+ * partial one of a chain: defined as no output, its code in d->last. */
 static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarget,
                       const int64_t *target, int is_int, const char *label)
 {
@@ -1712,8 +1718,10 @@ static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarge
             kt_refop_run_d(r, (const double *const *)in, out);
         for (int s = 0; s < r->nin; s++)
             free(in[s]);
-        cval_t *o;
-        if (rc == KT_OK && (rc = const_out(d, k, &o)) == KT_OK) {
+        cval_t *o = NULL;
+        if (rc == KT_OK && k < 0 && !(o = new_const(d->im, &d->last)))
+            rc = KT_ENOMEM;
+        if (rc == KT_OK && (k < 0 || (rc = const_out(d, k, &o)) == KT_OK)) {
             o->ndim = ntarget;
             memcpy(o->d, target, (size_t)ntarget * sizeof(int64_t));
             o->known = 1;
@@ -1738,7 +1746,8 @@ static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarge
         if (is_layer(d, slot[s]))
             layers[nl++] = d->code[slot[s]];
     net_layer_t *l;
-    int i = new_layer(d, k ? d->n->output[k] : NULL, NET_REFOP, label, layers, nl, &l);
+    int i = new_layer(d, k < 0 ? "part" : k ? d->n->output[k] : NULL, NET_REFOP, label, layers, nl,
+                      &l);
     if (i < 0)
         return i;
     if (!(l->rop = malloc(sizeof(*r))))
@@ -1751,7 +1760,22 @@ static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarge
         if (!is_layer(d, slot[s]) && (rc = attach(d, i, refop_roles[s], slot[s], 1.0, P_AS_IS)))
             return rc;
     }
-    return finish_out(d, i, k);
+    if (k >= 0)
+        return finish_out(d, i, k);
+    d->last = i;
+    return finish(d, i);
+}
+
+/* Code c (a partial result) as an extra input of the node; its index. */
+static int add_extra(nd_t *d, int c)
+{
+    int j = nin(d) + d->nextra;
+    if (j >= ND_MAX_IN)
+        return unsup(d, "too many partial results");
+    d->code[j] = c;
+    d->present[j] = 1;
+    d->nextra++;
+    return j;
 }
 
 static int is_int_in(nd_t *d, int j)
@@ -1836,8 +1860,46 @@ static int rf_unary(nd_t *d, const unary_def_t *u)
     return refop_simple(d, &r, 1, is_int, u->onnx);
 }
 
+/* Max, Min, Sum and Mean of any number of inputs: a chain of binary calls
+ * (numpy broadcasting at each), Mean's sum divided by the count. */
+static int rf_variadic(nd_t *d, int code, const char *op, int mean)
+{
+    int n = nin(d), acc = 0, rc;
+    for (int j = 0; j < n; j++)
+        if (!has_in(d, j))
+            return unsup(d, "input %d of %s is missing", j, op);
+    if (n == 1 && !mean)
+        return is_layer(d, 0) ? alias(d, 0) : unsup(d, "%s of one constant", op);
+    for (int j = 1; j < n; j++) {
+        int last = j == n - 1 && !mean;
+        kt_refop_t r = {.op = KT_REFOP_BINARY, .nin = 2, .ia = {code}};
+        int slot[2] = {acc, j};
+        if ((rc = refop_call(d, &r, slot, last ? 0 : -1, -1, NULL, 0, op)))
+            return rc;
+        if (!last && (acc = add_extra(d, d->last)) < 0)
+            return UNSUP;
+    }
+    if (!mean)
+        return KT_OK;
+    cval_t *c = new_const(d->im, &rc);
+    if (!c)
+        return KT_ENOMEM;
+    c->ndim = 0;
+    if (calloc_vals(c, 0))
+        return KT_ENOMEM;
+    c->fv[0] = 1.0 / n;
+    int cj = add_extra(d, rc);
+    if (cj < 0)
+        return UNSUP;
+    kt_refop_t r = {.op = KT_REFOP_BINARY, .nin = 2, .ia = {KT_RB_MUL}};
+    int slot[2] = {acc, cj};
+    return refop_call(d, &r, slot, 0, -1, NULL, 0, op);
+}
+
 static int rf_binary(nd_t *d, int code, const char *op)
 {
+    if (nin(d) != 2 && (code == KT_RB_MAX || code == KT_RB_MIN))
+        return rf_variadic(d, code, op, 0);
     if (nin(d) != 2)
         return unsup(d, "%s of %d inputs (2 supported)", op, nin(d));
     kt_refop_t r = {.op = KT_REFOP_BINARY, .ia = {code}};
@@ -2290,6 +2352,8 @@ static int rf_reduce_op(nd_t *d, const char *op)
     return unsup(d, "no reduction form of %s", op);
 }
 
+static int rf_sum_op(nd_t *d, const char *op) { return rf_variadic(d, KT_RB_ADD, op, 0); }
+static int rf_mean_op(nd_t *d, const char *op) { return rf_variadic(d, KT_RB_ADD, op, 1); }
 static int rf_slice_op(nd_t *d, const char *op) { (void)op; return rf_slice(d); }
 static int rf_split_op(nd_t *d, const char *op) { (void)op; return rf_split(d); }
 static int rf_expand_op(nd_t *d, const char *op) { return rf_expand_tile(d, op[0] == 'T'); }
@@ -3090,6 +3154,8 @@ static const converter_t converters[] = {
     {"ReduceLogSumExp", 1, NULL, rf_reduce_op},
     /* elementwise: binary with numpy broadcasting, then unary */
     {"Pow", 1, NULL, rf_binary_op},
+    {"Sum", 1, NULL, rf_sum_op},
+    {"Mean", 1, NULL, rf_mean_op},
     {"Max", 1, NULL, rf_binary_op},
     {"Min", 1, NULL, rf_binary_op},
     {"Mod", 10, NULL, rf_binary_op},
