@@ -135,9 +135,14 @@ static int64_t cnumel(const cval_t *c)
     return n;
 }
 
+/* Element k as an integer: a float value truncated, saturated at the int64
+ * range (a folded float used as a shape or an axis; NaN reads as 0). */
 static int64_t cget_i(const cval_t *c, int64_t k)
 {
-    return c->is_int ? c->iv[k] : (int64_t)c->fv[k];
+    if (c->is_int)
+        return c->iv[k];
+    double v = c->fv[k];
+    return v != v ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v;
 }
 
 static double cget_f(const cval_t *c, int64_t k)
@@ -1954,7 +1959,9 @@ static int rf_slice(nd_t *d)
         int a = ax[q];
         dims[a] = slice_len(din[a], st[q], en[q], sp[q]);
         start[a] = slice_start(din[a], st[q], sp[q]);
-        step[a] = sp[q] * s[a];
+        /* A step longer than the axis takes one element: any such step is. */
+        int64_t p = sp[q] > din[a] ? din[a] : sp[q] < -din[a] ? -din[a] : sp[q];
+        step[a] = p * s[a];
         if (dims[a] < 1)
             return unsup(d, "an empty slice of axis %d", a);
     }
@@ -2018,9 +2025,8 @@ static int rf_expand_tile(nd_t *d, int tile)
         if (n != nd)
             return unsup(d, "Tile needs one repeat per axis (%d, not %d)", nd, n);
         for (int q = 0; q < nd; q++) {
-            if (t[q] < 1)
-                return unsup(d, "a repeat below 1");
-            dims[q] = din[q] * t[q];
+            if (t[q] < 1 || __builtin_mul_overflow(din[q], t[q], &dims[q]))
+                return unsup(d, "a repeat below 1 or beyond any tensor's size");
             step[q] = s[q];
             mod[q] = din[q];
         }

@@ -63,7 +63,38 @@ static int broadcast(kt_refop_t *r, int n)
     return KT_OK;
 }
 
+/* Whether a shape's dimensions are >= 1 (>= 0 when `empty_ok`) and its size
+ * at most KT_REFOP_MAX_NUMEL, computed without overflow. */
+static int shape_ok(int nd, const int64_t *d, int empty_ok)
+{
+    int64_t n = 1;
+    if (nd < 0 || nd > KT_REFOP_MAX_DIMS)
+        return 0;
+    for (int k = 0; k < nd; k++) {
+        if (d[k] < (empty_ok ? 0 : 1) || __builtin_mul_overflow(n, d[k], &n) ||
+            n > KT_REFOP_MAX_NUMEL)
+            return 0;
+    }
+    return 1;
+}
+
+static int infer_op(kt_refop_t *r);
+
 int kt_refop_infer(kt_refop_t *r)
+{
+    for (int k = 0; r->nin >= 0 && k < r->nin && k < KT_REFOP_MAX_IN; k++)
+        if (!shape_ok(r->ndim[k], r->din[k], 0))
+            return kt_err_set(KT_EINVAL, "input %d: a shape of rank %d with an empty, unknown "
+                              "or too large dimension (at most %lld elements)", k, r->ndim[k],
+                              (long long)KT_REFOP_MAX_NUMEL);
+    int rc = infer_op(r);
+    if (rc == KT_OK && !shape_ok(r->ondim, r->dout, r->op == KT_REFOP_RANGE))
+        return kt_err_set(KT_EINVAL, "the result would have an empty or too large shape (at "
+                          "most %lld elements)", (long long)KT_REFOP_MAX_NUMEL);
+    return rc;
+}
+
+static int infer_op(kt_refop_t *r)
 {
     static const int nin[KT_REFOP__COUNT] = {
         [KT_REFOP_UNARY] = 1, [KT_REFOP_BINARY] = 2, [KT_REFOP_WHERE] = 3, [KT_REFOP_VIEW] = 1,
@@ -101,15 +132,16 @@ int kt_refop_infer(kt_refop_t *r)
         int64_t lo = r->ia[0], hi = r->ia[0], n = kt_refop_numel(nd, r->din[0]);
         if (r->ondim < 0 || r->ondim > KT_REFOP_MAX_DIMS)
             return kt_err_set(KT_EINVAL, "a view of rank %d", r->ondim);
+        if (!shape_ok(r->ondim, r->dout, 0))
+            return kt_err_set(KT_EINVAL, "a view of an empty or too large shape");
         for (int d = 0; d < r->ondim; d++) {
-            int64_t m = r->ia[1 + KT_REFOP_MAX_DIMS + d], span;
-            if (r->dout[d] < 1 || m < 0)
-                return kt_err_set(KT_EINVAL, "a view with an empty dimension");
+            int64_t m = r->ia[1 + KT_REFOP_MAX_DIMS + d], span, step;
+            if (m < 0)
+                return kt_err_set(KT_EINVAL, "a view with a negative period");
             span = ((m > 0 && m < r->dout[d]) ? m : r->dout[d]) - 1;
-            if (r->ia[1 + d] > 0)
-                hi += span * r->ia[1 + d];
-            else
-                lo += span * r->ia[1 + d];
+            if (__builtin_mul_overflow(span, r->ia[1 + d], &step) ||
+                __builtin_add_overflow(step > 0 ? hi : lo, step, step > 0 ? &hi : &lo))
+                return kt_err_set(KT_EINVAL, "a view's offsets overflow");
         }
         if (lo < 0 || hi >= n)
             return kt_err_set(KT_EINVAL, "a view reads outside its input (%lld to %lld of %lld)",
@@ -121,8 +153,11 @@ int kt_refop_infer(kt_refop_t *r)
         if (r->ia[0] < KT_RP_CONSTANT || r->ia[0] > KT_RP_WRAP)
             return kt_err_set(KT_EINVAL, "pad mode %lld does not exist", (long long)r->ia[0]);
         for (int d = 0; d < nd; d++)
-            if ((r->dout[d] = r->din[0][d] + r->ia[1 + d] + r->ia[1 + KT_REFOP_MAX_DIMS + d]) < 1)
-                return kt_err_set(KT_EINVAL, "padding leaves axis %d empty", d);
+            if (r->ia[1 + d] < -KT_REFOP_MAX_NUMEL || r->ia[1 + d] > KT_REFOP_MAX_NUMEL ||
+                __builtin_add_overflow(r->din[0][d], r->ia[1 + d], &r->dout[d]) ||
+                __builtin_add_overflow(r->dout[d], r->ia[1 + KT_REFOP_MAX_DIMS + d], &r->dout[d]) ||
+                r->dout[d] < 1)
+                return kt_err_set(KT_EINVAL, "padding leaves axis %d empty or overflows", d);
         return KT_OK;
     case KT_REFOP_GATHER: {
         int axis = (int)r->ia[0];

@@ -29,6 +29,7 @@
 
 #define KT_REFOP_MAX_DIMS 8
 #define KT_REFOP_MAX_IN 3
+#define KT_REFOP_MAX_NUMEL (1LL << 40)   /* elements of any tensor a call reads or writes */
 
 typedef enum {
     KT_REFOP_UNARY = 1,   /* ia[0] unary code; fa[0], fa[1] its parameters */
@@ -110,7 +111,9 @@ static inline int64_t kt_refop_numel(int ndim, const int64_t *d)
 
 #ifndef KT_REFOP_EMBEDDED
 /* Validate r's operator, inputs and attributes and set its output shape
- * (ondim, dout). 0, or KT_EINVAL with a message saying what is wrong. */
+ * (ondim, dout); every shape's size is at most KT_REFOP_MAX_NUMEL, so
+ * kt_refop_numel cannot overflow on a descriptor it accepted. 0, or
+ * KT_EINVAL with a message saying what is wrong. */
 int kt_refop_infer(kt_refop_t *r);
 /* The name of a unary, binary or reduce code ("hardswish", "pow", "mean"). */
 const char *kt_refop_unary_name(int code);
