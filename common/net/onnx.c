@@ -1696,10 +1696,11 @@ static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarge
     for (int s = 0; s < r->nin; s++) {
         if (in_shape(d, slot[s], &r->ndim[s], r->din[s]))
             return UNSUP;
-        if (is_layer(d, slot[s]))
+        /* A large initializer is read for folding from its tensor (a weight
+         * a model transposes or scales in its graph). */
+        const cval_t *c = is_layer(d, slot[s]) ? NULL : cin(d, slot[s]);
+        if (!c || !(c->known || (c->src && cnumel(c) <= FOLD_LIMIT)))
             known = 0;
-        else
-            known &= cin(d, slot[s])->known;
     }
     if (kt_refop_infer(r))
         return unsup(d, "%s", kt_err_msg());
@@ -1711,18 +1712,27 @@ static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarge
     if (known && numel <= FOLD_MAX_VALUES) {
         double *in[KT_REFOP_MAX_IN] = {NULL}, *out = malloc(((size_t)numel + 1) * sizeof(double));
         rc = out ? KT_OK : kt_err_set(KT_ENOMEM, "out of memory");
-        for (int s = 0; rc == KT_OK && s < r->nin; s++) {
+        int held = 1;
+        for (int s = 0; rc == KT_OK && held && s < r->nin; s++) {
             const cval_t *c = cin(d, slot[s]);
             int64_t n = cnumel(c);
-            if (!(in[s] = malloc(((size_t)n + 1) * sizeof(double))))
+            float *fv = NULL;
+            if (!c->known && (rc = tensor_floats(c->src, n, &fv)) == KT_OK && !fv)
+                held = 0;   /* its values are not in the file: not folded */
+            if (rc == KT_OK && held && !(in[s] = malloc(((size_t)n + 1) * sizeof(double))))
                 rc = kt_err_set(KT_ENOMEM, "out of memory");
             for (int64_t q = 0; in[s] && q < n; q++)
-                in[s][q] = cget_f(c, q);
+                in[s][q] = fv ? fv[q] : cget_f(c, q);
+            free(fv);
         }
-        if (rc == KT_OK)
+        if (rc == KT_OK && held)
             kt_refop_run_d(r, (const double *const *)in, out);
         for (int s = 0; s < r->nin; s++)
             free(in[s]);
+        if (rc == KT_OK && !held) {
+            free(out);
+            goto as_layer;
+        }
         cval_t *o = NULL;
         if (rc == KT_OK && k < 0 && !(o = new_const(d->im, &d->last)))
             rc = KT_ENOMEM;
@@ -1747,6 +1757,7 @@ static int refop_call(nd_t *d, kt_refop_t *r, const int *slot, int k, int ntarge
         free(out);
         return rc;
     }
+as_layer:
     for (int s = 0; s < r->nin; s++)
         if (is_layer(d, slot[s]))
             layers[nl++] = d->code[slot[s]];
@@ -2493,6 +2504,10 @@ static int fold(nd_t *d, const char *op)
         return alias(d, 0);
     }
     if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div")) {
+        /* Values held in a tensor only (a large weight): the reference call
+         * reads them; known values keep integer arithmetic exact here. */
+        if ((!cin(d, 0)->known && cin(d, 0)->src) || (!cin(d, 1)->known && cin(d, 1)->src))
+            return rf_binary_op(d, op);
         if ((rc = const_out(d, 0, &o)))
             return rc;
         return fold_binary(d, op, cin(d, 0), cin(d, 1), o);

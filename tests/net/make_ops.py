@@ -1033,6 +1033,20 @@ def _(name):
     return g, x, y, N(T(x) + T(c).expand(4, 5))
 
 
+@case("fold_large_weight_scaled_and_transposed")
+def _(name):
+    # A weight of 6,272 values (more than the importer keeps in memory) that the
+    # graph scales and transposes before the Conv reads it: folded from its
+    # tensor, the convolution gets constant weights.
+    import torch
+    r = rng(name)
+    x, w, s = randn(r, 1, 8, 12, 12), randn(r, 16, 8, 7, 7, scale=0.1), uniform(r, 0.5, 1.5, 16, 1, 1, 1)
+    g = G()
+    wt = g.op("Transpose", [g.op("Mul", [g.const(w), g.const(s)])], perm=[0, 1, 3, 2])
+    y = g.op("Conv", ["x", wt], pads=[3, 3, 3, 3])
+    return g, x, y, N(torch.nn.functional.conv2d(T(x), (T(w) * T(s)).transpose(2, 3), padding=3))
+
+
 @case("fold_where_greater_consts_add")
 def _(name):
     import torch

@@ -105,7 +105,10 @@ for m in "${models[@]}"; do
         nfail=$((nfail + 1))
         continue
     fi
-    timeout "$time_limit" "$ktune" run --onnx "$onnx" --db "$db" --input "$x" --output "$got" \
+    # A model with a second input (MODEL.mask.npy) gets each by name.
+    inputs=(--input "$x")
+    [ -s "$out/$m.mask.npy" ] && inputs=(--input "x=$x" --input "mask=$out/$m.mask.npy")
+    timeout "$time_limit" "$ktune" run --onnx "$onnx" --db "$db" "${inputs[@]}" --output "$got" \
         --repeat 1 --threads "$threads" >"$log" 2>"$log.err"
     rc=$?
     cat "$log.err" >>"$log"
