@@ -126,9 +126,10 @@ def build_maxvit():
 #
 # The same classes and blocks as the full models, at the smallest configuration
 # that keeps what the family computes differently from the others. Where a
-# class hard-codes its channels (AlexNet, VGG's classifier, GoogLeNet,
-# Inception v3) modules are replaced after construction, as each builder says;
-# a replaced layer has its class's default init.
+# class hard-codes its channels or depth (AlexNet, VGG's classifier,
+# GoogLeNet, Inception v3, SqueezeNet, MNASNet) modules are replaced after
+# construction, as each builder says; a replacement has its own class's
+# default init (SqueezeNet's final conv: SqueezeNet's init of it).
 
 def small_resnet(block, **kwargs):
     """One block per stage: ResNet-18's BasicBlock, ResNet-50's Bottleneck,
@@ -215,29 +216,32 @@ def build_small_efficientnet_v2_s():
 
 def build_small_googlenet():
     # GoogLeNet hard-codes its channels: the stem (7x7 stride-2 conv, ceil-mode
-    # max pools) and the inception blocks 3a, 3b and 4a (four branches
+    # max pools) and the inception blocks 3a and 3b (four branches
     # concatenated) are kept; replaced after construction by nn.Identity:
-    # inception 4b to 5b; the classifier by a Linear from 4a's 512 channels.
-    # 32x32 is 2x2 at 4a, 1x1 after the last pool.
+    # inception 4a to 5b; the classifier by a Linear from 3b's 480 channels.
+    # 32x32 is 4x4 at 3a and 3b, 1x1 after the last two pools.
     model = tvm.GoogLeNet(num_classes=NUM_CLASSES, aux_logits=False, transform_input=False,
                           init_weights=False)
-    for name in ("inception4b", "inception4c", "inception4d", "inception4e", "inception5a",
-                 "inception5b"):
+    for name in ("inception4a", "inception4b", "inception4c", "inception4d", "inception4e",
+                 "inception5a", "inception5b"):
         setattr(model, name, nn.Identity())
-    model.fc = nn.Linear(512, NUM_CLASSES)
+    model.fc = nn.Linear(480, NUM_CLASSES)
     return model, image(32)
 
 
 def build_small_inception_v3():
     # Inception v3 hard-codes its channels: one block of each kind is kept
-    # (Mixed_5b and 5c: InceptionA, 6a: InceptionB, 6b: InceptionC with its 1x7
-    # and 7x1 convs, 7a: InceptionD, 7b: InceptionE with its split 1x3 / 3x1
-    # branches); replaced after construction by nn.Identity: Mixed_5d, 6c, 6d,
-    # 6e and 7c (each maps its input's shape to itself). 75x75, the smallest
-    # input it takes, is 7x7 at Mixed_5b and 1x1 at 7b.
+    # (InceptionA, 6a: InceptionB, 6b: InceptionC with its 1x7 and 7x1 convs,
+    # 7a: InceptionD, 7b: InceptionE with its split 1x3 / 3x1 branches).
+    # Replaced after construction: Mixed_5b by the InceptionA of Mixed_5c's
+    # configuration (pool features 64, so it gives 6a its 288 channels), and
+    # Mixed_5c, 5d, 6c, 6d, 6e and 7c by nn.Identity (each of those maps its
+    # input's shape to itself). 75x75, the smallest input it takes, is 7x7 at
+    # Mixed_5b and 1x1 at 7b.
     model = tvm.Inception3(num_classes=NUM_CLASSES, aux_logits=False, transform_input=False,
                            init_weights=False)
-    for name in ("Mixed_5d", "Mixed_6c", "Mixed_6d", "Mixed_6e", "Mixed_7c"):
+    model.Mixed_5b = tvm.inception.InceptionA(192, pool_features=64)
+    for name in ("Mixed_5c", "Mixed_5d", "Mixed_6c", "Mixed_6d", "Mixed_6e", "Mixed_7c"):
         setattr(model, name, nn.Identity())
     return model, image(75)
 
@@ -305,9 +309,19 @@ def build_small_shufflenet():
 
 
 def build_small_squeezenet():
-    # SqueezeNet 1.1 as it is (its channels are fixed; 1.2M parameters): 64x64
-    # leaves 15x15, 7x7, 3x3 maps under the ceil-mode pools.
-    return tvm.SqueezeNet("1_1", num_classes=NUM_CLASSES), image(64)
+    # SqueezeNet 1.1 hard-codes its channels: its first four Fire modules
+    # (squeeze 1x1, expand 1x1 and 3x3 concatenated) and the ceil-mode max
+    # pools between them are kept; replaced after construction: the features
+    # by those first 8 modules, and the classifier's final 1x1 conv by one
+    # from their 256 channels, initialised as SqueezeNet initialises its own
+    # (N(0, 0.01), bias 0). 64x64 leaves 15x15, then 7x7 maps.
+    model = tvm.SqueezeNet("1_1", num_classes=NUM_CLASSES)
+    model.features = model.features[:8]
+    final_conv = nn.Conv2d(256, NUM_CLASSES, kernel_size=1)
+    nn.init.normal_(final_conv.weight, mean=0.0, std=0.01)
+    nn.init.constant_(final_conv.bias, 0)
+    model.classifier[1] = final_conv
+    return model, image(64)
 
 
 def build_small_vit():
@@ -328,10 +342,12 @@ def build_small_swin():
 
 
 def build_small_maxvit():
-    # The stem halves 32x32 to 16x16 and each of the two stages halves it
-    # again (8x8, then 4x4): a partition size of 4 divides both grids.
+    # One stage of one MaxVit layer (MBConv with squeeze-excitation, then
+    # window and grid attention with relative position bias): the stem halves
+    # 32x32 to 16x16 and the stage halves it again, to 8x8, which a partition
+    # size of 4 divides (2x2 windows, a 2x2 grid).
     model = tvm.MaxVit(input_size=(32, 32), stem_channels=8, partition_size=4,
-                       block_channels=[16, 32], block_layers=[1, 1], head_dim=8,
+                       block_channels=[16], block_layers=[1], head_dim=8,
                        stochastic_depth_prob=0.0, num_classes=NUM_CLASSES)
     return model, image(32)
 
@@ -506,12 +522,12 @@ SMALL_MODELS = {
     "inception_v3": build_small_inception_v3,
     "mnasnet1_0": build_small_mnasnet,
     "mobilenet_v2": build_small_mobilenet_v2,
-    # Small: the SE + ReLU stride-2 block, ReLU blocks (with a residual), the
-    # 5x5 hard-swish blocks with SE (with a residual).
-    "mobilenet_v3_small": small_mobilenet_v3("mobilenet_v3_small", [0, 1, 2, 3, 4]),
-    # Large: the block without an expansion conv (and its residual), ReLU
-    # blocks, 5x5 ReLU blocks with SE (with a residual), a hard-swish block.
-    "mobilenet_v3_large": small_mobilenet_v3("mobilenet_v3_large", [0, 1, 3, 4, 6]),
+    # Small: the SE + ReLU stride-2 block without an expansion conv, a ReLU
+    # block, the 5x5 hard-swish blocks with SE (the second with its residual).
+    "mobilenet_v3_small": small_mobilenet_v3("mobilenet_v3_small", [0, 1, 3, 4]),
+    # Large: the block without an expansion conv (and its residual), a ReLU
+    # block, a 5x5 ReLU block with SE, a hard-swish block without.
+    "mobilenet_v3_large": small_mobilenet_v3("mobilenet_v3_large", [0, 1, 3, 6]),
     "regnet_x_400mf": build_small_regnet(None),
     "regnet_y_400mf": build_small_regnet(0.25),
     "resnet18": small_resnet(tvm.resnet.BasicBlock),
