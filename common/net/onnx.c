@@ -1487,6 +1487,7 @@ static int slice_params(nd_t *d, int ndim, int64_t *st, int64_t *en, int64_t *sp
     return KT_OK;
 }
 
+/* Flatten, Reshape, Transpose, Squeeze and Unsqueeze of an activation: shape layers. */
 static int h_shape_op(nd_t *d, const char *op)
 {
     int x, rc;
@@ -1527,72 +1528,6 @@ static int h_shape_op(nd_t *d, const char *op)
         if (n == 0)
             return unsup(d, "a scalar result");
         return shape_layer(d, x, 0, NET_SHAPE_EXPLICIT, n, t, 0, "reshape");
-    }
-    if (strcmp(op, "Slice") == 0) {
-        int64_t st[KT_NET_MAX_DIMS], en[KT_NET_MAX_DIMS], sp[KT_NET_MAX_DIMS];
-        int ax[KT_NET_MAX_DIMS];
-        if (slice_params(d, xs->ndim, st, en, sp, ax, &n))
-            return UNSUP;
-        memcpy(t, xs->d, sizeof(t));
-        for (int i = 0; i < n; i++)
-            t[ax[i]] = slice_len(xs->d[ax[i]], st[i], en[i], sp[i]);
-        for (int i = 0; i < xs->ndim; i++)
-            if (t[i] < 1)
-                return unsup(d, "an empty slice");
-        return shape_layer(d, x, 0, NET_SHAPE_EXPLICIT, xs->ndim, t, 0, "slice");
-    }
-    if (strcmp(op, "Pad") == 0) {
-        int64_t pads[2 * KT_NET_MAX_DIMS];
-        if (d->im->opset >= 11) {
-            if (ints_in(d, 1, pads, 2 * KT_NET_MAX_DIMS, &n))
-                return UNSUP;
-            if (has_in(d, 3))
-                return unsup(d, "padding selected axes (input 'axes')");
-        } else if (attr_ints(d, "pads", 2 * KT_NET_MAX_DIMS, pads, &n)) {
-            return UNSUP;
-        }
-        if (n != 2 * xs->ndim)
-            return unsup(d, "pads must have 2 x rank values");
-        for (int i = 0; i < xs->ndim; i++)
-            t[i] = xs->d[i] + pads[i] + pads[i + xs->ndim];
-        return shape_layer(d, x, 0, NET_SHAPE_EXPLICIT, xs->ndim, t, 0, "pad");
-    }
-    if (strcmp(op, "Split") == 0) {
-        int64_t axis, split[64];
-        int ns = -1, nout = (int)d->n->n_output;
-        if (attr_int(d, "axis", 0, &axis))
-            return UNSUP;
-        if (axis < 0)
-            axis += xs->ndim;
-        if (axis < 0 || axis >= xs->ndim || nout < 1 || nout > 64)
-            return unsup(d, "bad axis or number of outputs");
-        if (d->im->opset >= 13 && has_in(d, 1)) {
-            if (ints_in(d, 1, split, 64, &ns))
-                return UNSUP;
-        } else if (d->im->opset < 13 && attr_ints(d, "split", 64, split, &ns)) {
-            return UNSUP;
-        }
-        if (ns < 0) {
-            int64_t dim = xs->d[axis], each = (dim + nout - 1) / nout;
-            for (int k = 0; k < nout; k++)
-                split[k] = k < nout - 1 ? each : dim - each * (nout - 1);
-            ns = nout;
-        }
-        int64_t sum = 0;
-        for (int k = 0; k < ns; k++)
-            sum += split[k];
-        if (ns != nout || sum != xs->d[axis])
-            return unsup(d, "split sizes do not cover axis %lld", (long long)axis);
-        for (int k = 0; k < nout; k++) {
-            memcpy(t, xs->d, sizeof(t));
-            t[axis] = split[k];
-            if (t[axis] < 1)
-                return unsup(d, "an empty split");
-            if (*d->n->output[k] &&
-                (rc = shape_layer(d, x, k, NET_SHAPE_EXPLICIT, xs->ndim, t, 0, "split")))
-                return rc;
-        }
-        return KT_OK;
     }
     return unsup(d, "not a shape operator");
 }
