@@ -705,7 +705,6 @@ char *kt_net_plain_steps_text(const kt_net_t *net)
 {
     kt_sbuf_t b;
     kt_sbuf_init(&b);
-    kt_sbuf_puts(&b, "");
     char *done = calloc((size_t)(net ? net->n : 0) + 1, 1);
     for (int i = 0; done && i < net->n; i++) {
         const net_layer_t *l = &net->layers[i];

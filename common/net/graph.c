@@ -353,8 +353,10 @@ static int infer_shape_op(net_layer_t *l, const net_shape_t *x, const kt_net_t *
     return kt_err_set(KT_EINTERNAL, "bad shape kind");
 }
 
+const char *const net_refop_roles[KT_REFOP_MAX_IN] = {"c0", "c1", "c2"};
+
 /* A reference operator: its inputs' shapes are the call's, and its output
- * is the call's output or a reshape of it (`target`, when given). */
+ * is a reshape of the call's (`target`: a reduction without keepdims). */
 static int infer_refop(const kt_net_t *net, net_layer_t *l)
 {
     kt_refop_t *r = l->rop;
@@ -377,17 +379,12 @@ static int infer_refop(const kt_net_t *net, net_layer_t *l)
     if (kt_refop_infer(r))
         return KT_EINVAL;
     net_shape_t *o = &l->out;
-    if (l->ntarget >= 0) {   /* the importer always says the shape; 0: a scalar */
-        o->ndim = l->ntarget;
-        memcpy(o->d, l->target, sizeof(o->d));
-        if (net_shape_numel(o) != kt_refop_numel(r->ondim, r->dout))
-            return kt_err_set(KT_EINVAL, "field 'shape': %lld elements, the operator makes %lld",
-                              (long long)net_shape_numel(o),
-                              (long long)kt_refop_numel(r->ondim, r->dout));
-    } else {
-        o->ndim = r->ondim;
-        memcpy(o->d, r->dout, sizeof(o->d));
-    }
+    o->ndim = l->ntarget;   /* the importer always says the shape; 0: a scalar */
+    memcpy(o->d, l->target, sizeof(o->d));
+    if (net_shape_numel(o) != kt_refop_numel(r->ondim, r->dout))
+        return kt_err_set(KT_EINVAL, "field 'shape': %lld elements, the operator makes %lld",
+                          (long long)net_shape_numel(o),
+                          (long long)kt_refop_numel(r->ondim, r->dout));
     if (o->ndim == 0) {
         o->ndim = 1;   /* a scalar result is held as one element */
         o->d[0] = 1;

@@ -102,7 +102,7 @@ typedef struct {
      * its inputs comes from: >= 0 that input of the layer, -1 the constant
      * parameter "c0", "c1" or "c2" of that slot. */
     kt_refop_t *rop;
-    int rop_src[KT_REFOP_MAX_IN];
+    int rop_src[KT_REFOP_MAX_IN];   /* a constant slot k is parameter net_refop_roles[k] */
     int nparam;
 } net_layer_t;
 
@@ -116,6 +116,9 @@ struct kt_net {
     int has_params;      /* every layer's constant values are attached (ONNX import) */
     char *params_note;   /* why not, when not: the first value the file did not hold */
 };
+
+/* Parameter roles of a refop layer's constant inputs, by slot. */
+extern const char *const net_refop_roles[KT_REFOP_MAX_IN];
 
 /* ---- building -------------------------------------------------------------- */
 

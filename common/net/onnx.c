@@ -1600,8 +1600,6 @@ static int h_reduce_mean(nd_t *d)
 static int const_out(nd_t *d, int k, cval_t **c);
 #define FOLD_MAX_VALUES FOLD_LIMIT   /* folded results kept with their values */
 
-static const char *const refop_roles[KT_REFOP_MAX_IN] = {"c0", "c1", "c2"};
-
 /* Shape of node input j (a layer or a constant); 0 or UNSUP. */
 static int in_shape(nd_t *d, int j, int *nd, int64_t *dims)
 {
@@ -1708,7 +1706,7 @@ as_layer:
     memcpy(l->target, target, (size_t)ntarget * sizeof(int64_t));
     for (int s = 0, at = 0; s < r->nin; s++) {
         l->rop_src[s] = is_layer(d, slot[s]) ? at++ : -1;
-        if (!is_layer(d, slot[s]) && (rc = attach(d, i, refop_roles[s], slot[s], 1.0, P_AS_IS)))
+        if (!is_layer(d, slot[s]) && (rc = attach(d, i, net_refop_roles[s], slot[s], 1.0, P_AS_IS)))
             return rc;
     }
     if (k >= 0)

@@ -823,16 +823,16 @@ static int plan_simple(ctx_t *c, int i)
             }
             /* A constant input: its values, or (no values carried) a draw
              * that keeps gather indices near 0. */
-            static const char *const roles[KT_REFOP_MAX_IN] = {"c0", "c1", "c2"};
             int64_t nv = kt_refop_numel(r->ndim[k], r->din[k]), dims[KT_NET_MAX_DIMS];
-            float *v = param(c, i, roles[k], nv, 0.0, r->op == KT_REFOP_GATHER ? 0.0 : 1.0);
+            float *v = param(c, i, net_refop_roles[k], nv, 0.0,
+                             r->op == KT_REFOP_GATHER ? 0.0 : 1.0);
             if (!v)
                 return kt_err_code();
             int nd = r->ndim[k] ? r->ndim[k] : 1;
             memcpy(dims, r->din[k], sizeof(dims));
             if (!r->ndim[k])
                 dims[0] = 1;
-            if ((ins[k] = new_weight(c, l->name, roles[k], v, nd, dims)) < 0)
+            if ((ins[k] = new_weight(c, l->name, net_refop_roles[k], v, nd, dims)) < 0)
                 return ins[k];
         }
         out = new_value(c, KT_PLAN_V_ARENA, &l->out, 0);

@@ -22,24 +22,6 @@
 #undef KT_RF
 #undef KT_RM
 
-static const char *const unary_names[KT_RU__COUNT] = {
-    "identity", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "clip", "hardsigmoid",
-    "hardswish", "erf", "exp", "log", "sqrt", "reciprocal", "neg", "abs", "softplus",
-    "softsign", "leakyrelu", "elu", "selu", "celu", "thresholdedrelu", "floor", "ceil",
-    "round", "sin", "cos", "sign", "mish", "not", "trunc", "bool", "isnan", "isinf", "silu",
-};
-static const char *const binary_names[KT_RB__COUNT] = {
-    "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "equal", "less", "greater",
-    "less_equal", "greater_equal", "and", "or", "xor", "prelu", "idiv",
-};
-static const char *const reduce_names[KT_RR__COUNT] = {
-    "sum", "mean", "max", "min", "prod", "l1", "l2", "sumsquare", "logsum", "logsumexp",
-};
-
-const char *kt_refop_unary_name(int c) { return c >= 0 && c < KT_RU__COUNT ? unary_names[c] : "?"; }
-const char *kt_refop_binary_name(int c) { return c >= 0 && c < KT_RB__COUNT ? binary_names[c] : "?"; }
-const char *kt_refop_reduce_name(int c) { return c >= 0 && c < KT_RR__COUNT ? reduce_names[c] : "?"; }
-
 /* The numpy broadcast of inputs [0, n) into the output shape. */
 static int broadcast(kt_refop_t *r, int n)
 {

@@ -115,10 +115,6 @@ static inline int64_t kt_refop_numel(int ndim, const int64_t *d)
  * kt_refop_numel cannot overflow on a descriptor it accepted. 0, or
  * KT_EINVAL with a message saying what is wrong. */
 int kt_refop_infer(kt_refop_t *r);
-/* The name of a unary, binary or reduce code ("hardswish", "pow", "mean"). */
-const char *kt_refop_unary_name(int code);
-const char *kt_refop_binary_name(int code);
-const char *kt_refop_reduce_name(int code);
 /* Text of refop.h and refop_impl.h, for the generated library. */
 extern const char kt_refop_header_text[];
 extern const char kt_refop_impl_text[];

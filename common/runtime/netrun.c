@@ -16,17 +16,16 @@
 extern char **environ;
 
 #define MAX_DIMS 8
-#define MAX_INPUTS 8   /* KT_PLAN_MAX_INPUTS */
 
 struct kt_netlib {
     void *so;
     void *inst;
     int check;
     int nin;                           /* inputs (NAME_NUM_INPUTS; 1 in older builds) */
-    int in_ndim[MAX_INPUTS], out_ndim;
-    int in_int[MAX_INPUTS];            /* the input's NAME_INPUTk_DTYPE is "int" */
-    char in_name[MAX_INPUTS][128];
-    int64_t in_dims[MAX_INPUTS][MAX_DIMS], out_dims[MAX_DIMS];
+    int in_ndim[KT_PLAN_MAX_INPUTS], out_ndim;
+    int in_int[KT_PLAN_MAX_INPUTS];            /* the input's NAME_INPUTk_DTYPE is "int" */
+    char in_name[KT_PLAN_MAX_INPUTS][128];
+    int64_t in_dims[KT_PLAN_MAX_INPUTS][MAX_DIMS], out_dims[MAX_DIMS];
     void *(*create)(const char *);
     int (*run)(void *, const float *, float *);
     int (*run_timed)(void *, const float *, float *, double *);
@@ -122,8 +121,8 @@ static int read_shapes(kt_netlib_t *n, const char *hpath, const char *name)
     snprintf(key, sizeof key, "#define %s_NUM_INPUTS ", name);
     const char *p = strstr(h, key);
     n->nin = p ? atoi(p + strlen(key)) : 1;
-    if (n->nin < 1 || n->nin > MAX_INPUTS)
-        rc = kt_err_set(KT_EINVAL, "%s: %d inputs (1 to %d)", hpath, n->nin, MAX_INPUTS);
+    if (n->nin < 1 || n->nin > KT_PLAN_MAX_INPUTS)
+        rc = kt_err_set(KT_EINVAL, "%s: %d inputs (1 to %d)", hpath, n->nin, KT_PLAN_MAX_INPUTS);
     for (int k = 0; k < n->nin && rc == KT_OK; k++) {
         char tag[16] = "";
         if (k)
