@@ -4,7 +4,9 @@
  * process: the shipped files must pass (systemd-analyze verify against this
  * build's daemons included) with the key fields the daemons need, and copies
  * broken one way at a time must fail with a message naming the breakage, so
- * that the checker itself is known to look.
+ * that the checker itself is known to look. The documents' links
+ * (README.md and the pages of docs/) are checked the same way by check-docs.py:
+ * they must stay inside the repository, since a clone has nothing beside it.
  */
 #include <check.h>
 #include <stdio.h>
@@ -35,12 +37,12 @@ static const char *src_root(void)
     return s;
 }
 
-/* Run check-deploy.py with args (NULL-terminated); its exit code (-1: no
+/* Run deploy/<name> with args (NULL-terminated); its exit code (-1: no
  * normal exit) and, in *out, its stdout+stderr (malloc'd). */
-static int run_checker(char **out, const char *const *args)
+static int run_script(const char *name, char **out, const char *const *args)
 {
     char script[600], log[300];
-    snprintf(script, sizeof script, "%s/deploy/check-deploy.py", src_root());
+    snprintf(script, sizeof script, "%s/deploy/%s", src_root(), name);
     snprintf(log, sizeof log, "%s/checker.log", kt_test_dir);
     const char *argv[32] = {python(), script};
     int n = 2;
@@ -62,6 +64,11 @@ static int run_checker(char **out, const char *const *args)
     char *s = kt_file_read(log, NULL);
     *out = s ? s : strdup("");
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run_checker(char **out, const char *const *args)
+{
+    return run_script("check-deploy.py", out, args);
 }
 
 static int sh(const char *fmt, const char *a, const char *b)
@@ -240,6 +247,59 @@ START_TEST(k8s_checker_rejects_broken_manifests)
 }
 END_TEST
 
+/* ---- documents -------------------------------------------------------------------------------- */
+
+START_TEST(docs_links_resolve_inside_the_repository)
+{
+    kt_test_make_dir();
+    char *out;
+    const char *args[] = {src_root(), NULL};
+    int rc = run_script("check-docs.py", &out, args);
+    ck_assert_msg(rc == 0 && strstr(out, "ok "), "check-docs.py exited %d:\n%s", rc, out);
+    free(out);
+}
+END_TEST
+
+/* Each edit of a copy of README.md and docs/ and what the checker must say of it; a
+ * link inside code is an example and must pass. */
+static const struct {
+    const char *edit, *says;
+} doc_breaks[] = {
+    {"echo 'See [the design](../shared/ARCHITECTURE.md).' >> %s/README.md",
+     "points outside the repository"},
+    {"echo 'See [search](docs/no-such-page.md).' >> %s/README.md", "no such file"},
+    {"echo 'See [gpu](network.md#no-such-heading).' >> %s/docs/search.md",
+     "has no heading with anchor #no-such-heading"},
+    {"echo 'See [top](#nowhere).' >> %s/docs/deploy.md", "docs/deploy.md:"},
+    {"echo 'Example: `[x](../outside.md)`.' >> %s/README.md", NULL},
+};
+
+START_TEST(docs_checker_rejects_links_that_leave_or_miss)
+{
+    kt_test_make_dir();
+    char dir[600], cmd[4096], *out;
+    snprintf(dir, sizeof dir, "%s/docs-root", kt_test_dir);
+    const char *args[] = {dir, NULL};
+    for (size_t i = 0; i < sizeof doc_breaks / sizeof doc_breaks[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf '%s' && mkdir -p '%s' && cp '%s/README.md' '%s/' && cp -r '%s/docs' "
+                 "'%s/' && cp -r '%s/common' '%s/'",
+                 dir, dir, src_root(), dir, src_root(), dir, src_root(), dir);
+        ck_assert_int_eq(system(cmd), 0);
+        snprintf(cmd, sizeof cmd, doc_breaks[i].edit, dir);
+        ck_assert_int_eq(system(cmd), 0);
+        int rc = run_script("check-docs.py", &out, args);
+        if (doc_breaks[i].says)
+            ck_assert_msg(rc == 1 && strstr(out, doc_breaks[i].says),
+                          "after `%s` the checker exited %d without \"%s\":\n%s", cmd, rc,
+                          doc_breaks[i].says, out);
+        else
+            ck_assert_msg(rc == 0, "after `%s` the checker exited %d:\n%s", cmd, rc, out);
+        free(out);
+    }
+}
+END_TEST
+
 static void setup_suite(void)
 {
     (void)kt_unused_helpers;
@@ -256,6 +316,8 @@ int main(void)
     tcase_add_test(tc, systemd_checker_rejects_broken_units);
     tcase_add_test(tc, k8s_manifests_carry_what_the_daemons_need);
     tcase_add_test(tc, k8s_checker_rejects_broken_manifests);
+    tcase_add_test(tc, docs_links_resolve_inside_the_repository);
+    tcase_add_test(tc, docs_checker_rejects_links_that_leave_or_miss);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
