@@ -148,8 +148,8 @@ static int64_t count_all(kt_store_t *s, const char *wk)
 START_TEST(store_fresh_db_is_wal_at_current_schema_version)
 {
     kt_store_t *s = open_new();
-    ck_assert_int_eq(kt_store_schema_version(s), 3);
-    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 3);
+    ck_assert_int_eq(kt_store_schema_version(s), 4);
+    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 4);
     ck_assert_int_eq(kt_store_integrity_check(s), 0);
     ck_assert_str_eq(kt_store_path(s), dbpath);
     kt_store_close(s);
@@ -165,7 +165,7 @@ START_TEST(store_fresh_db_is_wal_at_current_schema_version)
 
     s = kt_store_open(":memory:", 0);   /* private database, no file */
     ck_assert_msg(s != NULL, "memory: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 3);
+    ck_assert_int_eq(kt_store_schema_version(s), 4);
     kt_store_close(s);
 }
 END_TEST
@@ -220,7 +220,7 @@ START_TEST(store_migrates_a_schema_1_store_keeping_its_data)
 
     kt_store_t *s = kt_store_open(dbpath, 0);
     ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 3);
+    ck_assert_int_eq(kt_store_schema_version(s), 4);
     kt_record_list_t *l = NULL;
     ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
     ck_assert_uint_eq(l->n, 1);
@@ -284,7 +284,8 @@ START_TEST(store_migration_3_lists_a_workload_without_sorting)
     kt_store_close(s);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_exec(db, "DROP INDEX records_list; PRAGMA user_version = 2;", NULL,
+    ck_assert_int_eq(sqlite3_exec(db, "DROP INDEX records_list; DROP TABLE distilled; "
+                                      "PRAGMA user_version = 2;", NULL,
                                   NULL, NULL),
                      SQLITE_OK);
     ck_assert(list_plan_sorts(db, " AND workload_key = 'wk' AND target = 'cpu'"));
@@ -298,7 +299,7 @@ START_TEST(store_migration_3_lists_a_workload_without_sorting)
 
     s = kt_store_open(dbpath, 0);
     ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 3);
+    ck_assert_int_eq(kt_store_schema_version(s), 4);
     kt_store_close(s);
     ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
     ck_assert(!list_plan_sorts(db, " AND workload_key = 'wk'"));
@@ -351,7 +352,7 @@ START_TEST(store_reopen_keeps_data)
 
     s = kt_store_open(dbpath, 0);   /* existing file: no create flag needed */
     ck_assert_ptr_nonnull(s);
-    ck_assert_int_eq(kt_store_schema_version(s), 3);
+    ck_assert_int_eq(kt_store_schema_version(s), 4);
     ck_assert_int_eq(kt_store_has_measured(s, "wk", "cpu", 7), 1);
     double flops = 0;
     ck_assert_int_eq(kt_store_get_workload(s, "wk", NULL, &flops), 0);
@@ -713,6 +714,156 @@ START_TEST(store_has_measured_counts_any_error_code)
     ck_assert_int_eq(kt_store_has_measured(s, "w", "cpu", 12), 0);
     ck_assert_int_eq(kt_store_has_measured(s, "w", "cuda", 10), 0);
     ck_assert_int_eq(kt_store_has_measured(s, "v", "cpu", 10), 0);
+    kt_store_close(s);
+}
+END_TEST
+
+/* ---- Distill, vacuum, stats -------------------------------------------- */
+
+/* Two workloads on cpu, one on cuda: per (workload, target) costs 5..1 in
+ * hash order 1..5 plus two failed records. */
+static void fill_for_distill(kt_store_t *s)
+{
+    static const double c[] = {5, 4, 3, 2, 1};
+    const char *wk[] = {"wa", "wb", "wa"};
+    const char *tg[] = {"cpu", "cpu", "cuda"};
+    for (int w = 0; w < 3; w++) {
+        kt_record_t rs[7];
+        for (int i = 0; i < 5; i++)
+            rs[i] = rec(wk[w], tg[w], 100 * (uint64_t)w + (uint64_t)i + 1, &c[i], 1, 0);
+        rs[5] = rec(wk[w], tg[w], 100 * (uint64_t)w + 50, NULL, 0, KT_MEASURE_COMPILE_HOST);
+        rs[6] = rec(wk[w], tg[w], 100 * (uint64_t)w + 51, NULL, 0, KT_MEASURE_RUN_TIMEOUT);
+        if (w == 2)
+            for (int i = 0; i < 7; i++)
+                rs[i].runner_key = "cuda-sm90";
+        ck_assert_int_eq(kt_store_put_records(s, rs, 7), 0);
+    }
+}
+
+START_TEST(store_distill_keeps_the_best_and_remembers_the_rest)
+{
+    kt_store_t *s = open_new();
+    fill_for_distill(s);
+    kt_store_distill_t d;
+    ck_assert_int_eq(kt_store_distill(s, 2, 1, &d), 0);   /* dry: counts only */
+    ck_assert_int_eq(d.records_before, 21);
+    ck_assert_int_eq(d.records_after, 6);
+    ck_assert_int_eq(d.workloads, 3);
+    ck_assert_int_eq(d.states_remembered, 15);
+    ck_assert_int_eq(count_all(s, NULL), 21);
+    ck_assert_int_eq(kt_store_has_measured(s, "wa", "cpu", 1), 1);
+
+    ck_assert_int_eq(kt_store_distill(s, 2, 0, &d), 0);
+    ck_assert_int_eq(d.records_after, 6);
+    ck_assert_int_eq(count_all(s, NULL), 6);
+    /* The two cheapest of each pair stay, in order. */
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_top_k(s, "wa", "cuda", 10, &l), 0);
+    ck_assert_int_eq((int)l->n, 2);
+    ck_assert_uint_eq(l->items[0].state_hash, 205);
+    ck_assert_uint_eq(l->items[1].state_hash, 204);
+    kt_record_list_free(l);
+    /* Every dropped state, failed ones too, still counts as measured. */
+    for (uint64_t h = 1; h <= 5; h++)
+        ck_assert_int_eq(kt_store_has_measured(s, "wb", "cpu", 100 + h), 1);
+    ck_assert_int_eq(kt_store_has_measured(s, "wb", "cpu", 150), 1);
+    ck_assert_int_eq(kt_store_has_measured(s, "wb", "cpu", 151), 1);
+    ck_assert_int_eq(kt_store_has_measured(s, "wb", "cuda", 101), 0);
+    ck_assert_int_eq(kt_store_has_measured(s, "wb", "cpu", 106), 0);
+
+    /* Again: nothing more to drop; keep 1 drops one more per pair. */
+    ck_assert_int_eq(kt_store_distill(s, 2, 0, &d), 0);
+    ck_assert_int_eq(d.records_before, 6);
+    ck_assert_int_eq(d.records_after, 6);
+    ck_assert_int_eq(d.states_remembered, 0);
+    ck_assert_int_eq(kt_store_distill(s, 1, 0, &d), 0);
+    ck_assert_int_eq(d.records_after, 3);
+    ck_assert_int_eq(d.states_remembered, 3);
+    ck_assert_int_eq(kt_store_has_measured(s, "wa", "cpu", 4), 1);
+
+    ck_assert_int_eq(kt_store_distill(s, 0, 0, &d), KT_EINVAL);
+    kt_store_close(s);
+
+    /* Reopened, the remembered states are still there. */
+    s = kt_store_open(dbpath, KT_STORE_READONLY);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(kt_store_has_measured(s, "wa", "cpu", 1), 1);
+    kt_store_close(s);
+}
+END_TEST
+
+START_TEST(store_distill_refuses_while_a_job_is_active)
+{
+    kt_store_t *s = open_new();
+    fill_for_distill(s);
+    ck_assert_int_eq(kt_store_put_workload(s, "wa", "{\"a\":1}", 1), 0);
+    kt_store_job_t job = {.created = 1700000000.0, .state = "running", .target = "cpu",
+                          .runner_key = "cpu-test", .strategy = "gradient",
+                          .policy = "sketch.xgb", .options_json = "{}"};
+    kt_store_task_t t = {0, "wa", 1.0, "cpu", NULL};
+    ck_assert_int_eq(kt_store_put_job(s, &job, &t, 1), 0);
+    kt_store_distill_t d;
+    ck_assert_int_eq(kt_store_distill(s, 1, 0, &d), KT_ESTATE);
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "queued or running"));
+    ck_assert_int_eq(count_all(s, NULL), 21);
+    ck_assert_int_eq(kt_store_set_job_state(s, job.id, "done"), 0);
+    ck_assert_int_eq(kt_store_distill(s, 1, 0, &d), 0);
+    ck_assert_int_eq(count_all(s, NULL), 3);
+    kt_store_close(s);
+}
+END_TEST
+
+START_TEST(store_stats_and_vacuum_after_distill)
+{
+    kt_store_t *s = open_new();
+    fill_for_distill(s);
+    /* Bulk, so that the distill frees pages VACUUM can give back. */
+    char big[4096];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    char *state = NULL;
+    ck_assert_int_ge(asprintf(&state, "{\"pad\":\"%s\"}", big), 0);
+    for (int b = 0; b < 4; b++) {
+        kt_record_t rs[100];
+        for (int i = 0; i < 100; i++) {
+            rs[i] = rec("wc", "cpu", 1000 + 100 * (uint64_t)b + (uint64_t)i, one_cost, 1, 0);
+            rs[i].state_json = state;
+        }
+        ck_assert_int_eq(kt_store_put_records(s, rs, 100), 0);
+    }
+    free(state);
+    kt_store_stats_t st;
+    ck_assert_int_eq(kt_store_stats(s, &st), 0);
+    ck_assert_int_eq(st.records, 421);
+    ck_assert_int_eq(st.valid, 415);
+    ck_assert_int_eq(st.distilled, 0);
+    ck_assert_int_eq(st.schema_version, KT_STORE_SCHEMA_VERSION);
+    ck_assert_int_gt(st.bytes, 400 * 4096);
+    ck_assert_int_eq((int)st.nkeys, 2);
+    ck_assert_str_eq(st.keys[0].key, "cpu-test");
+    ck_assert_int_eq(st.keys[0].records, 414);
+    ck_assert_str_eq(st.keys[1].key, "cuda-sm90");
+    ck_assert_int_eq(st.keys[1].records, 7);
+    kt_store_stats_clear(&st);
+    ck_assert_int_eq((int)st.nkeys, 0);
+
+    kt_store_distill_t d;
+    ck_assert_int_eq(kt_store_distill(s, 1, 0, &d), 0);
+    int64_t before = 0, after = 0;
+    ck_assert_int_eq(kt_store_vacuum(s, &before, &after), 0);
+    ck_assert_msg(after * 4 < before, "vacuum: %lld bytes -> %lld", (long long)before,
+                  (long long)after);
+    ck_assert_int_eq(kt_store_stats(s, &st), 0);
+    ck_assert_int_eq(st.records, 4);
+    ck_assert_int_eq(st.distilled, 417);
+    ck_assert_int_eq(st.bytes, after);
+    kt_store_stats_clear(&st);
+    ck_assert_int_eq(kt_store_integrity_check(s), 0);
+    kt_store_close(s);
+
+    s = kt_store_open(dbpath, KT_STORE_READONLY);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(kt_store_vacuum(s, NULL, NULL), KT_ESTATE);
     kt_store_close(s);
 }
 END_TEST
@@ -1193,6 +1344,9 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, store_fresh_db_is_wal_at_current_schema_version);
+    tcase_add_test(tc, store_distill_keeps_the_best_and_remembers_the_rest);
+    tcase_add_test(tc, store_distill_refuses_while_a_job_is_active);
+    tcase_add_test(tc, store_stats_and_vacuum_after_distill);
     tcase_add_test(tc, store_migrates_a_schema_1_store_keeping_its_data);
     tcase_add_test(tc, store_migration_3_lists_a_workload_without_sorting);
     tcase_add_test(tc, store_filters_records_by_runner_id_or_host);

@@ -94,6 +94,14 @@ static const char *const migrations[] = {
      * records (seconds at millions of records). Indexes only: a read-only
      * handle reads a version-2 file as it is (KT_STORE_READ_VERSION). */
     "CREATE INDEX records_list ON records(workload_key);",
+    /* 4: a store that lives long is distilled (kt_store_distill): the
+     * records it drops leave their state hashes here, so a state measured
+     * once is still never measured again. */
+    "CREATE TABLE distilled ("
+    "  workload_key TEXT NOT NULL,"
+    "  target TEXT NOT NULL,"
+    "  state_hash INTEGER NOT NULL,"
+    "  PRIMARY KEY (workload_key, target, state_hash)) WITHOUT ROWID;",
 };
 
 _Static_assert(KT_ARRAY_LEN(migrations) == KT_STORE_SCHEMA_VERSION,
@@ -107,7 +115,7 @@ typedef enum {
     ST_PUT_WORKLOAD, ST_GET_WORKLOAD,
     ST_PUT_JOB, ST_PUT_TASK, ST_SET_JOB_STATE, ST_GET_JOB, ST_GET_TASKS,
     ST_LIST_JOBS, ST_LIST_JOBS_STATE, ST_DELETE_JOB,
-    ST_PUT_RECORD, ST_TOP_K, ST_HAS_MEASURED, ST_IS_DUPLICATE,
+    ST_PUT_RECORD, ST_TOP_K, ST_HAS_MEASURED, ST_HAS_DISTILLED, ST_IS_DUPLICATE,
     ST_LOG_LATENCY, ST_READ_LATENCY,
     ST_COUNT
 } stmt_id_t;
@@ -144,6 +152,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                  "AND error_code = 0 ORDER BY mean_cost, id LIMIT ?3",
     [ST_HAS_MEASURED] = "SELECT 1 FROM records WHERE workload_key = ?1 AND target = ?2 "
                         "AND state_hash = ?3 LIMIT 1",
+    [ST_HAS_DISTILLED] = "SELECT 1 FROM distilled WHERE workload_key = ?1 AND target = ?2 "
+                         "AND state_hash = ?3",
     [ST_IS_DUPLICATE] = "SELECT 1 FROM records WHERE workload_key = ?1 AND target = ?2 "
                         "AND state_hash = ?3 AND timestamp = ?4 LIMIT 1",
     [ST_LOG_LATENCY] = "INSERT INTO latency_log(job_id, trials, elapsed, latency) "
@@ -159,6 +169,7 @@ struct kt_store {
     sqlite3 *db;
     char *path;
     int flags;
+    int version;                          /* the file's schema version once open */
     int in_callback;                      /* inside a foreach callback */
     sqlite3_stmt *st[ST_COUNT];
     sqlite3_stmt *select_st[F_VARIANTS];
@@ -184,6 +195,21 @@ static int db_err(kt_store_t *s, int rc, const char *what)
     }
     const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
     return kt_err_set(code, "%s: %s", what, msg);
+}
+
+sqlite3 *kt_store_db(kt_store_t *s)
+{
+    return s->db;
+}
+
+int kt_store_db_err(kt_store_t *s, int rc, const char *what)
+{
+    return db_err(s, rc, what);
+}
+
+int kt_store_file_version(const kt_store_t *s)
+{
+    return s->version;
 }
 
 int kt_store_usable(kt_store_t *s)
@@ -402,6 +428,7 @@ static int configure(kt_store_t *s, int memory)
     }
     if (sqlite3_exec(s->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL) != SQLITE_OK)
         return db_err(s, sqlite3_errcode(s->db), "enabling foreign keys");
+    s->version = version;
     if (s->flags & KT_STORE_READONLY) {
         if (version < KT_STORE_READ_VERSION)
             return kt_err_set(KT_ESTATE,
@@ -409,7 +436,10 @@ static int configure(kt_store_t *s, int memory)
                               version, KT_STORE_SCHEMA_VERSION);
         return 0;
     }
-    return migrate(s);
+    rc = migrate(s);
+    if (rc == 0)
+        s->version = KT_STORE_SCHEMA_VERSION;
+    return rc;
 }
 
 kt_store_t *kt_store_open(const char *path, int flags)
@@ -1174,17 +1204,22 @@ int kt_store_has_measured(kt_store_t *s, const char *workload_key, const char *t
         return rc;
     if (!workload_key || !target)
         return kt_err_set(KT_EINVAL, "store: has-measured needs a workload key and a target");
-    sqlite3_stmt *st = stmt(s, ST_HAS_MEASURED);
-    if (!st)
-        return kt_err_code();
-    bind_text(st, 1, workload_key);
-    bind_text(st, 2, target);
-    sqlite3_bind_int64(st, 3, (int64_t)state_hash);
-    rc = sqlite3_step(st);
-    int ret = rc == SQLITE_ROW    ? 1
+    int ret = 0;
+    /* A file read as it is below version 4 has no distilled table. */
+    int ids = s->version >= 4 ? 2 : 1;
+    for (int i = 0; i < ids && ret == 0; i++) {
+        sqlite3_stmt *st = stmt(s, i == 0 ? ST_HAS_MEASURED : ST_HAS_DISTILLED);
+        if (!st)
+            return kt_err_code();
+        bind_text(st, 1, workload_key);
+        bind_text(st, 2, target);
+        sqlite3_bind_int64(st, 3, (int64_t)state_hash);
+        rc = sqlite3_step(st);
+        ret = rc == SQLITE_ROW    ? 1
               : rc == SQLITE_DONE ? 0
                                   : db_err(s, rc, "store: looking up a state");
-    done(st);
+        done(st);
+    }
     return ret;
 }
 

@@ -40,9 +40,10 @@
 typedef struct kt_store kt_store_t;
 
 /* The schema version this code writes (PRAGMA user_version). */
-#define KT_STORE_SCHEMA_VERSION 3
+#define KT_STORE_SCHEMA_VERSION 4
 /* The oldest schema a read-only handle reads as it is: the migrations after
- * it only add indexes, which queries use when present. */
+ * it add indexes, which queries use when present, and the distilled table,
+ * which only kt_store_has_measured reads (and skips when absent). */
 #define KT_STORE_READ_VERSION 2
 /* How long a write waits for another writer's transaction, in milliseconds. */
 #define KT_STORE_BUSY_TIMEOUT_MS 10000
@@ -195,7 +196,8 @@ int kt_store_top_k(kt_store_t *s, const char *workload_key, const char *target, 
                    kt_record_list_t **out);
 
 /* 1 when a record of this state exists for (workload, target), whatever its
- * error code (a failed state is not measured again), 0 when not, or negative. */
+ * error code (a failed state is not measured again), or existed before
+ * kt_store_distill() dropped it; 0 when not, or negative. */
 int kt_store_has_measured(kt_store_t *s, const char *workload_key, const char *target,
                           uint64_t state_hash);
 
@@ -235,6 +237,59 @@ int kt_store_log_latency(kt_store_t *s, int64_t job_id, int64_t trials, double e
 /* A job's points in the order they were logged, as a malloc'd array (caller
  * frees; NULL when *n is 0). */
 int kt_store_read_latency(kt_store_t *s, int64_t job_id, kt_store_latency_t **out, size_t *n);
+
+/* ---- Maintenance of a long-lived store (maintain.c) -------------------- */
+
+/* What kt_store_distill() did (or, dry, would do). */
+typedef struct {
+    int64_t records_before;     /* records in the store */
+    int64_t records_after;      /* records kept */
+    int64_t workloads;          /* (workload, target) pairs holding records */
+    int64_t states_remembered;  /* hashes of dropped records newly kept in distilled */
+} kt_store_distill_t;
+
+/* Keep the `keep` (> 0) valid records of lowest mean cost per (workload,
+ * target) and delete every other record, failed ones too (TVM's
+ * measure_record --mode distill). The states of the deleted records stay
+ * known to kt_store_has_measured(), so no state is measured twice. Refused
+ * with KT_ESTATE while a job is queued or running (their progress is
+ * counted from the records): cancel or finish them first. Jobs, workloads
+ * and latency logs stay. One transaction; with dry_run nothing changes and
+ * *out says what would. */
+int kt_store_distill(kt_store_t *s, int keep, int dry_run, kt_store_distill_t *out);
+
+/* Checkpoint the WAL into the database and rebuild the file without its free
+ * pages (VACUUM), so a distilled store shrinks on disk. The file's bytes
+ * (database and WAL) before and after in *before and *after (either may be
+ * NULL). Needs a read-write handle outside a transaction; KT_ETIMEOUT when
+ * another connection holds a write lock past the busy timeout. */
+int kt_store_vacuum(kt_store_t *s, int64_t *before, int64_t *after);
+
+/* Records per device key (the runner key they were timed on; "" for
+ * records that came without one). */
+typedef struct {
+    char *key;
+    int64_t records;
+} kt_store_key_count_t;
+
+/* The store's size and contents at a glance (the status page, ktune records
+ * stats). Owned arrays: kt_store_stats_clear(). */
+typedef struct {
+    int64_t bytes;              /* database pages in use plus the WAL file */
+    int64_t records;            /* all records */
+    int64_t valid;              /* records with error code 0 */
+    int64_t workloads;          /* workloads stored */
+    int64_t distilled;          /* state hashes kept for dropped records */
+    int schema_version;
+    kt_store_key_count_t *keys; /* by records descending, then key */
+    size_t nkeys;
+} kt_store_stats_t;
+
+/* Fill *out (a full scan of the records: seconds at tens of millions, so
+ * callers on a hot path cache it). */
+int kt_store_stats(kt_store_t *s, kt_store_stats_t *out);
+/* Free the arrays of *st and zero it; accepts NULL. */
+void kt_store_stats_clear(kt_store_stats_t *st);
 
 /* ---- JSON lines export and import ------------------------------------- */
 

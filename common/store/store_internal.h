@@ -6,7 +6,17 @@
 #ifndef KT_STORE_STORE_INTERNAL_H
 #define KT_STORE_STORE_INTERNAL_H
 
+#include <sqlite3.h>
+
 #include "store/store.h"
+
+/* The handle's connection (maintain.c runs its one-off statements on it). */
+sqlite3 *kt_store_db(kt_store_t *s);
+/* SQLite's result rc as a KT_E* code with the message "what: <sqlite's>". */
+int kt_store_db_err(kt_store_t *s, int rc, const char *what);
+/* The schema version of the open file (below KT_STORE_SCHEMA_VERSION only for
+ * a read-only handle on an older file). */
+int kt_store_file_version(const kt_store_t *s);
 
 /* 0 when the handle may be used now (not NULL, not inside its own foreach
  * callback), else a KT_E* code with kt_err set. */
