@@ -1215,9 +1215,25 @@ START_TEST(service_restarted_tracker_shows_the_store_s_earlier_jobs)
                       strstr(api, "\"desc\": \"conv0 + bn0 + relu0\"") &&
                       strstr(api, "\"jobs_total\": 3") && strstr(api, "\"total_trials\": 1"),
                   "%s", api);
+    /* The store at a glance: its size and counts, records per device key. */
+    const char *body = strstr(api, "\r\n\r\n");
+    json_t *snap = body ? json_loads(body + 4, 0, NULL) : NULL;
+    json_t *st = json_object_get(snap, "store");
+    ck_assert_msg(json_is_object(st), "%s", api);
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "records")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "valid")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "workloads")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "schema_version")),
+                     KT_STORE_SCHEMA_VERSION);
+    ck_assert_int_gt(json_integer_value(json_object_get(st, "bytes")), 0);
+    ck_assert_int_eq(json_array_size(json_object_get(st, "keys")), 1);
+    json_decref(snap);
     free(api);
     char *page = http_get(http_port, "/");
-    ck_assert_msg(strstr(page, "3 jobs") && strstr(page, "conv0 + bn0 + relu0"), "%s", page);
+    ck_assert_msg(strstr(page, "3 jobs") && strstr(page, "conv0 + bn0 + relu0") &&
+                      strstr(page, "<h2>Store</h2>") && strstr(page, "1 records (1 valid)") &&
+                      strstr(page, "1 workloads"),
+                  "%s", page);
     free(page);
     char *metrics = http_get(http_port, "/metrics");
     ck_assert_msg(strstr(metrics, "ktune_jobs{state=\"done\"} 1") &&

@@ -172,6 +172,27 @@ static void put_table(kt_sbuf_t *b, const char *cls, const json_t *rows, const c
 
 /* --- the latency plot ------------------------------------------------------------ */
 
+/* The record store: its file, size and counts, then records per device key. */
+static void put_store(kt_sbuf_t *b, const json_t *st, const col_t *cols, int n_cols)
+{
+    if (!json_is_object(st))
+        return;
+    double bytes = -1, records = -1, valid = -1, workloads = -1, distilled = -1, age = -1;
+    num_of(st, "bytes", &bytes);
+    num_of(st, "records", &records);
+    num_of(st, "valid", &valid);
+    num_of(st, "workloads", &workloads);
+    num_of(st, "distilled", &distilled);
+    num_of(st, "age_s", &age);
+    kt_sbuf_puts(b, "<h2>Store</h2>\n<p class=\"meta\">");
+    put_scalar(b, json_object_get(st, "path"));
+    kt_sbuf_printf(b, " &middot; %.1f MiB &middot; %.0f records (%.0f valid) &middot; %.0f "
+                      "workloads &middot; %.0f states remembered by distill &middot; counted "
+                      "%.0f s ago</p>\n",
+                   bytes / 1048576.0, records, valid, workloads, distilled, age);
+    put_table(b, "store", json_object_get(st, "keys"), cols, n_cols, "No records.");
+}
+
 typedef struct {
     double lo, hi, step;
     int decimals;   /* for the tick labels */
@@ -409,6 +430,10 @@ char *kt_http_status_page_at(const json_t *snap, int refresh_s, const kt_http_pa
         {"free", "Free", COL_INT},
         {"pending", "Pending", COL_INT},
     };
+    static const col_t store_key_cols[] = {
+        {"key", "Device key", COL_TEXT},
+        {"records", "Records", COL_INT},
+    };
     if (!json_is_object(snap))
         snap = NULL;   /* every lookup below then yields "-" or an empty section */
 
@@ -472,6 +497,8 @@ char *kt_http_status_page_at(const json_t *snap, int refresh_s, const kt_http_pa
     put_table(&b, "workers", workers, worker_cols, (int)KT_ARRAY_LEN(worker_cols), "No workers registered.");
     kt_sbuf_puts(&b, "<h2>Queue</h2>\n");
     put_table(&b, "queue", queue, queue_cols, (int)KT_ARRAY_LEN(queue_cols), "Queue empty.");
+    put_store(&b, json_object_get(snap, "store"), store_key_cols,
+              (int)KT_ARRAY_LEN(store_key_cols));
     kt_sbuf_puts(&b, "</body>\n</html>\n");
     return kt_sbuf_take(&b);
 }

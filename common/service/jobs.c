@@ -2043,6 +2043,49 @@ static int job_id_desc(const void *a, const void *b)
     return (x->id < y->id) - (x->id > y->id);
 }
 
+/* The store's size, counts and records per device key for the snapshot's
+ * "store", read at most once per KT_JOBS_STATS_TTL_S: counting scans the
+ * records (an index of them), which at millions of records takes long
+ * enough that a status page polled every second must not redo it. A new
+ * reference, or NULL when the store could not be read (said in the log). */
+#define KT_JOBS_STATS_TTL_S 30.0
+static json_t *store_stats_json(kt_jobs_t *m)
+{
+    pthread_mutex_lock(&m->stats_mu);
+    double now = kt_time_mono();
+    if (!m->stats || now - m->stats_at >= KT_JOBS_STATS_TTL_S) {
+        kt_store_stats_t st = {0};
+        kt_store_t *s = kt_jobs_store_get(m);
+        int rc = kt_store_stats(s, &st);
+        const char *path = kt_store_path(s);
+        kt_jobs_store_put(m, s);
+        json_t *o = NULL, *keys = NULL;
+        if (rc == 0 && (keys = json_array()) != NULL) {
+            for (size_t i = 0; i < st.nkeys; i++)
+                json_array_append_new(keys, json_pack("{s:s, s:I}", "key", st.keys[i].key,
+                                                      "records", (json_int_t)st.keys[i].records));
+            o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o, s:f}", "path", path,
+                          "bytes", (json_int_t)st.bytes, "records", (json_int_t)st.records,
+                          "valid", (json_int_t)st.valid, "workloads", (json_int_t)st.workloads,
+                          "distilled", (json_int_t)st.distilled, "schema_version",
+                          st.schema_version, "keys", keys, "age_s", 0.0);
+        }
+        if (rc != 0)
+            KT_WARN("status: reading the store's counts: %s", kt_err_msg());
+        kt_store_stats_clear(&st);
+        if (o) {
+            json_decref(m->stats);
+            m->stats = o;
+            m->stats_at = now;
+        }
+    }
+    json_t *out = m->stats ? json_deep_copy(m->stats) : NULL;
+    if (out)
+        json_object_set_new(out, "age_s", json_real(now - m->stats_at));
+    pthread_mutex_unlock(&m->stats_mu);
+    return out;
+}
+
 /* The jobs of `page` in one order: this tracker's own (live) jobs, the most
  * recent first, then the store's others (they ended before it started), the
  * most recent first; "jobs_total" counts both. Only the page's stored jobs
@@ -2106,6 +2149,9 @@ static int snapshot(void *user, json_t *snap, const kt_http_page_t *page)
     if (rc != 0)
         KT_WARN("status: listing the store's jobs: %s", kt_err_msg());
     json_object_set_new(snap, "jobs_total", json_integer((json_int_t)pos));
+    json_t *stats = store_stats_json(m);
+    if (stats)
+        json_object_set_new(snap, "store", stats);
     return json_object_set_new(snap, "jobs", jobs) == 0 ? 0 : kt_err_set(KT_ENOMEM, "oom");
 }
 
@@ -2153,6 +2199,7 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     }
     pthread_mutex_init(&m->mu, NULL);
     pthread_mutex_init(&m->submit_mu, NULL);
+    pthread_mutex_init(&m->stats_mu, NULL);
     cond_init_mono(&m->cv);
     pthread_mutex_init(&m->commit_mu, NULL);
     pthread_cond_init(&m->commit_cv, NULL);
@@ -2316,6 +2363,8 @@ void kt_jobs_free(kt_jobs_t *m)
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     pthread_mutex_destroy(&m->submit_mu);
+    pthread_mutex_destroy(&m->stats_mu);
+    json_decref(m->stats);
     kt_jobs_watch_clients_free(m);
     pthread_cond_destroy(&m->commit_cv);
     pthread_mutex_destroy(&m->commit_mu);

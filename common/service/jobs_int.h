@@ -144,6 +144,11 @@ struct kt_jobs {
     /* Records read to show the store's earlier jobs in the status snapshot:
      * what a page of them costs (only the page's jobs are read). */
     kt_metric_t *m_status_records;
+    /* The store's size and counts as the snapshot shows them (a scan of the
+     * records), and when they were read (kt_time_mono); under stats_mu. */
+    pthread_mutex_t stats_mu;
+    json_t *stats;
+    double stats_at;
 };
 
 /* Take the store handle (waits while another thread uses it) and give it
