@@ -66,7 +66,11 @@ class Network:
         except OSError as e:
             raise KtuneError(None, "no network %s in %s: %s" % (self.name, self.dir, e)) from None
         self._read_header(header, header_path)
-        self._lib = ctypes.CDLL(self._shared_library(header, header_path))
+        so = self._shared_library(header, header_path)
+        try:
+            self._lib = ctypes.CDLL(so)
+        except OSError as e:
+            raise KtuneError(None, "loading %s: %s" % (so, e)) from None
         self._bind()
         weights = os.path.join(self.dir, self.name + ".safetensors")
         self._inst = self._fn("create")(weights.encode())
@@ -118,7 +122,13 @@ class Network:
             cmd[0] = os.environ["CC"]
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=self.dir)
         os.close(fd)
-        cmd += ["-shared", "-fPIC", "-o", tmp, src] + shlex.split(link.group(1) if link else "")
+        libs = shlex.split(link.group(1) if link else "")
+        if "-lcuda" in libs:
+            # The CUDA build links the driver by its SONAME; the toolkit's stub
+            # stands in at link time, as for ktune run.
+            libs = ["-L" + os.path.join(os.path.dirname(a[2:]), "lib64", "stubs")
+                    for a in cmd if a.startswith("-I") and a.endswith("/include")] + libs
+        cmd += ["-shared", "-fPIC", "-o", tmp, src] + libs
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if p.returncode != 0:
