@@ -41,9 +41,10 @@ def ktune_cli(*args, cwd=None):
 
 class Cluster:
     """ktune-tracker, ktune-worker and ktune-runner of the build on
-    127.0.0.1 with a fresh token, their files in a private directory."""
+    127.0.0.1 with a fresh token, their files in a private directory; with
+    peers=False the tracker alone, with tls(dir) giving its TLS options."""
 
-    def __init__(self):
+    def __init__(self, peers=True, tls=None):
         self.dir = tempfile.mkdtemp(prefix="ktune-python-")
         self.token = secrets.token_hex(24)
         self.token_file = os.path.join(self.dir, "token")
@@ -52,7 +53,7 @@ class Cluster:
         os.close(fd)
         self.procs = []
         try:
-            self._start()
+            self._start(peers, tls(self.dir) if tls else [])
         except BaseException:
             self.stop()
             raise
@@ -70,12 +71,12 @@ class Cluster:
         with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
             return "".join(f.readlines()[-10:])
 
-    def _start(self):
+    def _start(self, peers, tracker_args):
         port_file = os.path.join(self.dir, "tracker.addr")
         tracker = self._spawn("tracker", "tracker/ktune-tracker", "--listen", "127.0.0.1:0",
                               "--http", "off", "--db", os.path.join(self.dir, "ktune.db"),
                               "--port-file", port_file, "--token-file", self.token_file,
-                              "--heartbeat-ms", "1000")
+                              "--heartbeat-ms", "1000", *tracker_args)
         deadline = time.monotonic() + START_S
         self.address = ""
         while not self.address:
@@ -85,6 +86,8 @@ class Cluster:
             if os.path.exists(port_file):
                 with open(port_file) as f:
                     self.address = f.read().strip()
+        if not peers:
+            return
         common = ["--tracker", self.address, "--listen", "127.0.0.1:0",
                   "--token-file", self.token_file]
         self._spawn("worker", "worker/ktune-worker", *common)
@@ -213,6 +216,61 @@ class TrackerTest(unittest.TestCase):
     def test_unknown_job_is_not_found(self):
         with self.assertRaises(ktune.NotFound):
             self.tracker.job(999999).status()
+
+
+def openssl(d, *args):
+    subprocess.run(["openssl"] + list(args), cwd=d, check=True, capture_output=True)
+
+
+def certificates(d):
+    """A CA, and the certificates it signs for the tracker (127.0.0.1) and a
+    client (EC P-256, as tests/kt_test_tls.h makes them); the tracker's TLS
+    options with the CA required of callers."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl(d, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=ktune-test-ca")
+    for name in ("tracker", "client"):
+        openssl(d, "req", *ec, "-keyout", name + ".key", "-out", name + ".csr",
+                "-subj", "/CN=" + name)
+        with open(os.path.join(d, name + ".ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\n")
+        openssl(d, "x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".pem")
+        os.chmod(os.path.join(d, name + ".key"), 0o600)
+    return ["--tls-cert", os.path.join(d, "tracker.pem"),
+            "--tls-key", os.path.join(d, "tracker.key"),
+            "--tls-client-ca", os.path.join(d, "ca.pem")]
+
+
+class TlsTest(unittest.TestCase):
+    """A tracker serving mutual TLS with a token, as docs/security.md sets
+    one up."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster(peers=False, tls=certificates)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def tracker(self, **tls):
+        return ktune.Tracker(self.cluster.address, token_file=self.cluster.token_file,
+                             timeout=5, **tls)
+
+    def test_mutual_tls_tracker_serves_a_client_with_its_certificate_only(self):
+        d = self.cluster.dir
+        ca = os.path.join(d, "ca.pem")
+        me = dict(tls_client_cert=os.path.join(d, "client.pem"),
+                  tls_client_key=os.path.join(d, "client.key"))
+        with self.tracker(tls_ca=ca, **me) as t:
+            self.assertEqual(t.health().status, "SERVING")
+        for refused in (dict(tls_ca=ca), {}):   # no client certificate; no TLS at all
+            with self.tracker(**refused) as t:
+                with self.assertRaises(ktune.Unavailable):
+                    t.health()
+        with self.assertRaises(ValueError):
+            self.tracker(**me)   # a client certificate without tls_ca
 
 
 class LocalTest(unittest.TestCase):
