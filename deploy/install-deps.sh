@@ -14,6 +14,8 @@ PACKAGES=(
   # tests
   check libsubunit-dev openssl sqlite3 systemd python3-yaml python3-grpcio python3-grpc-tools python3-torch python3-torchvision python3-onnx
   iproute2   # ip netns: the hosts suite
+  # the Python package and its test (python/, tests/python): a venv and an offline pip install
+  python3-venv python3-pip python3-setuptools python3-wheel python3-numpy python3-protobuf
   # benchmarks
   libopenblas-dev libdnnl-dev hyperfine
   # fuzzing (deploy/fuzz.sh: libFuzzer with ASan and UBSan)
