@@ -1097,10 +1097,11 @@ static int64_t list_filtered(service_t *s, const char *key, const char *target, 
     return rc != 0 ? rc : n;
 }
 
-/* Every malformed field of QueryBest, ListRecords, ListJobs and SubmitJob is
- * refused with INVALID_ARGUMENT (NOT_FOUND for a job the store lacks) and a
- * message naming the field, and leaves the store's bytes as they were; a key
- * written with other spacing or upper-case hex finds the same records. */
+/* Every malformed field of QueryBest, ListRecords, ListJobs, SubmitJob,
+ * RegisterPeer and Heartbeat is refused with INVALID_ARGUMENT (NOT_FOUND for
+ * a job the store lacks) and a message naming the field, and leaves the
+ * store's bytes (and the registry) as they were; a key written with other
+ * spacing or upper-case hex finds the same records. */
 START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
 {
     make_dir();
@@ -1235,6 +1236,41 @@ START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
     good.wl.key = (char *)kt_workload_key(w32);
     ck_assert_msg(kt_jobs_check_job(&good.job, NULL, NULL) == 0, "%s", kt_err_msg());
     kt_workload_free(w32);
+
+    /* RegisterPeer and Heartbeat: a worker's unknown target, a negative capacity or count. */
+    for (int i = 0; i < 3; i++) {
+        char *targets[] = {"cpu", "gpu"};
+        Ktune__V1__PeerInfo peer = KTUNE__V1__PEER_INFO__INIT;
+        peer.role = "worker";
+        peer.address = "127.0.0.1:9";
+        peer.targets = targets;
+        peer.n_targets = 2;
+        if (i == 1) {
+            peer.n_targets = 1;
+            peer.capacity = -2;
+        }
+        Ktune__V1__RegisterRequest rr = KTUNE__V1__REGISTER_REQUEST__INIT;
+        rr.peer = &peer;
+        Ktune__V1__HeartbeatRequest hb = KTUNE__V1__HEARTBEAT_REQUEST__INIT;
+        hb.peer_id = "worker-1";
+        hb.in_flight = -1;
+        out = NULL;
+        int rc = i < 2 ? kt_rpc_call_unary(s.client, "/ktune.v1.Tracker/RegisterPeer", &rr.base,
+                                           &ktune__v1__register_response__descriptor, 30000,
+                                           &out, &st)
+                       : kt_rpc_call_unary(s.client, "/ktune.v1.Tracker/Heartbeat", &hb.base,
+                                           &ktune__v1__heartbeat_response__descriptor, 30000,
+                                           &out, &st);
+        static const char *const want[] = {"targets[1]: unknown target 'gpu'", "capacity -2",
+                                           "in_flight -1"};
+        ck_assert_msg(rc != 0 && st.code == KT_RPC_INVALID_ARGUMENT && strstr(st.msg, want[i]),
+                      "peer case %d: code %d '%s', want '%s'", i, st.code, st.msg, want[i]);
+    }
+    kt_peer_t *peers = NULL;
+    int npeers = -1;
+    ck_assert_int_eq(kt_registry_peers(kt_tracker_registry(s.t), &peers, &npeers), 0);
+    ck_assert_int_eq(npeers, 0);
+    kt_peer_list_free(peers, npeers);
 
     store_bytes_t after = store_bytes();
     ck_assert_msg(store_bytes_same(&before, &after), "a refused call changed the store");
