@@ -658,6 +658,7 @@ START_TEST(cli_bad_arguments_are_refused_and_change_nothing)
         {{"tasks", "--network", ""}, 2, "--network needs a value"},
         {{"tasks", "--network", "resnet-18", "--batch", "0"}, 2, "--batch wants an integer"},
         {{"tasks", "--list", "stray"}, 2, "unexpected argument 'stray'"},
+        {{"tasks", "--network", "resnet-18", "--out", ""}, 2, "--out needs a value"},
         /* build, run */
         {{"build", "--network", "resnet-18", "--out", dir, "--db", db, "--job", "99"}, 1,
          "--job: no job 99 in"},

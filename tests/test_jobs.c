@@ -1203,10 +1203,11 @@ START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
     ck_assert_msg(strstr(st.msg, "unknown state 'runing'"), "%s", st.msg);
 
     /* SubmitJob: one field wrong at a time in an otherwise good job. */
-    enum { PRIORITY, KEY_OTHER, KEY_BAD, TRIALS, MORE, TARGET, WEIGHT, STRATEGY, NCASES };
+    enum { PRIORITY, KEY_OTHER, KEY_BAD, TRIALS, MORE, EARLY, TARGET, WEIGHT, STRATEGY, NCASES };
     static const char *const sj_msg[NCASES] = {
         "priority 2000000000", "is not its JSON's", "task 0: workload key: 'nope'",
-        "negative trials", "more_trials (-1)", "unknown target 'gpu'", "weight must be >= 0",
+        "negative trials", "more_trials (-1)", "early_stopping -3 (0 for none)",
+        "unknown target 'gpu'", "weight must be >= 0",
         "unknown strategy 'fastest'"};
     for (int i = 0; i < NCASES; i++) {
         job_msg_t j;
@@ -1217,6 +1218,7 @@ START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
         case KEY_BAD: j.wl.key = "nope"; break;
         case TRIALS: j.to.num_measure_trials = -5; break;
         case MORE: j.to.more_trials = -1; break;
+        case EARLY: j.to.early_stopping = -3; break;
         case TARGET: j.job.target = "gpu"; break;
         case WEIGHT: j.task.weight = NAN; break;
         case STRATEGY: j.job.strategy = "fastest"; break;
