@@ -1016,7 +1016,8 @@ START_TEST(faults_killed_import_is_all_or_none)
     enum { N = 400000 };
     for (int i = 0; i < N; i++)
         fprintf(f,
-                "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s%d\",\"state_hash\":"
+                "{\"workload_key\":\"[\\\"ab\\\", [1]]\",\"target\":\"cpu\",\"state\":\"s%d\","
+                "\"state_hash\":"
                 "\"%016x\",\"costs\":[1.5e-3],\"error_code\":0,\"all_cost\":1,\"timestamp\":%d}\n",
                 i, i + 1, i + 1);
     fclose(f);
