@@ -575,6 +575,12 @@ START_TEST(cli_bad_arguments_are_refused_and_change_nothing)
     ck_assert_int_eq(kt_store_put_records(s, &rec, 1), 0);
     kt_store_close(s);
     kt_workload_free(w);
+    char lines[256];
+    snprintf(lines, sizeof lines, "%s/bad.jsonl", kt_test_dir);
+    static const char bad_lines[] =
+        "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
+        "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1}\n";
+    ck_assert_int_eq(kt_file_write(lines, bad_lines, strlen(bad_lines)), 0);
     size_t nbefore = 0;
     char *before = kt_file_read(db, &nbefore);
     ck_assert_ptr_nonnull(before);
@@ -619,6 +625,8 @@ START_TEST(cli_bad_arguments_are_refused_and_change_nothing)
         {{"records", "count", "--db", db, "--in", "x"}, 2, "--in does not apply here"},
         {{"records", "import", "--db", db, "--in", ""}, 2, "--in needs a value"},
         {{"records", "frob"}, 2, "unknown subcommand 'frob'"},
+        {{"records", "import", "--db", db, "--in", lines}, 1,
+         "line 1: \"workload_key\": 'w' is not a workload key"},
         /* status, export, cancel, watch */
         {{"status", "1", "2", "--db", db}, 2, "unexpected argument '2'"},
         {{"status", "--db", none}, 1, "no store at"},
