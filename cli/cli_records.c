@@ -18,7 +18,6 @@ static void records_usage(FILE *out)
             "       ktune records import --db PATH [--in FILE|-]\n"
             "       ktune records count  --db PATH [--workload KEY|JSON] [--target T]\n"
             "                            [--job ID] [--runner ID|HOST]\n"
-            "                            [--runner ID|HOST]\n"
             "\n"
             "  export  write the selected records as JSON lines, one record per line, to\n"
             "          FILE or standard output (default); the format is in RECORDS.md\n"
