@@ -181,16 +181,26 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
                 return 2;
             break;
         case O_TARGET: a->target = optarg; break;
+        /* An empty one would read as "not given" (a temporary --out, the default name). */
         case O_ARCH:
-        case O_OUT:
-        case O_NAME:
-        case O_OUTPUT:
-            /* An empty one would read as "not given" (a temporary --out, the default name). */
-            if (kt_cli_nonempty(cmd, c == O_ARCH ? "--arch" : c == O_OUT ? "--out"
-                                     : c == O_NAME ? "--name" : "--output", optarg))
+            if (kt_cli_nonempty(cmd, "--arch", optarg))
                 return 2;
-            *(c == O_ARCH ? &a->arch : c == O_OUT ? &a->out : c == O_NAME ? &a->name
-                                                                           : &a->output) = optarg;
+            a->arch = optarg;
+            break;
+        case O_OUT:
+            if (kt_cli_nonempty(cmd, "--out", optarg))
+                return 2;
+            a->out = optarg;
+            break;
+        case O_NAME:
+            if (kt_cli_nonempty(cmd, "--name", optarg))
+                return 2;
+            a->name = optarg;
+            break;
+        case O_OUTPUT:
+            if (kt_cli_nonempty(cmd, "--output", optarg))
+                return 2;
+            a->output = optarg;
             break;
         case O_IN:
             if (a->ninput == KT_PLAN_MAX_INPUTS) {
@@ -300,10 +310,11 @@ static int check_job(const char *cmd, const build_args_t *a)
         if (rc != 0)
             return kt_cli_fail(cmd);
     }
-    if (strcmp(job_target[0] ? job_target : "cpu", target_of(a)) == 0)
+    const char *tuned = job_target[0] ? job_target : "cpu";
+    if (strcmp(tuned, target_of(a)) == 0)
         return 0;
     fprintf(stderr, "ktune %s: --job: job %" PRId64 " tuned for %s, not %s (give --target %s)\n",
-            cmd, a->job, job_target, target_of(a), job_target);
+            cmd, a->job, tuned, target_of(a), tuned);
     return 1;
 }
 
