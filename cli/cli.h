@@ -35,6 +35,16 @@ int kt_cli_fail(const char *what);
  * integer in lo..hi, not 'S'". */
 int kt_cli_parse_num(const char *cmd, const char *opt, const char *s, long long lo,
                      long long hi, long long *out);
+/* An option's value that must not be empty (a path, an address, a name):
+ * 0, or 2 after saying "ktune CMD: OPT needs a value". */
+int kt_cli_nonempty(const char *cmd, const char *opt, const char *s);
+/* A target name (cpu or cuda, kt_measure_target_parse): 0, or 2 after
+ * saying "ktune CMD: unknown OPT 'S' (cpu or cuda)". */
+int kt_cli_check_target(const char *cmd, const char *opt, const char *s);
+/* The workload key of an option that takes a workload key or a workload's
+ * JSON (kt_workload_key_from_arg), malloc'd; NULL after saying
+ * "ktune CMD: OPT: why" with the forms expected. */
+char *kt_cli_workload_key(const char *cmd, const char *opt, const char *s);
 
 /* ---- The network options (cli_net.c) ------------------------------------------------- */
 

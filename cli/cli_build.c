@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "measure/cuda_runner.h"
+#include "measure/hw_params.h"
 #include "measure/nvrtc.h"
 #include "net/plan.h"
 #include "runtime/netlib.h"
@@ -170,6 +171,8 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         }
         switch (c) {
         case O_DB:
+            if (kt_cli_nonempty(cmd, "--db", optarg))
+                return 2;
             a->conn.db = optarg;
             a->conn.db_given = 1;
             break;
@@ -178,9 +181,27 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
                 return 2;
             break;
         case O_TARGET: a->target = optarg; break;
-        case O_ARCH: a->arch = optarg; break;
-        case O_OUT: a->out = optarg; break;
-        case O_NAME: a->name = optarg; break;
+        /* An empty one would read as "not given" (a temporary --out, the default name). */
+        case O_ARCH:
+            if (kt_cli_nonempty(cmd, "--arch", optarg))
+                return 2;
+            a->arch = optarg;
+            break;
+        case O_OUT:
+            if (kt_cli_nonempty(cmd, "--out", optarg))
+                return 2;
+            a->out = optarg;
+            break;
+        case O_NAME:
+            if (kt_cli_nonempty(cmd, "--name", optarg))
+                return 2;
+            a->name = optarg;
+            break;
+        case O_OUTPUT:
+            if (kt_cli_nonempty(cmd, "--output", optarg))
+                return 2;
+            a->output = optarg;
+            break;
         case O_IN:
             if (a->ninput == KT_PLAN_MAX_INPUTS) {
                 fprintf(stderr, "ktune %s: at most %d --input files\n", cmd, KT_PLAN_MAX_INPUTS);
@@ -188,7 +209,6 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
             }
             a->input[a->ninput++] = optarg;
             break;
-        case O_OUTPUT: a->output = optarg; break;
         case O_CHECK: a->check = 1; break;
         case O_SEED:
             if (kt_cli_parse_num(cmd, "--seed", optarg, 0, INT64_MAX, &v))
@@ -227,6 +247,12 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         fprintf(stderr, "ktune %s: --arch needs --target cuda\n", cmd);
         return 2;
     }
+    kt_hw_params_t hw;
+    /* Said before the network is loaded and built, not after. */
+    if (a->arch && kt_hw_params_preset(a->arch, &hw) != 0) {
+        fprintf(stderr, "ktune %s: --arch: %s\n", cmd, kt_err_msg());
+        return 2;
+    }
     if (is_cuda(a) && a->check) {
         fprintf(stderr, "ktune %s: --check runs the CPU build's reference kernels; it does not "
                         "apply to --target cuda\n", cmd);
@@ -247,10 +273,55 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
 
 /* The best valid record of each task: states[i] (strdup'd, NULL when none)
  * and its cost in ms. 0, or 1 after printing why. */
+/* --job names a job, of the target built for, in the store or on the
+ * tracker: else no record would match and every task would quietly get the
+ * default schedule. Checked before the network is loaded. 0, or 1 after
+ * saying why. */
+static int check_job(const char *cmd, const build_args_t *a)
+{
+    if (!a->job)
+        return 0;
+    char job_target[32] = "";
+    if (a->conn.tracker) {
+        Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
+        ref.job_id = a->job;
+        ProtobufCMessage *resp = NULL;
+        if (kt_cli_call(cmd, &a->conn, "/ktune.v1.Tracker/JobStatus", &ref.base,
+                        &ktune__v1__job_progress__descriptor, &resp))
+            return 1;
+        const char *t = ((Ktune__V1__JobProgress *)resp)->target;
+        snprintf(job_target, sizeof job_target, "%s", t ? t : "");
+        protobuf_c_message_free_unpacked(resp, NULL);
+    } else {
+        kt_store_t *s = kt_cli_open_store(cmd, a->conn.db);
+        if (!s)
+            return 1;
+        kt_store_job_info_t *info = NULL;
+        int rc = kt_store_get_job(s, a->job, &info);
+        if (rc == 0)
+            snprintf(job_target, sizeof job_target, "%s", info->job.target);
+        kt_store_job_info_free(info);
+        kt_store_close(s);
+        if (rc == KT_ENOTFOUND) {
+            fprintf(stderr, "ktune %s: --job: no job %" PRId64 " in %s\n", cmd, a->job,
+                    a->conn.db);
+            return 1;
+        }
+        if (rc != 0)
+            return kt_cli_fail(cmd);
+    }
+    const char *tuned = job_target[0] ? job_target : "cpu";
+    if (strcmp(tuned, target_of(a)) == 0)
+        return 0;
+    fprintf(stderr, "ktune %s: --job: job %" PRId64 " tuned for %s, not %s (give --target %s)\n",
+            cmd, a->job, tuned, target_of(a), tuned);
+    return 1;
+}
+
 static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tasks_t *t,
                         char **states, double *ms)
 {
-    if (!a->conn.db_given && access(a->conn.db, F_OK) != 0) {
+    if (!a->conn.db_given && !a->job && access(a->conn.db, F_OK) != 0) {
         fprintf(stderr, "ktune %s: no store at %s: every task gets the default schedule\n", cmd,
                 a->conn.db);
         return 0;
@@ -358,6 +429,8 @@ static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_t
 static int build_into(const char *cmd, const build_args_t *a, const char *dir, char *name,
                       size_t cap, int quiet, double **tuned_ms, int *ntasks)
 {
+    if (check_job(cmd, a))
+        return 1;
     kt_net_t *net = kt_cli_net_load(cmd, &a->net);
     if (!net)
         return 1;

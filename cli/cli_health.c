@@ -38,6 +38,7 @@ int kt_cli_health(int argc, char **argv)
     const char *service = "tracker";
     int c;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int taken = kt_cli_conn_option("health", &conn, c, optarg);
         if (taken == 2)
@@ -46,12 +47,19 @@ int kt_cli_health(int argc, char **argv)
         case 0: break;
         case 's': service = optarg; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            fprintf(stderr, "ktune health: bad option '%s' (see ktune health --help)\n", argv[optind - 1]);
+            return 2;
         }
     }
     const char *addr = conn.tracker, *token_file = conn.token_file;
     long timeout_ms = conn.timeout_ms;
-    if (!addr || optind < argc) {
+    if (optind < argc) {
+        fprintf(stderr, "ktune health: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!addr) {
+        fprintf(stderr, "ktune health: --tracker HOST:PORT is required\n");
         usage(stderr);
         return 2;
     }

@@ -25,6 +25,7 @@
 #include "store/store.h"
 #include "te/workload.h"
 #include "util/err.h"
+#include "util/kt_limits.h"
 #include "util/sbuf.h"
 #include "util/util.h"
 
@@ -40,6 +41,12 @@ void kt_cli_conn_init(kt_cli_conn_t *c, int timeout_ms)
 
 int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *arg)
 {
+    /* An empty address or file would otherwise mean "none given" further on. */
+    static const char *const names[] = {"--tracker", "--token-file", "--tls-ca",
+                                        "--timeout", "--tls-client-cert", "--tls-client-key"};
+    if (code >= KT_CLI_O_TRACKER && code <= KT_CLI_O_CLIENT_KEY &&
+        kt_cli_nonempty(cmd, names[code - KT_CLI_O_TRACKER], arg))
+        return 2;
     switch (code) {
     case KT_CLI_O_TRACKER: c->tracker = arg; return 1;
     case KT_CLI_O_TOKEN: c->token_file = arg; return 1;
@@ -47,12 +54,9 @@ int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *
     case KT_CLI_O_CLIENT_CERT: c->tls_client_cert = arg; return 1;
     case KT_CLI_O_CLIENT_KEY: c->tls_client_key = arg; return 1;
     case KT_CLI_O_TIMEOUT: {
-        char *end;
-        long v = strtol(arg, &end, 10);
-        if (*end || v <= 0 || v > 3600000) {
-            fprintf(stderr, "ktune %s: --timeout wants milliseconds, not '%s'\n", cmd, arg);
+        long long v = 0;
+        if (kt_cli_parse_num(cmd, "--timeout (milliseconds)", arg, 1, 3600000, &v))
             return 2;
-        }
         c->timeout_ms = (int)v;
         return 1;
     }
@@ -313,35 +317,51 @@ static int parse_read(const char *cmd, int argc, char **argv, const int *allowed
         for (const int *p = allowed; !ok && *p; p++)
             ok = *p == c;
         if (!ok || c == '?') {
-            fprintf(stderr, "ktune %s: bad option '%s' (see ktune %s --help)\n", cmd,
-                    argv[optind - 1], cmd);
+            /* A known option's value is argv[optind - 1]: name the option itself. */
+            if (c != '?' && li >= 0)
+                fprintf(stderr, "ktune %s: bad option '--%s': it does not apply here (see "
+                                "ktune %s --help)\n", cmd, read_opts[li].name, cmd);
+            else
+                fprintf(stderr, "ktune %s: bad option '%s' (see ktune %s --help)\n", cmd,
+                        argv[optind - 1], cmd);
             return 2;
         }
+        li = -1;
         int conn = kt_cli_conn_option(cmd, &a->conn, c, optarg);
         if (conn == 2)
             return 2;
         switch (conn ? 0 : c) {
         case 0: break;
-        case O_DB: a->conn.db = optarg; a->conn.db_given = 1; break;
+        case O_DB:
+            if (kt_cli_nonempty(cmd, "--db", optarg))
+                return 2;
+            a->conn.db = optarg;
+            a->conn.db_given = 1;
+            break;
         case O_JSON: a->conn.json = 1; break;
         case O_WORKLOAD: a->workload = optarg; break;
         case O_JOB:
             if (kt_cli_parse_id(cmd, "--job", optarg, &a->job))
                 return 2;
             break;
-        case O_TARGET: a->target = optarg; break;
-        case O_TOP: {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 10000) {
-                fprintf(stderr, "ktune %s: --top wants 1..10000, not '%s'\n", cmd, optarg);
+        case O_TARGET:
+            if (kt_cli_check_target(cmd, "--target", optarg))
                 return 2;
-            }
+            a->target = optarg;
+            break;
+        case O_TOP: {
+            long long v = 0;
+            if (kt_cli_parse_num(cmd, "--top", optarg, 1, KT_LIMIT_TOP_K, &v))
+                return 2;
             a->top = (int)v;
             break;
         }
         case O_FORMAT: a->format = optarg; break;
-        case O_OUT: a->out = optarg; break;
+        case O_OUT:
+            if (kt_cli_nonempty(cmd, "--out", optarg))
+                return 2;
+            a->out = optarg;
+            break;
         case 'h':
         case O_HELP: return -1;
         }
@@ -585,22 +605,6 @@ static void best_free(best_t *b)
         protobuf_c_message_free_unpacked(b->resp, NULL);
 }
 
-/* The workload key of --workload: a key as printed, or workload JSON. */
-static char *workload_key_arg(const char *cmd, const char *arg)
-{
-    if (arg[0] == '{') {
-        kt_workload_t *w = kt_workload_parse(arg);
-        if (!w) {
-            fprintf(stderr, "ktune %s: --workload: %s\n", cmd, kt_err_msg());
-            return NULL;
-        }
-        char *k = kt_strdup(kt_workload_key(w));
-        kt_workload_free(w);
-        return k;
-    }
-    return kt_strdup(arg);
-}
-
 /* Best records per task of a job, or of one workload, from a tracker or a
  * store. 0 or 1 (message printed). */
 static int gather_best(const char *cmd, const read_args_t *a, const char *key, int top,
@@ -685,7 +689,7 @@ int kt_cli_best(int argc, char **argv)
         fprintf(stderr, "ktune best: give --workload KEY or --job JOB (one of them)\n");
         return 2;
     }
-    char *key = a.workload ? workload_key_arg("best", a.workload) : NULL;
+    char *key = a.workload ? kt_cli_workload_key("best", "--workload", a.workload) : NULL;
     if (a.workload && !key)
         return 2;
     best_t b;
@@ -1064,13 +1068,15 @@ int kt_cli_export(int argc, char **argv)
         fprintf(stderr, "ktune export: --format is c, cuda or json, not '%s'\n", a.format);
         return 2;
     }
-    if (mkdir(a.out, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "ktune export: cannot create %s: %s\n", a.out, strerror(errno));
-        return 1;
-    }
+    /* The job first: an unknown one leaves no empty DIR behind. */
     job_tasks_t jt;
     if (job_tasks_get(&a, &jt))
         return 1;
+    if (mkdir(a.out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "ktune export: cannot create %s: %s\n", a.out, strerror(errno));
+        job_tasks_free(&jt);
+        return 1;
+    }
     if (as_c || as_cuda) {
         best_t b;
         rc = gather_best("export", &a, NULL, 1, &b);

@@ -75,15 +75,9 @@ typedef struct {
     kt_sched_params_t params;   /* for the target, arch and overrides */
 } opts_t;
 
-static int parse_long(const char *s, long min, long *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < min)
-        return -1;
-    *out = v;
-    return 0;
-}
+/* Most states one sample command draws: enough for any study, and a typo of
+ * a few more digits is refused rather than run for days. */
+#define MAX_SAMPLES 1000000
 
 static int target_params(opts_t *o);
 
@@ -110,13 +104,15 @@ static int parse_opts(int argc, char **argv, int sample, opts_t *o)
         } else if (strcmp(a, "--hw") == 0) {
             o->hw = v;
         } else if (sample && strcmp(a, "-n") == 0) {
-            if (v && parse_long(v, 1, &o->n))
-                return usage_error("-n needs a positive integer, not '%s'", v);
+            long long n = 0;
+            if (v && kt_cli_parse_num("kernel", "-n", v, 1, MAX_SAMPLES, &n))
+                return 2;
+            o->n = (long)n;
         } else if (sample && strcmp(a, "--seed") == 0) {
-            long s = 0;
-            if (v && parse_long(v, 0, &s))
-                return usage_error("--seed needs a non-negative integer, not '%s'", v);
-            o->seed = (uint64_t)s;
+            long long seed = 0;
+            if (v && kt_cli_parse_num("kernel", "--seed", v, 0, INT64_MAX, &seed))
+                return 2;
+            o->seed = (uint64_t)seed;
         } else if (!sample && strcmp(a, "--state") == 0) {
             o->state = v;
         } else {

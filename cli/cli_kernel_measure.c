@@ -1,6 +1,7 @@
 /* ktune kernel measure: build and time schedules of a workload on this
  * machine with the measurement module (isolated runner, reference check),
  * printing each candidate's mean cost, GFLOPS and error. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,16 +48,13 @@ static int measure_usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
-static int int_arg(const char *name, const char *v, long min, long *out)
+/* An integer option in min..max (kt_cli_parse_num): 0 or 2. */
+static int int_arg(const char *name, const char *v, long min, long max, long *out)
 {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || x < min) {
-        fprintf(stderr, "ktune kernel measure: %s needs an integer >= %ld, not '%s'\n", name,
-                min, v ? v : "");
+    long long x = 0;
+    if (kt_cli_parse_num("kernel measure", name, v, min, max, &x))
         return 2;
-    }
-    *out = x;
+    *out = (long)x;
     return 0;
 }
 
@@ -131,22 +129,22 @@ int kt_cli_kernel_measure(int argc, char **argv)
         } else if (strcmp(a, "--state") == 0) {
             state = v;
         } else if (strcmp(a, "-n") == 0) {
-            rc = int_arg(a, v, 1, &n);
+            rc = int_arg(a, v, 1, 100000, &n);
         } else if (strcmp(a, "--seed") == 0) {
-            rc = int_arg(a, v, 0, &seed);
+            rc = int_arg(a, v, 0, LONG_MAX, &seed);
         } else if (strcmp(a, "--number") == 0) {
-            rc = int_arg(a, v, 1, &number);
+            rc = int_arg(a, v, 1, 1000000000, &number);
         } else if (strcmp(a, "--repeat") == 0) {
-            rc = int_arg(a, v, 1, &repeat);
+            rc = int_arg(a, v, 1, 1000000000, &repeat);
         } else if (strcmp(a, "--min-repeat-ms") == 0) {
-            rc = int_arg(a, v, 0, &min_repeat_ms);
+            rc = int_arg(a, v, 0, 1000000000, &min_repeat_ms);
         } else if (strcmp(a, "--threads") == 0) {
-            rc = int_arg(a, v, 1, &threads);
+            rc = int_arg(a, v, 1, 1024, &threads);
         } else if (strcmp(a, "--timer") == 0) {
             if ((timer = kt_runner_timer_parse(v)) < 0)
                 return measure_usage_error("--timer must be wall or cpu, not '%s'", v);
         } else if (strcmp(a, "--timeout-ms") == 0) {
-            rc = int_arg(a, v, 1, &timeout_ms);
+            rc = int_arg(a, v, 1, 1000000000, &timeout_ms);
         } else {
             return measure_usage_error("unknown option '%s'", a);
         }

@@ -6,6 +6,8 @@
 
 #include "cli.h"
 #include "kt_config.h"
+#include "measure/measure.h"
+#include "te/workload.h"
 #include "util/err.h"
 #include "util/log.h"
 
@@ -50,6 +52,30 @@ int kt_cli_parse_num(const char *cmd, const char *opt, const char *s, long long 
     }
     *out = v;
     return 0;
+}
+
+int kt_cli_nonempty(const char *cmd, const char *opt, const char *s)
+{
+    if (s && *s)
+        return 0;
+    fprintf(stderr, "ktune %s: %s needs a value\n", cmd, opt);
+    return 2;
+}
+
+int kt_cli_check_target(const char *cmd, const char *opt, const char *s)
+{
+    if (kt_measure_target_parse(s, NULL) == 0)
+        return 0;
+    fprintf(stderr, "ktune %s: unknown %s '%s' (cpu or cuda)\n", cmd, opt, s ? s : "");
+    return 2;
+}
+
+char *kt_cli_workload_key(const char *cmd, const char *opt, const char *s)
+{
+    char *key = NULL;
+    if (kt_workload_key_from_arg(s, &key) != 0)
+        fprintf(stderr, "ktune %s: %s: %s\n", cmd, opt, kt_err_msg());
+    return key;
 }
 
 static void usage(FILE *out)

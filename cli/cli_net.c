@@ -37,12 +37,18 @@ static int parse_int(const char *cmd, const char *opt, const char *s, int lo, in
     return 0;
 }
 
+/* A name or path option: 1 taken, 2 when empty (said). */
+static int taken(const char *cmd, const char *opt, const char *arg)
+{
+    return kt_cli_nonempty(cmd, opt, arg) ? 2 : 1;
+}
+
 int kt_cli_net_option(const char *cmd, kt_cli_net_t *n, int code, const char *arg)
 {
     switch (code) {
-    case KT_CLI_O_NETWORK: n->network = arg; return 1;
-    case KT_CLI_O_NETFILE: n->file = arg; return 1;
-    case KT_CLI_O_ONNX: n->onnx = arg; return 1;
+    case KT_CLI_O_NETWORK: n->network = arg; return taken(cmd, "--network", arg);
+    case KT_CLI_O_NETFILE: n->file = arg; return taken(cmd, "--network-file", arg);
+    case KT_CLI_O_ONNX: n->onnx = arg; return taken(cmd, "--onnx", arg);
     case KT_CLI_O_LAYOUT:
         if (kt_net_layout_parse(arg, &n->layout)) {
             fprintf(stderr, "ktune %s: %s\n", cmd, kt_err_msg());

@@ -142,6 +142,7 @@ int kt_cli_queue(int argc, char **argv)
     kt_cli_conn_init(&conn, 5000);
     int json = 0, c;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int taken = kt_cli_conn_option("queue", &conn, c, optarg);
         if (taken == 2)
@@ -150,12 +151,19 @@ int kt_cli_queue(int argc, char **argv)
         case 0: break;
         case 'j': json = 1; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            fprintf(stderr, "ktune queue: bad option '%s' (see ktune queue --help)\n", argv[optind - 1]);
+            return 2;
         }
     }
     const char *addr = conn.tracker, *token_file = conn.token_file;
     long timeout_ms = conn.timeout_ms;
-    if (!addr || optind < argc) {
+    if (optind < argc) {
+        fprintf(stderr, "ktune queue: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!addr) {
+        fprintf(stderr, "ktune queue: --tracker HOST:PORT is required\n");
         usage(stderr);
         return 2;
     }

@@ -13,11 +13,11 @@
 static void records_usage(FILE *out)
 {
     fprintf(out,
-            "usage: ktune records export --db PATH [--out FILE|-] [--workload KEY]\n"
+            "usage: ktune records export --db PATH [--out FILE|-] [--workload KEY|JSON]\n"
             "                            [--target T] [--job ID] [--runner ID|HOST]\n"
             "       ktune records import --db PATH [--in FILE|-]\n"
-            "       ktune records count  --db PATH [--workload KEY] [--target T] [--job ID]\n"
-            "                            [--runner ID|HOST]\n"
+            "       ktune records count  --db PATH [--workload KEY|JSON] [--target T]\n"
+            "                            [--job ID] [--runner ID|HOST]\n"
             "\n"
             "  export  write the selected records as JSON lines, one record per line, to\n"
             "          FILE or standard output (default); the format is in RECORDS.md\n"
@@ -28,6 +28,10 @@ static void records_usage(FILE *out)
             "          bad line's number and reason\n"
             "  count   print the number of selected records, in total and per error code\n"
             "\n"
+            "  --workload KEY|JSON  only the records of that workload: its key as ktune\n"
+            "          prints it, or its workload JSON\n"
+            "  --target T  cpu or cuda\n"
+            "  --job ID  only the records that job measured (it must be in the store)\n"
             "  --runner ID|HOST  only the records timed by that runner: its peer id (as the\n"
             "          tracker's log and `ktune queue` print it) or its host, which selects\n"
             "          every runner of that machine; records stored before ktune kept this\n"
@@ -41,6 +45,7 @@ typedef struct {
     const char *db;
     const char *out;
     const char *in;
+    char *key;                 /* --workload's key, owned */
     kt_store_filter_t filter;
 } records_args_t;
 
@@ -61,25 +66,38 @@ static int parse_args(const char *sub, int argc, char **argv, int allow_filter, 
     int c, li = -1;
     while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
         switch (c) {
-        case 'd': a->db = optarg; break;
+        case 'd':
+            if (kt_cli_nonempty("records", "--db", optarg))
+                return 2;
+            a->db = optarg;
+            break;
         case 'o':
             if (!allow_out)
                 goto bad;
+            if (kt_cli_nonempty("records", "--out", optarg))
+                return 2;
             a->out = optarg;
             break;
         case 'i':
             if (!allow_in)
                 goto bad;
+            if (kt_cli_nonempty("records", "--in", optarg))
+                return 2;
             a->in = optarg;
             break;
         case 'w':
             if (!allow_filter)
                 goto bad;
-            a->filter.workload_key = optarg;
+            free(a->key);
+            if (!(a->key = kt_cli_workload_key("records", "--workload", optarg)))
+                return 2;
+            a->filter.workload_key = a->key;
             break;
         case 't':
             if (!allow_filter)
                 goto bad;
+            if (kt_cli_check_target("records", "--target", optarg))
+                return 2;
             a->filter.target = optarg;
             break;
         case 'r':
@@ -91,19 +109,12 @@ static int parse_args(const char *sub, int argc, char **argv, int allow_filter, 
             }
             a->filter.runner = optarg;
             break;
-        case 'j': {
+        case 'j':
             if (!allow_filter)
                 goto bad;
-            char *end = NULL;
-            errno = 0;
-            long long id = strtoll(optarg, &end, 10);
-            if (errno || !end || *end || id < 1) {
-                fprintf(stderr, "ktune records: --job needs a job id >= 1, not '%s'\n", optarg);
+            if (kt_cli_parse_id("records", "--job", optarg, &a->filter.job_id))
                 return 2;
-            }
-            a->filter.job_id = id;
             break;
-        }
         case 'h': return -1;
         default: goto bad;
         }
@@ -128,11 +139,32 @@ bad:
 /* export and count open read-write (without create) although they only read:
  * a read-only SQLite handle on a WAL database leaves -wal and -shm files
  * behind, which a read-write handle removes when it closes last. */
+/* A --job filter naming no job of the store would select nothing and read
+ * as "no records": 0, or 1 after saying so. */
+static int check_job(const char *sub, kt_store_t *s, const records_args_t *a)
+{
+    if (!a->filter.job_id)
+        return 0;
+    kt_store_job_info_t *info = NULL;
+    int rc = kt_store_get_job(s, a->filter.job_id, &info);
+    kt_store_job_info_free(info);
+    if (rc == KT_ENOTFOUND) {
+        fprintf(stderr, "ktune records %s: --job: no job %" PRId64 " in %s\n", sub,
+                a->filter.job_id, a->db);
+        return 1;
+    }
+    return rc ? kt_cli_fail(sub) : 0;
+}
+
 static int cmd_export(const records_args_t *a)
 {
     kt_store_t *s = kt_store_open(a->db, 0);
     if (!s)
         return kt_cli_fail("export");
+    if (check_job("export", s, a)) {
+        kt_store_close(s);
+        return 1;
+    }
     int to_stdout = !a->out || strcmp(a->out, "-") == 0;
     FILE *out = to_stdout ? stdout : fopen(a->out, "w");
     if (!out) {
@@ -187,6 +219,10 @@ static int cmd_count(const records_args_t *a)
     kt_store_t *s = kt_store_open(a->db, 0);
     if (!s)
         return kt_cli_fail("count");
+    if (check_job("count", s, a)) {
+        kt_store_close(s);
+        return 1;
+    }
     kt_store_counts_t c;
     int rc = kt_store_count_records(s, &a->filter, &c);
     kt_store_close(s);
@@ -217,13 +253,10 @@ int kt_cli_records(int argc, char **argv)
     int rc = parse_args(sub, argc - 1, argv + 1, !is_import, is_export, is_import, &a);
     if (rc == -1) {
         records_usage(stdout);
-        return 0;
+        rc = 0;
+    } else if (rc == 0) {
+        rc = is_export ? cmd_export(&a) : is_import ? cmd_import(&a) : cmd_count(&a);
     }
-    if (rc != 0)
-        return rc;
-    if (is_export)
-        return cmd_export(&a);
-    if (is_import)
-        return cmd_import(&a);
-    return cmd_count(&a);
+    free(a.key);
+    return rc;
 }

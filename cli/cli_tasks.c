@@ -68,7 +68,11 @@ int kt_cli_tasks(int argc, char **argv)
             continue;
         switch (c) {
         case 'j': json = 1; break;
-        case 'o': out_path = optarg; break;
+        case 'o':
+            if (kt_cli_nonempty("tasks", "--out", optarg))
+                return 2;
+            out_path = optarg;
+            break;
         case 'L': list = 1; break;
         case 'h': tasks_usage(stdout); return 0;
         default:

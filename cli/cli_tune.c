@@ -38,6 +38,7 @@
 #include "service/job_view.h"
 #include "ktune.pb-c.h"
 #include "net/net.h"
+#include "registry/registry.h"
 #include "rpc/rpc.h"
 #include "scheduler/scheduler.h"
 #include "search/search.h"
@@ -167,9 +168,21 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
             return 2;
         switch (conn ? 0 : c) {
         case 0: break;
-        case O_WORKLOAD: a->workload = optarg; break;
+        case O_WORKLOAD:
+            if (kt_cli_nonempty(cmd, "--workload", optarg))
+                return 2;
+            a->workload = optarg;
+            break;
         case O_TARGET: a->target = optarg; break;
-        case O_KEY: a->key = optarg; break;
+        case O_KEY:
+            /* The tracker checks it too; an empty key would read as "the default". */
+            if (!kt_registry_key_ok(optarg)) {
+                fprintf(stderr, "ktune %s: --key '%s': a device key is letters, digits and "
+                                "._:- (ktune queue lists the runners' keys)\n", cmd, optarg);
+                return 2;
+            }
+            a->key = optarg;
+            break;
         case O_STRATEGY: a->strategy = optarg; break;
         case O_POLICY: a->policy = optarg; break;
         case O_SEARCH_PARAMS: a->search_params = optarg; break;
@@ -183,6 +196,8 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
                 fprintf(stderr, "ktune %s: --db applies to ktune tune without --tracker\n", cmd);
                 return 2;
             }
+            if (kt_cli_nonempty(cmd, "--db", optarg))
+                return 2;
             a->conn.db = optarg;
             a->conn.db_given = 1;
             break;
@@ -190,7 +205,8 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
             char *end = NULL;
             errno = 0;
             a->seed = strtoull(optarg, &end, 10);
-            if (errno || !end || *end || optarg[0] == '-') {
+            /* strtoull takes "" as 0, skips blanks and negates "-1". */
+            if (errno || !end || end == optarg || *end || optarg[0] < '0' || optarg[0] > '9') {
                 fprintf(stderr, "ktune %s: --seed wants a non-negative integer, not '%s'\n", cmd,
                         optarg);
                 return 2;
@@ -206,10 +222,11 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_REPEAT:
         case O_MIN_REPEAT:
         case O_RUN_TIMEOUT: {
-            long long lo = c == O_PRIORITY ? -1000000 : c == O_MIN_REPEAT ? 0 : 1;
+            long long lo = c == O_PRIORITY ? KT_JOB_PRIORITY_MIN : c == O_MIN_REPEAT ? 0 : 1;
+            long long hi = c == O_PRIORITY ? KT_JOB_PRIORITY_MAX : 1000000000LL;
             char opt[64];
             snprintf(opt, sizeof opt, "--%s", name);
-            if (kt_cli_parse_num(cmd, opt, optarg, lo, 1000000000LL, &v))
+            if (kt_cli_parse_num(cmd, opt, optarg, lo, hi, &v))
                 return 2;
             switch (c) {
             case O_TRIALS: a->trials = v; break;
@@ -638,8 +655,13 @@ int kt_cli_watch(int argc, char **argv)
     }
     if (kt_cli_parse_id("watch", "JOB", argv[optind++], &id))
         return 2;
-    if (optind < argc || !c.tracker) {
-        fprintf(stderr, "ktune watch: usage: ktune watch JOB --tracker HOST:PORT\n");
+    if (optind < argc) {
+        fprintf(stderr, "ktune watch: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!c.tracker) {
+        fprintf(stderr, "ktune watch: --tracker HOST:PORT is required (ktune watch JOB "
+                        "--tracker HOST:PORT)\n");
         return 2;
     }
     if (kt_cli_conn_check("watch", &c))

@@ -544,6 +544,190 @@ START_TEST(cli_bad_input_names_the_cause)
 }
 END_TEST
 
+/* One user's typo per case, in every command: an unknown or malformed value
+ * (a workload that is neither a key nor JSON, a target, a number, an empty
+ * path or address, a job the store lacks), an unknown flag, a stray
+ * argument. Each exits 2 (bad usage) or 1 (the named thing is missing) with
+ * a message naming the argument; the store's bytes stay as they were, and a
+ * read command given a missing store creates none. */
+START_TEST(cli_bad_arguments_are_refused_and_change_nothing)
+{
+    char db[256], none[256], dir[256];
+    snprintf(db, sizeof db, "%s/one.db", kt_test_dir);
+    snprintf(none, sizeof none, "%s/missing.db", kt_test_dir);
+    snprintf(dir, sizeof dir, "%s/out", kt_test_dir);
+    kt_workload_t *w = kt_workload_parse(MATMUL);
+    ck_assert_ptr_nonnull(w);
+    char key[256];
+    snprintf(key, sizeof key, "%s", kt_workload_key(w));
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(kt_store_put_workload(s, key, kt_workload_json(w), kt_workload_flops(w)), 0);
+    kt_store_task_t task = {.index = 0, .workload_key = key, .weight = 1, .target = "cpu"};
+    kt_store_job_t job = {.created = 1.0, .state = "done", .target = "cpu", .runner_key = "cpu",
+                          .strategy = "gradient", .policy = "sketch.xgb",
+                          .options_json = "{\"num_measure_trials\":1}"};
+    ck_assert_int_eq(kt_store_put_job(s, &job, &task, 1), 0);
+    double cost = 1e-5;
+    kt_record_t rec = {.workload_key = key, .target = "cpu", .state_json = "{}",
+                       .state_hash = 1, .costs = &cost, .ncosts = 1, .all_cost = 0.1,
+                       .timestamp = 1.0, .runner_key = "cpu", .job_id = job.id};
+    ck_assert_int_eq(kt_store_put_records(s, &rec, 1), 0);
+    kt_store_close(s);
+    kt_workload_free(w);
+    char lines[256];
+    snprintf(lines, sizeof lines, "%s/bad.jsonl", kt_test_dir);
+    static const char bad_lines[] =
+        "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
+        "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1}\n";
+    ck_assert_int_eq(kt_file_write(lines, bad_lines, strlen(bad_lines)), 0);
+    size_t nbefore = 0;
+    char *before = kt_file_read(db, &nbefore);
+    ck_assert_ptr_nonnull(before);
+    int cwd_db = access("ktune.db", F_OK) == 0;
+    char T[] = "127.0.0.1:1";   /* no tracker: every case fails before calling it */
+    struct {
+        char *args[14];
+        int rc;
+        const char *msg;
+    } cases[] = {
+        /* best: the workload, the target, numbers, paths, flags */
+        {{"best", "--workload", "garbage", "--db", db, "--json"}, 2,
+         "ktune best: --workload: 'garbage' is neither a workload key [\"<hash>\", [shape], ...]"
+         " as ktune prints it nor a workload's JSON"},
+        {{"best", "--workload", "", "--db", db}, 2, "--workload: empty; expected a workload key"},
+        {{"best", "--workload", "[\"abc\", 5]", "--db", db}, 2, "item 1 is not a shape"},
+        {{"best", "--workload", "[{\"op\": \"matmul\"}]", "--db", db}, 2, "a list of workloads"},
+        {{"best", "--workload", key, "--db", db, "--target", "gpu"}, 2,
+         "unknown --target 'gpu' (cpu or cuda)"},
+        {{"best", "--workload", key, "--db", db, "--top", "0"}, 2,
+         "--top wants an integer in 1..10000, not '0'"},
+        {{"best", "--workload", key, "--db", db, "--top", "3x"}, 2, "--top wants an integer"},
+        {{"best", "--job", "-1", "--db", db}, 2, "--job wants a job id >= 1, not '-1'"},
+        {{"best", "--workload", key, "--db", none}, 1, "no store at"},
+        {{"best", "--workload", key, "--db", ""}, 2, "--db needs a value"},
+        {{"best", "--workload", key, "--db", db, "extra"}, 2, "unexpected argument 'extra'"},
+        {{"best", "--workload", key, "--db", db, "--bogus"}, 2, "bad option '--bogus'"},
+        {{"best", "--job", "1", "--tracker", T, "--timeout", "0"}, 2, "--timeout"},
+        {{"best", "--job", "1", "--tracker", ""}, 2, "--tracker needs a value"},
+        {{"best", "--job", "1", "--tracker", T, "--token-file", ""}, 2,
+         "--token-file needs a value"},
+        /* records */
+        {{"records", "count", "--db", db, "--workload", "garbage"}, 2,
+         "ktune records: --workload: 'garbage' is neither a workload key"},
+        {{"records", "export", "--db", db, "--target", "gpu"}, 2, "unknown --target 'gpu'"},
+        {{"records", "count", "--db", db, "--job", "0"}, 2, "--job wants a job id"},
+        {{"records", "count", "--db", db, "--job", "99"}, 1, "--job: no job 99 in"},
+        {{"records", "export", "--db", db, "--job", "99"}, 1, "--job: no job 99 in"},
+        {{"records", "count", "--db", none}, 1, "missing.db"},
+        {{"records", "export", "--db", none}, 1, "missing.db"},
+        {{"records", "export", "--db", db, "stray"}, 2, "unexpected argument 'stray'"},
+        {{"records", "count", "--db", db, "--in", "x"}, 2, "--in does not apply here"},
+        {{"records", "import", "--db", db, "--in", ""}, 2, "--in needs a value"},
+        {{"records", "frob"}, 2, "unknown subcommand 'frob'"},
+        {{"records", "import", "--db", db, "--in", lines}, 1,
+         "line 1: \"workload_key\": 'w' is not a workload key"},
+        /* status, export, cancel, watch */
+        {{"status", "1", "2", "--db", db}, 2, "unexpected argument '2'"},
+        {{"status", "--db", none}, 1, "no store at"},
+        {{"export", "--job", "1", "--format", "json", "--out", dir, "--db", db, "--target",
+          "gpu"}, 2, "unknown --target 'gpu'"},
+        {{"export", "--job", "99", "--format", "json", "--out", dir, "--db", db}, 1,
+         "no job 99"},
+        {{"export", "--job", "1", "--format", "c", "--out", "", "--db", db}, 2,
+         "--out needs a value"},
+        {{"export", "--job", "1", "--format", "c", "--out", dir, "--db", db, "--top", "2"}, 2,
+         "bad option '--top'"},
+        {{"cancel", "x", "--tracker", T}, 2, "JOB wants a job id >= 1, not 'x'"},
+        {{"cancel", "1", "2", "--tracker", T}, 2, "unexpected argument '2'"},
+        {{"watch", "0", "--tracker", T}, 2, "JOB wants a job id >= 1, not '0'"},
+        {{"watch", "1", "2", "--tracker", T}, 2, "unexpected argument '2'"},
+        {{"watch", "1"}, 2, "--tracker HOST:PORT is required"},
+        /* tune, submit, tasks */
+        {{"tune", "--workload", ""}, 2, "--workload needs a value"},
+        {{"tune", "--workload", key, "--db", db}, 1, "this is a workload key"},
+        {{"tune", "--workload", "nofile.json", "--db", db}, 1,
+         "'nofile.json' is neither workload JSON (an object or a list) nor a readable file"},
+        {{"tune", "--workload", MATMUL, "--seed", ""}, 2, "--seed wants a non-negative integer"},
+        {{"tune", "--workload", MATMUL, "--seed", " -1"}, 2,
+         "--seed wants a non-negative integer"},
+        {{"tune", "--workload", MATMUL, "--key", ""}, 2, "--key '': a device key is"},
+        {{"tune", "--workload", MATMUL, "--key", "a b"}, 2, "--key 'a b'"},
+        {{"tune", "--workload", MATMUL, "--priority", "2000000000"}, 2,
+         "--priority wants an integer in -1000000..1000000000"},
+        {{"tune", "--workload", MATMUL, "--trials", "abc"}, 2, "--trials wants an integer"},
+        {{"tune", "--workload", MATMUL, "--per-round", "-4"}, 2, "--per-round"},
+        {{"tune", "--workload", MATMUL, "--strategy", "fastest"}, 2, "unknown --strategy"},
+        {{"tune", "--workload", MATMUL, "stray"}, 2, "unexpected argument 'stray'"},
+        {{"tune", "--workload", MATMUL, "--db", ""}, 2, "--db needs a value"},
+        {{"submit", "--workload", MATMUL, "--tracker", ""}, 2, "--tracker needs a value"},
+        {{"submit", "--workload", MATMUL, "--tracker", T, "--timeout", "soon"}, 2,
+         "--timeout (milliseconds) wants an integer"},
+        {{"tasks", "--network", ""}, 2, "--network needs a value"},
+        {{"tasks", "--network", "resnet-18", "--batch", "0"}, 2, "--batch wants an integer"},
+        {{"tasks", "--list", "stray"}, 2, "unexpected argument 'stray'"},
+        {{"tasks", "--network", "resnet-18", "--out", ""}, 2, "--out needs a value"},
+        /* build, run */
+        {{"build", "--network", "resnet-18", "--out", dir, "--db", db, "--job", "99"}, 1,
+         "--job: no job 99 in"},
+        {{"build", "--network", "resnet-18", "--out", dir, "--db", db, "--job", "1", "--target",
+          "cuda"}, 1, "job 1 tuned for cpu, not cuda"},
+        {{"build", "--network", "resnet-18", "--out", dir, "--job", "1", "--db", none}, 1,
+         "no store at"},
+        {{"build", "--network", "resnet-18", "--out", dir, "--target", "cuda", "--arch",
+          "sm_1"}, 2, "--arch: hw params: no preset 'sm_1'"},
+        {{"build", "--network", "resnet-18", "--out", ""}, 2, "--out needs a value"},
+        {{"build", "--network", "resnet-18", "--out", dir, "--name", ""}, 2,
+         "--name needs a value"},
+        {{"run", "--network", "resnet-18", "--threads", "0"}, 2, "--threads wants an integer"},
+        {{"run", "--network", "resnet-18", "--output", ""}, 2, "--output needs a value"},
+        /* kernel */
+        {{"kernel", "sample", "--workload", "garbage"}, 1, "'garbage' is neither workload JSON"},
+        {{"kernel", "sample", "--workload", key}, 1, "this is a workload key"},
+        {{"kernel", "sample", "--workload", MATMUL, "-n", "99999999999999999999"}, 2,
+         "-n wants an integer in 1..1000000"},
+        {{"kernel", "sample", "--workload", MATMUL, "--seed", "-1"}, 2, "--seed wants"},
+        {{"kernel", "show", "--workload", MATMUL, "--reference", "--bogus"}, 2,
+         "unknown option '--bogus'"},
+        {{"kernel", "measure", "--workload", MATMUL, "-n", "2", "--threads", "0"}, 2,
+         "--threads wants an integer in 1..1024"},
+        {{"kernel", "measure", "--workload", MATMUL, "-n", "2", "--number", "1e3"}, 2,
+         "--number wants an integer"},
+        {{"kernel", "frob"}, 2, "unknown subcommand 'frob'"},
+        /* queue, health, the command itself */
+        {{"queue", "stray", "--tracker", T}, 2, "unexpected argument 'stray'"},
+        {{"queue", "--bogus"}, 2, "bad option '--bogus'"},
+        {{"queue"}, 2, "--tracker HOST:PORT is required"},
+        {{"health", "--tracker", T, "--service", "db"}, 2,
+         "--service is tracker, runner or worker, not 'db'"},
+        {{"health", "--tracker", T, "--timeout", "-5"}, 2, "--timeout"},
+        {{"health", "--tracker", T, "stray"}, 2, "unexpected argument 'stray'"},
+        {{"frob"}, 2, "unknown command 'frob'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        int rc = ktune(cases[i].args, &out);
+        ck_assert_msg(rc == cases[i].rc && strstr(out, cases[i].msg),
+                      "case %zu (%s %s %s): exit %d, want %d and '%s': %s", i, cases[i].args[0],
+                      cases[i].args[1] ? cases[i].args[1] : "",
+                      cases[i].args[1] && cases[i].args[2] ? cases[i].args[2] : "", rc,
+                      cases[i].rc, cases[i].msg, out);
+        free(out);
+    }
+    size_t nafter = 0;
+    char *after = kt_file_read(db, &nafter);
+    ck_assert_ptr_nonnull(after);
+    ck_assert_msg(nafter == nbefore && memcmp(before, after, nbefore) == 0,
+                  "a refused command changed %s", db);
+    free(before);
+    free(after);
+    ck_assert_msg(access(none, F_OK) != 0, "a read command created %s", none);
+    ck_assert_int_eq(access("ktune.db", F_OK) == 0, cwd_db);
+    ck_assert_msg(access(dir, F_OK) != 0, "a refused export or build created %s", dir);
+    assert_nothing_left();
+}
+END_TEST
+
 START_TEST(cli_kernel_measure_times_states_and_names_bad_input)
 {
     char *out = NULL;
@@ -668,12 +852,19 @@ int main(void)
     tcase_add_test(tc, cli_tune_embedded_finishes_and_read_commands_use_the_store);
     tcase_add_test(tc, cli_tune_with_a_family_policy_finishes);
     tcase_add_test(tc, cli_tune_resumes_after_ctrl_c_without_measuring_twice);
-    tcase_add_test(tc, cli_bad_input_names_the_cause);
+
     tcase_add_test(tc, cli_export_cuda_writes_kernels_and_launches);
     tcase_add_test(tc, cli_read_commands_against_a_tracker_need_its_token);
     tcase_add_test(tc, cli_kernel_measure_times_states_and_names_bad_input);
     tcase_add_test(tc, cli_kernel_features_of_a_gpu_state_follow_the_target);
     suite_add_tcase(s, tc);
+    TCase *bad = tcase_create("bad_input");
+    tcase_set_timeout(bad, 400);
+    tcase_add_unchecked_fixture(bad, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(bad, test_setup, NULL);
+    tcase_add_test(bad, cli_bad_input_names_the_cause);
+    tcase_add_test(bad, cli_bad_arguments_are_refused_and_change_nothing);
+    suite_add_tcase(s, bad);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);

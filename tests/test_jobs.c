@@ -27,6 +27,8 @@
 #include "store/store.h"
 #include "util/err.h"
 #include "util/kt_limits.h"
+#include "util/util.h"
+#include "te/workload.h"
 
 #define WAIT_MS 120000
 
@@ -688,7 +690,7 @@ START_TEST(limits_records_per_query)
 {
     make_dir();
     /* KT_LIMIT_RECORDS + 1 records of one workload, one of them invalid. */
-    const char *key = "[\"limits\", [1]]";
+    const char *key = "[\"11a175\", [1]]";
     size_t n = KT_LIMIT_RECORDS + 1;
     kt_record_t *recs = calloc(n, sizeof *recs);
     double cost = 1e-3;
@@ -1014,7 +1016,8 @@ START_TEST(faults_killed_import_is_all_or_none)
     enum { N = 400000 };
     for (int i = 0; i < N; i++)
         fprintf(f,
-                "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s%d\",\"state_hash\":"
+                "{\"workload_key\":\"[\\\"ab\\\", [1]]\",\"target\":\"cpu\",\"state\":\"s%d\","
+                "\"state_hash\":"
                 "\"%016x\",\"costs\":[1.5e-3],\"error_code\":0,\"all_cost\":1,\"timestamp\":%d}\n",
                 i, i + 1, i + 1);
     fclose(f);
@@ -1039,6 +1042,245 @@ START_TEST(faults_killed_import_is_all_or_none)
                   (long long)c.total);
     ck_assert_msg(c.total % KT_STORE_IMPORT_BATCH == 0, "%lld records: a torn transaction",
                   (long long)c.total);
+    remove_dir();
+}
+END_TEST
+
+/* ---- bad input ------------------------------------------------------------------------------ */
+
+/* The store file and its WAL, byte for byte (NULL for a missing one). */
+typedef struct {
+    char *db, *wal;
+    size_t ndb, nwal;
+} store_bytes_t;
+
+static store_bytes_t store_bytes(void)
+{
+    store_bytes_t b = {0};
+    char wal[420];
+    snprintf(wal, sizeof wal, "%s-wal", g_db);
+    b.db = kt_file_read(g_db, &b.ndb);
+    b.wal = kt_file_read(wal, &b.nwal);
+    ck_assert_ptr_nonnull(b.db);
+    return b;
+}
+
+static int store_bytes_same(const store_bytes_t *a, const store_bytes_t *b)
+{
+    return a->ndb == b->ndb && memcmp(a->db, b->db, a->ndb) == 0 && !a->wal == !b->wal &&
+           (!a->wal || (a->nwal == b->nwal && memcmp(a->wal, b->wal, a->nwal) == 0));
+}
+
+static void store_bytes_free(store_bytes_t *b)
+{
+    free(b->db);
+    free(b->wal);
+}
+
+/* ListRecords with every filter: the records streamed, or the failed call's code. */
+static int64_t list_filtered(service_t *s, const char *key, const char *target, int64_t job,
+                             kt_rpc_status_t *st)
+{
+    Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
+    req.workload_key = (char *)key;
+    req.target = (char *)target;
+    req.job_id = job;
+    kt_rpc_reader_t *r = kt_rpc_reader_open(s->client, "/ktune.v1.Tracker/ListRecords",
+                                            &req.base, &ktune__v1__record__descriptor, 60000);
+    ck_assert_ptr_nonnull(r);
+    int64_t n = 0;
+    ProtobufCMessage *msg;
+    while (kt_rpc_reader_next(r, &msg) == 1) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        n++;
+    }
+    int rc = kt_rpc_reader_close(r, st);
+    return rc != 0 ? rc : n;
+}
+
+/* Every malformed field of QueryBest, ListRecords, ListJobs, SubmitJob,
+ * RegisterPeer and Heartbeat is refused with INVALID_ARGUMENT (NOT_FOUND for
+ * a job the store lacks) and a message naming the field, and leaves the
+ * store's bytes (and the registry) as they were; a key written with other
+ * spacing or upper-case hex finds the same records. */
+START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
+{
+    make_dir();
+    kt_workload_t *w = kt_workload_parse("{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}");
+    ck_assert_ptr_nonnull(w);
+    const char *key = kt_workload_key(w);
+    put_records(g_db, key, 0, 3);
+    kt_store_t *st0 = kt_store_open(g_db, 0);
+    ck_assert_ptr_nonnull(st0);
+    ck_assert_int_eq(kt_store_put_workload(st0, key, kt_workload_json(w), kt_workload_flops(w)),
+                     0);
+    kt_store_task_t task = {.index = 0, .workload_key = key, .weight = 1, .target = "cpu"};
+    kt_store_job_t job = {.created = 1.0, .state = "done", .target = "cpu",
+                          .runner_key = "cpu", .strategy = "gradient", .policy = "sketch.xgb",
+                          .options_json = "{\"num_measure_trials\":3}"};
+    ck_assert_int_eq(kt_store_put_job(st0, &job, &task, 1), 0);
+    kt_store_close(st0);
+    /* The same key as a user may paste it: compact, upper-case hex. */
+    char loud[256];
+    snprintf(loud, sizeof loud, "%s", key);
+    for (char *p = loud; *p; p++)
+        if (*p >= 'a' && *p <= 'f')
+            *p = (char)(*p - 'a' + 'A');
+    char *compact = loud;
+    for (char *p = loud; *p; p++)
+        if (*p != ' ')
+            *compact++ = *p;
+    *compact = '\0';
+
+    service_t s;
+    service_start(&s);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    store_bytes_t before = store_bytes();
+    kt_rpc_status_t st;
+    size_t got = 0;
+    ck_assert_msg(query_best(&s, loud, 0, 5, &got, &st) == 0, "%s: %s", loud, st.msg);
+    ck_assert_uint_eq(got, 3);
+
+    struct {
+        const char *key, *target;
+        int64_t job;
+        int top_k, code;
+        const char *msg;
+    } qb[] = {
+        {"garbage", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "workload_key: 'garbage' is not a workload key"},
+        {"[\"abc\", 5]", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "item 1 is not a shape"},
+        {"[\"xyz\", [1]]", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "hex digits"},
+        {"[\"abc\", [0]]", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "not a positive integer"},
+        {"[\"abc\"]", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "at least one shape"},
+        {key, "gpu", 0, 0, KT_RPC_INVALID_ARGUMENT, "target: unknown target 'gpu'"},
+        {NULL, "tpu", job.id, 0, KT_RPC_INVALID_ARGUMENT, "target: unknown target 'tpu'"},
+        {NULL, NULL, -3, 0, KT_RPC_INVALID_ARGUMENT, "job_id -3"},
+        {NULL, NULL, 99, 0, KT_RPC_NOT_FOUND, "no job 99"},
+        {key, NULL, job.id, 0, KT_RPC_INVALID_ARGUMENT, "one of them"},
+        {key, NULL, 0, -1, KT_RPC_INVALID_ARGUMENT, "top_k"},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(qb); i++) {
+        Ktune__V1__QueryBestRequest req = KTUNE__V1__QUERY_BEST_REQUEST__INIT;
+        req.workload_key = (char *)(qb[i].key ? qb[i].key : "");
+        req.target = (char *)(qb[i].target ? qb[i].target : "");
+        req.job_id = qb[i].job;
+        req.top_k = qb[i].top_k;
+        ProtobufCMessage *out = NULL;
+        int rc = kt_rpc_call_unary(s.client, "/ktune.v1.Tracker/QueryBest", &req.base,
+                                   &ktune__v1__query_best_response__descriptor, 30000, &out, &st);
+        ck_assert_msg(rc != 0 && st.code == qb[i].code && strstr(st.msg, qb[i].msg),
+                      "QueryBest case %zu: rc %d code %d '%s', want %d '%s'", i, rc, st.code,
+                      st.msg, qb[i].code, qb[i].msg);
+    }
+
+    struct {
+        const char *key, *target;
+        int64_t job;
+        int code;
+        const char *msg;
+    } lr[] = {
+        {"", "cuda ", 0, KT_RPC_INVALID_ARGUMENT, "ListRecords: target: unknown target 'cuda '"},
+        {"{\"op\":\"matmul\"}", NULL, 0, KT_RPC_INVALID_ARGUMENT, "ListRecords: workload_key"},
+        {NULL, NULL, -1, KT_RPC_INVALID_ARGUMENT, "job_id -1"},
+        {NULL, NULL, 42, KT_RPC_NOT_FOUND, "no job 42"},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(lr); i++) {
+        int64_t n = list_filtered(&s, lr[i].key, lr[i].target, lr[i].job, &st);
+        ck_assert_msg(n < 0 && st.code == lr[i].code && strstr(st.msg, lr[i].msg),
+                      "ListRecords case %zu: %lld, code %d '%s', want %d '%s'", i, (long long)n,
+                      st.code, st.msg, lr[i].code, lr[i].msg);
+    }
+    ck_assert_int_eq(list_filtered(&s, compact, "cpu", job.id, &st), 0);
+    ck_assert_int_eq(list_filtered(&s, compact, "cpu", 0, &st), 3);
+
+    Ktune__V1__ListJobsRequest lj = KTUNE__V1__LIST_JOBS_REQUEST__INIT;
+    lj.state = "runing";
+    ProtobufCMessage *out = NULL;
+    ck_assert_int_ne(kt_rpc_call_unary(s.client, "/ktune.v1.Tracker/ListJobs", &lj.base,
+                                       &ktune__v1__list_jobs_response__descriptor, 30000, &out,
+                                       &st),
+                     0);
+    ck_assert_int_eq(st.code, KT_RPC_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(st.msg, "unknown state 'runing'"), "%s", st.msg);
+
+    /* SubmitJob: one field wrong at a time in an otherwise good job. */
+    enum { PRIORITY, KEY_OTHER, KEY_BAD, TRIALS, MORE, EARLY, TARGET, WEIGHT, STRATEGY, NCASES };
+    static const char *const sj_msg[NCASES] = {
+        "priority 2000000000", "is not its JSON's", "task 0: workload key: 'nope'",
+        "negative trials", "more_trials (-1)", "early_stopping -3 (0 for none)",
+        "unknown target 'gpu'", "weight must be >= 0",
+        "unknown strategy 'fastest'"};
+    for (int i = 0; i < NCASES; i++) {
+        job_msg_t j;
+        job_msg(&j, 64, "cpu", 8);
+        switch (i) {
+        case PRIORITY: j.job.priority = 2000000000; break;
+        case KEY_OTHER: j.wl.key = "[\"0123\", [64, 64], [64, 64], [64, 64]]"; break;
+        case KEY_BAD: j.wl.key = "nope"; break;
+        case TRIALS: j.to.num_measure_trials = -5; break;
+        case MORE: j.to.more_trials = -1; break;
+        case EARLY: j.to.early_stopping = -3; break;
+        case TARGET: j.job.target = "gpu"; break;
+        case WEIGHT: j.task.weight = NAN; break;
+        case STRATEGY: j.job.strategy = "fastest"; break;
+        }
+        int64_t id = 0;
+        ck_assert_msg(submit_rpc(s.client, &j.job, &id, &st) != 0 &&
+                          st.code == KT_RPC_INVALID_ARGUMENT && strstr(st.msg, sj_msg[i]),
+                      "SubmitJob case %d: code %d '%s', want '%s'", i, st.code, st.msg,
+                      sj_msg[i]);
+    }
+    /* The key the JSON gives, sent along, is accepted (the CLI sends it). */
+    job_msg_t good;
+    job_msg(&good, 32, "cpu", 8);
+    kt_workload_t *w32 = kt_workload_parse(good.json);
+    ck_assert_ptr_nonnull(w32);
+    ck_assert_int_eq(kt_jobs_check_job(&good.job, NULL, NULL), 0);
+    good.wl.key = (char *)kt_workload_key(w32);
+    ck_assert_msg(kt_jobs_check_job(&good.job, NULL, NULL) == 0, "%s", kt_err_msg());
+    kt_workload_free(w32);
+
+    /* RegisterPeer and Heartbeat: a worker's unknown target, a negative capacity or count. */
+    for (int i = 0; i < 3; i++) {
+        char *targets[] = {"cpu", "gpu"};
+        Ktune__V1__PeerInfo peer = KTUNE__V1__PEER_INFO__INIT;
+        peer.role = "worker";
+        peer.address = "127.0.0.1:9";
+        peer.targets = targets;
+        peer.n_targets = 2;
+        if (i == 1) {
+            peer.n_targets = 1;
+            peer.capacity = -2;
+        }
+        Ktune__V1__RegisterRequest rr = KTUNE__V1__REGISTER_REQUEST__INIT;
+        rr.peer = &peer;
+        Ktune__V1__HeartbeatRequest hb = KTUNE__V1__HEARTBEAT_REQUEST__INIT;
+        hb.peer_id = "worker-1";
+        hb.in_flight = -1;
+        out = NULL;
+        int rc = i < 2 ? kt_rpc_call_unary(s.client, "/ktune.v1.Tracker/RegisterPeer", &rr.base,
+                                           &ktune__v1__register_response__descriptor, 30000,
+                                           &out, &st)
+                       : kt_rpc_call_unary(s.client, "/ktune.v1.Tracker/Heartbeat", &hb.base,
+                                           &ktune__v1__heartbeat_response__descriptor, 30000,
+                                           &out, &st);
+        static const char *const want[] = {"targets[1]: unknown target 'gpu'", "capacity -2",
+                                           "in_flight -1"};
+        ck_assert_msg(rc != 0 && st.code == KT_RPC_INVALID_ARGUMENT && strstr(st.msg, want[i]),
+                      "peer case %d: code %d '%s', want '%s'", i, st.code, st.msg, want[i]);
+    }
+    kt_peer_t *peers = NULL;
+    int npeers = -1;
+    ck_assert_int_eq(kt_registry_peers(kt_tracker_registry(s.t), &peers, &npeers), 0);
+    ck_assert_int_eq(npeers, 0);
+    kt_peer_list_free(peers, npeers);
+
+    store_bytes_t after = store_bytes();
+    ck_assert_msg(store_bytes_same(&before, &after), "a refused call changed the store");
+    store_bytes_free(&before);
+    store_bytes_free(&after);
+    service_stop(&s);
+    kt_workload_free(w);
     remove_dir();
 }
 END_TEST
@@ -1069,6 +1311,10 @@ int main(void)
     tcase_add_test(faults, faults_killed_import_is_all_or_none);
     tcase_add_test(faults, faults_full_disk_during_a_run);
     suite_add_tcase(s, faults);
+    TCase *bad = tcase_create("bad_input");
+    tcase_set_timeout(bad, 120);
+    tcase_add_test(bad, bad_input_rpcs_name_the_field_and_change_nothing);
+    suite_add_tcase(s, bad);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

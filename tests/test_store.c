@@ -1058,6 +1058,13 @@ END_TEST
 
 /* ---- JSON lines -------------------------------------------------------- */
 
+/* Workload keys of imported records (import refuses a malformed one), W1 also
+ * as it appears inside a JSON line. */
+#define W1 "[\"b1\", [1]]"
+#define W1_JSON "\"[\\\"b1\\\", [1]]\""
+#define W2 "[\"b2\", [2]]"
+#define W3 "[\"b3\", [3, 3]]"
+
 START_TEST(store_export_import_roundtrip_reproduces_records)
 {
     kt_store_t *s = open_new();
@@ -1065,10 +1072,10 @@ START_TEST(store_export_import_roundtrip_reproduces_records)
     double c2[] = {4.9e-324, 1.7976931348623157e308};
     kt_record_t rs[] = {
         rec("[\"ab12\", [1, 56, 56, 64]]", "cuda", 0xfedcba9876543210ull, c1, 4, 0),
-        rec("w2", "cpu", 0, c2, 2, 0),
-        rec("w2", "cpu", 5, NULL, 0, KT_MEASURE_COMPILE_DEVICE),
-        rec("w3", "cpu", 6, c1, 1, 0),
-        rec("w3", "cpu", 7, c1, 2, 0),
+        rec(W2, "cpu", 0, c2, 2, 0),
+        rec(W2, "cpu", 5, NULL, 0, KT_MEASURE_COMPILE_DEVICE),
+        rec(W3, "cpu", 6, c1, 1, 0),
+        rec(W3, "cpu", 7, c1, 2, 0),
     };
     /* Canonical compact JSON (embedded), spaced JSON and a non-JSON string
      * (kept as strings), a state with a real that does not re-encode alike. */
@@ -1137,7 +1144,7 @@ START_TEST(store_export_import_roundtrip_reproduces_records)
     ck_assert_int_eq(count_all(s2, NULL), 5);
 
     /* Filtered export. */
-    kt_store_filter_t fw = {.workload_key = "w3"};
+    kt_store_filter_t fw = {.workload_key = W3};
     FILE *devnull = fopen("/dev/null", "w");
     ck_assert_int_eq(kt_store_export_jsonl(s, &fw, devnull, &n), 0);
     ck_assert_int_eq(n, 2);
@@ -1153,7 +1160,7 @@ END_TEST
 START_TEST(store_import_reports_bad_line)
 {
     kt_store_t *s = open_new();
-    kt_record_t good = rec("w", "cpu", 1, one_cost, 1, 0);
+    kt_record_t good = rec(W1, "cpu", 1, one_cost, 1, 0);
     char *l1 = kt_store_record_to_json(&good);
     good.state_hash = 2;
     good.timestamp += 1;
@@ -1204,22 +1211,28 @@ START_TEST(store_import_reports_bad_line)
     ck_assert_ptr_nonnull(strstr(rep.bad_lines[2].reason, "not a JSON object"));
     ck_assert_ptr_nonnull(strstr(rep.bad_lines[3].reason, "truncated"));
     ck_assert_int_eq(count_all(s, NULL), 3);
-    ck_assert_int_eq(kt_store_has_measured(s, "w", "cpu", 3), 1);
-    ck_assert_int_eq(kt_store_has_measured(s, "w", "cpu", 4), 0);
+    ck_assert_int_eq(kt_store_has_measured(s, W1, "cpu", 3), 1);
+    ck_assert_int_eq(kt_store_has_measured(s, W1, "cpu", 4), 0);
 
     /* Field-level checks name the problem. */
     static const char *const lines[] = {
-        "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":\"12\","
+        "{\"workload_key\":" W1_JSON ",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":\"12\","
         "\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1}\n",
-        "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
+        "{\"workload_key\":" W1_JSON ",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
         "\"00000000000000aa\",\"costs\":[-1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1}\n",
-        "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
+        "{\"workload_key\":" W1_JSON ",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
         "\"00000000000000aa\",\"costs\":[1],\"error_code\":9,\"all_cost\":1,\"timestamp\":1}\n",
-        "{\"workload_key\":\"w\",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
+        "{\"workload_key\":" W1_JSON ",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
         "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1,"
         "\"timestamp\":2}\n",
+        "{\"workload_key\":\"garbage\",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
+        "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1}\n",
+        "{\"workload_key\":" W1_JSON ",\"target\":\"gpu\",\"state\":\"s\",\"state_hash\":"
+        "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1}\n",
     };
-    static const char *const reasons[] = {"16 hex", "cost 0", "error_code", "duplicate"};
+    static const char *const reasons[] = {"16 hex", "cost 0", "error_code", "duplicate",
+                                          "\"workload_key\": 'garbage' is not a workload key",
+                                          "\"target\": unknown target 'gpu'"};
     for (size_t i = 0; i < KT_ARRAY_LEN(lines); i++) {
         f = fmemopen((void *)lines[i], strlen(lines[i]), "r");
         ck_assert_int_eq(kt_store_import_jsonl(s, f, &rep), 0);
@@ -1228,6 +1241,17 @@ START_TEST(store_import_reports_bad_line)
         ck_assert_msg(strstr(rep.bad_lines[0].reason, reasons[i]) != NULL, "reason '%s'",
                       rep.bad_lines[0].reason);
     }
+    /* A key written compact in upper case is stored as ktune writes keys. */
+    static const char loud[] =
+        "{\"workload_key\":\"[\\\"B1\\\",[1]]\",\"target\":\"cpu\",\"state\":\"s\","
+        "\"state_hash\":\"00000000000000bb\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,"
+        "\"timestamp\":1}\n";
+    f = fmemopen((void *)loud, strlen(loud), "r");
+    ck_assert_int_eq(kt_store_import_jsonl(s, f, &rep), 0);
+    fclose(f);
+    ck_assert_msg(rep.imported == 1 && rep.bad == 0, "%s",
+                  rep.nlisted ? rep.bad_lines[0].reason : "");
+    ck_assert_int_eq(kt_store_has_measured(s, W1, "cpu", 0xbb), 1);
     kt_store_close(s);
 }
 END_TEST

@@ -185,6 +185,99 @@ END_TEST
     "{\"op\": \"conv2d_winograd_nhwc\", \"N\": 1, \"H\": 6, \"W\": 6, \"CI\": 2, \"CO\": 2, " \
     "\"KH\": " kh ", \"KW\": " kw
 
+/* Workload keys from users: every key ktune makes parses back to itself, a
+ * key with other spacing or upper-case hex to the same text, and anything
+ * else is refused naming the expected form; an argument takes a key or one
+ * workload's JSON; kt_workload_load says what it wanted for empty input, a
+ * missing file and a key where the JSON belongs. */
+START_TEST(workload_keys_from_users_are_checked)
+{
+    for (size_t i = 0; i < KT_ARRAY_LEN(forms); i++) {
+        kt_workload_t *w = kt_workload_parse(forms[i]);
+        ck_assert_ptr_nonnull(w);
+        char *canon = NULL;
+        ck_assert_msg(kt_workload_key_parse(kt_workload_key(w), &canon) == 0, "%s: %s",
+                      kt_workload_key(w), kt_err_msg());
+        ck_assert_str_eq(canon, kt_workload_key(w));
+        free(canon);
+        char *k = NULL;
+        ck_assert_int_eq(kt_workload_key_from_arg(forms[i], &k), 0);
+        ck_assert_str_eq(k, kt_workload_key(w));
+        free(k);
+        kt_workload_free(w);
+    }
+    char *canon = NULL;
+    ck_assert_int_eq(kt_workload_key_parse("[\"632D1EDD00D42469E8BD00A15A0FA74A\",[512,512],"
+                                           "[512,512],[512,512]]", &canon), 0);
+    ck_assert_str_eq(canon, MATMUL512_KEY);
+    free(canon);
+    ck_assert_int_eq(kt_workload_key_from_arg("  " MATMUL512_KEY, &canon), 0);
+    ck_assert_str_eq(canon, MATMUL512_KEY);
+    free(canon);
+
+    static const char *const bad_keys[][2] = {
+        {"", "no workload key"},
+        {"garbage", "'garbage' is not a workload key (expected [\"<hash>\", [shape], ...])"},
+        {"{\"op\": \"matmul\"}", "expected a list"},
+        {"[\"abc\"]", "at least one shape"},
+        {"[5, [1]]", "first item must be the hash"},
+        {"[\"\", [1]]", "first item must be the hash"},
+        {"[\"abcg\", [1]]", "hex digits"},
+        {"[\"abc\", 1]", "item 1 is not a shape"},
+        {"[\"abc\", [1], [2, 0]]", "shape 2: dimension 1 is not a positive integer"},
+        {"[\"abc\", [1.5]]", "dimension 0"},
+        {"[\"abc\", [1]] x", "is not a workload key"},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(bad_keys); i++) {
+        canon = (char *)"untouched";
+        ck_assert_int_eq(kt_workload_key_parse(bad_keys[i][0], &canon), KT_EINVAL);
+        ck_assert_ptr_null(canon);
+        ck_assert_msg(strstr(kt_err_msg(), bad_keys[i][1]), "'%s': %s", bad_keys[i][0],
+                      kt_err_msg());
+    }
+    char big[KT_WORKLOAD_KEY_MAX + 64];
+    memset(big, ' ', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    memcpy(big, MATMUL512_KEY, strlen(MATMUL512_KEY));
+    ck_assert_int_eq(kt_workload_key_parse(big, NULL), KT_EINVAL);
+    ck_assert_msg(strstr(kt_err_msg(), "at most"), "%s", kt_err_msg());
+
+    static const char *const bad_args[][2] = {
+        {"", "empty; expected a workload key [\"<hash>\", [shape], ...] as ktune prints it or a "
+             "workload's JSON {\"op\": ...}"},
+        {" \t", "empty"},
+        {"garbage", "'garbage' is neither a workload key"},
+        {"matmul.json", "nor a workload's JSON"},
+        {"[\"abc\", 5]", "item 1 is not a shape"},
+        {"[" MATMUL512_KEY, "bad JSON"},
+        {"[{\"op\": \"matmul\", \"M\": 4, \"N\": 4, \"K\": 4}]", "a list of workloads"},
+        {"{\"op\": \"matmul\", \"M\": 4}", "field 'N' is missing"},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(bad_args); i++) {
+        char *k = (char *)"untouched";
+        ck_assert_int_eq(kt_workload_key_from_arg(bad_args[i][0], &k), KT_EINVAL);
+        ck_assert_ptr_null(k);
+        ck_assert_msg(strstr(kt_err_msg(), bad_args[i][1]), "'%s': %s", bad_args[i][0],
+                      kt_err_msg());
+    }
+
+    static const char *const bad_loads[][2] = {
+        {"", "no workload given (expected workload JSON, inline or in a file)"},
+        {"/nonexistent/w.json", "'/nonexistent/w.json' is neither workload JSON"},
+        {MATMUL512_KEY, "this is a workload key"},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(bad_loads); i++) {
+        kt_workload_t **ws = NULL;
+        double *wt = NULL;
+        int n = -1;
+        ck_assert_int_ne(kt_workload_load(bad_loads[i][0], &ws, &wt, &n), 0);
+        ck_assert_int_eq(n, 0);
+        ck_assert_msg(strstr(kt_err_msg(), bad_loads[i][1]), "'%s': %s", bad_loads[i][0],
+                      kt_err_msg());
+    }
+}
+END_TEST
+
 START_TEST(workload_errors_name_the_field)
 {
     static const char *const cases[][2] = {
@@ -1416,6 +1509,7 @@ int main(void)
     tcase_add_test(tw, workload_keys_are_golden);
     tcase_add_test(tw, workload_keys_see_reduce_extents);
     tcase_add_test(tw, workload_errors_name_the_field);
+    tcase_add_test(tw, workload_keys_from_users_are_checked);
     tcase_add_test(tw, workload_load_reads_lists_files_and_weights);
     tcase_add_test(tw, workload_new_epilogues_and_ops_keep_old_canonical_json);
     suite_add_tcase(s, tw);

@@ -57,6 +57,20 @@ int kt_measure_error_from_name(const char *name)
     return -1;
 }
 
+int kt_measure_target_parse(const char *name, kt_measure_target_t *out)
+{
+    kt_measure_target_t t;
+    if (name && strcmp(name, "cpu") == 0)
+        t = KT_MEASURE_TARGET_CPU;
+    else if (name && strcmp(name, "cuda") == 0)
+        t = KT_MEASURE_TARGET_CUDA;
+    else
+        return kt_err_set(KT_EINVAL, "unknown target '%s' (cpu or cuda)", name ? name : "");
+    if (out)
+        *out = t;
+    return 0;
+}
+
 const char *kt_measure_error_desc(int error_no)
 {
     if (error_no < 0 || error_no >= KT_MEASURE_NUM_ERRORS)

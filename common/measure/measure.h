@@ -51,6 +51,11 @@ typedef enum {
     KT_MEASURE_TARGET_CUDA = 1,  /* CUDA C++ source -> cubin (NVRTC), timed on a GPU */
 } kt_measure_target_t;
 
+/* The target a name selects: "cpu" or "cuda", exactly as jobs and records
+ * spell them. 0 with *out (out may be NULL to only check), or KT_EINVAL
+ * naming the name and the choices; an empty name is an error too. */
+int kt_measure_target_parse(const char *name, kt_measure_target_t *out);
+
 /* The cost an erroneous measurement reports, like TVM's MAX_FLOAT, so every
  * result has at least one finite cost that sorts after every valid one. */
 #define KT_MEASURE_MAX_COST 1e10

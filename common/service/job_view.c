@@ -54,6 +54,9 @@ int kt_job_opts_from_proto(const Ktune__V1__TuningOptions *in, kt_job_opts_t *o)
     if (in->num_measure_trials < 0 || in->num_measures_per_round < 0 ||
         in->build_timeout_ms < 0)
         return kt_err_set(KT_EINVAL, "tuning options: negative trials, per-round or timeout");
+    if (in->early_stopping < 0)
+        return kt_err_set(KT_EINVAL, "tuning options: early_stopping %d (0 for none)",
+                          in->early_stopping);
     o->trials = in->num_measure_trials;
     if (in->num_measures_per_round)
         o->per_round = in->num_measures_per_round;

@@ -36,6 +36,10 @@
 #define KT_JOB_DEFAULT_TIMEOUT_MS 10000    /* per candidate run */
 #define KT_JOB_DEFAULT_BUILD_TIMEOUT_MS 15000
 #define KT_JOB_SEARCH_PARAMS_MAX 1024      /* bytes of search_params, NUL included */
+/* The queue priorities a job may ask for (larger first), the same from the
+ * CLI and over SubmitJob; a value outside is a mistake, not an ordering. */
+#define KT_JOB_PRIORITY_MIN (-1000000)
+#define KT_JOB_PRIORITY_MAX 1000000000
 
 /* A job's tuning options (TuningOptions + MeasureOptions, defaults filled). */
 typedef struct {

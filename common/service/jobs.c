@@ -1637,6 +1637,9 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
         return kt_err_code();
     if (!kt_registry_key_ok(key))
         return kt_err_set(KT_EINVAL, "runner key '%s': letters, digits and ._:- only", key);
+    if (in->priority < KT_JOB_PRIORITY_MIN || in->priority > KT_JOB_PRIORITY_MAX)
+        return kt_err_set(KT_EINVAL, "priority %d: want %d..%d", in->priority,
+                          KT_JOB_PRIORITY_MIN, KT_JOB_PRIORITY_MAX);
     kt_job_opts_t o;
     int rc = kt_job_opts_from_proto(in->options, opts ? opts : &o);
     if (rc != 0)
@@ -1669,7 +1672,18 @@ int kt_jobs_check_job(const Ktune__V1__Job *in, kt_job_opts_t *opts, kt_workload
         } else if (!(w[i] = kt_workload_parse(t->workload->json))) {
             rc = kt_err_code();
             kt_err_prefix("task %d", i);
-        } else {
+        } else if (t->workload->key && *t->workload->key) {
+            /* The key is derived from the JSON; one that disagrees says the
+             * client meant another workload than it sent. */
+            char *key = NULL;
+            if ((rc = kt_workload_key_parse(t->workload->key, &key)) != 0)
+                kt_err_prefix("task %d: workload key", i);
+            else if (strcmp(key, kt_workload_key(w[i])) != 0)
+                rc = kt_err_set(KT_EINVAL, "task %d: workload key %s is not its JSON's (%s)", i,
+                                key, kt_workload_key(w[i]));
+            free(key);
+        }
+        if (rc == 0 && w[i]) {
             for (int k = 0; rc == 0 && k < i; k++)
                 if (strcmp(kt_workload_key(w[k]), kt_workload_key(w[i])) == 0)
                     rc = kt_err_set(KT_EINVAL, "tasks %d and %d have the same workload %s", k,

@@ -6,7 +6,9 @@
 #include <time.h>
 
 #include "service/jobs_int.h"
+#include "measure/measure.h"
 #include "rpc/rpc.h"
+#include "te/workload.h"
 #include "util/err.h"
 #include "util/kt_limits.h"
 #include "util/log.h"
@@ -108,6 +110,14 @@ static int h_list(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
     kt_jobs_t *m = ud;
     const Ktune__V1__ListJobsRequest *in = (const Ktune__V1__ListJobsRequest *)req;
     Ktune__V1__ListJobsResponse *out = (Ktune__V1__ListJobsResponse *)resp;
+    /* A misspelt state would match no job and read as "no jobs". */
+    static const char *const states[] = {"queued", "running", "done", "cancelled", "failed"};
+    int known = !in->state || !*in->state;
+    for (size_t i = 0; !known && i < KT_ARRAY_LEN(states); i++)
+        known = strcmp(in->state, states[i]) == 0;
+    if (!known)
+        return kt_err_set(KT_EINVAL, "ListJobs: unknown state '%s' (queued, running, done, "
+                          "cancelled or failed; empty for all)", in->state);
     kt_store_t *s = open_store(m);
     int64_t *ids = NULL;
     size_t n = 0;
@@ -335,6 +345,23 @@ static int add_records(kt_rpc_call_t *call, Ktune__V1__QueryBestResponse *out,
     return 0;
 }
 
+/* The record filters a query names: a workload key (canonical copy in
+ * *key, NULL when none is given), a target, a job id. 0, or KT_EINVAL naming
+ * the field, so that a typo is refused rather than answered "no records". */
+static int check_filters(const char *method, const char *workload_key, const char *target,
+                         int64_t job_id, char **key)
+{
+    *key = NULL;
+    if (workload_key && *workload_key && kt_workload_key_parse(workload_key, key) != 0)
+        return kt_err_prefix("%s: workload_key", method);
+    if (target && *target && kt_measure_target_parse(target, NULL) != 0)
+        return kt_err_prefix("%s: target", method);
+    if (job_id < 0)
+        return kt_err_set(KT_EINVAL, "%s: job_id %" PRId64 " is not a job id (>= 1, or 0 for "
+                          "none)", method, job_id);
+    return 0;
+}
+
 static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
                   void *ud)
 {
@@ -345,6 +372,15 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
     if (have_key == (in->job_id != 0))
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
                                 "QueryBest wants a workload key or a job id (one of them)");
+    char *key = NULL;
+    int crc = check_filters("QueryBest", in->workload_key, in->target, in->job_id, &key);
+    if (crc != 0)
+        return crc;
+    /* The canonical key lives as long as the call: the records are copied. */
+    char *ckey = key ? kt_rpc_call_strdup(call, key) : NULL;
+    free(key);
+    if (have_key && !ckey)
+        return kt_err_set(KT_ENOMEM, "out of memory");
     if (in->top_k < 0)
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "top_k must be >= 0");
     if (in->top_k > KT_LIMIT_TOP_K)
@@ -358,7 +394,7 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
     if (have_key) {
         const char *target = in->target && *in->target ? in->target : "cpu";
         kt_record_list_t *l = NULL;
-        rc = kt_store_top_k(s, in->workload_key, target, k, &l);
+        rc = kt_store_top_k(s, ckey, target, k, &l);
         if (rc == 0)
             rc = add_records(call, out, l, &cap);
         kt_record_list_free(l);
@@ -391,18 +427,30 @@ static int h_records(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
 {
     kt_jobs_t *m = ud;
     const Ktune__V1__ListRecordsRequest *in = (const Ktune__V1__ListRecordsRequest *)req;
-    kt_store_filter_t f = {.workload_key = in->workload_key && *in->workload_key
-                                               ? in->workload_key : NULL,
+    char *key = NULL;
+    int rc = check_filters("ListRecords", in->workload_key, in->target, in->job_id, &key);
+    if (rc != 0)
+        return rc;
+    kt_store_filter_t f = {.workload_key = key,
                            .target = in->target && *in->target ? in->target : NULL,
                            .job_id = in->job_id,
                            .valid_only = in->valid_only};
     /* Read them all first: the store is not held while a client reads. */
     kt_store_t *s = open_store(m);
     kt_record_list_t *l = NULL;
+    /* A job the store does not hold would stream nothing, read as "no records". */
+    if (in->job_id > 0) {
+        kt_store_job_info_t *info = NULL;
+        rc = kt_store_get_job(s, in->job_id, &info);
+        kt_store_job_info_free(info);
+        if (rc == KT_ENOTFOUND)
+            kt_err_set(KT_ENOTFOUND, "ListRecords: no job %" PRId64, in->job_id);
+    }
     /* Counted first, so a stream past the cap is refused before any record
      * is read into memory. */
     kt_store_counts_t cnt;
-    int rc = kt_store_count_records(s, &f, &cnt);
+    if (rc == 0)
+        rc = kt_store_count_records(s, &f, &cnt);
     if (rc == 0 && cnt.total > KT_LIMIT_RECORDS)
         rc = kt_err_set(KT_ELIMIT,
                         "%lld records match; ListRecords sends at most %d (KT_LIMIT_RECORDS): "
@@ -418,6 +466,7 @@ static int h_records(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
             rc = KT_RPC_CANCELLED;
     }
     kt_record_list_free(l);
+    free(key);
     return rc;
 }
 

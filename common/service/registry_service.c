@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ktune.pb-c.h"
+#include "measure/measure.h"
 #include "registry/registry.h"
 #include "rpc/rpc.h"
 #include "service/tracker.h"
@@ -22,6 +23,13 @@ int kt_tracker_register_desc(const Ktune__V1__RegisterRequest *req, kt_peer_desc
     if (in->n_targets > KT_REGISTRY_MAX_TARGETS)
         return kt_err_set(KT_EINVAL, "RegisterPeer: more than %d targets",
                           KT_REGISTRY_MAX_TARGETS);
+    /* A target no job can have would leave the worker registered and idle. */
+    for (size_t i = 0; role == KT_PEER_WORKER && i < in->n_targets; i++)
+        if (kt_measure_target_parse(in->targets[i], NULL) != 0)
+            return kt_err_prefix("RegisterPeer: targets[%zu]", i);
+    if (in->capacity < 0)
+        return kt_err_set(KT_EINVAL, "RegisterPeer: capacity %d (0 for the default of 1)",
+                          in->capacity);
     *d = (kt_peer_desc_t){.peer_id = in->peer_id,
                           .role = (kt_peer_role_t)role,
                           .address = in->address,
@@ -76,6 +84,9 @@ static int h_heartbeat(kt_rpc_call_t *call, const ProtobufCMessage *req, Protobu
     const Ktune__V1__HeartbeatRequest *in = (const Ktune__V1__HeartbeatRequest *)req;
     if (!in->peer_id || !*in->peer_id)
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "Heartbeat: no peer id");
+    if (in->in_flight < 0)
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "Heartbeat: in_flight %d < 0",
+                                in->in_flight);
     int rc = kt_registry_heartbeat(svc->registry, in->peer_id, in->in_flight);
     ((Ktune__V1__HeartbeatResponse *)resp)->known = rc == 0;
     if (rc == KT_ENOTFOUND)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "store/store_internal.h"
+#include "te/workload.h"
 #include "util/util.h"
 #include "util/err.h"
 
@@ -112,11 +113,12 @@ int kt_store_export_jsonl(kt_store_t *s, const kt_store_filter_t *f, FILE *out, 
 
 /* ---- Import ------------------------------------------------------------ */
 
-/* One parsed line: the record borrows from root, costs and state_owned. */
+/* One parsed line: the record borrows from root, costs, state_owned and key_owned. */
 typedef struct {
     json_t *root;
     double *costs;
     char *state_owned;
+    char *key_owned;           /* the workload key as kt_workload_key() writes it */
     kt_record_t rec;
 } parsed_t;
 
@@ -125,6 +127,7 @@ static void parsed_free(parsed_t *p)
     json_decref(p->root);
     free(p->costs);
     free(p->state_owned);
+    free(p->key_owned);
     memset(p, 0, sizeof *p);
 }
 
@@ -150,7 +153,17 @@ static int parse_line(const char *line, parsed_t *p, char *why, size_t whysz)
             snprintf(why, whysz, "missing or non-string \"%s\"", required_strings[i]);
             return -1;
         }
-    r->workload_key = json_string_value(json_object_get(o, "workload_key"));
+    /* A record no query could name (a malformed key, an unknown target) is a
+     * bad line, not a record stored for ever out of reach. */
+    if (kt_workload_key_parse(json_string_value(json_object_get(o, "workload_key")),
+                              &p->key_owned) != 0 ||
+        kt_measure_target_parse(json_string_value(json_object_get(o, "target")), NULL) != 0) {
+        snprintf(why, whysz, "\"%s\": %s", p->key_owned ? "target" : "workload_key",
+                 kt_err_msg());
+        kt_err_clear();
+        return -1;
+    }
+    r->workload_key = p->key_owned;
     r->target = json_string_value(json_object_get(o, "target"));
 
     const char *hash = json_string_value(json_object_get(o, "state_hash"));

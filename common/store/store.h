@@ -297,8 +297,9 @@ void kt_store_stats_clear(kt_store_stats_t *st);
  * Record JSON lines: one JSON object per line, one record per object, keys
  * in this order (common/store/RECORDS.md says the same for users):
  *
- *   workload_key  string   the workload key
- *   target        string   "cuda", "cpu", ...
+ *   workload_key  string   the workload key; import refuses a malformed one
+ *                 (kt_workload_key_parse) and stores it as ktune writes keys
+ *   target        string   "cpu" or "cuda" (import refuses another)
  *   state         object, array or string: the state text embedded as JSON
  *                 when that text is exactly the compact jansson encoding of
  *                 itself, otherwise a string holding the text verbatim, so

@@ -500,6 +500,117 @@ kt_workload_t *kt_workload_parse(const char *json_text)
     return w;
 }
 
+/* ---- keys given by users and peers ---------------------------------------- */
+
+#define KEY_DESC "a workload key " KT_WORKLOAD_KEY_FORM " as ktune prints it"
+#define JSON_DESC "a workload's JSON {\"op\": ...}"
+
+/* v read as a workload key: 0 with its canonical text appended to b (as
+ * make_key writes it), or KT_EINVAL saying which item is wrong. */
+static int key_check(json_t *v, kt_sbuf_t *b)
+{
+    if (!json_is_array(v) || json_array_size(v) < 2)
+        return kt_err_set(KT_EINVAL, "not a workload key: expected a list " KT_WORKLOAD_KEY_FORM
+                                     " of the hash and at least one shape");
+    json_t *h = json_array_get(v, 0);
+    const char *hs = json_string_value(h);
+    size_t hl = hs ? json_string_length(h) : 0;
+    if (!hs || hl == 0 || hl > 64 || strspn(hs, "0123456789abcdefABCDEF") != hl)
+        return kt_err_set(KT_EINVAL, "not a workload key: its first item must be the hash, a "
+                                     "string of hex digits (" KT_WORKLOAD_KEY_FORM ")");
+    kt_sbuf_puts(b, "[\"");
+    for (size_t i = 0; i < hl; i++)
+        kt_sbuf_printf(b, "%c", hs[i] >= 'A' && hs[i] <= 'F' ? hs[i] - 'A' + 'a' : hs[i]);
+    kt_sbuf_puts(b, "\"");
+    for (size_t i = 1; i < json_array_size(v); i++) {
+        json_t *shape = json_array_get(v, i);
+        if (!json_is_array(shape))
+            return kt_err_set(KT_EINVAL, "not a workload key: item %zu is not a shape (a list of "
+                                         "positive integers; " KT_WORKLOAD_KEY_FORM ")", i);
+        kt_sbuf_puts(b, ", [");
+        for (size_t d = 0; d < json_array_size(shape); d++) {
+            json_t *x = json_array_get(shape, d);
+            if (!json_is_integer(x) || json_integer_value(x) < 1)
+                return kt_err_set(KT_EINVAL, "not a workload key: shape %zu: dimension %zu is "
+                                             "not a positive integer", i, d);
+            kt_sbuf_printf(b, "%s%lld", d ? ", " : "", (long long)json_integer_value(x));
+        }
+        kt_sbuf_puts(b, "]");
+    }
+    kt_sbuf_puts(b, "]");
+    return 0;
+}
+
+/* The canonical text of the key in v, malloc'd into *canon (or only checked). */
+static int key_canon(json_t *v, char **canon)
+{
+    kt_sbuf_t b;
+    kt_sbuf_init(&b);
+    int rc = key_check(v, &b);
+    char *text = rc == 0 ? kt_sbuf_take(&b) : NULL;
+    kt_sbuf_free(&b);
+    if (rc == 0 && !text)
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+    if (rc == 0 && canon)
+        *canon = text;
+    else
+        free(text);
+    return rc;
+}
+
+int kt_workload_key_parse(const char *text, char **canon)
+{
+    if (canon)
+        *canon = NULL;
+    if (!text || !*text)
+        return kt_err_set(KT_EINVAL, "no workload key (expected " KT_WORKLOAD_KEY_FORM ")");
+    if (strlen(text) > KT_WORKLOAD_KEY_MAX)
+        return kt_err_set(KT_EINVAL, "a workload key of %zu bytes; at most %d",
+                          strlen(text), KT_WORKLOAD_KEY_MAX);
+    json_error_t jerr;
+    json_t *v = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!v)
+        return kt_err_set(KT_EINVAL, "'%.80s' is not a workload key (expected "
+                          KT_WORKLOAD_KEY_FORM ")", text);
+    int rc = key_canon(v, canon);
+    json_decref(v);
+    return rc;
+}
+
+int kt_workload_key_from_arg(const char *arg, char **key)
+{
+    *key = NULL;
+    const char *p = arg ? arg : "";
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    if (!*p)
+        return kt_err_set(KT_EINVAL, "empty; expected " KEY_DESC " or " JSON_DESC);
+    if (*p == '{') {
+        kt_workload_t *w = kt_workload_parse(p);
+        if (!w)
+            return kt_err_code();
+        *key = kt_strdup(w->key);
+        kt_workload_free(w);
+        return *key ? 0 : KT_ENOMEM;
+    }
+    if (*p != '[')
+        return kt_err_set(KT_EINVAL, "'%.80s' is neither " KEY_DESC " nor " JSON_DESC, arg);
+    if (strlen(p) > KT_WORKLOAD_KEY_MAX)
+        return kt_err_set(KT_EINVAL, "a workload key of %zu bytes; at most %d", strlen(p),
+                          KT_WORKLOAD_KEY_MAX);
+    json_error_t jerr;
+    json_t *v = json_loads(p, JSON_REJECT_DUPLICATES, &jerr);
+    if (!v)
+        return kt_err_set(KT_EINVAL, "bad JSON at line %d column %d: %s (expected " KEY_DESC
+                          " or " JSON_DESC ")", jerr.line, jerr.column, jerr.text);
+    int rc = json_is_object(json_array_get(v, 0))
+                 ? kt_err_set(KT_EINVAL, "a list of workloads; give one workload, as its key "
+                                         "or its JSON")
+                 : key_canon(v, key);
+    json_decref(v);
+    return rc;
+}
+
 /* One list item: a workload object, or {"workload", "weight", "key", "desc"}
  * as `ktune tasks --json` writes it. "desc" is informational; a "key" must be
  * the workload's own key, so a list edited into inconsistency is caught. */
@@ -547,18 +658,20 @@ int kt_workload_load(const char *arg, kt_workload_t ***out, double **weights, in
     *out = NULL;
     *weights = NULL;
     *n = 0;
-    if (!arg)
-        return kt_err_set(KT_EINVAL, "no workload given");
-    const char *p = arg;
+    const char *p = arg ? arg : "";
     while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
         p++;
+    if (!*p)
+        return kt_err_set(KT_EINVAL, "no workload given (expected workload JSON, inline or in "
+                                     "a file)");
     char *text = NULL;
     if (*p == '{' || *p == '[') {
         text = kt_strdup(p);
     } else {
         text = kt_file_read(arg, NULL);
         if (!text)
-            return kt_err_prefix("reading workload file %s", arg);
+            return kt_err_prefix("'%.80s' is neither workload JSON (an object or a list) nor a "
+                                 "readable file", arg);
     }
     if (!text)
         return KT_ENOMEM;
@@ -570,7 +683,12 @@ int kt_workload_load(const char *arg, kt_workload_t ***out, double **weights, in
                           jerr.column, jerr.text);
     size_t count = json_is_array(root) ? json_array_size(root) : 1;
     int rc = KT_OK;
-    if (!json_is_array(root) && !json_is_object(root))
+    /* A key pasted where the JSON belongs: it names a workload without
+     * describing it, which "item 0: not an object" would not say. */
+    if (json_is_array(root) && key_canon(root, NULL) == 0)
+        rc = kt_err_set(KT_EINVAL, "this is a workload key, which names a workload without "
+                                   "describing it; expected the workload's JSON {\"op\": ...}");
+    else if (!json_is_array(root) && !json_is_object(root))
         rc = kt_err_set(KT_EINVAL, "workloads must be a JSON object or a list of them");
     else if (count == 0)
         rc = kt_err_set(KT_EINVAL, "the workload list is empty");

@@ -62,6 +62,28 @@ int kt_workload_load(const char *arg, kt_workload_t ***out, double **weights, in
 
 void kt_workload_free(kt_workload_t *w);
 
+/* ---- Workload keys given by users and peers ---------------------------------------------- */
+
+/* The form of a workload key, for messages that say what was expected. */
+#define KT_WORKLOAD_KEY_FORM "[\"<hash>\", [shape], ...]"
+/* Longest text kt_workload_key_parse() accepts: far above any real key
+ * (a few shapes of rank <= 8), so a peer cannot make it parse megabytes. */
+#define KT_WORKLOAD_KEY_MAX 4096
+
+/* Check that text is a workload key: a JSON list of the hash (a string of 1
+ * to 64 hex digits) and one or more shapes, each a list of positive
+ * integers. On success *canon, unless canon is NULL, gets the key written as
+ * kt_workload_key() writes it (lower-case hash, ", " between items; malloc'd),
+ * so that a key pasted with other spacing finds the same records. KT_EINVAL
+ * with a message naming what is wrong and KT_WORKLOAD_KEY_FORM otherwise. */
+int kt_workload_key_parse(const char *text, char **canon);
+
+/* The workload key an argument names: a workload key (as kt_workload_key_parse
+ * writes it) or one workload object as inline JSON (its key). *key is
+ * malloc'd. Anything else, the empty string included, is KT_EINVAL with a
+ * message naming both accepted forms. */
+int kt_workload_key_from_arg(const char *arg, char **key);
+
 const kt_dag_t *kt_workload_dag(const kt_workload_t *w);
 const char *kt_workload_op(const kt_workload_t *w);    /* "matmul" */
 const char *kt_workload_key(const kt_workload_t *w);   /* ["<hash>", [512, 512], ...] */
