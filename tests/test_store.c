@@ -284,7 +284,7 @@ START_TEST(store_migration_3_lists_a_workload_without_sorting)
     kt_store_close(s);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_exec(db, "DROP INDEX records_list; DROP TABLE distilled; "
+    ck_assert_int_eq(sqlite3_exec(db, "DROP INDEX records_list; DROP INDEX records_key; DROP TABLE distilled; "
                                       "PRAGMA user_version = 2;", NULL,
                                   NULL, NULL),
                      SQLITE_OK);
