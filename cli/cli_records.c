@@ -1,4 +1,4 @@
-/* ktune records: export, import and count the measurement records of a store. */
+/* ktune records: export, import, count, distill and vacuum the records of a store; its stats. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "store/store.h"
 #include "util/err.h"
+#include "util/util.h"
 
 static void records_usage(FILE *out)
 {
@@ -18,6 +19,9 @@ static void records_usage(FILE *out)
             "       ktune records import --db PATH [--in FILE|-]\n"
             "       ktune records count  --db PATH [--workload KEY|JSON] [--target T]\n"
             "                            [--job ID] [--runner ID|HOST]\n"
+            "       ktune records distill --db PATH [--keep N] [--dry-run]\n"
+            "       ktune records vacuum --db PATH\n"
+            "       ktune records stats  --db PATH [--json]\n"
             "\n"
             "  export  write the selected records as JSON lines, one record per line, to\n"
             "          FILE or standard output (default); the format is in RECORDS.md\n"
@@ -27,6 +31,14 @@ static void records_usage(FILE *out)
             "          \"imported N records, skipped M duplicates, K bad lines\" and each\n"
             "          bad line's number and reason\n"
             "  count   print the number of selected records, in total and per error code\n"
+            "  distill keep the N (--keep, default 1) fastest valid records of every\n"
+            "          workload and target and delete the others, failed ones too (TVM's\n"
+            "          measure_record --mode distill); their states stay known, so none\n"
+            "          is measured again; refused while a job is queued or running;\n"
+            "          --dry-run only says what it would delete\n"
+            "  vacuum  give the space of deleted records back to the file system\n"
+            "  stats   the store's size, records, workloads and records per device key\n"
+            "          (--json: as JSON)\n"
             "\n"
             "  --workload KEY|JSON  only the records of that workload: its key as ktune\n"
             "          prints it, or its workload JSON\n"
@@ -47,20 +59,27 @@ typedef struct {
     const char *in;
     char *key;                 /* --workload's key, owned */
     kt_store_filter_t filter;
+    int keep;                  /* distill --keep */
+    int dry_run, json;
 } records_args_t;
 
+/* The options a subcommand takes beside --db and --help. */
+enum { A_FILTER = 1, A_OUT = 2, A_IN = 4, A_KEEP = 8, A_DRY = 16, A_JSON = 32 };
+
 /* Parse the options after the subcommand; 0, or 2 for bad usage, or -1 for --help. */
-static int parse_args(const char *sub, int argc, char **argv, int allow_filter, int allow_out,
-                      int allow_in, records_args_t *a)
+static int parse_args(const char *sub, int argc, char **argv, int allow, records_args_t *a)
 {
     static const struct option opts[] = {
         {"db", required_argument, NULL, 'd'},  {"out", required_argument, NULL, 'o'},
         {"in", required_argument, NULL, 'i'},  {"workload", required_argument, NULL, 'w'},
         {"target", required_argument, NULL, 't'}, {"job", required_argument, NULL, 'j'},
-        {"runner", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"runner", required_argument, NULL, 'r'}, {"keep", required_argument, NULL, 'k'},
+        {"dry-run", no_argument, NULL, 'n'},   {"json", no_argument, NULL, 'J'},
+        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0},
     };
+    int allow_filter = allow & A_FILTER, allow_out = allow & A_OUT, allow_in = allow & A_IN;
     memset(a, 0, sizeof *a);
+    a->keep = 1;
     optind = 1;
     opterr = 0;
     int c, li = -1;
@@ -114,6 +133,25 @@ static int parse_args(const char *sub, int argc, char **argv, int allow_filter, 
                 goto bad;
             if (kt_cli_parse_id("records", "--job", optarg, &a->filter.job_id))
                 return 2;
+            break;
+        case 'k': {
+            long long v = 0;
+            if (!(allow & A_KEEP))
+                goto bad;
+            if (kt_cli_parse_num("records", "--keep", optarg, 1, 1000000, &v))
+                return 2;
+            a->keep = (int)v;
+            break;
+        }
+        case 'n':
+            if (!(allow & A_DRY))
+                goto bad;
+            a->dry_run = 1;
+            break;
+        case 'J':
+            if (!(allow & A_JSON))
+                goto bad;
+            a->json = 1;
             break;
         case 'h': return -1;
         default: goto bad;
@@ -234,6 +272,90 @@ static int cmd_count(const records_args_t *a)
     return 0;
 }
 
+static int cmd_distill(const records_args_t *a)
+{
+    kt_store_t *s = kt_store_open(a->db, 0);
+    if (!s)
+        return kt_cli_fail("distill");
+    kt_store_distill_t d;
+    int rc = kt_store_distill(s, a->keep, a->dry_run, &d);
+    kt_store_close(s);
+    if (rc != 0)
+        return kt_cli_fail("distill");
+    printf("%s %" PRId64 " of %" PRId64 " records (the best %d of each of %" PRId64
+           " workload/target pairs); %" PRId64 " states %s remembered as measured\n",
+           a->dry_run ? "would keep" : "kept", d.records_after, d.records_before, a->keep,
+           d.workloads, d.states_remembered, a->dry_run ? "would be" : "newly");
+    if (!a->dry_run && d.records_after < d.records_before)
+        printf("run `ktune records vacuum --db %s` to give the space back\n", a->db);
+    return 0;
+}
+
+static int cmd_vacuum(const records_args_t *a)
+{
+    kt_store_t *s = kt_store_open(a->db, 0);
+    if (!s)
+        return kt_cli_fail("vacuum");
+    int64_t before = 0, after = 0;
+    int rc = kt_store_vacuum(s, &before, &after);
+    kt_store_close(s);
+    if (rc != 0)
+        return kt_cli_fail("vacuum");
+    printf("%s: %.2f MiB -> %.2f MiB\n", a->db, (double)before / 1048576.0,
+           (double)after / 1048576.0);
+    return 0;
+}
+
+static int cmd_stats(const records_args_t *a)
+{
+    kt_store_t *s = kt_store_open(a->db, 0);
+    if (!s)
+        return kt_cli_fail("stats");
+    kt_store_stats_t st;
+    int rc = kt_store_stats(s, &st);
+    kt_store_close(s);
+    if (rc != 0)
+        return kt_cli_fail("stats");
+    if (a->json) {
+        json_t *keys = json_array();
+        for (size_t i = 0; keys && i < st.nkeys; i++)
+            json_array_append_new(keys, json_pack("{s:s, s:I}", "key", st.keys[i].key,
+                                                  "records", (json_int_t)st.keys[i].records));
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o*}", "path", a->db,
+                              "bytes", (json_int_t)st.bytes, "records", (json_int_t)st.records,
+                              "valid", (json_int_t)st.valid, "workloads",
+                              (json_int_t)st.workloads, "distilled", (json_int_t)st.distilled,
+                              "schema_version", st.schema_version, "keys", keys);
+        kt_store_stats_clear(&st);
+        return kt_cli_print_json(o);
+    }
+    printf("store:      %s (schema %d)\n", a->db, st.schema_version);
+    printf("size:       %.2f MiB\n", (double)st.bytes / 1048576.0);
+    printf("records:    %" PRId64 " (%" PRId64 " valid)\n", st.records, st.valid);
+    printf("workloads:  %" PRId64 "\n", st.workloads);
+    printf("distilled:  %" PRId64 " states remembered without their records\n", st.distilled);
+    printf("per device key:\n");
+    for (size_t i = 0; i < st.nkeys; i++)
+        printf("  %-24s %" PRId64 "\n", *st.keys[i].key ? st.keys[i].key : "(none)",
+               st.keys[i].records);
+    kt_store_stats_clear(&st);
+    return 0;
+}
+
+/* Each subcommand, the options it takes and what runs it. */
+static const struct {
+    const char *name;
+    int allow;
+    int (*run)(const records_args_t *a);
+} subcommands[] = {
+    {"export", A_FILTER | A_OUT, cmd_export},
+    {"import", A_IN, cmd_import},
+    {"count", A_FILTER, cmd_count},
+    {"distill", A_KEEP | A_DRY, cmd_distill},
+    {"vacuum", 0, cmd_vacuum},
+    {"stats", A_JSON, cmd_stats},
+};
+
 int kt_cli_records(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
@@ -242,20 +364,21 @@ int kt_cli_records(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     const char *sub = argv[1];
-    int is_export = strcmp(sub, "export") == 0, is_import = strcmp(sub, "import") == 0,
-        is_count = strcmp(sub, "count") == 0;
-    if (!is_export && !is_import && !is_count) {
+    size_t k = 0;
+    while (k < KT_ARRAY_LEN(subcommands) && strcmp(sub, subcommands[k].name) != 0)
+        k++;
+    if (k == KT_ARRAY_LEN(subcommands)) {
         fprintf(stderr, "ktune records: unknown subcommand '%s'\n", sub);
         records_usage(stderr);
         return 2;
     }
     records_args_t a;
-    int rc = parse_args(sub, argc - 1, argv + 1, !is_import, is_export, is_import, &a);
+    int rc = parse_args(sub, argc - 1, argv + 1, subcommands[k].allow, &a);
     if (rc == -1) {
         records_usage(stdout);
         rc = 0;
     } else if (rc == 0) {
-        rc = is_export ? cmd_export(&a) : is_import ? cmd_import(&a) : cmd_count(&a);
+        rc = subcommands[k].run(&a);
     }
     free(a.key);
     return rc;

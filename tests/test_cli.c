@@ -405,6 +405,77 @@ START_TEST(cli_tune_resumes_after_ctrl_c_without_measuring_twice)
 }
 END_TEST
 
+/* The set of state hashes of db's records. */
+static hashes_t store_hashes(const char *db, uint64_t *out, int cap)
+{
+    kt_store_t *s = kt_store_open(db, 0);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
+    hashes_t h = {.n = (int64_t)l->n};
+    ck_assert_int_le((int)l->n, cap);
+    for (size_t i = 0; i < l->n; i++)
+        out[i] = l->items[i].state_hash;
+    kt_record_list_free(l);
+    kt_store_close(s);
+    return h;
+}
+
+/* A distilled store keeps the best records, gives its space back, and a
+ * later job still measures none of the states whose records it dropped. */
+START_TEST(cli_distilled_store_never_measures_a_dropped_state_again)
+{
+    char db[256];
+    snprintf(db, sizeof db, "%s/k.db", kt_test_dir);
+    char *out = NULL;
+    char *args[] = {"tune", "--workload", MATMUL, "--trials", "24", "--per-round", "8",
+                    "--policy", "sketch.random", "--min-repeat-ms", "0", "--db", db, NULL};
+    ck_assert_int_eq(ktune(args, &out), 0);
+    free(out);
+    uint64_t first[64], now[64];
+    hashes_t h0 = store_hashes(db, first, 64);
+    ck_assert_int_eq(h0.n, 24);
+
+    char *dry[] = {"records", "distill", "--db", db, "--keep", "2", "--dry-run", NULL};
+    ck_assert_int_eq(ktune(dry, &out), 0);
+    ck_assert_msg(strstr(out, "would keep 2 of 24 records"), "%s", out);
+    free(out);
+    ck_assert_int_eq(store_records(db).n, 24);
+    char *distill[] = {"records", "distill", "--db", db, "--keep", "2", NULL};
+    ck_assert_int_eq(ktune(distill, &out), 0);
+    ck_assert_msg(strstr(out, "kept 2 of 24 records") && strstr(out, "22 states newly"), "%s",
+                  out);
+    free(out);
+    char *vacuum[] = {"records", "vacuum", "--db", db, NULL};
+    ck_assert_int_eq(ktune(vacuum, &out), 0);
+    ck_assert_msg(strstr(out, " MiB -> "), "%s", out);
+    free(out);
+    char *stats[] = {"records", "stats", "--db", db, "--json", NULL};
+    ck_assert_int_eq(ktune(stats, &out), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_msg(j != NULL, "%s", out);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "records")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "distilled")), 22);
+    json_decref(j);
+    free(out);
+
+    /* 16 more trials: 18 records, the two kept among them, no dropped state. */
+    char *more[] = {"tune", "--workload", MATMUL, "--more", "16", "--per-round", "8",
+                    "--policy", "sketch.random", "--min-repeat-ms", "0", "--db", db, NULL};
+    ck_assert_int_eq(ktune(more, &out), 0);
+    free(out);
+    assert_nothing_left();
+    hashes_t h1 = store_hashes(db, now, 64);
+    ck_assert_int_eq(h1.n, 18);
+    ck_assert_int_eq(store_records(db).dups, 0);
+    int again = 0;
+    for (int i = 0; i < h1.n; i++)
+        for (int k = 0; k < h0.n; k++)
+            again += now[i] == first[k];
+    ck_assert_msg(again == 2, "%d of the new job's states were stored before distilling", again);
+}
+END_TEST
+
 /* A cuda job's store (one task, one record of a sampled GPU state) exports
  * as .cu kernels and a header with their launches; NVRTC compiles them. */
 START_TEST(cli_export_cuda_writes_kernels_and_launches)
@@ -625,6 +696,15 @@ START_TEST(cli_bad_arguments_are_refused_and_change_nothing)
         {{"records", "count", "--db", db, "--in", "x"}, 2, "--in does not apply here"},
         {{"records", "import", "--db", db, "--in", ""}, 2, "--in needs a value"},
         {{"records", "frob"}, 2, "unknown subcommand 'frob'"},
+        {{"records", "distill", "--db", db, "--keep", "0"}, 2, "--keep wants an integer"},
+        {{"records", "distill", "--db", db, "--keep", "two"}, 2, "not 'two'"},
+        {{"records", "distill", "--db", db, "--workload", key}, 2,
+         "--workload does not apply here"},
+        {{"records", "distill", "--db", none}, 1, "missing.db"},
+        {{"records", "vacuum", "--db", none}, 1, "missing.db"},
+        {{"records", "vacuum", "--db", db, "--dry-run"}, 2, "--dry-run does not apply here"},
+        {{"records", "stats", "--db", none}, 1, "missing.db"},
+        {{"records", "stats", "--db", db, "--keep", "3"}, 2, "--keep does not apply here"},
         {{"records", "import", "--db", db, "--in", lines}, 1,
          "line 1: \"workload_key\": 'w' is not a workload key"},
         /* status, export, cancel, watch */
@@ -852,6 +932,7 @@ int main(void)
     tcase_add_test(tc, cli_tune_embedded_finishes_and_read_commands_use_the_store);
     tcase_add_test(tc, cli_tune_with_a_family_policy_finishes);
     tcase_add_test(tc, cli_tune_resumes_after_ctrl_c_without_measuring_twice);
+    tcase_add_test(tc, cli_distilled_store_never_measures_a_dropped_state_again);
 
     tcase_add_test(tc, cli_export_cuda_writes_kernels_and_launches);
     tcase_add_test(tc, cli_read_commands_against_a_tracker_need_its_token);

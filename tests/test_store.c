@@ -770,6 +770,11 @@ START_TEST(store_distill_keeps_the_best_and_remembers_the_rest)
     ck_assert_int_eq(kt_store_has_measured(s, "wb", "cpu", 151), 1);
     ck_assert_int_eq(kt_store_has_measured(s, "wb", "cuda", 101), 0);
     ck_assert_int_eq(kt_store_has_measured(s, "wb", "cpu", 106), 0);
+    int64_t nd = -1;
+    ck_assert_int_eq(kt_store_count_distilled(s, "wb", "cpu", &nd), 0);
+    ck_assert_int_eq(nd, 5);
+    ck_assert_int_eq(kt_store_count_distilled(s, "wb", "cuda", &nd), 0);
+    ck_assert_int_eq(nd, 0);
 
     /* Again: nothing more to drop; keep 1 drops one more per pair. */
     ck_assert_int_eq(kt_store_distill(s, 2, 0, &d), 0);

@@ -1002,11 +1002,14 @@ static int round_run(job_round_t *r)
     }
     double t_cpu = kt_time_mono();
     /* One count instead of a query per state the search considers (see
-     * job_task_t.known). */
+     * job_task_t.known); a distilled store's dropped states are known only
+     * to the store. */
     kt_store_filter_t kf = {.workload_key = t->key, .target = t->target};
     kt_store_counts_t kc;
     st = kt_jobs_store_get(j->m);
-    t->fast = kt_store_count_records(st, &kf, &kc) == 0 && kc.total == t->known;
+    int64_t distilled = 1;
+    t->fast = kt_store_count_records(st, &kf, &kc) == 0 && kc.total == t->known &&
+              kt_store_count_distilled(st, t->key, t->target, &distilled) == 0 && distilled == 0;
     kt_jobs_store_put(j->m, st);
     st = NULL;
     int n = j->m->dispatch_only ? stub_propose(r->n, &states)

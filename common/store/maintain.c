@@ -104,6 +104,36 @@ int kt_store_distill(kt_store_t *s, int keep, int dry_run, kt_store_distill_t *o
     return kt_store_tx_commit(s) ? kt_err_prefix("distill") : 0;
 }
 
+int kt_store_count_distilled(kt_store_t *s, const char *workload_key, const char *target,
+                             int64_t *n)
+{
+    int rc = kt_store_usable(s);
+    if (rc != 0)
+        return rc;
+    if (!workload_key || !target || !n)
+        return kt_err_set(KT_EINVAL, "store: count distilled needs a workload key and a target");
+    *n = 0;
+    if (kt_store_file_version(s) < 4)
+        return 0;
+    sqlite3_stmt *st = NULL;
+    rc = sqlite3_prepare_v2(kt_store_db(s),
+                            "SELECT count(*) FROM distilled WHERE workload_key = ?1 AND "
+                            "target = ?2",
+                            -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, workload_key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, target, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+    }
+    int ret = 0;
+    if (rc == SQLITE_ROW)
+        *n = sqlite3_column_int64(st, 0);
+    else
+        ret = kt_store_db_err(s, rc, "store: counting distilled states");
+    sqlite3_finalize(st);
+    return ret;
+}
+
 /* Database pages in use plus the WAL's bytes. */
 static int file_bytes(kt_store_t *s, int64_t *out)
 {

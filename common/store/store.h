@@ -258,6 +258,13 @@ typedef struct {
  * *out says what would. */
 int kt_store_distill(kt_store_t *s, int keep, int dry_run, kt_store_distill_t *out);
 
+/* The state hashes of (workload, target) that kt_store_distill() kept
+ * without their records, in *n (0 on a file from before schema 4). A caller
+ * that skips kt_store_has_measured() while it knows every record of a
+ * workload must also know there are none of these. */
+int kt_store_count_distilled(kt_store_t *s, const char *workload_key, const char *target,
+                             int64_t *n);
+
 /* Checkpoint the WAL into the database and rebuild the file without its free
  * pages (VACUUM), so a distilled store shrinks on disk. The file's bytes
  * (database and WAL) before and after in *before and *after (either may be
