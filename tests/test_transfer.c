@@ -9,12 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net/net.h"
 #include "search/search.h"
 #include "store/store.h"
 #include "transfer/transfer.h"
 #include "util/err.h"
 #include "util/util.h"
 
+#include "kt_test_proc.h"
 #include "states_harness.h"
 
 /* States of each source workload re-fitted and checked against the reference. */
@@ -557,6 +559,70 @@ START_TEST(transfer_gather_counts_records_it_cannot_refit)
 }
 END_TEST
 
+/* ktune build --transfer (through ktune run --check): a network's layers
+ * with no record of their own run a kernel re-fitted from the records of
+ * another of its layers (same operator and epilogue, other shapes), checked
+ * against the reference before it is used; the network's output matches
+ * the reference kernels'; the build says where each task's kernel came
+ * from and the library's comments too. */
+START_TEST(transfer_zero_shot_build_runs_a_network_from_another_layers_records)
+{
+    kt_test_suite_dir("kt_transfer_");
+    kt_test_make_dir();
+    const char *src = getenv("KT_SOURCE_ROOT");
+    char netfile[512], db[600], out_dir[600];
+    snprintf(netfile, sizeof netfile, "%s/tests/net/cnn.json", src ? src : ".");
+    snprintf(db, sizeof db, "%s/k.db", kt_test_dir);
+    snprintf(out_dir, sizeof out_dir, "%s/lib", kt_test_dir);
+    kt_net_t *net = kt_net_load_file(netfile);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_msg(t != NULL, "%s", kt_err_msg());
+    /* task 3: conv2d 16x16x16 -> 32, bias, relu; task 0 is the same
+     * operator and epilogue at 32x32x3 -> 16 */
+    ck_assert_int_gt(t->ntasks, 3);
+    const kt_workload_t *c3 = t->tasks[3].wl, *c1 = t->tasks[0].wl;
+    ck_assert(isfinite(kt_transfer_distance(c1, c3)));
+    kt_sched_params_t p;
+    kt_sched_params_default(&p);
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    put_workload(s, c3);
+    put_sampled(s, c3, &p, 41, 4, "cpu", NULL);
+    kt_store_close(s);
+
+    char *args[] = {"run", "--network-file", netfile, "--db", db, "--transfer", "--check",
+                    "--repeat", "1", "--out", out_dir, NULL};
+    kt_test_proc_t pr;
+    kt_test_spawn(&pr, "run.out", 0, "cli/ktune", args, NULL, NULL);
+    int st = 0;
+    ck_assert_msg(kt_test_wait(&pr, 600000, &st), "ktune run did not finish");
+    char *text = kt_test_output(&pr);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit %d: %s", st, text);
+    char want[600];
+    snprintf(want, sizeof want, "task 0 (conv2d_nhwc %s): re-fitted from record ", t->tasks[0].desc);
+    ck_assert_msg(strstr(text, want) && strstr(text, "checked against the reference"), "%s", text);
+    ck_assert_msg(strstr(text, kt_workload_key(c3)), "%s", text);
+    snprintf(want, sizeof want, "task 3 (conv2d_nhwc %s): its own record", t->tasks[3].desc);
+    ck_assert_msg(strstr(text, want), "%s", text);
+    /* the residual conv has another epilogue: nothing near it is stored */
+    snprintf(want, sizeof want, "task 1 (conv2d_nhwc %s): nothing stored to re-fit",
+             t->tasks[1].desc);
+    ck_assert_msg(strstr(text, want), "%s", text);
+    ck_assert_msg(strstr(text, "no record, default schedule"), "%s", text);
+    free(text);
+    char lib[700];
+    snprintf(lib, sizeof lib, "%s/small_cnn.c", out_dir);
+    char *c = kt_file_read(lib, NULL);
+    ck_assert_msg(c && strstr(c, "a schedule not measured for this task, re-fitted from record"),
+                  "%s", lib);
+    free(c);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    kt_test_suite_dir_remove();
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("transfer");
@@ -572,6 +638,7 @@ int main(void)
     tcase_add_test(tc, transfer_nearest_workloads_of_the_same_kind_on_the_same_key);
     tcase_add_test(tc, transfer_first_round_holds_refitted_states_measured_once);
     tcase_add_test(tc, transfer_gather_counts_records_it_cannot_refit);
+    tcase_add_test(tc, transfer_zero_shot_build_runs_a_network_from_another_layers_records);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/verify.h"
 #include "util/err.h"
 #include "util/util.h"
 
@@ -378,4 +379,105 @@ int kt_transfer_seed(kt_search_policy_t *sp, kt_store_t *s, const kt_workload_t 
     else
         kt_transfer_set_clear(&set);
     return rc;
+}
+
+void kt_transfer_cand_clear(kt_transfer_cand_t *c)
+{
+    if (!c)
+        return;
+    kt_sched_state_free(c->state);
+    free(c->source_key);
+    memset(c, 0, sizeof *c);
+}
+
+int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
+                          const char *runner_key, const kt_sched_params_t *p, int count,
+                          int nworkloads, uint64_t seed, kt_transfer_cand_t *out, int *tried,
+                          char *why, size_t whylen)
+{
+    if (!out)
+        return kt_err_set(KT_EINVAL, "transfer: no output");
+    memset(out, 0, sizeof *out);
+    if (tried)
+        *tried = 0;
+    if (why && whylen)
+        why[0] = '\0';
+    kt_sched_params_t defp;
+    if (!p) {
+        kt_sched_params_default(&defp);
+        p = &defp;
+    }
+    if (p->target == KT_SCHED_TARGET_CUDA)
+        return kt_err_set(KT_EUNSUP, "transfer: a zero-shot kernel is checked on the CPU; a "
+                                     "cuda kernel's check needs the device");
+    kt_transfer_set_t set;
+    int rc = kt_transfer_gather(s, w, target, runner_key, p, count, nworkloads, &set);
+    if (rc)
+        return rc;
+    if (why && whylen && set.nreasons > 0)
+        snprintf(why, whylen, "%s", set.reasons[0]);
+    kt_codegen_ref_t *ref = NULL;
+    int found = 0;
+    for (int i = 0; i < set.n && !found && rc == 0; i++) {
+        if (!ref && !(ref = kt_codegen_ref_new(kt_workload_dag(w), seed))) {
+            rc = kt_err_code() ? kt_err_code() : KT_ENOMEM;
+            break;
+        }
+        kt_search_candidate_t cand = {0};
+        double err = INFINITY;
+        int ok = kt_search_candidate_make(w, set.items[i].state, NULL, &cand) == 0 &&
+                 kt_codegen_ref_check(ref, cand.source, cand.entry, &err) == 0;
+        kt_search_candidate_clear(&cand);
+        if (tried)
+            (*tried)++;
+        if (ok) {
+            *out = set.items[i];
+            set.items[i].state = NULL;
+            set.items[i].source_key = NULL;
+            found = 1;
+        } else if (why && whylen && !why[0]) {
+            /* a re-fitted state is only a guess until it is checked */
+            snprintf(why, whylen, "the state from record %lld of %.60s failed its check: %s",
+                     (long long)set.items[i].record_id, set.items[i].source_key, kt_err_msg());
+        }
+    }
+    kt_codegen_ref_free(ref);
+    kt_transfer_set_clear(&set);
+    return rc ? rc : found;
+}
+
+int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *skip, int n,
+                     const char *target, const kt_sched_params_t *p, char **states,
+                     char **origin)
+{
+    if (n < 0 || (n > 0 && (!wl || !states || !origin)))
+        return kt_err_set(KT_EINVAL, "transfer: bad arguments");
+    int filled = 0;
+    for (int i = 0; i < n; i++) {
+        if (states[i] || (skip && skip[i]))
+            continue;
+        kt_transfer_cand_t c;
+        char why[300], from[400];
+        int rc = kt_transfer_zero_shot(s, wl[i], target, NULL, p, 8, 4, (uint64_t)i, &c, NULL,
+                                       why, sizeof why);
+        if (rc < 0)
+            return rc;
+        if (rc == 0) {
+            snprintf(from, sizeof from, "nothing stored to re-fit%s%s", why[0] ? ": " : "", why);
+            if (!(origin[i] = kt_strdup(from)))
+                return kt_err_set(KT_ENOMEM, "out of memory");
+            continue;
+        }
+        snprintf(from, sizeof from,
+                 "re-fitted from record %lld (%.4f ms) of workload %s at shape distance %.3g, "
+                 "checked against the reference",
+                 (long long)c.record_id, c.source_cost * 1e3, c.source_key, c.distance);
+        states[i] = kt_sched_state_to_json(c.state, kt_workload_dag(wl[i]));
+        origin[i] = kt_strdup(from);
+        kt_transfer_cand_clear(&c);
+        if (!states[i] || !origin[i])
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        filled++;
+    }
+    return filled;
 }

@@ -32,6 +32,7 @@
 #ifndef KT_TRANSFER_TRANSFER_H
 #define KT_TRANSFER_TRANSFER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sched/state.h"
@@ -109,6 +110,39 @@ int kt_transfer_gather(kt_store_t *s, const kt_workload_t *w, const char *target
                        const char *runner_key, const kt_sched_params_t *p, int count,
                        int nworkloads, kt_transfer_set_t *out);
 void kt_transfer_set_clear(kt_transfer_set_t *set);
+
+/* Releases c's state and string (accepts NULL). */
+void kt_transfer_cand_clear(kt_transfer_cand_t *c);
+
+/* Zero-shot: a kernel for task w that was never measured, for a build
+ * (`ktune build --transfer`). The states of kt_transfer_gather (count,
+ * nworkloads), in its order, until one whose C kernel (kt_search_candidate_make,
+ * all three variants) compiles and computes what w's reference kernel
+ * computes on inputs from `seed` (kt_codegen_ref_check). 1 and *out (the
+ * state and where it came from; kt_transfer_cand_clear) when one passes;
+ * 0 when none does or none is stored, *out zeroed. *tried (optional) gets
+ * the number of kernels checked, why[] (optional, whylen bytes) the first
+ * reason one was dropped or failed. Compiles one kernel per state tried
+ * (about a second each). CPU tasks only: KT_EUNSUP for parameters of target
+ * cuda, whose check needs the device. Negative on store errors or OOM. */
+int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
+                          const char *runner_key, const kt_sched_params_t *p, int count,
+                          int nworkloads, uint64_t seed, kt_transfer_cand_t *out, int *tried,
+                          char *why, size_t whylen);
+
+/* A network build's zero-shot kernels: for each of n tasks wl[i] whose
+ * states[i] is NULL and skip[i] (skip may be NULL) is 0, kt_transfer_zero_shot
+ * (the best 8 records of the 4 nearest workloads on target, any runner key;
+ * check inputs seeded by the task's index). states[i] gets the chosen
+ * state's JSON and origin[i] a sentence saying where it came from
+ * ("re-fitted from record R (C ms) of workload K at shape distance D,
+ * checked against the reference"); a task left without a state gets
+ * origin[i] saying why ("nothing stored to re-fit: ..."). Both malloc'd;
+ * other entries are left as they are. Returns the number of states filled
+ * or negative (store errors, OOM: entries filled so far stay). */
+int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *skip, int n,
+                     const char *target, const kt_sched_params_t *p, char **states,
+                     char **origin);
 
 /* kt_transfer_gather for the policy's task with its parameters, the
  * states handed to kt_search_seed: the policy's next propose takes them
