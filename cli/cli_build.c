@@ -19,6 +19,7 @@
 #include "sched/state.h"
 #include "tensorio/tensorio.h"
 #include "te/workload.h"
+#include "transfer/transfer.h"
 #include "util/err.h"
 #include "util/rng.h"
 #include "util/util.h"
@@ -29,7 +30,7 @@
 #define TOP_STEPS 10
 
 enum { O_DB = 1000, O_JOB, O_TARGET, O_ARCH, O_OUT, O_SEED, O_NAME, O_IN, O_OUTPUT, O_REPEAT,
-       O_THREADS, O_CHECK, O_HELP };
+       O_THREADS, O_CHECK, O_TRANSFER, O_HELP };
 
 typedef struct {
     kt_cli_net_t net;
@@ -39,7 +40,7 @@ typedef struct {
     const char *input[KT_PLAN_MAX_INPUTS];   /* --input FILE or NAME=FILE, in order */
     int ninput;
     unsigned long long seed;
-    int repeat, threads, check;
+    int repeat, threads, check, transfer;
 } build_args_t;
 
 static const char *const BUILD_HELP =
@@ -55,7 +56,10 @@ static const char *const BUILD_HELP =
     "                        otherwise\n"
     "  --arch sm_XY          the GPU architecture of --target cuda (default sm_90)\n"
     "  --seed S              seed of a built-in network's random weights (default 0)\n"
-    "  --name NAME           the C prefix of the library (default: the network's name)\n";
+    "  --name NAME           the C prefix of the library (default: the network's name)\n"
+    "  --transfer            a task without a record gets the best state of the nearest\n"
+    "                        stored workloads (same operator, other shapes) re-fitted to\n"
+    "                        it, once its kernel passes the reference check (CPU, --db)\n";
 
 static void build_usage(FILE *f)
 {
@@ -140,6 +144,7 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         {"repeat", required_argument, 0, O_REPEAT},
         {"threads", required_argument, 0, O_THREADS},
         {"check", no_argument, 0, O_CHECK},
+        {"transfer", no_argument, 0, O_TRANSFER},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -210,6 +215,7 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
             a->input[a->ninput++] = optarg;
             break;
         case O_CHECK: a->check = 1; break;
+        case O_TRANSFER: a->transfer = 1; break;
         case O_SEED:
             if (kt_cli_parse_num(cmd, "--seed", optarg, 0, INT64_MAX, &v))
                 return 2;
@@ -266,13 +272,38 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         fprintf(stderr, "ktune %s: give --db or --tracker, not both\n", cmd);
         return 2;
     }
+    if (a->transfer && (a->conn.tracker || is_cuda(a) || a->job)) {
+        fprintf(stderr, "ktune %s: --transfer re-fits a store's records for the CPU: not with "
+                        "--tracker, --target cuda or --job\n", cmd);
+        return 2;
+    }
     return 0;
 }
 
 /* ---- records ------------------------------------------------------------------------ */
 
-/* The best valid record of each task: states[i] (strdup'd, NULL when none)
- * and its cost in ms. 0, or 1 after printing why. */
+/* --transfer: the tasks without a record (an alternative's direct task
+ * speaks for it) get a checked re-fitted kernel; each says where its
+ * kernel comes from. 0 or negative. */
+static int transfer_tasks(kt_store_t *s, const kt_net_tasks_t *t, char **states, char **origin)
+{
+    const kt_workload_t **wl = calloc((size_t)t->ntasks + 1, sizeof *wl);
+    int *skip = calloc((size_t)t->ntasks + 1, sizeof *skip), rc = 0;
+    for (int i = 0; wl && skip && i < t->ntasks; i++) {
+        wl[i] = t->tasks[i].wl;
+        skip[i] = t->tasks[i].alt_of >= 0;
+    }
+    rc = wl && skip ? kt_transfer_fill(s, wl, skip, t->ntasks, "cpu", NULL, states, origin)
+                    : kt_err_set(KT_ENOMEM, "out of memory");
+    for (int i = 0; rc >= 0 && i < t->ntasks; i++)
+        if (states[i] || origin[i])
+            fprintf(stderr, "task %d (%s %s): %s\n", i, kt_workload_op(t->tasks[i].wl),
+                    t->tasks[i].desc, origin[i] ? origin[i] : "its own record");
+    free(wl);
+    free(skip);
+    return rc < 0 ? rc : 0;
+}
+
 /* --job names a job, of the target built for, in the store or on the
  * tracker: else no record would match and every task would quietly get the
  * default schedule. Checked before the network is loaded. 0, or 1 after
@@ -318,8 +349,11 @@ static int check_job(const char *cmd, const build_args_t *a)
     return 1;
 }
 
+/* The best valid record of each task: states[i] (strdup'd, NULL when none)
+ * and its cost in ms; with --transfer, origin[i] for the tasks re-fitted.
+ * 0, or 1 after printing why. */
 static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tasks_t *t,
-                        char **states, double *ms)
+                        char **states, double *ms, char **origin)
 {
     if (!a->conn.db_given && !a->job && access(a->conn.db, F_OK) != 0) {
         fprintf(stderr, "ktune %s: no store at %s: every task gets the default schedule\n", cmd,
@@ -354,13 +388,16 @@ static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tas
         }
         kt_record_list_free(l);
     }
+    if (rc == 0 && a->transfer)
+        rc = transfer_tasks(s, t, states, origin);
     kt_store_close(s);
     return rc ? kt_cli_fail(cmd) : 0;
 }
 
 static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_tasks_t *t,
-                          char **states, double *ms)
+                          char **states, double *ms, char **origin)
 {
+    (void)origin;
     kt_rpc_client_t *cl = a->job ? kt_cli_connect(cmd, &a->conn) : NULL;
     if (a->job && !cl)
         return 1;
@@ -446,7 +483,7 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
     kt_net_plan_t *plan = NULL;
     kt_net_tasks_t *t =
         kt_net_extract_ex(net, a->net.layout, kt_cli_net_extract_flags(&a->net, a->target));
-    char **states = NULL;
+    char **states = NULL, **origin = NULL;
     double *ms = NULL;
     int *used = NULL;
     kt_netlib_kernel_t *kern = NULL;
@@ -462,12 +499,13 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
     states = calloc((size_t)t->ntasks + 1, sizeof *states);
     ms = calloc((size_t)t->ntasks + 1, sizeof *ms);
     kern = calloc((size_t)t->ntasks + 1, sizeof *kern);
-    if (!states || !ms || !kern) {
+    origin = calloc((size_t)t->ntasks + 1, sizeof *origin);
+    if (!states || !ms || !kern || !origin) {
         kt_err_set(KT_ENOMEM, "out of memory");
         kt_cli_fail(cmd);
         goto done;
     }
-    if ((a->conn.tracker ? gather_tracker : gather_store)(cmd, a, t, states, ms))
+    if ((a->conn.tracker ? gather_tracker : gather_store)(cmd, a, t, states, ms, origin))
         goto done;
     if (!(used = calloc((size_t)t->ntasks + 1, sizeof *used)) ||
         kt_net_plan_use_alternatives(plan, t, ms, used) != 0) {
@@ -477,6 +515,7 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
     for (int i = 0; i < t->ntasks; i++) {
         kern[i].state_json = states[i];
         kern[i].measured_ms = ms[i];
+        kern[i].origin = origin[i];
         if (t->tasks[i].alt_of >= 0 && used[i])
             fprintf(stderr, "task %d (%s): faster than task %d, used for its layers\n", i,
                     t->tasks[i].desc, t->tasks[i].alt_of);
@@ -534,7 +573,10 @@ static int build_into(const char *cmd, const build_args_t *a, const char *dir, c
 done:
     for (int i = 0; states && i < t->ntasks; i++)
         free(states[i]);
+    for (int i = 0; origin && i < t->ntasks; i++)
+        free(origin[i]);
     free(states);
+    free(origin);
     free(ms);
     free(used);
     free(kern);

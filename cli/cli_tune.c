@@ -57,7 +57,7 @@
 enum { O_WORKLOAD = 1000, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
        O_POLICY, O_DB, O_JSON, O_SEED, O_PER_ROUND, O_EARLY, O_PRIORITY, O_NUMBER, O_REPEAT,
        O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_CACHE_FLUSH, O_FLUSH_WEIGHTS, O_NO_FLUSH_WEIGHTS,
-       O_SEARCH_PARAMS, O_MORE, O_HELP };
+       O_SEARCH_PARAMS, O_MORE, O_NO_TRANSFER, O_HELP };
 
 static const struct option job_opts[] = {
     KT_CLI_NET_OPTIONS,
@@ -78,6 +78,7 @@ static const struct option job_opts[] = {
     {"cache-flush", no_argument, 0, O_CACHE_FLUSH},
     {"flush-weights", no_argument, 0, O_FLUSH_WEIGHTS},
     {"no-flush-weights", no_argument, 0, O_NO_FLUSH_WEIGHTS},
+    {"no-transfer", no_argument, 0, O_NO_TRANSFER},
     {0, 0, 0, 0}};
 
 typedef struct {
@@ -85,7 +86,7 @@ typedef struct {
     kt_cli_net_t net;
     const char *workload, *target, *key, *strategy, *policy, *search_params;
     int per_round, early, priority, number, repeat, min_repeat, run_timeout, no_check;
-    int cache_flush;
+    int cache_flush, no_transfer;
     int flush_weights;         /* 1 / 0 as given; -1: on for a network on a CPU */
     int min_repeat_given;
     long long trials;
@@ -135,6 +136,8 @@ static const char *JOB_HELP =
     "                        them while the layer before has just written the\n"
     "                        input (number 1, repeat 3 unless given); the default\n"
     "                        for a network on a CPU, --no-flush-weights times warm\n"
+    "  --no-transfer         start each new task from its own samples only, without\n"
+    "                        the re-fitted best states of the nearest stored workloads\n"
     "  --tracker HOST:PORT   the tracker to use (tune: default an embedded one)\n"
     "  --token-file F        the tracker's shared token (default: $KT_TOKEN_FILE)\n"
     "  --tls-ca F            CA certificate (PEM) of a TLS tracker\n"
@@ -191,6 +194,7 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_CACHE_FLUSH: a->cache_flush = 1; break;
         case O_FLUSH_WEIGHTS: a->flush_weights = 1; break;
         case O_NO_FLUSH_WEIGHTS: a->flush_weights = 0; break;
+        case O_NO_TRANSFER: a->no_transfer = 1; break;
         case O_DB:
             if (!allow_db) {
                 fprintf(stderr, "ktune %s: --db applies to ktune tune without --tracker\n", cmd);
@@ -415,6 +419,7 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
     m->opts.early_stopping = a->early;
     m->opts.seed = a->seed;
     m->opts.search_params = (char *)(a->search_params ? a->search_params : "");
+    m->opts.no_transfer = a->no_transfer;
     /* A network's layers read their weights from memory once per inference,
      * so a CPU network job times candidates that way unless told otherwise
      * (TVM's x86 network tutorial flushes the caches likewise). */

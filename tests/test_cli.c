@@ -242,6 +242,8 @@ START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
     /* a single workload is timed warm by default (a network is not) */
     char *opts = kt_test_job_options(db, 1);
     ck_assert_msg(opts && strstr(opts, "\"flush_weights\":false"), "%s", opts ? opts : "?");
+    /* schedule transfer is on unless --no-transfer */
+    ck_assert_msg(opts && strstr(opts, "\"transfer\":true"), "%s", opts ? opts : "?");
     free(opts);
     char *bj_args[] = {"best", "--job", "1", "--db", db, NULL};
     ck_assert_int_eq(ktune(bj_args, &out), 0);
@@ -277,7 +279,8 @@ END_TEST
 
 /* A FamilySeer policy through the embedded tracker: two matmul tasks of one
  * family share a model; the job finishes with every trial stored once.
- * --cache-flush and --flush-weights reach the job's measure options. */
+ * --cache-flush and --flush-weights reach the job's measure options,
+ * --no-transfer its stored options. */
 START_TEST(cli_tune_with_a_family_policy_finishes)
 {
     char db[256];
@@ -288,7 +291,8 @@ START_TEST(cli_tune_with_a_family_policy_finishes)
                     "\"K\":64}, \"weight\": 2}]",
                     "--trials", "16", "--per-round", "4", "--policy", "sketch.xgb.family-op",
                     "--search-params", "evolutionary_search_population=256,model_label=log",
-                    "--min-repeat-ms", "0", "--cache-flush", "--flush-weights", "--db", db, NULL};
+                    "--min-repeat-ms", "0", "--cache-flush", "--flush-weights", "--no-transfer",
+                    "--db", db, NULL};
     int rc = ktune(args, &out);
     ck_assert_msg(rc == 0 && strstr(out, "Job 1 done"), "exit %d: %s", rc, out);
     free(out);
@@ -309,7 +313,8 @@ START_TEST(cli_tune_with_a_family_policy_finishes)
     /* the stored job's measure options carry both flushes */
     char *opts = kt_test_job_options(db, 1);
     ck_assert_msg(opts && strstr(opts, "\"enable_cpu_cache_flush\":true") &&
-                      strstr(opts, "\"flush_weights\":true") && strstr(opts, "\"repeat\":3"),
+                      strstr(opts, "\"flush_weights\":true") && strstr(opts, "\"repeat\":3") &&
+                      strstr(opts, "\"transfer\":false"),
                   "%s", opts ? opts : kt_err_msg());
     free(opts);
 }

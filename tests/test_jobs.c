@@ -25,10 +25,14 @@
 #include "service/jobs.h"
 #include "service/tracker.h"
 #include "store/store.h"
+#include "te/workload.h"
+#include "transfer/transfer.h"
 #include "util/err.h"
 #include "util/kt_limits.h"
 #include "util/util.h"
 #include "te/workload.h"
+
+#include "kt_test_records.h"
 
 #define WAIT_MS 120000
 
@@ -461,6 +465,119 @@ static int submit_rpc(kt_rpc_client_t *c, Ktune__V1__Job *job, int64_t *id, kt_r
     }
     return rc;
 }
+
+/* The state hashes of workload `json`'s records on the fake key, and how
+ * many there are (at most cap). */
+static int record_hashes(const char *json, uint64_t *h, int cap)
+{
+    kt_workload_t *w = kt_workload_parse(json);
+    ck_assert_ptr_nonnull(w);
+    kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_store_filter_t f = {.workload_key = kt_workload_key(w), .target = "cpu"};
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(st, &f, &l), 0);
+    int n = 0;
+    for (size_t i = 0; i < l->n && n < cap; i++)
+        h[n++] = l->items[i].state_hash;
+    kt_record_list_free(l);
+    kt_store_close(st);
+    kt_workload_free(w);
+    return n;
+}
+
+/* The hashes of the states schedule transfer re-fits for `json` from the
+ * store as it is (the task's own records are never a source). */
+static int transfer_hashes(const char *json, uint64_t *h, int cap)
+{
+    kt_workload_t *w = kt_workload_parse(json);
+    ck_assert_ptr_nonnull(w);
+    kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_sched_params_t p;
+    kt_sched_params_default(&p);
+    kt_transfer_set_t set;
+    ck_assert_msg(kt_transfer_gather(st, w, "cpu", "cpu-fake", &p, cap, 4, &set) == 0, "%s",
+                  kt_err_msg());
+    int n = set.n;
+    for (int i = 0; i < n; i++)
+        h[i] = set.items[i].hash;
+    kt_transfer_set_clear(&set);
+    kt_store_close(st);
+    kt_workload_free(w);
+    return n;
+}
+
+static int has_hash(const uint64_t *h, int n, uint64_t x)
+{
+    for (int i = 0; i < n; i++)
+        if (h[i] == x)
+            return 1;
+    return 0;
+}
+
+/* A job over a matmul the store has no record of starts from the re-fitted
+ * best states of the matmul an earlier job tuned (its first round is
+ * exactly them), measures each once, and a job with no_transfer set does
+ * not; the option is stored with the job. */
+START_TEST(jobs_first_round_takes_refitted_states_of_the_nearest_stored_workload)
+{
+    make_dir();
+    fake_t worker, runner;
+    service_t s;
+    start_with_fakes(&s, &worker, &runner, 0);
+    job_msg_t a, b, c;
+    job_msg(&a, 64, "cpu-fake", 12);
+    int64_t ida = 0, idb = 0, idc = 0;
+    ck_assert_msg(kt_jobs_submit(s.jobs, &a.job, &ida) == 0, "%s", kt_err_msg());
+    Ktune__V1__JobProgress *p = wait_job(&s, ida, "done", 0);
+    ck_assert_str_eq(p->state, "done");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+
+    /* B's first round of 4: the 4 first of the states transfer makes of A's
+     * records (the store's records of B are B's own, never a source) */
+    job_msg(&b, 96, "cpu-fake", 8);
+    uint64_t want[8], got[16];
+    int nwant = transfer_hashes(b.json, want, 8);
+    ck_assert_int_ge(nwant, 4);
+    ck_assert_msg(kt_jobs_submit(s.jobs, &b.job, &idb) == 0, "%s", kt_err_msg());
+    p = wait_job(&s, idb, "done", 0);
+    ck_assert_str_eq(p->state, "done");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    int ngot = record_hashes(b.json, got, 16);
+    ck_assert_int_eq(ngot, 8);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(has_hash(got, 4, want[i]), "re-fitted state %d not in the first round", i);
+    for (int i = 0; i < ngot; i++)
+        for (int k = 0; k < i; k++)
+            ck_assert_msg(got[i] != got[k], "record %d measured the state of record %d again", i,
+                          k);
+    char *opts = kt_test_job_options(g_db, idb);
+    ck_assert_msg(opts && strstr(opts, "\"transfer\":true"), "%s", opts ? opts : "?");
+    free(opts);
+
+    /* C with transfer off: none of the states transfer would give it */
+    job_msg(&c, 128, "cpu-fake", 8);
+    c.to.no_transfer = 1;
+    nwant = transfer_hashes(c.json, want, 8);
+    ck_assert_int_ge(nwant, 4);
+    ck_assert_msg(kt_jobs_submit(s.jobs, &c.job, &idc) == 0, "%s", kt_err_msg());
+    p = wait_job(&s, idc, "done", 0);
+    ck_assert_str_eq(p->state, "done");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    ngot = record_hashes(c.json, got, 16);
+    ck_assert_int_eq(ngot, 8);
+    for (int i = 0; i < nwant; i++)
+        ck_assert_msg(!has_hash(got, ngot, want[i]), "re-fitted state %d measured", i);
+    opts = kt_test_job_options(g_db, idc);
+    ck_assert_msg(opts && strstr(opts, "\"transfer\":false"), "%s", opts ? opts : "?");
+    free(opts);
+    service_stop(&s);
+    kt_rpc_server_stop(worker.srv, 0);
+    kt_rpc_server_stop(runner.srv, 0);
+    remove_dir();
+}
+END_TEST
 
 /* One client floods SubmitJob with 500 jobs for a key no runner serves: the
  * first KT_LIMIT_JOBS_PER_CLIENT are taken, every later one is refused with
@@ -1294,6 +1411,7 @@ int main(void)
     tcase_add_test(tc, jobs_count_a_winograd_alternative_once);
     tcase_add_test(tc, jobs_dispatch_measures_on_both_of_two_runners);
     tcase_add_test(tc, jobs_resume_an_unfinished_job_after_the_manager_is_recreated);
+    tcase_add_test(tc, jobs_first_round_takes_refitted_states_of_the_nearest_stored_workload);
     suite_add_tcase(s, tc);
     TCase *lim = tcase_create("limits");
     tcase_set_timeout(lim, 600);

@@ -155,6 +155,8 @@ START_TEST(search_opts_default_are_ansors)
     ck_assert_int_eq(o.restart_after, 0);                     /* Ansor's: one start */
     ck_assert_int_eq(o.direct_siblings, 1);                   /* ktune's; Ansor: 0 */
     ck_assert_int_eq(o.row_siblings, 1);                      /* ktune's; Ansor: 0 */
+    ck_assert_int_eq(o.transfer, 8);                          /* ktune's; Ansor: none */
+    ck_assert_int_eq(o.transfer_workloads, 4);
     kt_model_params_t mp;
     kt_search_model_params(&o, 5, &mp);
     ck_assert_int_eq(mp.label, KT_MODEL_LABEL_RANK);
@@ -178,8 +180,11 @@ START_TEST(search_opts_set_from_key_value_lists)
                                             "num_warmup_sample=64,foresee_keep=16,"
                                             "diversity_filter_ratio=4,tile_family_share=0.25,"
                                             "location_siblings=0,tile_siblings=5,"
-                                            "restart_after=128,direct_siblings=0,row_siblings=0"),
+                                            "restart_after=128,direct_siblings=0,row_siblings=0,"
+                                            "transfer=0,transfer_workloads=2"),
                      0);
+    ck_assert_int_eq(o.transfer, 0);
+    ck_assert_int_eq(o.transfer_workloads, 2);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_RANDOM);   /* the default: Ansor's */
     ck_assert_int_eq(kt_search_opts_set(&o, "warmup=model"), 0);
     ck_assert_int_eq(o.warmup, KT_SEARCH_WARMUP_MODEL);
@@ -223,6 +228,8 @@ START_TEST(search_opts_set_from_key_value_lists)
         {"direct_siblings=2", "direct_siblings must be 0 or 1"},
         {"row_siblings=-1", "row_siblings must be 0 or 1"},
         {"restart_after=-1", "restart_after must be in [0, 1048576]"},
+        {"transfer=257", "transfer must be in [0, 256]"},
+        {"transfer_workloads=0", "transfer_workloads must be in [1, 64]"},
         {"seed=3", "job's seed"},
         {"policy=sketch.random", "job's policy"},
         {"eps_greedy", "is not key=value"},

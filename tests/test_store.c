@@ -701,6 +701,65 @@ START_TEST(store_best_and_top_k_ignore_failed_records)
 }
 END_TEST
 
+START_TEST(store_lists_workloads_with_valid_records_per_target_and_key)
+{
+    kt_store_t *s = open_new();
+    ck_assert_int_eq(kt_store_put_workload(s, "w", "{\"op\":\"w\"}", 1), 0);
+    ck_assert_int_eq(kt_store_put_workload(s, "v", "{\"op\":\"v\"}", 2), 0);
+    ck_assert_int_eq(kt_store_put_workload(s, "u", "{\"op\":\"u\"}", 3), 0);   /* no records */
+    ck_assert_int_eq(kt_store_put_workload(s, "f", "{\"op\":\"f\"}", 4), 0);   /* failed only */
+    double c[][1] = {{3}, {1}, {2}, {0.5}};
+    kt_record_t rs[] = {
+        rec("w", "cpu", 1, c[0], 1, 0),
+        rec("w", "cpu", 2, c[1], 1, 0),
+        rec("w", "cpu", 3, c[2], 1, 0),
+        rec("v", "cpu", 4, c[3], 1, 0),
+        rec("f", "cpu", 5, NULL, 0, KT_MEASURE_RUN_TIMEOUT),
+        rec("x", "cpu", 6, c[0], 1, 0),                  /* its workload is not stored */
+        rec("u", "cuda", 7, c[0], 1, 0),
+    };
+    rs[1].runner_key = "cpu-other";   /* w's fastest record: another device key */
+    rs[3].runner_key = "cpu-other";   /* v's only one */
+    ck_assert_int_eq(kt_store_put_records(s, rs, KT_ARRAY_LEN(rs)), 0);
+
+    kt_store_workload_t *wl = NULL;
+    size_t n = 9;
+    ck_assert_int_eq(kt_store_list_workloads(s, "cpu", NULL, &wl, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(wl[0].key, "v");
+    ck_assert_str_eq(wl[0].canonical, "{\"op\":\"v\"}");
+    ck_assert(wl[0].flops == 2);
+    ck_assert_str_eq(wl[1].key, "w");
+    kt_store_workloads_free(wl, n);
+    ck_assert_int_eq(kt_store_list_workloads(s, "cpu", "cpu-test", &wl, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(wl[0].key, "w");
+    kt_store_workloads_free(wl, n);
+    ck_assert_int_eq(kt_store_list_workloads(s, "cuda", NULL, &wl, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(wl[0].key, "u");
+    kt_store_workloads_free(wl, n);
+    ck_assert_int_eq(kt_store_list_workloads(s, "cuda", "cpu-other", &wl, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_null(wl);
+    ck_assert_int_eq(kt_store_list_workloads(s, NULL, NULL, &wl, &n), KT_EINVAL);
+
+    /* top-k of one device key leaves the other key's faster record out */
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_top_k_key(s, "w", "cpu", "cpu-test", 5, &l), 0);
+    ck_assert_uint_eq(l->n, 2);
+    ck_assert_uint_eq(l->items[0].state_hash, 3);
+    ck_assert_uint_eq(l->items[1].state_hash, 1);
+    kt_record_list_free(l);
+    ck_assert_int_eq(kt_store_top_k_key(s, "w", "cpu", NULL, 1, &l), 0);
+    ck_assert_uint_eq(l->n, 1);
+    ck_assert_uint_eq(l->items[0].state_hash, 2);
+    kt_record_list_free(l);
+    ck_assert_int_eq(kt_store_top_k_key(s, "w", "cpu", "cpu-test", 0, &l), KT_EINVAL);
+    kt_store_close(s);
+}
+END_TEST
+
 START_TEST(store_has_measured_counts_any_error_code)
 {
     kt_store_t *s = open_new();
@@ -1391,6 +1450,7 @@ int main(void)
     tcase_add_test(tc, store_put_records_rejects_invalid_batch_whole);
     tcase_add_test(tc, store_error_msg_with_invalid_utf8_is_repaired);
     tcase_add_test(tc, store_best_and_top_k_ignore_failed_records);
+    tcase_add_test(tc, store_lists_workloads_with_valid_records_per_target_and_key);
     tcase_add_test(tc, store_has_measured_counts_any_error_code);
     tcase_add_test(tc, store_iterate_and_count_by_job_and_workload);
     tcase_add_test(tc, measure_error_names_match_proto);

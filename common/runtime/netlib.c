@@ -737,8 +737,13 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         kt_sbuf_printf(&t, "/* Task %d: ", i);
         kt_netlib_put_comment(&t, tasks->tasks[i].desc);
         if (kernels[i].state_json) {
-            kt_sbuf_printf(&t, "; the best measured schedule (%.4f ms). */\n",
-                           kernels[i].measured_ms);
+            if (kernels[i].origin) {
+                kt_sbuf_puts(&t, "; a schedule not measured for this task, ");
+                kt_netlib_put_comment(&t, kernels[i].origin);
+                kt_sbuf_puts(&t, ". */\n");
+            } else
+                kt_sbuf_printf(&t, "; the best measured schedule (%.4f ms). */\n",
+                               kernels[i].measured_ms);
             kt_sched_state_t *st = kt_sched_state_from_json(kernels[i].state_json, dag, &params);
             int np = st ? kt_codegen_packs(dag, st, packs[i].p, KT_CODEGEN_MAX_PACKS) : -1;
             packs[i].n = np > 0 ? np : 0;

@@ -240,6 +240,30 @@ int kt_sched_relocate(const kt_dag_t *dag, const kt_sched_params_t *p, const kt_
 extern const int kt_sched_unroll_steps[4];   /* {0, 16, 64, 512} */
 extern const int kt_sched_gpu_unroll_steps[5];   /* {0, 16, 64, 512, 1024} */
 
+/* ---- re-fitting (schedule transfer) ------------------------------------------ */
+
+/* A state of dag for what state src does on src_dag, a DAG of the same
+ * operators (per stage the same name, tag, rank and reductions) with other
+ * extents (Transfer-Tuning, Gibson & Cano 2022). The result starts from the
+ * sketch of dag with src's structure (kind, fused consumer or cache stage
+ * and its level, rfactor variant, GPU shared-memory producers; a plain stage
+ * whose location is tunable may be inlined either way); each split is the
+ * exact factorization of dag's extent nearest to src's factors level by
+ * level (least sum of |log(new / old)|, innermost factor within p's bound;
+ * on a tie the one that changes the inner levels least, so the register
+ * tile stays and the outer loops take the change), a CPU direct tile stays
+ * direct where its reduce extents fit kt_sched_direct_reduce_cap; compute
+ * locations are kept (a depth beyond what the consumer offers is clamped,
+ * a consumer that no longer fits sends the stage to root); parallel and
+ * vectorized loop counts are clamped to the loops each nest has, auto-unroll
+ * and GPU thread counts and fetch widths are kept. The result is validated
+ * against dag and p. NULL with a message (KT_EINVAL) when the DAGs differ
+ * in operators, the targets differ, dag has no sketch of src's structure,
+ * or the result is not valid (a GPU kernel beyond p's limits, say). p NULL:
+ * host CPU defaults. Reads its inputs only; any thread. */
+kt_sched_state_t *kt_sched_refit(const kt_dag_t *src_dag, const kt_sched_state_t *src,
+                                 const kt_dag_t *dag, const kt_sched_params_t *p);
+
 /* ---- validity --------------------------------------------------------------- */
 
 /* Check a state against its DAG and the parameters: every decision is one

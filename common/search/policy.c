@@ -77,6 +77,12 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * pick the late tasks' first rounds made those rounds faster but not
      * the network's final latency (docs/benchmarks.md). */
     o->warmup = KT_SEARCH_WARMUP_RANDOM;
+    /* A quarter of a default round of 32: enough for the best few states of
+     * each of the nearest workloads, while most of the first round still
+     * samples the task's own space (a re-fitted state is only as good as the
+     * shapes are alike). */
+    o->transfer = 8;
+    o->transfer_workloads = 4;
 }
 
 static int opts_check(const kt_search_opts_t *o)
@@ -121,6 +127,12 @@ static int opts_check(const kt_search_opts_t *o)
     if (o->restart_after < 0 || o->restart_after > KT_SEARCH_MAX_POPULATION)
         return kt_err_set(KT_EINVAL, "search: restart_after must be in [0, %d]",
                           KT_SEARCH_MAX_POPULATION);
+    if (o->transfer < 0 || o->transfer > KT_SEARCH_MAX_TRANSFER)
+        return kt_err_set(KT_EINVAL, "search: transfer must be in [0, %d]",
+                          KT_SEARCH_MAX_TRANSFER);
+    if (o->transfer_workloads < 1 || o->transfer_workloads > KT_SEARCH_MAX_TRANSFER_WORKLOADS)
+        return kt_err_set(KT_EINVAL, "search: transfer_workloads must be in [1, %d]",
+                          KT_SEARCH_MAX_TRANSFER_WORKLOADS);
     if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
         return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
                                      "foresee_num_iters >= 0");
@@ -167,6 +179,8 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"foresee_population", offsetof(kt_search_opts_t, foresee_population), 'i'},
         {"foresee_num_iters", offsetof(kt_search_opts_t, foresee_num_iters), 'i'},
         {"foresee_keep", offsetof(kt_search_opts_t, foresee_keep), 'i'},
+        {"transfer", offsetof(kt_search_opts_t, transfer), 'i'},
+        {"transfer_workloads", offsetof(kt_search_opts_t, transfer_workloads), 'i'},
     };
     kt_search_opts_t *o = user;
     if (strcmp(key, "model_label") == 0) {
@@ -294,6 +308,7 @@ void kt_search_policy_free(kt_search_policy_t *sp)
     kt_hset_free(&sp->measured);
     kt_hset_free(&sp->relocated);
     kt_slist_free(&sp->foresight);
+    kt_slist_free(&sp->seeds);
     for (int i = 0; i < sp->nhist; i++)
         kt_sched_state_free(sp->hist[i].st);
     free(sp->hist);
@@ -1348,6 +1363,72 @@ static int maybe_restart(kt_search_policy_t *sp)
     return 0;
 }
 
+int kt_search_seed(kt_search_policy_t *sp, kt_sched_state_t *const *states, int n)
+{
+    if (!sp || n < 0 || (n > 0 && !states))
+        return kt_err_set(KT_EINVAL, "search seed: bad arguments");
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        /* Checked here, not trusted: a seed comes from another workload's
+         * records through a re-fit, and an invalid one would fail at
+         * lowering, after the round was spent on it. */
+        if (!states[i] || kt_sched_state_validate(sp->dag, &sp->params, states[i]) != 0) {
+            KT_DEBUG("search: task %" PRIu64 ": seed %d skipped: %s", sp->task_id, i,
+                     states[i] ? kt_err_msg() : "no state");
+            continue;
+        }
+        uint64_t h = kt_sched_state_hash(states[i], sp->dag);
+        int dup = 0;
+        for (int k = 0; k < sp->seeds.n && !dup; k++)
+            dup = sp->seeds.hash[k] == h;
+        if (dup)
+            continue;
+        kt_sched_state_t *c = kt_sched_state_clone(states[i]);
+        if (!h || !c) {
+            kt_sched_state_free(c);
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        }
+        int rc = kt_slist_push(&sp->seeds, c, h);
+        if (rc)
+            return rc;
+        kept++;
+    }
+    sp->stats.seeded += (uint64_t)kept;
+    return kept;
+}
+
+/* The seeds first, in order, while the round has room: each goes through
+ * the dedup every proposal does (is_new: measured, preloaded, proposed, or
+ * in the caller's store), and one found measured is dropped. */
+static int take_seeds(kt_search_policy_t *sp, int n, kt_slist_t *out)
+{
+    int next = 0, rc = 0;
+    sp->stats.last_picked_seeds = 0;
+    while (next < sp->seeds.n && out->n < n && rc == 0) {
+        kt_sched_state_t *st = sp->seeds.st[next];
+        uint64_t h = sp->seeds.hash[next];
+        sp->seeds.st[next++] = NULL;
+        if (!is_new(sp, h)) {
+            kt_sched_state_free(st);
+            continue;
+        }
+        if ((rc = kt_hset_add(&sp->measured, h)) < 0) {
+            kt_sched_state_free(st);
+            break;
+        }
+        if ((rc = kt_slist_push(out, st, h)) == 0)   /* frees st when it fails */
+            sp->stats.last_picked_seeds++;
+    }
+    /* the rest wait for the next round, in order */
+    int k = 0;
+    for (int j = next; j < sp->seeds.n; j++, k++) {
+        sp->seeds.st[k] = sp->seeds.st[j];
+        sp->seeds.hash[k] = sp->seeds.hash[j];
+    }
+    sp->seeds.n = k;
+    return rc < 0 ? rc : 0;
+}
+
 int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out)
 {
     if (out)
@@ -1359,10 +1440,22 @@ int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out)
     if (rc == 0)
         rc = maybe_restart(sp);
     kt_slist_t got = {0};
-    for (int tries = 0; rc == 0 && tries <= sp->opts.retry_search_one_round_on_empty; tries++) {
-        rc = search_round(sp, n, &got);
-        if (got.n > 0)
-            break;
+    if (rc == 0)
+        rc = take_seeds(sp, n, &got);
+    if (rc == 0 && got.n < n) {
+        kt_slist_t more = {0};
+        for (int tries = 0; rc == 0 && tries <= sp->opts.retry_search_one_round_on_empty;
+             tries++) {
+            rc = search_round(sp, n - got.n, &more);
+            if (more.n > 0 || got.n > 0)
+                break;
+        }
+        for (int i = 0; rc == 0 && i < more.n; i++) {
+            rc = kt_slist_push(&got, more.st[i], more.hash[i]);
+            if (rc == 0)
+                more.st[i] = NULL;
+        }
+        kt_slist_free(&more);
     }
     sp->search_s = kt_time_mono() - t0;
     if (rc) {

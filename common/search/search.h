@@ -125,6 +125,13 @@ typedef struct {
      * round (Ansor), KT_SEARCH_WARMUP_MODEL lets it guide a task's first
      * round once more than num_warmup_sample records of other tasks exist. */
     int warmup;                            /* KT_SEARCH_WARMUP_RANDOM */
+    /* Schedule transfer (common/transfer/transfer.h): the most states
+     * re-fitted from the best records of the transfer_workloads stored
+     * workloads nearest to a task without records of its own that the job
+     * seeds its first round with (kt_search_seed). The policy does not
+     * look them up itself: its caller (the tracker's job) does. 0 = off. */
+    int transfer;                          /* 8 */
+    int transfer_workloads;                /* 4 */
 } kt_search_opts_t;
 
 #define KT_SEARCH_WARMUP_RANDOM 0
@@ -140,6 +147,10 @@ void kt_search_opts_default(kt_search_opts_t *o);
 #define KT_SEARCH_MAX_DIVERSITY 64
 /* Most register tiles location_siblings takes placements from. */
 #define KT_SEARCH_MAX_SIBLING_TILES 16
+/* Most re-fitted states (transfer) and nearest workloads (transfer_workloads)
+ * a task's first round takes. */
+#define KT_SEARCH_MAX_TRANSFER 256
+#define KT_SEARCH_MAX_TRANSFER_WORKLOADS 64
 /* Best measured states row_siblings looks through for one to change. */
 #define KT_SEARCH_ROW_SIBLING_SCAN 32
 
@@ -198,6 +209,19 @@ int kt_search_preload(kt_search_policy_t *sp, const char *state_json, double cos
  * proposed again even if its result never comes back. */
 int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out);
 
+/* Seeds: states to propose first, from the next propose on, ahead of the
+ * search's own picks (schedule transfer's states re-fitted from other
+ * workloads' records, common/transfer/transfer.h). Each is copied after it
+ * validates against the policy's workload and parameters (one that does
+ * not is skipped, with the reason logged at debug level) and once (a state
+ * given twice is kept once). A propose takes them in order while its round
+ * has room, each through the same dedup as every proposal (never a state
+ * measured, preloaded, proposed before or reported measured by
+ * kt_search_has_measured_fn: such a seed is dropped), and leaves the rest
+ * for the next propose. They are measured and checked like any candidate.
+ * Returns the number kept, or negative. */
+int kt_search_seed(kt_search_policy_t *sp, kt_sched_state_t *const *states, int n);
+
 /* Results of measured states: mean cost in seconds, <= 0 or non-finite for
  * a failed measurement. Updates the measured set and the cost model. */
 int kt_search_feedback(kt_search_policy_t *sp, kt_sched_state_t *const *states,
@@ -236,6 +260,8 @@ typedef struct {
     int last_picked_spread;     /* states proposed from the sampled ones by knob coverage
                                  * (a learned model not trained yet: no evolution) */
     int last_tile_families;     /* distinct register tiles among the last round's picks */
+    uint64_t seeded;            /* seeds kt_search_seed kept */
+    int last_picked_seeds;      /* seeds the last propose took */
     uint64_t restarts;          /* independent starts after the first (restart_after) */
     uint64_t foresee_passes;    /* foresee passes run for this task by its family */
     int foresight;              /* states kept by the last pass, waiting for the next round */

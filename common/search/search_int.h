@@ -72,6 +72,7 @@ struct kt_search_policy {
     int start, start_best, start_gain;
 
     kt_slist_t foresight;        /* kept by the last foresee pass, best first */
+    kt_slist_t seeds;            /* kt_search_seed's states, not proposed yet, in order */
 
     kt_search_has_measured_fn has_fn;
     void *has_user;

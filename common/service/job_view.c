@@ -28,7 +28,8 @@ void kt_job_opts_default(kt_job_opts_t *o)
                          .timeout_ms = KT_JOB_DEFAULT_TIMEOUT_MS,
                          .build_timeout_ms = KT_JOB_DEFAULT_BUILD_TIMEOUT_MS,
                          .check_correctness = 1,
-                         .num_threads = 0};
+                         .num_threads = 0,
+                         .transfer = 1};
 }
 
 /* A job's search parameters into o->search_params, checked against the
@@ -66,6 +67,7 @@ int kt_job_opts_from_proto(const Ktune__V1__TuningOptions *in, kt_job_opts_t *o)
         o->build_timeout_ms = in->build_timeout_ms;
     if (in->search_params && *in->search_params && search_params_set(o, in->search_params) != 0)
         return kt_err_code();
+    o->transfer = !in->no_transfer;
     const Ktune__V1__MeasureOptions *m = in->measure;
     if (m) {
         if (m->number < 0 || m->repeat < 0 || m->min_repeat_ms < 0 || m->timeout_ms < 0 ||
@@ -92,7 +94,8 @@ json_t *kt_job_opts_to_json(const kt_job_opts_t *o)
     /* The seed goes as text: JSON integers here are signed 64-bit. */
     char seed[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
-    return json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:f, s:b, s:b, s:i, s:i, s:b, s:i, s:s}",
+    return json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:f, s:b, s:b, s:i, s:i, s:b, s:i, s:s, "
+                     "s:b}",
                      "num_measure_trials", (json_int_t)o->trials, "num_measures_per_round",
                      o->per_round, "early_stopping", o->early_stopping, "seed", seed, "number",
                      o->number, "repeat", o->repeat, "min_repeat_ms", o->min_repeat_ms,
@@ -100,7 +103,8 @@ json_t *kt_job_opts_to_json(const kt_job_opts_t *o)
                      o->enable_cpu_cache_flush, "flush_weights", o->flush_weights, "timeout_ms",
                      o->timeout_ms, "build_timeout_ms", o->build_timeout_ms, "check_correctness",
                      o->check_correctness,
-                     "num_threads", o->num_threads, "search_params", o->search_params);
+                     "num_threads", o->num_threads, "search_params", o->search_params,
+                     "transfer", o->transfer);
 }
 
 static int get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out)
@@ -131,7 +135,8 @@ int kt_job_opts_from_json(const char *text, kt_job_opts_t *o)
     int64_t trials = o->trials, per_round = o->per_round, es = o->early_stopping,
             number = o->number, repeat = o->repeat, mr = o->min_repeat_ms,
             flush = o->enable_cpu_cache_flush, fw = o->flush_weights, to = o->timeout_ms,
-            bto = o->build_timeout_ms, check = o->check_correctness, threads = o->num_threads;
+            bto = o->build_timeout_ms, check = o->check_correctness, threads = o->num_threads,
+            transfer = o->transfer;
     int rc = 0;
     if ((rc = get_int(root, "num_measure_trials", 0, INT32_MAX, &trials)) ||
         (rc = get_int(root, "num_measures_per_round", 1, INT32_MAX, &per_round)) ||
@@ -144,7 +149,9 @@ int kt_job_opts_from_json(const char *text, kt_job_opts_t *o)
         (rc = get_int(root, "timeout_ms", 1, INT32_MAX, &to)) ||
         (rc = get_int(root, "build_timeout_ms", 1, INT32_MAX, &bto)) ||
         (rc = get_int(root, "check_correctness", 0, 1, &check)) ||
-        (rc = get_int(root, "num_threads", 0, INT32_MAX, &threads))) {
+        (rc = get_int(root, "num_threads", 0, INT32_MAX, &threads)) ||
+        /* absent before ktune stored it: such a job transfers, as a new one does */
+        (rc = get_int(root, "transfer", 0, 1, &transfer))) {
         json_decref(root);
         return rc;
     }
@@ -176,6 +183,7 @@ int kt_job_opts_from_json(const char *text, kt_job_opts_t *o)
     o->build_timeout_ms = (int)bto;
     o->check_correctness = (int)check;
     o->num_threads = (int)threads;
+    o->transfer = (int)transfer;
     return rc;
 }
 

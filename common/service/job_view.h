@@ -56,6 +56,8 @@ typedef struct {
     int check_correctness;
     int num_threads;           /* 0: the runner's default */
     char search_params[KT_JOB_SEARCH_PARAMS_MAX];  /* kt_search_opts_set list; "" defaults */
+    int transfer;              /* 1: schedule transfer as search_params say (default); 0: off
+                                  (TuningOptions.no_transfer) */
 } kt_job_opts_t;
 
 void kt_job_opts_default(kt_job_opts_t *o);

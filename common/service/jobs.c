@@ -15,6 +15,7 @@
 #include "measure/hw_params_json.h"
 #include "measure/runner.h"
 #include "sched/state.h"
+#include "transfer/transfer.h"
 #include "util/err.h"
 #include "util/kt_limits.h"
 #include "util/log.h"
@@ -1442,6 +1443,39 @@ static int preload(int task, const kt_record_t *r, void *ctx)
     return 0;
 }
 
+/* Schedule transfer: each task without a record of its own (a new task:
+ * a resumed one has its first round stored) gets its first round seeded
+ * with the best states of the nearest stored workloads on the job's target
+ * and runner key, re-fitted to its shapes. Looked up once, at load, so that
+ * what a job proposes depends on the store it started from, not on how its
+ * tasks' rounds interleave. A failed lookup only costs the seeds. */
+static void transfer_seed(job_t *j, kt_store_t *st, const kt_search_opts_t *so)
+{
+    kt_job_view_t *v = j->view;
+    if (!v->opts.transfer || so->transfer == 0)
+        return;
+    for (int i = 0; i < v->ntasks; i++) {
+        job_task_t *t = &j->tasks[i];
+        if (t->known > 0)
+            continue;
+        kt_transfer_set_t set;
+        int n = kt_transfer_seed(t->policy, st, v->wl[i], t->target, v->info->job.runner_key,
+                                 so->transfer, so->transfer_workloads, &set);
+        if (n < 0)
+            KT_WARN("job %" PRId64 ": task %d: no schedule transfer: %s", j->id, i,
+                    kt_err_msg());
+        else if (set.nworkloads > 0)
+            KT_INFO("job %" PRId64 ": task %d: first round seeded with %d states re-fitted "
+                    "from %d records of the %d nearest stored workloads (nearest %s at "
+                    "distance %.3g)%s%s",
+                    j->id, i, n, set.nrecords, set.nworkloads,
+                    set.n > 0 ? set.items[0].source_key : "-",
+                    set.n > 0 ? set.items[0].distance : 0.0,
+                    set.dropped ? "; dropped, first: " : "", set.dropped ? set.reasons[0] : "");
+        kt_transfer_set_clear(&set);
+    }
+}
+
 /* The sched parameters of the job's runners: a registered runner of the key
  * describes its device; else this host. */
 static void job_params(kt_jobs_t *m, const char *key, kt_sched_params_t *p)
@@ -1582,6 +1616,8 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     json_array_extend(j->curve, history);
     json_decref(history);
     j->reserved = kt_scheduler_total_trials(j->sched);
+    if (!m->dispatch_only)
+        transfer_seed(j, st, &so);
     return j;
 fail:
     kt_err_prefix("job %" PRId64, id);

@@ -118,7 +118,8 @@ typedef enum {
     ST_PUT_WORKLOAD, ST_GET_WORKLOAD,
     ST_PUT_JOB, ST_PUT_TASK, ST_SET_JOB_STATE, ST_GET_JOB, ST_GET_TASKS,
     ST_LIST_JOBS, ST_LIST_JOBS_STATE, ST_DELETE_JOB,
-    ST_PUT_RECORD, ST_TOP_K, ST_HAS_MEASURED, ST_HAS_DISTILLED, ST_IS_DUPLICATE,
+    ST_PUT_RECORD, ST_TOP_K, ST_TOP_K_KEY, ST_HAS_MEASURED, ST_HAS_DISTILLED, ST_IS_DUPLICATE,
+    ST_LIST_WORKLOADS,
     ST_LOG_LATENCY, ST_READ_LATENCY,
     ST_COUNT
 } stmt_id_t;
@@ -153,6 +154,16 @@ static const char *const stmt_sql[ST_COUNT] = {
                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [ST_TOP_K] = "SELECT " RECORD_COLS " FROM records WHERE workload_key = ?1 AND target = ?2 "
                  "AND error_code = 0 ORDER BY mean_cost, id LIMIT ?3",
+    [ST_TOP_K_KEY] = "SELECT " RECORD_COLS " FROM records WHERE workload_key = ?1 "
+                     "AND target = ?2 AND error_code = 0 AND runner_key = ?3 "
+                     "ORDER BY mean_cost, id LIMIT ?4",
+    /* Per workload an EXISTS on records_best (workload, target, error code),
+     * not a scan of every record of the target: a store holds far fewer
+     * workloads than records. ?2 NULL: any runner key. */
+    [ST_LIST_WORKLOADS] = "SELECT key, canonical, flops FROM workloads w WHERE EXISTS "
+                          "(SELECT 1 FROM records r WHERE r.workload_key = w.key "
+                          "AND r.target = ?1 AND r.error_code = 0 "
+                          "AND (?2 IS NULL OR r.runner_key = ?2)) ORDER BY key",
     [ST_HAS_MEASURED] = "SELECT 1 FROM records WHERE workload_key = ?1 AND target = ?2 "
                         "AND state_hash = ?3 LIMIT 1",
     [ST_HAS_DISTILLED] = "SELECT 1 FROM distilled WHERE workload_key = ?1 AND target = ?2 "
@@ -1184,6 +1195,91 @@ int kt_store_top_k(kt_store_t *s, const char *workload_key, const char *target, 
     bind_text(st, 2, target);
     sqlite3_bind_int(st, 3, k);
     return collect_list(s, st, out);
+}
+
+int kt_store_top_k_key(kt_store_t *s, const char *workload_key, const char *target,
+                      const char *runner_key, int k, kt_record_list_t **out)
+{
+    if (!runner_key)
+        return kt_store_top_k(s, workload_key, target, k, out);
+    int rc = kt_store_usable(s);
+    if (rc != 0)
+        return rc;
+    if (!workload_key || !target || k <= 0 || !out)
+        return kt_err_set(KT_EINVAL, "store: top-k needs a workload key, a target and k > 0");
+    *out = NULL;
+    sqlite3_stmt *st = stmt(s, ST_TOP_K_KEY);
+    if (!st)
+        return kt_err_code();
+    bind_text(st, 1, workload_key);
+    bind_text(st, 2, target);
+    bind_text(st, 3, runner_key);
+    sqlite3_bind_int(st, 4, k);
+    return collect_list(s, st, out);
+}
+
+void kt_store_workloads_free(kt_store_workload_t *w, size_t n)
+{
+    for (size_t i = 0; w && i < n; i++) {
+        free(w[i].key);
+        free(w[i].canonical);
+    }
+    free(w);
+}
+
+int kt_store_list_workloads(kt_store_t *s, const char *target, const char *runner_key,
+                            kt_store_workload_t **out, size_t *n)
+{
+    int rc = kt_store_usable(s);
+    if (rc != 0)
+        return rc;
+    if (!target || !out || !n)
+        return kt_err_set(KT_EINVAL, "store: listing workloads needs a target");
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = stmt(s, ST_LIST_WORKLOADS);
+    if (!st)
+        return kt_err_code();
+    bind_text(st, 1, target);
+    if (runner_key)
+        bind_text(st, 2, runner_key);
+    else
+        sqlite3_bind_null(st, 2);
+    kt_store_workload_t *v = NULL;
+    size_t cap = 0, len = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            size_t ncap = cap ? 2 * cap : 16;
+            kt_store_workload_t *nv = realloc(v, ncap * sizeof *nv);
+            if (!nv) {
+                rc = kt_err_set(KT_ENOMEM, "store: out of memory");
+                break;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        kt_store_workload_t *w = &v[len];
+        w->key = kt_strdup(col_text(st, 0));
+        w->canonical = kt_strdup(col_text(st, 1));
+        w->flops = sqlite3_column_double(st, 2);
+        len++;
+        if (!w->key || !w->canonical) {
+            rc = kt_err_set(KT_ENOMEM, "store: out of memory");
+            break;
+        }
+    }
+    if (rc == SQLITE_DONE)
+        rc = 0;
+    else if (rc > 0)
+        rc = db_err(s, rc, "store: listing workloads");
+    done(st);
+    if (rc != 0) {
+        kt_store_workloads_free(v, len);
+        return rc;
+    }
+    *out = v;
+    *n = len;
+    return 0;
 }
 
 int kt_store_best(kt_store_t *s, const char *workload_key, const char *target,

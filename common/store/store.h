@@ -87,6 +87,23 @@ int kt_store_put_workload(kt_store_t *s, const char *key, const char *canonical,
  * NULL when not wanted. KT_ENOTFOUND when absent. */
 int kt_store_get_workload(kt_store_t *s, const char *key, char **canonical, double *flops);
 
+/* A stored workload (owned strings). */
+typedef struct {
+    char *key;
+    char *canonical;
+    double flops;
+} kt_store_workload_t;
+
+/* The stored workloads with at least one valid record (error_code 0) for
+ * `target`, measured by runners of `runner_key` (NULL: any key), key
+ * ascending, as a malloc'd array of *n (free with kt_store_workloads_free;
+ * NULL when none). Records whose workload the store does not hold (imported
+ * from elsewhere) name no workload here. Schedule transfer looks its nearest
+ * workloads up in this list. */
+int kt_store_list_workloads(kt_store_t *s, const char *target, const char *runner_key,
+                            kt_store_workload_t **out, size_t *n);
+void kt_store_workloads_free(kt_store_workload_t *w, size_t n);   /* accepts NULL */
+
 /* ---- Jobs and their tasks --------------------------------------------- */
 
 typedef struct {
@@ -194,6 +211,11 @@ int kt_store_best(kt_store_t *s, const char *workload_key, const char *target,
  * (then id); an empty list when none. */
 int kt_store_top_k(kt_store_t *s, const char *workload_key, const char *target, int k,
                    kt_record_list_t **out);
+
+/* kt_store_top_k of the records measured by runners of `runner_key` only
+ * (NULL: any key, i.e. kt_store_top_k). */
+int kt_store_top_k_key(kt_store_t *s, const char *workload_key, const char *target,
+                      const char *runner_key, int k, kt_record_list_t **out);
 
 /* 1 when a record of this state exists for (workload, target), whatever its
  * error code (a failed state is not measured again), or existed before
