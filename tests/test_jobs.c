@@ -782,14 +782,11 @@ static int query_best(service_t *s, const char *key, int64_t job, int top_k, siz
     return rc;
 }
 
-/* ListRecords of the records of `key`; the count streamed, or a negative code. */
-static int64_t list_records(service_t *s, const char *key, int valid_only, kt_rpc_status_t *st)
+/* ListRecords of req: the count streamed, or the failed call's code. */
+static int64_t list_request(service_t *s, Ktune__V1__ListRecordsRequest *req, kt_rpc_status_t *st)
 {
-    Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
-    req.workload_key = (char *)key;
-    req.valid_only = valid_only;
     kt_rpc_reader_t *r = kt_rpc_reader_open(s->client, "/ktune.v1.Tracker/ListRecords",
-                                            &req.base, &ktune__v1__record__descriptor, 120000);
+                                            &req->base, &ktune__v1__record__descriptor, 120000);
     ck_assert_ptr_nonnull(r);
     int64_t n = 0;
     ProtobufCMessage *msg;
@@ -799,6 +796,15 @@ static int64_t list_records(service_t *s, const char *key, int valid_only, kt_rp
     }
     int rc = kt_rpc_reader_close(r, st);
     return rc != 0 ? rc : n;
+}
+
+/* ListRecords of the records of `key`; the count streamed, or a negative code. */
+static int64_t list_records(service_t *s, const char *key, int valid_only, kt_rpc_status_t *st)
+{
+    Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
+    req.workload_key = (char *)key;
+    req.valid_only = valid_only;
+    return list_request(s, &req, st);
 }
 
 /* KT_LIMIT_TOP_K and KT_LIMIT_RECORDS on QueryBest and ListRecords: at the
@@ -1202,17 +1208,7 @@ static int64_t list_filtered(service_t *s, const char *key, const char *target, 
     req.workload_key = (char *)key;
     req.target = (char *)target;
     req.job_id = job;
-    kt_rpc_reader_t *r = kt_rpc_reader_open(s->client, "/ktune.v1.Tracker/ListRecords",
-                                            &req.base, &ktune__v1__record__descriptor, 60000);
-    ck_assert_ptr_nonnull(r);
-    int64_t n = 0;
-    ProtobufCMessage *msg;
-    while (kt_rpc_reader_next(r, &msg) == 1) {
-        protobuf_c_message_free_unpacked(msg, NULL);
-        n++;
-    }
-    int rc = kt_rpc_reader_close(r, st);
-    return rc != 0 ? rc : n;
+    return list_request(s, &req, st);
 }
 
 /* Every malformed field of QueryBest, ListRecords, ListJobs, SubmitJob,
