@@ -1253,6 +1253,12 @@ START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
     size_t got = 0;
     ck_assert_msg(query_best(&s, loud, 0, 5, &got, &st) == 0, "%s: %s", loud, st.msg);
     ck_assert_uint_eq(got, 3);
+    /* The workload's JSON stands for its key. */
+    got = 0;
+    ck_assert_msg(query_best(&s, "{\"op\": \"matmul\", \"K\": 64, \"N\": 64, \"M\": 64}", 0, 5,
+                             &got, &st) == 0,
+                  "json: %s", st.msg);
+    ck_assert_uint_eq(got, 3);
 
     struct {
         const char *key, *target;
@@ -1260,7 +1266,7 @@ START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
         int top_k, code;
         const char *msg;
     } qb[] = {
-        {"garbage", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "workload_key: 'garbage' is not a workload key"},
+        {"garbage", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "workload_key: 'garbage' is neither a workload key"},
         {"[\"abc\", 5]", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "item 1 is not a shape"},
         {"[\"xyz\", [1]]", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "hex digits"},
         {"[\"abc\", [0]]", NULL, 0, 0, KT_RPC_INVALID_ARGUMENT, "not a positive integer"},

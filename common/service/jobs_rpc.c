@@ -345,14 +345,16 @@ static int add_records(kt_rpc_call_t *call, Ktune__V1__QueryBestResponse *out,
     return 0;
 }
 
-/* The record filters a query names: a workload key (canonical copy in
- * *key, NULL when none is given), a target, a job id. 0, or KT_EINVAL naming
- * the field, so that a typo is refused rather than answered "no records". */
+/* The record filters a query names: a workload (its key, or its JSON as
+ * ktune tune reads it, so that a client needs no copy of the key's hash;
+ * canonical key in *key, NULL when none is given), a target, a job id. 0,
+ * or KT_EINVAL naming the field, so that a typo is refused rather than
+ * answered "no records". */
 static int check_filters(const char *method, const char *workload_key, const char *target,
                          int64_t job_id, char **key)
 {
     *key = NULL;
-    if (workload_key && *workload_key && kt_workload_key_parse(workload_key, key) != 0)
+    if (workload_key && *workload_key && kt_workload_key_from_arg(workload_key, key) != 0)
         return kt_err_prefix("%s: workload_key", method);
     if (target && *target && kt_measure_target_parse(target, NULL) != 0)
         return kt_err_prefix("%s: target", method);

@@ -244,15 +244,17 @@ class Tracker:
 
     # ---- records -------------------------------------------------------------------------
 
-    def _key(self, workload, ktune_cli):
+    @staticmethod
+    def _key(workload):
+        # The tracker takes a workload's JSON where it takes a key.
         if isinstance(workload, dict):
-            return _cli.workload_key(workload, ktune_cli)
+            return json.dumps(workload, sort_keys=True)
         if not isinstance(workload, str):
             raise TypeError("workload is a key (str) or a workload dict, not a %s"
                             % type(workload).__name__)
         return workload
 
-    def best(self, workload=None, *, job=None, target="", top_k=1, ktune_cli=None):
+    def best(self, workload=None, *, job=None, target="", top_k=1):
         """The best valid Records (lowest mean cost first) of one workload (its
         key as ktune prints it, or the workload dict) or of every task of a
         job (job: an id or a Job), top_k per workload; target: default cpu,
@@ -263,11 +265,10 @@ class Tracker:
         if job is not None:
             req.job_id = getattr(job, "id", job)
         else:
-            req.workload_key = self._key(workload, ktune_cli)
+            req.workload_key = self._key(workload)
         return list(self._call("QueryBest", req).records)
 
-    def records(self, workload=None, *, job=None, target="", valid_only=False, timeout=None,
-                ktune_cli=None):
+    def records(self, workload=None, *, job=None, target="", valid_only=False, timeout=None):
         """An iterator over the stored Records (the ListRecords stream) of a
         workload (key or dict), of a job (an id or a Job), or both;
         valid_only leaves out failed measurements."""
@@ -275,7 +276,7 @@ class Tracker:
         if job is not None:
             req.job_id = getattr(job, "id", job)
         if workload is not None:
-            req.workload_key = self._key(workload, ktune_cli)
+            req.workload_key = self._key(workload)
         return self._stream("ListRecords", req, timeout)
 
 

@@ -164,7 +164,7 @@ class TrackerTest(unittest.TestCase):
         self.assertGreater(best[0].mean_cost, 0)
         # The same record by the workload's key and by the workload itself.
         self.assertEqual([r.id for r in self.tracker.best(key)], [best[0].id])
-        self.assertEqual([r.id for r in self.tracker.best(MATMUL, ktune_cli=CLI)], [best[0].id])
+        self.assertEqual([r.id for r in self.tracker.best(MATMUL)], [best[0].id])
 
         records = list(job.records())
         self.assertEqual(len(records), status.total_trials)
@@ -212,6 +212,14 @@ class TrackerTest(unittest.TestCase):
             self.tracker.submit(workloads=[{"workload": MATMUL, "weight": -1}])
         with self.assertRaises(ValueError):
             ktune.workload_key({"op": "matmul", "M": 16}, cli=CLI)
+        # QueryBest and ListRecords: a typo in a key or a bad workload dict
+        # is INVALID_ARGUMENT naming the field, not "no records".
+        for bad in ("garbage", '["abc", 5]', {"op": "matmul", "M": 16}):
+            with self.assertRaises(ktune.InvalidArgument) as e:
+                self.tracker.best(bad)
+            self.assertIn("workload_key", e.exception.message)
+            with self.assertRaises(ktune.InvalidArgument):
+                list(self.tracker.records(bad))
 
     def test_unknown_job_is_not_found(self):
         with self.assertRaises(ktune.NotFound):
