@@ -42,9 +42,16 @@ int kt_peer_cmdline_parse(kt_peer_daemon_opts_t *cl, const char *prog, int argc,
         opts[n++] = extra[i];
     }
     opts[n] = (struct option){0, 0, 0, 0};
-    int c;
+    int c, li = -1;
     optind = 0;   /* GNU getopt: start over completely (a process may parse twice) */
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, &li)) != -1) {
+        /* An empty path or address would read as "not given" (an empty
+         * --token-file as no token at all): refused, as ktune does. */
+        if (optarg && !*optarg && li >= 0) {
+            fprintf(stderr, "%s: --%s needs a value\n", prog, opts[li].name);
+            return 2;
+        }
+        li = -1;
         switch (c) {
         case 'V': printf("%s %s\n", prog, KT_VERSION); return 0;
         case 'h': usage(stdout); return 0;

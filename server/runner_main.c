@@ -91,14 +91,14 @@ static int runner_option(void *user, int c, const char *arg)
         return 0;
     case 'n':
         a->threads = strtol(arg, &end, 10);
-        if (*end || a->threads < 1 || a->threads > 4096) {
+        if (end == arg || *end || a->threads < 1 || a->threads > 4096) {
             fprintf(stderr, "ktune-runner: --threads wants 1..4096, got '%s'\n", arg);
             return 2;
         }
         return 0;
     case 'd':
         a->drain_ms = strtol(arg, &end, 10);
-        if (*end || a->drain_ms < 0 || a->drain_ms > 3600000) {
+        if (end == arg || *end || a->drain_ms < 0 || a->drain_ms > 3600000) {
             fprintf(stderr, "ktune-runner: --drain-ms wants 0..3600000, got '%s'\n", arg);
             return 2;
         }

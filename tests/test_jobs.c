@@ -1359,6 +1359,35 @@ START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
     ck_assert_msg(kt_jobs_check_job(&good.job, NULL, NULL) == 0, "%s", kt_err_msg());
     kt_workload_free(w32);
 
+    /* JobStatus, CancelJob and WatchJob: no job has an id below 1. */
+    static const char *const ref_methods[] = {"JobStatus", "CancelJob", "WatchJob"};
+    for (int i = 0; i < 6; i++) {
+        Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
+        ref.job_id = i % 2 ? -5 : 0;
+        char path[64];
+        snprintf(path, sizeof path, "/ktune.v1.Tracker/%s", ref_methods[i / 2]);
+        int rc;
+        out = NULL;
+        if (i / 2 < 2) {
+            rc = kt_rpc_call_unary(s.client, path, &ref.base,
+                                   &ktune__v1__job_progress__descriptor, 30000, &out, &st);
+        } else {
+            kt_rpc_reader_t *r = kt_rpc_reader_open(s.client, path, &ref.base,
+                                                    &ktune__v1__job_progress__descriptor, 30000);
+            ck_assert_ptr_nonnull(r);
+            ProtobufCMessage *msg = NULL;
+            ck_assert_int_ne(kt_rpc_reader_next(r, &msg), 1);
+            rc = kt_rpc_reader_close(r, &st);
+        }
+        char want[64];
+        snprintf(want, sizeof want, "job_id %d is not a job id", i % 2 ? -5 : 0);
+        ck_assert_msg(rc != 0 && st.code == KT_RPC_INVALID_ARGUMENT && strstr(st.msg, want),
+                      "%s(%d): code %d '%s'", ref_methods[i / 2], i % 2 ? -5 : 0, st.code,
+                      st.msg);
+        if (out)
+            protobuf_c_message_free_unpacked(out, NULL);
+    }
+
     /* RegisterPeer and Heartbeat: a worker's unknown target, a negative capacity or count. */
     for (int i = 0; i < 3; i++) {
         char *targets[] = {"cpu", "gpu"};

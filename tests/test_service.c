@@ -779,7 +779,42 @@ START_TEST(service_tracker_takes_search_threads)
         int ws = reap(b, WAIT_MS);
         ck_assert(WIFEXITED(ws));
         ck_assert_int_eq(WEXITSTATUS(ws), 2);
-        ck_assert(wait_log(b, "--search-threads wants 1..256", 0));
+        ck_assert(wait_log(b, i < 3 ? "--search-threads wants 1..256"
+                                     : "--search-threads needs a value",
+                           0));
+    }
+}
+END_TEST
+
+/* Every daemon refuses an empty value (an empty --token-file read as "no
+ * token" before) and a number that is not all digits, naming the option. */
+START_TEST(service_daemons_refuse_empty_and_malformed_values)
+{
+    static const struct {
+        const char *bin, *a1, *a2, *says;
+    } cases[] = {
+        {"tracker/ktune-tracker", "--token-file", "", "--token-file needs a value"},
+        {"tracker/ktune-tracker", "--db", "", "--db needs a value"},
+        {"tracker/ktune-tracker", "--heartbeat-ms", "", "--heartbeat-ms needs a value"},
+        {"tracker/ktune-tracker", "--heartbeat-ms", "-", "--heartbeat-ms wants 10..600000"},
+        {"server/ktune-runner", "--drain-ms", "", "--drain-ms needs a value"},
+        {"server/ktune-runner", "--drain-ms", "+", "--drain-ms wants 0..3600000"},
+        {"server/ktune-runner", "--key", "", "--key needs a value"},
+        {"server/ktune-runner", "--token-file", "", "--token-file needs a value"},
+        {"worker/ktune-worker", "--jobs", "", "--jobs needs a value"},
+        {"worker/ktune-worker", "--jobs", " ", "--jobs wants 1..1024"},
+        {"worker/ktune-worker", "--listen", "", "--listen needs a value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *a[] = {(char *)cases[i].a1, (char *)cases[i].a2, NULL};
+        char name[32];
+        snprintf(name, sizeof name, "bad-value%zu", i);
+        proc_t *b = spawn(name, cases[i].bin, a, NULL);
+        int ws = reap(b, WAIT_MS);
+        ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 2, "%s %s '%s': status %d: %s",
+                      cases[i].bin, cases[i].a1, cases[i].a2, ws, log_of(b));
+        ck_assert_msg(wait_log(b, cases[i].says, 0), "%s %s '%s': %s", cases[i].bin,
+                      cases[i].a1, cases[i].a2, log_of(b));
     }
 }
 END_TEST
@@ -2009,6 +2044,7 @@ int main(void)
     tcase_add_test(tc, service_sigterm_lets_the_running_batch_finish);
     tcase_add_test(tc, service_runner_refuses_cuda_device_and_bad_options);
     tcase_add_test(tc, service_tracker_takes_search_threads);
+    tcase_add_test(tc, service_daemons_refuse_empty_and_malformed_values);
     suite_add_tcase(s, tc);
     TCase *jobs = tcase_create("jobs");
     tcase_set_timeout(jobs, 400);

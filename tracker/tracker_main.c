@@ -90,8 +90,15 @@ int main(int argc, char **argv)
     const char *token_file = getenv("KT_TOKEN_FILE");
     const char *db = KT_JOBS_DEFAULT_DB, *port_file = NULL;
     int search_threads = 0;   /* 0: the job manager's default, the online cores */
-    int c, insecure = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int c, li = -1, insecure = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, &li)) != -1) {
+        /* An empty path or address would read as "not given" (an empty
+         * --token-file as no token at all): refused, as ktune does. */
+        if (optarg && !*optarg && li >= 0) {
+            fprintf(stderr, "ktune-tracker: --%s needs a value\n", opts[li].name);
+            return 2;
+        }
+        li = -1;
         switch (c) {
         case 'V': printf("ktune-tracker %s\n", KT_VERSION); return 0;
         case 'h': usage(stdout); return 0;
@@ -100,7 +107,7 @@ int main(int argc, char **argv)
         case 'b': {
             char *end;
             long ms = strtol(optarg, &end, 10);
-            if (*end || ms < 10 || ms > 600000) {
+            if (end == optarg || *end || ms < 10 || ms > 600000) {
                 fprintf(stderr, "ktune-tracker: --heartbeat-ms wants 10..600000, got '%s'\n",
                         optarg);
                 return 2;

@@ -62,7 +62,7 @@ static int worker_option(void *user, int c, const char *arg)
     switch (c) {
     case 'j':
         a->jobs = strtol(arg, &end, 10);
-        if (*end || a->jobs < 1 || a->jobs > 1024) {
+        if (end == arg || *end || a->jobs < 1 || a->jobs > 1024) {
             fprintf(stderr, "ktune-worker: --jobs wants 1..1024, got '%s'\n", arg);
             return 2;
         }

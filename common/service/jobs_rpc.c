@@ -85,10 +85,22 @@ static int h_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCM
     return KT_RPC_OK;
 }
 
+/* A JobRef's id: no job has an id below 1, so 0 (the field left unset) or a
+ * negative id is a malformed request (INVALID_ARGUMENT), not an unknown job. */
+static int check_job_ref(const char *method, const ProtobufCMessage *req)
+{
+    int64_t id = ((const Ktune__V1__JobRef *)req)->job_id;
+    if (id >= 1)
+        return 0;
+    return kt_err_set(KT_EINVAL, "%s: job_id %" PRId64 " is not a job id (>= 1)", method, id);
+}
+
 static int h_status(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
                     void *ud)
 {
     const Ktune__V1__JobRef *in = (const Ktune__V1__JobRef *)req;
+    if (check_job_ref("JobStatus", req) != 0)
+        return kt_err_code();
     return job_progress(ud, in->job_id, call_alloc, call, (Ktune__V1__JobProgress *)resp, NULL,
                         NULL);
 }
@@ -97,6 +109,8 @@ static int h_cancel(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCM
                     void *ud)
 {
     const Ktune__V1__JobRef *in = (const Ktune__V1__JobRef *)req;
+    if (check_job_ref("CancelJob", req) != 0)
+        return kt_err_code();
     int rc = kt_jobs_cancel(ud, in->job_id, CANCEL_WAIT_MS);
     if (rc != 0)
         return rc;
@@ -215,6 +229,8 @@ static int watch(kt_rpc_call_t *call, kt_jobs_t *m, int64_t id);
 static int h_watch(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
 {
     kt_jobs_t *m = ud;
+    if (check_job_ref("WatchJob", req) != 0)
+        return kt_err_code();
     const char *peer = kt_rpc_call_peer(call);
     int rc = watch_enter(m, peer);
     if (rc != 0) {
