@@ -227,7 +227,13 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_MIN_REPEAT:
         case O_RUN_TIMEOUT: {
             long long lo = c == O_PRIORITY ? KT_JOB_PRIORITY_MIN : c == O_MIN_REPEAT ? 0 : 1;
-            long long hi = c == O_PRIORITY ? KT_JOB_PRIORITY_MAX : 1000000000LL;
+            /* The measure options' caps are the tracker's (kt_limits.h). */
+            long long hi = c == O_PRIORITY      ? KT_JOB_PRIORITY_MAX
+                           : c == O_NUMBER      ? KT_LIMIT_MEASURE_NUMBER
+                           : c == O_REPEAT      ? KT_LIMIT_MEASURE_REPEAT
+                           : c == O_MIN_REPEAT  ? KT_LIMIT_MEASURE_MIN_REPEAT_MS
+                           : c == O_RUN_TIMEOUT ? KT_LIMIT_MEASURE_TIMEOUT_MS
+                                                : 1000000000LL;
             char opt[64];
             snprintf(opt, sizeof opt, "--%s", name);
             if (kt_cli_parse_num(cmd, opt, optarg, lo, hi, &v))

@@ -923,6 +923,22 @@ START_TEST(limits_candidates_and_artifact_size)
     ck_assert_msg(strstr(kt_err_msg(), "candidate 1") && strstr(kt_err_msg(), "KT_LIMIT_ARTIFACT_BYTES"),
                   "%s", kt_err_msg());
     free(art);
+    /* Measure options at their caps pass; one past a cap names the field. */
+    rc_[1].artifact.len = 16;
+    Ktune__V1__MeasureOptions mo = KTUNE__V1__MEASURE_OPTIONS__INIT;
+    mo.number = KT_LIMIT_MEASURE_NUMBER;
+    mo.repeat = KT_LIMIT_MEASURE_REPEAT;
+    mo.num_threads = 1;
+    r.options = &mo;
+    ck_assert_msg(kt_run_service_check(rs, &r, NULL) == 0, "%s", kt_err_msg());
+    mo.repeat = KT_LIMIT_MEASURE_REPEAT + 1;
+    ck_assert_int_eq(kt_run_service_check(rs, &r, NULL), KT_EINVAL);
+    ck_assert_msg(strstr(kt_err_msg(), "repeat 1001 is outside 0..1000"), "%s", kt_err_msg());
+    mo.repeat = 3;
+    mo.min_repeat_ms = KT_LIMIT_MEASURE_MIN_REPEAT_MS + 1;
+    ck_assert_int_eq(kt_run_service_check(rs, &r, NULL), KT_EINVAL);
+    ck_assert_msg(strstr(kt_err_msg(), "min_repeat_ms"), "%s", kt_err_msg());
+    r.options = NULL;
     kt_run_service_free(rs);
     free(bc);
     free(bp);
@@ -1323,16 +1339,24 @@ START_TEST(bad_input_rpcs_name_the_field_and_change_nothing)
     ck_assert_msg(strstr(st.msg, "unknown state 'runing'"), "%s", st.msg);
 
     /* SubmitJob: one field wrong at a time in an otherwise good job. */
-    enum { PRIORITY, KEY_OTHER, KEY_BAD, TRIALS, MORE, EARLY, TARGET, WEIGHT, STRATEGY, NCASES };
+    enum { PRIORITY, KEY_OTHER, KEY_BAD, TRIALS, MORE, EARLY, TARGET, WEIGHT, STRATEGY, NUMBER,
+           REPEAT, COOLDOWN, NCASES };
     static const char *const sj_msg[NCASES] = {
         "priority 2000000000", "is not its JSON's", "task 0: workload key: 'nope'",
         "negative trials", "more_trials (-1)", "early_stopping -3 (0 for none)",
         "unknown target 'gpu'", "weight must be >= 0",
-        "unknown strategy 'fastest'"};
+        "unknown strategy 'fastest'", "number 2000000000 is outside 0..1000000",
+        "repeat -1 is outside", "cooldown_interval inf"};
     for (int i = 0; i < NCASES; i++) {
         job_msg_t j;
         job_msg(&j, 64, "cpu", 8);
+        Ktune__V1__MeasureOptions mo = KTUNE__V1__MEASURE_OPTIONS__INIT;
+        if (i >= NUMBER)
+            j.to.measure = &mo;
         switch (i) {
+        case NUMBER: mo.number = 2000000000; break;
+        case REPEAT: mo.repeat = -1; break;
+        case COOLDOWN: mo.cooldown_interval = INFINITY; break;
         case PRIORITY: j.job.priority = 2000000000; break;
         case KEY_OTHER: j.wl.key = "[\"0123\", [64, 64], [64, 64], [64, 64]]"; break;
         case KEY_BAD: j.wl.key = "nope"; break;

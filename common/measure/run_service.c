@@ -88,7 +88,32 @@ int kt_run_service_in_flight(void *svc)
     return atomic_load(&((kt_run_service_t *)svc)->in_flight);
 }
 
-/* Options for one request; INVALID_ARGUMENT text in *why when they are bad. */
+int kt_run_service_check_options(const Ktune__V1__MeasureOptions *m)
+{
+    if (!m)
+        return 0;
+    const struct {
+        const char *name;
+        int64_t v, hi;
+    } f[] = {
+        {"number", m->number, KT_LIMIT_MEASURE_NUMBER},
+        {"repeat", m->repeat, KT_LIMIT_MEASURE_REPEAT},
+        {"min_repeat_ms", m->min_repeat_ms, KT_LIMIT_MEASURE_MIN_REPEAT_MS},
+        {"timeout_ms", m->timeout_ms, KT_LIMIT_MEASURE_TIMEOUT_MS},
+        {"num_threads", m->num_threads, KT_LIMIT_MEASURE_THREADS},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(f); i++)
+        if (f[i].v < 0 || f[i].v > f[i].hi)
+            return kt_err_set(KT_EINVAL, "measure options: %s %lld is outside 0..%lld",
+                              f[i].name, (long long)f[i].v, (long long)f[i].hi);
+    if (!(m->cooldown_interval >= 0 && m->cooldown_interval <= KT_LIMIT_MEASURE_COOLDOWN_S))
+        return kt_err_set(KT_EINVAL, "measure options: cooldown_interval %g is outside 0..%g s",
+                          m->cooldown_interval, KT_LIMIT_MEASURE_COOLDOWN_S);
+    return 0;
+}
+
+/* Options for one request; INVALID_ARGUMENT text in *why when they are bad
+ * (NULL when kt_err says it). */
 static int run_options(const kt_run_service_t *x, const Ktune__V1__RunRequest *in, kt_runner_opts_t *o,
                        const char **why)
 {
@@ -100,9 +125,8 @@ static int run_options(const kt_run_service_t *x, const Ktune__V1__RunRequest *i
     const Ktune__V1__MeasureOptions *m = in->options;
     if (!m)
         return 0;
-    if (m->number < 0 || m->repeat < 0 || m->min_repeat_ms < 0 || m->cooldown_interval < 0 ||
-        m->timeout_ms < 0 || m->num_threads < 0) {
-        *why = "negative MeasureOptions value";
+    if (kt_run_service_check_options(m) != 0) {
+        *why = NULL;   /* said in kt_err already */
         return KT_EINVAL;
     }
     o->number = m->number;
@@ -228,7 +252,7 @@ static int check_request(const kt_run_service_t *x, const Ktune__V1__RunRequest 
     }
     const char *why = NULL;
     if (run_options(x, in, ro, &why) != 0)
-        return kt_err_set(KT_EINVAL, "%s", why);
+        return why ? kt_err_set(KT_EINVAL, "%s", why) : KT_EINVAL;
     return 0;
 }
 

@@ -30,6 +30,11 @@
 /* Most candidates one Run request may carry. */
 #define KT_RUN_SERVICE_MAX_CANDIDATES KT_LIMIT_CANDIDATES
 
+/* MeasureOptions as a SubmitJob or a Run request carries them: 0 when every
+ * field is within 0..its KT_LIMIT_MEASURE_* (finite), else KT_EINVAL naming
+ * the field and its range. Accepts NULL (no options). Thread-safe. */
+int kt_run_service_check_options(const Ktune__V1__MeasureOptions *m);
+
 typedef struct kt_run_service kt_run_service_t;
 
 typedef struct {

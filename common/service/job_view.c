@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "measure/run_service.h"
 #include "search/search.h"
 #include "util/err.h"
 #include "util/sbuf.h"
@@ -70,9 +71,8 @@ int kt_job_opts_from_proto(const Ktune__V1__TuningOptions *in, kt_job_opts_t *o)
     o->transfer = !in->no_transfer;
     const Ktune__V1__MeasureOptions *m = in->measure;
     if (m) {
-        if (m->number < 0 || m->repeat < 0 || m->min_repeat_ms < 0 || m->timeout_ms < 0 ||
-            m->num_threads < 0 || !(m->cooldown_interval >= 0) || !isfinite(m->cooldown_interval))
-            return kt_err_set(KT_EINVAL, "measure options: negative or non-finite value");
+        if (kt_run_service_check_options(m) != 0)
+            return kt_err_code();
         if (m->number)
             o->number = m->number;
         if (m->repeat)

@@ -34,5 +34,15 @@
  * the rest stay free for unary calls (SubmitJob, heartbeats, ...). */
 #define KT_LIMIT_WATCH_SHARE_NUM 1
 #define KT_LIMIT_WATCH_SHARE_DEN 2
+/* MeasureOptions over RPC: one candidate's timing is bounded, so a request
+ * cannot keep a runner busy for hours (runs per repeat, repeats, the
+ * repeat's minimum length and the run timeout in ms, the pause between
+ * repeats in seconds, OpenMP threads). */
+#define KT_LIMIT_MEASURE_NUMBER 1000000
+#define KT_LIMIT_MEASURE_REPEAT 1000
+#define KT_LIMIT_MEASURE_MIN_REPEAT_MS 60000
+#define KT_LIMIT_MEASURE_TIMEOUT_MS 3600000
+#define KT_LIMIT_MEASURE_COOLDOWN_S 60.0
+#define KT_LIMIT_MEASURE_THREADS 4096
 
 #endif
