@@ -200,6 +200,18 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         case O_NAME:
             if (kt_cli_nonempty(cmd, "--name", optarg))
                 return 2;
+            /* The name prefixes every entry point of the library: it must
+             * be a C identifier as given, not silently rewritten. */
+            if (!((optarg[0] >= 'a' && optarg[0] <= 'z') || (optarg[0] >= 'A' && optarg[0] <= 'Z') ||
+                  optarg[0] == '_') ||
+                optarg[strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789_")] != '\0') {
+                fprintf(stderr,
+                        "ktune %s: --name: '%s' is not a C identifier (letters, digits and _, "
+                        "not starting with a digit)\n",
+                        cmd, optarg);
+                return 2;
+            }
             a->name = optarg;
             break;
         case O_OUTPUT:

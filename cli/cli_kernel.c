@@ -102,6 +102,8 @@ static int parse_opts(int argc, char **argv, int sample, opts_t *o)
         } else if (strcmp(a, "--arch") == 0) {
             o->arch = v;
         } else if (strcmp(a, "--hw") == 0) {
+            if (v && kt_cli_nonempty("kernel", "--hw", v))
+                return 2;
             o->hw = v;
         } else if (sample && strcmp(a, "-n") == 0) {
             long long n = 0;
