@@ -372,12 +372,18 @@ static int check_filters(const char *method, const char *workload_key, const cha
     *key = NULL;
     if (workload_key && *workload_key && kt_workload_key_from_arg(workload_key, key) != 0)
         return kt_err_prefix("%s: workload_key", method);
+    int rc = 0;
     if (target && *target && kt_measure_target_parse(target, NULL) != 0)
-        return kt_err_prefix("%s: target", method);
-    if (job_id < 0)
-        return kt_err_set(KT_EINVAL, "%s: job_id %" PRId64 " is not a job id (>= 1, or 0 for "
-                          "none)", method, job_id);
-    return 0;
+        rc = kt_err_prefix("%s: target", method);
+    else if (job_id < 0)
+        rc = kt_err_set(KT_EINVAL, "%s: job_id %" PRId64 " is not a job id (>= 1, or 0 for "
+                        "none)", method, job_id);
+    if (rc != 0) {
+        /* The caller gets no key with a refusal. */
+        free(*key);
+        *key = NULL;
+    }
+    return rc;
 }
 
 static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
