@@ -967,6 +967,67 @@ START_TEST(faults_full_disk_during_a_run)
 }
 END_TEST
 
+/* A job cancelled while the store cannot commit (found by deploy/soak.sh):
+ * the round waiting on the full disk is dropped as an aborted one, not a
+ * failure, and the end is stored once space is back, so the job is
+ * "cancelled" both in the tracker and in the store (before: "failed" in the
+ * tracker and still "running" in the store, where a restarted tracker
+ * would have resumed it). What it reports equals what is stored. */
+START_TEST(faults_cancel_on_a_full_disk_ends_cancelled_in_the_store)
+{
+    make_dir();
+    char mnt[300], filler[320];
+    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    mount_tmpfs(mnt, 8192, NULL);
+    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    fake_t worker, runner;
+    service_t s;
+    start_with_fakes(&s, &worker, &runner, 200);
+    int64_t id = submit(&s, 48, 4);
+    Ktune__V1__JobProgress *p = wait_job(&s, id, "running", 8);
+    ck_assert_str_eq(p->state, "running");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+
+    fill_disk(filler);
+    for (int waited = 0;; waited += 100) {
+        p = status(&s, id);
+        int waiting = strstr(p->message ? p->message : "", "the store cannot commit") != NULL;
+        ck_assert_msg(strcmp(p->state, "running") == 0, "job %s: %s", p->state, p->message);
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+        if (waiting)
+            break;
+        ck_assert_msg(waited < WAIT_MS, "the job never reported the full store");
+        sleep_ms(100);
+    }
+    /* Cancelled while the disk is still full: not a failure. */
+    ck_assert_int_eq(kt_jobs_cancel(s.jobs, id, 2000), 0);
+    p = status(&s, id);
+    ck_assert_msg(strcmp(p->state, "failed") != 0, "job %s: %s", p->state, p->message);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+
+    /* Space back: the end is stored. */
+    ck_assert_int_eq(unlink(filler), 0);
+    p = wait_job(&s, id, "cancelled", 0);
+    ck_assert_msg(strcmp(p->state, "cancelled") == 0, "job %s: %s", p->state, p->message);
+    int64_t told = p->total_trials;
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    service_stop(&s);
+    kt_store_t *st = kt_store_open(g_db, 0);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_store_job_info_t *info = NULL;
+    ck_assert_int_eq(kt_store_get_job(st, id, &info), 0);
+    ck_assert_str_eq(info->job.state, "cancelled");
+    kt_store_job_info_free(info);
+    kt_store_close(st);
+    ck_assert_int_eq(stored_trials(id), told);
+    kt_rpc_server_stop(worker.srv, 0);
+    kt_rpc_server_stop(runner.srv, 0);
+    umount_dir(mnt);
+    remove_dir();
+}
+END_TEST
+
 /* A store on a read-only file system (the file and the directory of its WAL
  * read-only, as root cannot be refused by mode bits): the job manager does
  * not start and says why, naming the file. */
@@ -1068,6 +1129,7 @@ int main(void)
     tcase_add_test(faults, faults_read_only_store_is_refused);
     tcase_add_test(faults, faults_killed_import_is_all_or_none);
     tcase_add_test(faults, faults_full_disk_during_a_run);
+    tcase_add_test(faults, faults_cancel_on_a_full_disk_ends_cancelled_in_the_store);
     suite_add_tcase(s, faults);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

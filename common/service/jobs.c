@@ -1147,8 +1147,13 @@ static int round_run(job_round_t *r)
 
     tp[4] = kt_time_mono();
 
-    /* Commit, then tell the policy and the scheduler. */
+    /* Commit, then tell the policy and the scheduler. A job that stops
+     * (cancelled, or the tracker stopping) while the store cannot write
+     * drops the round as an aborted one: its states were never stored, so
+     * they count nowhere and are measured again if the job resumes. */
     rc = commit(j, t, c, n);
+    if (rc == KT_EIO && job_stopping(j) && !atomic_load(&j->failed))
+        goto aborted;
     if (rc == 0)
         t->known += n;
     if (rc != 0) {
@@ -1262,10 +1267,38 @@ static void reap_rounds(job_t *j)
 
 static int job_arch(job_t *j);
 
-static void set_state(job_t *j, kt_store_t *st, const char *state)
+/* The job's state, in the store first, then in memory (what clients are
+ * told). A store that cannot write (disk full) is retried as a round's
+ * commit is, without holding the store between attempts (reads go on): an
+ * end ("done", "cancelled", "failed") the store missed would leave the job
+ * "running" there, and a tracker restarted on the store would run it again,
+ * a cancelled job included. Only a stopping tracker gives up (the job then
+ * resumes where the store has it). */
+static void set_state(job_t *j, const char *state)
 {
-    if (st && kt_store_set_job_state(st, j->id, state) != 0)
+    int rc, delay_ms = STORE_RETRY_MIN_MS, failures = 0;
+    for (;;) {
+        kt_store_t *st = kt_jobs_store_get(j->m);
+        rc = kt_store_set_job_state(st, j->id, state);
+        kt_jobs_store_put(j->m, st);
+        if (rc != KT_EIO || atomic_load(&j->m->stopping))
+            break;
+        if (failures++ == 0)
+            KT_ERROR("job %" PRId64 ": cannot store its state '%s' (%s); retrying", j->id, state,
+                     kt_err_msg());
+        job_note(j, "the store cannot commit: %s", kt_err_msg());
+        for (int w = 0; w < delay_ms && !atomic_load(&j->m->stopping); w += 50)
+            sleep_ms(50);
+        if (delay_ms < STORE_RETRY_MAX_MS)
+            delay_ms *= 2;
+    }
+    if (rc != 0) {
         KT_WARN("job %" PRId64 ": %s", j->id, kt_err_msg());
+    } else if (failures > 0) {
+        KT_INFO("job %" PRId64 ": state '%s' stored after %d failed attempts", j->id, state,
+                failures);
+        job_note(j, NULL);
+    }
     pthread_mutex_lock(&j->mu);
     snprintf(j->state, sizeof j->state, "%s", state);
     j->seq++;
@@ -1291,10 +1324,8 @@ static void *job_main(void *arg)
         sleep_ms(POLL_MS);
     }
     job_note(j, NULL);
-    kt_store_t *st = kt_jobs_store_get(m);
     if (!job_stopping(j))
-        set_state(j, st, "running");
-    kt_jobs_store_put(m, st);
+        set_state(j, "running");
     int done = 0;
     for (;;) {
         pthread_mutex_lock(&j->mu);
@@ -1388,9 +1419,7 @@ static void *job_main(void *arg)
         if (!j->message && *msg)
             j->message = kt_strdup(msg);
         pthread_mutex_unlock(&j->mu);
-        st = kt_jobs_store_get(m);
-        set_state(j, st, final);
-        kt_jobs_store_put(m, st);
+        set_state(j, final);
         KT_INFO("job %" PRId64 " %s: %s", j->id, final, j->message ? j->message : "");
     } else {
         KT_INFO("job %" PRId64 " stopped with the tracker after %lld trials; it resumes when the "
