@@ -27,7 +27,7 @@
 # 0 only when every check held; the last line is the summary. KT_SOAK_KEEP=1
 # keeps the temporary directory (logs, store) and prints where it is.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
 MINUTES=${1:-10}

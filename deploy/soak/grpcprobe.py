@@ -61,7 +61,7 @@ def main():
         stub = pbg.TrackerStub(ch)
         keys, jobs = [], []
         out = open(args.out, "a", buffering=1)
-        n = 0
+        n = unavailable = 0
         while True:
             if n % 20 == 0 or not (keys or jobs):
                 try:
@@ -79,13 +79,27 @@ def main():
             else:
                 req = pb.QueryBestRequest(job_id=rng.choice(jobs), top_k=5)
             t = time.monotonic()
-            code = "OK"
+            code, detail = "OK", ""
             try:
                 stub.QueryBest(req, metadata=md, timeout=args.deadline)
+                unavailable = 0
             except grpc.RpcError as e:
                 code = e.code().name if e.code() else "UNKNOWN"
+                detail = (e.details() or "")[:120]
             lat = time.monotonic() - t
-            out.write(json.dumps({"t": t, "lat": lat, "ok": code == "OK", "code": code}) + "\n")
+            out.write(json.dumps({"t": t, "lat": lat, "ok": code == "OK", "code": code,
+                                  "detail": detail}) + "\n")
+            if code == "UNAVAILABLE":
+                # A channel whose tracker went away can sit in its reconnect
+                # backoff well after the tracker is back (python's minimum
+                # connect timeout is 20 s): a client that wants answers dials
+                # again, as a new `ktune` command would.
+                unavailable += 1
+                if unavailable >= 4:
+                    ch.close()
+                    ch = connect(args, grpc)
+                    stub = pbg.TrackerStub(ch)
+                    unavailable = 0
             time.sleep(max(0.0, args.interval - lat))
 
     # hang: streams opened and never read

@@ -51,7 +51,6 @@ import os
 import random
 import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import threading
@@ -210,6 +209,16 @@ def check_daemons():
 # ---- Runner and worker children ----------------------------------------------------------
 
 def children(pid):
+    """Children of pid: from /proc/PID/task/*/children where the kernel has
+    it (cheap enough to poll every few ms), else a walk of /proc."""
+    try:
+        out = []
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        return out
+    except (OSError, ValueError):
+        pass
     out = []
     for e in os.listdir("/proc"):
         if not e.isdigit():
@@ -490,6 +499,10 @@ class Client(threading.Thread):
                 except ValueError:
                     pass
                 break
+            if f"job {job.id} is " in err:
+                # Ended already: the answer to an earlier attempt that did
+                # reach the tracker was lost, or the job ended first.
+                break
             if not transient(rc, err):
                 self.errors.append(f"cancel {job.id} failed ({rc}): {err.strip()}")
                 break
@@ -533,6 +546,7 @@ class Client(threading.Thread):
 # ---- Sampling -------------------------------------------------------------------------------
 
 SAMPLES = []       # (t, pid, rss_kib, fds, threads)
+TERM_BAD = []      # daemons that did not exit cleanly on a SIGTERM fault
 RECORDS = []       # (t, records in the store)
 OTHER_RSS = {}     # daemon -> max RSS KiB
 
@@ -586,6 +600,7 @@ def sampler(end):
 
 FAULT_KINDS = [  # kind, weight, (min, max) duration s
     ("kill", 4, (1.0, 6.0)),
+    ("term", 1, (1.0, 4.0)),
     ("stop", 4, (1.0, 8.0)),
     ("link", 2, (2.0, 10.0)),
     ("netem", 1, (5.0, 20.0)),
@@ -618,7 +633,7 @@ def draw_schedule(seed, start, end):
             break
         for _ in range(10):
             kind = rng.choices(kinds, weights)[0]
-            if kind in ("kill", "stop"):
+            if kind in ("kill", "stop", "term"):
                 target = "tracker" if rng.random() < 0.3 else rng.choice(DAEMON_NAMES[1:])
             elif kind in ("kcrash", "khang"):
                 target = rng.choice([n for n in DAEMON_NAMES if "runner" in n])
@@ -630,7 +645,7 @@ def draw_schedule(seed, start, end):
                 target = kind
             lo, hi = dur[kind]
             d = round(rng.uniform(lo, hi), 1)
-            hold = max(d, 10.0 if kind in ("kcrash", "khang", "ccrash") else d)
+            hold = max(d, 20.0 if kind in ("kcrash", "khang", "ccrash") else d)
             fend = min(t + hold, end)
             overlap = [b for b in busy if b[0] < fend and t < b[1]]
             if any(b[2] == target for b in overlap) or len(overlap) >= 2:
@@ -653,6 +668,7 @@ class Chaos:
         self.netem_ok = None
         self.tbf_ok = None
         self.hung = []
+        self.finishing = False
         self.fill = os.path.join(D, "store", "fill")
         for f in schedule:
             self.at(f["t"], lambda f=f: self.begin(f), f"{f['kind']} {f['target']}")
@@ -726,6 +742,45 @@ class Chaos:
                         dm.state = "up"
                     self.record(f, t, now())
                 self.at(now() + d, cont)
+        elif k == "term":
+            dm = DAEMONS[tg]
+            if dm.state != "up" or not dm.alive():
+                return self.skip(f, f"{tg} is {dm.state}")
+            dm.held += 1
+            dm.signal(signal.SIGTERM)
+            dm.state = "terminating"
+            t_sig = now()
+            self.note(f, f"SIGTERM pid {dm.pid}; restart {d} s after it exits")
+
+            def after(dm=dm, f=f, t=t, t_sig=t_sig):
+                if dm.alive() and not self.finishing and now() - t_sig < 30:
+                    self.at(now() + 0.5, after)
+                    return
+                try:
+                    dm.proc.wait(timeout=max(0.1, 30 - (now() - t_sig)))
+                    rc = dm.proc.returncode
+                    if rc != 0:
+                        TERM_BAD.append(f"{dm.name} at {t_sig:.0f} s: exit status {rc} on "
+                                        "SIGTERM")
+                except subprocess.TimeoutExpired:
+                    TERM_BAD.append(f"{dm.name} at {t_sig:.0f} s: still running 30 s after "
+                                    "SIGTERM")
+                    dm.signal(signal.SIGKILL)
+                    dm.proc.wait()
+                    rc = dm.proc.returncode
+                self.note(f, f"exited with status {rc} {now() - t_sig:.1f} s after SIGTERM")
+                dm.state = "killed"
+
+                def restart(dm=dm, f=f, t=t):
+                    dm.held -= 1
+                    if dm.held == 0 and not STOPPING.is_set():
+                        dm.start()
+                    self.record(f, t, now())
+                if self.finishing:
+                    restart()
+                else:
+                    self.at(now() + d, restart)
+            self.at(now() + 0.5, after)
         elif k == "link":
             dev = "ktsoak-" + tg
             subprocess.run(["ip", "-n", NS_TR, "link", "set", dev, "down"], check=False)
@@ -796,16 +851,18 @@ class Chaos:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     out, _ = p.communicate()
-                self.record(f, t, now(), out.strip().replace("\n", " "))
+                note = out.strip().replace("\n", " ")
+                self.note(f, "ended: " + note)
+                self.record(f, t, now(), note)
             self.at(now() + d + 1.0, done)
 
     def hit_child(self, f, dm, t):
         """kcrash: SIGSEGV the runner's timing child; khang: SIGSTOP it (the
         runner's run timeout must kill it); ccrash: SIGKILL a worker's
-        compiler. Waits up to 10 s for such a child."""
+        compiler. Waits up to 20 s for such a child."""
         k = f["kind"]
         sig = {"kcrash": signal.SIGSEGV, "khang": signal.SIGSTOP, "ccrash": signal.SIGKILL}[k]
-        end = time.monotonic() + 10.0
+        end = time.monotonic() + 20.0
         while time.monotonic() < end and not STOPPING.is_set():
             pid = dm.pid
             if pid and dm.state == "up":
@@ -821,8 +878,8 @@ class Chaos:
                                  f"child of {dm.name}")
                     self.record(f, t, now())
                     return
-            time.sleep(0.02)
-        self.skip(f, f"{dm.name} started no child in 10 s")
+            time.sleep(0.005)
+        self.skip(f, f"{dm.name} started no child in 20 s")
 
     def step(self, until):
         """Run due events until `until` (main thread)."""
@@ -833,13 +890,15 @@ class Chaos:
     def finish(self):
         """Run the pending end actions (restarts, SIGCONTs, links up) now and
         drop the faults not begun."""
-        pend = []
+        self.finishing = True
         while self.events:
-            t, _, fn, label = heapq.heappop(self.events)
-            if not label:          # an end action
-                pend.append(fn)
-        for fn in pend:
-            fn()
+            pend = []
+            while self.events:
+                t, _, fn, label = heapq.heappop(self.events)
+                if not label:          # an end action
+                    pend.append(fn)
+            for fn in pend:
+                fn()
         for p in self.hung:
             if p.poll() is None:
                 p.kill()
@@ -865,7 +924,7 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--summary", required=True)
     ap.add_argument("--clients", type=int, default=3)
-    ap.add_argument("--drain", type=float, default=150.0)
+    ap.add_argument("--drain", type=float, default=90.0)
     A = ap.parse_args()
     D = A.dir
     ENV = {k: v for k, v in os.environ.items() if k not in ("KT_TOKEN_FILE", "KT_LOG_LEVEL")}
@@ -888,7 +947,6 @@ def main():
 
     make_daemons()
     checks = []     # (name, ok, detail)
-    summary_written = False
     chaos = None
     clients = []
     probe = None
@@ -976,8 +1034,10 @@ def main():
                     slow.append(name)
                     d.signal(signal.SIGKILL)
                     d.proc.wait()
-        checks.append(("every daemon exited on SIGTERM", not slow,
-                       "all exited" if not slow else "killed after 30 s: " + ", ".join(slow)))
+        bad = TERM_BAD + [f"{n} at the end: still running 30 s after SIGTERM" for n in slow]
+        checks.append(("every daemon exited on SIGTERM", not bad,
+                       f"all exited ({chaos.counts.get('term', 0)} SIGTERM faults and the end)"
+                       if not bad else "; ".join(bad)))
         run_checks(checks, clients, chaos, duration, drain_s, probe_out)
     except SystemExit:
         log("stopped by a signal")
@@ -1137,6 +1197,14 @@ def run_checks(checks, clients, chaos, duration, drain_s, probe_out):
     checks.append(("tracker RSS, fds and threads bounded after warm-up", res_ok,
                    "; ".join(figs) if figs else "too few samples"))
 
+    with open(os.path.join(D, "samples.jsonl"), "w") as f:
+        for smp in SAMPLES:
+            f.write(json.dumps(dict(zip(("t", "pid", "rss_kib", "fds", "threads"), smp))) + "\n")
+    with open(os.path.join(D, "faults.jsonl"), "w") as f:
+        for (st_, en, k, tg, note) in chaos.log:
+            f.write(json.dumps({"start": st_, "end": en, "kind": k, "target": tg,
+                                "note": note}) + "\n")
+
     # ---- Figures ----
     print("\nsoak figures:")
     print(f"  run: {duration:.0f} s of chaos, seed {A.seed}, {len(clients)} clients, drain "
@@ -1201,6 +1269,11 @@ def run_checks(checks, clients, chaos, duration, drain_s, probe_out):
           + (", ".join(f"{k} {v}" for k, v in sorted(fails.items())) or "none")
           + f" ({fails_healthy} outside those faults)")
     FINAL["qb"] = (pct(ok_lat, 0.5), pct(ok_lat, 0.99), pct(healthy, 0.5), pct(healthy, 0.99))
+    for c in sorted(calls, key=lambda c: -c["lat"])[:3]:
+        rt = c["t"] - T0
+        on = [f"{k} {tg}" for (s, e, k, tg, _) in chaos.log if s - 1 <= rt <= e + 2]
+        print(f"    slowest: {c['lat'] * 1e3:.0f} ms at {rt:.0f} s ({c['code']}); faults on: "
+              + (", ".join(on) or "none"))
     for f in figs:
         print("  tracker " + f)
     if SAMPLES:
