@@ -1251,6 +1251,45 @@ START_TEST(faults_cancel_on_a_full_disk_ends_cancelled_in_the_store)
 }
 END_TEST
 
+/* A tracker started on a store whose file system is full (found by
+ * deploy/soak.sh: a tracker killed and restarted while the disk was full):
+ * it cannot start, since SQLite must size the WAL index (-shm) to open the
+ * file, and it says that the file system is full, naming the file, instead
+ * of SQLite's "disk I/O error" (before: "PRAGMA user_version: disk I/O
+ * error"). Once space is back it starts with every record. */
+START_TEST(faults_full_disk_at_start_is_refused_saying_so)
+{
+    make_dir();
+    char mnt[300], filler[320];
+    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    mount_tmpfs(mnt, 4096, NULL);
+    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    put_records(g_db, "[\"full\", [1]]", 0, 20);
+    fill_disk(filler);
+    kt_tracker_opts_t to = {.listen = "127.0.0.1:0", .heartbeat_ms = 600000};
+    kt_tracker_t *t = kt_tracker_new(&to);
+    ck_assert_ptr_nonnull(t);
+    kt_jobs_t *m = kt_jobs_new(t, g_db);
+    ck_assert_msg(m == NULL, "a store on a full file system was opened");
+    ck_assert_msg(strstr(kt_err_msg(), g_db) && strstr(kt_err_msg(), "file system is full"),
+                  "%s", kt_err_msg());
+    ck_assert_int_eq(unlink(filler), 0);
+    m = kt_jobs_new(t, g_db);
+    ck_assert_msg(m != NULL, "%s", kt_err_msg());
+    kt_jobs_free(m);
+    kt_tracker_stop(t, 0);
+    kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_store_counts_t c;
+    ck_assert_int_eq(kt_store_count_records(st, NULL, &c), 0);
+    ck_assert_int_eq(c.total, 20);
+    kt_store_close(st);
+    umount_dir(mnt);
+    remove_dir();
+}
+END_TEST
+
 /* A store on a read-only file system (the file and the directory of its WAL
  * read-only, as root cannot be refused by mode bits): the job manager does
  * not start and says why, naming the file. */
@@ -1628,6 +1667,7 @@ int main(void)
     tcase_add_test(faults, faults_killed_import_is_all_or_none);
     tcase_add_test(faults, faults_full_disk_during_a_run);
     tcase_add_test(faults, faults_cancel_on_a_full_disk_ends_cancelled_in_the_store);
+    tcase_add_test(faults, faults_full_disk_at_start_is_refused_saying_so);
     suite_add_tcase(s, faults);
     TCase *bad = tcase_create("bad_input");
     tcase_set_timeout(bad, 120);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -351,6 +352,31 @@ static int check_writable(const char *path)
                       path, what, strerror(errno));
 }
 
+/* An open that failed with an I/O error on a file system with (almost) no
+ * space left: SQLite says only "disk I/O error" when it cannot size the WAL
+ * index (-shm) or write, so say what it is. Leaves any other error as it is. */
+static void explain_full(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    struct statvfs v;
+    if (statvfs(dir, &v) != 0)
+        return;
+    unsigned long long left = (unsigned long long)v.f_bavail * v.f_frsize;
+    if (left >= 1024 * 1024)
+        return;
+    char why[512];
+    snprintf(why, sizeof why, "%s", kt_err_msg());
+    kt_err_set(KT_EIO,
+               "the file system is full (%llu bytes free in %s; SQLite: %s): free space, then "
+               "open it again",
+               left, dir, why);
+}
+
 static int check_exists(const char *path, int flags)
 {
     struct stat sb;
@@ -490,6 +516,8 @@ kt_store_t *kt_store_open(const char *path, int flags)
         rc = configure(s, memory);
     }
     if (rc != 0) {
+        if (kt_err_code() == KT_EIO && !memory && !(flags & KT_STORE_READONLY))
+            explain_full(path);
         kt_err_prefix("%s", path);
         kt_store_close(s);
         return NULL;
