@@ -25,8 +25,7 @@
 # in those namespaces killed. Needs root, iproute2, openssl and Debian's
 # python3 with grpcio and grpcio-tools (deploy/install-deps.sh). Exit status
 # 0 only when every check held; the last line is the summary. KT_SOAK_KEEP=1
-# keeps the temporary directory (logs, store) and prints where it is. One
-# soak per machine: a second one refuses (flock on /tmp/ktsoak.lock).
+# keeps the temporary directory (logs, store) and prints where it is.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -99,10 +98,6 @@ on_signal() {
   echo "soak: FAILED interrupted by signal $1"
   exit $((128 + $2))
 }
-# One soak per machine: runs share the ktsoak- namespaces and a starting run
-# removes another's as leftovers. Checked before any trap can clean up.
-exec 9>/tmp/ktsoak.lock
-flock -n 9 || die "another deploy/soak.sh is running on this machine (one at a time)"
 trap cleanup EXIT
 trap 'on_signal INT 2' INT
 trap 'on_signal TERM 15' TERM
