@@ -98,12 +98,22 @@ on_signal() {
   echo "soak: FAILED interrupted by signal $1"
   exit $((128 + $2))
 }
-trap cleanup EXIT
-trap 'on_signal INT 2' INT
-trap 'on_signal TERM 15' TERM
 
 # ---- Prerequisites ---------------------------------------------------------------------------
 [ "$(id -u)" -eq 0 ] || die "needs root (ip netns, mount)"
+command -v flock >/dev/null || die "flock is not installed (util-linux)"
+# One soak per machine: each removes whatever is named ktsoak-*, so a second
+# one would destroy the first (and its build would change the programs the
+# first runs). The lock goes with the process holding it (the orchestrator
+# and the daemons do not inherit it), so a killed run blocks nothing.
+LOCK=${KT_SOAK_LOCK:-/run/lock/ktsoak.lock}
+exec 9>"$LOCK" || die "cannot open the lock $LOCK"
+flock -n 9 || die "another deploy/soak.sh is running on this machine (it holds $LOCK): one at a time"
+# Only the holder of the lock cleans up (a refused run must leave the other's
+# namespaces alone).
+trap cleanup EXIT
+trap 'on_signal INT 2' INT
+trap 'on_signal TERM 15' TERM
 for c in ip openssl setpriv mount umount dd; do
   command -v "$c" >/dev/null || die "$c is not installed (bash deploy/install-deps.sh)"
 done
@@ -176,7 +186,7 @@ mount -t tmpfs -o "size=${STORE_MB}m,mode=0700" ktsoak-store "$TMP/store" ||
 
 say "$MINUTES min, seed $SEED, in $TMP (namespaces ${PREFIX}tr/h1/h2/cl, store tmpfs ${STORE_MB} MiB)"
 ip netns exec "$NS_CL" "$PY" -u "$ROOT/deploy/soak/soak.py" --dir "$TMP" --build "$ROOT/$BUILD" \
-  --minutes "$MINUTES" --seed "$SEED" --summary "$TMP/summary" &
+  --minutes "$MINUTES" --seed "$SEED" --summary "$TMP/summary" 9>&- &
 PYPID=$!
 wait "$PYPID"
 rc=$?
