@@ -153,6 +153,8 @@ void kt_cli_conn_init(kt_cli_conn_t *c, int timeout_ms);
 /* Take a connection option (getopt code and argument) into c: 1 taken, 0
  * not a connection option, 2 a bad value (said on stderr). */
 int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *arg);
+/* --db PATH into c (not empty; marks it given): 0, or 2 after saying why. */
+int kt_cli_conn_db(const char *cmd, kt_cli_conn_t *c, const char *arg);
 
 /* The TLS files given, checked once the options are parsed (readable PEM,
  * the client key matching its certificate, a client certificate only with

@@ -176,10 +176,8 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         }
         switch (c) {
         case O_DB:
-            if (kt_cli_nonempty(cmd, "--db", optarg))
+            if (kt_cli_conn_db(cmd, &a->conn, optarg))
                 return 2;
-            a->conn.db = optarg;
-            a->conn.db_given = 1;
             break;
         case O_JOB:
             if (kt_cli_parse_id(cmd, "--job", optarg, &a->job))

@@ -64,6 +64,15 @@ int kt_cli_conn_option(const char *cmd, kt_cli_conn_t *c, int code, const char *
     }
 }
 
+int kt_cli_conn_db(const char *cmd, kt_cli_conn_t *c, const char *arg)
+{
+    if (kt_cli_nonempty(cmd, "--db", arg))
+        return 2;
+    c->db = arg;
+    c->db_given = 1;
+    return 0;
+}
+
 int kt_cli_conn_check(const char *cmd, const kt_cli_conn_t *c)
 {
     kt_rpc_tls_files_t tls = {.ca = c->tls_ca, .client_cert = c->tls_client_cert,
@@ -333,10 +342,8 @@ static int parse_read(const char *cmd, int argc, char **argv, const int *allowed
         switch (conn ? 0 : c) {
         case 0: break;
         case O_DB:
-            if (kt_cli_nonempty(cmd, "--db", optarg))
+            if (kt_cli_conn_db(cmd, &a->conn, optarg))
                 return 2;
-            a->conn.db = optarg;
-            a->conn.db_given = 1;
             break;
         case O_JSON: a->conn.json = 1; break;
         case O_WORKLOAD: a->workload = optarg; break;

@@ -317,15 +317,7 @@ static int cmd_stats(const records_args_t *a)
     if (rc != 0)
         return kt_cli_fail("stats");
     if (a->json) {
-        json_t *keys = json_array();
-        for (size_t i = 0; keys && i < st.nkeys; i++)
-            json_array_append_new(keys, json_pack("{s:s, s:I}", "key", st.keys[i].key,
-                                                  "records", (json_int_t)st.keys[i].records));
-        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o*}", "path", a->db,
-                              "bytes", (json_int_t)st.bytes, "records", (json_int_t)st.records,
-                              "valid", (json_int_t)st.valid, "workloads",
-                              (json_int_t)st.workloads, "distilled", (json_int_t)st.distilled,
-                              "schema_version", st.schema_version, "keys", keys);
+        json_t *o = kt_store_stats_json(&st, a->db);
         kt_store_stats_clear(&st);
         return kt_cli_print_json(o);
     }

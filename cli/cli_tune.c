@@ -200,10 +200,8 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
                 fprintf(stderr, "ktune %s: --db applies to ktune tune without --tracker\n", cmd);
                 return 2;
             }
-            if (kt_cli_nonempty(cmd, "--db", optarg))
+            if (kt_cli_conn_db(cmd, &a->conn, optarg))
                 return 2;
-            a->conn.db = optarg;
-            a->conn.db_given = 1;
             break;
         case O_SEED: {
             char *end = NULL;

@@ -2171,17 +2171,7 @@ static json_t *store_stats_json(kt_jobs_t *m)
         int rc = kt_store_stats(s, &st);
         const char *path = kt_store_path(s);
         kt_jobs_store_put(m, s);
-        json_t *o = NULL, *keys = NULL;
-        if (rc == 0 && (keys = json_array()) != NULL) {
-            for (size_t i = 0; i < st.nkeys; i++)
-                json_array_append_new(keys, json_pack("{s:s, s:I}", "key", st.keys[i].key,
-                                                      "records", (json_int_t)st.keys[i].records));
-            o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o, s:f}", "path", path,
-                          "bytes", (json_int_t)st.bytes, "records", (json_int_t)st.records,
-                          "valid", (json_int_t)st.valid, "workloads", (json_int_t)st.workloads,
-                          "distilled", (json_int_t)st.distilled, "schema_version",
-                          st.schema_version, "keys", keys, "age_s", 0.0);
-        }
+        json_t *o = rc == 0 ? kt_store_stats_json(&st, path) : NULL;
         if (rc != 0)
             KT_WARN("status: reading the store's counts: %s", kt_err_msg());
         kt_store_stats_clear(&st);
@@ -2192,7 +2182,7 @@ static json_t *store_stats_json(kt_jobs_t *m)
         }
     }
     json_t *out = m->stats ? json_deep_copy(m->stats) : NULL;
-    if (out)
+    if (out)   /* how old the counts are: they are read at most every TTL */
         json_object_set_new(out, "age_s", json_real(now - m->stats_at));
     pthread_mutex_unlock(&m->stats_mu);
     return out;

@@ -190,6 +190,19 @@ void kt_store_stats_clear(kt_store_stats_t *st)
     memset(st, 0, sizeof *st);
 }
 
+json_t *kt_store_stats_json(const kt_store_stats_t *st, const char *path)
+{
+    json_t *keys = json_array();
+    for (size_t i = 0; keys && i < st->nkeys; i++)
+        json_array_append_new(keys, json_pack("{s:s, s:I}", "key", st->keys[i].key, "records",
+                                              (json_int_t)st->keys[i].records));
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o*}", "path", path ? path : "",
+                     "bytes", (json_int_t)st->bytes, "records", (json_int_t)st->records,
+                     "valid", (json_int_t)st->valid, "workloads", (json_int_t)st->workloads,
+                     "distilled", (json_int_t)st->distilled, "schema_version",
+                     st->schema_version, "keys", keys);
+}
+
 static int read_keys(kt_store_t *s, kt_store_stats_t *out)
 {
     sqlite3_stmt *st = NULL;

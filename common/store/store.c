@@ -1210,39 +1210,26 @@ static int collect_list(kt_store_t *s, sqlite3_stmt *st, kt_record_list_t **out)
 int kt_store_top_k(kt_store_t *s, const char *workload_key, const char *target, int k,
                    kt_record_list_t **out)
 {
-    int rc = kt_store_usable(s);
-    if (rc != 0)
-        return rc;
-    if (!workload_key || !target || k <= 0 || !out)
-        return kt_err_set(KT_EINVAL, "store: top-k needs a workload key, a target and k > 0");
-    *out = NULL;
-    sqlite3_stmt *st = stmt(s, ST_TOP_K);
-    if (!st)
-        return kt_err_code();
-    bind_text(st, 1, workload_key);
-    bind_text(st, 2, target);
-    sqlite3_bind_int(st, 3, k);
-    return collect_list(s, st, out);
+    return kt_store_top_k_key(s, workload_key, target, NULL, k, out);
 }
 
 int kt_store_top_k_key(kt_store_t *s, const char *workload_key, const char *target,
                       const char *runner_key, int k, kt_record_list_t **out)
 {
-    if (!runner_key)
-        return kt_store_top_k(s, workload_key, target, k, out);
     int rc = kt_store_usable(s);
     if (rc != 0)
         return rc;
     if (!workload_key || !target || k <= 0 || !out)
         return kt_err_set(KT_EINVAL, "store: top-k needs a workload key, a target and k > 0");
     *out = NULL;
-    sqlite3_stmt *st = stmt(s, ST_TOP_K_KEY);
+    sqlite3_stmt *st = stmt(s, runner_key ? ST_TOP_K_KEY : ST_TOP_K);
     if (!st)
         return kt_err_code();
     bind_text(st, 1, workload_key);
     bind_text(st, 2, target);
-    bind_text(st, 3, runner_key);
-    sqlite3_bind_int(st, 4, k);
+    if (runner_key)
+        bind_text(st, 3, runner_key);
+    sqlite3_bind_int(st, runner_key ? 4 : 3, k);
     return collect_list(s, st, out);
 }
 

@@ -35,6 +35,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "measure/measure.h"
 
 typedef struct kt_store kt_store_t;
@@ -319,6 +321,11 @@ typedef struct {
 int kt_store_stats(kt_store_t *s, kt_store_stats_t *out);
 /* Free the arrays of *st and zero it; accepts NULL. */
 void kt_store_stats_clear(kt_store_stats_t *st);
+/* *st as the JSON object `ktune records stats --json` prints and the status
+ * page's "store" holds: path, bytes, records, valid, workloads, distilled,
+ * schema_version and keys [{key, records}]. New reference, NULL when out of
+ * memory. */
+json_t *kt_store_stats_json(const kt_store_stats_t *st, const char *path);
 
 /* ---- JSON lines export and import ------------------------------------- */
 
