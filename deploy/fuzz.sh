@@ -5,7 +5,12 @@
 # and last "fuzz: T targets, N execs, C crashes"; exits 1 on any crash, keeping
 # the reproducer in $KT_FUZZ_OUT (default build-fuzz/artifacts/<target>/).
 #   deploy/fuzz.sh [SECONDS] [TARGET...]
-# Environment: KT_FUZZ_BUILD (build directory, default build-fuzz).
+# Environment: KT_FUZZ_BUILD (build directory, default build-fuzz);
+#   KT_FUZZ_RUNS=N stops each target after N executions (SECONDS stays the
+#   cap), for release runs measured in executions;
+#   KT_FUZZ_CORPUS=DIR keeps each target's corpus in DIR/<target>/ between
+#   runs (seeded from fuzz/corpus/<target>/ and grown by every run), so a long
+#   run goes on from where the last one stopped instead of from the seeds.
 set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-60}
@@ -13,6 +18,9 @@ secs=${1:-60}
 case $secs in ''|*[!0-9]*) echo "usage: deploy/fuzz.sh [SECONDS] [TARGET...]" >&2; exit 2;; esac
 build=${KT_FUZZ_BUILD:-build-fuzz}
 out=${KT_FUZZ_OUT:-$build/artifacts}
+runs=${KT_FUZZ_RUNS:-}
+case ${runs:-0} in *[!0-9]*) echo "fuzz: KT_FUZZ_RUNS must be a number of executions" >&2; exit 2;; esac
+keep=${KT_FUZZ_CORPUS:-}
 command -v clang >/dev/null || { echo "fuzz: clang not found (deploy/install-deps.sh installs it)" >&2; exit 2; }
 
 targets=${*:-"workload netjson state onnx import npy safetensors rpc_tracker rpc_runner rpc_worker"}
@@ -37,21 +45,26 @@ export KT_LOG_LEVEL=error
 total_execs=0 total_crashes=0 n=0
 for t in $targets; do
     n=$((n + 1))
-    work=$(mktemp -d)
+    if [ -n "$keep" ]; then
+        work="$keep/$t"
+        mkdir -p "$work"
+    else
+        work=$(mktemp -d)
+    fi
     # Reproducers are kept from the last run only.
     rm -rf "$out/$t"
     mkdir -p "$out/$t"
     # The seed corpus stays read-only: new inputs go to a scratch directory.
     log="$build/fuzz-$t.log"
     set +e
-    "$build/fuzz/fuzz_$t" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 \
+    "$build/fuzz/fuzz_$t" -max_total_time="$secs" ${runs:+-runs="$runs"} -max_len=65536 -rss_limit_mb=4096 \
         -timeout=25 -print_final_stats=1 -artifact_prefix="$out/$t/" \
         "$work" "fuzz/corpus/$t" >"$log" 2>&1
     rc=$?
     set -e
     # Corpus size: the seeds plus what this run added (libFuzzer's last "corp: N/SIZE").
     corpus=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | sed 's/^corp: //')
-    rm -rf "$work"
+    [ -n "$keep" ] || rm -rf "$work"
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     execs=${execs:-0}
     crashes=$(find "$out/$t" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o \

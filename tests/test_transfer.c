@@ -65,6 +65,16 @@ static const struct {
      "\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"relu6\"]}"},
     {"batch_matmul", "{\"op\":\"batch_matmul\",\"B\":4,\"M\":32,\"N\":32,\"K\":32}",
      "{\"op\":\"batch_matmul\",\"B\":6,\"M\":20,\"N\":28,\"K\":18}"},
+    /* an epilogue reading no tensor stands for another (a ResNet's relu
+     * for a MobileNet's relu6) */
+    {"conv2d relu to clip",
+     "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":14,\"W\":14,\"CI\":16,\"CO\":32,\"KH\":3,"
+     "\"KW\":3,\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
+     "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":10,\"W\":12,\"CI\":24,\"CO\":20,\"KH\":3,\"KW\":3,"
+     "\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"relu6\"]}"},
+    {"dense sigmoid to gelu",
+     "{\"op\":\"dense\",\"M\":16,\"N\":64,\"K\":128,\"epilogue\":[\"bias_add\",\"sigmoid\"]}",
+     "{\"op\":\"dense\",\"M\":12,\"N\":96,\"K\":72,\"epilogue\":[\"bias_add\",\"gelu\"]}"},
 };
 
 /* ---- re-fit ------------------------------------------------------------------ */
@@ -292,7 +302,15 @@ START_TEST(transfer_distance_sums_log_ratios_of_the_named_dimensions)
     ck_assert_double_eq_tol(kt_transfer_distance(c1, c2), 3 * log(2.0), 1e-12);
     ck_assert_double_eq_tol(kt_transfer_distance(c2, c1), 3 * log(2.0), 1e-12);
     ck_assert(isinf(kt_transfer_distance(c1, c3)));   /* a padding stage or none */
-    ck_assert(isinf(kt_transfer_distance(c1, c4)));   /* clip against relu */
+    /* clip against relu: one inlined stage each, at a cost */
+    ck_assert_double_eq_tol(kt_transfer_distance(c1, c4), KT_TRANSFER_EPILOGUE_DISTANCE, 1e-12);
+    /* a residual add reads a tensor: no stand-in for a relu */
+    ck_assert(isinf(kt_transfer_distance_json(
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\"]}",
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"add\"]}")));
+    ck_assert(isinf(kt_transfer_distance_json(
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\"]}",
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\",\"relu\"]}")));
     /* relu6 is a clip; padding 2 against 1 on four sides: 4 ln(3/2) */
     ck_assert_double_eq_tol(kt_transfer_distance(c1, c5), 4 * log(1.5), 1e-12);
     kt_workload_free(c1);

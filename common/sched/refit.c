@@ -124,7 +124,9 @@ static int fit_split(int64_t extent, int nlev, const int32_t *src, int max_inner
 /* ---- structure -------------------------------------------------------------------- */
 
 /* The two DAGs compute the same operators in the same order: per stage the
- * same name, kind, tag, rank, reduction count and constant axes. */
+ * same name, kind, tag, rank, reduction count and constant axes. Elementwise
+ * stages may differ in name: a relu and a clip are each one such stage, and
+ * a schedule does not look inside them. */
 static int same_operators(const kt_dag_t *a, const kt_dag_t *b)
 {
     int n = kt_dag_num_stages(a);
@@ -133,7 +135,9 @@ static int same_operators(const kt_dag_t *a, const kt_dag_t *b)
                           kt_dag_num_stages(b));
     for (int s = 0; s < n; s++) {
         const kt_stage_t *x = kt_dag_stage(a, s), *y = kt_dag_stage(b, s);
-        const char *what = strcmp(x->name, y->name) != 0   ? "name"
+        int elemwise = x->tag && y->tag && strcmp(x->tag, "elemwise") == 0 &&
+                       strcmp(y->tag, "elemwise") == 0;
+        const char *what = !elemwise && strcmp(x->name, y->name) != 0 ? "name"
                            : x->kind != y->kind              ? "kind"
                            : strcmp(x->tag ? x->tag : "", y->tag ? y->tag : "") != 0 ? "operator"
                            : x->ndim != y->ndim             ? "rank"

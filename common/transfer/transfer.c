@@ -26,16 +26,35 @@ static const char *epilogue_kind(const json_t *e)
     return NULL;
 }
 
+/* Epilogues that read no tensor but their input (relu, clip, gelu, sigmoid,
+ * tanh) each add one elementwise stage that a schedule inlines, so a state
+ * of one fits a workload of another: they differ in kind at a cost, where
+ * bias_add, add and multiply read a tensor (one more stage) and must match. */
+static int epilogue_unary(const char *k)
+{
+    static const char *const unary[] = {"relu", "relu6", "clip", "gelu", "sigmoid", "tanh"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(unary); i++)
+        if (strcmp(k, unary[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static double epilogue_distance(const json_t *a, const json_t *b)
 {
     if (!json_is_array(a) || !json_is_array(b) || json_array_size(a) != json_array_size(b))
         return INFINITY;
+    double d = 0;
     for (size_t i = 0; i < json_array_size(a); i++) {
         const char *x = epilogue_kind(json_array_get(a, i)), *y = epilogue_kind(json_array_get(b, i));
-        if (!x || !y || strcmp(x, y) != 0)
+        if (!x || !y)
             return INFINITY;
+        if (strcmp(x, y) == 0)
+            continue;
+        if (!epilogue_unary(x) || !epilogue_unary(y))
+            return INFINITY;
+        d += KT_TRANSFER_EPILOGUE_DISTANCE;
     }
-    return 0;
+    return d;
 }
 
 /* Padding in its 2-value (symmetric) or 4-value form, as 4 values. */

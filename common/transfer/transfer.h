@@ -13,8 +13,11 @@
  * KH KW, C, B, groups, multiplier, and each entry of stride, dilation and
  * shape) of |ln(a / b)|, padding entries as |ln((a + 1) / (b + 1))|. It is
  * +inf when the two differ in kind: another op, layout, pool kind or any
- * other string or boolean field, epilogue entries of other kinds or number
- * (a clip's bounds do not count), arrays of other lengths, padding zero in
+ * other string or boolean field, epilogue lists of other lengths or with
+ * entries of other kinds (a clip's bounds do not count), except that the
+ * epilogues reading no tensor (relu, clip, gelu, sigmoid, tanh: one inlined
+ * elementwise stage each) may stand for one another at
+ * KT_TRANSFER_EPILOGUE_DISTANCE per entry, arrays of other lengths, padding zero in
  * one and not in the other (a padding stage exists or not), another
  * Winograd tile_size, or a field only one of them has (an absent epilogue
  * is the empty one). Other numbers (a norm's epsilon) do not count. 0 for
@@ -41,6 +44,11 @@
 #include "te/workload.h"
 
 /* ---- shape distance -------------------------------------------------------- */
+
+/* What an epilogue of another reading-no-tensor kind adds to the distance:
+ * as much as one dimension twice as large, so a workload of the same
+ * epilogues is preferred at equal shapes. */
+#define KT_TRANSFER_EPILOGUE_DISTANCE 0.69314718055994531 /* ln 2 */
 
 /* The distance above between two workloads, or between two canonical JSON
  * texts (+inf when either does not parse as a JSON object). */
