@@ -168,24 +168,40 @@ static void KT_RF(elementwise)(const kt_refop_t *r, const KT_RT *const *in, KT_R
 }
 
 /* Slices, expands, tiles and transposes: every output element reads one
- * input element at an affine (and, for tiles, periodic) offset. */
+ * input element at an affine (and, for tiles, periodic) offset. The offset
+ * is worked out once per row of the innermost axis, which is copied as a
+ * block where it is contiguous: per element, the divisions cost more than
+ * the copy (a transformer's q/k/v slices took 13 us for 4 KB). */
 static void KT_RF(view)(const kt_refop_t *r, const KT_RT *x, KT_RT *out)
 {
     int64_t numel = kt_refop_numel(r->ondim, r->dout);
     int nd = r->ondim;
+    int64_t inner = nd > 0 ? r->dout[nd - 1] : 1;
+    if (numel <= 0 || inner <= 0)
+        return;
+    int64_t rows = numel / inner;
+    int64_t step = nd > 0 ? r->ia[nd] : 0, period = nd > 0 ? r->ia[KT_REFOP_MAX_DIMS + nd] : 0;
 #ifdef _OPENMP
 #pragma omp parallel for if (numel > 32768)
 #endif
-    for (int64_t i = 0; i < numel; i++) {
-        int64_t rem = i, src = r->ia[0];
-        for (int d = nd - 1; d >= 0; d--) {
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t rem = row, src = r->ia[0];
+        for (int d = nd - 2; d >= 0; d--) {
             int64_t q = rem % r->dout[d];
             rem /= r->dout[d];
             if (r->ia[1 + KT_REFOP_MAX_DIMS + d] > 0)
                 q %= r->ia[1 + KT_REFOP_MAX_DIMS + d];
             src += q * r->ia[1 + d];
         }
-        out[i] = x[src];
+        KT_RT *o = out + row * inner;
+        if (period > 0)
+            for (int64_t j = 0; j < inner; j++)
+                o[j] = x[src + (j % period) * step];
+        else if (step == 1)
+            memcpy(o, x + src, sizeof(KT_RT) * (size_t)inner);
+        else
+            for (int64_t j = 0; j < inner; j++)
+                o[j] = x[src + j * step];
     }
 }
 
