@@ -262,6 +262,7 @@ void kt_cli_print_best_summary(const Ktune__V1__JobProgress *p, FILE *out)
 /* A proto record as a store record (borrowing its strings). */
 static void record_from_proto(const Ktune__V1__Record *o, kt_record_t *r)
 {
+    int origin = kt_store_origin_parse(o->origin);   /* "" or a name unknown here: -1 or 0 */
     *r = (kt_record_t){.id = o->id,
                        .workload_key = o->workload_key,
                        .target = o->target,
@@ -275,7 +276,10 @@ static void record_from_proto(const Ktune__V1__Record *o, kt_record_t *r)
                        .all_cost = o->all_cost,
                        .timestamp = o->timestamp,
                        .runner_key = o->runner_key,
-                       .job_id = o->job_id};
+                       .job_id = o->job_id,
+                       .runner_id = o->runner_id,
+                       .runner_host = o->runner_host,
+                       .origin = origin > 0 ? origin : KT_STORE_ORIGIN_UNKNOWN};
 }
 
 /* ---- Common options --------------------------------------------------------------------------- */
@@ -708,20 +712,25 @@ int kt_cli_best(int argc, char **argv)
                 char *text = kt_store_record_to_json(&b.items[i]);
                 json_t *o = text ? json_loads(text, 0, NULL) : NULL;
                 free(text);
-                if (o)
+                if (o) {
                     json_object_set_new(o, "id", json_integer(b.items[i].id));
+                    /* always, "unknown" included: export leaves it out then */
+                    json_object_set_new(o, "origin",
+                                        json_string(kt_store_origin_name(b.items[i].origin)));
+                }
                 json_array_append_new(arr, o ? o : json_null());
             }
             kt_cli_print_json(json_pack("{s:o}", "records", arr));
         } else if (b.n == 0) {
             printf("no valid record%s\n", key ? " for this workload" : "s for this job");
         } else {
-            printf("%-12s  %8s  %6s  %-6s  %s\n", "Latency (ms)", "Record", "Job", "Target",
-                   "Workload key");
+            printf("%-12s  %8s  %6s  %-6s  %-8s  %s\n", "Latency (ms)", "Record", "Job",
+                   "Target", "Origin", "Workload key");
             for (size_t i = 0; i < b.n; i++) {
                 const kt_record_t *r = &b.items[i];
-                printf("%12.4f  %8" PRId64 "  %6" PRId64 "  %-6s  %s\n", r->mean_cost * 1e3,
-                       r->id, r->job_id, r->target, r->workload_key);
+                printf("%12.4f  %8" PRId64 "  %6" PRId64 "  %-6s  %-8s  %s\n", r->mean_cost * 1e3,
+                       r->id, r->job_id, r->target, kt_store_origin_name(r->origin),
+                       r->workload_key);
             }
         }
     }

@@ -930,6 +930,100 @@ START_TEST(cli_read_commands_against_a_tracker_need_its_token)
 }
 END_TEST
 
+/* The origin of "best --json"'s record i, or NULL. */
+static const char *json_origin(json_t *j, size_t i)
+{
+    return json_string_value(json_object_get(json_array_get(json_object_get(j, "records"), i),
+                                             "origin"));
+}
+
+/* ktune best shows what proposed each best record, from a store and from a
+ * tracker alike: a transfer seed, the model, and "unknown" for a record
+ * stored without one. */
+START_TEST(cli_best_shows_the_origin_of_each_best)
+{
+    char db[256], port_file[256];
+    snprintf(db, sizeof db, "%s/o.db", kt_test_dir);
+    snprintf(port_file, sizeof port_file, "%s/addr", kt_test_dir);
+    static const char *const json[] = {MATMUL, "{\"op\":\"matmul\",\"M\":32,\"N\":64,\"K\":64}"};
+    kt_workload_t *w[2];
+    kt_store_task_t task[2];
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_ptr_nonnull(w[i] = kt_workload_parse(json[i]));
+        ck_assert_int_eq(kt_store_put_workload(s, kt_workload_key(w[i]), kt_workload_json(w[i]),
+                                               kt_workload_flops(w[i])),
+                         0);
+        task[i] = (kt_store_task_t){.index = i, .workload_key = kt_workload_key(w[i]),
+                                    .weight = 1, .target = "cpu"};
+    }
+    kt_store_job_t job = {.created = 1.0, .state = "done", .target = "cpu", .runner_key = "cpu",
+                          .strategy = "gradient", .policy = "sketch.xgb",
+                          .options_json = "{\"num_measure_trials\":3}"};
+    ck_assert_int_eq(kt_store_put_job(s, &job, task, 2), 0);
+    double cost[] = {1e-5, 2e-5, 3e-5};
+    kt_record_t rec[3];
+    for (int i = 0; i < 3; i++)
+        rec[i] = (kt_record_t){.workload_key = kt_workload_key(w[i / 2]), .target = "cpu",
+                               .state_json = "{}", .state_hash = (uint64_t)i + 1,
+                               .costs = &cost[i], .ncosts = 1, .all_cost = 0.1,
+                               .timestamp = 1.0, .runner_key = "cpu", .job_id = job.id};
+    rec[0].origin = KT_STORE_ORIGIN_TRANSFER;   /* the first workload's best */
+    rec[1].origin = KT_STORE_ORIGIN_MODEL;      /* its second */
+    ck_assert_int_eq(kt_store_put_records(s, rec, 3), 0);   /* rec[2]: unknown */
+    kt_store_close(s);
+
+    char *out = NULL;
+    char *text[] = {"best", "--job", "1", "--db", db, NULL};
+    ck_assert_int_eq(ktune(text, &out), 0);
+    ck_assert_msg(strstr(out, "Target  Origin    Workload key") &&
+                      strstr(out, "cpu     transfer  [") && strstr(out, "cpu     unknown   [") &&
+                      !strstr(out, "model"),
+                  "%s", out);
+    free(out);
+
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--port-file",
+                     port_file, NULL};
+    run_t tr;
+    start(&tr, "tracker", "tracker/ktune-tracker", targs);
+    char *addr = NULL;
+    for (int waited = 0; waited < RUN_MS && !addr; waited += 20) {
+        addr = kt_file_read(port_file, NULL);
+        if (!addr)
+            kt_test_sleep_ms(20);
+    }
+    ck_assert_ptr_nonnull(addr);
+    addr[strcspn(addr, "\n")] = '\0';
+    for (int remote = 0; remote < 2; remote++) {
+        char *top[] = {"best", "--workload", MATMUL, "--top", "2", remote ? "--tracker" : "--db",
+                       remote ? addr : db, "--json", NULL};
+        ck_assert_int_eq(ktune(top, &out), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        ck_assert_msg(j && json_origin(j, 0) && json_origin(j, 1), "%s", out);
+        ck_assert_str_eq(json_origin(j, 0), "transfer");
+        ck_assert_str_eq(json_origin(j, 1), "model");
+        json_decref(j);
+        free(out);
+        char *job_best[] = {"best", "--job", "1", remote ? "--tracker" : "--db",
+                            remote ? addr : db, "--json", NULL};
+        ck_assert_int_eq(ktune(job_best, &out), 0);
+        j = json_loads(out, 0, NULL);
+        ck_assert_msg(j && json_origin(j, 0) && json_origin(j, 1), "%s", out);
+        ck_assert_str_eq(json_origin(j, 0), "transfer");
+        ck_assert_str_eq(json_origin(j, 1), "unknown");
+        json_decref(j);
+        free(out);
+    }
+    free(addr);
+    kill(tr.pid, SIGTERM);
+    ck_assert_int_eq(finish(&tr), 0);
+    for (int i = 0; i < 2; i++)
+        kt_workload_free(w[i]);
+    assert_nothing_left();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -947,6 +1041,12 @@ int main(void)
     tcase_add_test(tc, cli_kernel_measure_times_states_and_names_bad_input);
     tcase_add_test(tc, cli_kernel_features_of_a_gpu_state_follow_the_target);
     suite_add_tcase(s, tc);
+    TCase *best = tcase_create("best");
+    tcase_set_timeout(best, 120);
+    tcase_add_unchecked_fixture(best, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(best, test_setup, NULL);
+    tcase_add_test(best, cli_best_shows_the_origin_of_each_best);
+    suite_add_tcase(s, best);
     TCase *bad = tcase_create("bad_input");
     tcase_set_timeout(bad, 400);
     tcase_add_unchecked_fixture(bad, suite_setup, suite_teardown);

@@ -370,20 +370,28 @@ static int count_of(const char *hay, const char *needle)
     return n;
 }
 
-/* Tasks show the layers they stand for; a store of thousands of jobs shows
- * the most recent and says how many there are. */
+/* Tasks show the origin of their best and the layers they stand for; a
+ * store of thousands of jobs shows the most recent and says how many there
+ * are. */
 START_TEST(status_page_shows_task_layers_and_the_total_of_jobs)
 {
     json_error_t jerr;
     json_t *snap = json_loads(
         "{\"jobs_total\": 5000, \"jobs\": [{\"id\": 5000, \"state\": \"done\", \"tasks\": "
         "[{\"id\": 0, \"workload_key\": \"k\", \"status\": \"live\", "
-        "\"desc\": \"conv0 + bn0 + relu0\"}]}]}",
+        "\"best_origin\": \"sibling\", \"desc\": \"conv0 + bn0 + relu0\"}, "
+        "{\"id\": 1, \"workload_key\": \"k2\", \"status\": \"live\", \"best_origin\": null, "
+        "\"desc\": \"\"}]}]}",
         0, &jerr);
     ck_assert_ptr_nonnull(snap);
     char *page = kt_http_status_page(snap, 5);
     ck_assert_ptr_nonnull(page);
     ck_assert_msg(strstr(page, "<th>Layers</th>") && strstr(page, "<td>conv0 + bn0 + relu0</td>"),
+                  "%s", page);
+    /* the origin of each task's best, "-" while it has none */
+    ck_assert_msg(strstr(page, "<th>Best from</th><th>Layers</th>") &&
+                      strstr(page, "<td>live</td><td>sibling</td>") &&
+                      strstr(page, "<td>live</td><td>-</td>"),
                   "%s", page);
     ck_assert_msg(strstr(page, "5000 jobs") &&
                       strstr(page, "Showing the 1 most recent of 5000 jobs"),

@@ -598,6 +598,83 @@ static int has_hash(const uint64_t *h, int n, uint64_t x)
     return 0;
 }
 
+/* Workload `json`'s records on the fake key hold the origin transfer
+ * exactly for the states in seeds[0..nseeds), and random or sibling (a
+ * sketch.random job has no model to pick by) for the rest; returns how
+ * many are transfer's. */
+static int check_origins(const char *json, const uint64_t *seeds, int nseeds)
+{
+    kt_workload_t *w = kt_workload_parse(json);
+    ck_assert_ptr_nonnull(w);
+    kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_store_filter_t f = {.workload_key = kt_workload_key(w), .target = "cpu"};
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(st, &f, &l), 0);
+    int transfer = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const kt_record_t *r = &l->items[i];
+        if (has_hash(seeds, nseeds, r->state_hash)) {
+            ck_assert_msg(r->origin == KT_STORE_ORIGIN_TRANSFER, "seeded record %zu: %s", i,
+                          kt_store_origin_name(r->origin));
+            transfer++;
+        } else {
+            ck_assert_msg(r->origin == KT_STORE_ORIGIN_RANDOM ||
+                              r->origin == KT_STORE_ORIGIN_SIBLING,
+                          "record %zu: %s", i, kt_store_origin_name(r->origin));
+        }
+    }
+    kt_record_list_free(l);
+    kt_store_close(st);
+    kt_workload_free(w);
+    return transfer;
+}
+
+/* The origin of job `id`'s best record of workload `json` as the status
+ * snapshot (/api/status) and QueryBest say it, checked against the store's
+ * best; returns the store's (an origin name). */
+static const char *check_best_origin(service_t *s, int64_t id, const char *json)
+{
+    kt_workload_t *w = kt_workload_parse(json);
+    ck_assert_ptr_nonnull(w);
+    kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_best(st, kt_workload_key(w), "cpu", &l), 0);
+    const char *want = kt_store_origin_name(l->items[0].origin);
+    kt_record_list_free(l);
+    kt_store_close(st);
+
+    kt_http_page_t page = {.offset = 0, .limit = 10};
+    json_t *snap = kt_tracker_snapshot(s->t, &page);
+    ck_assert_ptr_nonnull(snap);
+    json_t *jobs = json_object_get(snap, "jobs"), *job = NULL;
+    for (size_t i = 0; i < json_array_size(jobs) && !job; i++)
+        if (json_integer_value(json_object_get(json_array_get(jobs, i), "id")) == id)
+            job = json_array_get(jobs, i);
+    ck_assert_ptr_nonnull(job);
+    json_t *task = json_array_get(json_object_get(job, "tasks"), 0);
+    const char *got = json_string_value(json_object_get(task, "best_origin"));
+    ck_assert_msg(got && strcmp(got, want) == 0, "status: %s, store: %s", got ? got : "null",
+                  want);
+    json_decref(snap);
+
+    Ktune__V1__QueryBestRequest req = KTUNE__V1__QUERY_BEST_REQUEST__INIT;
+    req.job_id = id;
+    ProtobufCMessage *out = NULL;
+    kt_rpc_status_t rs;
+    ck_assert_int_eq(kt_rpc_call_unary(s->client, "/ktune.v1.Tracker/QueryBest", &req.base,
+                                       &ktune__v1__query_best_response__descriptor, 60000, &out,
+                                       &rs),
+                     0);
+    Ktune__V1__QueryBestResponse *r = (Ktune__V1__QueryBestResponse *)out;
+    ck_assert_uint_eq(r->n_records, 1);
+    ck_assert_str_eq(r->records[0]->origin, strcmp(want, "unknown") == 0 ? "" : want);
+    protobuf_c_message_free_unpacked(out, NULL);
+    kt_workload_free(w);
+    return want;
+}
+
 /* A job over a matmul the store has no record of starts from the re-fitted
  * best states of the matmul an earlier job tuned (its first round is
  * exactly them), measures each once, and a job with no_transfer set does
@@ -637,6 +714,13 @@ START_TEST(jobs_first_round_takes_refitted_states_of_the_nearest_stored_workload
     char *opts = kt_test_job_options(g_db, idb);
     ck_assert_msg(opts && strstr(opts, "\"transfer\":true"), "%s", opts ? opts : "?");
     free(opts);
+    /* each record says where its state came from, and so does the best's
+     * row of the status page and QueryBest */
+    ck_assert_int_eq(check_origins(a.json, NULL, 0), 0);
+    /* the first round's 4 and the seeds the second round took */
+    ck_assert_int_ge(check_origins(b.json, want, nwant), 4);
+    check_best_origin(&s, ida, a.json);
+    check_best_origin(&s, idb, b.json);
 
     /* C with transfer off: none of the states transfer would give it */
     job_msg(&c, 128, "cpu-fake", 8);
@@ -651,6 +735,7 @@ START_TEST(jobs_first_round_takes_refitted_states_of_the_nearest_stored_workload
     ck_assert_int_eq(ngot, 8);
     for (int i = 0; i < nwant; i++)
         ck_assert_msg(!has_hash(got, ngot, want[i]), "re-fitted state %d measured", i);
+    ck_assert_int_eq(check_origins(c.json, NULL, 0), 0);
     opts = kt_test_job_options(g_db, idc);
     ck_assert_msg(opts && strstr(opts, "\"transfer\":false"), "%s", opts ? opts : "?");
     free(opts);

@@ -579,6 +579,97 @@ START_TEST(search_eps_greedy_share_and_population_follow_the_options)
 }
 END_TEST
 
+/* Rank of an origin in a round's order of picks: seeds, siblings, the
+ * model's picks, then the random ones. */
+static int origin_rank(int origin)
+{
+    switch (origin) {
+    case KT_STORE_ORIGIN_TRANSFER: return 0;
+    case KT_STORE_ORIGIN_SIBLING: return 1;
+    case KT_STORE_ORIGIN_MODEL: return 2;
+    case KT_STORE_ORIGIN_RANDOM: return 3;
+    default: ck_abort_msg("origin %d is no proposal's", origin); return -1;
+    }
+}
+
+/* Each proposal names its source as the round's counters count them:
+ * seeds (transfer) first, a round spread over the sample while the model
+ * is untrained (random), then the siblings, the trained model's picks and
+ * the eps-greedy share (random); a random-scored model picks nothing as
+ * "model". Asking for origins changes no proposal. */
+START_TEST(search_origins_name_the_source_of_each_proposal)
+{
+    static const char *const policies[] = {"sketch.xgb", "sketch.random"};
+    for (int k = 0; k < 2; k++) {
+        kt_sched_params_t p;
+        kt_search_opts_t o;
+        kt_workload_t *w = small_matmul(&p, &o, policies[k], 11);
+        const kt_dag_t *dag = kt_workload_dag(w);
+        o.num_warmup_sample = 8;
+        o.eps_greedy = 0.25;
+        kt_search_opts_t other = o;
+        other.seed = 99;
+        kt_search_policy_t *src = kt_search_policy_new(w, &p, &other, NULL, 0);
+        kt_search_policy_t *sp = kt_search_policy_new(w, &p, &o, NULL, 0);
+        kt_search_policy_t *twin = kt_search_policy_new(w, &p, &o, NULL, 0);
+        ck_assert(src && sp && twin);
+        kt_sched_state_t **seeds = NULL;
+        ck_assert_int_eq(kt_search_propose(src, 3, &seeds), 3);
+        ck_assert_int_eq(kt_search_seed(sp, seeds, 3), 3);
+        ck_assert_int_eq(kt_search_seed(twin, seeds, 3), 3);
+        enum { N = 16 };
+        for (int r = 0; r < 3; r++) {
+            int origin[N], c[KT_STORE_NUM_ORIGINS] = {0};
+            for (int i = 0; i < N; i++)
+                origin[i] = -1;
+            kt_sched_state_t **st = NULL, **st2 = NULL;
+            ck_assert_int_eq(kt_search_propose_origins(sp, N, &st, origin), N);
+            ck_assert_int_eq(kt_search_propose(twin, N, &st2), N);
+            kt_search_stats_t s;
+            kt_search_stats(sp, &s);
+            for (int i = 0; i < N; i++) {
+                ck_assert_uint_eq(kt_sched_state_hash(st[i], dag), kt_sched_state_hash(st2[i], dag));
+                ck_assert_int_ge(origin_rank(origin[i]), i > 0 ? origin_rank(origin[i - 1]) : 0);
+                c[origin[i]]++;
+            }
+            ck_assert_int_eq(c[KT_STORE_ORIGIN_TRANSFER], r == 0 ? 3 : 0);
+            for (int i = 0; r == 0 && i < 3; i++)
+                ck_assert_uint_eq(kt_sched_state_hash(st[i], dag), kt_sched_state_hash(seeds[i], dag));
+            ck_assert_int_eq(c[KT_STORE_ORIGIN_SIBLING],
+                             s.last_picked_siblings + s.last_picked_tile_siblings +
+                                 s.last_picked_direct_siblings + s.last_picked_row_siblings);
+            if (k == 0) {
+                /* xgb: round 0 is spread over the sample (untrained), later
+                 * rounds are the trained model's with 4 random picks */
+                ck_assert_int_eq(c[KT_STORE_ORIGIN_RANDOM],
+                                 r == 0 ? s.last_picked_spread : s.last_picked_random);
+                ck_assert_int_eq(c[KT_STORE_ORIGIN_MODEL], s.last_picked_best);
+                ck_assert_int_eq(s.last_picked_spread, r == 0 ? N - 3 : 0);
+                if (r > 0) {
+                    ck_assert_int_gt(c[KT_STORE_ORIGIN_MODEL], 0);
+                    ck_assert_int_eq(c[KT_STORE_ORIGIN_RANDOM], 4);
+                }
+            } else {
+                ck_assert_int_eq(c[KT_STORE_ORIGIN_MODEL], 0);
+                ck_assert_int_eq(c[KT_STORE_ORIGIN_RANDOM], s.last_picked_best + s.last_picked_random);
+            }
+            double costs[N];
+            for (int i = 0; i < N; i++)
+                costs[i] = synthetic_cost(st[i]);
+            ck_assert_int_eq(kt_search_feedback(sp, st, costs, N), 0);
+            ck_assert_int_eq(kt_search_feedback(twin, st2, costs, N), 0);
+            free_states(st, N);
+            free_states(st2, N);
+        }
+        free_states(seeds, 3);
+        kt_search_policy_free(src);
+        kt_search_policy_free(sp);
+        kt_search_policy_free(twin);
+        kt_workload_free(w);
+    }
+}
+END_TEST
+
 /* Distinct knob values (kt_sched_state_knobs) among n states. */
 static int knob_coverage(kt_sched_state_t *const *st, int n)
 {
@@ -1592,6 +1683,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_one_round_measures_real_kernels_and_tracks_the_best);
     tcase_add_test(tc, search_never_proposes_measured_preloaded_or_reported_states);
     tcase_add_test(tc, search_eps_greedy_share_and_population_follow_the_options);
+    tcase_add_test(tc, search_origins_name_the_source_of_each_proposal);
     tcase_add_test(tc, search_diversity_pick_covers_more_knob_values);
     tcase_add_test(tc, search_tile_cap_spreads_picks_over_register_tiles);
     tcase_add_test(tc, search_location_siblings_place_the_best_states_padding_otherwise);

@@ -1238,7 +1238,7 @@ START_TEST(service_restarted_tracker_shows_the_store_s_earlier_jobs)
     double cost = 1e-4;
     kt_record_t r = {.workload_key = kt_workload_key(w), .target = "cpu", .state_json = "{}",
                      .state_hash = 1, .costs = &cost, .ncosts = 1, .timestamp = 1700000000,
-                     .job_id = 1};
+                     .job_id = 1, .origin = KT_STORE_ORIGIN_TRANSFER};
     ck_assert_int_eq(kt_store_put_records(s, &r, 1), 0);
     kt_store_close(s);
     kt_workload_free(w);
@@ -1250,6 +1250,12 @@ START_TEST(service_restarted_tracker_shows_the_store_s_earlier_jobs)
                       strstr(api, "\"desc\": \"conv0 + bn0 + relu0\"") &&
                       strstr(api, "\"jobs_total\": 3") && strstr(api, "\"total_trials\": 1"),
                   "%s", api);
+    /* Each job's one task has that record as its best, with its origin. */
+    int origins = 0;
+    for (const char *q = strstr(api, "\"best_origin\": \"transfer\""); q;
+         q = strstr(q + 1, "\"best_origin\": \"transfer\""))
+        origins++;
+    ck_assert_msg(origins == 3, "%s", api);
     /* The store at a glance: its size and counts, records per device key. */
     const char *body = strstr(api, "\r\n\r\n");
     json_t *snap = body ? json_loads(body + 4, 0, NULL) : NULL;
@@ -1267,7 +1273,8 @@ START_TEST(service_restarted_tracker_shows_the_store_s_earlier_jobs)
     char *page = http_get(http_port, "/");
     ck_assert_msg(strstr(page, "3 jobs") && strstr(page, "conv0 + bn0 + relu0") &&
                       strstr(page, "<h2>Store</h2>") && strstr(page, "1 records (1 valid)") &&
-                      strstr(page, "1 workloads"),
+                      strstr(page, "1 workloads") && strstr(page, "<th>Best from</th>") &&
+                      strstr(page, "<td>transfer</td>"),
                   "%s", page);
     free(page);
     char *metrics = http_get(http_port, "/metrics");

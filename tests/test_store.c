@@ -133,6 +133,7 @@ static void assert_same_record(const kt_record_t *a, const kt_record_t *b)
     ck_assert_int_eq(a->job_id, b->job_id);
     ck_assert_str_eq(a->runner_id ? a->runner_id : "", b->runner_id ? b->runner_id : "");
     ck_assert_str_eq(a->runner_host ? a->runner_host : "", b->runner_host ? b->runner_host : "");
+    ck_assert_int_eq(a->origin, b->origin);
 }
 
 static int64_t count_all(kt_store_t *s, const char *wk)
@@ -148,8 +149,8 @@ static int64_t count_all(kt_store_t *s, const char *wk)
 START_TEST(store_fresh_db_is_wal_at_current_schema_version)
 {
     kt_store_t *s = open_new();
-    ck_assert_int_eq(kt_store_schema_version(s), 4);
-    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 4);
+    ck_assert_int_eq(kt_store_schema_version(s), KT_STORE_SCHEMA_VERSION);
+    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 5);
     ck_assert_int_eq(kt_store_integrity_check(s), 0);
     ck_assert_str_eq(kt_store_path(s), dbpath);
     kt_store_close(s);
@@ -165,7 +166,7 @@ START_TEST(store_fresh_db_is_wal_at_current_schema_version)
 
     s = kt_store_open(":memory:", 0);   /* private database, no file */
     ck_assert_msg(s != NULL, "memory: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 4);
+    ck_assert_int_eq(kt_store_schema_version(s), KT_STORE_SCHEMA_VERSION);
     kt_store_close(s);
 }
 END_TEST
@@ -220,7 +221,7 @@ START_TEST(store_migrates_a_schema_1_store_keeping_its_data)
 
     kt_store_t *s = kt_store_open(dbpath, 0);
     ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 4);
+    ck_assert_int_eq(kt_store_schema_version(s), KT_STORE_SCHEMA_VERSION);
     kt_record_list_t *l = NULL;
     ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
     ck_assert_uint_eq(l->n, 1);
@@ -230,6 +231,7 @@ START_TEST(store_migrates_a_schema_1_store_keeping_its_data)
     ck_assert_str_eq(l->items[0].runner_key, "cpu");
     ck_assert_str_eq(l->items[0].runner_id, "");
     ck_assert_str_eq(l->items[0].runner_host, "");
+    ck_assert_int_eq(l->items[0].origin, KT_STORE_ORIGIN_UNKNOWN);
     kt_record_list_free(l);
     kt_store_job_info_t *info = NULL;
     ck_assert_int_eq(kt_store_get_job(s, 1, &info), 0);
@@ -242,6 +244,7 @@ START_TEST(store_migrates_a_schema_1_store_keeping_its_data)
     kt_record_t r = rec("wk", "cpu", 8, one_cost, 1, 0);
     r.runner_id = "r9";
     r.runner_host = "node-9";
+    r.origin = KT_STORE_ORIGIN_SIBLING;
     ck_assert_int_eq(kt_store_put_records(s, &r, 1), 0);
     kt_store_close(s);
 
@@ -252,6 +255,7 @@ START_TEST(store_migrates_a_schema_1_store_keeping_its_data)
     ck_assert_int_eq(kt_store_get_records(s, &f, &l), 0);
     ck_assert_uint_eq(l->n, 1);
     ck_assert_str_eq(l->items[0].runner_id, "r9");
+    ck_assert_int_eq(l->items[0].origin, KT_STORE_ORIGIN_SIBLING);
     kt_record_list_free(l);
     kt_store_close(s);
 }
@@ -285,6 +289,7 @@ START_TEST(store_migration_3_lists_a_workload_without_sorting)
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(db, "DROP INDEX records_list; DROP INDEX records_key; DROP TABLE distilled; "
+                                      "ALTER TABLE records DROP COLUMN origin; "
                                       "PRAGMA user_version = 2;", NULL,
                                   NULL, NULL),
                      SQLITE_OK);
@@ -299,12 +304,107 @@ START_TEST(store_migration_3_lists_a_workload_without_sorting)
 
     s = kt_store_open(dbpath, 0);
     ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
-    ck_assert_int_eq(kt_store_schema_version(s), 4);
+    ck_assert_int_eq(kt_store_schema_version(s), KT_STORE_SCHEMA_VERSION);
     kt_store_close(s);
     ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
     ck_assert(!list_plan_sorts(db, " AND workload_key = 'wk'"));
     ck_assert(!list_plan_sorts(db, " AND workload_key = 'wk' AND target = 'cpu'"));
     ck_assert(!list_plan_sorts(db, " AND workload_key = 'wk' AND target = 'cpu' AND error_code = 0"));
+    sqlite3_close(db);
+}
+END_TEST
+
+/* The origin names are the store's mapping (and RECORDS.md's): each reads
+ * back as itself, anything else is -1, and a record with an origin out of
+ * range is refused. */
+START_TEST(store_origin_names_round_trip_and_bad_ones_are_refused)
+{
+    static const char *const names[] = {"unknown", "transfer", "model", "random", "sibling"};
+    ck_assert_int_eq(KT_ARRAY_LEN(names), KT_STORE_NUM_ORIGINS);
+    for (int i = 0; i < KT_STORE_NUM_ORIGINS; i++) {
+        ck_assert_str_eq(kt_store_origin_name(i), names[i]);
+        ck_assert_int_eq(kt_store_origin_parse(names[i]), i);
+    }
+    ck_assert_ptr_null(kt_store_origin_name(-1));
+    ck_assert_ptr_null(kt_store_origin_name(KT_STORE_NUM_ORIGINS));
+    ck_assert_int_eq(kt_store_origin_parse("Model"), -1);
+    ck_assert_int_eq(kt_store_origin_parse(""), -1);
+    ck_assert_int_eq(kt_store_origin_parse(NULL), -1);
+    kt_store_t *s = open_new();
+    kt_record_t r = rec("wk", "cpu", 1, one_cost, 1, 0);
+    r.origin = KT_STORE_NUM_ORIGINS;
+    ck_assert_int_eq(kt_store_put_records(s, &r, 1), KT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "origin"));
+    ck_assert_int_eq(count_all(s, NULL), 0);
+    kt_store_close(s);
+}
+END_TEST
+
+/* A store written before records kept their origin (a version-4 file: the
+ * origin column absent) reads every record as unknown through a read-only
+ * handle, best and export included; a read-write open adds the column,
+ * the old records still read unknown and a new one keeps its origin. */
+START_TEST(store_before_origins_reads_unknown_and_migrates)
+{
+    kt_store_t *s = open_new();
+    kt_record_t rs[] = {rec("wk", "cpu", 1, one_cost, 1, 0), rec("wk", "cpu", 2, NULL, 0, 4)};
+    ck_assert_int_eq(kt_store_put_records(s, rs, 2), 0);
+    kt_store_close(s);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "ALTER TABLE records DROP COLUMN origin; "
+                                      "PRAGMA user_version = 4;", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+
+    s = kt_store_open(dbpath, KT_STORE_READONLY);
+    ck_assert_msg(s != NULL, "read-only open of schema 4: %s", kt_err_msg());
+    ck_assert_int_eq(kt_store_schema_version(s), 4);
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
+    ck_assert_uint_eq(l->n, 2);
+    for (size_t i = 0; i < l->n; i++)
+        ck_assert_int_eq(l->items[i].origin, KT_STORE_ORIGIN_UNKNOWN);
+    kt_record_list_free(l);
+    ck_assert_int_eq(kt_store_best(s, "wk", "cpu", &l), 0);
+    ck_assert_uint_eq(l->items[0].state_hash, 1);
+    ck_assert_int_eq(l->items[0].origin, KT_STORE_ORIGIN_UNKNOWN);
+    char *line = kt_store_record_to_json(&l->items[0]);
+    ck_assert_ptr_null(strstr(line, "origin"));
+    free(line);
+    kt_record_list_free(l);
+    kt_store_close(s);
+
+    /* Read-write: migrated from the version before the origin column's
+     * migration (this build's last) to the current one. */
+    ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", KT_STORE_SCHEMA_VERSION - 1);
+    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    s = kt_store_open(dbpath, 0);
+    ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
+    ck_assert_int_eq(kt_store_schema_version(s), KT_STORE_SCHEMA_VERSION);
+    kt_record_t r = rec("wk", "cpu", 3, one_cost, 1, 0);
+    r.origin = KT_STORE_ORIGIN_TRANSFER;
+    ck_assert_int_eq(kt_store_put_records(s, &r, 1), 0);
+    ck_assert_int_eq(kt_store_get_records(s, NULL, &l), 0);
+    ck_assert_uint_eq(l->n, 3);
+    ck_assert_int_eq(l->items[0].origin, KT_STORE_ORIGIN_UNKNOWN);
+    ck_assert_int_eq(l->items[1].origin, KT_STORE_ORIGIN_UNKNOWN);
+    ck_assert_int_eq(l->items[2].origin, KT_STORE_ORIGIN_TRANSFER);
+    kt_record_list_free(l);
+    kt_store_close(s);
+    ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT count(*), count(origin) FROM records WHERE "
+                                            "origin IS NULL OR origin = 'transfer'",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_int_eq(sqlite3_column_int(st, 0), 3);   /* the old ones NULL, the new by name */
+    ck_assert_int_eq(sqlite3_column_int(st, 1), 1);
+    sqlite3_finalize(st);
     sqlite3_close(db);
 }
 END_TEST
@@ -352,7 +452,7 @@ START_TEST(store_reopen_keeps_data)
 
     s = kt_store_open(dbpath, 0);   /* existing file: no create flag needed */
     ck_assert_ptr_nonnull(s);
-    ck_assert_int_eq(kt_store_schema_version(s), 4);
+    ck_assert_int_eq(kt_store_schema_version(s), KT_STORE_SCHEMA_VERSION);
     ck_assert_int_eq(kt_store_has_measured(s, "wk", "cpu", 7), 1);
     double flops = 0;
     ck_assert_int_eq(kt_store_get_workload(s, "wk", NULL, &flops), 0);
@@ -1153,6 +1253,10 @@ START_TEST(store_export_import_roundtrip_reproduces_records)
     rs[1].all_cost = 0.30000000000000004;
     rs[2].error_msg = "nvrtc: error: \"x\" undefined\n\ttab \xe2\x9c\x93";
     rs[3].runner_key = "";
+    rs[0].origin = KT_STORE_ORIGIN_TRANSFER;
+    rs[1].origin = KT_STORE_ORIGIN_MODEL;
+    rs[2].origin = KT_STORE_ORIGIN_RANDOM;
+    rs[3].origin = KT_STORE_ORIGIN_SIBLING;   /* rs[4]: unknown */
     ck_assert_int_eq(kt_store_put_records(s, rs, KT_ARRAY_LEN(rs)), 0);
 
     char *out1 = tmp_file("out1.jsonl");
@@ -1168,6 +1272,10 @@ START_TEST(store_export_import_roundtrip_reproduces_records)
     ck_assert_ptr_nonnull(strstr(text1, "\"state\":\"{ \\\"stages\\\""));
     ck_assert_ptr_nonnull(strstr(text1, "\"state_hash\":\"fedcba9876543210\""));
     ck_assert_ptr_nonnull(strstr(text1, "\"state\":[]"));
+    /* the origin last, and only when known */
+    ck_assert_ptr_nonnull(strstr(text1, "\"runner_host\":\"host-a\",\"origin\":\"transfer\"}"));
+    ck_assert_ptr_nonnull(strstr(text1, "\"origin\":\"sibling\"}\n{"));
+    ck_assert_ptr_null(strstr(strrchr(text1, '{'), "origin"));
 
     char db2[160];
     snprintf(db2, sizeof db2, "%s/second.db", tmpdir);
@@ -1293,10 +1401,18 @@ START_TEST(store_import_reports_bad_line)
         "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1}\n",
         "{\"workload_key\":" W1_JSON ",\"target\":\"gpu\",\"state\":\"s\",\"state_hash\":"
         "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1}\n",
+        "{\"workload_key\":" W1_JSON ",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
+        "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1,"
+        "\"origin\":\"guess\"}\n",
+        "{\"workload_key\":" W1_JSON ",\"target\":\"cpu\",\"state\":\"s\",\"state_hash\":"
+        "\"00000000000000aa\",\"costs\":[1],\"error_code\":0,\"all_cost\":1,\"timestamp\":1,"
+        "\"origin\":2}\n",
     };
     static const char *const reasons[] = {"16 hex", "cost 0", "error_code", "duplicate",
                                           "\"workload_key\": 'garbage' is not a workload key",
-                                          "\"target\": unknown target 'gpu'"};
+                                          "\"target\": unknown target 'gpu'",
+                                          "\"origin\" is not unknown, transfer",
+                                          "\"origin\" is not unknown, transfer"};
     for (size_t i = 0; i < KT_ARRAY_LEN(lines); i++) {
         f = fmemopen((void *)lines[i], strlen(lines[i]), "r");
         ck_assert_int_eq(kt_store_import_jsonl(s, f, &rep), 0);
@@ -1436,6 +1552,8 @@ int main(void)
     tcase_add_test(tc, store_distill_refuses_while_a_job_is_active);
     tcase_add_test(tc, store_stats_and_vacuum_after_distill);
     tcase_add_test(tc, store_migrates_a_schema_1_store_keeping_its_data);
+    tcase_add_test(tc, store_origin_names_round_trip_and_bad_ones_are_refused);
+    tcase_add_test(tc, store_before_origins_reads_unknown_and_migrates);
     tcase_add_test(tc, store_migration_3_lists_a_workload_without_sorting);
     tcase_add_test(tc, store_filters_records_by_runner_id_or_host);
     tcase_add_test(tc, store_reopen_keeps_data);

@@ -347,6 +347,9 @@ static void put_job(kt_sbuf_t *b, const json_t *job)
         {"trials", "Trials", COL_INT},
         {"weight", "Weight", COL_NUM},
         {"status", "Status", COL_TEXT},
+        /* What proposed the best record: transfer, model, random, sibling
+         * or unknown ("-" while the task has none). */
+        {"best_origin", "Best from", COL_TEXT},
         /* Last, so the long "conv0 + bn0 + relu0" names do not push the
          * numbers apart; "-" for workloads given without a network. */
         {"desc", "Layers", COL_TEXT},

@@ -590,13 +590,19 @@ static int task_check(const kt_search_family_t *f, int task)
 
 int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_state_t ***out)
 {
+    return kt_search_family_propose_origins(f, task, n, out, NULL);
+}
+
+int kt_search_family_propose_origins(kt_search_family_t *f, int task, int n,
+                                     kt_sched_state_t ***out, int *origins)
+{
     if (out)
         *out = NULL;
     int rc = task_check(f, task);
     if (rc)
         return rc;
     if (f->kind == FAM_PLAIN)
-        return kt_search_propose(f->pol[task], n, out);
+        return kt_search_propose_origins(f->pol[task], n, out, origins);
     pthread_rwlock_rdlock(&f->lock);
     int need = sync_needed(f);
     pthread_rwlock_unlock(&f->lock);
@@ -618,12 +624,12 @@ int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_st
     if (f->kind == FAM_ALL) {
         snap_t *s = snap_get(f);
         sp->score_model = s->m;
-        rc = kt_search_propose(sp, n, out);
+        rc = kt_search_propose_origins(sp, n, out, origins);
         sp->score_model = NULL;
         snap_put(s);
     } else {
         pthread_rwlock_rdlock(&f->lock);
-        rc = kt_search_propose(sp, n, out);
+        rc = kt_search_propose_origins(sp, n, out, origins);
         pthread_rwlock_unlock(&f->lock);
     }
     if (rc == 0) {

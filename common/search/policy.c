@@ -1190,13 +1190,29 @@ static int pick_siblings(kt_search_policy_t *sp, int n, tiles_t *tiles, kt_slist
     return rc;
 }
 
+/* The origin of picks out[from..to) into origin (NULL: not wanted). */
+static void mark(int *origin, int from, int to, int what)
+{
+    for (int i = from; origin && i < to; i++)
+        origin[i] = what;
+}
+
+/* The origin of a pick from the best-scored states: a model that predicts
+ * with random scores (untrained, or sketch.random's) picks by chance. */
+static int scored_origin(const kt_search_policy_t *sp)
+{
+    return kt_model_is_trained(kt_search_scorer(sp)) ? KT_STORE_ORIGIN_MODEL
+                                                     : KT_STORE_ORIGIN_RANDOM;
+}
+
 /* Ansor's PickStatesWithEpsGreedy: the first (1 - eps) x n from the best
  * states (chosen for diversity when diversity_filter_ratio is set, at most
  * tile_family_share of them of one register tile while others are left),
  * the rest from the random ones (each falls back on the other), never a
- * state measured or proposed before. */
+ * state measured or proposed before. The picks' origins go to origin[]
+ * (indexed as out; NULL: not wanted). */
 static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd,
-                kt_slist_t *out)
+                kt_slist_t *out, int *origin)
 {
     int num_random = (int)(sp->opts.eps_greedy * n);
     int num_good = n - num_random;
@@ -1207,13 +1223,17 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
     sp->stats.last_picked_row_siblings = 0;
     if ((rc = tiles_for_round(sp, n, num_good, &tiles)))
         goto out;
+    int from = out->n;
     if ((rc = pick_siblings(sp, num_good, &tiles, out)))
         goto out;
+    mark(origin, from, out->n, KT_STORE_ORIGIN_SIBLING);
+    from = out->n;
     if (sp->opts.diversity_filter_ratio > 0)
         rc = pick_diverse(sp, diversity_pool(sp, n), num_good - out->n, best, &tiles, out,
                           &sp->stats.last_picked_best);
     else
         rc = pick_capped(sp, num_good, best, &tiles, out);
+    mark(origin, from, out->n, scored_origin(sp));
     while (rc == 0 && out->n < n) {
         int from_best;
         if (out->n < num_good)
@@ -1228,6 +1248,7 @@ static int pick(kt_search_policy_t *sp, int n, kt_slist_t *best, kt_slist_t *rnd
             continue;
         if ((rc = take(sp, src, i, kt_sched_state_tile_key(src->st[i]), &tiles, out)))
             break;
+        mark(origin, out->n - 1, out->n, from_best ? scored_origin(sp) : KT_STORE_ORIGIN_RANDOM);
         if (from_best)
             sp->stats.last_picked_best++;
         else
@@ -1245,8 +1266,10 @@ out:
  * search would stay near them. It takes the sampled states instead, for the
  * coverage of their knob values (tile_family_share per register tile while
  * others are left). */
-static int pick_spread(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_t *out)
+static int pick_spread(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_t *out,
+                       int *origin)
 {
+    int from = out->n;
     tiles_t tiles;
     int rc = tiles_for_round(sp, n, n, &tiles);
     if (rc == 0)
@@ -1255,6 +1278,7 @@ static int pick_spread(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_
         if (pop->st[i] && is_new(sp, pop->hash[i]) &&
             (rc = take(sp, pop, i, kt_sched_state_tile_key(pop->st[i]), &tiles, out)) == 0)
             sp->stats.last_picked_spread++;
+    mark(origin, from, out->n, KT_STORE_ORIGIN_RANDOM);
     sp->stats.last_tile_families = tiles.n;
     tiles_free(&tiles);
     return rc;
@@ -1263,7 +1287,8 @@ static int pick_spread(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_
 /* The rest of a round with a trained model (Ansor's): add measured states
  * and the foresight to the sampled population pop, draw random states,
  * evolve, pick. */
-static int evolve_and_pick(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_t *out)
+static int evolve_and_pick(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_slist_t *out,
+                           int *origin)
 {
     kt_slist_t best = {0}, rnd = {0};
     int sampled = pop->n;   /* scored while sampling */
@@ -1304,15 +1329,15 @@ static int evolve_and_pick(kt_search_policy_t *sp, int n, kt_slist_t *pop, kt_sl
         rc = evolve(sp, pop, sampled, sp->opts.evolutionary_search_num_iters,
                     pool > keep ? pool : keep, &best);
     if (rc == 0)
-        rc = pick(sp, n, &best, &rnd, out);
+        rc = pick(sp, n, &best, &rnd, out, origin);
     kt_slist_free(&best);
     kt_slist_free(&rnd);
     return rc;
 }
 
 /* One round: sample, then spread the picks over the sample while the
- * learned model is untrained, else evolve and pick. */
-static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
+ * learned model is untrained, else evolve and pick; origins as pick's. */
+static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out, int *origin)
 {
     kt_slist_t pop = {0};
     int rc = sample_init_population(sp, &pop);
@@ -1325,9 +1350,9 @@ static int search_round(kt_search_policy_t *sp, int n, kt_slist_t *out)
         sp->stats.last_picked_direct_siblings = sp->stats.last_picked_row_siblings = 0;
         sp->stats.last_random = sp->stats.last_best = sp->stats.last_num_iters = 0;
         sp->stats.last_from_measured = sp->stats.last_from_foresight = 0;
-        rc = pick_spread(sp, n, &pop, out);
+        rc = pick_spread(sp, n, &pop, out, origin);
     } else if (rc == 0) {
-        rc = evolve_and_pick(sp, n, &pop, out);
+        rc = evolve_and_pick(sp, n, &pop, out, origin);
     }
     if (rc == 0 && out->n == 0)
         sp->stats.empty_rounds++;
@@ -1399,9 +1424,11 @@ int kt_search_seed(kt_search_policy_t *sp, kt_sched_state_t *const *states, int 
 
 /* The seeds first, in order, while the round has room: each goes through
  * the dedup every proposal does (is_new: measured, preloaded, proposed, or
- * in the caller's store), and one found measured is dropped. */
-static int take_seeds(kt_search_policy_t *sp, int n, kt_slist_t *out)
+ * in the caller's store), and one found measured is dropped. Their origin
+ * is transfer: schedule transfer is what seeds a policy. */
+static int take_seeds(kt_search_policy_t *sp, int n, kt_slist_t *out, int *origin)
 {
+    int from = out->n;
     int next = 0, rc = 0;
     sp->stats.last_picked_seeds = 0;
     while (next < sp->seeds.n && out->n < n && rc == 0) {
@@ -1426,10 +1453,17 @@ static int take_seeds(kt_search_policy_t *sp, int n, kt_slist_t *out)
         sp->seeds.hash[k] = sp->seeds.hash[j];
     }
     sp->seeds.n = k;
+    mark(origin, from, out->n, KT_STORE_ORIGIN_TRANSFER);
     return rc < 0 ? rc : 0;
 }
 
 int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out)
+{
+    return kt_search_propose_origins(sp, n, out, NULL);
+}
+
+int kt_search_propose_origins(kt_search_policy_t *sp, int n, kt_sched_state_t ***out,
+                              int *origins)
 {
     if (out)
         *out = NULL;
@@ -1441,12 +1475,12 @@ int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out)
         rc = maybe_restart(sp);
     kt_slist_t got = {0};
     if (rc == 0)
-        rc = take_seeds(sp, n, &got);
+        rc = take_seeds(sp, n, &got, origins);
     if (rc == 0 && got.n < n) {
         kt_slist_t more = {0};
         for (int tries = 0; rc == 0 && tries <= sp->opts.retry_search_one_round_on_empty;
              tries++) {
-            rc = search_round(sp, n - got.n, &more);
+            rc = search_round(sp, n - got.n, &more, origins ? origins + got.n : NULL);
             if (more.n > 0 || got.n > 0)
                 break;
         }

@@ -208,6 +208,17 @@ int kt_search_preload(kt_search_policy_t *sp, const char *state_json, double cos
  * As in Ansor, a proposed state counts as measured from now on: it is never
  * proposed again even if its result never comes back. */
 int kt_search_propose(kt_search_policy_t *sp, int n, kt_sched_state_t ***out);
+/* kt_search_propose, also writing where each state came from into
+ * origins[0..count) (room for n; NULL: not wanted), a KT_STORE_ORIGIN_*
+ * (store.h) the record of its measurement keeps: TRANSFER for a seed
+ * (kt_search_seed), SIBLING for the location, tile, direct and row
+ * siblings, MODEL for the best-scored picks of a trained model's
+ * evolutionary search (foresight included), RANDOM for the eps-greedy
+ * share, for a round spread over a sample while the model is untrained
+ * (the warm-up) and for the best-scored picks of a model with random scores
+ * (sketch.random). */
+int kt_search_propose_origins(kt_search_policy_t *sp, int n, kt_sched_state_t ***out,
+                              int *origins);
 
 /* Seeds: states to propose first, from the next propose on, ahead of the
  * search's own picks (schedule transfer's states re-fitted from other
@@ -463,6 +474,9 @@ int kt_search_family_warmup_done(const kt_search_family_t *f);
  * described above (sync, cross-training during warm-up, foresee passes;
  * sketch.xgb's shared warm-up). */
 int kt_search_family_propose(kt_search_family_t *f, int task, int n, kt_sched_state_t ***out);
+/* The same with each state's origin (kt_search_propose_origins). */
+int kt_search_family_propose_origins(kt_search_family_t *f, int task, int n,
+                                     kt_sched_state_t ***out, int *origins);
 int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t *const *states,
                               const double *costs, int n);
 /* Train the family models on what was preloaded or fed to the policies but

@@ -312,6 +312,44 @@ typedef struct {
     int oom;
 } walk_t;
 
+int kt_job_record_beats(const kt_record_t *r, double best_cost)
+{
+    return r->error_code == KT_MEASURE_NO_ERROR && isfinite(r->mean_cost) && r->mean_cost > 0 &&
+           r->mean_cost < best_cost;
+}
+
+void kt_job_best_init(kt_job_best_t *b)
+{
+    b->cost = KT_SCHEDULER_NO_COST;
+    b->origin = KT_STORE_ORIGIN_UNKNOWN;
+}
+
+void kt_job_best_note(kt_job_best_t *b, const kt_record_t *r)
+{
+    if (kt_job_record_beats(r, b->cost)) {
+        b->cost = r->mean_cost;
+        b->origin = r->origin;
+    }
+}
+
+int kt_job_view_annotate_tasks(json_t *job, const kt_job_view_t *v, const kt_job_best_t *best)
+{
+    json_t *tasks = json_object_get(job, "tasks");
+    int ok = 1;
+    for (int i = 0; ok && i < v->info->ntasks && i < (int)json_array_size(tasks); i++) {
+        json_t *t = json_array_get(tasks, (size_t)i);
+        const char *d = v->info->tasks[i].desc;
+        ok = json_object_set_new(t, "desc", json_string(d ? d : "")) == 0;
+        if (ok && best) {
+            const char *o = kt_store_origin_name(best[i].origin);
+            ok = json_object_set_new(t, "best_origin",
+                                     best[i].cost < KT_SCHEDULER_NO_COST && o ? json_string(o)
+                                                                              : json_null()) == 0;
+        }
+    }
+    return ok ? 0 : kt_err_set(KT_ENOMEM, "out of memory");
+}
+
 static int walk_record(const kt_record_t *r, void *ctx)
 {
     walk_t *w = ctx;
@@ -322,8 +360,7 @@ static int walk_record(const kt_record_t *r, void *ctx)
             return rc;
     }
     p->trials++;
-    if (r->error_code == KT_MEASURE_NO_ERROR && isfinite(r->mean_cost) && r->mean_cost > 0 &&
-        r->mean_cost < p->best_cost)
+    if (kt_job_record_beats(r, p->best_cost))
         p->best_cost = r->mean_cost;
     if (w->in_round == 0) {
         if (p->rounds == w->cap) {

@@ -98,6 +98,28 @@ typedef struct {
     double *history;            /* best after each round (malloc'd, rounds entries) */
 } kt_job_task_progress_t;
 
+/* 1 when r is a valid record (error code 0, a finite positive mean cost)
+ * faster than best_cost: the test by which a task's best is counted. */
+int kt_job_record_beats(const kt_record_t *r, double best_cost);
+
+/* A task's best record and its origin, followed as its records come in id
+ * order (the first of equal costs stays), for the status page's origin of
+ * each task's best. */
+typedef struct {
+    double cost;                /* seconds; KT_SCHEDULER_NO_COST while none */
+    int origin;                 /* KT_STORE_ORIGIN_* of that record */
+} kt_job_best_t;
+
+void kt_job_best_init(kt_job_best_t *b);
+/* Take r when kt_job_record_beats(r, b->cost). */
+void kt_job_best_note(kt_job_best_t *b, const kt_record_t *r);
+/* The tasks of a status snapshot (the "tasks" array of `job`, a
+ * kt_scheduler_snapshot) with what the scheduler does not know: each
+ * task's layers ("desc", from the view) and, with best (one per task) not
+ * NULL, the origin of its best record ("best_origin": a
+ * kt_store_origin_name, null while the task has no best). 0 or KT_ENOMEM. */
+int kt_job_view_annotate_tasks(json_t *job, const kt_job_view_t *v, const kt_job_best_t *best);
+
 /* Walk task `task`'s records in id order into *out (free out->history),
  * calling each(r, ctx) for every record when each is not NULL (it must not
  * use the store handle). per_round >= 1. */

@@ -176,6 +176,7 @@ typedef struct {
      * faulty machine in a key's pool is found from the store by these. */
     char runner_id[KT_REGISTRY_ID_MAX];
     char runner_host[KT_REGISTRY_ADDR_MAX];
+    int origin;               /* KT_STORE_ORIGIN_*: what proposed the state */
 } cand_t;
 
 static void cand_error(cand_t *c, int err, const char *fmt, const char *arg)
@@ -919,7 +920,8 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
                                 .runner_key = j->view->info->job.runner_key,
                                 .job_id = j->id,
                                 .runner_id = c[i].runner_id,
-                                .runner_host = c[i].runner_host};
+                                .runner_host = c[i].runner_host,
+                                .origin = c[i].origin};
     }
     /* A store that cannot write (disk full, I/O error) is retried, not
      * fatal: the round's measurements wait in memory while the tracker
@@ -941,6 +943,12 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
         KT_INFO("job %" PRId64 ": the store commits again after %d failed attempts", j->id,
                 failures);
         job_note(j, NULL);
+    }
+    if (rc == 0) {   /* the status page's origin of the task's best */
+        pthread_mutex_lock(&j->mu);
+        for (int i = 0; i < n; i++)
+            kt_job_best_note(&t->best, &recs[i]);
+        pthread_mutex_unlock(&j->mu);
     }
     free(recs);
     return rc;
@@ -1019,12 +1027,16 @@ static int round_run(job_round_t *r)
               kt_store_count_distilled(st, t->key, t->target, &distilled) == 0 && distilled == 0;
     kt_jobs_store_put(j->m, st);
     st = NULL;
-    int n = j->m->dispatch_only ? stub_propose(r->n, &states)
-                                : kt_search_family_propose(j->fam, r->task, r->n, &states);
+    int *origins = calloc((size_t)r->n, sizeof *origins);
+    int n = !origins             ? kt_err_set(KT_ENOMEM, "out of memory")
+            : j->m->dispatch_only ? stub_propose(r->n, &states)
+                                 : kt_search_family_propose_origins(j->fam, r->task, r->n,
+                                                                    &states, origins);
     t->fast = 0;
     tp[1] = kt_time_mono();
     if (n <= 0) {
         cpu_leave(j->m);
+        free(origins);
         if (n < 0)
             return n;
         free(states);
@@ -1038,11 +1050,15 @@ static int round_run(job_round_t *r)
     if (!c || !idx || !costs) {
         for (int i = 0; i < n; i++)
             kt_sched_state_free(states[i]);
+        free(origins);
         rc = kt_err_set(KT_ENOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         c[i].st = states[i];
+        c[i].origin = origins[i];
+    }
+    free(origins);
     if (!t->have_ref) {
         if ((rc = kt_search_candidate_reference(wl, &t->ref)) != 0)
             goto out;
@@ -1494,6 +1510,7 @@ static int preload(int task, const kt_record_t *r, void *ctx)
 {
     job_t *j = ctx;
     j->tasks[task].known++;
+    kt_job_best_note(&j->tasks[task].best, r);   /* not listed yet: no lock */
     if (j->load_curve && kt_job_curve_add(task, r, j->load_curve) != 0)
         return kt_err_code();
     double cost = r->error_code == KT_MEASURE_NO_ERROR ? r->mean_cost : -1;
@@ -1646,6 +1663,7 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
         t->target = v->info->job.target;
         t->policy = kt_search_family_policy(j->fam, i);
         kt_search_set_has_measured(t->policy, has_measured, t);
+        kt_job_best_init(&t->best);
     }
     kt_scheduler_config_t cfg;
     kt_scheduler_config_default(&cfg);
@@ -2075,12 +2093,23 @@ json_t *kt_jobs_job_json(job_t *j)
         return NULL;
     }
     json_decref(own);
-    /* The layers each task stands for, beside its key (stored with the job). */
-    json_t *tasks = json_object_get(o, "tasks");
-    for (int i = 0; i < j->view->info->ntasks && i < (int)json_array_size(tasks); i++) {
-        const char *d = j->view->info->tasks[i].desc;
-        json_object_set_new(json_array_get(tasks, (size_t)i), "desc", json_string(d ? d : ""));
+    /* The layers each task stands for (stored with the job) and the origin
+     * of its best record, beside its key. */
+    int nt = j->view->ntasks;
+    kt_job_best_t *best = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *best);
+    if (best) {
+        pthread_mutex_lock(&j->mu);
+        for (int i = 0; i < nt; i++)
+            best[i] = j->tasks[i].best;
+        pthread_mutex_unlock(&j->mu);
     }
+    if (!best || kt_job_view_annotate_tasks(o, j->view, best) != 0) {
+        free(best);
+        json_decref(o);
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    free(best);
     return o;
 }
 
@@ -2090,6 +2119,20 @@ static int job_loaded(job_t *list, int64_t id)
         if (j->id == id)
             return 1;
     return 0;
+}
+
+/* What stored_job_json collects on its one walk of a job's records: the
+ * curve and each task's best with its origin. */
+typedef struct {
+    kt_job_curve_t curve;
+    kt_job_best_t *best;
+} stored_walk_t;
+
+static int stored_record(int task, const kt_record_t *r, void *ctx)
+{
+    stored_walk_t *w = ctx;
+    kt_job_best_note(&w->best[task], r);
+    return kt_job_curve_add(task, r, &w->curve);
 }
 
 /* A job of the store as the snapshot shows it: the scheduler's view rebuilt
@@ -2109,17 +2152,20 @@ static json_t *stored_job_json(kt_store_t *st, int64_t id, size_t *nrecs)
     size_t npts = 0;
     if (kt_store_read_latency(st, id, &pts, &npts) != 0)
         npts = 0;
-    /* The records are walked once for the table; the curve collects them on
-     * the way (they draw it before the latency log's first point). */
-    kt_job_curve_t rc_curve = {0};
-    kt_scheduler_t *sched = kt_job_view_scheduler(st, v, &cfg, kt_job_curve_add, &rc_curve);
-    *nrecs += rc_curve.n;
+    /* The records are walked once for the table; the curve and each task's
+     * best collect them on the way (they draw the curve before the latency
+     * log's first point). */
+    stored_walk_t w = {.best = malloc((size_t)(v->ntasks > 0 ? v->ntasks : 1) * sizeof *w.best)};
+    for (int i = 0; w.best && i < v->ntasks; i++)
+        kt_job_best_init(&w.best[i]);
+    kt_scheduler_t *sched = w.best ? kt_job_view_scheduler(st, v, &cfg, stored_record, &w) : NULL;
+    *nrecs += w.curve.n;
     json_t *o = sched ? kt_scheduler_snapshot(sched) : NULL;
-    json_t *curve = o ? kt_job_curve_with_log(&rc_curve, v,
+    json_t *curve = o ? kt_job_curve_with_log(&w.curve, v,
                                               kt_scheduler_measures_per_round(sched), pts, npts)
                       : NULL;
     kt_scheduler_free(sched);
-    kt_job_curve_clear(&rc_curve);
+    kt_job_curve_clear(&w.curve);
     free(pts);
     const kt_store_job_t *sj = &v->info->job;
     const char *sp = v->opts.search_params;
@@ -2131,21 +2177,17 @@ static json_t *stored_job_json(kt_store_t *st, int64_t id, size_t *nrecs)
                                          sj->created, "curve", curve)
                              : NULL;
     json_decref(curve);
-    if (!own || json_object_update(o, own) != 0) {
-        json_decref(own);
+    int ok = own && json_object_update(o, own) == 0 &&
+             kt_job_view_annotate_tasks(o, v, w.best) == 0;
+    json_decref(own);
+    free(w.best);
+    kt_job_view_free(v);
+    if (!ok) {
         json_decref(o);
-        kt_job_view_free(v);
         if (kt_err_code() == KT_OK)
             kt_err_set(KT_ENOMEM, "out of memory");
         return NULL;
     }
-    json_decref(own);
-    json_t *tasks = json_object_get(o, "tasks");
-    for (int i = 0; i < v->info->ntasks && i < (int)json_array_size(tasks); i++) {
-        const char *d = v->info->tasks[i].desc;
-        json_object_set_new(json_array_get(tasks, (size_t)i), "desc", json_string(d ? d : ""));
-    }
-    kt_job_view_free(v);
     return o;
 }
 

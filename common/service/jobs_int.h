@@ -35,6 +35,7 @@ typedef struct {
      * store for each state a search considers: `fast` is set per round. */
     int64_t known;
     int fast;
+    kt_job_best_t best;          /* its best record and that record's origin (job_t.mu) */
     uint8_t *ref_art;            /* its built artifact, once built */
     size_t ref_len;
     char ref_hash[17];

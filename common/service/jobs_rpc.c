@@ -309,6 +309,9 @@ static int fill_record(kt_rpc_call_t *call, const kt_record_t *r, Ktune__V1__Rec
     o->timestamp = r->timestamp;
     o->job_id = r->job_id;
     o->n_costs = (size_t)r->ncosts;
+    /* a static name, never copied; "" (the field's default) for unknown */
+    const char *origin = kt_store_origin_name(r->origin);
+    o->origin = (char *)(r->origin != KT_STORE_ORIGIN_UNKNOWN && origin ? origin : "");
     if (!call) {
         o->workload_key = (char *)r->workload_key;
         o->target = (char *)r->target;

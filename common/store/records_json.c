@@ -65,6 +65,10 @@ char *kt_store_record_to_json(const kt_record_t *r)
           set(o, "job_id", r->job_id > 0 ? json_integer(r->job_id) : json_null()) ||
           set(o, "runner_id", json_string(r->runner_id ? r->runner_id : "")) ||
           set(o, "runner_host", json_string(r->runner_host ? r->runner_host : ""));
+    /* Only when known: a record without one exports as it did before origins. */
+    const char *origin = kt_store_origin_name(r->origin);
+    if (!bad && r->origin != KT_STORE_ORIGIN_UNKNOWN)
+        bad = !origin || set(o, "origin", json_string(origin));
     json_decref(costs);
     json_decref(mean);
     char *text = bad ? NULL : json_dumps(o, LINE_FLAGS);
@@ -244,6 +248,14 @@ static int parse_line(const char *line, parsed_t *p, char *why, size_t whysz)
         return -1;
     }
     r->job_id = json_is_integer(v) ? json_integer_value(v) : 0;
+
+    v = json_object_get(o, "origin");
+    if (v)
+        r->origin = json_is_string(v) ? kt_store_origin_parse(json_string_value(v)) : -1;
+    if (r->origin < 0) {
+        snprintf(why, whysz, "\"origin\" is not " KT_STORE_ORIGIN_NAMES);
+        return -1;
+    }
 
     if (kt_store_record_check(r) != 0) {
         snprintf(why, whysz, "%s", kt_err_msg());

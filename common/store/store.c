@@ -106,6 +106,12 @@ static const char *const migrations[] = {
     "  PRIMARY KEY (workload_key, target, state_hash)) WITHOUT ROWID;"
     /* The status page counts records per device key: an index scan. */
     "CREATE INDEX records_key ON records(runner_key);",
+    /* 5: what proposed a record's state (KT_STORE_ORIGIN_*, by name), so an
+     * operator sees whether a best came from transfer, the model or chance.
+     * No CHECK, so that a later origin needs no rebuild of the table (the
+     * store checks names on put). Older rows read NULL: unknown. Code asks
+     * the file for the column, not for this version. */
+    "ALTER TABLE records ADD COLUMN origin TEXT;",
 };
 
 _Static_assert(KT_ARRAY_LEN(migrations) == KT_STORE_SCHEMA_VERSION,
@@ -125,9 +131,13 @@ typedef enum {
     ST_COUNT
 } stmt_id_t;
 
-#define RECORD_COLS                                                                        \
+#define RECORD_COLS_BASE                                                                   \
     "id, workload_key, target, state, state_hash, costs, mean_cost, error_code, error_msg, " \
     "all_cost, timestamp, runner_key, job_id, runner_id, runner_host"
+/* The columns every record select reads; on a file read as it is without
+ * the origin column, RECORD_COLS_NO_ORIGIN instead (see record_sql). */
+#define RECORD_COLS RECORD_COLS_BASE ", origin"
+#define RECORD_COLS_NO_ORIGIN RECORD_COLS_BASE ", NULL"
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -151,8 +161,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DELETE_JOB] = "DELETE FROM jobs WHERE id = ?1",
     [ST_PUT_RECORD] = "INSERT INTO records(workload_key, target, state, state_hash, costs, "
                       "mean_cost, error_code, error_msg, all_cost, timestamp, runner_key, "
-                      "job_id, runner_id, runner_host) "
-                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                      "job_id, runner_id, runner_host, origin) "
+                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     [ST_TOP_K] = "SELECT " RECORD_COLS " FROM records WHERE workload_key = ?1 AND target = ?2 "
                  "AND error_code = 0 ORDER BY mean_cost, id LIMIT ?3",
     [ST_TOP_K_KEY] = "SELECT " RECORD_COLS " FROM records WHERE workload_key = ?1 "
@@ -185,6 +195,7 @@ struct kt_store {
     char *path;
     int flags;
     int version;                          /* the file's schema version once open */
+    int has_origin;                       /* the records table has its origin column */
     int in_callback;                      /* inside a foreach callback */
     sqlite3_stmt *st[ST_COUNT];
     sqlite3_stmt *select_st[F_VARIANTS];
@@ -237,16 +248,28 @@ int kt_store_usable(kt_store_t *s)
     return 0;
 }
 
+/* Prepare sql into *slot, a record select's RECORD_COLS read as
+ * RECORD_COLS_NO_ORIGIN on a file without the origin column (a read-only
+ * handle on an older file, which is read as it is). 0 or a KT_E* code. */
+static int record_sql(kt_store_t *s, const char *sql, const char *what, sqlite3_stmt **slot)
+{
+    const char *at = s->has_origin ? NULL : strstr(sql, RECORD_COLS);
+    char buf[1024];
+    if (at) {
+        int n = snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - sql), sql,
+                         RECORD_COLS_NO_ORIGIN, at + strlen(RECORD_COLS));
+        if (n < 0 || (size_t)n >= sizeof buf)
+            return kt_err_set(KT_EINTERNAL, "%s: statement too long", what);
+        sql = buf;
+    }
+    int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot, NULL);
+    return rc == SQLITE_OK ? 0 : db_err(s, rc, what);
+}
+
 static sqlite3_stmt *stmt(kt_store_t *s, stmt_id_t id)
 {
-    if (!s->st[id]) {
-        int rc = sqlite3_prepare_v3(s->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
-                                    &s->st[id], NULL);
-        if (rc != SQLITE_OK) {
-            db_err(s, rc, "store: preparing a statement");
-            return NULL;
-        }
-    }
+    if (!s->st[id] && record_sql(s, stmt_sql[id], "store: preparing a statement", &s->st[id]))
+        return NULL;
     return s->st[id];
 }
 
@@ -474,12 +497,18 @@ static int configure(kt_store_t *s, int memory)
             return kt_err_set(KT_ESTATE,
                               "schema version %d needs migrating to %d: open it read-write once",
                               version, KT_STORE_SCHEMA_VERSION);
-        return 0;
-    }
-    rc = migrate(s);
-    if (rc == 0)
+    } else {
+        if ((rc = migrate(s)) != 0)
+            return rc;
         s->version = KT_STORE_SCHEMA_VERSION;
-    return rc;
+    }
+    /* Asked of the file, not derived from its version: which migration
+     * adds the column is the migrations' business. */
+    sqlite3_stmt *st = NULL;
+    s->has_origin = sqlite3_prepare_v2(s->db, "SELECT origin FROM records", -1, &st, NULL) ==
+                    SQLITE_OK;
+    sqlite3_finalize(st);
+    return 0;
 }
 
 kt_store_t *kt_store_open(const char *path, int flags)
@@ -853,6 +882,25 @@ int kt_store_delete_job(kt_store_t *s, int64_t id)
 
 /* ---- Records ----------------------------------------------------------- */
 
+static const char *const origin_names[KT_STORE_NUM_ORIGINS] = {
+    [KT_STORE_ORIGIN_UNKNOWN] = "unknown", [KT_STORE_ORIGIN_TRANSFER] = "transfer",
+    [KT_STORE_ORIGIN_MODEL] = "model",     [KT_STORE_ORIGIN_RANDOM] = "random",
+    [KT_STORE_ORIGIN_SIBLING] = "sibling",
+};
+
+const char *kt_store_origin_name(int origin)
+{
+    return origin >= 0 && origin < KT_STORE_NUM_ORIGINS ? origin_names[origin] : NULL;
+}
+
+int kt_store_origin_parse(const char *name)
+{
+    for (int i = 0; name && i < KT_STORE_NUM_ORIGINS; i++)
+        if (strcmp(name, origin_names[i]) == 0)
+            return i;
+    return -1;
+}
+
 /* Well-formed UTF-8 as jansson accepts it (no overlong forms, surrogates or
  * code points above U+10FFFF); returns the length of the sequence at p, or 0. */
 static size_t utf8_seq(const unsigned char *p)
@@ -965,6 +1013,9 @@ int kt_store_record_check(const kt_record_t *r)
         return kt_err_set(KT_EINVAL, "record: timestamp is not finite");
     if (r->job_id < 0)
         return kt_err_set(KT_EINVAL, "record: negative job_id");
+    if (!kt_store_origin_name(r->origin))
+        return kt_err_set(KT_EINVAL, "record: origin %d is not 0..%d", r->origin,
+                          KT_STORE_NUM_ORIGINS - 1);
     return 0;
 }
 
@@ -1022,6 +1073,10 @@ int kt_store_insert_record(kt_store_t *s, kt_record_t *r)
             sqlite3_bind_null(st, 12);
         bind_text(st, 13, r->runner_id ? r->runner_id : "");
         bind_text(st, 14, r->runner_host ? r->runner_host : "");
+        if (r->origin != KT_STORE_ORIGIN_UNKNOWN)
+            bind_text(st, 15, kt_store_origin_name(r->origin));
+        else
+            sqlite3_bind_null(st, 15);
         rc = exec_done(s, st, "store: inserting a record");
     } else {
         rc = kt_err_code();
@@ -1082,6 +1137,9 @@ static int decode_row(kt_store_t *s, sqlite3_stmt *st, kt_record_t *r)
     r->job_id = sqlite3_column_int64(st, 12);   /* NULL reads as 0 */
     r->runner_id = col_text(st, 13);
     r->runner_host = col_text(st, 14);
+    /* NULL (older rows, or the column absent) is unknown */
+    int origin = kt_store_origin_parse((const char *)sqlite3_column_text(st, 15));
+    r->origin = origin > 0 ? origin : KT_STORE_ORIGIN_UNKNOWN;
 
     json_error_t jerr;
     json_t *a = json_loads(costs, 0, &jerr);
@@ -1381,11 +1439,8 @@ static sqlite3_stmt *filtered(kt_store_t *s, const kt_store_filter_t *f, int cou
                   * host name or by the peer id the logs print. */
                  mask & F_RUNNER ? " AND (runner_id = :runner OR runner_host = :runner)" : "",
                  count ? "GROUP BY error_code" : "ORDER BY id");
-        int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot, NULL);
-        if (rc != SQLITE_OK) {
-            db_err(s, rc, "store: preparing a record query");
+        if (record_sql(s, sql, "store: preparing a record query", slot))
             return NULL;
-        }
     }
     sqlite3_stmt *st = *slot;
     if (mask & F_WORKLOAD)

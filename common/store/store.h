@@ -42,10 +42,11 @@
 typedef struct kt_store kt_store_t;
 
 /* The schema version this code writes (PRAGMA user_version). */
-#define KT_STORE_SCHEMA_VERSION 4
+#define KT_STORE_SCHEMA_VERSION 5
 /* The oldest schema a read-only handle reads as it is: the migrations after
- * it add indexes, which queries use when present, and the distilled table,
- * which only kt_store_has_measured reads (and skips when absent). */
+ * it add indexes, which queries use when present, the distilled table,
+ * which only kt_store_has_measured reads (and skips when absent), and the
+ * records' origin column, which reads as unknown when absent. */
 #define KT_STORE_READ_VERSION 2
 /* How long a write waits for another writer's transaction, in milliseconds. */
 #define KT_STORE_BUSY_TIMEOUT_MS 10000
@@ -157,6 +158,29 @@ int kt_store_delete_job(kt_store_t *s, int64_t id);
 
 /* ---- Records ---------------------------------------------------------- */
 
+/* Where a record's state came from: which source of the search policy that
+ * proposed it (docs/search.md, "Origin of a state"). Stored as the name
+ * kt_store_origin_name() gives (the records table's origin column), NULL
+ * for unknown; related values sit together, unknown is 0 so that a record
+ * made without one (ktune kernel, a test) reads as unknown. */
+#define KT_STORE_ORIGIN_UNKNOWN  0  /* measured outside a job's search, imported without one, or
+                                       stored before ktune kept origins */
+#define KT_STORE_ORIGIN_TRANSFER 1  /* re-fitted from another workload's records (schedule
+                                       transfer's seeds of a task's first round) */
+#define KT_STORE_ORIGIN_MODEL    2  /* picked by the trained cost model's evolutionary search */
+#define KT_STORE_ORIGIN_RANDOM   3  /* random: a round before the model is trained (warm-up),
+                                       the eps-greedy share, or a policy with a random model */
+#define KT_STORE_ORIGIN_SIBLING  4  /* a rule's change of a best measured state (the location,
+                                       tile, direct and row siblings of search.h) */
+#define KT_STORE_NUM_ORIGINS     5
+/* Their names, for messages. */
+#define KT_STORE_ORIGIN_NAMES "unknown, transfer, model, random or sibling"
+
+/* "unknown", "transfer", "model", "random" or "sibling"; NULL out of range. */
+const char *kt_store_origin_name(int origin);
+/* The KT_STORE_ORIGIN_* of a name above ("unknown" included), or -1. */
+int kt_store_origin_parse(const char *name);
+
 /* One measurement. When putting, the caller owns every pointer; the store
  * sets `id` and `mean_cost`. In results, the owning list or the callback's
  * duration bounds their lifetime. */
@@ -177,6 +201,7 @@ typedef struct {
     int64_t job_id;            /* 0: not part of a job (stored as NULL) */
     const char *runner_id;     /* peer id of the runner that timed it; NULL stores "" */
     const char *runner_host;   /* that runner's host (its address without the port); NULL stores "" */
+    int origin;                /* KT_STORE_ORIGIN_*: what proposed the state (0 unknown) */
 } kt_record_t;
 
 /* Records returned by a query; owns every string and cost array in items. */
@@ -355,6 +380,9 @@ json_t *kt_store_stats_json(const kt_store_stats_t *st, const char *path);
  *   runner_id     string   (optional on import, default ""): the peer id of
  *                 the runner that timed it
  *   runner_host   string   (optional on import, default ""): that runner's host
+ *   origin        string   written only when known: kt_store_origin_name()
+ *                 (optional on import, default unknown; another name makes
+ *                 the line bad)
  *
  * Doubles are written with 17 significant digits, which read back to the
  * same double. Record ids are local to a database and are not exported.
