@@ -1,7 +1,8 @@
 /*
  * bench_layers: ktune's kernels against oneDNN on every conv2d and dense
- * layer of ResNet-18 (NHWC, batch 1), and on matmul 512 and 1024 against
- * oneDNN's sgemm, with one and with two threads.
+ * layer of ResNet-18 (NHWC, batch 1, the residual-fused ones included), and
+ * on matmul 512 and 1024, with one and with two threads; oneDNN's figure is
+ * the fastest of its routes for the layer (below).
  *
  * The layers are the tasks `ktune tasks --network resnet-18` lists (the
  * built-in network, extracted with NHWC operators: each conv2d with the
@@ -22,24 +23,43 @@
  * (codegen.h's kt_codegen_packs / kt_codegen_pack, the variant taking them
  * packed), so the copy is not timed. A Winograd kernel gets the conv2d's
  * weight transformed by kt_ops_winograd_weight and then packed, both
- * untimed, as `ktune build` does; its other inputs are the conv2d's. oneDNN
- * runs the same layer on the same inputs: the convolution primitive with
- * algorithm auto (its own choice of direct, Winograd or GEMM), src and dst
- * NHWC, weights in the format it picks (format tag any) and reordered once,
- * untimed; the task's epilogue
- * as its bias and post-ops (bench_blas.h); dense: the inner product
- * primitive likewise; matmul: dnnl_sgemm (which packs B on every call).
+ * untimed, as `ktune build` does; its other inputs are the conv2d's.
+ *
+ * oneDNN runs the same layer on the same inputs by each route a framework
+ * built on it could take, and the fastest is the layer's baseline (the
+ * table names it):
+ *  - conv2d: the convolution primitive with algorithm auto (its own choice,
+ *    brgconv here), src and dst NHWC; beside it every Winograd convolution
+ *    oneDNN offers for the layer (algorithm winograd: its 2x3 and 4x3 tiles
+ *    on AVX-512, for 3x3 stride-1 layers only; "n/a" where it offers none).
+ *    oneDNN's Winograd works on its blocked layout only (nChw16c), so there
+ *    src and dst take the primitive's layout, the input (and the residual)
+ *    reordered into it once and the output read back for the comparison,
+ *    untimed, as in a network that keeps oneDNN's layout between layers.
+ *  - dense: the inner product primitive, and the matmul primitive;
+ *  - matmul: dnnl_sgemm (which packs B on every call), and the matmul
+ *    primitive.
+ * Every primitive takes its weights in the format it chooses (format tag
+ * any), reordered once, untimed, as an inference framework packs them once;
+ * the task's epilogue is the primitive's bias and post-ops (bench_blas.h):
+ * a residual add is the sum post-op, as frameworks fuse it: dst holds the
+ * residual and the primitive adds its result into it, so dst is refilled
+ * with the residual before every timed call, outside the timing (in a
+ * network the residual's buffer is the output's).
+ *
  * All run on T OpenMP threads (omp_set_num_threads) and are timed alike:
  * the fastest of repeats lasting >= 0.2 s after a warm-up, in three rounds
  * alternating them, the fastest kept; with one thread in this thread's
  * CPU time (the machine may be shared), with more in wall time. Their
- * outputs are compared (verify.h's error metric, oneDNN's as reference): a
- * direct kernel above 1e-3 is WRONG, a Winograd kernel likewise above its
- * own tolerance, 2e-3 (its transforms round differently from a direct sum:
- * the te suite's reference test allows 1e-4 with tile 4); a WRONG kernel
- * makes the layer WRONG, left out of the ratios, and the exit status 1. A
- * layer runs, as a network `ktune build` builds, the faster of its direct
- * and Winograd kernels: that is its ktune figure.
+ * outputs are compared (verify.h's error metric, the first baseline's as
+ * reference: auto, inner product, dnnl_sgemm): a direct kernel above 1e-3
+ * is WRONG, a Winograd kernel likewise above its own tolerance, 2e-3 (its
+ * transforms round differently from a direct sum: the te suite's reference
+ * test allows 1e-4 with tile 4); a WRONG kernel makes the layer WRONG, left
+ * out of the ratios, and the exit status 1. The other baselines are held to
+ * the same limits against the reference (BASE when one is off, with the
+ * same consequences). A layer runs, as a network `ktune build` builds, the
+ * faster of its direct and Winograd kernels: that is its ktune figure.
  *
  * Printed: the machine, one core's multiply-add ceiling (fma_peak.h), the
  * load average; per thread count a table (task id, layer, trials stored,
@@ -47,13 +67,15 @@
  * while tuning (its own conditions: wall time, the weight copy where the
  * runner's kernels still make it; far from ktune ms when the load changed),
  * ktune ms: the faster kernel's, which kernel that is (direct or winograd),
- * the direct and the Winograd kernel's ms, oneDNN ms, oneDNN/ktune: > 1
- * means ktune is faster, both GFLOPS, the outputs' differences (direct and
- * Winograd), oneDNN's implementation), the
- * geometric mean of the
- * ratios over the ResNet-18 layers and the layers at >= 1.0x, against the
- * goal (every layer >= 1.0x, geometric mean >= 1.15x; printed, never
- * asserted); then the tuning time per trial.
+ * the direct and the Winograd kernel's ms, oneDNN ms: the fastest
+ * baseline's, which baseline that is, oneDNN/ktune: > 1 means ktune is
+ * faster, both GFLOPS, the outputs' differences (direct and Winograd kernel,
+ * the other baselines' largest), every baseline's kind, implementation and
+ * ms), the geometric mean of the ratios over the ResNet-18 layers and the
+ * layers at >= 1.0x, against the goal (every layer >= 1.0x, geometric mean
+ * >= 1.15x; printed, never asserted), how many layers' baseline is a
+ * Winograd convolution or the matmul primitive; then the tuning time per
+ * trial.
  *
  *   bench_layers [--trials N (256)] [--threads 1,2] [--db PATH (bench_layers.db)]
  *                [--layers ID,...] [--no-winograd] [--search-params LIST] [--seed S]
@@ -127,11 +149,24 @@ typedef struct {
 enum { K_DIRECT, K_WINO, NKERNELS };
 static const char *const kernel_name[NKERNELS] = {"direct", "winograd"};
 
+/* One oneDNN baseline of a layer: a primitive or dnnl_sgemm. */
+typedef struct {
+    char kind[8];             /* auto, wino, inner, matmul or sgemm */
+    char impl[64];            /* oneDNN's name of its implementation */
+    double s;                 /* re-timed */
+    double diff;              /* its output against the first baseline's */
+} bres_t;
+
+#define MAX_BASES 4           /* a conv2d's: algorithm auto and up to three Winograd ones */
+
 typedef struct {
     kres_t k[NKERNELS];
     int best;                 /* the faster right kernel (what the layer runs), or -1 */
-    double dnnl_s;            /* 0: not timed */
-    char impl[64];
+    bres_t base[MAX_BASES];   /* the first is the reference of every output's diff */
+    int nbase;
+    int bbest;                /* the fastest baseline, the one the ratio is against */
+    int no_wino;              /* a conv2d for which oneDNN offers no Winograd convolution */
+    double dnnl_s;            /* the fastest baseline's; 0: not timed */
     const char *problem;      /* why the layer has no figure, or NULL */
 } result_t;
 
@@ -490,10 +525,69 @@ static void kernel_release(kernel_t *k)
     kt_codegen_unload(k->lib);
 }
 
-/* oneDNN's primitive for l on the kernel's input buffers bufs (NULL for a
- * matmul: *sg gets its sgemm), writing out. */
-static void dnnl_setup(const layer_t *l, float **bufs, float *out, kt_bench_dnnl_t *d,
-                       kt_bench_gemm_t *sg, int *is_sgemm)
+/* A oneDNN baseline ready to time, writing its own output buffer. */
+typedef struct {
+    kt_bench_dnnl_t d;        /* the primitive, unless is_sgemm */
+    kt_bench_gemm_t sg;       /* dnnl_sgemm's operands, with is_sgemm */
+    int is_sgemm;
+    float *out;               /* owned */
+} base_t;
+
+static void base_run(void *arg)
+{
+    base_t *b = arg;
+    if (b->is_sgemm)
+        kt_bench_dnnl_sgemm_run(&b->sg);
+    else
+        kt_bench_dnnl_run(&b->d);
+}
+
+static void base_prep(void *arg)
+{
+    base_t *b = arg;
+    if (!b->is_sgemm)
+        kt_bench_dnnl_prep(&b->d);
+}
+
+/* A new baseline of kind kind in bs[*nb] on an output of nout floats (NaN
+ * until written); the caller sets it up, on bs[*nb].out. */
+static base_t *base_add(base_t *bs, int *nb, result_t *r, const char *kind, size_t nout)
+{
+    if (*nb == MAX_BASES) {
+        fprintf(stderr, "bench_layers: more than %d oneDNN baselines\n", MAX_BASES);
+        exit(1);
+    }
+    base_t *b = &bs[*nb];
+    memset(b, 0, sizeof *b);
+    if (!(b->out = aligned_floats(nout)))
+        die("out of memory");
+    for (size_t i = 0; i < nout; i++)
+        b->out[i] = NAN;
+    snprintf(r->base[*nb].kind, sizeof r->base[*nb].kind, "%s", kind);
+    return b;
+}
+
+/* Base *nb, set up by its init's status rc (0, or 1 where oneDNN has no
+ * such implementation: then it is dropped), joins the layer's baselines. */
+static int base_keep(base_t *bs, int *nb, result_t *r, int rc)
+{
+    base_t *b = &bs[*nb];
+    if (rc != 0) {
+        free(b->out);
+        return 0;
+    }
+    snprintf(r->base[*nb].impl, sizeof r->base[*nb].impl, "%.63s",
+             b->is_sgemm ? "dnnl_sgemm" : b->d.impl);
+    (*nb)++;
+    return 1;
+}
+
+/* oneDNN's baselines for l on the kernel's input buffers bufs, into bs
+ * (their number into r->nbase): a conv2d's convolution with algorithm auto
+ * and each Winograd convolution oneDNN offers for it; a dense layer's inner
+ * product and matmul primitive; a matmul's dnnl_sgemm and matmul
+ * primitive. A residual add is the primitives' sum post-op. */
+static void dnnl_setup(const layer_t *l, float **bufs, size_t nout, base_t *bs, result_t *r)
 {
     json_t *o = json_loads(kt_workload_json(l->w), 0, NULL);
     const char *op = json_string_value(json_object_get(o, "op"));
@@ -522,7 +616,8 @@ static void dnnl_setup(const layer_t *l, float **bufs, float *out, kt_bench_dnnl
         epi[nepi] = n;
         params[nepi++] = operand ? bufs[next++] : NULL;
     }
-    *is_sgemm = 0;
+    int nb = 0, M = json_int(o, "M"), N = json_int(o, "N"), K = json_int(o, "K");
+    base_t *b;
     if (strcmp(op, "conv2d_nhwc") == 0) {
         json_t *pad = json_object_get(o, "padding"), *st = json_object_get(o, "stride"),
                *dl = json_object_get(o, "dilation");
@@ -538,22 +633,54 @@ static void dnnl_setup(const layer_t *l, float **bufs, float *out, kt_bench_dnnl
                     (int)json_integer_value(json_array_get(pad, 1)),
                     (int)json_integer_value(json_array_get(pad, four ? 2 : 0)),
                     (int)json_integer_value(json_array_get(pad, four ? 3 : 1))},
-            .epi = epi, .nepi = nepi, .params = params, .data = bufs[0], .weight = bufs[1],
-            .out = out};
-        kt_bench_dnnl_conv_init(d, &c, dnnl_convolution_auto);
+            .epi = epi, .nepi = nepi, .params = params, .data = bufs[0], .weight = bufs[1]};
+        b = base_add(bs, &nb, r, "auto", nout);
+        c.out = b->out;
+        if (!base_keep(bs, &nb, r, kt_bench_dnnl_conv_init(&b->d, &c, dnnl_convolution_auto, 0))) {
+            fprintf(stderr, "bench_layers: %s: oneDNN has no convolution for it\n", l->id);
+            exit(1);
+        }
+        /* every Winograd implementation oneDNN offers (its tiles), in its order */
+        int wino = 0;
+        for (int nth = 0; nb < MAX_BASES; nth++) {
+            b = base_add(bs, &nb, r, "wino", nout);
+            c.out = b->out;
+            if (!base_keep(bs, &nb, r,
+                           kt_bench_dnnl_conv_init(&b->d, &c, dnnl_convolution_winograd, nth)))
+                break;
+            wino++;
+        }
+        r->no_wino = !wino;
     } else if (strcmp(op, "dense") == 0) {
-        kt_bench_dnnl_dense_init(d, json_int(o, "M"), json_int(o, "N"), json_int(o, "K"), epi,
-                                 nepi, params, bufs[0], bufs[1], out);
+        b = base_add(bs, &nb, r, "inner", nout);
+        base_keep(bs, &nb, r, kt_bench_dnnl_dense_init(&b->d, M, N, K, epi, nepi, params,
+                                                       bufs[0], bufs[1], b->out));
+        b = base_add(bs, &nb, r, "matmul", nout);
+        base_keep(bs, &nb, r, kt_bench_dnnl_matmul_init(&b->d, M, N, K, 1, epi, nepi, params,
+                                                        bufs[0], bufs[1], b->out));
     } else {
-        *sg = (kt_bench_gemm_t){json_int(o, "M"), json_int(o, "N"), json_int(o, "K"), bufs[0],
-                                 bufs[1], out};
-        *is_sgemm = 1;
+        if (nepi) {
+            fprintf(stderr, "bench_layers: %s: a matmul with an epilogue\n", l->id);
+            exit(1);
+        }
+        b = base_add(bs, &nb, r, "sgemm", nout);
+        b->sg = (kt_bench_gemm_t){M, N, K, bufs[0], bufs[1], b->out};
+        b->is_sgemm = 1;
+        base_keep(bs, &nb, r, 0);
+        b = base_add(bs, &nb, r, "matmul", nout);
+        base_keep(bs, &nb, r, kt_bench_dnnl_matmul_init(&b->d, M, N, K, 0, epi, nepi, params,
+                                                        bufs[0], bufs[1], b->out));
     }
+    if (nb < 2 && strcmp(op, "conv2d_nhwc") != 0) {
+        fprintf(stderr, "bench_layers: %s: oneDNN lacks one of its two routes\n", l->id);
+        exit(1);
+    }
+    r->nbase = nb;
     json_decref(o);
 }
 
 /* Build l's best kernels from db (direct, and Winograd where l has the
- * alternative), time them and oneDNN on `threads` threads. */
+ * alternative), time them and oneDNN's baselines on `threads` threads. */
 static void time_layer(const char *db, const layer_t *l, int threads, const char *dir,
                        result_t *r)
 {
@@ -572,21 +699,12 @@ static void time_layer(const char *db, const layer_t *l, int threads, const char
         return;
     }
     const kt_dag_t *dag = ks[K_DIRECT].dag;
-    int out = ks[K_DIRECT].nbufs - 1;
-    size_t nout = buf_numel(dag, out);
-    float *dout = aligned_floats(nout);
-    if (!dout)
-        die("out of memory");
-    for (size_t i = 0; i < nout; i++)
-        dout[i] = NAN;
-    /* before oneDNN's primitive is made: its kernels fix their thread
+    size_t nout = buf_numel(dag, ks[K_DIRECT].nbufs - 1);
+    /* before oneDNN's primitives are made: their kernels fix their thread
      * count then */
     omp_set_num_threads(threads);
-    kt_bench_dnnl_t d;
-    kt_bench_gemm_t sg;
-    int is_sgemm;
-    dnnl_setup(l, ks[K_DIRECT].bufs, dout, &d, &sg, &is_sgemm);
-    snprintf(r->impl, sizeof r->impl, "%s", is_sgemm ? "sgemm" : d.impl);
+    base_t bs[MAX_BASES];
+    dnnl_setup(l, ks[K_DIRECT].bufs, nout, bs, r);
 
     kernel_run_t run[NKERNELS];
     for (int k = 0; k < NKERNELS; k++) {
@@ -594,7 +712,8 @@ static void time_layer(const char *db, const layer_t *l, int threads, const char
         r->k[k].s = ks[k].lib ? INFINITY : 0;
     }
     int wall = threads > 1;
-    r->dnnl_s = INFINITY;
+    for (int b = 0; b < r->nbase; b++)
+        r->base[b].s = INFINITY;
     for (int round = 0; round < ROUNDS; round++) {
         for (int k = 0; k < NKERNELS; k++) {
             if (!ks[k].lib)
@@ -602,10 +721,27 @@ static void time_layer(const char *db, const layer_t *l, int threads, const char
             double t = kt_bench_time(kernel_run, &run[k], wall);
             r->k[k].s = t < r->k[k].s ? t : r->k[k].s;
         }
-        double t = is_sgemm ? kt_bench_time(kt_bench_dnnl_sgemm_run, &sg, wall)
-                            : kt_bench_time(kt_bench_dnnl_run, &d, wall);
-        r->dnnl_s = t < r->dnnl_s ? t : r->dnnl_s;
+        for (int b = 0; b < r->nbase; b++) {
+            double t = kt_bench_time_prep(base_run, base_prep, &bs[b], wall);
+            r->base[b].s = t < r->base[b].s ? t : r->base[b].s;
+        }
     }
+    /* the baselines' outputs: each must compute the layer as the first does */
+    const float *dout = bs[0].out;
+    for (int b = 0; b < r->nbase; b++) {
+        bres_t *br = &r->base[b];
+        if (!bs[b].is_sgemm)
+            kt_bench_dnnl_output(&bs[b].d);
+        br->diff = b ? kt_codegen_rel_err(bs[b].out, dout, nout) : 0;
+        if (!(br->diff <= (strcmp(br->kind, "wino") == 0 ? MAX_DIFF_WINOGRAD : MAX_DIFF))) {
+            fprintf(stderr, "bench_layers: %s: oneDNN's %s (%s) differs from its %s by %.1e\n",
+                    l->id, br->kind, br->impl, r->base[0].kind, br->diff);
+            r->problem = "BASE";
+        }
+        if (b == 0 || br->s < r->base[r->bbest].s)
+            r->bbest = b;
+    }
+    r->dnnl_s = r->base[r->bbest].s;
     for (int k = 0; k < NKERNELS; k++) {
         kres_t *kr = &r->k[k];
         if (!ks[k].lib)
@@ -619,9 +755,11 @@ static void time_layer(const char *db, const layer_t *l, int threads, const char
             r->best = k;
     }
 
-    if (!is_sgemm)
-        kt_bench_dnnl_free(&d);
-    free(dout);
+    for (int b = 0; b < r->nbase; b++) {
+        if (!bs[b].is_sgemm)
+            kt_bench_dnnl_free(&bs[b].d);
+        free(bs[b].out);
+    }
     for (int k = 0; k < NKERNELS; k++)
         kernel_release(&ks[k]);
 }
@@ -636,11 +774,13 @@ static void print_table(int threads, const char *db, const result_t *res)
     for (int i = 0; i < nlayers; i++)
         if (layers[i].selected && (int)strlen(layers[i].what) > width)
             width = (int)strlen(layers[i].what);
-    printf("%-10s %-*s %9s %9s %9s %-8s %9s %9s %9s %7s %8s %8s %8s %9s  %s\n", "task", width,
-           "layer", "trials", "tuned ms", "ktune ms", "kernel", "direct ms", "wino ms",
-           "oneDNN ms", "ratio", "ktune GF", "dnnl GF", "diff", "wino diff", "oneDNN impl");
+    printf("%-10s %-*s %9s %9s %9s %-8s %9s %9s %9s %-8s %7s %8s %8s %8s %9s %9s  %s\n", "task",
+           width, "layer", "trials", "tuned ms", "ktune ms", "kernel", "direct ms", "wino ms",
+           "oneDNN ms", "baseline", "ratio", "ktune GF", "dnnl GF", "diff", "wino diff",
+           "base diff", "oneDNN's baselines: kind implementation ms (* the fastest)");
     double logsum = 0, mm_logsum = 0, k_total = 0, d_total = 0;
     int n = 0, ok = 0, nsel = 0, mm_n = 0, mm_ok = 0, mm_sel = 0, all_net = 1, nwino = 0;
+    int base_wino = 0, base_matmul = 0;
     for (int i = 0; i < nlayers; i++) {
         const layer_t *l = &layers[i];
         const result_t *r = &res[i];
@@ -668,7 +808,7 @@ static void print_table(int threads, const char *db, const result_t *res)
                 printf(" %9.3f", wk->s * 1e3);
             else
                 printf(" %9s", l->wino ? "none" : "-");
-            printf(" %9.3f", r->dnnl_s * 1e3);
+            printf(" %9.3f %-8s", r->dnnl_s * 1e3, r->base[r->bbest].kind);
             if (r->problem || !bk)
                 printf(" %7s", r->problem ? r->problem : "-");
             else
@@ -682,7 +822,17 @@ static void print_table(int threads, const char *db, const result_t *res)
                 printf(" %9.1e", wk->diff);
             else
                 printf(" %9s", "-");
-            printf("  %s\n", r->impl);
+            double bdiff = -1;
+            for (int b = 1; b < r->nbase; b++)
+                bdiff = r->base[b].diff > bdiff ? r->base[b].diff : bdiff;
+            if (bdiff >= 0)
+                printf(" %9.1e ", bdiff);
+            else
+                printf(" %9s ", "-");
+            for (int b = 0; b < r->nbase; b++)
+                printf(" %s %s %.3f%s", r->base[b].kind, r->base[b].impl, r->base[b].s * 1e3,
+                       b == r->bbest ? "*" : "");
+            printf("%s\n", r->no_wino ? " wino n/a" : "");
         } else {
             printf("  %s\n", r->problem);
         }
@@ -691,6 +841,8 @@ static void print_table(int threads, const char *db, const result_t *res)
             continue;
         }
         double ratio = r->dnnl_s / bk->s;
+        base_wino += strcmp(r->base[r->bbest].kind, "wino") == 0;
+        base_matmul += strcmp(r->base[r->bbest].kind, "matmul") == 0;
         if (mm) {
             mm_logsum += log(ratio);
             mm_n++;
@@ -708,12 +860,15 @@ static void print_table(int threads, const char *db, const result_t *res)
         printf("ResNet-18 layers: geometric mean of oneDNN/ktune %.2fx over %d (goal >= %.2fx), "
                "%d of %d at >= %.1fx (goal: all); ktune: the faster kernel, Winograd on %d\n",
                n ? exp(logsum / n) : 0.0, n, GOAL_GEOMEAN, ok, nsel, GOAL_LAYER, nwino);
+        printf("  oneDNN: the fastest of its baselines, Winograd on %d, the matmul primitive on "
+               "%d\n", base_wino, base_matmul);
         if (all_net && n == nsel)
             printf("  the layers in all (each times its appearances): ktune %.3f ms, oneDNN "
                    "%.3f ms\n", k_total * 1e3, d_total * 1e3);
     }
     if (mm_sel)
-        printf("matmul against dnnl_sgemm: geometric mean %.2fx over %d, %d of %d at >= %.1fx\n",
+        printf("matmul against oneDNN (the faster of dnnl_sgemm and the matmul primitive): "
+               "geometric mean %.2fx over %d, %d of %d at >= %.1fx\n",
                mm_n ? exp(mm_logsum / mm_n) : 0.0, mm_n, mm_ok, mm_sel, GOAL_LAYER);
     fflush(stdout);
 }
@@ -727,7 +882,9 @@ static void usage(FILE *f)
                "ResNet-18's conv2d and dense layers and matmul 512/1024, tuned by ktune (a\n"
                "store per thread count: PATH, PATH.t2, ...) and timed against oneDNN; each\n"
                "3x3 stride-1 conv2d also as its Winograd alternative (--no-winograd: not),\n"
-               "the faster kernel counting.\n"
+               "the faster kernel counting. oneDNN's figure is the fastest of its routes:\n"
+               "convolution auto and Winograd; inner product or dnnl_sgemm and the matmul\n"
+               "primitive (pre-packed weights); residual adds as the sum post-op.\n"
                "--layers takes task ids of `ktune tasks --network resnet-18`, matmul512 and\n"
                "matmul1024. --search-params and --seed are passed to ktune tune (A/B runs\n"
                "of a search option, or searches with other seeds, use a store each).\n");
@@ -844,7 +1001,19 @@ int main(int argc, char **argv)
     printf("; tuning output: %s\n", log);
     printf("ratio = oneDNN ms / ktune ms (> 1: ktune faster); ktune ms: the faster of the direct "
            "and the Winograd kernel%s\n"
-           "diff: the outputs' difference (WRONG above %.0e; Winograd above %.0e)\n",
+           "oneDNN ms: the fastest of oneDNN's baselines (baseline: which): a conv2d's "
+           "convolution with algorithm auto\n"
+           "  (auto, NHWC) and each Winograd convolution oneDNN offers (wino, on its blocked "
+           "layout, the reorders\n"
+           "  untimed; n/a: none); dense: the inner product (inner) and the matmul primitive "
+           "(matmul); matmul:\n"
+           "  dnnl_sgemm (sgemm, packs B on every call) and the matmul primitive (matmul, the "
+           "weights pre-packed\n"
+           "  once); a residual add is a sum post-op into dst, refilled with the residual before "
+           "each call, untimed\n"
+           "diff: ktune's outputs against the first baseline's; base diff: the other baselines' "
+           "largest against it\n"
+           "  (WRONG or BASE above %.0e; Winograd above %.0e)\n",
            winograd ? "" : " (Winograd off: --no-winograd)", MAX_DIFF, MAX_DIFF_WINOGRAD);
     fflush(stdout);
 
@@ -878,8 +1047,9 @@ int main(int argc, char **argv)
     else
         printf("tuning: none (the stores held %ld trials of every layer)\n", trials);
     if (wrong)
-        printf("%d layer%s without a figure (no valid record, or WRONG: ktune's output differs "
-               "from oneDNN's): exit status 1\n", wrong, wrong > 1 ? "s" : "");
+        printf("%d layer%s without a figure (no valid record; WRONG: ktune's output differs "
+               "from oneDNN's; BASE: oneDNN's baselines disagree): exit status 1\n", wrong,
+               wrong > 1 ? "s" : "");
     rmdir(dir);
     for (int i = 0; i < nlayers; i++) {
         kt_workload_free(layers[i].w);
