@@ -227,11 +227,20 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
                        int timeout_ms, grpc_byte_buffer **resp_bb, kt_rpc_status_t *st)
 {
     *resp_bb = NULL;
+    /* gRPC takes the slices of the buffer it sends (it swaps them out), so
+     * each attempt sends a copy: a retry sent the original would send an
+     * empty message, which decodes as a request with every field unset. */
+    grpc_byte_buffer *send_bb = grpc_byte_buffer_copy(req_bb);
+    if (!send_bb) {
+        set_status(st, KT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     gpr_timespec deadline = kt_rpc_deadline(timeout_ms);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_call *call = make_call(c, cq, method, deadline);
     if (!call) {
         grpc_completion_queue_destroy(cq);
+        grpc_byte_buffer_destroy(send_bb);
         set_status(st, KT_RPC_INTERNAL, "cannot create a call");
         return;
     }
@@ -252,7 +261,7 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
     ops[0].data.send_initial_metadata.count = c->auth ? 1 : 0;
     ops[0].data.send_initial_metadata.metadata = c->auth ? &md : NULL;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = req_bb;
+    ops[1].data.send_message.send_message = send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
     ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
@@ -291,6 +300,7 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
     grpc_metadata_array_destroy(&init_md);
     grpc_metadata_array_destroy(&trailing);
     grpc_call_unref(call);
+    grpc_byte_buffer_destroy(send_bb);
     grpc_completion_queue_shutdown(cq);
     grpc_completion_queue_destroy(cq);
     if (st->code != KT_RPC_OK && *resp_bb) {
