@@ -284,6 +284,19 @@ static int64_t stored_trials(int64_t id)
     return n;
 }
 
+/* Jobs the store holds, in every state. */
+static size_t stored_jobs(void)
+{
+    kt_store_t *st = kt_store_open(g_db, 0);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    int64_t *ids = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(kt_store_list_jobs(st, NULL, &ids, &n), 0);
+    free(ids);
+    kt_store_close(st);
+    return n;
+}
+
 /* ---- tests ------------------------------------------------------------------------------------ */
 
 START_TEST(jobs_run_a_job_to_done_on_fake_worker_and_runner)
@@ -534,18 +547,30 @@ static void job_msg(job_msg_t *j, int M, const char *key, int trials)
     j->job.options = &j->to;
 }
 
-static int submit_rpc(kt_rpc_client_t *c, Ktune__V1__Job *job, int64_t *id, kt_rpc_status_t *st)
+/* SubmitJob under request id rid (NULL: none); *existing (may be NULL)
+ * gets the answer's existing. */
+static int submit_rpc_rid(kt_rpc_client_t *c, Ktune__V1__Job *job, const char *rid, int64_t *id,
+                          int *existing, kt_rpc_status_t *st)
 {
     Ktune__V1__SubmitJobRequest req = KTUNE__V1__SUBMIT_JOB_REQUEST__INIT;
     req.job = job;
+    if (rid)
+        req.request_id = (char *)rid;
     ProtobufCMessage *out = NULL;
     int rc = kt_rpc_call_unary(c, "/ktune.v1.Tracker/SubmitJob", &req.base,
                                &ktune__v1__submit_job_response__descriptor, 30000, &out, st);
     if (rc == 0) {
         *id = ((Ktune__V1__SubmitJobResponse *)out)->job_id;
+        if (existing)
+            *existing = ((Ktune__V1__SubmitJobResponse *)out)->existing;
         protobuf_c_message_free_unpacked(out, NULL);
     }
     return rc;
+}
+
+static int submit_rpc(kt_rpc_client_t *c, Ktune__V1__Job *job, int64_t *id, kt_rpc_status_t *st)
+{
+    return submit_rpc_rid(c, job, NULL, id, NULL, st);
 }
 
 /* The state hashes of workload `json`'s records on the fake key, and how
@@ -1367,6 +1392,82 @@ START_TEST(faults_killed_import_is_all_or_none)
 }
 END_TEST
 
+/* ---- retried submissions ------------------------------------------------------------------ */
+
+/* A SubmitJob retried after its answer was lost (found by deploy/soak.sh:
+ * the tracker had made the job, and the retry made a second one): the same
+ * request id answers the same job, saying existing, over any connection and
+ * after a restart (the id is in the store), and the store holds one job;
+ * another id is another job; the same id with another job, or an id of bad
+ * form, is INVALID_ARGUMENT and makes nothing. */
+START_TEST(jobs_submit_retried_under_its_request_id_makes_one_job)
+{
+    make_dir();
+    service_t s;
+    service_start(&s);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    /* Runners of key "nobody" never come: the jobs wait, queued. */
+    job_msg_t j;
+    job_msg(&j, 64, "nobody", 16);
+    int64_t first = 0, id = 0;
+    int existing = -1;
+    kt_rpc_status_t st;
+    ck_assert_msg(submit_rpc_rid(s.client, &j.job, "retry-1", &first, &existing, &st) == 0, "%s",
+                  st.msg);
+    ck_assert_int_eq(existing, 0);
+    ck_assert_msg(submit_rpc_rid(s.client, &j.job, "retry-1", &id, &existing, &st) == 0, "%s",
+                  st.msg);
+    ck_assert_int_eq(id, first);
+    ck_assert_int_eq(existing, 1);
+    ck_assert_uint_eq(stored_jobs(), 1);
+    /* A retry may come over a new connection. */
+    kt_rpc_client_t *other = kt_rpc_client_new(kt_tracker_address(s.t), NULL);
+    ck_assert_ptr_nonnull(other);
+    id = 0;
+    ck_assert_msg(submit_rpc_rid(other, &j.job, "retry-1", &id, &existing, &st) == 0, "%s",
+                  st.msg);
+    ck_assert_int_eq(id, first);
+    ck_assert_int_eq(existing, 1);
+    kt_rpc_client_free(other);
+
+    /* Another id, the same job: another submission. */
+    ck_assert_msg(submit_rpc_rid(s.client, &j.job, "retry-2", &id, &existing, &st) == 0, "%s",
+                  st.msg);
+    ck_assert_int_ne(id, first);
+    ck_assert_int_eq(existing, 0);
+    ck_assert_uint_eq(stored_jobs(), 2);
+
+    /* The same id for another job, ids of bad form: refused, nothing made. */
+    job_msg_t k;
+    job_msg(&k, 65, "nobody", 16);
+    char want[64], too_long[KT_JOBS_REQUEST_ID_MAX + 2];
+    snprintf(want, sizeof want, "job %" PRId64, first);
+    memset(too_long, 'a', sizeof too_long - 1);
+    too_long[sizeof too_long - 1] = '\0';
+    const char *const rids[] = {"retry-1", "two words", too_long};
+    const char *const says[] = {want, "letters, digits", "at most"};
+    for (int i = 0; i < 3; i++) {
+        int rc = submit_rpc_rid(s.client, i == 0 ? &k.job : &j.job, rids[i], &id, NULL, &st);
+        ck_assert_msg(rc != 0 && st.code == KT_RPC_INVALID_ARGUMENT && strstr(st.msg, says[i]) &&
+                          strstr(st.msg, "request_id"),
+                      "case %d: code %d '%s'", i, st.code, st.msg);
+    }
+    ck_assert_uint_eq(stored_jobs(), 2);
+
+    /* A restarted tracker finds the id in the store. */
+    service_stop(&s);
+    service_start(&s);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    ck_assert_msg(submit_rpc_rid(s.client, &j.job, "retry-1", &id, &existing, &st) == 0, "%s",
+                  st.msg);
+    ck_assert_int_eq(id, first);
+    ck_assert_int_eq(existing, 1);
+    ck_assert_uint_eq(stored_jobs(), 2);
+    service_stop(&s);
+    remove_dir();
+}
+END_TEST
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 /* The store file and its WAL, byte for byte (NULL for a missing one). */
@@ -1650,6 +1751,7 @@ int main(void)
     tcase_add_test(tc, jobs_resume_an_unfinished_job_after_the_manager_is_recreated);
     tcase_add_test(tc, jobs_first_round_takes_refitted_states_of_the_nearest_stored_workload);
     tcase_add_test(tc, jobs_finished_jobs_do_not_grow_the_tracker);
+    tcase_add_test(tc, jobs_submit_retried_under_its_request_id_makes_one_job);
     suite_add_tcase(s, tc);
     TCase *lim = tcase_create("limits");
     tcase_set_timeout(lim, 600);

@@ -118,7 +118,7 @@ typedef enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_PUT_WORKLOAD, ST_GET_WORKLOAD,
     ST_PUT_JOB, ST_PUT_TASK, ST_SET_JOB_STATE, ST_GET_JOB, ST_GET_TASKS,
-    ST_LIST_JOBS, ST_LIST_JOBS_STATE, ST_DELETE_JOB,
+    ST_LIST_JOBS, ST_LIST_JOBS_STATE, ST_DELETE_JOB, ST_FIND_JOB_OPTION,
     ST_PUT_RECORD, ST_TOP_K, ST_TOP_K_KEY, ST_HAS_MEASURED, ST_HAS_DISTILLED, ST_IS_DUPLICATE,
     ST_LIST_WORKLOADS,
     ST_LOG_LATENCY, ST_READ_LATENCY,
@@ -149,6 +149,11 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_LIST_JOBS] = "SELECT id FROM jobs ORDER BY id",
     [ST_LIST_JOBS_STATE] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id",
     [ST_DELETE_JOB] = "DELETE FROM jobs WHERE id = ?1",
+    /* A scan of the jobs table (far smaller than the records), with no
+     * index to keep; options that are not JSON match nothing rather than
+     * failing the query. */
+    [ST_FIND_JOB_OPTION] = "SELECT id FROM jobs WHERE CASE WHEN json_valid(options) THEN "
+                           "json_extract(options, '$.' || ?1) END = ?2 ORDER BY id LIMIT 1",
     [ST_PUT_RECORD] = "INSERT INTO records(workload_key, target, state, state_hash, costs, "
                       "mean_cost, error_code, error_msg, all_cost, timestamp, runner_key, "
                       "job_id, runner_id, runner_host) "
@@ -834,6 +839,31 @@ int kt_store_list_jobs(kt_store_t *s, const char *state, int64_t **ids, size_t *
         *n = 0;
     }
     return ret;
+}
+
+int kt_store_find_job_option(kt_store_t *s, const char *key, const char *value, int64_t *id)
+{
+    int rc = kt_store_usable(s);
+    if (rc != 0)
+        return rc;
+    if (!key || !*key || strspn(key, "abcdefghijklmnopqrstuvwxyz_") != strlen(key) || !value ||
+        !id)
+        return kt_err_set(KT_EINVAL, "store: finding a job by option: bad key, value or output");
+    sqlite3_stmt *st = stmt(s, ST_FIND_JOB_OPTION);
+    if (!st)
+        return kt_err_code();
+    bind_text(st, 1, key);
+    bind_text(st, 2, value);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *id = sqlite3_column_int64(st, 0);
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? kt_err_set(KT_ENOTFOUND, "store: no job with %s '%s'", key, value)
+                               : db_err(s, rc, "store: finding a job by option");
+    }
+    done(st);
+    return rc;
 }
 
 int kt_store_delete_job(kt_store_t *s, int64_t id)

@@ -151,6 +151,12 @@ void kt_store_job_info_free(kt_store_job_info_t *j);
  * (caller frees; NULL when *n is 0). */
 int kt_store_list_jobs(kt_store_t *s, const char *state, int64_t **ids, size_t *n);
 
+/* The lowest id of a job whose options JSON has `key` (lower-case letters
+ * and '_') set to the string `value`: 0 with *id, or KT_ENOTFOUND. A scan
+ * of the jobs table (no index), for rare look-ups such as a SubmitJob
+ * request id. */
+int kt_store_find_job_option(kt_store_t *s, const char *key, const char *value, int64_t *id);
+
 /* Delete a job, its tasks and its latency log. Its records stay (their job_id
  * keeps the old number). KT_ENOTFOUND when absent. */
 int kt_store_delete_job(kt_store_t *s, int64_t id);
