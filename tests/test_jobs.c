@@ -1152,17 +1152,34 @@ static void fill_disk(const char *path)
     fclose(f);
 }
 
+/* The test's directory with a tmpfs of `kib` KiB mounted at <dir>/mnt, the
+ * store (g_db) on it, and the path fill_disk fills it with. */
+typedef struct {
+    char mnt[300], filler[320];
+} tmpfs_store_t;
+
+static void tmpfs_store(tmpfs_store_t *fs, int kib)
+{
+    make_dir();
+    snprintf(fs->mnt, sizeof fs->mnt, "%s/mnt", g_dir);
+    snprintf(fs->filler, sizeof fs->filler, "%s/filler", fs->mnt);
+    mount_tmpfs(fs->mnt, kib, NULL);
+    snprintf(g_db, sizeof g_db, "%s/jobs.db", fs->mnt);
+}
+
+static void tmpfs_store_remove(tmpfs_store_t *fs)
+{
+    umount_dir(fs->mnt);
+    remove_dir();
+}
+
 /* A full disk during a run: commits fail and the job says so while the
  * tracker answers JobStatus and QueryBest; the records committed before stay;
  * once space is back the job goes on to done. */
 START_TEST(faults_full_disk_during_a_run)
 {
-    make_dir();
-    char mnt[300], filler[320];
-    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
-    snprintf(filler, sizeof filler, "%s/filler", mnt);
-    mount_tmpfs(mnt, 8192, NULL);
-    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    tmpfs_store_t fs;
+    tmpfs_store(&fs, 8192);
     fake_t worker, runner;
     service_t s;
     /* 200 ms a batch: the job is far from done when the disk fills, however
@@ -1173,7 +1190,7 @@ START_TEST(faults_full_disk_during_a_run)
     ck_assert_str_eq(p->state, "running");
     protobuf_c_message_free_unpacked(&p->base, NULL);
 
-    fill_disk(filler);
+    fill_disk(fs.filler);
     /* The job waits on the store and says why. */
     int64_t trials = -1;
     for (int waited = 0;; waited += 100) {
@@ -1201,7 +1218,7 @@ START_TEST(faults_full_disk_during_a_run)
     ck_assert_uint_ge(got, 1);
 
     /* Space back: the job goes on and ends with every trial stored. */
-    ck_assert_int_eq(unlink(filler), 0);
+    ck_assert_int_eq(unlink(fs.filler), 0);
     p = wait_job(&s, id, "done", 0);
     ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
     ck_assert_int_eq(p->total_trials, 48);
@@ -1210,8 +1227,7 @@ START_TEST(faults_full_disk_during_a_run)
     ck_assert_int_eq(stored_trials(id), 48);
     kt_rpc_server_stop(worker.srv, 0);
     kt_rpc_server_stop(runner.srv, 0);
-    umount_dir(mnt);
-    remove_dir();
+    tmpfs_store_remove(&fs);
 }
 END_TEST
 
@@ -1223,12 +1239,8 @@ END_TEST
  * would have resumed it). What it reports equals what is stored. */
 START_TEST(faults_cancel_on_a_full_disk_ends_cancelled_in_the_store)
 {
-    make_dir();
-    char mnt[300], filler[320];
-    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
-    snprintf(filler, sizeof filler, "%s/filler", mnt);
-    mount_tmpfs(mnt, 8192, NULL);
-    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    tmpfs_store_t fs;
+    tmpfs_store(&fs, 8192);
     fake_t worker, runner;
     service_t s;
     start_with_fakes(&s, &worker, &runner, 200);
@@ -1237,7 +1249,7 @@ START_TEST(faults_cancel_on_a_full_disk_ends_cancelled_in_the_store)
     ck_assert_str_eq(p->state, "running");
     protobuf_c_message_free_unpacked(&p->base, NULL);
 
-    fill_disk(filler);
+    fill_disk(fs.filler);
     for (int waited = 0;; waited += 100) {
         p = status(&s, id);
         int waiting = strstr(p->message ? p->message : "", "the store cannot commit") != NULL;
@@ -1255,7 +1267,7 @@ START_TEST(faults_cancel_on_a_full_disk_ends_cancelled_in_the_store)
     protobuf_c_message_free_unpacked(&p->base, NULL);
 
     /* Space back: the end is stored. */
-    ck_assert_int_eq(unlink(filler), 0);
+    ck_assert_int_eq(unlink(fs.filler), 0);
     p = wait_job(&s, id, "cancelled", 0);
     ck_assert_msg(strcmp(p->state, "cancelled") == 0, "job %s: %s", p->state, p->message);
     int64_t told = p->total_trials;
@@ -1271,8 +1283,7 @@ START_TEST(faults_cancel_on_a_full_disk_ends_cancelled_in_the_store)
     ck_assert_int_eq(stored_trials(id), told);
     kt_rpc_server_stop(worker.srv, 0);
     kt_rpc_server_stop(runner.srv, 0);
-    umount_dir(mnt);
-    remove_dir();
+    tmpfs_store_remove(&fs);
 }
 END_TEST
 
@@ -1284,14 +1295,10 @@ END_TEST
  * error"). Once space is back it starts with every record. */
 START_TEST(faults_full_disk_at_start_is_refused_saying_so)
 {
-    make_dir();
-    char mnt[300], filler[320];
-    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
-    snprintf(filler, sizeof filler, "%s/filler", mnt);
-    mount_tmpfs(mnt, 4096, NULL);
-    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    tmpfs_store_t fs;
+    tmpfs_store(&fs, 4096);
     put_records(g_db, "[\"full\", [1]]", 0, 20);
-    fill_disk(filler);
+    fill_disk(fs.filler);
     kt_tracker_opts_t to = {.listen = "127.0.0.1:0", .heartbeat_ms = 600000};
     kt_tracker_t *t = kt_tracker_new(&to);
     ck_assert_ptr_nonnull(t);
@@ -1299,7 +1306,7 @@ START_TEST(faults_full_disk_at_start_is_refused_saying_so)
     ck_assert_msg(m == NULL, "a store on a full file system was opened");
     ck_assert_msg(strstr(kt_err_msg(), g_db) && strstr(kt_err_msg(), "file system is full"),
                   "%s", kt_err_msg());
-    ck_assert_int_eq(unlink(filler), 0);
+    ck_assert_int_eq(unlink(fs.filler), 0);
     m = kt_jobs_new(t, g_db);
     ck_assert_msg(m != NULL, "%s", kt_err_msg());
     kt_jobs_free(m);
@@ -1310,8 +1317,36 @@ START_TEST(faults_full_disk_at_start_is_refused_saying_so)
     ck_assert_int_eq(kt_store_count_records(st, NULL, &c), 0);
     ck_assert_int_eq(c.total, 20);
     kt_store_close(st);
-    umount_dir(mnt);
-    remove_dir();
+    tmpfs_store_remove(&fs);
+}
+END_TEST
+
+/* A SubmitJob the store cannot take because its file system is full (found
+ * by deploy/soak.sh, which saw INTERNAL): RESOURCE_EXHAUSTED naming the
+ * full file system, and nothing is made; once space is back the same
+ * submission is a job. */
+START_TEST(faults_full_disk_refuses_a_submit_as_resource_exhausted)
+{
+    tmpfs_store_t fs;
+    tmpfs_store(&fs, 4096);
+    service_t s;
+    service_start(&s);
+    ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+    fill_disk(fs.filler);
+    job_msg_t j;
+    job_msg(&j, 64, "nobody", 16);
+    int64_t id = 0;
+    kt_rpc_status_t st;
+    int rc = submit_rpc_rid(s.client, &j.job, "full-1", &id, NULL, &st);
+    ck_assert_msg(rc != 0 && st.code == KT_RPC_RESOURCE_EXHAUSTED &&
+                      strstr(st.msg, "file system is full") && strstr(st.msg, fs.mnt),
+                  "code %s: '%s'", kt_rpc_code_name(st.code), st.msg);
+    ck_assert_int_eq(unlink(fs.filler), 0);
+    ck_assert_uint_eq(stored_jobs(), 0);
+    ck_assert_msg(submit_rpc_rid(s.client, &j.job, "full-1", &id, NULL, &st) == 0, "%s", st.msg);
+    ck_assert_uint_eq(stored_jobs(), 1);
+    service_stop(&s);
+    tmpfs_store_remove(&fs);
 }
 END_TEST
 
@@ -1320,13 +1355,11 @@ END_TEST
  * not start and says why, naming the file. */
 START_TEST(faults_read_only_store_is_refused)
 {
-    make_dir();
-    char mnt[300], cmd[1000];
-    snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
-    mount_tmpfs(mnt, 4096, NULL);
-    snprintf(g_db, sizeof g_db, "%s/jobs.db", mnt);
+    tmpfs_store_t fs;
+    tmpfs_store(&fs, 4096);
+    char cmd[1000];
     put_records(g_db, "[\"ro\", [1]]", 0, 10);
-    snprintf(cmd, sizeof cmd, "chmod 0400 '%s' && mount -o remount,ro '%s'", g_db, mnt);
+    snprintf(cmd, sizeof cmd, "chmod 0400 '%s' && mount -o remount,ro '%s'", g_db, fs.mnt);
     ck_assert_int_eq(system(cmd), 0);
     kt_tracker_opts_t to = {.listen = "127.0.0.1:0", .heartbeat_ms = 600000};
     kt_tracker_t *t = kt_tracker_new(&to);
@@ -1344,8 +1377,7 @@ START_TEST(faults_read_only_store_is_refused)
         ck_assert_int_eq(c.total, 10);
         kt_store_close(st);
     }
-    umount_dir(mnt);
-    remove_dir();
+    tmpfs_store_remove(&fs);
 }
 END_TEST
 
@@ -1770,6 +1802,7 @@ int main(void)
     tcase_add_test(faults, faults_full_disk_during_a_run);
     tcase_add_test(faults, faults_cancel_on_a_full_disk_ends_cancelled_in_the_store);
     tcase_add_test(faults, faults_full_disk_at_start_is_refused_saying_so);
+    tcase_add_test(faults, faults_full_disk_refuses_a_submit_as_resource_exhausted);
     suite_add_tcase(s, faults);
     TCase *bad = tcase_create("bad_input");
     tcase_set_timeout(bad, 120);

@@ -766,9 +766,11 @@ START_TEST(rpc_error_codes_map_both_ways)
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EUNAVAIL), KT_RPC_UNAVAILABLE);
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EAUTH), KT_RPC_UNAUTHENTICATED);
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EIO), KT_RPC_INTERNAL);
-    /* Out of memory and a limit reached are both RESOURCE_EXHAUSTED; a
-     * client reads it as the limit, the likelier cause. */
+    /* Out of memory, a limit reached and a full file system are all
+     * RESOURCE_EXHAUSTED; a client reads it as the limit, the likelier
+     * cause, and the message says which. */
     ck_assert_int_eq(kt_rpc_code_from_err(KT_ENOMEM), KT_RPC_RESOURCE_EXHAUSTED);
+    ck_assert_int_eq(kt_rpc_code_from_err(KT_EFULL), KT_RPC_RESOURCE_EXHAUSTED);
     ck_assert_int_eq(kt_rpc_code_from_err(-999), KT_RPC_UNKNOWN);
     ck_assert_int_eq(kt_rpc_err_from_code(KT_RPC_PERMISSION_DENIED), KT_EAUTH);
     ck_assert_int_eq(kt_rpc_err_from_code(99), KT_EINTERNAL);

@@ -80,7 +80,8 @@ typedef struct {
 /* ---- Error mapping (the one place ktune codes meet gRPC codes) ----------- */
 
 /* gRPC code for a ktune status (KT_OK -> KT_RPC_OK, KT_EINVAL ->
- * KT_RPC_INVALID_ARGUMENT, KT_EAUTH -> KT_RPC_UNAUTHENTICATED, ...). */
+ * KT_RPC_INVALID_ARGUMENT, KT_EAUTH -> KT_RPC_UNAUTHENTICATED, KT_ELIMIT,
+ * KT_ENOMEM and KT_EFULL -> KT_RPC_RESOURCE_EXHAUSTED, ...). */
 int kt_rpc_code_from_err(int kt_code);
 /* ktune status for a gRPC code (KT_RPC_UNAVAILABLE -> KT_EUNAVAIL, ...). */
 int kt_rpc_err_from_code(int rpc_code);

@@ -73,6 +73,14 @@ static void cond_init_mono(pthread_cond_t *cv)
  * passes this (see malloc_settings).  */
 #define KT_JOBS_TRIM_THRESHOLD (128 * 1024)
 
+/* A store error that passes once the store can write again (a full file
+ * system, an I/O error), so the write waits and retries instead of failing
+ * the job. */
+static int store_unwritable(int rc)
+{
+    return rc == KT_EFULL || rc == KT_EIO;
+}
+
 static int job_stopping(const job_t *j)
 {
     return atomic_load(&j->m->stopping) || atomic_load(&j->cancel) || atomic_load(&j->failed);
@@ -926,7 +934,7 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
      * keeps serving reads, and the job goes on once space is back. Bad
      * records (KT_EINVAL) and a stopping job end the round as before. */
     int rc, delay_ms = STORE_RETRY_MIN_MS, failures = 0;
-    while ((rc = commit_records(j->m, recs, (size_t)n)) == KT_EIO && !job_stopping(j)) {
+    while (store_unwritable(rc = commit_records(j->m, recs, (size_t)n)) && !job_stopping(j)) {
         if (failures++ == 0)
             KT_ERROR("job %" PRId64 ": cannot commit %d records to the store (%s); the job "
                      "waits and retries, the tracker keeps serving reads",
@@ -1162,7 +1170,7 @@ static int round_run(job_round_t *r)
      * drops the round as an aborted one: its states were never stored, so
      * they count nowhere and are measured again if the job resumes. */
     rc = commit(j, t, c, n);
-    if (rc == KT_EIO && job_stopping(j) && !atomic_load(&j->failed))
+    if (store_unwritable(rc) && job_stopping(j) && !atomic_load(&j->failed))
         goto aborted;
     if (rc == 0)
         t->known += n;
@@ -1296,7 +1304,7 @@ static void set_state(job_t *j, const char *state)
         kt_store_t *st = kt_jobs_store_get(j->m);
         rc = kt_store_set_job_state(st, j->id, state);
         kt_jobs_store_put(j->m, st);
-        if (rc != KT_EIO || atomic_load(&j->m->stopping))
+        if (!store_unwritable(rc) || atomic_load(&j->m->stopping))
             break;
         if (failures++ == 0)
             KT_ERROR("job %" PRId64 ": cannot store its state '%s' (%s); retrying", j->id, state,
