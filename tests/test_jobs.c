@@ -44,12 +44,31 @@ typedef struct {
     atomic_int calls;          /* Run or Build requests served */
     atomic_int candidates;     /* candidates in them */
     int delay_ms;              /* each request takes this long */
+    /* From the hang_from-th request on (0: never) none is answered, as by a
+     * SIGSTOPped peer: each waits until the caller cancels it, at most
+     * HANG_MS, far less than the tracker's deadline for it. */
+    int hang_from;
+    atomic_int hanging;        /* requests that hung */
 } fake_t;
+
+#define HANG_MS 30000
 
 static void sleep_ms(int ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* Count a request; hang it when f says so. */
+static void fake_serve(fake_t *f, kt_rpc_call_t *call, size_t candidates)
+{
+    int nth = atomic_fetch_add(&f->calls, 1) + 1;
+    atomic_fetch_add(&f->candidates, (int)candidates);
+    if (!f->hang_from || nth < f->hang_from)
+        return;
+    atomic_fetch_add(&f->hanging, 1);
+    for (int w = 0; w < HANG_MS && !kt_rpc_call_cancelled(call); w += 10)
+        sleep_ms(10);
 }
 
 static int fake_build(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
@@ -59,8 +78,7 @@ static int fake_build(kt_rpc_call_t *call, const ProtobufCMessage *req, Protobuf
     const Ktune__V1__BuildRequest *in = (const Ktune__V1__BuildRequest *)req;
     Ktune__V1__BuildResponse *out = (Ktune__V1__BuildResponse *)resp;
     size_t n = in->n_candidates;
-    atomic_fetch_add(&f->calls, 1);
-    atomic_fetch_add(&f->candidates, (int)n);
+    fake_serve(f, call, n);
     Ktune__V1__BuildResult *arr = kt_rpc_call_alloc(call, (n + 1) * sizeof *arr);
     out->results = kt_rpc_call_alloc(call, (n + 1) * sizeof *out->results);
     static uint8_t art[] = "fake artifact";
@@ -85,8 +103,7 @@ static int fake_run(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCM
     const Ktune__V1__RunRequest *in = (const Ktune__V1__RunRequest *)req;
     Ktune__V1__RunResponse *out = (Ktune__V1__RunResponse *)resp;
     size_t n = in->n_candidates;
-    atomic_fetch_add(&f->calls, 1);
-    atomic_fetch_add(&f->candidates, (int)n);
+    fake_serve(f, call, n);
     if (f->delay_ms)
         sleep_ms(f->delay_ms);
     Ktune__V1__MeasureResult *arr = kt_rpc_call_alloc(call, (n + 1) * sizeof *arr);
@@ -1424,7 +1441,7 @@ START_TEST(faults_killed_import_is_all_or_none)
 }
 END_TEST
 
-/* ---- retried submissions ------------------------------------------------------------------ */
+/* ---- retried submissions, stops ------------------------------------------------------------ */
 
 /* A SubmitJob retried after its answer was lost (found by deploy/soak.sh:
  * the tracker had made the job, and the retry made a second one): the same
@@ -1497,6 +1514,68 @@ START_TEST(jobs_submit_retried_under_its_request_id_makes_one_job)
     ck_assert_uint_eq(stored_jobs(), 2);
     service_stop(&s);
     remove_dir();
+}
+END_TEST
+
+/* The tracker stopping while a Build (then a Run) is in flight to a peer
+ * that never answers (found by deploy/soak.sh: SIGTERM took 14 s with a
+ * worker SIGSTOPped): the stop cancels the call and returns at once, not
+ * when the call's deadline (a minute and more) or the peer gives up; the
+ * records committed before are in the store, the job stays running there,
+ * and resumed it ends with its budget, each state measured once (the
+ * cancelled part's states were never stored, so they are proposed again). */
+START_TEST(jobs_stop_cancels_calls_to_a_peer_that_never_answers)
+{
+    static const char *const mm = "{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}";
+    for (int hang_run = 0; hang_run < 2; hang_run++) {
+        make_dir();
+        fake_t worker, runner;
+        service_t s;
+        start_with_fakes(&s, &worker, &runner, 0);
+        /* Its first two requests are answered: some records are stored. */
+        fake_t *hung = hang_run ? &runner : &worker;
+        hung->hang_from = 3;
+        int64_t id = submit(&s, 24, 4);
+        for (int waited = 0; atomic_load(&hung->hanging) == 0; waited += 20) {
+            ck_assert_msg(waited < WAIT_MS, "no %s request hung", hang_run ? "Run" : "Build");
+            sleep_ms(20);
+        }
+        Ktune__V1__JobProgress *p = status(&s, id);
+        int64_t told = p->total_trials;
+        ck_assert_str_eq(p->state, "running");
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+        ck_assert_int_ge(told, 4);
+
+        double t0 = kt_time_mono();
+        service_stop(&s);
+        double took = kt_time_mono() - t0;
+        ck_assert_msg(took < 2.0, "%s hung: the stop took %.1f s", hang_run ? "Run" : "Build",
+                      took);
+        /* Committed before the stop (and told): stored; the job resumes. */
+        int64_t stored = stored_trials(id);
+        ck_assert_int_ge(stored, told);
+        ck_assert_int_lt(stored, 24);
+        ck_assert_msg(kt_test_job_stored_as(g_db, id, "running"), "%s", kt_err_msg());
+
+        hung->hang_from = 0;
+        service_start(&s);
+        fake_register(s.t, &worker, 0);
+        fake_register(s.t, &runner, 1);
+        ck_assert_int_eq(kt_jobs_start(s.jobs), 0);
+        p = wait_job(&s, id, "done", 0);
+        ck_assert_msg(strcmp(p->state, "done") == 0, "job %s: %s", p->state, p->message);
+        ck_assert_int_eq(p->total_trials, 24);
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+        service_stop(&s);
+        uint64_t h[64];
+        int n = record_hashes(mm, h, 64);
+        ck_assert_int_eq(n, 24);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(!has_hash(h, i, h[i]), "state %016" PRIx64 " measured twice", h[i]);
+        kt_rpc_server_stop(worker.srv, 0);
+        kt_rpc_server_stop(runner.srv, 0);
+        remove_dir();
+    }
 }
 END_TEST
 
@@ -1784,6 +1863,7 @@ int main(void)
     tcase_add_test(tc, jobs_first_round_takes_refitted_states_of_the_nearest_stored_workload);
     tcase_add_test(tc, jobs_finished_jobs_do_not_grow_the_tracker);
     tcase_add_test(tc, jobs_submit_retried_under_its_request_id_makes_one_job);
+    tcase_add_test(tc, jobs_stop_cancels_calls_to_a_peer_that_never_answers);
     suite_add_tcase(s, tc);
     TCase *lim = tcase_create("limits");
     tcase_set_timeout(lim, 600);

@@ -31,8 +31,10 @@ struct kt_rpc_client {
     char *auth;             /* "Bearer <token>" or NULL */
     grpc_channel *channel;
     kt_rpc_client_opts_t o; /* with defaults filled; no pointers kept */
-    pthread_mutex_t mu;     /* active */
+    pthread_mutex_t mu;     /* active, closed, closed_why */
     active_call_t *active;  /* unary calls in flight (on the callers' stacks) */
+    int closed;             /* kt_rpc_client_close: every call ends at once */
+    char closed_why[KT_RPC_STATUS_MSG_MAX];
 };
 
 kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_t *opts)
@@ -168,18 +170,39 @@ void kt_rpc_client_free(kt_rpc_client_t *c)
 
 const char *kt_rpc_client_target(const kt_rpc_client_t *c) { return c ? c->target : ""; }
 
+/* Cancel the calls in flight, and with `close` every later one; under mu.
+ * grpc_call_cancel_with_status is thread-safe; the caller's pluck then
+ * completes at once with CANCELLED and this message. The list entry stays
+ * valid until its call unlinks it under mu. */
+static int cancel_locked(kt_rpc_client_t *c, const char *why, int close)
+{
+    int n = 0;
+    why = why ? why : "cancelled";
+    if (close && !c->closed) {
+        c->closed = 1;
+        snprintf(c->closed_why, sizeof c->closed_why, "%s", why);
+    }
+    for (active_call_t *a = c->active; a; a = a->next, n++)
+        grpc_call_cancel_with_status(a->call, GRPC_STATUS_CANCELLED, why, NULL);
+    return n;
+}
+
 int kt_rpc_client_cancel_all(kt_rpc_client_t *c, const char *why)
 {
     if (!c)
         return 0;
-    int n = 0;
     pthread_mutex_lock(&c->mu);
-    /* grpc_call_cancel_with_status is thread-safe; the caller's pluck then
-     * completes at once with CANCELLED and this message. The list entry
-     * stays valid until its call unlinks it under mu. */
-    for (active_call_t *a = c->active; a; a = a->next, n++)
-        grpc_call_cancel_with_status(a->call, GRPC_STATUS_CANCELLED, why ? why : "cancelled",
-                                     NULL);
+    int n = cancel_locked(c, why, 0);
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+int kt_rpc_client_close(kt_rpc_client_t *c, const char *why)
+{
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    int n = cancel_locked(c, why, 1);
     pthread_mutex_unlock(&c->mu);
     return n;
 }
@@ -280,6 +303,10 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
         pthread_mutex_lock(&c->mu);
         me.next = c->active;
         c->active = &me;
+        /* Listed and checked under one lock: a close either sees this call
+         * or has already happened. */
+        if (c->closed)
+            grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, c->closed_why, NULL);
         pthread_mutex_unlock(&c->mu);
         pluck_bounded(cq, call, &tag, deadline);
         pthread_mutex_lock(&c->mu);

@@ -508,6 +508,12 @@ static void *build_part(void *arg)
             protobuf_c_message_free_unpacked(&resp->base, NULL);
             break;
         }
+        /* A stopping tracker cancels its calls: the part ends unbuilt, and
+         * its states are proposed again when the job resumes. */
+        if (job_stopping(j)) {
+            p->rc = KT_ESTATE;
+            break;
+        }
         /* CANCELLED: the worker was dropped while building (its calls are
          * cancelled then); another worker builds the part. */
         if ((rc == KT_EUNAVAIL || rc == KT_ETIMEOUT || st.code == KT_RPC_CANCELLED) &&
@@ -695,6 +701,12 @@ static void *run_part(void *arg)
      * the runner; queueing there is not, but a runner takes one batch. */
     int deadline = (int)fmin((double)(p->n + 1) * (o->timeout_ms + 1000) + 30000, 3600000);
     for (int attempt = 0;; attempt++) {
+        /* A free runner is leased at once, so the stop is checked here too:
+         * a stopping tracker refuses the call anyway. */
+        if (job_stopping(j)) {
+            p->rc = KT_ESTATE;
+            break;
+        }
         kt_lease_t lease;
         int rc = lease_runner(j, &lease);
         if (rc == KT_ESTATE) {
@@ -715,6 +727,13 @@ static void *run_part(void *arg)
             kt_registry_release(m->reg, &lease);
             run_apply(p, resp, &lease);
             protobuf_c_message_free_unpacked(&resp->base, NULL);
+            break;
+        }
+        if (job_stopping(j)) {
+            /* Cancelled with the tracker's stop (or the job's): nothing of
+             * the part is stored, its states are measured when it resumes. */
+            kt_registry_release(m->reg, &lease);
+            p->rc = KT_ESTATE;
             break;
         }
         if ((rc == KT_EUNAVAIL || rc == KT_ETIMEOUT || st.code == KT_RPC_CANCELLED) &&
@@ -2534,7 +2553,13 @@ void kt_jobs_stop(kt_jobs_t *m)
 {
     if (!m)
         return;
-    atomic_store(&m->stopping, 1);
+    /* Build and Run calls in flight would hold the rounds, and so this stop,
+     * until their deadlines (minutes for a worker that never answers); a
+     * cancelled part stores nothing, so only what was committed counts.
+     * Only on the first stop: kt_jobs_free stops again after the tracker
+     * is gone. */
+    if (atomic_exchange(&m->stopping, 1) == 0)
+        kt_tracker_cancel_calls(m->t);
     pthread_mutex_lock(&m->mu);
     pthread_cond_broadcast(&m->cv);   /* rounds waiting for a CPU slot */
     job_t *list = m->jobs;
