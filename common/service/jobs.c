@@ -1878,17 +1878,18 @@ static int stored_trials(kt_store_t *s, kt_workload_t **wl, int n, const char *t
 
 int kt_jobs_check_request_id(const char *rid)
 {
-    size_t n = strlen(rid);
+    size_t n = rid ? strlen(rid) : 0;
     static const char ok[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
     if (n > KT_JOBS_REQUEST_ID_MAX)
         return kt_err_set(KT_EINVAL, "request_id: %zu characters; at most %d", n,
                           KT_JOBS_REQUEST_ID_MAX);
-    if (strspn(rid, ok) != n)
+    if (n > 0 && strspn(rid, ok) != n)
         return kt_err_set(KT_EINVAL, "request_id '%.*s': letters, digits and ._:- only",
                           KT_JOBS_REQUEST_ID_MAX, rid);
     return 0;
 }
 
+/* The OPT_REQUEST_HASH of a Job message: 16 hex digits and a NUL. */
 static int job_digest(const Ktune__V1__Job *in, char out[17])
 {
     size_t len = protobuf_c_message_get_packed_size(&in->base);

@@ -109,7 +109,8 @@ typedef struct {
 /* Longest SubmitJob request id (SubmitJobRequest.request_id). */
 #define KT_JOBS_REQUEST_ID_MAX 128
 /* A request id's form (at most KT_JOBS_REQUEST_ID_MAX of A-Z a-z 0-9 . _ :
- * -; "" passes, meaning none): 0 or KT_EINVAL saying what is wrong. */
+ * -; NULL and "" pass, meaning none): 0 or KT_EINVAL saying what is wrong.
+ * Thread-safe. */
 int kt_jobs_check_request_id(const char *rid);
 
 /* kt_jobs_submit, filling *info (may be NULL). */
