@@ -31,6 +31,9 @@ int kt_cli_run(int argc, char **argv);
 
 /* Print "ktune: <message>" for the current kt_err and return 1. */
 int kt_cli_fail(const char *what);
+/* 2 * nbytes random hex digits (getrandom) and a NUL into out: 0, or KT_EIO
+ * with kt_err set. For tokens and SubmitJob request ids. */
+int kt_cli_random_hex(char *out, size_t nbytes);
 /* An integer option in lo..hi: 0, or 2 after saying "ktune CMD: OPT wants an
  * integer in lo..hi, not 'S'". */
 int kt_cli_parse_num(const char *cmd, const char *opt, const char *s, long long lo,

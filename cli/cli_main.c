@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "cli.h"
 #include "kt_config.h"
@@ -37,6 +38,19 @@ int kt_cli_fail(const char *what)
     else
         fprintf(stderr, "ktune: %s\n", kt_err_msg());
     return 1;
+}
+
+int kt_cli_random_hex(char *out, size_t nbytes)
+{
+    unsigned char raw[64];
+    if (nbytes > sizeof raw)
+        return kt_err_set(KT_EINVAL, "random hex: %zu bytes; at most %zu", nbytes, sizeof raw);
+    if (getrandom(raw, nbytes, 0) != (ssize_t)nbytes)
+        return kt_err_set(KT_EIO, "no random bytes: %s", strerror(errno));
+    for (size_t i = 0; i < nbytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    out[2 * nbytes] = '\0';
+    return 0;
 }
 
 int kt_cli_parse_num(const char *cmd, const char *opt, const char *s, long long lo,

@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,6 +35,7 @@
 
 #include "cli.h"
 #include "service/job_view.h"
+#include "service/jobs.h"
 #include "ktune.pb-c.h"
 #include "net/net.h"
 #include "registry/registry.h"
@@ -57,7 +57,7 @@
 enum { O_WORKLOAD = 1000, O_TARGET, O_TRIALS, O_KEY, O_STRATEGY,
        O_POLICY, O_DB, O_JSON, O_SEED, O_PER_ROUND, O_EARLY, O_PRIORITY, O_NUMBER, O_REPEAT,
        O_MIN_REPEAT, O_RUN_TIMEOUT, O_NO_CHECK, O_CACHE_FLUSH, O_FLUSH_WEIGHTS, O_NO_FLUSH_WEIGHTS,
-       O_SEARCH_PARAMS, O_MORE, O_NO_TRANSFER, O_HELP };
+       O_SEARCH_PARAMS, O_MORE, O_NO_TRANSFER, O_REQUEST_ID, O_HELP };
 
 static const struct option job_opts[] = {
     KT_CLI_NET_OPTIONS,
@@ -79,12 +79,14 @@ static const struct option job_opts[] = {
     {"flush-weights", no_argument, 0, O_FLUSH_WEIGHTS},
     {"no-flush-weights", no_argument, 0, O_NO_FLUSH_WEIGHTS},
     {"no-transfer", no_argument, 0, O_NO_TRANSFER},
+    {"request-id", required_argument, 0, O_REQUEST_ID},
     {0, 0, 0, 0}};
 
 typedef struct {
     kt_cli_conn_t conn;
     kt_cli_net_t net;
     const char *workload, *target, *key, *strategy, *policy, *search_params;
+    const char *request_id;    /* --request-id; NULL: a random one per run */
     int per_round, early, priority, number, repeat, min_repeat, run_timeout, no_check;
     int cache_flush, no_transfer;
     int flush_weights;         /* 1 / 0 as given; -1: on for a network on a CPU */
@@ -138,6 +140,11 @@ static const char *JOB_HELP =
     "                        for a network on a CPU, --no-flush-weights times warm\n"
     "  --no-transfer         start each new task from its own samples only, without\n"
     "                        the re-fitted best states of the nearest stored workloads\n"
+    "  --request-id ID       name this submission (letters, digits, ._:-; at most 128):\n"
+    "                        run again with the same ID (a script retrying after a\n"
+    "                        lost answer), it gets the job the first run made instead\n"
+    "                        of a second one; default a random ID per run, which the\n"
+    "                        run's own retries reuse\n"
     "  --tracker HOST:PORT   the tracker to use (tune: default an embedded one)\n"
     "  --token-file F        the tracker's shared token (default: $KT_TOKEN_FILE)\n"
     "  --tls-ca F            CA certificate (PEM) of a TLS tracker\n"
@@ -195,6 +202,14 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
         case O_FLUSH_WEIGHTS: a->flush_weights = 1; break;
         case O_NO_FLUSH_WEIGHTS: a->flush_weights = 0; break;
         case O_NO_TRANSFER: a->no_transfer = 1; break;
+        case O_REQUEST_ID:
+            if (kt_jobs_check_request_id(optarg) != 0 || !*optarg) {
+                fprintf(stderr, "ktune %s: --request-id: %s\n", cmd,
+                        *optarg ? kt_err_msg() : "needs a value");
+                return 2;
+            }
+            a->request_id = optarg;
+            break;
         case O_DB:
             if (!allow_db) {
                 fprintf(stderr, "ktune %s: --db applies to ktune tune without --tracker\n", cmd);
@@ -384,6 +399,9 @@ typedef struct {
     Ktune__V1__MeasureOptions mo;
     Ktune__V1__Task *task, **taskp;
     Ktune__V1__Workload *wl;
+    /* SubmitJobRequest.request_id: one per run, so that the client's
+     * retries of a SubmitJob whose answer was lost make no second job. */
+    char request_id[KT_JOBS_REQUEST_ID_MAX + 1];
 } job_msg_t;
 
 static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
@@ -395,7 +413,13 @@ static int job_msg_make(const job_args_t *a, const tasks_t *t, job_msg_t *m)
     m->task = calloc((size_t)t->n, sizeof *m->task);
     m->taskp = calloc((size_t)t->n, sizeof *m->taskp);
     m->wl = calloc((size_t)t->n, sizeof *m->wl);
-    if (!m->task || !m->taskp || !m->wl)
+    if (!m->task || !m->taskp || !m->wl) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        return 1;
+    }
+    if (a->request_id)
+        snprintf(m->request_id, sizeof m->request_id, "%s", a->request_id);
+    else if (kt_cli_random_hex(m->request_id, 16) != 0)
         return 1;
     for (int i = 0; i < t->n; i++) {
         ktune__v1__workload__init(&m->wl[i]);
@@ -455,6 +479,7 @@ static int submit(const char *cmd, const kt_cli_conn_t *c, const job_msg_t *m, i
 {
     Ktune__V1__SubmitJobRequest req = KTUNE__V1__SUBMIT_JOB_REQUEST__INIT;
     req.job = (Ktune__V1__Job *)&m->job;
+    req.request_id = (char *)m->request_id;
     ProtobufCMessage *out = NULL;
     if (kt_cli_call(cmd, c, "/ktune.v1.Tracker/SubmitJob", &req.base,
                     &ktune__v1__submit_job_response__descriptor, &out))
@@ -856,14 +881,11 @@ static void embedded_cleanup(embedded_t *e)
 /* A fresh random token in a 0600 file. */
 static int write_token(embedded_t *e)
 {
-    unsigned char raw[24];
-    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
-        fprintf(stderr, "ktune tune: no random bytes for the token: %s\n", strerror(errno));
+    char hex[2 * 24 + 2];
+    if (kt_cli_random_hex(hex, 24) != 0) {
+        fprintf(stderr, "ktune tune: the token: %s\n", kt_err_msg());
         return 1;
     }
-    char hex[2 * sizeof raw + 2];
-    for (size_t i = 0; i < sizeof raw; i++)
-        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
     strcat(hex, "\n");
     snprintf(e->token, sizeof e->token, "%s/token", e->dir);
     int fd = open(e->token, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -1146,7 +1168,7 @@ int kt_cli_tune(int argc, char **argv)
     if (job_msg_make(&a, &t, &m)) {
         job_msg_free(&m);
         tasks_free(&t);
-        fprintf(stderr, "ktune tune: out of memory\n");
+        fprintf(stderr, "ktune tune: %s\n", kt_err_msg());
         return 1;
     }
     if (a.conn.tracker) {

@@ -35,4 +35,17 @@ static inline char *kt_test_job_options(const char *db, int64_t id)
     return text;
 }
 
+/* 1 when the store at db passes PRAGMA integrity_check and holds job `id`
+ * in `state`, else 0 (a store that did not open or check leaves kt_err). */
+static inline int kt_test_job_stored_as(const char *db, int64_t id, const char *state)
+{
+    kt_store_t *s = kt_store_open(db, 0);
+    kt_store_job_info_t *j = NULL;
+    int ok = s && kt_store_integrity_check(s) == 0 && kt_store_get_job(s, id, &j) == 0 &&
+             strcmp(j->job.state, state) == 0;
+    kt_store_job_info_free(j);
+    kt_store_close(s);
+    return ok;
+}
+
 #endif

@@ -17,6 +17,7 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,10 @@
 #include <unistd.h>
 
 #include "kt_config.h"
+#include "ktune.pb-c.h"
 #include "measure/nvrtc.h"
+#include "rpc/rpc.h"
+#include "service/jobs.h"
 #include "sched/state.h"
 #include "store/store.h"
 #include "te/workload.h"
@@ -1024,6 +1028,76 @@ START_TEST(cli_best_shows_the_origin_of_each_best)
 }
 END_TEST
 
+/* A tracker that answers SubmitJob only: the first call of every two with
+ * UNAVAILABLE (an answer lost, as a stopping tracker's calls end), the
+ * second with job 7; it keeps the request ids it was sent. */
+typedef struct {
+    atomic_int calls;
+    char rid[8][KT_JOBS_REQUEST_ID_MAX + 1];
+} lossy_tracker_t;
+
+static int lossy_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                        void *ud)
+{
+    lossy_tracker_t *t = ud;
+    const Ktune__V1__SubmitJobRequest *in = (const Ktune__V1__SubmitJobRequest *)req;
+    int n = atomic_fetch_add(&t->calls, 1);
+    if (n < 8)
+        snprintf(t->rid[n], sizeof t->rid[n], "%s", in->request_id ? in->request_id : "");
+    if (n % 2 == 0)
+        return kt_rpc_call_fail(call, KT_RPC_UNAVAILABLE, "the answer was lost");
+    ((Ktune__V1__SubmitJobResponse *)resp)->job_id = 7;
+    return KT_RPC_OK;
+}
+
+/* `ktune submit` sends a request id of its own in every run (32 random hex
+ * digits, or --request-id's) and the same one when it retries, so that a
+ * tracker that made the job before the answer was lost answers that job
+ * instead of making a second. */
+START_TEST(cli_submit_sends_a_request_id_per_run_and_the_same_on_its_retry)
+{
+    lossy_tracker_t lt;
+    memset(&lt, 0, sizeof lt);
+    kt_rpc_server_opts_t so = {.listen = "127.0.0.1:0", .threads = 2};
+    kt_rpc_server_t *srv = kt_rpc_server_new(&so);
+    ck_assert_ptr_nonnull(srv);
+    ck_assert_int_eq(kt_rpc_server_add_unary(srv, "/ktune.v1.Tracker/SubmitJob",
+                                             &ktune__v1__submit_job_request__descriptor,
+                                             &ktune__v1__submit_job_response__descriptor,
+                                             lossy_submit, &lt),
+                     0);
+    ck_assert_int_eq(kt_rpc_server_start(srv), 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", kt_rpc_server_port(srv));
+    char *out = NULL;
+    char *plain[] = {"submit", "--tracker", addr, "--workload", MATMUL, NULL};
+    char *named[] = {"submit", "--tracker", addr, "--workload", MATMUL, "--request-id",
+                     "nightly-42", NULL};
+    for (int run = 0; run < 3; run++) {
+        ck_assert_int_eq(ktune(run < 2 ? plain : named, &out), 0);
+        ck_assert_msg(strcmp(out, "7\n") == 0, "run %d: %s", run, out);
+        free(out);
+        ck_assert_int_eq(atomic_load(&lt.calls), 2 * (run + 1));
+        const char *a = lt.rid[2 * run], *b = lt.rid[2 * run + 1];
+        ck_assert_msg(strcmp(a, b) == 0, "run %d: retried as '%s', sent as '%s'", run, b, a);
+        if (run < 2)
+            ck_assert_msg(strlen(a) == 32 && strspn(a, "0123456789abcdef") == 32, "'%s'", a);
+        else
+            ck_assert_str_eq(a, "nightly-42");
+    }
+    ck_assert_str_ne(lt.rid[0], lt.rid[2]);
+    /* One of bad form is refused before any call. */
+    char *bad[] = {"submit", "--tracker", addr, "--workload", MATMUL, "--request-id", "a b",
+                   NULL};
+    ck_assert_int_eq(ktune(bad, &out), 2);
+    ck_assert_msg(strstr(out, "--request-id") && strstr(out, "letters, digits"), "%s", out);
+    free(out);
+    ck_assert_int_eq(atomic_load(&lt.calls), 6);
+    kt_rpc_server_stop(srv, 0);
+    assert_nothing_left();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -1047,6 +1121,12 @@ int main(void)
     tcase_add_checked_fixture(best, test_setup, NULL);
     tcase_add_test(best, cli_best_shows_the_origin_of_each_best);
     suite_add_tcase(s, best);
+    TCase *sub = tcase_create("submit");
+    tcase_set_timeout(sub, 120);
+    tcase_add_unchecked_fixture(sub, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(sub, test_setup, NULL);
+    tcase_add_test(sub, cli_submit_sends_a_request_id_per_run_and_the_same_on_its_retry);
+    suite_add_tcase(s, sub);
     TCase *bad = tcase_create("bad_input");
     tcase_set_timeout(bad, 400);
     tcase_add_unchecked_fixture(bad, suite_setup, suite_teardown);

@@ -50,6 +50,7 @@ typedef struct {
     int sleep_honours_cancel;
     atomic_int stream_sent;
     atomic_int stream_send_failed;
+    atomic_int flaky_calls;
 } ctx_t;
 
 static void sleep_ms(int ms)
@@ -114,13 +115,17 @@ static int h_count(kt_rpc_call_t *call, const ProtobufCMessage *req, void *ud)
     return KT_RPC_OK;
 }
 
-/* JobProgress{job_id}: 1 -> INVALID_ARGUMENT with text, 2 -> KT_ENOTFOUND. */
+/* JobProgress{job_id}: 1 -> INVALID_ARGUMENT with text, 2 -> KT_ENOTFOUND,
+ * 3 -> UNAVAILABLE on the first call, then the request echoed. */
 static int h_fail(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
                   void *ud)
 {
-    (void)resp;
-    (void)ud;
+    ctx_t *x = ud;
     const Ktune__V1__JobProgress *in = (const Ktune__V1__JobProgress *)req;
+    if (in->job_id == 3 && atomic_fetch_add(&x->flaky_calls, 1) == 0)
+        return kt_rpc_call_fail(call, KT_RPC_UNAVAILABLE, "the answer was lost");
+    if (in->job_id == 3)
+        return h_echo(call, req, resp, ud);
     if (in->job_id == 1)
         return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT, "bad job %lld",
                                 (long long)in->job_id);
@@ -736,6 +741,17 @@ START_TEST(rpc_unknown_method_is_unimplemented)
     ck_assert_int_eq(st.code, KT_RPC_NOT_FOUND);
     ck_assert_str_eq(st.msg, "no job 2");
     ck_assert_ptr_null(out);
+    /* A call retried on UNAVAILABLE sends the request again, whole (before,
+     * gRPC had taken the buffer's slices and the retry sent nothing). */
+    req.job_id = 3;
+    req.state = "sent twice";
+    ck_assert_msg(kt_rpc_call_unary(c, M_FAIL, &req.base, &ktune__v1__job_progress__descriptor,
+                                    0, &out, &st) == 0,
+                  "%s", st.msg);
+    ck_assert_int_eq(st.attempts, 2);
+    ck_assert_int_eq(((Ktune__V1__JobProgress *)out)->job_id, 3);
+    ck_assert_str_eq(((Ktune__V1__JobProgress *)out)->state, "sent twice");
+    protobuf_c_message_free_unpacked(out, NULL);
     kt_rpc_client_free(c);
     kt_rpc_server_stop(s, 1000);
 }
@@ -750,9 +766,11 @@ START_TEST(rpc_error_codes_map_both_ways)
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EUNAVAIL), KT_RPC_UNAVAILABLE);
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EAUTH), KT_RPC_UNAUTHENTICATED);
     ck_assert_int_eq(kt_rpc_code_from_err(KT_EIO), KT_RPC_INTERNAL);
-    /* Out of memory and a limit reached are both RESOURCE_EXHAUSTED; a
-     * client reads it as the limit, the likelier cause. */
+    /* Out of memory, a limit reached and a full file system are all
+     * RESOURCE_EXHAUSTED; a client reads it as the limit, the likelier
+     * cause, and the message says which. */
     ck_assert_int_eq(kt_rpc_code_from_err(KT_ENOMEM), KT_RPC_RESOURCE_EXHAUSTED);
+    ck_assert_int_eq(kt_rpc_code_from_err(KT_EFULL), KT_RPC_RESOURCE_EXHAUSTED);
     ck_assert_int_eq(kt_rpc_code_from_err(-999), KT_RPC_UNKNOWN);
     ck_assert_int_eq(kt_rpc_err_from_code(KT_RPC_PERMISSION_DENIED), KT_EAUTH);
     ck_assert_int_eq(kt_rpc_err_from_code(99), KT_EINTERNAL);

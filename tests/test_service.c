@@ -832,6 +832,7 @@ typedef struct {
     int first;            /* first of the tiny workloads */
     const char *target;   /* NULL = cpu (runner key cpu-test); cuda: key "" (the default) */
     const char *search_params;   /* NULL = "" */
+    int build_timeout_ms;        /* per candidate build; 0 = the tracker's default */
 } job_spec_t;
 
 /* SubmitJob of the first n tiny workloads (weights 1, 2, 3) for runners of
@@ -859,6 +860,7 @@ static int64_t submit_job(const char *tracker, const char *token, int n, const j
     to.num_measure_trials = js->trials;
     to.num_measures_per_round = js->per_round;
     to.search_params = (char *)(js->search_params ? js->search_params : "");
+    to.build_timeout_ms = js->build_timeout_ms;
     to.measure = &mo;
     Ktune__V1__Job job = KTUNE__V1__JOB__INIT;
     job.tasks = tp;
@@ -907,23 +909,31 @@ static Ktune__V1__JobProgress *watch_job(const char *tracker, int64_t id, int *n
     return (Ktune__V1__JobProgress *)last;
 }
 
+/* JobStatus over a new connection: the progress (caller frees), or NULL
+ * with *st saying why. */
+static Ktune__V1__JobProgress *job_status_try(const char *tracker, int64_t id,
+                                              kt_rpc_status_t *st)
+{
+    kt_rpc_client_t *c = client(tracker, NULL);
+    Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
+    ref.job_id = id;
+    ProtobufCMessage *out = NULL;
+    int rc = kt_rpc_call_unary(c, "/ktune.v1.Tracker/JobStatus", &ref.base,
+                               &ktune__v1__job_progress__descriptor, 5000, &out, st);
+    kt_rpc_client_free(c);
+    return rc == 0 ? (Ktune__V1__JobProgress *)out : NULL;
+}
+
 /* Poll JobStatus until the job has ended (the tracker may be restarting). */
 static Ktune__V1__JobProgress *wait_job_end(const char *tracker, int64_t id)
 {
     for (int waited = 0; waited < 600000; waited += 200) {
-        kt_rpc_client_t *c = client(tracker, NULL);
-        Ktune__V1__JobRef ref = KTUNE__V1__JOB_REF__INIT;
-        ref.job_id = id;
-        ProtobufCMessage *out = NULL;
         kt_rpc_status_t st;
-        int rc = kt_rpc_call_unary(c, "/ktune.v1.Tracker/JobStatus", &ref.base,
-                                   &ktune__v1__job_progress__descriptor, 5000, &out, &st);
-        kt_rpc_client_free(c);
-        if (rc == 0) {
-            Ktune__V1__JobProgress *p = (Ktune__V1__JobProgress *)out;
+        Ktune__V1__JobProgress *p = job_status_try(tracker, id, &st);
+        if (p) {
             if (strcmp(p->state, "running") != 0 && strcmp(p->state, "queued") != 0)
                 return p;
-            protobuf_c_message_free_unpacked(out, NULL);
+            protobuf_c_message_free_unpacked(&p->base, NULL);
         }
         kt_test_sleep_ms(200);
     }
@@ -1544,6 +1554,77 @@ START_TEST(service_killed_tracker_resumes_its_job_on_restart)
 }
 END_TEST
 
+/* The job's progress over JobStatus; caller frees. */
+static Ktune__V1__JobProgress *job_status(const char *tracker, int64_t id)
+{
+    kt_rpc_status_t st;
+    Ktune__V1__JobProgress *p = job_status_try(tracker, id, &st);
+    ck_assert_msg(p != NULL, "JobStatus: %s", st.msg);
+    return p;
+}
+
+/* SIGTERM to a tracker whose Build calls wait on a worker that never
+ * answers (SIGSTOPped; found by deploy/soak.sh, where the exit took 14 s):
+ * the tracker cancels them and exits at once, status 0, not when their
+ * deadline (here minutes: 120 s builds) or the worker's drop (heartbeats
+ * every 20 s: a minute) ends them; the records it had committed (and told)
+ * are in the store, each state once, the job still running there. */
+START_TEST(service_sigterm_cancels_builds_on_a_stopped_worker)
+{
+    char tracker[64];
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--heartbeat-ms", "20000",
+                     "--db", (char *)db_path(), NULL};
+    proc_t *tr = spawn("tracker", "tracker/ktune-tracker", targs, NULL);
+    snprintf(tracker, sizeof tracker, "127.0.0.1:%d", logged_port(tr));
+    proc_t *w = start_worker("worker", tracker, NULL);
+    start_runner("runner", tracker, NULL);
+    Ktune__V1__QueueStatusResponse *q = wait_peers(tracker, NULL, 1, 1);
+    ck_assert_ptr_nonnull(q);
+    ktune__v1__queue_status_response__free_unpacked(q, NULL);
+    job_spec_t js = {.trials = 400, .per_round = 4, .build_timeout_ms = 120000};
+    kt_rpc_status_t st;
+    int64_t id = submit_job(tracker, NULL, 1, &js, &st);
+    ck_assert_msg(id > 0, "SubmitJob: %s", st.msg);
+    int64_t trials = 0;
+    for (int waited = 0; trials < 4; waited += 50) {
+        ck_assert_msg(waited < WAIT_MS * 4, "no round was stored");
+        Ktune__V1__JobProgress *p = job_status(tracker, id);
+        trials = p->total_trials;
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+        kt_test_sleep_ms(50);
+    }
+    ck_assert_int_eq(kill(w->pid, SIGSTOP), 0);
+    /* Rounds stop committing once every one waits on a Build. */
+    for (int still = 0, waited = 0; still < 1500; waited += 100) {
+        ck_assert_msg(waited < WAIT_MS, "the job went on without its worker");
+        kt_test_sleep_ms(100);
+        Ktune__V1__JobProgress *p = job_status(tracker, id);
+        still = p->total_trials == trials ? still + 100 : 0;
+        trials = p->total_trials;
+        protobuf_c_message_free_unpacked(&p->base, NULL);
+    }
+    ck_assert_int_lt(trials, 400);
+
+    double t0 = kt_time_mono();
+    ck_assert_int_eq(kill(tr->pid, SIGTERM), 0);
+    int ws = 0;
+    int exited = kt_test_wait(tr, 10000, &ws);
+    double took = kt_time_mono() - t0;
+    kill(w->pid, SIGCONT);
+    char *log = log_of(tr);
+    ck_assert_msg(exited && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+                  "the tracker did not stop within 10 s (status %d): %s", ws, log);
+    ck_assert_msg(took < 2.0 * KT_TEST_SLOW, "the tracker took %.1f s to stop: %s", took, log);
+    ck_assert_msg(strstr(log, "in flight to runners and workers"), "%s", log);
+    free(log);
+    stored_t r = stored_records();
+    ck_assert_int_ge(r.n, trials);
+    ck_assert_int_eq(r.dups, 0);
+    ck_assert_msg(kt_test_job_stored_as(db_path(), id, "running"), "%s", kt_err_msg());
+    stop_all();
+}
+END_TEST
+
 /* Two jobs on the one runner of their key: the registry alternates its
  * leases between them, so both make progress while both run: in commit
  * order, each job's records start before the other's end. */
@@ -2066,6 +2147,12 @@ int main(void)
     tcase_add_test(jobs, service_cuda_job_waits_for_a_runner_and_workers_build_cuda);
     tcase_add_test(jobs, service_python_client_submits_a_job_and_reads_the_best);
     suite_add_tcase(s, jobs);
+    TCase *stop = tcase_create("shutdown");
+    tcase_set_timeout(stop, 180);
+    tcase_add_unchecked_fixture(stop, suite_setup, suite_teardown);
+    tcase_add_checked_fixture(stop, test_setup, NULL);
+    tcase_add_test(stop, service_sigterm_cancels_builds_on_a_stopped_worker);
+    suite_add_tcase(s, stop);
     /* A tracker over a prepared store, no peers: the status of stored jobs. */
     TCase *status = tcase_create("status");
     tcase_set_timeout(status, 120);

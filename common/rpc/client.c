@@ -31,8 +31,10 @@ struct kt_rpc_client {
     char *auth;             /* "Bearer <token>" or NULL */
     grpc_channel *channel;
     kt_rpc_client_opts_t o; /* with defaults filled; no pointers kept */
-    pthread_mutex_t mu;     /* active */
+    pthread_mutex_t mu;     /* active, closed, closed_why */
     active_call_t *active;  /* unary calls in flight (on the callers' stacks) */
+    int closed;             /* kt_rpc_client_close: every call ends at once */
+    char closed_why[KT_RPC_STATUS_MSG_MAX];
 };
 
 kt_rpc_client_t *kt_rpc_client_new(const char *target, const kt_rpc_client_opts_t *opts)
@@ -168,18 +170,39 @@ void kt_rpc_client_free(kt_rpc_client_t *c)
 
 const char *kt_rpc_client_target(const kt_rpc_client_t *c) { return c ? c->target : ""; }
 
+/* Cancel the calls in flight, and with `close` every later one; under mu.
+ * grpc_call_cancel_with_status is thread-safe; the caller's pluck then
+ * completes at once with CANCELLED and this message. The list entry stays
+ * valid until its call unlinks it under mu. */
+static int cancel_locked(kt_rpc_client_t *c, const char *why, int close)
+{
+    int n = 0;
+    why = why ? why : "cancelled";
+    if (close && !c->closed) {
+        c->closed = 1;
+        snprintf(c->closed_why, sizeof c->closed_why, "%s", why);
+    }
+    for (active_call_t *a = c->active; a; a = a->next, n++)
+        grpc_call_cancel_with_status(a->call, GRPC_STATUS_CANCELLED, why, NULL);
+    return n;
+}
+
 int kt_rpc_client_cancel_all(kt_rpc_client_t *c, const char *why)
 {
     if (!c)
         return 0;
-    int n = 0;
     pthread_mutex_lock(&c->mu);
-    /* grpc_call_cancel_with_status is thread-safe; the caller's pluck then
-     * completes at once with CANCELLED and this message. The list entry
-     * stays valid until its call unlinks it under mu. */
-    for (active_call_t *a = c->active; a; a = a->next, n++)
-        grpc_call_cancel_with_status(a->call, GRPC_STATUS_CANCELLED, why ? why : "cancelled",
-                                     NULL);
+    int n = cancel_locked(c, why, 0);
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+int kt_rpc_client_close(kt_rpc_client_t *c, const char *why)
+{
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    int n = cancel_locked(c, why, 1);
     pthread_mutex_unlock(&c->mu);
     return n;
 }
@@ -227,11 +250,20 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
                        int timeout_ms, grpc_byte_buffer **resp_bb, kt_rpc_status_t *st)
 {
     *resp_bb = NULL;
+    /* gRPC takes the slices of the buffer it sends (it swaps them out), so
+     * each attempt sends a copy: a retry sent the original would send an
+     * empty message, which decodes as a request with every field unset. */
+    grpc_byte_buffer *send_bb = grpc_byte_buffer_copy(req_bb);
+    if (!send_bb) {
+        set_status(st, KT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     gpr_timespec deadline = kt_rpc_deadline(timeout_ms);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_call *call = make_call(c, cq, method, deadline);
     if (!call) {
         grpc_completion_queue_destroy(cq);
+        grpc_byte_buffer_destroy(send_bb);
         set_status(st, KT_RPC_INTERNAL, "cannot create a call");
         return;
     }
@@ -252,7 +284,7 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
     ops[0].data.send_initial_metadata.count = c->auth ? 1 : 0;
     ops[0].data.send_initial_metadata.metadata = c->auth ? &md : NULL;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = req_bb;
+    ops[1].data.send_message.send_message = send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
     ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
@@ -271,6 +303,10 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
         pthread_mutex_lock(&c->mu);
         me.next = c->active;
         c->active = &me;
+        /* Listed and checked under one lock: a close either sees this call
+         * or has already happened. */
+        if (c->closed)
+            grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, c->closed_why, NULL);
         pthread_mutex_unlock(&c->mu);
         pluck_bounded(cq, call, &tag, deadline);
         pthread_mutex_lock(&c->mu);
@@ -291,6 +327,7 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
     grpc_metadata_array_destroy(&init_md);
     grpc_metadata_array_destroy(&trailing);
     grpc_call_unref(call);
+    grpc_byte_buffer_destroy(send_bb);
     grpc_completion_queue_shutdown(cq);
     grpc_completion_queue_destroy(cq);
     if (st->code != KT_RPC_OK && *resp_bb) {

@@ -36,6 +36,7 @@ int kt_rpc_code_from_err(int kt_code)
     case KT_EINTERNAL: return KT_RPC_INTERNAL;
     case KT_EUNSUP: return KT_RPC_UNIMPLEMENTED;
     case KT_ELIMIT: return KT_RPC_RESOURCE_EXHAUSTED;
+    case KT_EFULL: return KT_RPC_RESOURCE_EXHAUSTED;
     default: return KT_RPC_UNKNOWN;
     }
 }

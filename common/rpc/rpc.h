@@ -80,7 +80,8 @@ typedef struct {
 /* ---- Error mapping (the one place ktune codes meet gRPC codes) ----------- */
 
 /* gRPC code for a ktune status (KT_OK -> KT_RPC_OK, KT_EINVAL ->
- * KT_RPC_INVALID_ARGUMENT, KT_EAUTH -> KT_RPC_UNAUTHENTICATED, ...). */
+ * KT_RPC_INVALID_ARGUMENT, KT_EAUTH -> KT_RPC_UNAUTHENTICATED, KT_ELIMIT,
+ * KT_ENOMEM and KT_EFULL -> KT_RPC_RESOURCE_EXHAUSTED, ...). */
 int kt_rpc_code_from_err(int kt_code);
 /* ktune status for a gRPC code (KT_RPC_UNAVAILABLE -> KT_EUNAVAIL, ...). */
 int kt_rpc_err_from_code(int rpc_code);
@@ -152,7 +153,9 @@ const char *kt_rpc_server_address(const kt_rpc_server_t *s);
 
 /* Stop accepting calls, let in-flight calls finish for up to drain_ms, then
  * cancel the rest and wait for their handlers to return (a blocking handler
- * should poll kt_rpc_call_cancelled), and free the server. Accepts NULL and
+ * should poll kt_rpc_call_cancelled), and free the server. Once no call is
+ * in flight it returns without waiting for clients to close their
+ * connections (one that is stopped or cut off never does). Accepts NULL and
  * a server that was never started. Call from one thread, not a handler. */
 void kt_rpc_server_stop(kt_rpc_server_t *s, int drain_ms);
 
@@ -215,6 +218,12 @@ const char *kt_rpc_client_target(const kt_rpc_client_t *c);
  * gets no answer and no TCP reset, only its deadline. Later calls are not
  * affected. Returns how many calls it cancelled. */
 int kt_rpc_client_cancel_all(kt_rpc_client_t *c, const char *why);
+/* kt_rpc_client_cancel_all, and every later unary call on c ends at once
+ * with KT_RPC_CANCELLED and `why` too (not retried): for a process that is
+ * stopping, whose calls to peers would otherwise hold its shutdown until
+ * their deadlines. Irreversible; c must still be freed. Returns how many
+ * calls it cancelled. */
+int kt_rpc_client_close(kt_rpc_client_t *c, const char *why);
 
 /* Unary call: send `req`, unpack the answer with `resp_desc` into *resp
  * (caller frees with protobuf_c_message_free_unpacked). deadline_ms <= 0 uses

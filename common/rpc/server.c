@@ -62,9 +62,10 @@ struct kt_rpc_server {
     int port;
     char address[320];
 
-    pthread_mutex_t mu;   /* guards started, stopping, shutdown_done and re-requests */
+    pthread_mutex_t mu;   /* guards started, stopping, shutdown_done, serving, re-requests */
     pthread_cond_t cv;
     int started, stopping, shutdown_done;
+    int serving;          /* calls a thread has taken and not finished */
     char shutdown_tag;    /* its address tags grpc_server_shutdown_and_notify */
 };
 
@@ -426,11 +427,19 @@ static void *cq_thread(void *arg)
         }
         slot_t *sl = ev.tag;
         int matched = ev.success;
-        if (matched)
+        if (matched) {
+            pthread_mutex_lock(&s->mu);
+            s->serving++;
+            pthread_mutex_unlock(&s->mu);
             serve_call(s, sl);
+        }
         slot_clear(sl);
         /* A failed request means the server is shutting down: retire the slot. */
         pthread_mutex_lock(&s->mu);
+        if (matched) {
+            s->serving--;
+            pthread_cond_broadcast(&s->cv);
+        }
         if (matched && !s->stopping)
             slot_request(s, sl);
         pthread_mutex_unlock(&s->mu);
@@ -559,25 +568,46 @@ const char *kt_rpc_server_address(const kt_rpc_server_t *s)
     return s && s->port ? s->address : "";
 }
 
+/* How often the drain looks whether calls are still being served, and how
+ * many looks in a row must find none before the connections left are
+ * closed: a call gRPC has matched may wait a moment for a thread. */
+#define DRAIN_POLL_MS 50
+#define DRAIN_IDLE_LOOKS 3
+
 static void wait_shutdown(kt_rpc_server_t *s, int drain_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += drain_ms / 1000;
-    until.tv_nsec += (long)(drain_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    double end = kt_time_mono() + drain_ms / 1000.0;
+    int idle = 0, timed_out = 0;
     pthread_mutex_lock(&s->mu);
-    while (!s->shutdown_done) {
-        if (pthread_cond_timedwait(&s->cv, &s->mu, &until) == ETIMEDOUT)
+    /* gRPC's shutdown waits for every connection to close, and a client
+     * that is stopped (SIGSTOP, a host gone) never closes its own: once no
+     * call is left, the drain is over whatever the connections do. */
+    while (!s->shutdown_done && idle < DRAIN_IDLE_LOOKS) {
+        double left = end - kt_time_mono();
+        if (left <= 0) {
+            timed_out = 1;
             break;
+        }
+        int ms = left * 1000 < DRAIN_POLL_MS ? (int)(left * 1000) + 1 : DRAIN_POLL_MS;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += (long)ms * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &until);
+        idle = s->serving == 0 ? idle + 1 : 0;
     }
     int drained = s->shutdown_done;
     pthread_mutex_unlock(&s->mu);
     if (!drained) {
-        KT_INFO("rpc server: drain deadline (%d ms) passed; cancelling calls in flight", drain_ms);
+        if (timed_out)
+            KT_INFO("rpc server: drain deadline (%d ms) passed; cancelling calls in flight",
+                    drain_ms);
+        else
+            KT_INFO("rpc server: no call in flight; closing the connections still open");
+        /* It also drops every connection, so the shutdown completes. */
         grpc_server_cancel_all_calls(s->server);
         pthread_mutex_lock(&s->mu);
         while (!s->shutdown_done)

@@ -73,6 +73,14 @@ static void cond_init_mono(pthread_cond_t *cv)
  * passes this (see malloc_settings).  */
 #define KT_JOBS_TRIM_THRESHOLD (128 * 1024)
 
+/* A store error that passes once the store can write again (a full file
+ * system, an I/O error), so the write waits and retries instead of failing
+ * the job. */
+static int store_unwritable(int rc)
+{
+    return rc == KT_EFULL || rc == KT_EIO;
+}
+
 static int job_stopping(const job_t *j)
 {
     return atomic_load(&j->m->stopping) || atomic_load(&j->cancel) || atomic_load(&j->failed);
@@ -501,6 +509,12 @@ static void *build_part(void *arg)
             protobuf_c_message_free_unpacked(&resp->base, NULL);
             break;
         }
+        /* A stopping tracker cancels its calls: the part ends unbuilt, and
+         * its states are proposed again when the job resumes. */
+        if (job_stopping(j)) {
+            p->rc = KT_ESTATE;
+            break;
+        }
         /* CANCELLED: the worker was dropped while building (its calls are
          * cancelled then); another worker builds the part. */
         if ((rc == KT_EUNAVAIL || rc == KT_ETIMEOUT || st.code == KT_RPC_CANCELLED) &&
@@ -688,6 +702,12 @@ static void *run_part(void *arg)
      * the runner; queueing there is not, but a runner takes one batch. */
     int deadline = (int)fmin((double)(p->n + 1) * (o->timeout_ms + 1000) + 30000, 3600000);
     for (int attempt = 0;; attempt++) {
+        /* A free runner is leased at once, so the stop is checked here too:
+         * a stopping tracker refuses the call anyway. */
+        if (job_stopping(j)) {
+            p->rc = KT_ESTATE;
+            break;
+        }
         kt_lease_t lease;
         int rc = lease_runner(j, &lease);
         if (rc == KT_ESTATE) {
@@ -708,6 +728,13 @@ static void *run_part(void *arg)
             kt_registry_release(m->reg, &lease);
             run_apply(p, resp, &lease);
             protobuf_c_message_free_unpacked(&resp->base, NULL);
+            break;
+        }
+        if (job_stopping(j)) {
+            /* Cancelled with the tracker's stop (or the job's): nothing of
+             * the part is stored, its states are measured when it resumes. */
+            kt_registry_release(m->reg, &lease);
+            p->rc = KT_ESTATE;
             break;
         }
         if ((rc == KT_EUNAVAIL || rc == KT_ETIMEOUT || st.code == KT_RPC_CANCELLED) &&
@@ -928,7 +955,7 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
      * keeps serving reads, and the job goes on once space is back. Bad
      * records (KT_EINVAL) and a stopping job end the round as before. */
     int rc, delay_ms = STORE_RETRY_MIN_MS, failures = 0;
-    while ((rc = commit_records(j->m, recs, (size_t)n)) == KT_EIO && !job_stopping(j)) {
+    while (store_unwritable(rc = commit_records(j->m, recs, (size_t)n)) && !job_stopping(j)) {
         if (failures++ == 0)
             KT_ERROR("job %" PRId64 ": cannot commit %d records to the store (%s); the job "
                      "waits and retries, the tracker keeps serving reads",
@@ -1178,7 +1205,7 @@ static int round_run(job_round_t *r)
      * drops the round as an aborted one: its states were never stored, so
      * they count nowhere and are measured again if the job resumes. */
     rc = commit(j, t, c, n);
-    if (rc == KT_EIO && job_stopping(j) && !atomic_load(&j->failed))
+    if (store_unwritable(rc) && job_stopping(j) && !atomic_load(&j->failed))
         goto aborted;
     if (rc == 0)
         t->known += n;
@@ -1312,7 +1339,7 @@ static void set_state(job_t *j, const char *state)
         kt_store_t *st = kt_jobs_store_get(j->m);
         rc = kt_store_set_job_state(st, j->id, state);
         kt_jobs_store_put(j->m, st);
-        if (rc != KT_EIO || atomic_load(&j->m->stopping))
+        if (!store_unwritable(rc) || atomic_load(&j->m->stopping))
             break;
         if (failures++ == 0)
             KT_ERROR("job %" PRId64 ": cannot store its state '%s' (%s); retrying", j->id, state,
@@ -1860,43 +1887,123 @@ static int stored_trials(kt_store_t *s, kt_workload_t **wl, int n, const char *t
     return 0;
 }
 
-static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id,
-                  kt_jobs_submit_info_t *info);
+/* What a request id is stored with in the job's options: the request id
+ * and a hash of the Job message as packed (by this tracker, so a client's
+ * encoding does not matter): a retry carries the same message, and another
+ * job sent under the same id is told apart. */
+#define OPT_REQUEST_ID "request_id"
+#define OPT_REQUEST_HASH "request_hash"
+
+int kt_jobs_check_request_id(const char *rid)
+{
+    size_t n = rid ? strlen(rid) : 0;
+    static const char ok[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
+    if (n > KT_JOBS_REQUEST_ID_MAX)
+        return kt_err_set(KT_EINVAL, "request_id: %zu characters; at most %d", n,
+                          KT_JOBS_REQUEST_ID_MAX);
+    if (n > 0 && strspn(rid, ok) != n)
+        return kt_err_set(KT_EINVAL, "request_id '%.*s': letters, digits and ._:- only",
+                          KT_JOBS_REQUEST_ID_MAX, rid);
+    return 0;
+}
+
+/* The OPT_REQUEST_HASH of a Job message: 16 hex digits and a NUL. */
+static int job_digest(const Ktune__V1__Job *in, char out[17])
+{
+    size_t len = protobuf_c_message_get_packed_size(&in->base);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    protobuf_c_message_pack(&in->base, buf);
+    snprintf(out, 17, "%016" PRIx64, kt_hash64(buf, len));
+    free(buf);
+    return 0;
+}
+
+/* The job the store holds under request id `rid`: 0 with *id and *info
+ * filled, KT_ENOTFOUND when there is none, KT_EINVAL when it was submitted
+ * as another job. Under submit_mu. */
+static int find_submitted(kt_jobs_t *m, const char *rid, const char *digest, int64_t *id,
+                          kt_jobs_submit_info_t *info)
+{
+    kt_store_t *s = kt_jobs_store_get(m);
+    int64_t found = 0;
+    kt_store_job_info_t *ji = NULL;
+    int rc = kt_store_find_job_option(s, OPT_REQUEST_ID, rid, &found);
+    if (rc == 0)
+        rc = kt_store_get_job(s, found, &ji);
+    kt_jobs_store_put(m, s);
+    if (rc != 0)
+        return rc;
+    json_t *oj = json_loads(ji->job.options_json, 0, NULL);
+    const char *h = json_string_value(json_object_get(oj, OPT_REQUEST_HASH));
+    if (!h || strcmp(h, digest) != 0) {
+        rc = kt_err_set(KT_EINVAL,
+                        "request_id '%s' is job %" PRId64 "'s, which was submitted as another "
+                        "job: give every submission a request id of its own",
+                        rid, found);
+    } else {
+        kt_job_opts_t o;
+        info->budget = kt_job_opts_from_json(ji->job.options_json, &o) == 0 ? o.trials : 0;
+        info->existing = 1;
+        snprintf(info->notice, sizeof info->notice,
+                 "request id %s was submitted before as job %" PRId64 " (%s): that job is the "
+                 "answer, no other was made",
+                 rid, found, ji->job.state);
+        *id = found;
+    }
+    json_decref(oj);
+    kt_store_job_info_free(ji);
+    return rc;
+}
+
+static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, const char *rid,
+                  const char *digest, int64_t *id, kt_jobs_submit_info_t *info);
 
 int kt_jobs_submit(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id)
 {
-    return kt_jobs_submit_ex(m, in, NULL, id, NULL);
+    return kt_jobs_submit_ex(m, in, NULL, NULL, id, NULL);
 }
 
 int kt_jobs_submit_from(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id)
 {
-    return kt_jobs_submit_ex(m, in, client, id, NULL);
+    return kt_jobs_submit_ex(m, in, client, NULL, id, NULL);
 }
 
 int kt_jobs_submit_info(kt_jobs_t *m, const Ktune__V1__Job *in, int64_t *id,
                         kt_jobs_submit_info_t *info)
 {
-    return kt_jobs_submit_ex(m, in, NULL, id, info);
+    return kt_jobs_submit_ex(m, in, NULL, NULL, id, info);
 }
 
-int kt_jobs_submit_ex(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id,
-                      kt_jobs_submit_info_t *info)
-{
-    pthread_mutex_lock(&m->submit_mu);
-    int rc = admit(m, client);
-    if (rc == 0)
-        rc = submit(m, in, client, id, info);
-    pthread_mutex_unlock(&m->submit_mu);
-    return rc;
-}
-
-static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, int64_t *id,
-                  kt_jobs_submit_info_t *info)
+int kt_jobs_submit_ex(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client,
+                      const char *request_id, int64_t *id, kt_jobs_submit_info_t *info)
 {
     kt_jobs_submit_info_t dummy;
     if (!info)
         info = &dummy;
     memset(info, 0, sizeof *info);
+    const char *rid = request_id && *request_id ? request_id : NULL;
+    char digest[17] = "";
+    if (rid && (kt_jobs_check_request_id(rid) != 0 || (in && job_digest(in, digest) != 0)))
+        return kt_err_code();
+    pthread_mutex_lock(&m->submit_mu);
+    /* Looked up first: a retry is answered even while the tracker stops or
+     * the client is at its limit of jobs, the first of them its own. */
+    int rc = rid && in ? find_submitted(m, rid, digest, id, info) : KT_ENOTFOUND;
+    if (rc == KT_ENOTFOUND) {
+        kt_err_clear();
+        rc = admit(m, client);
+        if (rc == 0)
+            rc = submit(m, in, client, rid, digest, id, info);
+    }
+    pthread_mutex_unlock(&m->submit_mu);
+    return rc;
+}
+
+static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, const char *rid,
+                  const char *digest, int64_t *id, kt_jobs_submit_info_t *info)
+{
     if (atomic_load(&m->stopping))
         return kt_err_set(KT_ESTATE, "the tracker is stopping; submit again when it is back");
     if (!in || in->n_tasks == 0)
@@ -1941,6 +2048,12 @@ static int submit(kt_jobs_t *m, const Ktune__V1__Job *in, const char *client, in
                  "them and measures up to %lld more (budget %lld trials)",
                  (long long)stored, (long long)(opts.trials - stored), (long long)opts.trials);
     json_t *oj = kt_job_opts_to_json(&opts);
+    if (oj && rid &&
+        (json_object_set_new(oj, OPT_REQUEST_ID, json_string(rid)) != 0 ||
+         json_object_set_new(oj, OPT_REQUEST_HASH, json_string(digest)) != 0)) {
+        json_decref(oj);
+        oj = NULL;
+    }
     opts_text = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(oj);
     if (!opts_text) {
@@ -2483,7 +2596,13 @@ void kt_jobs_stop(kt_jobs_t *m)
 {
     if (!m)
         return;
-    atomic_store(&m->stopping, 1);
+    /* Build and Run calls in flight would hold the rounds, and so this stop,
+     * until their deadlines (minutes for a worker that never answers); a
+     * cancelled part stores nothing, so only what was committed counts.
+     * Only on the first stop: kt_jobs_free stops again after the tracker
+     * is gone. */
+    if (atomic_exchange(&m->stopping, 1) == 0)
+        kt_tracker_cancel_calls(m->t);
     pthread_mutex_lock(&m->mu);
     pthread_cond_broadcast(&m->cv);   /* rounds waiting for a CPU slot */
     job_t *list = m->jobs;

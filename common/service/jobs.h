@@ -100,17 +100,33 @@ int kt_jobs_submit_from(kt_jobs_t *m, const Ktune__V1__Job *job, const char *cli
  * the records of its tasks, so a budget the store already covers ends the
  * job at once, and the notice says so and how to tune further. */
 typedef struct {
-    int64_t stored_trials;     /* records of the job's (workload, target) pairs */
+    int64_t stored_trials;     /* records of the job's (workload, target) pairs (0: existing) */
     int64_t budget;            /* the job's num_measure_trials, stored ones included */
+    int existing;              /* the request id named a job submitted before: *id is it */
     char notice[512];          /* "" when there is nothing to say */
 } kt_jobs_submit_info_t;
+
+/* Longest SubmitJob request id (SubmitJobRequest.request_id). */
+#define KT_JOBS_REQUEST_ID_MAX 128
+/* A request id's form (at most KT_JOBS_REQUEST_ID_MAX of A-Z a-z 0-9 . _ :
+ * -; NULL and "" pass, meaning none): 0 or KT_EINVAL saying what is wrong.
+ * Thread-safe. */
+int kt_jobs_check_request_id(const char *rid);
 
 /* kt_jobs_submit, filling *info (may be NULL). */
 int kt_jobs_submit_info(kt_jobs_t *m, const Ktune__V1__Job *job, int64_t *id,
                         kt_jobs_submit_info_t *info);
-/* All of the above: a job from `client` (or NULL), *info filled (may be NULL). */
-int kt_jobs_submit_ex(kt_jobs_t *m, const Ktune__V1__Job *job, const char *client, int64_t *id,
-                      kt_jobs_submit_info_t *info);
+/* All of the above: a job from `client` (or NULL), *info filled (may be
+ * NULL), under `request_id` (NULL or "": none). A request id (1 to
+ * KT_JOBS_REQUEST_ID_MAX of A-Z a-z 0-9 . _ : -, else KT_EINVAL) is stored
+ * with the job (in its options JSON, with a hash of the Job message); when
+ * the store already holds a job submitted under it, *id gets that job, info
+ * says existing, and nothing is created or checked against the limits, so a
+ * retried SubmitJob whose answer was lost makes no second job. The same id
+ * with another Job message is KT_EINVAL. Without a principal of their own
+ * (the tracker has one shared token), ids are one namespace per store. */
+int kt_jobs_submit_ex(kt_jobs_t *m, const Ktune__V1__Job *job, const char *client,
+                      const char *request_id, int64_t *id, kt_jobs_submit_info_t *info);
 /* The checks of kt_jobs_submit that need no tracker (SubmitJob's validation,
  * also run by the fuzz targets): 0, KT_EINVAL naming what is wrong, or
  * KT_ELIMIT for more than KT_LIMIT_TASKS tasks. With

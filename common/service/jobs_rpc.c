@@ -68,7 +68,7 @@ static int h_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCM
     const Ktune__V1__SubmitJobRequest *in = (const Ktune__V1__SubmitJobRequest *)req;
     int64_t id = 0;
     kt_jobs_submit_info_t info;
-    int rc = kt_jobs_submit_ex(m, in->job, kt_rpc_call_peer(call), &id, &info);
+    int rc = kt_jobs_submit_ex(m, in->job, kt_rpc_call_peer(call), in->request_id, &id, &info);
     if (rc != 0) {
         KT_INFO("SubmitJob from %s refused: %s", kt_rpc_call_peer(call), kt_err_msg());
         return rc;
@@ -76,7 +76,8 @@ static int h_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCM
     Ktune__V1__SubmitJobResponse *out = (Ktune__V1__SubmitJobResponse *)resp;
     out->job_id = id;
     out->stored_trials = (int32_t)(info.stored_trials > INT32_MAX ? INT32_MAX : info.stored_trials);
-    out->budget = (int32_t)info.budget;
+    out->budget = (int32_t)(info.budget > INT32_MAX ? INT32_MAX : info.budget);
+    out->existing = info.existing;
     /* The job is stored and started: a notice that does not fit in memory
      * is left out rather than failing the call. */
     char *notice = info.notice[0] ? kt_rpc_call_strdup(call, info.notice) : NULL;

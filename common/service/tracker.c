@@ -47,6 +47,9 @@ struct kt_tracker {
     pthread_cond_t cv;
     client_entry_t *clients;
     int stopping;
+    /* kt_tracker_cancel_calls: no more calls to peers (their clients are
+     * closed, and no new one is made). */
+    int calls_closed;
     pthread_t sweeper;
     int sweeper_running;
 };
@@ -409,9 +412,31 @@ int kt_tracker_http_port(const kt_tracker_t *t)
 
 /* ---- Calling peers ---------------------------------------------------------------------- */
 
+/* What a call to a peer answers once kt_tracker_cancel_calls ran. */
+#define CALLS_CLOSED_WHY "the tracker is stopping"
+
+void kt_tracker_cancel_calls(kt_tracker_t *t)
+{
+    if (!t)
+        return;
+    int n = 0;
+    pthread_mutex_lock(&t->mu);
+    t->calls_closed = 1;
+    for (client_entry_t *e = t->clients; e; e = e->next)
+        n += kt_rpc_client_close(e->client, CALLS_CLOSED_WHY);
+    pthread_mutex_unlock(&t->mu);
+    if (n > 0)
+        KT_INFO("cancelled %d call%s in flight to runners and workers", n, n == 1 ? "" : "s");
+}
+
 static client_entry_t *client_get(kt_tracker_t *t, const char *address)
 {
     pthread_mutex_lock(&t->mu);
+    if (t->calls_closed) {
+        pthread_mutex_unlock(&t->mu);
+        kt_err_set(KT_ESTATE, "%s", CALLS_CLOSED_WHY);
+        return NULL;
+    }
     client_entry_t *e = t->clients;
     while (e && (e->stale || strcmp(e->address, address) != 0))
         e = e->next;
@@ -461,8 +486,15 @@ static int call_peer(kt_tracker_t *t, const char *address, const char *method,
     if (!t || !address || !req)
         return kt_err_set(KT_EINVAL, "%s: no tracker, address or request", method);
     client_entry_t *e = client_get(t, address);
-    if (!e)
+    if (!e) {
+        /* Refused as a call cancelled in flight would be, so callers treat
+         * both alike. */
+        if (st && kt_err_code() == KT_ESTATE) {
+            st->code = KT_RPC_CANCELLED;
+            snprintf(st->msg, sizeof st->msg, "%s", kt_err_msg());
+        }
         return kt_err_code();
+    }
     int rc = kt_rpc_call_unary(e->client, method, req, resp_desc, deadline_ms, resp, st);
     client_put(t, e);
     return rc;

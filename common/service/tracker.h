@@ -114,6 +114,13 @@ int kt_tracker_run(kt_tracker_t *t, const char *address, const Ktune__V1__RunReq
                    int deadline_ms, Ktune__V1__RunResponse **resp, kt_rpc_status_t *st);
 int kt_tracker_build(kt_tracker_t *t, const char *address, const Ktune__V1__BuildRequest *req,
                      int deadline_ms, Ktune__V1__BuildResponse **resp, kt_rpc_status_t *st);
+/* For a stopping tracker (from any thread): cancel every Run and Build call
+ * in flight, which then returns at once with *st CANCELLED ("the tracker is
+ * stopping") instead of waiting for its deadline (a worker that was
+ * SIGSTOPped, a host whose link is down), and refuse every later one the
+ * same way (KT_ESTATE). Irreversible. Their results are lost: a caller
+ * stores nothing of a cancelled call. */
+void kt_tracker_cancel_calls(kt_tracker_t *t);
 
 /* ---- wiring inside common/service ---------------------------------------------------------- */
 

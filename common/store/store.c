@@ -124,7 +124,7 @@ typedef enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_PUT_WORKLOAD, ST_GET_WORKLOAD,
     ST_PUT_JOB, ST_PUT_TASK, ST_SET_JOB_STATE, ST_GET_JOB, ST_GET_TASKS,
-    ST_LIST_JOBS, ST_LIST_JOBS_STATE, ST_DELETE_JOB,
+    ST_LIST_JOBS, ST_LIST_JOBS_STATE, ST_DELETE_JOB, ST_FIND_JOB_OPTION,
     ST_PUT_RECORD, ST_TOP_K, ST_TOP_K_KEY, ST_HAS_MEASURED, ST_HAS_DISTILLED, ST_IS_DUPLICATE,
     ST_LIST_WORKLOADS,
     ST_LOG_LATENCY, ST_READ_LATENCY,
@@ -159,6 +159,11 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_LIST_JOBS] = "SELECT id FROM jobs ORDER BY id",
     [ST_LIST_JOBS_STATE] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id",
     [ST_DELETE_JOB] = "DELETE FROM jobs WHERE id = ?1",
+    /* A scan of the jobs table (far smaller than the records), with no
+     * index to keep; options that are not JSON match nothing rather than
+     * failing the query. */
+    [ST_FIND_JOB_OPTION] = "SELECT id FROM jobs WHERE CASE WHEN json_valid(options) THEN "
+                           "json_extract(options, '$.' || ?1) END = ?2 ORDER BY id LIMIT 1",
     [ST_PUT_RECORD] = "INSERT INTO records(workload_key, target, state, state_hash, costs, "
                       "mean_cost, error_code, error_msg, all_cost, timestamp, runner_key, "
                       "job_id, runner_id, runner_host, origin) "
@@ -204,7 +209,10 @@ struct kt_store {
     int costs_cap;
 };
 
-/* Map SQLite's result to a KT_E* code with its message; returns the code. */
+static void explain_full(const char *path, int full);
+
+/* Map SQLite's result to a KT_E* code with its message; returns the code. A
+ * write that found no space is KT_EFULL naming the file system. */
 static int db_err(kt_store_t *s, int rc, const char *what)
 {
     int code;
@@ -217,10 +225,14 @@ static int db_err(kt_store_t *s, int rc, const char *what)
     case SQLITE_BUSY:
     case SQLITE_LOCKED: code = KT_ETIMEOUT; break;
     case SQLITE_READONLY: code = KT_ESTATE; break;
+    case SQLITE_FULL: code = KT_EFULL; break;
     default: code = KT_EIO; break;
     }
     const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
-    return kt_err_set(code, "%s: %s", what, msg);
+    kt_err_set(code, "%s: %s", what, msg);
+    if ((code == KT_EIO || code == KT_EFULL) && s && s->path && strcmp(s->path, ":memory:") != 0)
+        explain_full(s->path, code == KT_EFULL);
+    return kt_err_code();
 }
 
 sqlite3 *kt_store_db(kt_store_t *s)
@@ -357,14 +369,20 @@ static int pragma_int(kt_store_t *s, const char *sql, int *out)
 /* A read-write handle needs the file and its directory (where SQLite makes
  * the -wal and -shm files) writable; SQLite itself would open the file
  * read-only and fail later with "unable to open database file". */
-static int check_writable(const char *path)
+/* The directory of a database file: where SQLite makes its -wal and -shm. */
+static void dir_of(const char *path, char *dir, size_t size)
 {
     const char *slash = strrchr(path, '/');
-    char dir[4096];
     if (!slash)
-        snprintf(dir, sizeof dir, ".");
+        snprintf(dir, size, ".");
     else
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+        snprintf(dir, size, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+}
+
+static int check_writable(const char *path)
+{
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
     const char *what = access(path, W_OK) != 0 ? "the file" : access(dir, W_OK) != 0 ? dir : NULL;
     if (!what)
         return 0;
@@ -375,29 +393,27 @@ static int check_writable(const char *path)
                       path, what, strerror(errno));
 }
 
-/* An open that failed with an I/O error on a file system with (almost) no
- * space left: SQLite says only "disk I/O error" when it cannot size the WAL
- * index (-shm) or write, so say what it is. Leaves any other error as it is. */
-static void explain_full(const char *path)
+/* The current error (an I/O error, or SQLite's "database or disk is full"
+ * when `full`) as KT_EFULL naming the file system, when that is what it is:
+ * SQLite names no file system, and says only "disk I/O error" when a full
+ * one cannot grow the WAL index (-shm). An I/O error with a megabyte or more
+ * free is left as it is. */
+static void explain_full(const char *path, int full)
 {
-    const char *slash = strrchr(path, '/');
     char dir[4096];
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    dir_of(path, dir, sizeof dir);
     struct statvfs v;
-    if (statvfs(dir, &v) != 0)
-        return;
-    unsigned long long left = (unsigned long long)v.f_bavail * v.f_frsize;
-    if (left >= 1024 * 1024)
+    int known = statvfs(dir, &v) == 0;
+    unsigned long long left = known ? (unsigned long long)v.f_bavail * v.f_frsize : 0;
+    if (!full && (!known || left >= 1024 * 1024))
         return;
     char why[512];
     snprintf(why, sizeof why, "%s", kt_err_msg());
-    kt_err_set(KT_EIO,
-               "the file system is full (%llu bytes free in %s; SQLite: %s): free space, then "
-               "open it again",
-               left, dir, why);
+    if (known)
+        kt_err_set(KT_EFULL, "the file system is full (%llu bytes free in %s; %s): free space there",
+                   left, dir, why);
+    else
+        kt_err_set(KT_EFULL, "the file system is full (in %s; %s): free space there", dir, why);
 }
 
 static int check_exists(const char *path, int flags)
@@ -546,7 +562,7 @@ kt_store_t *kt_store_open(const char *path, int flags)
     }
     if (rc != 0) {
         if (kt_err_code() == KT_EIO && !memory && !(flags & KT_STORE_READONLY))
-            explain_full(path);
+            explain_full(path, 0);
         kt_err_prefix("%s", path);
         kt_store_close(s);
         return NULL;
@@ -863,6 +879,31 @@ int kt_store_list_jobs(kt_store_t *s, const char *state, int64_t **ids, size_t *
         *n = 0;
     }
     return ret;
+}
+
+int kt_store_find_job_option(kt_store_t *s, const char *key, const char *value, int64_t *id)
+{
+    int rc = kt_store_usable(s);
+    if (rc != 0)
+        return rc;
+    if (!key || !*key || strspn(key, "abcdefghijklmnopqrstuvwxyz_") != strlen(key) || !value ||
+        !id)
+        return kt_err_set(KT_EINVAL, "store: finding a job by option: bad key, value or output");
+    sqlite3_stmt *st = stmt(s, ST_FIND_JOB_OPTION);
+    if (!st)
+        return kt_err_code();
+    bind_text(st, 1, key);
+    bind_text(st, 2, value);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *id = sqlite3_column_int64(st, 0);
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? kt_err_set(KT_ENOTFOUND, "store: no job with %s '%s'", key, value)
+                               : db_err(s, rc, "store: finding a job by option");
+    }
+    done(st);
+    return rc;
 }
 
 int kt_store_delete_job(kt_store_t *s, int64_t id)

@@ -13,6 +13,14 @@
  * user_version) and a file that is not a SQLite database are refused; the
  * latter is never modified.
  *
+ * Errors: every function returns 0 or a negative KT_E* code with kt_err set.
+ * A write that finds the file system full (SQLite's "database or disk is
+ * full", or an I/O error with less than a megabyte free there) is KT_EFULL,
+ * its message naming the file system ("the file system is full (N bytes free
+ * in DIR; ...)"); the transaction is rolled back and the store is as it was,
+ * so the same write succeeds once space is freed. Other I/O errors are
+ * KT_EIO.
+ *
  * Ownership: strings and arrays passed in are owned by the caller and only
  * read during the call. Everything the store returns is owned by one result
  * object freed with one call: kt_record_list_free(), kt_store_job_info_free(),
@@ -62,8 +70,8 @@ typedef struct kt_store kt_store_t;
  * gives a private in-memory database. Read-write handles switch the file to
  * WAL and apply pending migrations. NULL + kt_err when the file is missing
  * (without KT_STORE_CREATE: KT_ENOTFOUND), is not a SQLite database
- * (KT_EINVAL, file untouched), is from a newer ktune (KT_EUNSUP), or on I/O
- * errors (KT_EIO). */
+ * (KT_EINVAL, file untouched), is from a newer ktune (KT_EUNSUP), on a full
+ * file system (KT_EFULL) or on other I/O errors (KT_EIO). */
 kt_store_t *kt_store_open(const char *path, int flags);
 
 /* Close the handle; accepts NULL. */
@@ -151,6 +159,12 @@ void kt_store_job_info_free(kt_store_job_info_t *j);
 /* Ids of the jobs in `state` (NULL: all), ascending, in a malloc'd array
  * (caller frees; NULL when *n is 0). */
 int kt_store_list_jobs(kt_store_t *s, const char *state, int64_t **ids, size_t *n);
+
+/* The lowest id of a job whose options JSON has `key` (lower-case letters
+ * and '_') set to the string `value`: 0 with *id, or KT_ENOTFOUND. A scan
+ * of the jobs table (no index), for rare look-ups such as a SubmitJob
+ * request id. */
+int kt_store_find_job_option(kt_store_t *s, const char *key, const char *value, int64_t *id);
 
 /* Delete a job, its tasks and its latency log. Its records stay (their job_id
  * keeps the old number). KT_ENOTFOUND when absent. */

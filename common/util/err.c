@@ -71,6 +71,7 @@ const char *kt_err_name(int code)
     case KT_EINTERNAL: return "internal error";
     case KT_EUNSUP: return "not supported";
     case KT_ELIMIT: return "limit reached";
+    case KT_EFULL: return "file system full";
     default: return "unknown error";
     }
 }

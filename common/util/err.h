@@ -23,6 +23,7 @@
 #define KT_EINTERNAL -9  /* a bug in ktune or a library */
 #define KT_EUNSUP   -10  /* not supported in this build or on this target */
 #define KT_ELIMIT   -11  /* a limit of util/kt_limits.h was reached (RESOURCE_EXHAUSTED) */
+#define KT_EFULL    -12  /* a file system is full: nothing was written (RESOURCE_EXHAUSTED) */
 
 /* Record a message (printf-style) for the calling thread; returns `code` so
  * callers can write `return kt_err_set(KT_EINVAL, "...")`. */

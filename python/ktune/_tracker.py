@@ -4,6 +4,7 @@ the same options, the same bearer token, TLS as the daemons serve it), and
 ktune.Job follows one job."""
 import json
 import os
+import secrets
 import stat
 
 import grpc
@@ -180,7 +181,7 @@ class Tracker:
                search_params="", per_round=0, early_stopping=0, seed=0, priority=0,
                number=0, repeat=0, min_repeat_ms=None, run_timeout_ms=0, check=True,
                cache_flush=False, flush_weights=None, layout=None, batch=None, seq_len=None,
-               inputs=None, winograd=None, ktune_cli=None):
+               inputs=None, winograd=None, ktune_cli=None, request_id=None):
         """Submit a tuning job and return its Job; the job runs whether or not
         anyone watches it.
 
@@ -199,6 +200,13 @@ class Tracker:
         number, repeat, min_repeat_ms, run_timeout_ms, check (compare with
         the reference kernel), cache_flush and flush_weights (default on
         for a network on a CPU without cache_flush).
+
+        request_id names the submission (SubmitJobRequest.request_id; letters,
+        digits and ._:-, at most 128): submit again with the same one (after
+        a call that raised DeadlineExceeded or Unavailable, say) and the
+        tracker answers the job it made the first time instead of making a
+        second; the Job's `existing` then says so. Default: a random one,
+        which the channel's own retries of this call reuse.
         """
         sources = [s for s in (network, network_file, onnx, workloads) if s is not None]
         if len(sources) != 1:
@@ -238,9 +246,11 @@ class Tracker:
                  for w, weight, desc, k in items]
         job = pb.Job(tasks=tasks, target=target, runner_key=key or target, strategy=strategy,
                      policy=policy, priority=priority, options=options)
-        r = self._call("SubmitJob", pb.SubmitJobRequest(job=job))
+        if request_id is None:
+            request_id = secrets.token_hex(16)
+        r = self._call("SubmitJob", pb.SubmitJobRequest(job=job, request_id=request_id))
         return Job(self, r.job_id, notice=r.notice, stored_trials=r.stored_trials,
-                   budget=r.budget)
+                   budget=r.budget, existing=r.existing)
 
     # ---- records -------------------------------------------------------------------------
 
@@ -283,14 +293,16 @@ class Tracker:
 class Job:
     """A job on a tracker: its id, and for a job just submitted the
     tracker's notice (e.g. that the store covers the budget already), the
-    trials the store already held of its tasks and its budget."""
+    trials the store already held of its tasks, its budget, and whether the
+    submission's request id named a job submitted before (existing)."""
 
-    def __init__(self, tracker, job_id, notice="", stored_trials=0, budget=0):
+    def __init__(self, tracker, job_id, notice="", stored_trials=0, budget=0, existing=False):
         self.tracker = tracker
         self.id = job_id
         self.notice = notice
         self.stored_trials = stored_trials
         self.budget = budget
+        self.existing = existing
 
     def __repr__(self):
         return "ktune.Job(%d on %s)" % (self.id, self.tracker.address)

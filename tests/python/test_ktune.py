@@ -185,6 +185,28 @@ class TrackerTest(unittest.TestCase):
             job.wait(timeout=60)
         self.assertEqual(e.exception.progress.state, "cancelled")
 
+    def test_a_request_id_submitted_again_answers_the_same_job(self):
+        # The retry of a submission whose answer was lost: no second job.
+        # On a key no runner has, the jobs wait and are cancelled at once.
+        wl = {"op": "matmul", "M": 8, "N": 8, "K": 24}
+        rid = "py-" + secrets.token_hex(8)
+        opts = dict(workloads=[wl], trials=4000, key="nobody")
+        first = self.tracker.submit(request_id=rid, **opts)
+        again = self.tracker.submit(request_id=rid, **opts)
+        self.assertEqual(again.id, first.id)
+        self.assertEqual((first.existing, again.existing), (False, True))
+        self.assertIn("submitted before", again.notice)
+        # Without one (a random id per call), every submission is a job.
+        other = self.tracker.submit(**opts)
+        self.assertNotEqual(other.id, first.id)
+        self.assertFalse(other.existing)
+        # The same id for another job is refused, naming the job it names.
+        with self.assertRaises(ktune.InvalidArgument) as e:
+            self.tracker.submit(request_id=rid, **dict(opts, trials=4001))
+        self.assertIn("job %d" % first.id, str(e.exception))
+        for job in (first, other):
+            job.cancel()
+
     def test_wrong_or_missing_token_is_unauthenticated(self):
         for token in ("wrong-" + self.cluster.token, None):
             with ktune.Tracker(self.cluster.address, token=token) as t:
