@@ -360,6 +360,7 @@ static void put_job(kt_sbuf_t *b, const json_t *job)
     put_meta_field(b, &first, "strategy", job, "strategy");
     put_meta_field(b, &first, "policy", job, "policy");
     put_meta_field(b, &first, "search params", job, "search_params");
+    put_meta_field(b, &first, "store model", job, "store_model");
     put_meta_field(b, &first, "budget", job, "budget");
     put_meta_field(b, &first, "per round", job, "measures_per_round");
     kt_sbuf_puts(b, "</p>\n");
