@@ -303,7 +303,8 @@ int kt_search_model_update_from_store(kt_model_t *m, kt_store_t *s, const kt_wor
  * id among them. A job's xgb models start from it (kt_search_family_set_prior).
  *
  * It is stale, and kt_search_store_model retrains it with
- * KT_SEARCH_STORE_MODEL_TRAIN, when the key has no usable model and at
+ * KT_SEARCH_STORE_MODEL_TRAIN (BUILD: only the first case), when the key
+ * has no usable model and at
  * least KT_SEARCH_STORE_MODEL_MIN records, or when the records newer than
  * the model number KT_SEARCH_STORE_MODEL_NEW or NEW_SHARE of the records it
  * trained on, whichever is more. A retraining starts from scratch on the
@@ -352,11 +353,11 @@ typedef struct {
     char note[320];       /* what was found and done, for the log */
 } kt_search_store_model_t;
 
-/* Read (and with TRAIN refresh) the store model of (target, key) into *out.
- * 0, or KT_EINVAL for bad arguments only: store and training failures are
- * notes. Free out->model with kt_search_store_model_clear. Thread-safe as
- * far as ref's lock makes the store so; two callers for one key train
- * twice (the caller serializes them). */
+/* Read (and with TRAIN or BUILD refresh) the store model of (target, key)
+ * into *out. 0, or KT_EINVAL for bad arguments only: store and training
+ * failures are notes. Free out->model with kt_search_store_model_clear.
+ * Thread-safe as far as ref's lock makes the store so; two callers for one
+ * key train twice (the caller serializes them). */
 int kt_search_store_model(const kt_search_store_ref_t *ref, const char *target,
                           const char *key, int flags, kt_search_store_model_t *out);
 void kt_search_store_model_clear(kt_search_store_model_t *m);   /* accepts NULL */
@@ -420,13 +421,14 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  *   (Ansor's make_search_policies: one XGBModel for the whole network;
  *   FamilySeer's monolithic model). Its warm-up is Ansor's with
  *   warmup=random (the default): the model is given no record, and so scores
- *   at random, until every task has been measured once (or proposed
- *   nothing); then it trains once on every task's records (Ansor's
- *   num_warmup_sample = tasks x measures per round), and on each task's new
- *   records after that. With warmup=model it trains on every record as it
- *   comes, so once it holds more than num_warmup_sample records the model,
- *   not chance, picks the first round of the tasks still waiting. No foresee
- *   passes (Ansor has none).
+ *   at random (by its prior when it has one: kt_search_family_set_prior),
+ *   until every task has been measured once (or proposed nothing); then it
+ *   trains once on every task's records (Ansor's num_warmup_sample = tasks x
+ *   measures per round), and on each task's new records after that. With
+ *   warmup=model it trains on every record as it comes, so once it holds
+ *   more than num_warmup_sample records the model, not chance, picks the
+ *   first round of the tasks still waiting. No foresee passes (Ansor has
+ *   none).
  * - "sketch.xgb.family-op": family = the task's anchor operator, read from the
  *   DAG (kt_search_family_anchor): conv2d tasks with any epilogue share one,
  *   dense another, each pool kind its own.
