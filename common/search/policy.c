@@ -1355,12 +1355,6 @@ static int maybe_restart(kt_search_policy_t *sp)
     kt_model_t *m = kt_model_new(kt_model_kind(sp->model), &mp);
     if (!m)
         return kt_err_code() ? kt_err_code() : KT_ENOMEM;
-    /* what the store's model knew of other workloads is no part of the
-     * region this start leaves: the new start keeps the prior */
-    if (kt_model_prior(sp->model) && kt_model_set_prior(m, kt_model_prior(sp->model)) != 0) {
-        kt_model_free(m);
-        return kt_err_code();
-    }
     kt_model_free(sp->model);
     sp->model = m;
     sp->npending = 0;   /* the old start's records trained the old model */
