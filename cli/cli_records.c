@@ -330,6 +330,14 @@ static int cmd_stats(const records_args_t *a)
     for (size_t i = 0; i < st.nkeys; i++)
         printf("  %-24s %" PRId64 "\n", *st.keys[i].key ? st.keys[i].key : "(none)",
                st.keys[i].records);
+    printf("cost models:%s\n", st.nmodels ? "" : " none");
+    for (size_t i = 0; i < st.nmodels; i++) {
+        const kt_store_cost_model_t *m = &st.models[i];
+        printf("  %-5s %-18s v%" PRId64 ", %" PRId64 " records (up to id %" PRId64
+               "), features %d, %.1f KiB\n",
+               m->target, m->device_key, m->version, m->records, m->max_record_id,
+               m->feature_version, (double)m->model_len / 1024.0);
+    }
     kt_store_stats_clear(&st);
     return 0;
 }

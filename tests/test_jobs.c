@@ -788,6 +788,112 @@ START_TEST(jobs_first_round_takes_refitted_states_of_the_nearest_stored_workload
 }
 END_TEST
 
+/* The "store_model" field of job `id` in the tracker's status snapshot
+ * (malloc'd; NULL when null). */
+static char *job_store_model(service_t *s, int64_t id)
+{
+    json_t *snap = kt_tracker_snapshot(s->t, NULL);
+    ck_assert_ptr_nonnull(snap);
+    json_t *jobs = json_object_get(snap, "jobs");
+    char *out = NULL;
+    int found = 0;
+    for (size_t i = 0; i < json_array_size(jobs); i++) {
+        json_t *j = json_array_get(jobs, i);
+        if (json_integer_value(json_object_get(j, "id")) != id)
+            continue;
+        found = 1;
+        ck_assert_ptr_nonnull(json_object_get(j, "store_model"));
+        const char *v = json_string_value(json_object_get(j, "store_model"));
+        out = v ? strdup(v) : NULL;
+    }
+    ck_assert_msg(found, "job %lld not in the snapshot", (long long)id);
+    json_decref(snap);
+    return out;
+}
+
+/* The version of the store's cost model of (cpu, cpu-fake), waited for up
+ * to WAIT_MS when `wait` (a job trains it after its "done"); 0 when none. */
+static int64_t stored_model_version(int wait)
+{
+    for (int waited = 0;; waited += 100) {
+        kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
+        ck_assert_msg(st != NULL, "%s", kt_err_msg());
+        kt_store_cost_model_t *m = NULL;
+        int rc = kt_store_get_cost_model(st, "cpu", "cpu-fake", &m);
+        int64_t v = rc == 0 ? m->version : 0;
+        kt_store_cost_model_free(m);
+        kt_store_close(st);
+        if (v > 0 || !wait || waited > WAIT_MS)
+            return v;
+        sleep_ms(100);
+    }
+}
+
+/* Job B (sketch.xgb, transfer off) on matmul M=96: its first round's state
+ * hashes into h[4] and its store_model field (malloc'd or NULL). */
+static char *run_job_b(service_t *s, uint64_t *h)
+{
+    job_msg_t b;
+    job_msg(&b, 96, "cpu-fake", 8);
+    b.job.policy = "sketch.xgb";
+    b.to.no_transfer = 1;
+    int64_t id = 0;
+    ck_assert_msg(kt_jobs_submit(s->jobs, &b.job, &id) == 0, "%s", kt_err_msg());
+    Ktune__V1__JobProgress *p = wait_job(s, id, "done", 0);
+    ck_assert_msg(strcmp(p->state, "done") == 0, "job B %s: %s", p->state, p->message);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    ck_assert_int_eq(record_hashes(b.json, h, 4), 4);   /* id order: the first round's */
+    return job_store_model(s, id);
+}
+
+/* On an empty store a sketch.xgb job runs as before: no store model, none
+ * made from its 8 records. On a store where another workload's job left 80
+ * records of the key, that job's end trained the key's store model, and
+ * the same job (same seed) starts from it: its status says which, and its
+ * first round is the model's choice, not the spread over a random sample
+ * the empty store's job measured. */
+START_TEST(jobs_start_from_the_store_model_of_their_key)
+{
+    uint64_t h0[4], h1[4];
+    make_dir();
+    fake_t worker, runner;
+    service_t s;
+    start_with_fakes(&s, &worker, &runner, 0);
+    char *none = run_job_b(&s, h0);
+    ck_assert_msg(none == NULL, "store_model %s on an empty store", none);
+    service_stop(&s);
+    ck_assert_int_eq(stored_model_version(0), 0);
+    kt_rpc_server_stop(worker.srv, 0);
+    kt_rpc_server_stop(runner.srv, 0);
+    remove_dir();
+
+    make_dir();
+    start_with_fakes(&s, &worker, &runner, 0);
+    job_msg_t a;
+    job_msg(&a, 64, "cpu-fake", 80);
+    a.to.num_measures_per_round = 16;
+    int64_t ida = 0;
+    ck_assert_msg(kt_jobs_submit(s.jobs, &a.job, &ida) == 0, "%s", kt_err_msg());
+    Ktune__V1__JobProgress *p = wait_job(&s, ida, "done", 0);
+    ck_assert_str_eq(p->state, "done");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    ck_assert_int_eq(stored_model_version(1), 1);
+    ck_assert_msg(job_store_model(&s, ida) == NULL, "sketch.random took a store model");
+    char *used = run_job_b(&s, h1);
+    ck_assert_msg(used && strcmp(used, "v1/80") == 0, "store_model %s", used ? used : "null");
+    int same = 0;
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 4; k++)
+            same += h1[i] == h0[k];
+    ck_assert_msg(same < 4, "the first round is the one of the empty store");
+    free(used);
+    service_stop(&s);
+    kt_rpc_server_stop(worker.srv, 0);
+    kt_rpc_server_stop(runner.srv, 0);
+    remove_dir();
+}
+END_TEST
+
 /* One client floods SubmitJob with 500 jobs for a key no runner serves: the
  * first KT_LIMIT_JOBS_PER_CLIENT are taken, every later one is refused with
  * RESOURCE_EXHAUSTED naming the limit, and another client's job runs to done
@@ -1950,6 +2056,11 @@ int main(void)
     tcase_add_test(tc, jobs_submit_retried_under_its_request_id_makes_one_job);
     tcase_add_test(tc, jobs_stop_cancels_calls_to_a_peer_that_never_answers);
     suite_add_tcase(s, tc);
+    TCase *sm = tcase_create("store_model");
+    tcase_set_timeout(sm, 300);
+    tcase_add_test(sm, jobs_start_from_the_store_model_of_their_key);
+    suite_add_tcase(s, sm);
+
     TCase *lim = tcase_create("limits");
     tcase_set_timeout(lim, 600);
     tcase_add_test(lim, limits_tasks_per_job);

@@ -862,6 +862,118 @@ START_TEST(metrics_pairwise_accuracy_and_topk_recall)
 }
 END_TEST
 
+/* Pairwise accuracy of m's scores on p against throughputs `truth`. */
+static double accuracy_on(kt_model_t *m, const progs_t *p, const float *truth)
+{
+    float *pred = malloc(p->nprog * sizeof *pred);
+    ck_assert_ptr_nonnull(pred);
+    kt_model_batch_t b = batch_of(p);
+    ck_assert_int_eq(kt_model_predict(m, &b, pred), 0);
+    double acc = 0;
+    ck_assert_int_eq(kt_model_pairwise_accuracy(pred, truth, p->nprog, &acc), 0);
+    free(pred);
+    return acc;
+}
+
+/* A model started from a prior (trained on other programs) scores as the
+ * prior at once, trusted without a warm-up of its own, and as the prior
+ * still while its own booster is in its warm-up. Its trainings boost from
+ * the prior's margins: on programs that run the other way round from what
+ * the prior learned (it ranks them almost all wrong) the own trees turn
+ * that round. Copies, saved files and buffers keep the prior; a model that
+ * trained already, one of other labels, or an untrained prior is refused. */
+START_TEST(prior_scores_at_once_and_own_trees_train_on_top)
+{
+    progs_t a, own;
+    progs_make(&a, 600, 11);
+    progs_make(&own, 80, 12);
+    float *rev = malloc(own.nprog * sizeof *rev);
+    ck_assert_ptr_nonnull(rev);
+    for (size_t i = 0; i < own.nprog; i++) {   /* the faster the prior thinks, the slower */
+        own.cost[i] = 1e-3 * own.truth[i];
+        rev[i] = 1.0f / own.truth[i];
+    }
+    kt_model_params_t prm = rank_params();
+    kt_model_t *prior = kt_model_new(KT_MODEL_XGB, &prm);
+    kt_model_batch_t ba = batch_of(&a);
+    ck_assert_int_eq(kt_model_update(prior, &ba, a.cost, NULL), 0);
+    ck_assert(kt_model_is_trained(prior));
+
+    prm.num_warmup_sample = 20;
+    kt_model_t *m = kt_model_new(KT_MODEL_XGB, &prm);
+    ck_assert(!kt_model_is_trained(m));
+    ck_assert_int_eq(kt_model_set_prior(m, prior), 0);
+    ck_assert(kt_model_is_trained(m) && kt_model_log_scores(m));
+    ck_assert_ptr_nonnull(kt_model_prior(m));
+    size_t n = own.nprog;
+    float *p1 = malloc(n * sizeof *p1), *p2 = malloc(n * sizeof *p2);
+    ck_assert(p1 && p2);
+    kt_model_batch_t bo = batch_of(&own);
+    same_scores(prior, m, &bo, p1, p2, n);
+    double before = accuracy_on(m, &own, rev);
+    ck_assert_msg(before < 0.2, "the prior ranks %.2f of the reversed pairs right", before);
+
+    kt_model_batch_t few = batch_slice(&own, 0, 10);
+    ck_assert_int_eq(kt_model_update(m, &few, own.cost, NULL), 0);
+    ck_assert_int_gt(kt_model_num_rounds(m), 0);   /* trained, not past its warm-up */
+    same_scores(prior, m, &bo, p1, p2, n);
+    kt_model_batch_t rest = batch_slice(&own, 10, n - 10);
+    ck_assert_int_eq(kt_model_update(m, &rest, own.cost + 10, NULL), 0);
+    double after = accuracy_on(m, &own, rev);
+    ck_assert_msg(after > 0.8, "trained on top of the prior: %.2f of the pairs right (%.2f "
+                  "before)", after, before);
+
+    kt_model_t *s = kt_model_snapshot(m);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_ptr_nonnull(kt_model_prior(s));
+    same_scores(m, s, &bo, p1, p2, n);
+    kt_model_free(s);
+    const char *path = tmp_path("prior");
+    ck_assert_int_eq(kt_model_save(m, path), 0);
+    s = kt_model_load(path);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    ck_assert_ptr_nonnull(kt_model_prior(s));
+    same_scores(m, s, &bo, p1, p2, n);
+    kt_model_free(s);
+    unlink(path);
+    char *buf = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kt_model_to_buffer(m, &buf, &len), 0);
+    s = kt_model_from_buffer(buf, len);
+    ck_assert_ptr_nonnull(s);
+    same_scores(m, s, &bo, p1, p2, n);
+    kt_model_free(s);
+    ck_assert_ptr_null(kt_model_from_buffer(buf, len - 1));   /* the prior's last byte gone */
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "truncated"));
+    buf[len - 1] ^= 0x55;   /* the prior's booster damaged: its own checksum tells */
+    ck_assert_ptr_null(kt_model_from_buffer(buf, len));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "its prior"));
+    free(buf);
+
+    ck_assert_int_eq(kt_model_set_prior(m, prior), KT_ESTATE);   /* trained already */
+    kt_model_t *log = kt_model_new(KT_MODEL_XGB, NULL), *fresh = kt_model_new(KT_MODEL_XGB, &prm);
+    kt_model_t *rnd = kt_model_new(KT_MODEL_RANDOM, NULL);
+    ck_assert_int_eq(kt_model_set_prior(log, prior), KT_EINVAL);   /* log labels, rank prior */
+    ck_assert_int_eq(kt_model_set_prior(fresh, log), KT_EINVAL);   /* not trained */
+    ck_assert_int_eq(kt_model_set_prior(fresh, m), KT_EINVAL);     /* has a prior itself */
+    ck_assert_int_eq(kt_model_set_prior(rnd, prior), KT_EINVAL);
+    ck_assert(!kt_model_is_trained(fresh));
+    ck_assert_int_eq(kt_model_set_prior(fresh, prior), 0);
+    ck_assert_int_eq(kt_model_set_prior(fresh, NULL), 0);          /* removed before training */
+    ck_assert(!kt_model_is_trained(fresh));
+    kt_model_free(log);
+    kt_model_free(fresh);
+    kt_model_free(rnd);
+    kt_model_free(m);
+    kt_model_free(prior);
+    free(p1);
+    free(p2);
+    free(rev);
+    progs_free(&a);
+    progs_free(&own);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -889,6 +1001,7 @@ int main(void)
     tcase_add_test(tc2, only_failed_programs_train_without_error);
     tcase_add_test(tc2, params_set_from_key_value_lists);
     tcase_add_test(tc2, metrics_pairwise_accuracy_and_topk_recall);
+    tcase_add_test(tc2, prior_scores_at_once_and_own_trees_train_on_top);
     suite_add_tcase(s, tc2);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

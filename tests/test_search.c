@@ -2,7 +2,9 @@
  * candidates and local measurement. Small workloads and populations keep it
  * fast; measured costs are synthetic except in the local-measurement test. */
 #include <check.h>
+#include <inttypes.h>
 #include <math.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1670,6 +1672,350 @@ START_TEST(search_restarts_after_its_best_stalls)
 }
 END_TEST
 
+/* ---- the store model of a device key ------------------------------------------ */
+
+/* n states sampled for w (seeded) stored as records of (cpu, key) with their
+ * synthetic costs, w itself stored too. */
+static void store_fill(kt_store_t *st, const kt_workload_t *w, const char *key, int n,
+                       uint64_t seed)
+{
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    ck_assert_int_eq(kt_store_put_workload(st, kt_workload_key(w), kt_workload_json(w),
+                                           kt_workload_flops(w)), 0);
+    kt_sched_state_t **sk = NULL;
+    int nsk = 0;
+    ck_assert_int_eq(kt_sched_sketches(dag, &p, &sk, &nsk), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, seed);
+    kt_record_t *recs = calloc((size_t)n, sizeof *recs);
+    char **json = calloc((size_t)n, sizeof *json);
+    double *cost = calloc((size_t)n, sizeof *cost);
+    ck_assert(recs && json && cost);
+    for (int i = 0; i < n; i++) {
+        kt_sched_state_t *x = kt_sched_sample(dag, &p, sk[kt_rng_below(&rng, (uint64_t)nsk)], &rng);
+        ck_assert_ptr_nonnull(x);
+        json[i] = kt_sched_state_to_json(x, dag);
+        cost[i] = synthetic_cost(x);
+        recs[i] = (kt_record_t){.workload_key = kt_workload_key(w), .target = "cpu",
+                                .state_json = json[i], .state_hash = kt_sched_state_hash(x, dag),
+                                .costs = &cost[i], .ncosts = 1,
+                                .timestamp = (double)seed * 1e4 + i, .runner_key = key};
+        kt_sched_state_free(x);
+    }
+    ck_assert_int_eq(kt_store_put_records(st, recs, (size_t)n), 0);
+    for (int i = 0; i < n; i++)
+        free(json[i]);
+    free(json);
+    free(cost);
+    free(recs);
+    free_states(sk, nsk);
+}
+
+/* Feature rows of n states sampled for w (seeded): a batch to score. */
+typedef struct {
+    float *rows;
+    uint32_t counts[64];
+    kt_model_batch_t b;
+} rows_t;
+
+static void rows_of(const kt_workload_t *w, int n, uint64_t seed, rows_t *r)
+{
+    ck_assert_int_le(n, 64);
+    const kt_dag_t *dag = kt_workload_dag(w);
+    kt_sched_params_t p;
+    one_thread_params(&p);
+    kt_sched_state_t **sk = NULL;
+    int nsk = 0;
+    ck_assert_int_eq(kt_sched_sketches(dag, &p, &sk, &nsk), 0);
+    kt_rng_t rng;
+    kt_rng_seed(&rng, seed);
+    kt_sched_state_t *st[64];
+    for (int i = 0; i < n; i++) {
+        st[i] = kt_sched_sample(dag, &p, sk[kt_rng_below(&rng, (uint64_t)nsk)], &rng);
+        ck_assert_ptr_nonnull(st[i]);
+    }
+    r->rows = NULL;
+    ck_assert_int_eq(kt_feature_extract_batch(dag, (const kt_sched_state_t *const *)st, n,
+                                              &r->rows, r->counts), 0);
+    r->b = (kt_model_batch_t){.rows = r->rows, .nrows = r->counts, .nprog = (size_t)n,
+                              .nfeat = KT_FEATURE_COUNT};
+    for (int i = 0; i < n; i++)
+        kt_sched_state_free(st[i]);
+    free_states(sk, nsk);
+}
+
+/* 1 when the scores are not all the same. */
+static int spread(const float *s, int n)
+{
+    for (int i = 1; i < n; i++)
+        if (s[i] != s[0])
+            return 1;
+    return 0;
+}
+
+static char sm_dir[64], sm_db[96];
+
+static void sm_setup(void)
+{
+    snprintf(sm_dir, sizeof sm_dir, "/tmp/kt_search_sm_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(sm_dir));
+    snprintf(sm_db, sizeof sm_db, "%s/s.db", sm_dir);
+}
+
+static void sm_teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", sm_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void sm_get(kt_store_t *st, const char *key, int flags, kt_search_store_model_t *out)
+{
+    kt_search_store_ref_t ref = {.store = st};
+    ck_assert_int_eq(kt_search_store_model(&ref, "cpu", key, flags, out), 0);
+}
+
+#define SM_ALL (KT_SEARCH_STORE_MODEL_TRAIN | KT_SEARCH_STORE_MODEL_LOAD)
+
+/* The model trained on two workloads' records of key k (not on another
+ * key's) is written to the store and, the store reopened, read back
+ * predicting exactly as before on the rows of a third workload, without a
+ * retraining. A key with too few records has none, and says why. */
+START_TEST(search_store_model_round_trips_through_the_store)
+{
+    kt_store_t *st = kt_store_open(sm_db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(st);
+    kt_workload_t *w1 = matmul(32, 32, 32), *w2 = matmul(48, 32, 64), *w3 = matmul(64, 64, 64);
+    store_fill(st, w1, "k", 50, 1);
+    store_fill(st, w2, "k", 50, 2);
+    store_fill(st, w1, "other", 80, 3);
+    kt_search_store_model_t a, b;
+    sm_get(st, "k", SM_ALL, &a);
+    ck_assert_msg(a.model && a.trained && !a.warn, "%s", a.note);
+    ck_assert_int_eq(a.version, 1);
+    ck_assert_int_eq(a.records, 100);
+    ck_assert(kt_model_is_trained(a.model));
+    rows_t r;
+    rows_of(w3, 32, 5, &r);
+    float s1[32], s2[32];
+    ck_assert_int_eq(kt_model_predict(a.model, &r.b, s1), 0);
+    ck_assert_msg(spread(s1, 32), "the store model scores every state alike");
+    kt_store_cost_model_t *row = NULL;
+    ck_assert_int_eq(kt_store_get_cost_model(st, "cpu", "k", &row), 0);
+    ck_assert_int_eq(row->feature_version, KT_FEATURE_VERSION);
+    ck_assert_int_eq(row->format_version, KT_MODEL_FILE_VERSION);
+    ck_assert_int_eq(row->records, 100);
+    ck_assert_int_eq(row->max_record_id, 100);   /* k's records are ids 1..100 */
+    kt_store_cost_model_free(row);
+    kt_store_close(st);
+
+    st = kt_store_open(sm_db, 0);
+    ck_assert_ptr_nonnull(st);
+    sm_get(st, "k", SM_ALL, &b);
+    ck_assert_msg(b.model && !b.trained && !b.warn, "%s", b.note);
+    ck_assert_int_eq(b.version, 1);
+    ck_assert_int_eq(b.records, 100);
+    ck_assert_int_eq(kt_model_predict(b.model, &r.b, s2), 0);
+    ck_assert_mem_eq(s1, s2, sizeof s1);
+    kt_search_store_model_clear(&b);
+
+    kt_search_store_model_t none;
+    sm_get(st, "nobody", SM_ALL, &none);
+    ck_assert_ptr_null(none.model);
+    ck_assert(!none.trained && !none.warn && none.version == 0);
+    ck_assert_msg(strstr(none.note, "fewer than"), "%s", none.note);
+    kt_store_close(st);
+    kt_search_store_model_clear(&a);
+    free(r.rows);
+    kt_workload_free(w1);
+    kt_workload_free(w2);
+    kt_workload_free(w3);
+}
+END_TEST
+
+/* A model goes stale at KT_SEARCH_STORE_MODEL_NEW new records of its key,
+ * not one before: then TRAIN trains version 2 on all of them (BUILD, which
+ * trains only a missing model, uses version 1 still). */
+START_TEST(search_store_model_retrains_once_enough_records_are_new)
+{
+    kt_store_t *st = kt_store_open(sm_db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(st);
+    kt_workload_t *w1 = matmul(32, 32, 32), *w2 = matmul(48, 32, 64);
+    store_fill(st, w1, "k", 100, 1);
+    kt_search_store_model_t m;
+    sm_get(st, "k", KT_SEARCH_STORE_MODEL_TRAIN, &m);
+    ck_assert_msg(m.trained && m.version == 1 && !m.model, "%s", m.note);
+    store_fill(st, w2, "k", KT_SEARCH_STORE_MODEL_NEW - 1, 2);
+    sm_get(st, "k", SM_ALL, &m);
+    ck_assert_msg(!m.trained && m.version == 1 && m.model, "%s", m.note);
+    kt_search_store_model_clear(&m);
+    store_fill(st, w2, "k", 1, 3);
+    /* stale now, but BUILD trains only where there is no usable model */
+    sm_get(st, "k", KT_SEARCH_STORE_MODEL_LOAD | KT_SEARCH_STORE_MODEL_BUILD, &m);
+    ck_assert_msg(!m.trained && m.version == 1 && m.model, "%s", m.note);
+    kt_search_store_model_clear(&m);
+    sm_get(st, "k", SM_ALL, &m);
+    ck_assert_msg(m.trained && m.version == 2 && m.model && !m.warn, "%s", m.note);
+    ck_assert_int_eq(m.records, 100 + KT_SEARCH_STORE_MODEL_NEW);
+    kt_search_store_model_clear(&m);
+    kt_store_close(st);
+    kt_workload_free(w1);
+    kt_workload_free(w2);
+}
+END_TEST
+
+/* Run sql on the store's file with one blob parameter (NULL: none). */
+static void sql_blob(const char *sql, const void *blob, size_t len)
+{
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(sm_db, &db), SQLITE_OK);
+    sqlite3_stmt *q;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+    if (blob)
+        sqlite3_bind_blob(q, 1, blob, (int)len, SQLITE_STATIC);
+    ck_assert_int_eq(sqlite3_step(q), SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+}
+
+/* A row of another feature version is ignored and rebuilt (no warning: it
+ * is expected after an upgrade); a row whose booster XGBoost refuses (its
+ * header and checksum intact) is never used, is rebuilt with a warning,
+ * and nothing fails. */
+START_TEST(search_store_model_rebuilds_other_feature_versions_and_corrupt_rows)
+{
+    kt_store_t *st = kt_store_open(sm_db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(st);
+    kt_workload_t *w1 = matmul(32, 32, 32);
+    store_fill(st, w1, "k", 80, 1);
+    kt_search_store_model_t m;
+    sm_get(st, "k", KT_SEARCH_STORE_MODEL_TRAIN, &m);
+    ck_assert_int_eq(m.version, 1);
+    kt_store_close(st);
+
+    sql_blob("UPDATE cost_models SET feature_version = 1", NULL, 0);
+    st = kt_store_open(sm_db, 0);
+    sm_get(st, "k", KT_SEARCH_STORE_MODEL_LOAD, &m);
+    ck_assert_msg(!m.model && !m.warn && strstr(m.note, "feature version"), "%s", m.note);
+    sm_get(st, "k", SM_ALL, &m);
+    ck_assert_msg(m.model && m.trained && m.version == 2 && !m.warn, "%s", m.note);
+    ck_assert_msg(strstr(m.note, "feature version"), "%s", m.note);
+    kt_search_store_model_clear(&m);
+
+    /* the stored bytes with the booster overwritten and its checksum redone */
+    kt_store_cost_model_t *row = NULL;
+    ck_assert_int_eq(kt_store_get_cost_model(st, "cpu", "k", &row), 0);
+    kt_store_close(st);
+    char *bytes = malloc(row->model_len + 1);
+    memcpy(bytes, row->model, row->model_len);
+    bytes[row->model_len] = 0;
+    char *nl = memchr(bytes, '\n', row->model_len), *h = strstr(bytes, "\"booster_xxh3\":\"");
+    char *bb = strstr(bytes, "\"booster_bytes\":");
+    ck_assert(nl && h && bb && h < nl);
+    size_t blen = (size_t)atol(bb + strlen("\"booster_bytes\":"));
+    ck_assert(blen > 0 && blen <= row->model_len - (size_t)(nl + 1 - bytes));
+    memset(nl + 1, 'x', blen);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, kt_hash64(nl + 1, blen));
+    memcpy(h + strlen("\"booster_xxh3\":\""), hex, 16);
+    sql_blob("UPDATE cost_models SET model = ?1", bytes, row->model_len);
+    free(bytes);
+    kt_store_cost_model_free(row);
+
+    st = kt_store_open(sm_db, 0);
+    sm_get(st, "k", KT_SEARCH_STORE_MODEL_LOAD, &m);
+    ck_assert_msg(!m.model && m.warn && strstr(m.note, "unreadable") && strstr(m.note, "xgboost"),
+                  "%s", m.note);
+    sm_get(st, "k", KT_SEARCH_STORE_MODEL_LOAD | KT_SEARCH_STORE_MODEL_BUILD, &m);
+    ck_assert_msg(m.model && m.trained && m.version == 3 && m.warn, "%s", m.note);
+    ck_assert(kt_model_is_trained(m.model));
+    kt_search_store_model_clear(&m);
+    sm_get(st, "k", KT_SEARCH_STORE_MODEL_LOAD, &m);
+    ck_assert_msg(m.model && !m.warn && m.version == 3, "%s", m.note);
+    kt_search_store_model_clear(&m);
+    kt_store_close(st);
+    kt_workload_free(w1);
+}
+END_TEST
+
+/* A job's shared model (sketch.xgb over two tasks) started from the store
+ * model scores the first round: it evolves by the model and picks by its
+ * scores, which differ between states, where the same family without it
+ * spreads the round over the sample (unchanged). A single task's own model
+ * takes it too, sketch.random has none to give it to, and a model of other
+ * labels refuses it and proposes as before. */
+START_TEST(search_family_started_from_the_store_model_guides_its_first_round)
+{
+    kt_store_t *st = kt_store_open(sm_db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(st);
+    kt_workload_t *w1 = matmul(32, 32, 32), *w2 = matmul(48, 32, 64);
+    store_fill(st, w1, "k", 60, 1);
+    store_fill(st, w2, "k", 60, 2);
+    kt_search_store_model_t sm;
+    sm_get(st, "k", SM_ALL, &sm);
+    ck_assert_msg(sm.model, "%s", sm.note);
+    kt_store_close(st);
+
+    kt_sched_params_t p;
+    kt_search_opts_t o;
+    kt_workload_t *w = small_matmul(&p, &o, "sketch.xgb", 3), *v = matmul(64, 32, 32);
+    const kt_workload_t *wl[] = {w, v};
+    enum { N = 8 };
+    for (int with = 0; with < 2; with++) {
+        kt_search_family_t *f = kt_search_family_new(wl, 2, &p, &o);
+        ck_assert_ptr_nonnull(f);
+        if (with)
+            ck_assert_int_eq(kt_search_family_set_prior(f, sm.model), 1);
+        kt_sched_state_t **got = NULL;
+        ck_assert_int_eq(kt_search_family_propose(f, 0, N, &got), N);
+        kt_search_stats_t s;
+        kt_search_stats(kt_search_family_policy(f, 0), &s);
+        ck_assert_int_eq(s.last_picked_spread, with ? 0 : N);
+        ck_assert_int_eq(s.last_num_iters, with ? o.evolutionary_search_num_iters : 0);
+        ck_assert_int_eq(kt_model_is_trained(kt_search_family_model(f, 0)), with);
+        if (with) {
+            float *rows = NULL, sc[N];
+            uint32_t counts[N];
+            ck_assert_int_eq(kt_feature_extract_batch(kt_workload_dag(w),
+                                                      (const kt_sched_state_t *const *)got, N,
+                                                      &rows, counts), 0);
+            kt_model_batch_t b = {rows, counts, N, KT_FEATURE_COUNT};
+            ck_assert_int_eq(kt_model_predict(kt_search_family_model(f, 0), &b, sc), 0);
+            ck_assert_msg(spread(sc, N), "the first round's scores are all alike");
+            free(rows);
+        }
+        free_states(got, N);
+        kt_search_family_free(f);
+    }
+    kt_search_family_t *one = kt_search_family_new(wl, 1, &p, &o);
+    ck_assert_int_eq(kt_search_family_set_prior(one, sm.model), 1);
+    ck_assert(kt_model_is_trained(kt_search_model(kt_search_family_policy(one, 0))));
+    kt_search_family_free(one);
+    o.policy = "sketch.random";
+    kt_search_family_t *rnd = kt_search_family_new(wl, 2, &p, &o);
+    ck_assert_int_eq(kt_search_family_set_prior(rnd, sm.model), 0);
+    kt_search_family_free(rnd);
+    o.policy = "sketch.xgb";
+    o.model_label = KT_MODEL_LABEL_LOG;
+    kt_search_family_t *log = kt_search_family_new(wl, 2, &p, &o);
+    ck_assert_int_eq(kt_search_family_set_prior(log, sm.model), KT_EINVAL);
+    kt_sched_state_t **got = NULL;
+    ck_assert_int_eq(kt_search_family_propose(log, 0, N, &got), N);
+    kt_search_stats_t s;
+    kt_search_stats(kt_search_family_policy(log, 0), &s);
+    ck_assert_int_eq(s.last_picked_spread, N);
+    free_states(got, N);
+    kt_search_family_free(log);
+    kt_search_store_model_clear(&sm);
+    kt_workload_free(w);
+    kt_workload_free(v);
+    kt_workload_free(w1);
+    kt_workload_free(w2);
+}
+END_TEST
+
 static Suite *search_suite(void)
 {
     Suite *s = suite_create("search");
@@ -1700,6 +2046,14 @@ static Suite *search_suite(void)
     tcase_add_test(tc, search_xgb_model_guides_the_second_round_of_32);
     tcase_add_test(tc, search_restarts_after_its_best_stalls);
     suite_add_tcase(s, tc);
+    TCase *sm = tcase_create("store_model");
+    tcase_set_timeout(sm, 300);
+    tcase_add_checked_fixture(sm, sm_setup, sm_teardown);
+    tcase_add_test(sm, search_store_model_round_trips_through_the_store);
+    tcase_add_test(sm, search_store_model_retrains_once_enough_records_are_new);
+    tcase_add_test(sm, search_store_model_rebuilds_other_feature_versions_and_corrupt_rows);
+    tcase_add_test(sm, search_family_started_from_the_store_model_guides_its_first_round);
+    suite_add_tcase(s, sm);
     return s;
 }
 

@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "measure/measure.h"
 #include "store/store.h"
 #include "util/err.h"
@@ -150,7 +152,7 @@ START_TEST(store_fresh_db_is_wal_at_current_schema_version)
 {
     kt_store_t *s = open_new();
     ck_assert_int_eq(kt_store_schema_version(s), KT_STORE_SCHEMA_VERSION);
-    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 5);
+    ck_assert_int_eq(KT_STORE_SCHEMA_VERSION, 6);
     ck_assert_int_eq(kt_store_integrity_check(s), 0);
     ck_assert_str_eq(kt_store_path(s), dbpath);
     kt_store_close(s);
@@ -288,7 +290,7 @@ START_TEST(store_migration_3_lists_a_workload_without_sorting)
     kt_store_close(s);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_exec(db, "DROP INDEX records_list; DROP INDEX records_key; DROP TABLE distilled; "
+    ck_assert_int_eq(sqlite3_exec(db, "DROP INDEX records_list; DROP INDEX records_key; DROP TABLE distilled; DROP TABLE cost_models; "
                                       "ALTER TABLE records DROP COLUMN origin; "
                                       "PRAGMA user_version = 2;", NULL,
                                   NULL, NULL),
@@ -353,7 +355,8 @@ START_TEST(store_before_origins_reads_unknown_and_migrates)
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(db, "ALTER TABLE records DROP COLUMN origin; "
-                                      "PRAGMA user_version = 4;", NULL, NULL, NULL),
+                                      "DROP TABLE cost_models; PRAGMA user_version = 4;", NULL,
+                                  NULL, NULL),
                      SQLITE_OK);
     sqlite3_close(db);
 
@@ -375,13 +378,8 @@ START_TEST(store_before_origins_reads_unknown_and_migrates)
     kt_record_list_free(l);
     kt_store_close(s);
 
-    /* Read-write: migrated from the version before the origin column's
-     * migration (this build's last) to the current one. */
-    ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
-    char sql[64];
-    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", KT_STORE_SCHEMA_VERSION - 1);
-    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
+    /* Read-write: migrated from version 4 (the read-only open left it so)
+     * to the current one. */
     s = kt_store_open(dbpath, 0);
     ck_assert_msg(s != NULL, "open: %s", kt_err_msg());
     ck_assert_int_eq(kt_store_schema_version(s), KT_STORE_SCHEMA_VERSION);
@@ -1540,6 +1538,134 @@ START_TEST(store_reader_thread_sees_whole_batches_while_writer_writes)
 }
 END_TEST
 
+/* ---- Cost models ------------------------------------------------------- */
+
+/* A key's cost model row: put sets version 1, a second put replaces it as
+ * version 2 (one row per key, another key's untouched); every field and the
+ * bytes read back after a reopen, read-only too; stats list the models
+ * without their bytes; a file from before the table has none. */
+START_TEST(store_cost_models_put_replace_and_read_back)
+{
+    kt_store_t *s = open_new();
+    kt_store_cost_model_t *got = NULL;
+    ck_assert_int_eq(kt_store_get_cost_model(s, "cpu", "k", &got), KT_ENOTFOUND);
+    static const char b1[] = "model one", b2[] = "the second model";
+    kt_store_cost_model_t m = {.target = "cpu", .device_key = "k", .feature_version = 178001,
+                               .format_version = 3, .records = 100, .max_record_id = 120,
+                               .created = 1700000000.5, .model = b1, .model_len = sizeof b1};
+    ck_assert_int_eq(kt_store_put_cost_model(s, &m), 0);
+    ck_assert_int_eq(m.version, 1);
+    kt_store_cost_model_t o = m;
+    o.device_key = "other";
+    ck_assert_int_eq(kt_store_put_cost_model(s, &o), 0);
+    ck_assert_int_eq(o.version, 1);
+    m.records = 200;
+    m.max_record_id = 260;
+    m.model = b2;
+    m.model_len = sizeof b2;
+    ck_assert_int_eq(kt_store_put_cost_model(s, &m), 0);
+    ck_assert_int_eq(m.version, 2);
+    kt_store_cost_model_t bad = m;
+    bad.model_len = 0;
+    ck_assert_int_eq(kt_store_put_cost_model(s, &bad), KT_EINVAL);
+    bad = m;
+    bad.target = "";
+    ck_assert_int_eq(kt_store_put_cost_model(s, &bad), KT_EINVAL);
+    kt_store_close(s);
+
+    s = kt_store_open(dbpath, KT_STORE_READONLY);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(kt_store_get_cost_model(s, "cpu", "k", &got), 0);
+    ck_assert_int_eq(got->version, 2);
+    ck_assert_int_eq(got->feature_version, 178001);
+    ck_assert_int_eq(got->format_version, 3);
+    ck_assert_int_eq(got->records, 200);
+    ck_assert_int_eq(got->max_record_id, 260);
+    ck_assert(got->created == 1700000000.5);
+    ck_assert_uint_eq(got->model_len, sizeof b2);
+    ck_assert_mem_eq(got->model, b2, sizeof b2);
+    ck_assert_str_eq(got->target, "cpu");
+    ck_assert_str_eq(got->device_key, "k");
+    kt_store_cost_model_free(got);
+    ck_assert_int_eq(kt_store_get_cost_model(s, "cuda", "k", &got), KT_ENOTFOUND);
+    kt_store_stats_t st;
+    ck_assert_int_eq(kt_store_stats(s, &st), 0);
+    ck_assert_int_eq((int)st.nmodels, 2);
+    ck_assert_str_eq(st.models[0].device_key, "k");
+    ck_assert_int_eq(st.models[0].version, 2);
+    ck_assert_uint_eq(st.models[0].model_len, sizeof b2);
+    ck_assert_ptr_null(st.models[0].model);
+    ck_assert_str_eq(st.models[1].device_key, "other");
+    json_t *j = kt_store_stats_json(&st, dbpath);
+    json_t *cm = json_object_get(j, "cost_models");
+    ck_assert_int_eq((int)json_array_size(cm), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(cm, 0), "version")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(cm, 0), "records")), 200);
+    json_decref(j);
+    kt_store_stats_clear(&st);
+    kt_store_close(s);
+
+    /* a file from before the table, read as it is by a read-only handle */
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(dbpath, &db), SQLITE_OK);
+    /* (the cost_models table is the last migration's) */
+    ck_assert_int_eq(sqlite3_exec(db, "DROP TABLE cost_models; PRAGMA user_version = 5;", NULL,
+                                  NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    s = kt_store_open(dbpath, KT_STORE_READONLY);
+    ck_assert_msg(s != NULL, "%s", kt_err_msg());
+    ck_assert_int_eq(kt_store_get_cost_model(s, "cpu", "k", &got), KT_ENOTFOUND);
+    ck_assert_int_eq(kt_store_stats(s, &st), 0);
+    ck_assert_int_eq((int)st.nmodels, 0);
+    kt_store_stats_clear(&st);
+    kt_store_close(s);
+    s = kt_store_open(dbpath, 0);   /* migrated: the table is back, empty */
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(kt_store_get_cost_model(s, "cpu", "k", &got), KT_ENOTFOUND);
+    ck_assert_int_eq(kt_store_put_cost_model(s, &m), 0);
+    ck_assert_int_eq(m.version, 1);
+    kt_store_close(s);
+}
+END_TEST
+
+/* The records of a (target, key) newest first, whatever the workload and
+ * error code, and how many are newer than an id. */
+START_TEST(store_key_records_newest_first_and_count_newer)
+{
+    kt_store_t *s = open_new();
+    kt_record_t rs[6];
+    for (int i = 0; i < 6; i++)
+        rs[i] = rec(i % 2 ? "a" : "b", "cpu", (uint64_t)i + 1, one_cost, 1, 0);
+    rs[2] = rec("a", "cpu", 3, NULL, 0, 4);   /* failed */
+    rs[4].runner_key = "elsewhere";
+    rs[5].target = "cuda";
+    ck_assert_int_eq(kt_store_put_records(s, rs, 6), 0);
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_key_records(s, "cpu", "cpu-test", 10, &l), 0);
+    ck_assert_uint_eq(l->n, 4);
+    ck_assert_int_eq(l->items[0].id, rs[3].id);
+    ck_assert_int_eq(l->items[1].id, rs[2].id);
+    ck_assert_int_eq(l->items[1].error_code, 4);
+    ck_assert_int_eq(l->items[3].id, rs[0].id);
+    kt_record_list_free(l);
+    ck_assert_int_eq(kt_store_key_records(s, "cpu", "cpu-test", 2, &l), 0);
+    ck_assert_uint_eq(l->n, 2);
+    ck_assert_int_eq(l->items[1].id, rs[2].id);
+    kt_record_list_free(l);
+    ck_assert_int_eq(kt_store_key_records(s, "cpu", "cpu-test", 0, &l), KT_EINVAL);
+    int64_t n = -1, max = -1;
+    ck_assert_int_eq(kt_store_count_key_records(s, "cpu", "cpu-test", 0, &n, &max), 0);
+    ck_assert_int_eq(n, 4);
+    ck_assert_int_eq(max, rs[3].id);
+    ck_assert_int_eq(kt_store_count_key_records(s, "cpu", "cpu-test", rs[1].id, &n, &max), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(kt_store_count_key_records(s, "cpu", "cpu-test", rs[3].id, &n, &max), 0);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(max, 0);
+    kt_store_close(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("store");
@@ -1551,6 +1677,8 @@ int main(void)
     tcase_add_test(tc, store_distill_keeps_the_best_and_remembers_the_rest);
     tcase_add_test(tc, store_distill_refuses_while_a_job_is_active);
     tcase_add_test(tc, store_stats_and_vacuum_after_distill);
+    tcase_add_test(tc, store_cost_models_put_replace_and_read_back);
+    tcase_add_test(tc, store_key_records_newest_first_and_count_newer);
     tcase_add_test(tc, store_migrates_a_schema_1_store_keeping_its_data);
     tcase_add_test(tc, store_origin_names_round_trip_and_bad_ones_are_refused);
     tcase_add_test(tc, store_before_origins_reads_unknown_and_migrates);

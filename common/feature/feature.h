@@ -66,6 +66,13 @@
 #define KT_FEATURE_MAX_BUFS 5     /* buffers described per row */
 #define KT_FEATURE_BUF_VALUES 18  /* values per described buffer */
 #define KT_FEATURE_CURVE 10       /* points of the arithmetic-intensity curve */
+/* Raise by one whenever a value's meaning or the extraction changes without
+ * changing KT_FEATURE_COUNT: a model trained on other rows is then unusable. */
+#define KT_FEATURE_LAYOUT 1
+/* Identifies the feature layout a stored cost model was trained on (the
+ * record store's cost_models.feature_version): a model of another version
+ * is rebuilt from the records, never used. */
+#define KT_FEATURE_VERSION (KT_FEATURE_COUNT * 1000 + KT_FEATURE_LAYOUT)
 
 /* ---- extraction ---------------------------------------------------------- */
 

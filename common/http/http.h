@@ -38,6 +38,9 @@
  *    "offset": 0, "limit": 20 (the page "jobs" holds, when the provider says),
  *    "jobs": [{"id": "job-1" or 1, "state": "running", "target": "cuda",
  *              "policy": "sketch.xgb",
+ *              "store_model": "v3/1200" (the store model version / records
+ *              it trained on that the job's cost model started from; null:
+ *              none),
  *              ...every field of kt_scheduler_snapshot(): "strategy",
  *              "tasks": [{"id", "workload_key", "weight", "flops",
  *                         "latency_s" (null: none yet), "gflops" (null),

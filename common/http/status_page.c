@@ -172,7 +172,8 @@ static void put_table(kt_sbuf_t *b, const char *cls, const json_t *rows, const c
 
 /* --- the latency plot ------------------------------------------------------------ */
 
-/* The record store: its file, size and counts, then records per device key. */
+/* The record store: its file, size and counts, records per device key, the
+ * cost models. */
 static void put_store(kt_sbuf_t *b, const json_t *st, const col_t *cols, int n_cols)
 {
     if (!json_is_object(st))
@@ -191,6 +192,16 @@ static void put_store(kt_sbuf_t *b, const json_t *st, const col_t *cols, int n_c
                       "%.0f s ago</p>\n",
                    bytes / 1048576.0, records, valid, workloads, distilled, age);
     put_table(b, "store", json_object_get(st, "keys"), cols, n_cols, "No records.");
+    /* What a new job's cost model starts from, per key (docs/search.md). */
+    static const col_t model_cols[] = {
+        {"target", "Target", COL_TEXT},
+        {"key", "Device key", COL_TEXT},
+        {"version", "Cost model", COL_INT},
+        {"records", "Trained on", COL_INT},
+        {"feature_version", "Features", COL_INT},
+    };
+    put_table(b, "cost_models", json_object_get(st, "cost_models"), model_cols,
+              (int)KT_ARRAY_LEN(model_cols), "No cost models.");
 }
 
 typedef struct {
@@ -363,6 +374,7 @@ static void put_job(kt_sbuf_t *b, const json_t *job)
     put_meta_field(b, &first, "strategy", job, "strategy");
     put_meta_field(b, &first, "policy", job, "policy");
     put_meta_field(b, &first, "search params", job, "search_params");
+    put_meta_field(b, &first, "store model", job, "store_model");
     put_meta_field(b, &first, "budget", job, "budget");
     put_meta_field(b, &first, "per round", job, "measures_per_round");
     kt_sbuf_puts(b, "</p>\n");

@@ -18,7 +18,6 @@
 #include "util/util.h"
 
 #define FILE_FORMAT "ktune-model"
-#define FILE_VERSION 2   /* 2 added label, subsample, colsample_bytree; 1 loads */
 
 void kt_model_params_default(kt_model_params_t *p)
 {
@@ -207,9 +206,16 @@ void kt_model_free(kt_model_t *m)
         return;
     if (m->bst)
         XGBoosterFree(m->bst);
+    kt_model_free(m->prior);
     free(m->rows);
     free(m->samples);
     free(m);
+}
+
+void kt_model_set_stop(kt_model_t *m, const atomic_int *stop)
+{
+    if (m)
+        m->stop = stop;
 }
 
 int kt_model_set_train_threads(kt_model_t *m, int n)
@@ -235,7 +241,11 @@ kt_model_t *kt_model_snapshot(const kt_model_t *m)
     s->p = m->p;
     s->rng = m->rng;
     s->nfeat = m->nfeat;
-    if (kt_model_is_trained(m)) {
+    if (m->prior && !(s->prior = kt_model_snapshot(m->prior))) {
+        kt_model_free(s);
+        return NULL;
+    }
+    if (kt_model_own_trusted(m)) {
         char *buf = NULL;
         size_t len = 0;
         uint32_t nf = 0;
@@ -467,10 +477,52 @@ int kt_model_keep_tasks(kt_model_t *m, const uint64_t *tasks, size_t ntasks)
     return retrain(m);
 }
 
-int kt_model_is_trained(const kt_model_t *m)
+int kt_model_own_trusted(const kt_model_t *m)
 {
     return m && m->bst &&
            (m->warmup_off || m->nsamples > (size_t)m->p.num_warmup_sample);
+}
+
+int kt_model_is_trained(const kt_model_t *m)
+{
+    return m && (m->prior || kt_model_own_trusted(m));
+}
+
+int kt_model_set_prior(kt_model_t *m, const kt_model_t *prior)
+{
+    if (!m || m->kind != KT_MODEL_KIND_XGB)
+        return kt_err_set(KT_EINVAL, "prior: only an xgb model takes one");
+    /* trees trained without the prior (or with it) mean nothing beside
+     * another one */
+    if (m->bst || m->ntrain > 0)
+        return kt_err_set(KT_ESTATE, "prior: the model has trained already");
+    if (!prior) {
+        kt_model_free(m->prior);
+        m->prior = NULL;
+        return KT_OK;
+    }
+    if (prior->kind != KT_MODEL_KIND_XGB || !kt_model_own_trusted(prior) || prior->prior)
+        return kt_err_set(KT_EINVAL, "prior: not a trained xgb model of its own");
+    if (m->p.label == KT_MODEL_LABEL_THROUGHPUT || prior->p.label != m->p.label)
+        return kt_err_set(KT_EINVAL,
+                          "prior: trained with %s labels, the model has %s (priors need log or "
+                          "rank labels, whose margins add up)",
+                          kt_model_label_name(prior->p.label), kt_model_label_name(m->p.label));
+    if (m->nfeat != 0 && prior->nfeat != m->nfeat)
+        return kt_err_set(KT_EINVAL, "prior: %u features per row, the model %u", prior->nfeat,
+                          m->nfeat);
+    kt_model_t *copy = kt_model_snapshot(prior);
+    if (!copy)
+        return kt_err_prefix("prior");
+    kt_model_free(m->prior);
+    m->prior = copy;
+    m->nfeat = prior->nfeat;
+    return KT_OK;
+}
+
+const kt_model_t *kt_model_prior(const kt_model_t *m)
+{
+    return m ? m->prior : NULL;
 }
 
 int kt_model_log_scores(const kt_model_t *m)
@@ -506,12 +558,23 @@ int kt_model_predict_rng(const kt_model_t *m, const kt_model_batch_t *batch, flo
     }
     if ((rc = nfeat_check(m, batch, nrow)) < 0)
         return kt_err_prefix("predicting");
-    float *margins = NULL;
+    float *margins = NULL, *extra = NULL;
     if (nrow > 0) {
-        margins = malloc(nrow * sizeof *margins);
-        if (!margins)
-            return kt_err_set(KT_ENOMEM, "predicting: out of memory");
-        rc = kt_model_xgb_predict(m->bst, batch->rows, nrow, m->nfeat, m->p.nthread, margins);
+        /* the own trees' margins, the prior's added (either may be absent) */
+        const int own = kt_model_own_trusted(m);
+        margins = calloc(nrow, sizeof *margins);
+        extra = own && m->prior ? malloc(nrow * sizeof *extra) : NULL;
+        if (!margins || (own && m->prior && !extra))
+            rc = kt_err_set(KT_ENOMEM, "predicting: out of memory");
+        if (rc == 0 && own)
+            rc = kt_model_xgb_predict(m->bst, batch->rows, nrow, m->nfeat, m->p.nthread,
+                                      margins);
+        if (rc == 0 && m->prior)
+            rc = kt_model_xgb_predict(m->prior->bst, batch->rows, nrow, m->nfeat, m->p.nthread,
+                                      extra ? extra : margins);
+        for (size_t i = 0; rc == 0 && extra && i < nrow; i++)
+            margins[i] += extra[i];
+        free(extra);
         if (rc < 0) {
             free(margins);
             return kt_err_prefix("predicting");
@@ -597,61 +660,71 @@ static int params_from_json(json_t *j, kt_model_params_t *p)
     return params_check(p);
 }
 
-int kt_model_save(const kt_model_t *m, const char *path)
+int kt_model_to_buffer(const kt_model_t *m, char **buf, size_t *len)
 {
-    if (!m || !path)
-        return kt_err_set(KT_EINVAL, "saving a cost model: no model or path");
-    char *bbuf = NULL, *text = NULL, *out = NULL;
-    size_t blen = 0;
-    int rc;
+    if (!m || !buf || !len)
+        return kt_err_set(KT_EINVAL, "serializing a cost model: no model or output");
+    *buf = NULL;
+    *len = 0;
+    char *bbuf = NULL, *pbuf = NULL, *text = NULL, *out = NULL;
+    size_t blen = 0, plen = 0;
+    int rc = KT_OK;
     if (m->bst && (rc = kt_model_xgb_save(m->bst, &bbuf, &blen)) < 0)
-        return kt_err_prefix("saving the cost model to %s", path);
+        return rc;
+    if (m->prior && (rc = kt_model_to_buffer(m->prior, &pbuf, &plen)) < 0) {
+        free(bbuf);
+        return kt_err_prefix("its prior");
+    }
     char rng[24], hash[24];
     snprintf(rng, sizeof rng, "%" PRIu64, m->rng);
     snprintf(hash, sizeof hash, "%016" PRIx64, bbuf ? kt_hash64(bbuf, blen) : 0);
     json_t *params = params_to_json(&m->p);
-    json_t *j = params ? json_pack("{s:s, s:i, s:s, s:I, s:s, s:b, s:o, s:I, s:s}",
-                                   "format", FILE_FORMAT, "version", FILE_VERSION, "kind",
-                                   kt_model_kind(m), "nfeat", (json_int_t)m->nfeat, "rng", rng,
-                                   "booster_in_use", kt_model_is_trained(m), "params", params,
-                                   "booster_bytes", (json_int_t)blen, "booster_xxh3", hash)
+    json_t *j = params ? json_pack("{s:s, s:i, s:s, s:I, s:s, s:b, s:o, s:I, s:s, s:I}",
+                                   "format", FILE_FORMAT, "version", KT_MODEL_FILE_VERSION,
+                                   "kind", kt_model_kind(m), "nfeat", (json_int_t)m->nfeat,
+                                   "rng", rng, "booster_in_use", kt_model_own_trusted(m),
+                                   "params", params, "booster_bytes", (json_int_t)blen,
+                                   "booster_xxh3", hash, "prior_bytes", (json_int_t)plen)
                        : NULL;
     text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    if (!text) {
-        rc = kt_err_set(KT_ENOMEM, "saving the cost model to %s: out of memory", path);
-        goto done;
+    size_t tlen = text ? strlen(text) : 0;
+    if (!text || !(out = malloc(tlen + 1 + blen + plen))) {
+        rc = kt_err_set(KT_ENOMEM, "serializing a cost model: out of memory");
+    } else {
+        memcpy(out, text, tlen);
+        out[tlen] = '\n';
+        if (blen)
+            memcpy(out + tlen + 1, bbuf, blen);
+        if (plen)
+            memcpy(out + tlen + 1 + blen, pbuf, plen);
+        *buf = out;
+        *len = tlen + 1 + blen + plen;
     }
-    size_t tlen = strlen(text);
-    out = malloc(tlen + 1 + blen);
-    if (!out) {
-        rc = kt_err_set(KT_ENOMEM, "saving the cost model to %s: out of memory", path);
-        goto done;
-    }
-    memcpy(out, text, tlen);
-    out[tlen] = '\n';
-    if (blen)
-        memcpy(out + tlen + 1, bbuf, blen);
-    rc = kt_file_write(path, out, tlen + 1 + blen);
-    if (rc < 0)
-        kt_err_prefix("saving the cost model");
-done:
     free(bbuf);
+    free(pbuf);
     free(text);
-    free(out);
     return rc;
 }
 
-kt_model_t *kt_model_load(const char *path)
+int kt_model_save(const kt_model_t *m, const char *path)
 {
+    if (!m || !path)
+        return kt_err_set(KT_EINVAL, "saving a cost model: no model or path");
+    char *buf = NULL;
     size_t len = 0;
-    if (!path) {
-        kt_err_set(KT_EINVAL, "loading a cost model: no path");
-        return NULL;
-    }
-    char *buf = kt_file_read(path, &len);
+    int rc = kt_model_to_buffer(m, &buf, &len);
+    if (rc == 0)
+        rc = kt_file_write(path, buf, len);
+    free(buf);
+    return rc < 0 ? kt_err_prefix("saving the cost model to %s", path) : rc;
+}
+
+kt_model_t *kt_model_from_buffer(const void *data, size_t len)
+{
+    const char *buf = data;
     if (!buf) {
-        kt_err_prefix("loading the cost model");
+        kt_err_set(KT_EINVAL, "no model bytes");
         return NULL;
     }
     kt_model_t *m = NULL;
@@ -664,16 +737,17 @@ kt_model_t *kt_model_load(const char *path)
     }
     const char *format = NULL, *kind = NULL, *rng = NULL, *hash = NULL;
     int version = 0, in_use = 0;
-    json_int_t nfeat = 0, blen = 0;
+    json_int_t nfeat = 0, blen = 0, plen = 0;
     json_t *params = NULL;
-    if (json_unpack_ex(j, &e, JSON_STRICT, "{s:s, s:i, s:s, s:I, s:s, s:b, s:o, s:I, s:s}",
+    if (json_unpack_ex(j, &e, JSON_STRICT, "{s:s, s:i, s:s, s:I, s:s, s:b, s:o, s:I, s:s, s?I}",
                        "format", &format, "version", &version, "kind", &kind, "nfeat", &nfeat,
                        "rng", &rng, "booster_in_use", &in_use, "params", &params,
-                       "booster_bytes", &blen, "booster_xxh3", &hash) != 0) {
+                       "booster_bytes", &blen, "booster_xxh3", &hash, "prior_bytes",
+                       &plen) != 0) {
         kt_err_set(KT_EINVAL, "bad header: %s", e.text);
         goto fail;
     }
-    if (strcmp(format, FILE_FORMAT) != 0 || version < 1 || version > FILE_VERSION) {
+    if (strcmp(format, FILE_FORMAT) != 0 || version < 1 || version > KT_MODEL_FILE_VERSION) {
         kt_err_set(KT_EINVAL, "not a ktune model file (format %s version %d)", format, version);
         goto fail;
     }
@@ -688,11 +762,12 @@ kt_model_t *kt_model_load(const char *path)
         goto fail;
     }
     size_t have = len - (size_t)(nl + 1 - buf);
-    if (blen < 0 || (size_t)blen != have) {
-        kt_err_set(KT_EINVAL, "truncated: %zu booster bytes, header says %lld", have,
-                   (long long)blen);
+    if (blen < 0 || plen < 0 || (size_t)blen > have || (size_t)plen != have - (size_t)blen) {
+        kt_err_set(KT_EINVAL, "truncated: %zu bytes after the header, it says %lld + %lld", have,
+                   (long long)blen, (long long)plen);
         goto fail;
     }
+    have = (size_t)blen;
     char want[24];
     snprintf(want, sizeof want, "%016" PRIx64, have ? kt_hash64(nl + 1, have) : 0);
     if (strcmp(want, hash) != 0) {
@@ -717,15 +792,46 @@ kt_model_t *kt_model_load(const char *path)
         }
         m->warmup_off = in_use;
     }
+    if (plen > 0) {
+        kt_model_t *prior = kt_model_from_buffer(nl + 1 + have, (size_t)plen);
+        if (!prior) {
+            kt_err_prefix("its prior");
+            goto fail;
+        }
+        /* what kt_model_set_prior accepts, so a file cannot nest priors */
+        if (k != KT_MODEL_KIND_XGB || prior->prior || !kt_model_own_trusted(prior) ||
+            prior->nfeat != m->nfeat || prior->p.label != m->p.label) {
+            kt_model_free(prior);
+            kt_err_set(KT_EINVAL, "its prior does not fit the model");
+            goto fail;
+        }
+        m->prior = prior;
+    }
     json_decref(j);
-    free(buf);
     return m;
 fail:
-    kt_err_prefix("loading the cost model %s", path);
     kt_model_free(m);
     json_decref(j);
-    free(buf);
     return NULL;
+}
+
+kt_model_t *kt_model_load(const char *path)
+{
+    size_t len = 0;
+    if (!path) {
+        kt_err_set(KT_EINVAL, "loading a cost model: no path");
+        return NULL;
+    }
+    char *buf = kt_file_read(path, &len);
+    if (!buf) {
+        kt_err_prefix("loading the cost model");
+        return NULL;
+    }
+    kt_model_t *m = kt_model_from_buffer(buf, len);
+    free(buf);
+    if (!m)
+        kt_err_prefix("loading the cost model %s", path);
+    return m;
 }
 
 const char *kt_model_kind(const kt_model_t *m)

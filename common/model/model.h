@@ -52,13 +52,24 @@
  * Invalid programs (a row count of 0, e.g. a state that failed lowering or
  * exceeds hardware limits) score -INFINITY with both kinds.
  *
- * Files: kt_model_save writes the kind, parameters, generator state and the
- * booster (XGBoost's UBJSON, with a length and an xxHash checksum); it does
- * not store the training samples (like Ansor). A loaded model predicts exactly
- * as the saved one did. When the saved model was predicting with its booster,
- * the loaded one does so at once with the warm-up disabled (Ansor's load sets
- * num_warmup_sample = -1); its next training run, on the data given to the
- * loaded model only, replaces the booster.
+ * Priors (kt_model_set_prior): an xgb model may start from another trained
+ * one, e.g. the record store's model of its device key trained on other
+ * workloads' records. The prior scores at once (the model counts as trained
+ * from then on, so no random warm-up), and every training boosts from the
+ * prior's margins: the model's own trees fit what the prior gets wrong on
+ * the model's samples, and a score is the prior's plus theirs (until the
+ * own booster passes the warm-up, the prior's alone). The prior itself never
+ * changes. Log and rank labels only: their margins add up.
+ *
+ * Files and buffers: kt_model_to_buffer (kt_model_save writes the same
+ * bytes to a file) holds the kind, parameters, generator state, the
+ * booster (XGBoost's UBJSON, with a length and an xxHash checksum) and the
+ * prior's own bytes; it does not store the training samples (like Ansor).
+ * A loaded model predicts exactly as the saved one did. When the saved
+ * model was predicting with its booster, the loaded one does so at once
+ * with the warm-up disabled (Ansor's load sets num_warmup_sample = -1); its
+ * next training run, on the data given to the loaded model only, replaces
+ * the booster.
  *
  * Ownership: kt_model_new/kt_model_load return a model the caller releases
  * with kt_model_free (NULL accepted). Batches and output arrays are the
@@ -74,6 +85,7 @@
 #ifndef KT_MODEL_MODEL_H
 #define KT_MODEL_MODEL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -131,6 +143,10 @@ int kt_model_label_parse(const char *name);
 #define KT_MODEL_TREE_APPROX 1
 #define KT_MODEL_TREE_HIST 2
 
+/* The format of kt_model_to_buffer's bytes and kt_model_save's files: 2 added
+ * label, subsample and colsample_bytree, 3 the prior; older ones load. */
+#define KT_MODEL_FILE_VERSION 3
+
 /* Kind names for kt_model_new. */
 #define KT_MODEL_RANDOM "random"
 #define KT_MODEL_XGB "xgb"
@@ -185,6 +201,12 @@ kt_model_t *kt_model_snapshot(const kt_model_t *m);
  * 0 or KT_EINVAL. Not thread-safe against a training of m. */
 int kt_model_set_train_threads(kt_model_t *m, int n);
 
+/* Trainings of m end early, failing with KT_ESTATE ("training stopped")
+ * and leaving the booster as it was, once *stop is nonzero (checked every
+ * boosting round): a stopping tracker need not wait for one. NULL: never.
+ * *stop must outlive m's trainings; copies of m do not inherit it. */
+void kt_model_set_stop(kt_model_t *m, const atomic_int *stop);
+
 /* Drop every sample whose task id is not in tasks[0..ntasks) (FamilySeer:
  * a family model that trained on all tasks during the warm-up keeps only its
  * family's samples afterwards). When something was dropped, the booster is
@@ -193,7 +215,22 @@ int kt_model_set_train_threads(kt_model_t *m, int n);
  * keeps no samples): KT_EINVAL otherwise. 0 or negative KT_E*. */
 int kt_model_keep_tasks(kt_model_t *m, const uint64_t *tasks, size_t ntasks);
 
-/* ---- files ---- */
+/* Start m from `prior` (a copy is kept; NULL removes it): see "Priors"
+ * above. m must be xgb and not trained yet (KT_ESTATE otherwise); prior a
+ * trained xgb model without a prior, of m's label kind (log or rank) and
+ * feature count (KT_EINVAL otherwise). 0 or negative KT_E*. */
+int kt_model_set_prior(kt_model_t *m, const kt_model_t *prior);
+/* m's prior (owned by m), NULL when none. */
+const kt_model_t *kt_model_prior(const kt_model_t *m);
+
+/* ---- files and buffers ---- */
+/* m's bytes (format KT_MODEL_FILE_VERSION) into *buf (malloc'd, caller
+ * frees) and *len. 0 or negative KT_E*. */
+int kt_model_to_buffer(const kt_model_t *m, char **buf, size_t *len);
+/* A model from kt_model_to_buffer's bytes; NULL with a message when they
+ * are truncated, corrupt (checksum, XGBoost refuses the booster) or of a
+ * newer format. */
+kt_model_t *kt_model_from_buffer(const void *buf, size_t len);
 int kt_model_save(const kt_model_t *m, const char *path);
 /* NULL with a message when the file is missing, truncated or corrupt. */
 kt_model_t *kt_model_load(const char *path);
@@ -204,7 +241,8 @@ const kt_model_params_t *kt_model_params(const kt_model_t *m);
 size_t kt_model_num_samples(const kt_model_t *m);     /* programs given to update */
 unsigned kt_model_num_trainings(const kt_model_t *m); /* training runs done */
 int kt_model_num_rounds(const kt_model_t *m);         /* trees kept by the last run */
-/* 1 when predict uses the trained booster, 0 when it returns random scores. */
+/* 1 when predict uses a trained booster (its own or its prior's), 0 when it
+ * returns random scores. */
 int kt_model_is_trained(const kt_model_t *m);
 /* 1 when predict's scores are log-throughputs (a trained model with log
  * labels): exp(score) is then proportional to the predicted throughput, which

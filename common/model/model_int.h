@@ -37,7 +37,15 @@ struct kt_model {
     int nrounds;            /* trees in bst */
     int warmup_off;         /* loaded with its booster in use */
     int train_threads;      /* XGBoost threads of a training; 0: p.nthread */
+    /* kt_model_set_prior: a trained xgb model (owned copy, no prior of its
+     * own) whose scores this one's trees add to; NULL when none. */
+    kt_model_t *prior;
+    const atomic_int *stop; /* kt_model_set_stop; NULL: never */
 };
+
+/* 1 when m's own booster scores (trained and past its warm-up, or loaded
+ * in use), whatever its prior. */
+int kt_model_own_trusted(const kt_model_t *m);
 
 /* A sample (or packed program) index with its task: sorted by task, then
  * index, with kt_model_task_idx_cmp, to visit the samples task by task. */
@@ -51,8 +59,10 @@ int kt_model_task_idx_cmp(const void *a, const void *b);
 /* "exact", "approx", "hist" for KT_MODEL_TREE_*; NULL when out of range. */
 const char *kt_model_tree_method_name(int tree_method);
 
-/* Train a fresh booster on m's rows; labels has one entry per sample. On
- * success replaces m->bst and m->nrounds; on failure leaves them. */
+/* Train a fresh booster on m's rows; labels has one entry per sample. With
+ * a prior, its row margins are where the boosting starts (the new trees fit
+ * what the prior gets wrong). On success replaces m->bst and m->nrounds; on
+ * failure leaves them. */
 int kt_model_xgb_train(kt_model_t *m, const float *labels);
 /* Margins of nrow rows of nfeat floats into out[nrow]. */
 int kt_model_xgb_predict(BoosterHandle bst, const float *rows, size_t nrow, uint32_t nfeat,

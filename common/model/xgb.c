@@ -242,6 +242,7 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
     double *pg = rank ? malloc(npack * sizeof *pg) : NULL;   /* rank: per-program gradient */
     double *ph = rank ? malloc(npack * sizeof *ph) : NULL;   /* ... and hessian */
     double *ppl = NULL, *ppq = NULL;                          /* rank: per-pair loss, 1 - sigmoid */
+    float *base = NULL;                                       /* the prior's row margins */
     rank_pair_t *pairs = NULL;
     size_t npairs = 0;
     if (!grad || !hess || !sum || !lab || !wt || (rank && (!pg || !ph))) {
@@ -271,6 +272,18 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
     }
     if ((rc = set_params(b, p)) < 0)
         goto out;
+    if (m->prior) {
+        const float *pp;
+        if (!(base = malloc(nrow * sizeof *base))) {
+            rc = kt_err_set(KT_ENOMEM, "training: out of memory");
+            goto out;
+        }
+        if ((rc = predict_margins(m->prior->bst, d, nrow, 0, &pp)) < 0) {
+            kt_err_prefix("the prior");
+            goto out;
+        }
+        memcpy(base, pp, nrow * sizeof *base);
+    }
 
     /* Log labels: a program's score is bias + the sum of its rows, bias
      * fitted each round (the weighted mean residual). The labels' common
@@ -296,7 +309,7 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
                 continue;
             double acc = 0;
             for (uint32_t r = 0; r < s->nrows; r++)
-                acc += pred[s->row + r];
+                acc += pred[s->row + r] + (base ? base[s->row + r] : 0.0f);
             sum[k++] = acc;
         }
         if (fit_bias) {
@@ -333,6 +346,10 @@ int kt_model_xgb_train(kt_model_t *m, const float *labels)
         }
         if (rounds >= p->num_boost_round)
             break;
+        if (m->stop && atomic_load(m->stop)) {
+            rc = kt_err_set(KT_ESTATE, "training stopped");
+            goto out;
+        }
         k = 0;
         for (size_t i = 0; i < m->nsamples; i++) {
             const kt_model_sample_t *s = &m->samples[i];
@@ -387,6 +404,7 @@ out:
     free(ppl);
     free(ppq);
     free(pairs);
+    free(base);
     return rc;
 }
 

@@ -515,6 +515,55 @@ static int sync_all_unlock(kt_search_family_t *f, int beside)
     return rc;
 }
 
+/* The xgb models of the family: the family models, or the plain policies'
+ * own ones (sketch.random's are random: none). */
+static kt_model_t *xgb_model(const kt_search_family_t *f, int i)
+{
+    if (f->kind != FAM_PLAIN)
+        return f->models[i];
+    kt_search_policy_t *sp = f->pol[i];
+    return sp->own_model && sp->features ? sp->model : NULL;
+}
+
+/* How many indexes xgb_model takes. */
+static int model_slots(const kt_search_family_t *f)
+{
+    return f->kind == FAM_PLAIN ? f->n : f->nfam;
+}
+
+int kt_search_family_num_learned(const kt_search_family_t *f)
+{
+    int n = f ? model_slots(f) : 0, k = 0;
+    for (int i = 0; i < n; i++)
+        k += xgb_model(f, i) != NULL;
+    return k;
+}
+
+int kt_search_family_set_prior(kt_search_family_t *f, const kt_model_t *prior)
+{
+    if (!f || !prior)
+        return kt_err_set(KT_EINVAL, "search family: no prior");
+    int n = model_slots(f), took = 0, rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        kt_model_t *m = xgb_model(f, i);
+        if (m && (rc = kt_model_set_prior(m, prior)) == 0)
+            took++;
+    }
+    if (rc != 0) {   /* all or none: the ones before take it back */
+        for (int i = 0; i < n; i++)
+            if (xgb_model(f, i))
+                kt_model_set_prior(xgb_model(f, i), NULL);
+        return rc;
+    }
+    /* searches score with the snapshot: take one that has the prior */
+    if (f->kind == FAM_ALL && took > 0) {
+        f->snap_trained = -1;
+        if ((rc = snap_publish(f)) != 0)
+            return rc;
+    }
+    return took;
+}
+
 void kt_search_family_set_train_hook(kt_search_family_t *f, kt_search_train_hook_fn fn,
                                      void *user)
 {

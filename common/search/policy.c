@@ -83,6 +83,7 @@ void kt_search_opts_default(kt_search_opts_t *o)
      * shapes are alike). */
     o->transfer = 8;
     o->transfer_workloads = 4;
+    o->store_model = 1;
 }
 
 static int opts_check(const kt_search_opts_t *o)
@@ -133,6 +134,8 @@ static int opts_check(const kt_search_opts_t *o)
     if (o->transfer_workloads < 1 || o->transfer_workloads > KT_SEARCH_MAX_TRANSFER_WORKLOADS)
         return kt_err_set(KT_EINVAL, "search: transfer_workloads must be in [1, %d]",
                           KT_SEARCH_MAX_TRANSFER_WORKLOADS);
+    if (o->store_model < 0 || o->store_model > 1)
+        return kt_err_set(KT_EINVAL, "search: store_model must be 0 or 1");
     if (o->foresee_population < 1 || o->foresee_num_iters < 0 || o->foresee_keep < 1)
         return kt_err_set(KT_EINVAL, "search: foresee_population and foresee_keep must be >= 1, "
                                      "foresee_num_iters >= 0");
@@ -181,6 +184,7 @@ static int opt_set_one(void *user, const char *key, const char *val)
         {"foresee_keep", offsetof(kt_search_opts_t, foresee_keep), 'i'},
         {"transfer", offsetof(kt_search_opts_t, transfer), 'i'},
         {"transfer_workloads", offsetof(kt_search_opts_t, transfer_workloads), 'i'},
+        {"store_model", offsetof(kt_search_opts_t, store_model), 'i'},
     };
     kt_search_opts_t *o = user;
     if (strcmp(key, "model_label") == 0) {

@@ -40,6 +40,7 @@
 #ifndef KT_SEARCH_SEARCH_H
 #define KT_SEARCH_SEARCH_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "measure/measure.h"
@@ -132,6 +133,10 @@ typedef struct {
      * look them up itself: its caller (the tracker's job) does. 0 = off. */
     int transfer;                          /* 8 */
     int transfer_workloads;                /* 4 */
+    /* 1: the tracker starts a job's xgb models from the store model of its
+     * target and device key (kt_search_store_model, kt_search_family_set_prior);
+     * 0: from nothing (Ansor). Like transfer, read by the job, not the policy. */
+    int store_model;                       /* 1 */
 } kt_search_opts_t;
 
 #define KT_SEARCH_WARMUP_RANDOM 0
@@ -297,6 +302,77 @@ const kt_sched_params_t *kt_search_params(const kt_search_policy_t *sp);
 int kt_search_model_update_from_store(kt_model_t *m, kt_store_t *s, const kt_workload_t *w,
                                       const char *target, uint64_t task_id, int *used);
 
+/* ---- the store model of a device key (store_model.c) ---------------------- */
+
+/*
+ * One cost model per (target, device key), trained on the newest records of
+ * that key across all workloads (features do not depend on the shapes;
+ * labels are normalized per workload: one task id per workload key), and
+ * kept in the record store's cost_models (kt_store_put_cost_model) with the
+ * feature version (KT_FEATURE_VERSION), the model format
+ * (KT_MODEL_FILE_VERSION), the records it trained on and the highest record
+ * id among them. A job's xgb models start from it (kt_search_family_set_prior).
+ *
+ * It is stale, and kt_search_store_model retrains it with
+ * KT_SEARCH_STORE_MODEL_TRAIN (BUILD: only the first case), when the key
+ * has no usable model and at
+ * least KT_SEARCH_STORE_MODEL_MIN records, or when the records newer than
+ * the model number KT_SEARCH_STORE_MODEL_NEW or NEW_SHARE of the records it
+ * trained on, whichever is more. A retraining starts from scratch on the
+ * key's newest KT_SEARCH_STORE_MODEL_MAX records (failed ones too: they
+ * teach what fails), so its cost is bounded however large the store grows;
+ * records whose workload the store does not hold or whose state does not
+ * parse are skipped. A row of another feature version or of a newer model
+ * format is ignored and rebuilt; a row whose bytes do not load (corrupt) is
+ * rebuilt with a warning. Nothing here is fatal: every failure leaves a
+ * note (warn set) and what could be had (the old model, or none).
+ *
+ * The parameters are the search's xgb model's (rank labels, hist trees),
+ * seed 43, trusted once trained (no warm-up of its own).
+ */
+
+#define KT_SEARCH_STORE_MODEL_MIN 64         /* records a key needs for a model */
+#define KT_SEARCH_STORE_MODEL_MAX 2048       /* newest records a training takes */
+#define KT_SEARCH_STORE_MODEL_NEW 64         /* new records that make a model stale... */
+#define KT_SEARCH_STORE_MODEL_NEW_SHARE 0.1  /* ...or this share of its records, if more */
+
+/* kt_search_store_model flags. */
+#define KT_SEARCH_STORE_MODEL_LOAD 0x1   /* return the usable model in out->model */
+#define KT_SEARCH_STORE_MODEL_TRAIN 0x2  /* retrain (and store) it when stale */
+#define KT_SEARCH_STORE_MODEL_BUILD 0x4  /* train (and store) one only when there is no
+                                            usable model; a stale one is used as it is */
+
+/* The store handle, and how to take it when others share it: lock before
+ * each use, unlock after (both NULL: the caller owns the handle). The store
+ * is held only to read the row, to count and read the records, and to write
+ * the new row; the training runs without it, and gives up (a note, the old
+ * model kept) once *stop is nonzero (kt_model_set_stop; NULL: never). */
+typedef struct {
+    kt_store_t *store;
+    void (*lock)(void *user);
+    void (*unlock)(void *user);
+    void *user;
+    const atomic_int *stop;
+} kt_search_store_ref_t;
+
+typedef struct {
+    kt_model_t *model;    /* the usable model (LOAD), NULL when none: the caller's */
+    int64_t version;      /* its row's version (0: none, or trained but not stored) */
+    int64_t records;      /* records it was trained on */
+    int trained;          /* 1 when this call trained it */
+    int warn;             /* 1 when the note says something went wrong */
+    char note[320];       /* what was found and done, for the log */
+} kt_search_store_model_t;
+
+/* Read (and with TRAIN or BUILD refresh) the store model of (target, key)
+ * into *out. 0, or KT_EINVAL for bad arguments only: store and training
+ * failures are notes. Free out->model with kt_search_store_model_clear.
+ * Thread-safe as far as ref's lock makes the store so; two callers for one
+ * key train twice (the caller serializes them). */
+int kt_search_store_model(const kt_search_store_ref_t *ref, const char *target,
+                          const char *key, int flags, kt_search_store_model_t *out);
+void kt_search_store_model_clear(kt_search_store_model_t *m);   /* accepts NULL */
+
 /* ---- candidates: what builders and runners need ------------------------- */
 
 typedef struct {
@@ -356,13 +432,14 @@ int kt_search_one_round(kt_search_policy_t *sp, int n, kt_search_measure_fn meas
  *   (Ansor's make_search_policies: one XGBModel for the whole network;
  *   FamilySeer's monolithic model). Its warm-up is Ansor's with
  *   warmup=random (the default): the model is given no record, and so scores
- *   at random, until every task has been measured once (or proposed
- *   nothing); then it trains once on every task's records (Ansor's
- *   num_warmup_sample = tasks x measures per round), and on each task's new
- *   records after that. With warmup=model it trains on every record as it
- *   comes, so once it holds more than num_warmup_sample records the model,
- *   not chance, picks the first round of the tasks still waiting. No foresee
- *   passes (Ansor has none).
+ *   at random (by its prior when it has one: kt_search_family_set_prior),
+ *   until every task has been measured once (or proposed nothing); then it
+ *   trains once on every task's records (Ansor's num_warmup_sample = tasks x
+ *   measures per round), and on each task's new records after that. With
+ *   warmup=model it trains on every record as it comes, so once it holds
+ *   more than num_warmup_sample records the model, not chance, picks the
+ *   first round of the tasks still waiting. No foresee passes (Ansor has
+ *   none).
  * - "sketch.xgb.family-op": family = the task's anchor operator, read from the
  *   DAG (kt_search_family_anchor): conv2d tasks with any epilogue share one,
  *   dense another, each pool kind its own.
@@ -486,6 +563,20 @@ int kt_search_family_feedback(kt_search_family_t *f, int task, kt_sched_state_t 
  * thread's feedback trains sketch.xgb's shared model, it returns at once
  * and the records wait for the next sync (or propose, or feedback). */
 int kt_search_family_sync(kt_search_family_t *f);
+
+/* Start every xgb model of the family (sketch.xgb's shared or own models,
+ * the family kinds' models) from `prior` (kt_model_set_prior; copied), e.g.
+ * the store model of the job's target and device key: the first rounds are
+ * then scored by it instead of at random, and the job's records train trees
+ * on top of it. Before the first propose, from one thread (after preloads:
+ * they train on the next sync). The number of models that took it (0 for
+ * sketch.random), or negative (a model that refused it: its label kind or
+ * feature count differ, or it trained already), leaving the ones before it
+ * started from the prior. */
+int kt_search_family_set_prior(kt_search_family_t *f, const kt_model_t *prior);
+/* The number of xgb models of the family (those set_prior gives a prior
+ * to; 0 for sketch.random). */
+int kt_search_family_num_learned(const kt_search_family_t *f);
 
 /* Called on the training thread before each training of sketch.xgb's
  * shared model (n > 1 tasks), with the number of records it trains on:

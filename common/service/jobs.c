@@ -1382,11 +1382,90 @@ static void release_search(job_t *j)
     j->fam = NULL;
 }
 
+static void store_lock(void *user)
+{
+    kt_jobs_store_get(user);
+}
+
+static void store_unlock(void *user)
+{
+    kt_jobs_t *m = user;
+    kt_jobs_store_put(m, m->store);
+}
+
+/* The store model of the job's target and device key (search.h), on this
+ * job thread (never an RPC handler's) in a CPU slot like a round's
+ * training. At the start (`install`) the job's xgb models start from it,
+ * and it is trained first only when the key has none usable, so that a
+ * stale model does not delay the first round; at the end, after the job's
+ * last commit, it is retrained when stale, so the next job of the key
+ * starts from what this one measured. A job is tuned without it when
+ * anything fails: said in the log, never fatal. */
+static void job_store_model(job_t *j, int install)
+{
+    kt_jobs_t *m = j->m;
+    const kt_store_job_t *sj = &j->view->info->job;
+    if (m->dispatch_only || atomic_load(&m->stopping))
+        return;
+    install &= j->fam != NULL;
+    kt_search_store_ref_t ref = {m->store, store_lock, store_unlock, m, &m->stopping};
+    kt_search_store_model_t sm;
+    if (install)
+        job_note(j, "reading the store's cost model of %s on %s", sj->target, sj->runner_key);
+    pthread_mutex_lock(&m->model_mu);
+    int rc = cpu_enter(j, 0);
+    if (rc != 0) {   /* the job stops (cancelled, failed) or the tracker does */
+        pthread_mutex_unlock(&m->model_mu);
+        if (install)
+            job_note(j, NULL);
+        return;
+    }
+    rc = kt_search_store_model(&ref, sj->target, sj->runner_key,
+                               install ? KT_SEARCH_STORE_MODEL_LOAD | KT_SEARCH_STORE_MODEL_BUILD
+                                       : KT_SEARCH_STORE_MODEL_TRAIN,
+                               &sm);
+    cpu_leave(m);
+    pthread_mutex_unlock(&m->model_mu);
+    if (install)
+        job_note(j, NULL);
+    if (rc != 0) {
+        KT_WARN("job %" PRId64 ": store model: %s", j->id, kt_err_msg());
+        return;
+    }
+    if (sm.warn)
+        KT_WARN("job %" PRId64 ": store model of %s on %s: %s", j->id, sj->target,
+                sj->runner_key, sm.note);
+    else if (sm.trained)
+        KT_INFO("job %" PRId64 ": store model of %s on %s: %s", j->id, sj->target,
+                sj->runner_key, sm.note);
+    int took = sm.model ? kt_search_family_set_prior(j->fam, sm.model) : 0;
+    if (took > 0) {
+        pthread_mutex_lock(&j->mu);
+        snprintf(j->store_model, sizeof j->store_model, "v%" PRId64 "/%" PRId64, sm.version,
+                 sm.records);
+        pthread_mutex_unlock(&j->mu);
+        KT_INFO("job %" PRId64 ": its cost model starts from the store model v%" PRId64
+                " of %s on %s (%" PRId64 " records)",
+                j->id, sm.version, sj->target, sj->runner_key, sm.records);
+    } else if (took < 0) {
+        KT_WARN("job %" PRId64 ": the store model is not used: %s", j->id, kt_err_msg());
+    }
+    kt_search_store_model_clear(&sm);
+#ifdef __GLIBC__
+    if (sm.trained)   /* a training's freed pages, as after a round */
+        malloc_trim(0);
+#endif
+}
+
 static void *job_main(void *arg)
 {
     job_t *j = arg;
     kt_jobs_t *m = j->m;
     const char *key = j->view->info->job.runner_key;
+    /* Before any round (and while the job may wait for a runner): the
+     * first rounds are then scored by what the key's records taught. */
+    if (!job_stopping(j) && j->use_store_model && kt_search_family_num_learned(j->fam) > 0)
+        job_store_model(j, 1);
     /* Queued until the key has a runner: nothing can be measured before, and
      * a cuda job's builds need the GPU's arch. */
     for (;;) {
@@ -1508,6 +1587,9 @@ static void *job_main(void *arg)
     j->seq++;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+    /* After the job's last commit: the next job of the key starts from a
+     * model that knows this one's records (a stopping tracker skips it). */
+    job_store_model(j, 0);
     return NULL;
 }
 
@@ -1679,6 +1761,7 @@ static job_t *job_load(kt_jobs_t *m, kt_store_t *st, int64_t id)
     so.seed = v->opts.seed;
     if (kt_search_opts_set(&so, v->opts.search_params) != 0)
         goto fail;
+    j->use_store_model = so.store_model;
     if (!(j->fam = kt_search_family_new((const kt_workload_t *const *)v->wl, v->ntasks,
                                         &j->params, &so)))
         goto fail;
@@ -2191,13 +2274,14 @@ json_t *kt_jobs_job_json(job_t *j)
     const kt_store_job_t *sj = &j->view->info->job;
     pthread_mutex_lock(&j->mu);
     const char *sp = j->view->opts.search_params;
-    json_t *own = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s, s:i, s:f, s:s, s:O}", "id",
+    json_t *own = json_pack("{s:I, s:s, s:s, s:s, s:o, s:s, s:i, s:f, s:s, s:O, s:o}", "id",
                             (json_int_t)j->id, "state", j->state, "target", sj->target, "policy",
                             sj->policy, "search_params", *sp ? json_string(sp) : json_null(),
                             "runner_key", sj->runner_key, "priority", sj->priority,
                             "created", sj->created, "message",
                             j->message ? j->message : j->waiting,
-                            "curve", j->curve);
+                            "curve", j->curve, "store_model",
+                            j->store_model[0] ? json_string(j->store_model) : json_null());
     pthread_mutex_unlock(&j->mu);
     if (!own || json_object_update(o, own) != 0) {
         json_decref(own);
@@ -2478,6 +2562,7 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     pthread_mutex_init(&m->mu, NULL);
     pthread_mutex_init(&m->submit_mu, NULL);
     pthread_mutex_init(&m->stats_mu, NULL);
+    pthread_mutex_init(&m->model_mu, NULL);
     cond_init_mono(&m->cv);
     pthread_mutex_init(&m->commit_mu, NULL);
     pthread_cond_init(&m->commit_cv, NULL);
@@ -2648,6 +2733,7 @@ void kt_jobs_free(kt_jobs_t *m)
     pthread_mutex_destroy(&m->mu);
     pthread_mutex_destroy(&m->submit_mu);
     pthread_mutex_destroy(&m->stats_mu);
+    pthread_mutex_destroy(&m->model_mu);
     json_decref(m->stats);
     kt_jobs_watch_clients_free(m);
     pthread_cond_destroy(&m->commit_cv);

@@ -78,6 +78,10 @@ typedef struct job {
      * from when the job has no latency log yet (NULL otherwise). */
     kt_job_curve_t *load_curve;
     job_round_t *rounds;          /* outstanding round threads */
+    int use_store_model;          /* search option store_model (set at load) */
+    /* The store model its xgb models started from, "v3/1200" (version /
+     * records trained on), "" when none: the job's "store_model" field. */
+    char store_model[48];
 } job_t;
 
 struct kt_jobs {
@@ -150,6 +154,11 @@ struct kt_jobs {
     pthread_mutex_t stats_mu;
     json_t *stats;
     double stats_at;
+    /* Serialises the store model's refreshes (kt_search_store_model), so
+     * that jobs of one key starting or ending together train it once. Taken
+     * by job threads only, never under another lock; it holds the store
+     * only for its reads and its write. */
+    pthread_mutex_t model_mu;
 };
 
 /* Take the store handle (waits while another thread uses it) and give it

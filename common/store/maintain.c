@@ -187,6 +187,11 @@ void kt_store_stats_clear(kt_store_stats_t *st)
     for (size_t i = 0; i < st->nkeys; i++)
         free(st->keys[i].key);
     free(st->keys);
+    for (size_t i = 0; i < st->nmodels; i++) {
+        free((char *)st->models[i].target);
+        free((char *)st->models[i].device_key);
+    }
+    free(st->models);
     memset(st, 0, sizeof *st);
 }
 
@@ -196,11 +201,22 @@ json_t *kt_store_stats_json(const kt_store_stats_t *st, const char *path)
     for (size_t i = 0; keys && i < st->nkeys; i++)
         json_array_append_new(keys, json_pack("{s:s, s:I}", "key", st->keys[i].key, "records",
                                               (json_int_t)st->keys[i].records));
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o*}", "path", path ? path : "",
+    json_t *models = json_array();
+    for (size_t i = 0; models && i < st->nmodels; i++) {
+        const kt_store_cost_model_t *m = &st->models[i];
+        json_array_append_new(
+            models, json_pack("{s:s, s:s, s:I, s:I, s:I, s:i, s:i, s:I, s:f}", "target",
+                              m->target, "key", m->device_key, "version", (json_int_t)m->version,
+                              "records", (json_int_t)m->records, "max_record_id",
+                              (json_int_t)m->max_record_id, "feature_version",
+                              m->feature_version, "format_version", m->format_version, "bytes",
+                              (json_int_t)m->model_len, "created", m->created));
+    }
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o*, s:o*}", "path", path ? path : "",
                      "bytes", (json_int_t)st->bytes, "records", (json_int_t)st->records,
                      "valid", (json_int_t)st->valid, "workloads", (json_int_t)st->workloads,
                      "distilled", (json_int_t)st->distilled, "schema_version",
-                     st->schema_version, "keys", keys);
+                     st->schema_version, "keys", keys, "cost_models", models);
 }
 
 static int read_keys(kt_store_t *s, kt_store_stats_t *out)
@@ -237,6 +253,49 @@ static int read_keys(kt_store_t *s, kt_store_stats_t *out)
     return rc == SQLITE_DONE ? 0 : kt_store_db_err(s, rc, "store stats: records per key");
 }
 
+static int read_models(kt_store_t *s, kt_store_stats_t *out)
+{
+    int rc = kt_store_has_table(s, "cost_models");
+    if (rc <= 0)
+        return rc;
+    sqlite3_stmt *st = NULL;
+    rc = sqlite3_prepare_v2(kt_store_db(s),
+                            "SELECT target, device_key, version, feature_version, format_version,"
+                            " records, max_record_id, created, length(model) FROM cost_models"
+                            " ORDER BY target, device_key",
+                            -1, &st, NULL);
+    size_t cap = 0;
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (out->nmodels == cap) {
+            size_t ncap = cap ? 2 * cap : 4;
+            kt_store_cost_model_t *v = realloc(out->models, ncap * sizeof *v);
+            if (!v)
+                break;
+            out->models = v;
+            cap = ncap;
+        }
+        kt_store_cost_model_t *m = &out->models[out->nmodels];
+        memset(m, 0, sizeof *m);
+        m->target = kt_strdup((const char *)sqlite3_column_text(st, 0));
+        m->device_key = kt_strdup((const char *)sqlite3_column_text(st, 1));
+        m->version = sqlite3_column_int64(st, 2);
+        m->feature_version = sqlite3_column_int(st, 3);
+        m->format_version = sqlite3_column_int(st, 4);
+        m->records = sqlite3_column_int64(st, 5);
+        m->max_record_id = sqlite3_column_int64(st, 6);
+        m->created = sqlite3_column_double(st, 7);
+        m->model_len = (size_t)sqlite3_column_int64(st, 8);
+        out->nmodels++;
+        if (!m->target || !m->device_key)
+            break;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_ROW)
+        return kt_err_set(KT_ENOMEM, "store stats: out of memory");
+    return rc == SQLITE_DONE ? 0 : kt_store_db_err(s, rc, "store stats: cost models");
+}
+
 int kt_store_stats(kt_store_t *s, kt_store_stats_t *out)
 {
     int rc = kt_store_usable(s);
@@ -260,6 +319,8 @@ int kt_store_stats(kt_store_t *s, kt_store_stats_t *out)
         rc = query_int64(s, "SELECT count(*) FROM distilled", 0, &out->distilled);
     if (rc == 0)
         rc = read_keys(s, out);
+    if (rc == 0)
+        rc = read_models(s, out);
     exec(s, "COMMIT", "store stats");
     if (rc != 0)
         kt_store_stats_clear(out);

@@ -112,6 +112,23 @@ static const char *const migrations[] = {
      * store checks names on put). Older rows read NULL: unknown. Code asks
      * the file for the column, not for this version. */
     "ALTER TABLE records ADD COLUMN origin TEXT;",
+    /* 6: the cost model of each (target, device key), trained on all its
+     * records across workloads (kt_store_put_cost_model): a new job's model
+     * starts from it. One row per key, replaced by each retraining
+     * (version counts them): an old model is of no use once a newer one
+     * learned from the same records and more. Code finds the table by name,
+     * not by this migration's number. */
+    "CREATE TABLE cost_models ("
+    "  target TEXT NOT NULL,"
+    "  device_key TEXT NOT NULL,"
+    "  version INTEGER NOT NULL,"
+    "  feature_version INTEGER NOT NULL,"
+    "  format_version INTEGER NOT NULL,"
+    "  records INTEGER NOT NULL,"
+    "  max_record_id INTEGER NOT NULL,"
+    "  created REAL NOT NULL,"
+    "  model BLOB NOT NULL,"
+    "  PRIMARY KEY (target, device_key));",
 };
 
 _Static_assert(KT_ARRAY_LEN(migrations) == KT_STORE_SCHEMA_VERSION,
@@ -126,7 +143,7 @@ typedef enum {
     ST_PUT_JOB, ST_PUT_TASK, ST_SET_JOB_STATE, ST_GET_JOB, ST_GET_TASKS,
     ST_LIST_JOBS, ST_LIST_JOBS_STATE, ST_DELETE_JOB, ST_FIND_JOB_OPTION,
     ST_PUT_RECORD, ST_TOP_K, ST_TOP_K_KEY, ST_HAS_MEASURED, ST_HAS_DISTILLED, ST_IS_DUPLICATE,
-    ST_LIST_WORKLOADS,
+    ST_LIST_WORKLOADS, ST_KEY_RECORDS, ST_KEY_NEWER,
     ST_LOG_LATENCY, ST_READ_LATENCY,
     ST_COUNT
 } stmt_id_t;
@@ -180,6 +197,11 @@ static const char *const stmt_sql[ST_COUNT] = {
                           "(SELECT 1 FROM records r WHERE r.workload_key = w.key "
                           "AND r.target = ?1 AND r.error_code = 0 "
                           "AND (?2 IS NULL OR r.runner_key = ?2)) ORDER BY key",
+    /* Both walk records_key (runner_key, then id) from the newest end. */
+    [ST_KEY_RECORDS] = "SELECT " RECORD_COLS " FROM records WHERE runner_key = ?2 "
+                       "AND target = ?1 ORDER BY id DESC LIMIT ?3",
+    [ST_KEY_NEWER] = "SELECT count(*), coalesce(max(id), 0) FROM records WHERE runner_key = ?2 "
+                     "AND target = ?1 AND id > ?3",
     [ST_HAS_MEASURED] = "SELECT 1 FROM records WHERE workload_key = ?1 AND target = ?2 "
                         "AND state_hash = ?3 LIMIT 1",
     [ST_HAS_DISTILLED] = "SELECT 1 FROM distilled WHERE workload_key = ?1 AND target = ?2 "
@@ -1330,6 +1352,51 @@ int kt_store_top_k_key(kt_store_t *s, const char *workload_key, const char *targ
         bind_text(st, 3, runner_key);
     sqlite3_bind_int(st, runner_key ? 4 : 3, k);
     return collect_list(s, st, out);
+}
+
+int kt_store_key_records(kt_store_t *s, const char *target, const char *runner_key, int limit,
+                         kt_record_list_t **out)
+{
+    int rc = kt_store_usable(s);
+    if (rc != 0)
+        return rc;
+    if (!target || !runner_key || limit <= 0 || !out)
+        return kt_err_set(KT_EINVAL, "store: key records need a target, a key and a limit > 0");
+    *out = NULL;
+    sqlite3_stmt *st = stmt(s, ST_KEY_RECORDS);
+    if (!st)
+        return kt_err_code();
+    bind_text(st, 1, target);
+    bind_text(st, 2, runner_key);
+    sqlite3_bind_int(st, 3, limit);
+    return collect_list(s, st, out);
+}
+
+int kt_store_count_key_records(kt_store_t *s, const char *target, const char *runner_key,
+                               int64_t after_id, int64_t *n, int64_t *max_id)
+{
+    int rc = kt_store_usable(s);
+    if (rc != 0)
+        return rc;
+    if (!target || !runner_key || !n)
+        return kt_err_set(KT_EINVAL, "store: counting key records needs a target and a key");
+    sqlite3_stmt *st = stmt(s, ST_KEY_NEWER);
+    if (!st)
+        return kt_err_code();
+    bind_text(st, 1, target);
+    bind_text(st, 2, runner_key);
+    sqlite3_bind_int64(st, 3, after_id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *n = sqlite3_column_int64(st, 0);
+        if (max_id)
+            *max_id = sqlite3_column_int64(st, 1);
+        rc = 0;
+    } else {
+        rc = db_err(s, rc, "store: counting key records");
+    }
+    done(st);
+    return rc;
 }
 
 void kt_store_workloads_free(kt_store_workload_t *w, size_t n)

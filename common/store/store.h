@@ -50,7 +50,7 @@
 typedef struct kt_store kt_store_t;
 
 /* The schema version this code writes (PRAGMA user_version). */
-#define KT_STORE_SCHEMA_VERSION 5
+#define KT_STORE_SCHEMA_VERSION 6
 /* The oldest schema a read-only handle reads as it is: the migrations after
  * it add indexes, which queries use when present, the distilled table,
  * which only kt_store_has_measured reads (and skips when absent), and the
@@ -258,6 +258,18 @@ int kt_store_top_k(kt_store_t *s, const char *workload_key, const char *target, 
 int kt_store_top_k_key(kt_store_t *s, const char *workload_key, const char *target,
                       const char *runner_key, int k, kt_record_list_t **out);
 
+/* The newest `limit` (> 0) records of `target` measured by runners of
+ * `runner_key`, whatever their workload and error code, by id descending
+ * (the store model of a device key trains on them). */
+int kt_store_key_records(kt_store_t *s, const char *target, const char *runner_key, int limit,
+                         kt_record_list_t **out);
+
+/* How many records of `target` measured by runners of `runner_key` have an
+ * id above after_id (0: all), into *n, and the highest such id into *max_id
+ * (may be NULL; 0 when none). */
+int kt_store_count_key_records(kt_store_t *s, const char *target, const char *runner_key,
+                               int64_t after_id, int64_t *n, int64_t *max_id);
+
 /* 1 when a record of this state exists for (workload, target), whatever its
  * error code (a failed state is not measured again), or existed before
  * kt_store_distill() dropped it; 0 when not, or negative. */
@@ -300,6 +312,39 @@ int kt_store_log_latency(kt_store_t *s, int64_t job_id, int64_t trials, double e
 /* A job's points in the order they were logged, as a malloc'd array (caller
  * frees; NULL when *n is 0). */
 int kt_store_read_latency(kt_store_t *s, int64_t job_id, kt_store_latency_t **out, size_t *n);
+
+/* ---- Cost models per device key (cost_models.c) ----------------------- */
+
+/*
+ * The store keeps one cost model per (target, device key), trained on the
+ * records of that key across workloads (common/search: kt_search_store_model
+ * trains, versions and reads it). The store only keeps the row: it does not
+ * read the model bytes or the feature version.
+ */
+typedef struct {
+    const char *target;        /* "cpu", "cuda" */
+    const char *device_key;    /* the runner key its records were timed on */
+    int64_t version;           /* set by put: 1 for a key's first model, +1 per put */
+    int feature_version;       /* the feature layout it was trained on (KT_FEATURE_VERSION) */
+    int format_version;        /* the bytes' format (KT_MODEL_FILE_VERSION) */
+    int64_t records;           /* records it was trained on */
+    int64_t max_record_id;     /* the highest record id it saw: newer ones are new to it */
+    double created;            /* seconds since the epoch */
+    const void *model;         /* the model's bytes (NULL in kt_store_stats' list) */
+    size_t model_len;          /* their length (in kt_store_stats' list too) */
+} kt_store_cost_model_t;
+
+/* Store m as the model of (m->target, m->device_key), replacing the one
+ * before it, in one transaction; sets m->version. Strings and bytes are the
+ * caller's, non-empty (KT_EINVAL otherwise). */
+int kt_store_put_cost_model(kt_store_t *s, kt_store_cost_model_t *m);
+
+/* The model of (target, device key) into *out (free with
+ * kt_store_cost_model_free; it owns its strings and bytes). KT_ENOTFOUND
+ * when there is none (also on a file from before the table). */
+int kt_store_get_cost_model(kt_store_t *s, const char *target, const char *device_key,
+                            kt_store_cost_model_t **out);
+void kt_store_cost_model_free(kt_store_cost_model_t *m);   /* accepts NULL */
 
 /* ---- Maintenance of a long-lived store (maintain.c) -------------------- */
 
@@ -353,6 +398,8 @@ typedef struct {
     int schema_version;
     kt_store_key_count_t *keys; /* by records descending, then key */
     size_t nkeys;
+    kt_store_cost_model_t *models; /* the cost models by target and key (no bytes) */
+    size_t nmodels;
 } kt_store_stats_t;
 
 /* Fill *out (a full scan of the records: seconds at tens of millions, so
@@ -362,8 +409,9 @@ int kt_store_stats(kt_store_t *s, kt_store_stats_t *out);
 void kt_store_stats_clear(kt_store_stats_t *st);
 /* *st as the JSON object `ktune records stats --json` prints and the status
  * page's "store" holds: path, bytes, records, valid, workloads, distilled,
- * schema_version and keys [{key, records}]. New reference, NULL when out of
- * memory. */
+ * schema_version, keys [{key, records}] and cost_models [{target, key,
+ * version, records, max_record_id, feature_version, format_version, bytes,
+ * created}]. New reference, NULL when out of memory. */
 json_t *kt_store_stats_json(const kt_store_stats_t *st, const char *path);
 
 /* ---- JSON lines export and import ------------------------------------- */

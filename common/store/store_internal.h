@@ -1,7 +1,7 @@
 /*
  * Private to common/store: what store.c lends records_json.c (the JSON lines
- * export and import). Not installed, not for other modules. Same ownership
- * and thread rules as store.h.
+ * export and import), maintain.c and cost_models.c. Not installed, not for
+ * other modules. Same ownership and thread rules as store.h.
  */
 #ifndef KT_STORE_STORE_INTERNAL_H
 #define KT_STORE_STORE_INTERNAL_H
@@ -17,6 +17,10 @@ int kt_store_db_err(kt_store_t *s, int rc, const char *what);
 /* The schema version of the open file (below KT_STORE_SCHEMA_VERSION only for
  * a read-only handle on an older file). */
 int kt_store_file_version(const kt_store_t *s);
+
+/* 1 when the open file has a table of this name, 0 when not (a read-only
+ * handle on a file from before its migration), or a negative KT_E* code. */
+int kt_store_has_table(kt_store_t *s, const char *name);
 
 /* 0 when the handle may be used now (not NULL, not inside its own foreach
  * callback), else a KT_E* code with kt_err set. */
