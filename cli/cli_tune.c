@@ -475,7 +475,10 @@ static void job_msg_free(job_msg_t *m)
 
 /* ---- Submit and watch ---------------------------------------------------------------------- */
 
-static int submit(const char *cmd, const kt_cli_conn_t *c, const job_msg_t *m, int64_t *id)
+/* SubmitJob; *id the job, *existing (optional) 1 when the tracker already
+ * had it under this request id (an earlier attempt's answer was lost). */
+static int submit(const char *cmd, const kt_cli_conn_t *c, const job_msg_t *m, int64_t *id,
+                  int *existing)
 {
     Ktune__V1__SubmitJobRequest req = KTUNE__V1__SUBMIT_JOB_REQUEST__INIT;
     req.job = (Ktune__V1__Job *)&m->job;
@@ -486,6 +489,8 @@ static int submit(const char *cmd, const kt_cli_conn_t *c, const job_msg_t *m, i
         return 1;
     const Ktune__V1__SubmitJobResponse *r = (const Ktune__V1__SubmitJobResponse *)out;
     *id = r->job_id;
+    if (existing)
+        *existing = r->existing;
     /* Said before the job runs: a budget the store covers ends it at once,
      * which looks like nothing happened unless the user is told why. On
      * stderr, so that `ktune submit` still prints only the id on stdout. */
@@ -635,10 +640,13 @@ int kt_cli_submit(int argc, char **argv)
         return 1;
     job_msg_t m;
     int64_t id = 0;
-    rc = job_msg_make(&a, &t, &m) ? kt_cli_fail("submit") : submit("submit", &a.conn, &m, &id);
+    int existing = 0;
+    rc = job_msg_make(&a, &t, &m) ? kt_cli_fail("submit")
+                                  : submit("submit", &a.conn, &m, &id, &existing);
     if (rc == 0) {
         if (a.conn.json)
-            kt_cli_print_json(json_pack("{s:I}", "job_id", (json_int_t)id));
+            kt_cli_print_json(json_pack("{s:I, s:b}", "job_id", (json_int_t)id, "existing",
+                                        existing));
         else
             printf("%" PRId64 "\n", id);
     }
@@ -1036,7 +1044,7 @@ static void *tune_thread(void *arg)
                 printf("Resuming job %" PRId64 " from %s (what is stored is not measured "
                        "again)\n", id, x->a->conn.db);
             x->rc = watch("tune", &x->conn, id, 1);
-        } else if (id == 0 && submit("tune", &x->conn, x->m, &id) == 0) {
+        } else if (id == 0 && submit("tune", &x->conn, x->m, &id, NULL) == 0) {
             if (!x->conn.json)
                 printf("Job %" PRId64 " submitted to the embedded tracker (store %s)\n", id,
                        x->a->conn.db);
@@ -1173,7 +1181,7 @@ int kt_cli_tune(int argc, char **argv)
     }
     if (a.conn.tracker) {
         int64_t id = 0;
-        rc = submit("tune", &a.conn, &m, &id);
+        rc = submit("tune", &a.conn, &m, &id, NULL);
         if (rc == 0) {
             if (!a.conn.json)
                 printf("Job %" PRId64 " submitted to %s\n", id, a.conn.tracker);

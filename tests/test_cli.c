@@ -1047,6 +1047,8 @@ static int lossy_submit(kt_rpc_call_t *call, const ProtobufCMessage *req, Protob
     if (n % 2 == 0)
         return kt_rpc_call_fail(call, KT_RPC_UNAVAILABLE, "the answer was lost");
     ((Ktune__V1__SubmitJobResponse *)resp)->job_id = 7;
+    /* the answer of a tracker that made the job at the lost call */
+    ((Ktune__V1__SubmitJobResponse *)resp)->existing = 1;
     return KT_RPC_OK;
 }
 
@@ -1093,6 +1095,17 @@ START_TEST(cli_submit_sends_a_request_id_per_run_and_the_same_on_its_retry)
     ck_assert_msg(strstr(out, "--request-id") && strstr(out, "letters, digits"), "%s", out);
     free(out);
     ck_assert_int_eq(atomic_load(&lt.calls), 6);
+    /* --json says that the job was the tracker's already */
+    char *json[] = {"submit", "--tracker", addr, "--workload", MATMUL, "--request-id",
+                    "nightly-42", "--json", NULL};
+    ck_assert_int_eq(ktune(json, &out), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_msg(j && json_integer_value(json_object_get(j, "job_id")) == 7 &&
+                      json_is_true(json_object_get(j, "existing")),
+                  "%s", out);
+    json_decref(j);
+    free(out);
+    ck_assert_int_eq(atomic_load(&lt.calls), 8);
     kt_rpc_server_stop(srv, 0);
     assert_nothing_left();
 }

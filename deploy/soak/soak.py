@@ -274,7 +274,6 @@ class Job:
         self.cancel_asked = False
         self.final_state = None
         self.final_total = None
-        self.adopted = False
         self.watch_refused = 0
         self.watch_runs = 0
 
@@ -303,7 +302,7 @@ class Lineage:
 
 JOBS = {}
 _jmu = threading.Lock()
-COUNTS = {"submit_fail": 0, "submit_ambiguous": 0, "submit_store_full": 0, "adopted": 0,
+COUNTS = {"submit_fail": 0, "submit_ambiguous": 0, "submit_store_full": 0, "existing": 0,
           "watch_refused": 0, "cli_unreachable": 0}
 
 
@@ -386,14 +385,19 @@ class Client(threading.Thread):
         else:
             args += ["--trials", str(lin.total + max(add, ntasks))]
         mode = rng.choices(["watch", "poll", "cancel"], weights=[4, 2, 2])[0]
-        with _jmu:
-            known = set(JOBS)
         t = now()
+        # One request id for every attempt of this submission: a retry whose
+        # first answer was lost gets the job the tracker made, not a second.
+        rid = f"soak-c{self.idx}-{rng.getrandbits(64):016x}"
         while now() < self.hard_end:
-            rc, out, err = cli(["submit"] + args + ["--json", "--timeout", "8000"], timeout=20)
+            rc, out, err = cli(["submit"] + args + ["--request-id", rid, "--json", "--timeout",
+                                                    "8000"], timeout=20)
             if rc == 0:
                 try:
-                    jid = int(json.loads(out)["job_id"])
+                    answer = json.loads(out)
+                    jid = int(answer["job_id"])
+                    if answer.get("existing"):
+                        count("existing")
                 except (ValueError, KeyError):
                     self.errors.append(f"submit printed {out!r}")
                     return None
@@ -402,7 +406,7 @@ class Client(threading.Thread):
                     JOBS[jid] = job
                 return job
             count("submit_fail")
-            if "disk is full" in err:
+            if "disk is full" in err or "file system is full" in err:
                 # Refused: the store could not commit the job (nothing made).
                 count("submit_store_full")
                 time.sleep(1 + rng.random())
@@ -412,35 +416,10 @@ class Client(threading.Thread):
                 self.say(f"submit refused ({rc}): {err.strip()}")
                 return None
             # The tracker may have made the job before the answer was lost:
-            # adopt a job over this lineage that no client knows.
+            # the retry under the same request id returns it ("existing").
             count("submit_ambiguous")
             time.sleep(1 + rng.random())
-            found = self.find_orphan(lin, known)
-            if found is not None:
-                job = Job(found, lin, self.idx, mode, lin.total, args, t)
-                job.adopted = True
-                count("adopted")
-                with _jmu:
-                    JOBS[found] = job
-                self.say(f"adopted job {found}: its submission's answer was lost")
-                return job
         return None
-
-    def find_orphan(self, lin, known):
-        rc, out, err = cli(["status", "--json", "--timeout", "8000"], timeout=15)
-        if rc != 0:
-            return None
-        try:
-            jobs = json.loads(out).get("jobs", [])
-        except ValueError:
-            return None
-        for p in jobs:
-            jid = p.get("job_id")
-            keys = sorted(t.get("workload_key") for t in p.get("tasks", []))
-            with _jmu:
-                mine = jid in JOBS or jid in known
-            if not mine and keys == sorted(lin.keys):
-                return jid
         return None
 
     def wait_terminal(self, job):
