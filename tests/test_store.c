@@ -18,6 +18,7 @@
 
 #include "measure/measure.h"
 #include "store/store.h"
+#include "te/workload.h"
 #include "util/err.h"
 #include "util/util.h"
 
@@ -1327,6 +1328,97 @@ START_TEST(store_export_import_roundtrip_reproduces_records)
 }
 END_TEST
 
+/* A record's line carries its workload's JSON when the store holds the
+ * workload, and import stores it: a store made by import can re-fit and
+ * train on what it got. A workload that is not the line's key's, or not a
+ * workload, makes the line bad and changes nothing. */
+START_TEST(store_export_import_carries_the_workload)
+{
+    kt_workload_t *w = kt_workload_parse("{\"op\":\"matmul\",\"M\":32,\"N\":48,\"K\":16}");
+    kt_workload_t *d = kt_workload_parse("{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8}");
+    ck_assert_ptr_nonnull(w);
+    ck_assert_ptr_nonnull(d);
+    const char *key = kt_workload_key(w);
+    kt_store_t *s = open_new();
+    ck_assert_int_eq(kt_store_put_workload(s, key, kt_workload_json(w), kt_workload_flops(w)), 0);
+    kt_record_t rs[] = {rec(key, "cpu", 1, one_cost, 1, 0), rec(key, "cpu", 2, one_cost, 1, 0),
+                        rec(W2, "cpu", 3, one_cost, 1, 0)};   /* W2: no workload stored */
+    ck_assert_int_eq(kt_store_put_records(s, rs, 3), 0);
+    char path[160];
+    snprintf(path, sizeof path, "%s", tmp_file("wl.jsonl"));
+    FILE *f = fopen(path, "w");
+    ck_assert_int_eq(kt_store_export_jsonl(s, NULL, f, NULL), 0);
+    fclose(f);
+    kt_store_close(s);
+    char *text = kt_file_read(path, NULL);
+    ck_assert_ptr_nonnull(text);
+    int with = 0;
+    for (const char *l = text; (l = strstr(l, "\"workload\":{\"K\":16,\"M\":32,\"N\":48")); l++)
+        with++;
+    ck_assert_msg(with == 2, "%s", text);
+
+    char db2[160];
+    snprintf(db2, sizeof db2, "%s/wl2.db", tmpdir);
+    kt_store_t *s2 = kt_store_open(db2, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s2);
+    f = fopen(path, "r");
+    kt_store_import_report_t rep;
+    ck_assert_int_eq(kt_store_import_jsonl(s2, f, &rep), 0);
+    fclose(f);
+    ck_assert_int_eq(rep.imported, 3);
+    ck_assert_int_eq(rep.bad, 0);
+    char *canonical = NULL;
+    double flops = 0;
+    ck_assert_int_eq(kt_store_get_workload(s2, key, &canonical, &flops), 0);
+    ck_assert_str_eq(canonical, kt_workload_json(w));
+    ck_assert_double_eq(flops, kt_workload_flops(w));
+    free(canonical);
+    ck_assert_int_eq(kt_store_get_workload(s2, W2, NULL, NULL), KT_ENOTFOUND);
+    kt_err_clear();
+    /* the copy exports the same bytes */
+    char path2[160];
+    snprintf(path2, sizeof path2, "%s/wl2.jsonl", tmpdir);
+    f = fopen(path2, "w");
+    ck_assert_int_eq(kt_store_export_jsonl(s2, NULL, f, NULL), 0);
+    fclose(f);
+    char *text2 = kt_file_read(path2, NULL);
+    ck_assert_str_eq(text, text2);
+    free(text2);
+
+    /* another workload than the key's, and one that is none */
+    char *first = kt_strdup(text);
+    first[strcspn(first, "\n")] = '\0';
+    char *at = strstr(first, "\"workload\":");
+    ck_assert_ptr_nonnull(at);
+    char bad[3][2048];
+    snprintf(bad[0], sizeof bad[0], "%.*s\"workload\":%s}",
+             (int)(at - first), first, kt_workload_json(d));
+    snprintf(bad[1], sizeof bad[1], "%.*s\"workload\":{\"op\":\"nosuch\"}}", (int)(at - first),
+             first);
+    snprintf(bad[2], sizeof bad[2], "%.*s\"workload\":\"matmul\"}", (int)(at - first), first);
+    free(first);
+    const char *want[] = {"not the workload of", "is not a workload", "not an object"};
+    for (int i = 0; i < 3; i++) {
+        char bp[160];
+        snprintf(bp, sizeof bp, "%s/bad%d.jsonl", tmpdir, i);
+        ck_assert_int_eq(kt_file_write(bp, bad[i], strlen(bad[i])), 0);
+        f = fopen(bp, "r");
+        ck_assert_int_eq(kt_store_import_jsonl(s2, f, &rep), 0);
+        fclose(f);
+        ck_assert_int_eq(rep.bad, 1);
+        ck_assert_msg(strstr(rep.bad_lines[0].reason, want[i]), "%d: %s", i,
+                      rep.bad_lines[0].reason);
+    }
+    ck_assert_int_eq(count_all(s2, NULL), 3);
+    ck_assert_int_eq(kt_store_get_workload(s2, kt_workload_key(d), NULL, NULL), KT_ENOTFOUND);
+    kt_err_clear();
+    kt_store_close(s2);
+    free(text);
+    kt_workload_free(w);
+    kt_workload_free(d);
+}
+END_TEST
+
 START_TEST(store_import_reports_bad_line)
 {
     kt_store_t *s = open_new();
@@ -1702,6 +1794,7 @@ int main(void)
     tcase_add_test(tc, measure_error_names_match_proto);
     tcase_add_test(tc, store_sigkill_keeps_every_reported_batch_whole);
     tcase_add_test(tc, store_export_import_roundtrip_reproduces_records);
+    tcase_add_test(tc, store_export_import_carries_the_workload);
     tcase_add_test(tc, store_import_reports_bad_line);
     tcase_add_test(tc, store_import_lists_only_the_first_bad_lines);
     tcase_add_test(tc, store_reader_sees_commits_not_open_transactions);

@@ -37,7 +37,9 @@ static int set(json_t *o, const char *key, json_t *v)
     return v ? json_object_set_new(o, key, v) : -1;
 }
 
-char *kt_store_record_to_json(const kt_record_t *r)
+/* The record's line, with its workload's canonical JSON as "workload" when
+ * given (borrowed). */
+static char *record_json(const kt_record_t *r, json_t *workload)
 {
     if (!r || !r->workload_key || !r->target || !r->state_json || r->ncosts < 0 ||
         (r->ncosts > 0 && !r->costs)) {
@@ -69,6 +71,8 @@ char *kt_store_record_to_json(const kt_record_t *r)
     const char *origin = kt_store_origin_name(r->origin);
     if (!bad && r->origin != KT_STORE_ORIGIN_UNKNOWN)
         bad = !origin || set(o, "origin", json_string(origin));
+    if (!bad && workload)
+        bad = set(o, "workload", json_incref(workload));
     json_decref(costs);
     json_decref(mean);
     char *text = bad ? NULL : json_dumps(o, LINE_FLAGS);
@@ -79,17 +83,50 @@ char *kt_store_record_to_json(const kt_record_t *r)
     return text;
 }
 
+char *kt_store_record_to_json(const kt_record_t *r)
+{
+    return record_json(r, NULL);
+}
+
 /* ---- Export ------------------------------------------------------------ */
 
 typedef struct {
     FILE *out;
     int64_t n;
+    json_t *wl;       /* workload key -> its canonical JSON, every stored workload */
 } export_t;
+
+/* Every stored workload's canonical JSON by key, read before the walk (the
+ * store takes no call from inside its own callback); a record imported
+ * without its workload has none. */
+static int export_workloads(kt_store_t *s, json_t **out)
+{
+    *out = json_object();
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(kt_store_db(s), "SELECT key, canonical FROM workloads", -1, &st,
+                                NULL);
+    if (rc != SQLITE_OK)
+        return kt_store_db_err(s, rc, "export: reading workloads");
+    while (*out && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *key = (const char *)sqlite3_column_text(st, 0);
+        json_t *v = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
+        if (key && v)
+            json_object_set_new(*out, key, v);
+        else
+            json_decref(v);
+    }
+    sqlite3_finalize(st);
+    if (!*out)
+        return kt_err_set(KT_ENOMEM, "export: out of memory");
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return kt_store_db_err(s, rc, "export: reading workloads");
+    return 0;
+}
 
 static int export_one(const kt_record_t *r, void *ctx)
 {
     export_t *e = ctx;
-    char *line = kt_store_record_to_json(r);
+    char *line = record_json(r, json_object_get(e->wl, r->workload_key));
     if (!line)
         return kt_err_code();
     int ok = fputs(line, e->out) >= 0 && fputc('\n', e->out) != EOF;
@@ -106,8 +143,13 @@ int kt_store_export_jsonl(kt_store_t *s, const kt_store_filter_t *f, FILE *out, 
         *n = 0;
     if (!out)
         return kt_err_set(KT_EINVAL, "export: no output stream");
-    export_t e = {out, 0};
-    int rc = kt_store_foreach_record(s, f, export_one, &e);
+    export_t e = {.out = out};
+    int rc = kt_store_usable(s);
+    if (rc == 0)
+        rc = export_workloads(s, &e.wl);
+    if (rc == 0)
+        rc = kt_store_foreach_record(s, f, export_one, &e);
+    json_decref(e.wl);
     if (rc == 0 && (fflush(out) != 0 || ferror(out)))
         rc = kt_err_set(KT_EIO, "export: write failed");
     if (n)
@@ -123,6 +165,7 @@ typedef struct {
     double *costs;
     char *state_owned;
     char *key_owned;           /* the workload key as kt_workload_key() writes it */
+    kt_workload_t *wl;         /* the line's "workload", when it has one */
     kt_record_t rec;
 } parsed_t;
 
@@ -132,6 +175,7 @@ static void parsed_free(parsed_t *p)
     free(p->costs);
     free(p->state_owned);
     free(p->key_owned);
+    kt_workload_free(p->wl);
     memset(p, 0, sizeof *p);
 }
 
@@ -262,6 +306,26 @@ static int parse_line(const char *line, parsed_t *p, char *why, size_t whysz)
         kt_err_clear();
         return -1;
     }
+
+    /* The workload itself, so that a store made by import can re-fit the
+     * record for other shapes and train on it; it must be the key's. */
+    v = json_object_get(o, "workload");
+    if (v) {
+        char *text = json_is_object(v) ? json_dumps(v, JSON_COMPACT) : NULL;
+        p->wl = text ? kt_workload_parse(text) : NULL;
+        free(text);
+        if (!p->wl) {
+            snprintf(why, whysz, "\"workload\" is not a workload: %s",
+                     json_is_object(v) ? kt_err_msg() : "not an object");
+            kt_err_clear();
+            return -1;
+        }
+        if (strcmp(kt_workload_key(p->wl), r->workload_key) != 0) {
+            snprintf(why, whysz, "\"workload\" is %.120s, not the workload of \"workload_key\"",
+                     kt_workload_key(p->wl));
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -330,7 +394,17 @@ int kt_store_import_jsonl(kt_store_t *s, FILE *in, kt_store_import_report_t *rep
             }
             in_tx = 1;
         }
-        rc = kt_store_is_duplicate(s, &p.rec);
+        if (p.wl && (rc = kt_store_put_workload(s, kt_workload_key(p.wl), kt_workload_json(p.wl),
+                                                kt_workload_flops(p.wl))) == KT_EINVAL) {
+            /* another text under the same key: the store's stays */
+            report_bad(rep, lineno, kt_err_msg());
+            kt_err_clear();
+            parsed_free(&p);
+            rc = 0;
+            continue;
+        }
+        if (rc == 0)
+            rc = kt_store_is_duplicate(s, &p.rec);
         if (rc == 1) {
             pending_dup++;
             rc = 0;
