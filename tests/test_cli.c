@@ -893,6 +893,21 @@ START_TEST(cli_kernel_features_of_a_gpu_state_follow_the_target)
 }
 END_TEST
 
+/* The address a daemon started with --port-file F writes there, once it
+ * listens (malloc'd, the newline cut). */
+static char *wait_port_file(const char *port_file)
+{
+    char *addr = NULL;
+    for (int waited = 0; waited < RUN_MS && !addr; waited += 20) {
+        addr = kt_file_read(port_file, NULL);
+        if (!addr)
+            kt_test_sleep_ms(20);
+    }
+    ck_assert_ptr_nonnull(addr);
+    addr[strcspn(addr, "\n")] = '\0';
+    return addr;
+}
+
 START_TEST(cli_read_commands_against_a_tracker_need_its_token)
 {
     char tok[256], db[256], port_file[256];
@@ -906,14 +921,7 @@ START_TEST(cli_read_commands_against_a_tracker_need_its_token)
                      "--port-file", port_file, NULL};
     run_t tr;
     start(&tr, "tracker", "tracker/ktune-tracker", targs);
-    char *addr = NULL;
-    for (int waited = 0; waited < RUN_MS && !addr; waited += 20) {
-        addr = kt_file_read(port_file, NULL);
-        if (!addr)
-            kt_test_sleep_ms(20);
-    }
-    ck_assert_ptr_nonnull(addr);
-    addr[strcspn(addr, "\n")] = '\0';
+    char *addr = wait_port_file(port_file);
     char *out = NULL;
     char *no_tok[] = {"status", "--tracker", addr, NULL};
     ck_assert_int_eq(ktune(no_tok, &out), 1);
@@ -991,14 +999,7 @@ START_TEST(cli_best_shows_the_origin_of_each_best)
                      port_file, NULL};
     run_t tr;
     start(&tr, "tracker", "tracker/ktune-tracker", targs);
-    char *addr = NULL;
-    for (int waited = 0; waited < RUN_MS && !addr; waited += 20) {
-        addr = kt_file_read(port_file, NULL);
-        if (!addr)
-            kt_test_sleep_ms(20);
-    }
-    ck_assert_ptr_nonnull(addr);
-    addr[strcspn(addr, "\n")] = '\0';
+    char *addr = wait_port_file(port_file);
     for (int remote = 0; remote < 2; remote++) {
         char *top[] = {"best", "--workload", MATMUL, "--top", "2", remote ? "--tracker" : "--db",
                        remote ? addr : db, "--json", NULL};
