@@ -592,7 +592,8 @@ static int submit_rpc(kt_rpc_client_t *c, Ktune__V1__Job *job, int64_t *id, kt_r
 
 /* The state hashes of workload `json`'s records on the fake key, and how
  * many there are (at most cap). */
-static int record_hashes(const char *json, uint64_t *h, int cap)
+/* Workload `json`'s CPU records in the test store (read-only, closed). */
+static kt_record_list_t *cpu_records(const char *json)
 {
     kt_workload_t *w = kt_workload_parse(json);
     ck_assert_ptr_nonnull(w);
@@ -601,12 +602,18 @@ static int record_hashes(const char *json, uint64_t *h, int cap)
     kt_store_filter_t f = {.workload_key = kt_workload_key(w), .target = "cpu"};
     kt_record_list_t *l = NULL;
     ck_assert_int_eq(kt_store_get_records(st, &f, &l), 0);
+    kt_store_close(st);
+    kt_workload_free(w);
+    return l;
+}
+
+static int record_hashes(const char *json, uint64_t *h, int cap)
+{
+    kt_record_list_t *l = cpu_records(json);
     int n = 0;
     for (size_t i = 0; i < l->n && n < cap; i++)
         h[n++] = l->items[i].state_hash;
     kt_record_list_free(l);
-    kt_store_close(st);
-    kt_workload_free(w);
     return n;
 }
 
@@ -646,13 +653,7 @@ static int has_hash(const uint64_t *h, int n, uint64_t x)
  * many are transfer's. */
 static int check_origins(const char *json, const uint64_t *seeds, int nseeds)
 {
-    kt_workload_t *w = kt_workload_parse(json);
-    ck_assert_ptr_nonnull(w);
-    kt_store_t *st = kt_store_open(g_db, KT_STORE_READONLY);
-    ck_assert_msg(st != NULL, "%s", kt_err_msg());
-    kt_store_filter_t f = {.workload_key = kt_workload_key(w), .target = "cpu"};
-    kt_record_list_t *l = NULL;
-    ck_assert_int_eq(kt_store_get_records(st, &f, &l), 0);
+    kt_record_list_t *l = cpu_records(json);
     int transfer = 0;
     for (size_t i = 0; i < l->n; i++) {
         const kt_record_t *r = &l->items[i];
@@ -667,8 +668,6 @@ static int check_origins(const char *json, const uint64_t *seeds, int nseeds)
         }
     }
     kt_record_list_free(l);
-    kt_store_close(st);
-    kt_workload_free(w);
     return transfer;
 }
 
