@@ -31,7 +31,7 @@ the end one Markdown table for docs/benchmarks.md. Everything lives under --dir
 (a temporary directory, removed at the end unless --keep or --dir).
 
 usage: /usr/bin/python3 bench/bench_transfer.py [--models a,b,...] [--trials-per-task N]
-           [--seeds N] [--image-size S] [--threads T] [--repeat R] [--dir DIR] [--keep]
+           [--seeds N] [--image-size S] [--per-round N] [--threads T] [--repeat R] [--dir DIR] [--keep]
            [--ktune PATH]
 """
 import argparse
@@ -167,6 +167,10 @@ def main():
     ap.add_argument("--trials-per-task", type=int, default=64)
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 of each tuning run")
     ap.add_argument("--image-size", type=int, default=224, help="the CNNs' input size")
+    ap.add_argument("--per-round", type=int, default=None,
+                    help="measurements per round of every tuning run (ktune tune's default "
+                         "otherwise); fewer give the trials column a finer step, since the "
+                         "curve has one point per round")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=10, help="timed runs of each latency")
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed at the end)")
@@ -176,8 +180,9 @@ def main():
     names = [n for n in a.models.split(",") if n]
     if len(names) < 2:
         ap.error("leave-one-out needs at least two models")
-    if a.seeds < 1 or a.trials_per_task < 1:
-        ap.error("--seeds and --trials-per-task must be positive")
+    if a.seeds < 1 or a.trials_per_task < 1 or (a.per_round is not None and a.per_round < 1):
+        ap.error("--seeds, --trials-per-task and --per-round must be positive")
+    per_round = ["--per-round", str(a.per_round)] if a.per_round else []
     bz.IMAGE_SIZE = a.image_size
     own_dir = a.dir is None
     a.dir = os.path.abspath(a.dir or tempfile.mkdtemp(prefix="bench_transfer."))
@@ -228,7 +233,7 @@ def main():
                     if os.path.exists(db):
                         os.remove(db)
                     curve, _, dt = tune(ktune, m, db, seed, ["--trials", str(budget),
-                                                             "--no-transfer"],
+                                                             "--no-transfer"] + per_round,
                                         f"scratch{seed}", env)
                     final = curve[-1][1]
                     m.scratch[seed] = {"db": db, "curve": curve, "final": final,
@@ -267,7 +272,8 @@ def main():
                 db = os.path.join(m.dir, f"transfer{seed}.db")
                 try:
                     shutil.copyfile(loo, db)
-                    curve, offset, dt = tune(ktune, m, db, seed, ["--more", str(budget)],
+                    curve, offset, dt = tune(ktune, m, db, seed,
+                                             ["--more", str(budget)] + per_round,
                                              f"transfer{seed}", env)
                     r = reach(curve, m.scratch[seed]["final"], offset)
                     m.transfer[seed] = {"curve": curve, "offset": offset, "reach": r, "s": dt}
