@@ -69,14 +69,7 @@ static Ktune__V1__PeerInfo *peer_info_copy(const Ktune__V1__PeerInfo *p)
 /* Sleep up to ms unless stopped; returns 1 when asked to stop. */
 static int nap(kt_peer_agent_t *a, int ms)
 {
-    struct timespec end;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += ms / 1000;
-    end.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (end.tv_nsec >= 1000000000L) {
-        end.tv_sec++;
-        end.tv_nsec -= 1000000000L;
-    }
+    struct timespec end = kt_time_mono_after_ms(ms);
     pthread_mutex_lock(&a->mu);
     while (!a->stop && pthread_cond_timedwait(&a->cv, &a->mu, &end) == 0)
         ;
@@ -320,15 +313,7 @@ kt_peer_agent_state_t kt_peer_agent_state(kt_peer_agent_t *a)
 
 int kt_peer_agent_wait_registered(kt_peer_agent_t *a, int timeout_ms)
 {
-    struct timespec end;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    long ms = timeout_ms > 0 ? timeout_ms : 0;
-    end.tv_sec += ms / 1000;
-    end.tv_nsec += (ms % 1000) * 1000000L;
-    if (end.tv_nsec >= 1000000000L) {
-        end.tv_sec++;
-        end.tv_nsec -= 1000000000L;
-    }
+    struct timespec end = kt_time_mono_after_ms(timeout_ms);
     pthread_mutex_lock(&a->mu);
     int rc = 0;
     while (a->state != KT_PEER_AGENT_REGISTERED) {

@@ -809,15 +809,7 @@ int kt_registry_wait(kt_registry_t *r, int64_t ticket, int timeout_ms, kt_lease_
 {
     if (!r || !out)
         return kt_err_set(KT_EINVAL, "wait: no registry or lease");
-    struct timespec end;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    long ms = timeout_ms > 0 ? timeout_ms : 0;
-    end.tv_sec += ms / 1000;
-    end.tv_nsec += (ms % 1000) * 1000000L;
-    if (end.tv_nsec >= 1000000000L) {
-        end.tv_sec++;
-        end.tv_nsec -= 1000000000L;
-    }
+    struct timespec end = kt_time_mono_after_ms(timeout_ms);
     waiter_t me = {.ticket = ticket};
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

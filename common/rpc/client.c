@@ -336,13 +336,6 @@ static void unary_once(kt_rpc_client_t *c, const char *method, grpc_byte_buffer 
     }
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
 static int fail_status(const kt_rpc_client_t *c, const char *method, const kt_rpc_status_t *st)
 {
     return kt_err_set(kt_rpc_err_from_code(st->code), "%s on %s: %s: %s", method, c->target,
@@ -369,7 +362,7 @@ static int unary_bb(kt_rpc_client_t *c, const char *method, grpc_byte_buffer *re
             break;
         if (kt_time_mono() + backoff / 1000.0 >= retry_end)
             break;
-        sleep_ms(backoff);
+        kt_sleep_ms(backoff);
         backoff = backoff * 2 > c->o.retry_max_ms ? c->o.retry_max_ms : backoff * 2;
     }
     if (st->code == KT_RPC_OK && !*resp_bb)

@@ -589,13 +589,7 @@ static void wait_shutdown(kt_rpc_server_t *s, int drain_ms)
             break;
         }
         int ms = left * 1000 < DRAIN_POLL_MS ? (int)(left * 1000) + 1 : DRAIN_POLL_MS;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (long)ms * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = kt_time_mono_after_ms(ms);
         pthread_cond_timedwait(&s->cv, &s->mu, &until);
         idle = s->serving == 0 ? idle + 1 : 0;
     }

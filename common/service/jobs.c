@@ -39,24 +39,6 @@ struct job_round {
     int done;
 };
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static void deadline_in(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 static void cond_init_mono(pthread_cond_t *cv)
 {
     pthread_condattr_t ca;
@@ -257,7 +239,7 @@ static void *part_thread(void *arg)
         int timed_out = 0;
         while (!m->parts_head && !m->parts_stop && !timed_out) {
             struct timespec ts;
-            deadline_in(&ts, PART_IDLE_MS);
+            ts = kt_time_mono_after_ms(PART_IDLE_MS);
             timed_out = pthread_cond_timedwait(&m->parts_cv, &m->parts_mu, &ts) == ETIMEDOUT;
         }
         struct part_task *w = m->parts_head;
@@ -491,7 +473,7 @@ static void *build_part(void *arg)
                 KT_INFO("job %" PRId64 ": waiting for a worker that builds %s", j->id,
                         p->target);
             attempt--;
-            sleep_ms(POLL_MS);
+            kt_sleep_ms(POLL_MS);
             continue;
         }
         if (rc != 0) {
@@ -521,7 +503,7 @@ static void *build_part(void *arg)
             attempt + 1 < MAX_ATTEMPTS) {
             KT_WARN("job %" PRId64 ": build on worker %s failed (%s); trying again", j->id,
                     lease.peer_id, kt_err_msg());
-            sleep_ms(POLL_MS);
+            kt_sleep_ms(POLL_MS);
             continue;
         }
         char why[600];
@@ -745,7 +727,7 @@ static void *run_part(void *arg)
             KT_WARN("job %" PRId64 ": run of %d candidates on runner %s (%s) failed (%s); "
                     "re-queued", j->id, p->n, lease.peer_id, lease.address, kt_err_msg());
             failed[nfailed++] = lease;
-            sleep_ms(POLL_MS);
+            kt_sleep_ms(POLL_MS);
             continue;
         }
         kt_registry_release(m->reg, &lease);
@@ -801,7 +783,7 @@ static int cpu_enter(job_t *j, int urgent)
             return kt_err_set(KT_ESTATE, "job stopped");
         }
         struct timespec ts;
-        deadline_in(&ts, POLL_MS);
+        ts = kt_time_mono_after_ms(POLL_MS);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
     m->cpu_queue = me.next;
@@ -962,7 +944,7 @@ static int commit(job_t *j, job_task_t *t, cand_t *c, int n)
                      j->id, n, kt_err_msg());
         job_note(j, "the store cannot commit: %s", kt_err_msg());
         for (int w = 0; w < delay_ms && !job_stopping(j); w += 50)
-            sleep_ms(50);
+            kt_sleep_ms(50);
         if (delay_ms < STORE_RETRY_MAX_MS)
             delay_ms *= 2;
     }
@@ -1346,7 +1328,7 @@ static void set_state(job_t *j, const char *state)
                      kt_err_msg());
         job_note(j, "the store cannot commit: %s", kt_err_msg());
         for (int w = 0; w < delay_ms && !atomic_load(&j->m->stopping); w += 50)
-            sleep_ms(50);
+            kt_sleep_ms(50);
         if (delay_ms < STORE_RETRY_MAX_MS)
             delay_ms *= 2;
     }
@@ -1476,7 +1458,7 @@ static void *job_main(void *arg)
         job_note(j, total == 0 ? "waiting for a runner of key '%s' (none registered)"
                                : "waiting for a runner of key '%s' that describes its GPU",
                  key);
-        sleep_ms(POLL_MS);
+        kt_sleep_ms(POLL_MS);
     }
     job_note(j, NULL);
     if (!job_stopping(j))
@@ -1545,7 +1527,7 @@ static void *job_main(void *arg)
         }
         pthread_mutex_lock(&j->mu);
         struct timespec ts;
-        deadline_in(&ts, 1000);
+        ts = kt_time_mono_after_ms(1000);
         int any_done = 0;
         for (job_round_t *r = j->rounds; r; r = r->next)
             any_done |= r->done;
@@ -2256,7 +2238,7 @@ int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms)
     atomic_store(&j->cancel, 1);
     pthread_cond_broadcast(&j->cv);
     struct timespec ts;
-    deadline_in(&ts, wait_ms);
+    ts = kt_time_mono_after_ms(wait_ms);
     while (!j->finished && pthread_cond_timedwait(&j->cv, &j->mu, &ts) == 0)
         ;
     pthread_mutex_unlock(&j->mu);
@@ -2569,7 +2551,7 @@ kt_jobs_t *kt_jobs_new(kt_tracker_t *t, const char *db_path)
     pthread_mutex_init(&m->store_mu, NULL);
     pthread_cond_init(&m->store_cv, NULL);
     pthread_mutex_init(&m->parts_mu, NULL);
-    cond_init_mono(&m->parts_cv);   /* deadline_in is CLOCK_MONOTONIC */
+    cond_init_mono(&m->parts_cv);   /* kt_time_mono_after_ms is CLOCK_MONOTONIC */
     pthread_cond_init(&m->parts_gone_cv, NULL);
     m->parts_tail = &m->parts_head;
     m->t = t;

@@ -253,13 +253,7 @@ static int watch(kt_rpc_call_t *call, kt_jobs_t *m, int64_t id)
             /* Wait for the next round, the job's end or the client leaving. */
             pthread_mutex_lock(&j->mu);
             while (!first && j->seq == last && !j->finished && !kt_rpc_call_cancelled(call)) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                ts.tv_nsec += WATCH_POLL_MS * 1000000L;
-                if (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
+                struct timespec ts = kt_time_mono_after_ms(WATCH_POLL_MS);
                 pthread_cond_timedwait(&j->cv, &j->mu, &ts);
             }
             pthread_mutex_unlock(&j->mu);

@@ -128,9 +128,7 @@ void kt_peer_daemon_stop(kt_peer_daemon_t *d, int drain_ms)
 static void *exit_timer(void *arg)
 {
     int ms = (int)(intptr_t)arg;
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
+    kt_sleep_ms(ms);
     KT_ERROR("the running batch did not finish within the drain time; exiting without it");
     _exit(1);
 }

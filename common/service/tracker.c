@@ -108,14 +108,7 @@ static void *sweeper_main(void *arg)
     int period_ms = t->heartbeat_ms / 2 > 0 ? t->heartbeat_ms / 2 : 1;
     pthread_mutex_lock(&t->mu);
     while (!t->stopping) {
-        struct timespec end;
-        clock_gettime(CLOCK_MONOTONIC, &end);
-        end.tv_sec += period_ms / 1000;
-        end.tv_nsec += (long)(period_ms % 1000) * 1000000L;
-        if (end.tv_nsec >= 1000000000L) {
-            end.tv_sec++;
-            end.tv_nsec -= 1000000000L;
-        }
+        struct timespec end = kt_time_mono_after_ms(period_ms);
         while (!t->stopping && pthread_cond_timedwait(&t->cv, &t->mu, &end) == 0)
             ;
         if (t->stopping)

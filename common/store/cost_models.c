@@ -24,6 +24,16 @@ int kt_store_has_table(kt_store_t *s, const char *name)
     return ret;
 }
 
+void kt_store_cost_model_counts(sqlite3_stmt *st, int col, kt_store_cost_model_t *m)
+{
+    m->version = sqlite3_column_int64(st, col);
+    m->feature_version = sqlite3_column_int(st, col + 1);
+    m->format_version = sqlite3_column_int(st, col + 2);
+    m->records = sqlite3_column_int64(st, col + 3);
+    m->max_record_id = sqlite3_column_int64(st, col + 4);
+    m->created = sqlite3_column_double(st, col + 5);
+}
+
 /* The version the key's row has now, 0 when none. */
 static int current_version(kt_store_t *s, const char *target, const char *key, int64_t *out)
 {
@@ -151,12 +161,7 @@ int kt_store_get_cost_model(kt_store_t *s, const char *target, const char *devic
         sqlite3_finalize(st);
         return kt_err_set(KT_ENOMEM, "store: out of memory");
     }
-    m->version = sqlite3_column_int64(st, 0);
-    m->feature_version = sqlite3_column_int(st, 1);
-    m->format_version = sqlite3_column_int(st, 2);
-    m->records = sqlite3_column_int64(st, 3);
-    m->max_record_id = sqlite3_column_int64(st, 4);
-    m->created = sqlite3_column_double(st, 5);
+    kt_store_cost_model_counts(st, 0, m);
     if (len)
         memcpy(bytes, sqlite3_column_blob(st, 6), len);
     m->model_len = len;

@@ -278,12 +278,7 @@ static int read_models(kt_store_t *s, kt_store_stats_t *out)
         memset(m, 0, sizeof *m);
         m->target = kt_strdup((const char *)sqlite3_column_text(st, 0));
         m->device_key = kt_strdup((const char *)sqlite3_column_text(st, 1));
-        m->version = sqlite3_column_int64(st, 2);
-        m->feature_version = sqlite3_column_int(st, 3);
-        m->format_version = sqlite3_column_int(st, 4);
-        m->records = sqlite3_column_int64(st, 5);
-        m->max_record_id = sqlite3_column_int64(st, 6);
-        m->created = sqlite3_column_double(st, 7);
+        kt_store_cost_model_counts(st, 2, m);
         m->model_len = (size_t)sqlite3_column_int64(st, 8);
         out->nmodels++;
         if (!m->target || !m->device_key)

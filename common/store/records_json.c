@@ -365,6 +365,10 @@ int kt_store_import_jsonl(kt_store_t *s, FILE *in, kt_store_import_report_t *rep
     int in_tx = 0, in_batch = 0;
     int64_t pending_new = 0, pending_dup = 0;   /* counted once their batch commits */
     char why[sizeof rep->bad_lines[0].reason];
+    /* An export writes a workload's records together: its workload is
+     * stored once per run of them, not once per line (the same canonical
+     * text, so the same key: put again, it would change nothing). */
+    char *put_text = NULL;
 
     while ((len = getline(&line, &cap, in)) >= 0) {
         lineno++;
@@ -394,14 +398,19 @@ int kt_store_import_jsonl(kt_store_t *s, FILE *in, kt_store_import_report_t *rep
             }
             in_tx = 1;
         }
-        if (p.wl && (rc = kt_store_put_workload(s, kt_workload_key(p.wl), kt_workload_json(p.wl),
-                                                kt_workload_flops(p.wl))) == KT_EINVAL) {
-            /* another text under the same key: the store's stays */
-            report_bad(rep, lineno, kt_err_msg());
-            kt_err_clear();
-            parsed_free(&p);
-            rc = 0;
-            continue;
+        if (p.wl && !(put_text && strcmp(put_text, kt_workload_json(p.wl)) == 0)) {
+            rc = kt_store_put_workload(s, kt_workload_key(p.wl), kt_workload_json(p.wl),
+                                       kt_workload_flops(p.wl));
+            if (rc == KT_EINVAL) {
+                /* another text under the same key: the store's stays */
+                report_bad(rep, lineno, kt_err_msg());
+                kt_err_clear();
+                parsed_free(&p);
+                rc = 0;
+                continue;
+            }
+            free(put_text);
+            put_text = rc == 0 ? kt_strdup(kt_workload_json(p.wl)) : NULL;
         }
         if (rc == 0)
             rc = kt_store_is_duplicate(s, &p.rec);
@@ -426,6 +435,7 @@ int kt_store_import_jsonl(kt_store_t *s, FILE *in, kt_store_import_report_t *rep
         }
     }
     free(line);
+    free(put_text);
     if (rc == 0 && ferror(in))
         rc = kt_err_set(KT_EIO, "import: read error after line %ld", lineno);
     if (in_tx) {

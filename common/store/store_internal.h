@@ -22,6 +22,11 @@ int kt_store_file_version(const kt_store_t *s);
  * handle on a file from before its migration), or a negative KT_E* code. */
 int kt_store_has_table(kt_store_t *s, const char *name);
 
+/* The counts of a cost_models row into m: version, feature_version,
+ * format_version, records, max_record_id and created, selected in that
+ * order from column col on. */
+void kt_store_cost_model_counts(sqlite3_stmt *st, int col, kt_store_cost_model_t *m);
+
 /* 0 when the handle may be used now (not NULL, not inside its own foreach
  * callback), else a KT_E* code with kt_err set. */
 int kt_store_usable(kt_store_t *s);

@@ -21,6 +21,30 @@ double kt_time_mono(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+struct timespec kt_time_mono_after_ms(long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (ms < 0)
+        ms = 0;
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+void kt_sleep_ms(long ms)
+{
+    if (ms < 0)
+        ms = 0;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 double kt_time_wall(void)
 {
     struct timespec ts;

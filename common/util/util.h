@@ -9,10 +9,18 @@
 #include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Monotonic seconds (for durations) and wall-clock seconds since the epoch. */
 double kt_time_mono(void);
 double kt_time_wall(void);
+
+/* The CLOCK_MONOTONIC time ms (< 0: 0) milliseconds from now, as
+ * pthread_cond_timedwait takes it on a condition variable set to that clock. */
+struct timespec kt_time_mono_after_ms(long ms);
+
+/* Sleep ms milliseconds (< 0: none), whatever signals interrupt it. */
+void kt_sleep_ms(long ms);
 
 /* Read a whole file; NUL-terminates the buffer (len excludes the NUL).
  * Returns NULL and sets kt_err on failure. */
