@@ -1184,6 +1184,26 @@ START_TEST(net_onnx_folds_shape_arithmetic_and_infers_shape_ops)
 }
 END_TEST
 
+/* fuzz_onnx's reproducer of an int64 multiplication overflowing in folded
+ * shape arithmetic (undefined behaviour: the sanitizer build fails it on the
+ * old code) imports cleanly; int64 arithmetic that overflows makes the node
+ * unsupported. */
+START_TEST(net_onnx_folded_int_overflow_imports_without_undefined_behaviour)
+{
+    const char *src = getenv("KT_SOURCE_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/fuzz/corpus/onnx/regress-int-overflow-mul.onnx",
+             src ? src : ".");
+    size_t len = 0;
+    char *data = kt_file_read(path, &len);
+    ck_assert_msg(data != NULL, "%s: %s", path, kt_err_msg());
+    kt_net_t *net = kt_net_onnx_parse(data, len, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_free(net);
+    free(data);
+}
+END_TEST
+
 static void expect_reject(const void *data, size_t len, const char *what)
 {
     kt_net_t *net = kt_net_onnx_parse(data, len, NULL, 0, 0);
@@ -1614,6 +1634,7 @@ int main(void)
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
     tcase_add_test(to, net_onnx_layer_norm_pattern_and_two_inputs);
     tcase_add_test(to, net_onnx_folds_shape_arithmetic_and_infers_shape_ops);
+    tcase_add_test(to, net_onnx_folded_int_overflow_imports_without_undefined_behaviour);
     tcase_add_test(to, net_onnx_rejects_truncated_and_random_files);
     tcase_add_test(to, net_onnx_keeps_parameters_in_canonical_layouts);
     tcase_add_test(to, net_onnx_torch_parameters_match_the_modules);

@@ -2368,14 +2368,15 @@ static int fold_binary(nd_t *d, const char *op, cval_t *a, cval_t *b, cval_t *o)
             }
         }
         if (is_int) {
-            int64_t x = a->iv[ka], y = b->iv[kb], r;
-            if (op[0] == 'A')
-                r = x + y;
-            else if (op[0] == 'S')
-                r = x - y;
-            else if (op[0] == 'M')
-                r = x * y;
-            else {
+            int64_t x = a->iv[ka], y = b->iv[kb], r = 0;
+            /* shape arithmetic never overflows int64: a model that does is
+             * malformed, not a reason for undefined behaviour */
+            if (op[0] == 'A' ? __builtin_add_overflow(x, y, &r)
+                : op[0] == 'S' ? __builtin_sub_overflow(x, y, &r)
+                : op[0] == 'M' ? __builtin_mul_overflow(x, y, &r)
+                               : y == -1 && x == INT64_MIN)
+                return unsup(d, "integer overflow in a constant");
+            if (op[0] == 'D') {
                 if (y == 0)
                     return unsup(d, "integer division by zero in a constant");
                 r = x / y;
