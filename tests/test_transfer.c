@@ -139,6 +139,77 @@ START_TEST(transfer_refit_to_the_same_shapes_gives_the_state_back)
 }
 END_TEST
 
+/* Pairs whose epilogue lists differ by one trailing unary epilogue: a
+ * ResNet's residual conv + add + relu from a MobileNet's conv + add, and the
+ * other way, a 1x1 conv + relu6 from a plain projection, a dense without its
+ * gelu. */
+static const struct {
+    const char *what, *src, *dst;
+} TAIL_PAIRS[] = {
+    {"conv2d + add to + add + relu",
+     "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":14,\"W\":14,\"CI\":16,\"CO\":32,\"KH\":3,"
+     "\"KW\":3,\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"add\"]}",
+     "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":10,\"W\":12,\"CI\":24,\"CO\":20,\"KH\":3,\"KW\":3,"
+     "\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}"},
+    {"conv2d 1x1 to + relu6",
+     "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":14,\"W\":14,\"CI\":32,\"CO\":16,\"KH\":1,"
+     "\"KW\":1,\"epilogue\":[\"bias_add\"]}",
+     "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":12,\"W\":12,\"CI\":24,\"CO\":40,\"KH\":1,\"KW\":1,"
+     "\"epilogue\":[\"bias_add\",\"relu6\"]}"},
+    {"dense + gelu to bias only",
+     "{\"op\":\"dense\",\"M\":16,\"N\":64,\"K\":128,\"epilogue\":[\"bias_add\",\"gelu\"]}",
+     "{\"op\":\"dense\",\"M\":12,\"N\":96,\"K\":72,\"epilogue\":[\"bias_add\"]}"},
+    {"conv2d + add + relu to + add",
+     "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":10,\"W\":12,\"CI\":24,\"CO\":20,\"KH\":3,\"KW\":3,"
+     "\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+     "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":14,\"W\":14,\"CI\":16,\"CO\":32,\"KH\":3,"
+     "\"KW\":3,\"padding\":[1,1],\"epilogue\":[\"bias_add\",\"add\"]}"},
+};
+
+START_TEST(transfer_refit_across_one_trailing_unary_epilogue)
+{
+    int i = _i;
+    kt_sched_params_t p = test_params();
+    kt_workload_t *a = workload(TAIL_PAIRS[i].src), *b = workload(TAIL_PAIRS[i].dst);
+    const kt_dag_t *da = kt_workload_dag(a), *db = kt_workload_dag(b);
+    int na = kt_dag_num_stages(da), nb = kt_dag_num_stages(db);
+    ck_assert_int_eq(abs(na - nb), 1);
+    kt_sched_state_t *src[REFIT_STATES], *out[REFIT_STATES];
+    int n = kt_test_collect_states(da, &p, 2000 + (uint64_t)i, src, REFIT_STATES);
+    ck_assert_int_eq(n, REFIT_STATES);
+    for (int k = 0; k < n; k++) {
+        char *j = to_json(da, src[k]);
+        out[k] = kt_transfer_refit(a, j, db, &p);
+        ck_assert_msg(out[k] != NULL, "%s: state %d: %s\n%s", TAIL_PAIRS[i].what, k,
+                      kt_err_msg(), j);
+        /* the output takes the old output's schedule; the stages before
+         * its producer keep theirs (the tiled stage's consumer is the new
+         * output) */
+        ck_assert_int_eq(out[k]->stages[nb - 1].kind, src[k]->stages[na - 1].kind);
+        ck_assert_int_eq(out[k]->stages[nb - 1].ann.parallel, src[k]->stages[na - 1].ann.parallel);
+        for (int s = 0; s < (na < nb ? na : nb) - 1; s++) {
+            ck_assert_int_eq(out[k]->stages[s].kind, src[k]->stages[s].kind);
+            ck_assert_int_eq(out[k]->stages[s].fuse < 0, src[k]->stages[s].fuse < 0);
+        }
+        if (nb > na)
+            ck_assert_int_eq(out[k]->stages[nb - 2].kind, KT_SK_INLINE);
+        free(j);
+    }
+    kt_test_check_states(TAIL_PAIRS[i].what, db, out, n, 17 + (uint64_t)i, "tt",
+                         kt_codegen_emit_c_variants_into, NULL);
+    /* the same number of stages is no tail to change */
+    ck_assert_ptr_null(kt_sched_retail(da, src[0], da, &p));
+    ck_assert_msg(strstr(kt_err_msg(), "one trailing elementwise stage more or less") != NULL,
+                  "%s", kt_err_msg());
+    for (int k = 0; k < n; k++) {
+        kt_sched_state_free(src[k]);
+        kt_sched_state_free(out[k]);
+    }
+    kt_workload_free(a);
+    kt_workload_free(b);
+}
+END_TEST
+
 /* A matmul state tiled with splits I, J, K and its cache write at level
  * 2: i.0@j.0 of the copy-out parallel, j.3 vectorized, unroll 64. */
 #define MATMUL_STATE(I, J, K)                                                                  \
@@ -199,7 +270,14 @@ START_TEST(transfer_refit_drops_what_cannot_be_refitted_with_a_reason)
     kt_workload_t *relu =
         workload("{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64,\"epilogue\":[\"relu\"]}");
     ck_assert_ptr_null(kt_transfer_refit(mm, json, kt_workload_dag(relu), &p));
-    ck_assert_msg(strstr(kt_err_msg(), "stages") != NULL, "%s", kt_err_msg());
+    ck_assert_msg(strstr(kt_err_msg(), "no epilogue whose output stage") != NULL, "%s",
+                  kt_err_msg());
+    kt_workload_t *relu2 = workload(
+        "{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64,\"epilogue\":[\"relu\",\"relu\"]}");
+    ck_assert_ptr_null(kt_transfer_refit(mm, json, kt_workload_dag(relu2), &p));
+    ck_assert_msg(strstr(kt_err_msg(), "the state's workload has 3 stages, the task 5") != NULL,
+                  "%s", kt_err_msg());
+    kt_workload_free(relu2);
 
     /* the same operator where the task has no sketch of the state's: a
      * single row and column leave no data reuse, so nothing is tiled */
@@ -308,9 +386,25 @@ START_TEST(transfer_distance_sums_log_ratios_of_the_named_dimensions)
     ck_assert(isinf(kt_transfer_distance_json(
         "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\"]}",
         "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"add\"]}")));
+    /* one trailing unary epilogue more or less re-fits (kt_sched_retail), at a
+     * cost; not from no epilogue at all, nor two more, nor a tensor read */
+    ck_assert_double_eq_tol(kt_transfer_distance_json(
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\"]}",
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\",\"relu\"]}"),
+        KT_TRANSFER_EPILOGUE_DISTANCE, 1e-12);
+    ck_assert_double_eq_tol(kt_transfer_distance_json(
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+        "{\"op\":\"dense\",\"M\":8,\"N\":8,\"K\":8,\"epilogue\":[\"bias_add\",\"add\"]}"),
+        KT_TRANSFER_EPILOGUE_DISTANCE + log(2.0), 1e-12);
+    ck_assert(isinf(kt_transfer_distance_json(
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8}",
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\"]}")));
     ck_assert(isinf(kt_transfer_distance_json(
         "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\"]}",
-        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\",\"relu\"]}")));
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\",\"relu\",\"relu\"]}")));
+    ck_assert(isinf(kt_transfer_distance_json(
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\"]}",
+        "{\"op\":\"dense\",\"M\":4,\"N\":8,\"K\":8,\"epilogue\":[\"relu\",\"add\"]}")));
     /* relu6 is a clip; padding 2 against 1 on four sides: 4 ln(3/2) */
     ck_assert_double_eq_tol(kt_transfer_distance(c1, c5), 4 * log(1.5), 1e-12);
     kt_workload_free(c1);
@@ -583,6 +677,67 @@ END_TEST
  * against the reference before it is used; the network's output matches
  * the reference kernels'; the build says where each task's kernel came
  * from and the library's comments too. */
+/* Where nothing re-fits, a zero-shot build takes the store model's pick: a
+ * store of matmul records only gives a depthwise task a checked kernel
+ * chosen by the model, not the naive one; fewer records than a model needs
+ * leave it naive, saying why. */
+START_TEST(transfer_fill_takes_the_store_models_pick_where_nothing_refits)
+{
+    kt_sched_params_t p = test_params();
+    kt_store_t *s = kt_store_open(":memory:", KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    kt_workload_t *mm = workload("{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}");
+    kt_workload_t *dw = workload("{\"op\":\"depthwise_conv2d_nhwc\",\"N\":1,\"H\":12,\"W\":12,"
+                                 "\"C\":16,\"KH\":3,\"KW\":3,\"padding\":[1,1],"
+                                 "\"epilogue\":[\"bias_add\",\"relu6\"]}");
+    const kt_workload_t *tasks[] = {dw};
+    put_workload(s, mm);
+    put_sampled(s, mm, &p, 11, KT_SEARCH_STORE_MODEL_MIN / 2, "cpu", NULL);
+    char *states[1] = {NULL}, *origin[1] = {NULL};
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", &p, states, origin), 0);
+    ck_assert_ptr_null(states[0]);
+    ck_assert_msg(origin[0] && strstr(origin[0], "nothing stored to re-fit") &&
+                      strstr(origin[0], "no store model"),
+                  "%s", origin[0]);
+    free(origin[0]);
+    origin[0] = NULL;
+
+    put_sampled(s, mm, &p, 12, KT_SEARCH_STORE_MODEL_MIN, "cpu", NULL);
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", &p, states, origin), 1);
+    ck_assert_ptr_nonnull(states[0]);
+    ck_assert_msg(origin[0] && strstr(origin[0], "chosen by the store model of key cpu") &&
+                      strstr(origin[0], "checked against the reference"),
+                  "%s", origin[0]);
+    /* the pick is a valid state of the task, and the model was kept */
+    kt_sched_state_t *st = kt_sched_state_from_json(states[0], kt_workload_dag(dw), &p);
+    ck_assert_msg(st != NULL, "%s", kt_err_msg());
+    kt_sched_state_t *one[] = {st};
+    kt_test_check_states("model pick", kt_workload_dag(dw), one, 1, 5, "mp",
+                         kt_codegen_emit_c_variants_into, NULL);
+    kt_sched_state_free(st);
+    kt_store_cost_model_t *row = NULL;
+    ck_assert_int_eq(kt_store_get_cost_model(s, "cpu", "cpu", &row), 0);
+    ck_assert_int_ge(row->records, KT_SEARCH_STORE_MODEL_MIN);
+    kt_store_cost_model_free(row);
+    /* the same seed and model: the same pick */
+    char *again[1] = {NULL}, *origin2[1] = {NULL};
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", &p, again, origin2), 1);
+    ck_assert_str_eq(again[0], states[0]);
+    free(again[0]);
+    free(origin2[0]);
+    free(states[0]);
+    free(origin[0]);
+
+    /* a model that is not trained is refused */
+    kt_sched_state_t **none = NULL;
+    ck_assert_int_eq(kt_transfer_model_rank(dw, NULL, &p, 1, 4, &none), KT_EINVAL);
+    ck_assert_ptr_null(none);
+    kt_workload_free(mm);
+    kt_workload_free(dw);
+    kt_store_close(s);
+}
+END_TEST
+
 START_TEST(transfer_zero_shot_build_runs_a_network_from_another_layers_records)
 {
     kt_test_suite_dir("kt_transfer_");
@@ -649,6 +804,8 @@ int main(void)
     tcase_add_loop_test(tc, transfer_refit_states_validate_and_match_the_reference, 0,
                         (int)KT_ARRAY_LEN(PAIRS));
     tcase_add_test(tc, transfer_refit_to_the_same_shapes_gives_the_state_back);
+    tcase_add_loop_test(tc, transfer_refit_across_one_trailing_unary_epilogue, 0,
+                        (int)KT_ARRAY_LEN(TAIL_PAIRS));
     tcase_add_test(tc, transfer_refit_takes_the_nearest_factors_and_keeps_the_register_tile);
     tcase_add_test(tc, transfer_refit_drops_what_cannot_be_refitted_with_a_reason);
     tcase_add_test(tc, transfer_refit_gpu_states_within_the_limits);
@@ -657,6 +814,7 @@ int main(void)
     tcase_add_test(tc, transfer_first_round_holds_refitted_states_measured_once);
     tcase_add_test(tc, transfer_gather_counts_records_it_cannot_refit);
     tcase_add_test(tc, transfer_zero_shot_build_runs_a_network_from_another_layers_records);
+    tcase_add_test(tc, transfer_fill_takes_the_store_models_pick_where_nothing_refits);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -376,3 +376,81 @@ kt_sched_state_t *kt_sched_refit(const kt_dag_t *src_dag, const kt_sched_state_t
     }
     return st;
 }
+
+/* ---- one elementwise stage more or less at the output ------------------------ */
+
+/* Stage `last` of dag is a trailing elementwise stage whose one producer is
+ * the stage before it, itself a compute stage: what one more unary
+ * epilogue (relu, clip, ...) adds to a workload. */
+static int unary_tail(const kt_dag_t *dag, int last)
+{
+    int prod[KT_TE_MAX_STAGES];
+    if (last < 1 || kt_dag_stage(dag, last)->kind == KT_STAGE_PLACEHOLDER ||
+        kt_dag_stage(dag, last - 1)->kind == KT_STAGE_PLACEHOLDER ||
+        !kt_dag_is_elementwise(dag, last))
+        return 0;
+    return kt_dag_producers(dag, last, prod) == 1 && prod[0] == last - 1;
+}
+
+/* References to stage `from` (a tiled stage's fused consumer, a FUSED
+ * stage's producer, a compute location) made to stage `to`. */
+static void move_refs(kt_sched_state_t *st, int from, int to)
+{
+    for (int s = 0; s < st->nstages; s++) {
+        if (st->stages[s].fuse == from)
+            st->stages[s].fuse = (int8_t)to;
+        if (st->stages[s].at_stage == from)
+            st->stages[s].at_stage = (int8_t)to;
+    }
+}
+
+kt_sched_state_t *kt_sched_retail(const kt_dag_t *src_dag, const kt_sched_state_t *src,
+                                  const kt_dag_t *dag, const kt_sched_params_t *p)
+{
+    kt_sched_params_t defp;
+    if (!p) {
+        kt_sched_params_default(&defp);
+        p = &defp;
+    }
+    if (!src_dag || !src || !dag || src->nstages != kt_dag_num_stages(src_dag)) {
+        kt_err_set(KT_EINVAL, "re-fit: missing DAG or a state that does not match its DAG");
+        return NULL;
+    }
+    int n = src->nstages, m = kt_dag_num_stages(dag);
+    int grow = m == n + 1 && unary_tail(dag, m - 1), shrink = n == m + 1 && unary_tail(src_dag, n - 1);
+    if (!grow && !shrink) {
+        kt_err_set(KT_EINVAL, "re-fit: the task's stages (%d) are not the state's (%d) with one "
+                              "trailing elementwise stage more or less", m, n);
+        return NULL;
+    }
+    kt_sched_state_t *st = kt_sched_state_new(dag);
+    if (!st)
+        return NULL;
+    st->target = src->target;
+    int keep = grow ? n - 1 : m - 1;   /* stages before the output's, in both */
+    memcpy(st->stages, src->stages, (size_t)keep * sizeof st->stages[0]);
+    if (grow) {
+        /* the old output is inlined into the new one, which takes its schedule */
+        st->stages[m - 1] = src->stages[n - 1];
+        st->stages[n - 1].kind = KT_SK_INLINE;
+        move_refs(st, n - 1, m - 1);
+    } else {
+        /* the stage before the output was inlined into it: the output's
+         * schedule passes to it */
+        if (src->stages[n - 2].kind != KT_SK_INLINE) {
+            kt_err_set(KT_EINVAL, "re-fit: stage '%s' before the output is %s, not inlined",
+                       kt_dag_stage(src_dag, n - 2)->name,
+                       kt_sched_kind_name(src->stages[n - 2].kind));
+            kt_sched_state_free(st);
+            return NULL;
+        }
+        st->stages[m - 1] = src->stages[n - 1];
+        move_refs(st, n - 1, m - 1);
+    }
+    if (kt_sched_state_validate(dag, p, st) != 0) {
+        kt_err_prefix("re-fit to one elementwise stage %s", grow ? "more" : "less");
+        kt_sched_state_free(st);
+        return NULL;
+    }
+    return st;
+}

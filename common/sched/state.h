@@ -264,6 +264,17 @@ extern const int kt_sched_gpu_unroll_steps[5];   /* {0, 16, 64, 512, 1024} */
 kt_sched_state_t *kt_sched_refit(const kt_dag_t *src_dag, const kt_sched_state_t *src,
                                  const kt_dag_t *dag, const kt_sched_params_t *p);
 
+/* What state src does on src_dag, as a state of dag: the same computation
+ * at the same extents with one trailing elementwise stage more (one more
+ * unary epilogue: the old output is inlined into the new one, which takes
+ * its schedule) or less (the output's schedule passes to the stage that was
+ * inlined into it), the last stage's only producer being the one before
+ * it. kt_sched_refit then fits it to other extents: ResNet's conv + add +
+ * relu takes the schedule of a conv + add. Validated against dag and p;
+ * NULL with a message (KT_EINVAL) otherwise. Reads its inputs only. */
+kt_sched_state_t *kt_sched_retail(const kt_dag_t *src_dag, const kt_sched_state_t *src,
+                                  const kt_dag_t *dag, const kt_sched_params_t *p);
+
 /* ---- validity --------------------------------------------------------------- */
 
 /* Check a state against its DAG and the parameters: every decision is one

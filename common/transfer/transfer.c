@@ -2,11 +2,15 @@
  * states re-fitted to a task (transfer.h states the contract). */
 #include "transfer/transfer.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "codegen/verify.h"
 #include "util/err.h"
@@ -41,10 +45,20 @@ static int epilogue_unary(const char *k)
 
 static double epilogue_distance(const json_t *a, const json_t *b)
 {
-    if (!json_is_array(a) || !json_is_array(b) || json_array_size(a) != json_array_size(b))
+    if (!json_is_array(a) || !json_is_array(b))
         return INFINITY;
+    size_t na = json_array_size(a), nb = json_array_size(b), n = na < nb ? na : nb;
     double d = 0;
-    for (size_t i = 0; i < json_array_size(a); i++) {
+    if (na != nb) {
+        /* one more trailing unary epilogue re-fits (kt_sched_retail) where
+         * the shorter list has an output stage of its own to hand over */
+        const json_t *longer = na > nb ? a : b;
+        const char *last = epilogue_kind(json_array_get(longer, n));
+        if (n == 0 || (na > nb ? na - nb : nb - na) != 1 || !last || !epilogue_unary(last))
+            return INFINITY;
+        d += KT_TRANSFER_EPILOGUE_DISTANCE;
+    }
+    for (size_t i = 0; i < n; i++) {
         const char *x = epilogue_kind(json_array_get(a, i)), *y = epilogue_kind(json_array_get(b, i));
         if (!x || !y)
             return INFINITY;
@@ -158,6 +172,33 @@ double kt_transfer_distance(const kt_workload_t *a, const kt_workload_t *b)
 
 /* ---- re-fit ------------------------------------------------------------------ */
 
+/* src with one unary epilogue appended (a relu: a schedule does not look
+ * inside an elementwise stage) or its last one, unary, dropped. NULL with a
+ * message when src has no epilogue to extend or drop. */
+static kt_workload_t *tail_workload(const kt_workload_t *src, int grow)
+{
+    json_t *o = json_loads(kt_workload_json(src), 0, NULL);
+    json_t *ep = json_object_get(o, "epilogue");
+    size_t n = json_array_size(ep);
+    const char *last = n ? epilogue_kind(json_array_get(ep, n - 1)) : NULL;
+    kt_workload_t *w = NULL;
+    if (!json_is_array(ep) || n == 0 || (!grow && (!last || !epilogue_unary(last))))
+        kt_err_set(KT_EINVAL, "re-fit: the state's workload has %s", grow || n == 0
+                   ? "no epilogue whose output stage a longer one could take over"
+                   : "no unary epilogue at its end to drop");
+    else if (grow ? json_array_append_new(ep, json_string("relu")) : json_array_remove(ep, n - 1))
+        kt_err_set(KT_ENOMEM, "out of memory");
+    else {
+        char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+        w = text ? kt_workload_parse(text) : NULL;
+        if (!text)
+            kt_err_set(KT_ENOMEM, "out of memory");
+        free(text);
+    }
+    json_decref(o);
+    return w;
+}
+
 kt_sched_state_t *kt_transfer_refit(const kt_workload_t *src, const char *state_json,
                                     const kt_dag_t *dag, const kt_sched_params_t *p)
 {
@@ -170,8 +211,24 @@ kt_sched_state_t *kt_transfer_refit(const kt_workload_t *src, const char *state_
         kt_err_prefix("re-fit: the stored state does not parse against its own workload");
         return NULL;
     }
-    kt_sched_state_t *b = kt_sched_refit(kt_workload_dag(src), a, dag, p);
+    int n = kt_dag_num_stages(kt_workload_dag(src)), m = kt_dag_num_stages(dag);
+    kt_workload_t *mid = NULL;
+    if (m == n + 1 || m + 1 == n) {
+        /* one unary epilogue more or less: first the state of src with the
+         * task's epilogue count, at src's shapes */
+        mid = tail_workload(src, m > n);
+        kt_sched_state_t *t = mid ? kt_sched_retail(kt_workload_dag(src), a, kt_workload_dag(mid), p)
+                                  : NULL;
+        kt_sched_state_free(a);
+        if (!t) {
+            kt_workload_free(mid);
+            return NULL;
+        }
+        a = t;
+    }
+    kt_sched_state_t *b = kt_sched_refit(kt_workload_dag(mid ? mid : src), a, dag, p);
     kt_sched_state_free(a);
+    kt_workload_free(mid);
     return b;
 }
 
@@ -409,6 +466,23 @@ void kt_transfer_cand_clear(kt_transfer_cand_t *c)
     memset(c, 0, sizeof *c);
 }
 
+/* 1 when st's C kernel (all three variants) compiles and computes what w's
+ * reference computes on inputs from seed, 0 when not (kt_err says why),
+ * negative when the reference cannot be made. *ref is made on first use
+ * and kept for the next state of w (the caller frees it). */
+static int check_state(const kt_workload_t *w, const kt_sched_state_t *st, uint64_t seed,
+                       kt_codegen_ref_t **ref)
+{
+    if (!*ref && !(*ref = kt_codegen_ref_new(kt_workload_dag(w), seed)))
+        return kt_err_code() ? kt_err_code() : KT_ENOMEM;
+    kt_search_candidate_t cand = {0};
+    double err = INFINITY;
+    int ok = kt_search_candidate_make(w, st, NULL, &cand) == 0 &&
+             kt_codegen_ref_check(*ref, cand.source, cand.entry, &err) == 0;
+    kt_search_candidate_clear(&cand);
+    return ok;
+}
+
 int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
                           const char *runner_key, const kt_sched_params_t *p, int count,
                           int nworkloads, uint64_t seed, kt_transfer_cand_t *out, int *tried,
@@ -438,15 +512,11 @@ int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *tar
     kt_codegen_ref_t *ref = NULL;
     int found = 0;
     for (int i = 0; i < set.n && !found && rc == 0; i++) {
-        if (!ref && !(ref = kt_codegen_ref_new(kt_workload_dag(w), seed))) {
-            rc = kt_err_code() ? kt_err_code() : KT_ENOMEM;
+        int ok = check_state(w, set.items[i].state, seed, &ref);
+        if (ok < 0) {
+            rc = ok;
             break;
         }
-        kt_search_candidate_t cand = {0};
-        double err = INFINITY;
-        int ok = kt_search_candidate_make(w, set.items[i].state, NULL, &cand) == 0 &&
-                 kt_codegen_ref_check(ref, cand.source, cand.entry, &err) == 0;
-        kt_search_candidate_clear(&cand);
         if (tried)
             (*tried)++;
         if (ok) {
@@ -465,26 +535,262 @@ int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *tar
     return rc ? rc : found;
 }
 
+int kt_transfer_model_rank(const kt_workload_t *w, kt_model_t *model,
+                           const kt_sched_params_t *p, uint64_t seed, int n,
+                           kt_sched_state_t ***out)
+{
+    if (!out)
+        return kt_err_set(KT_EINVAL, "transfer: no output");
+    *out = NULL;
+    if (!w || !model || !kt_model_is_trained(model) || n < 1)
+        return kt_err_set(KT_EINVAL, "transfer: ranking needs a workload, a trained model and "
+                                     "n >= 1");
+    kt_search_opts_t o;
+    kt_search_opts_default(&o);
+    o.seed = seed;
+    o.eps_greedy = 0;   /* the model's picks only: nothing is measured */
+    o.evolutionary_search_population = KT_TRANSFER_PICK_POPULATION;
+    kt_search_policy_t *sp = kt_search_policy_new(w, p, &o, model, 0);
+    if (!sp)
+        return kt_err_code() ? kt_err_code() : KT_ENOMEM;
+    int got = kt_search_propose(sp, n, out);
+    kt_search_policy_free(sp);
+    return got;
+}
+
+/* ---- checks in a process of their own ----------------------------------------- */
+
+/*
+ * A process that has run XGBoost holds an OpenMP thread pool, and a child
+ * it forks hangs in its first parallel region (libgomp is not fork-safe).
+ * The kernels a zero-shot build checks run in forked children and are
+ * parallel, so once the store model is loaded the checks go to a checker:
+ * a child forked before that, which never loads a model. It reads
+ * "TASK LEN\n" and LEN bytes of state JSON, and answers "1\n" (passed) or
+ * "0 REASON\n"; it exits at the end of its input.
+ */
+typedef struct {
+    pid_t pid;
+    FILE *req, *rep;
+} checker_t;
+
+static void checker_serve(FILE *in, FILE *out, const kt_workload_t *const *wl, int n,
+                          const kt_sched_params_t *p)
+{
+    kt_codegen_ref_t *ref = NULL;
+    int ref_task = -1, task;
+    size_t len;
+    while (fscanf(in, "%d %zu", &task, &len) == 2 && fgetc(in) == '\n') {
+        char *json = task >= 0 && task < n && len < (1u << 24) ? malloc(len + 1) : NULL;
+        if (!json || fread(json, 1, len, in) != len)
+            break;
+        json[len] = '\0';
+        if (task != ref_task) {
+            kt_codegen_ref_free(ref);
+            ref = NULL;
+            ref_task = task;
+        }
+        kt_sched_state_t *st = kt_sched_state_from_json(json, kt_workload_dag(wl[task]), p);
+        int ok = st ? check_state(wl[task], st, (uint64_t)task, &ref) : 0;
+        kt_sched_state_free(st);
+        free(json);
+        if (ok > 0)
+            fputs("1\n", out);
+        else
+            fprintf(out, "0 %.400s\n", kt_err_msg());
+        fflush(out);
+    }
+    kt_codegen_ref_free(ref);
+}
+
+static int checker_start(checker_t *c, const kt_workload_t *const *wl, int n,
+                         const kt_sched_params_t *p)
+{
+    int to[2], from[2];
+    memset(c, 0, sizeof *c);
+    c->pid = -1;
+    if (pipe(to) != 0)
+        return kt_err_set(KT_EIO, "transfer: pipe: %s", strerror(errno));
+    if (pipe(from) != 0) {
+        close(to[0]);
+        close(to[1]);
+        return kt_err_set(KT_EIO, "transfer: pipe: %s", strerror(errno));
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(to[0]);
+        close(to[1]);
+        close(from[0]);
+        close(from[1]);
+        return kt_err_set(KT_EIO, "transfer: fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(to[1]);
+        close(from[0]);
+        FILE *in = fdopen(to[0], "r"), *out = fdopen(from[1], "w");
+        if (in && out)
+            checker_serve(in, out, wl, n, p);
+        _exit(0);
+    }
+    close(to[0]);
+    close(from[1]);
+    c->pid = pid;
+    c->req = fdopen(to[1], "w");
+    c->rep = fdopen(from[0], "r");
+    if (!c->req || !c->rep)
+        return kt_err_set(KT_EIO, "transfer: fdopen: %s", strerror(errno));
+    return 0;
+}
+
+/* 1 passed, 0 failed (why[] says why), negative when the checker is gone. */
+static int checker_check(checker_t *c, int task, const char *json, char *why, size_t whylen)
+{
+    char line[512];
+    size_t len = strlen(json);
+    if (fprintf(c->req, "%d %zu\n", task, len) < 0 || fwrite(json, 1, len, c->req) != len ||
+        fflush(c->req) != 0 || !fgets(line, sizeof line, c->rep))
+        return kt_err_set(KT_EIO, "transfer: the kernel checker stopped");
+    line[strcspn(line, "\n")] = '\0';
+    if (line[0] == '1')
+        return 1;
+    snprintf(why, whylen, "%.400s", line[0] == '0' && line[1] ? line + 2 : line);
+    return 0;
+}
+
+static void checker_stop(checker_t *c)
+{
+    if (c->req)
+        fclose(c->req);
+    if (c->rep)
+        fclose(c->rep);
+    if (c->pid > 0)
+        while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    memset(c, 0, sizeof *c);
+    c->pid = -1;
+}
+
+/* Where nothing re-fits: the model's ranked states for task i, checked in
+ * order by the checker until one passes. 1 and *json (the caller's), 0
+ * when none does (why[] says the first failure), negative on errors. */
+static int model_pick(checker_t *c, const kt_workload_t *w, int task, kt_model_t *model,
+                      const kt_sched_params_t *p, char **json, int *tried, char *why,
+                      size_t whylen)
+{
+    kt_sched_state_t **v = NULL;
+    int n = kt_transfer_model_rank(w, model, p, (uint64_t)task, KT_TRANSFER_PICK_CHECKS, &v);
+    int rc = n < 0 ? n : 0;
+    *json = NULL;
+    *tried = 0;
+    why[0] = '\0';
+    for (int i = 0; i < n && rc == 0 && !*json; i++) {
+        char *j = kt_sched_state_to_json(v[i], kt_workload_dag(w)), r[420];
+        int ok = j ? checker_check(c, task, j, r, sizeof r) : kt_err_set(KT_ENOMEM, "out of memory");
+        if (ok < 0)
+            rc = ok;
+        else
+            (*tried)++;
+        if (ok > 0)
+            *json = j;
+        else
+            free(j);
+        if (ok == 0 && !why[0])
+            snprintf(why, whylen, "the model's pick %d failed its check: %.200s", i + 1, r);
+    }
+    for (int i = 0; i < (n > 0 ? n : 0); i++)
+        kt_sched_state_free(v[i]);
+    free(v);
+    if (rc == 0 && n == 0)
+        snprintf(why, whylen, "the model's search found no state");
+    return rc ? rc : *json != NULL;
+}
+
+/* The store model kt_transfer_fill ranks with where nothing re-fits: that
+ * of the first of the store's device keys (most records first) that has or
+ * can train one on target. NULL when none; *note says which or why not. */
+static kt_model_t *fill_model(kt_store_t *s, const char *target, char *note, size_t notelen)
+{
+    kt_store_stats_t st;
+    snprintf(note, notelen, "no store model: fewer than %d records on any device key",
+             KT_SEARCH_STORE_MODEL_MIN);
+    if (kt_store_stats(s, &st) != 0) {
+        snprintf(note, notelen, "no store model: %s", kt_err_msg());
+        return NULL;
+    }
+    kt_model_t *m = NULL;
+    kt_search_store_ref_t ref = {.store = s};
+    for (size_t i = 0; i < st.nkeys && !m; i++) {
+        kt_search_store_model_t sm;
+        if (kt_search_store_model(&ref, target, st.keys[i].key,
+                                  KT_SEARCH_STORE_MODEL_LOAD | KT_SEARCH_STORE_MODEL_BUILD,
+                                  &sm) == 0 && sm.model) {
+            m = sm.model;
+            sm.model = NULL;
+            snprintf(note, notelen, "the store model of key %s (%" PRId64 " records)",
+                     st.keys[i].key, sm.records);
+        }
+        kt_search_store_model_clear(&sm);
+    }
+    kt_store_stats_clear(&st);
+    return m;
+}
+
 int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *skip, int n,
                      const char *target, const kt_sched_params_t *p, char **states,
                      char **origin)
 {
     if (n < 0 || (n > 0 && (!wl || !states || !origin)))
         return kt_err_set(KT_EINVAL, "transfer: bad arguments");
-    int filled = 0;
+    int filled = 0, rc = 0, model_looked = 0;
+    kt_model_t *model = NULL;
+    char mnote[200] = "";
+    checker_t chk = {.pid = -1};
+    kt_sched_params_t defp;
+    if (!p) {
+        kt_sched_params_default(&defp);
+        p = &defp;
+    }
     for (int i = 0; i < n; i++) {
         if (states[i] || (skip && skip[i]))
             continue;
         kt_transfer_cand_t c;
         char why[300], from[400];
-        int rc = kt_transfer_zero_shot(s, wl[i], target, NULL, p, 8, 4, (uint64_t)i, &c, NULL,
-                                       why, sizeof why);
+        rc = kt_transfer_zero_shot(s, wl[i], target, NULL, p, 8, 4, (uint64_t)i, &c, NULL, why,
+                                   sizeof why);
         if (rc < 0)
-            return rc;
+            break;
         if (rc == 0) {
-            snprintf(from, sizeof from, "nothing stored to re-fit%s%s", why[0] ? ": " : "", why);
-            if (!(origin[i] = kt_strdup(from)))
-                return kt_err_set(KT_ENOMEM, "out of memory");
+            /* nothing re-fits: the store model's pick, else the naive kernel;
+             * the checker is forked before the model loads */
+            if (!model_looked) {
+                model_looked = 1;
+                rc = checker_start(&chk, wl, n, p);
+                if (rc == 0)
+                    model = fill_model(s, target, mnote, sizeof mnote);
+            }
+            char *pick = NULL, pwhy[300] = "";
+            int tried = 0;
+            if (rc == 0 && model)
+                rc = model_pick(&chk, wl[i], i, model, p, &pick, &tried, pwhy, sizeof pwhy);
+            if (rc < 0)
+                break;
+            if (pick) {
+                snprintf(from, sizeof from,
+                         "chosen by %s from its search's best %d (%d checked) and checked "
+                         "against the reference; nothing stored to re-fit%s%.200s",
+                         mnote, KT_TRANSFER_PICK_CHECKS, tried, why[0] ? ": " : "", why);
+                states[i] = pick;
+                filled++;
+            } else {
+                snprintf(from, sizeof from, "nothing stored to re-fit%s%.200s; %s", why[0] ? ": " : "",
+                         why, model ? pwhy : mnote);
+            }
+            rc = 0;
+            if (!(origin[i] = kt_strdup(from))) {
+                rc = kt_err_set(KT_ENOMEM, "out of memory");
+                break;
+            }
             continue;
         }
         snprintf(from, sizeof from,
@@ -494,9 +800,14 @@ int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *s
         states[i] = kt_sched_state_to_json(c.state, kt_workload_dag(wl[i]));
         origin[i] = kt_strdup(from);
         kt_transfer_cand_clear(&c);
-        if (!states[i] || !origin[i])
-            return kt_err_set(KT_ENOMEM, "out of memory");
+        if (!states[i] || !origin[i]) {
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+            break;
+        }
         filled++;
+        rc = 0;
     }
-    return filled;
+    checker_stop(&chk);
+    kt_model_free(model);
+    return rc < 0 ? rc : filled;
 }

@@ -17,7 +17,10 @@
  * entries of other kinds (a clip's bounds do not count), except that the
  * epilogues reading no tensor (relu, clip, gelu, sigmoid, tanh: one inlined
  * elementwise stage each) may stand for one another at
- * KT_TRANSFER_EPILOGUE_DISTANCE per entry, arrays of other lengths, padding zero in
+ * KT_TRANSFER_EPILOGUE_DISTANCE per entry, and a list may have one such
+ * epilogue more at its end than a non-empty other list, at
+ * KT_TRANSFER_EPILOGUE_DISTANCE too (kt_sched_retail moves the output's
+ * schedule), arrays of other lengths, padding zero in
  * one and not in the other (a padding stage exists or not), another
  * Winograd tile_size, or a field only one of them has (an absent epilogue
  * is the empty one). Other numbers (a norm's epsilon) do not count. 0 for
@@ -59,7 +62,9 @@ double kt_transfer_distance_json(const char *a, const char *b);
 
 /* A state of dag re-fitted (kt_sched_refit, state.h, says how) from a stored
  * state of workload src: state_json, its serialized form as records hold it,
- * is parsed against src's DAG and p first. NULL with a message saying why
+ * is parsed against src's DAG and p first. Where dag has one stage more or
+ * less (one trailing unary epilogue), the state is first moved to src's
+ * shapes with the task's epilogue count (kt_sched_retail). NULL with a message saying why
  * the state was dropped: it does not parse against its own workload, or it
  * cannot be re-fitted (another operator or sketch, an invalid result). */
 kt_sched_state_t *kt_transfer_refit(const kt_workload_t *src, const char *state_json,
@@ -146,11 +151,31 @@ int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *tar
  * ("re-fitted from record R (C ms) of workload K at shape distance D,
  * checked against the reference"); a task left without a state gets
  * origin[i] saying why ("nothing stored to re-fit: ..."). Both malloc'd;
- * other entries are left as they are. Returns the number of states filled
- * or negative (store errors, OOM: entries filled so far stay). */
+ * other entries are left as they are. A task nothing re-fits takes
+ * the first of kt_transfer_model_rank's states that passes the check, under the store model of the first
+ * device key (most records first) that has one or has the records to train
+ * one (trained and stored then), its origin saying so ("chosen by the store
+ * model of key K ..."). Returns the number of states filled or negative
+ * (store errors, OOM: entries filled so far stay). */
 int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *skip, int n,
                      const char *target, const kt_sched_params_t *p, char **states,
                      char **origin);
+
+/* Zero-shot where nothing re-fits: up to n states of w in the order
+ * `model` (the store model of a device key, trained on other workloads'
+ * records: kt_search_store_model) ranks them, the first picks of its
+ * evolutionary search over KT_TRANSFER_PICK_POPULATION states seeded by
+ * `seed` (the same model and seed: the same states). Returns the count and
+ * *out (a malloc'd array of states, the caller's), or negative: KT_EINVAL
+ * for an untrained model. Nothing is checked here: XGBoost leaves an
+ * OpenMP pool behind, and a kernel check forked after it would hang, so
+ * kt_transfer_fill checks in a process forked before the model loads.
+ * kt_transfer_fill checks KT_TRANSFER_PICK_CHECKS of them. */
+#define KT_TRANSFER_PICK_CHECKS 4
+#define KT_TRANSFER_PICK_POPULATION 512
+int kt_transfer_model_rank(const kt_workload_t *w, kt_model_t *model,
+                           const kt_sched_params_t *p, uint64_t seed, int n,
+                           kt_sched_state_t ***out);
 
 /* kt_transfer_gather for the policy's task with its parameters, the
  * states handed to kt_search_seed: the policy's next propose takes them
