@@ -259,7 +259,10 @@ def main():
                 lines = [l for l in out.splitlines() if re.match(r"task \d+ \(", l)]
                 m.zero_from = {"re-fitted": sum("re-fitted from" in l for l in lines),
                                "own record": sum("its own record" in l for l in lines),
-                               "default": sum("nothing stored to re-fit" in l for l in lines)}
+                               "store model": sum("chosen by the store model" in l
+                                                  for l in lines),
+                               "default": sum("nothing stored to re-fit" in l and
+                                              "chosen by" not in l for l in lines)}
                 say(f"  {m.name}: tuned {m.tuned_ms:.3f} ms (err {m.tuned_err:.2g}), zero-shot "
                     f"{m.zero_ms:.3f} ms (err {m.zero_err:.2g}; tasks: "
                     + ", ".join(f"{v} {k}" for k, v in m.zero_from.items())
