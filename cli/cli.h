@@ -41,6 +41,8 @@ int kt_cli_parse_num(const char *cmd, const char *opt, const char *s, long long 
 /* An option's value that must not be empty (a path, an address, a name):
  * 0, or 2 after saying "ktune CMD: OPT needs a value". */
 int kt_cli_nonempty(const char *cmd, const char *opt, const char *s);
+/* A device key (kt_registry_key_ok): 0, or 2 after saying what one is. */
+int kt_cli_check_key(const char *cmd, const char *opt, const char *s);
 /* A target name (cpu or cuda, kt_measure_target_parse): 0, or 2 after
  * saying "ktune CMD: unknown OPT 'S' (cpu or cuda)". */
 int kt_cli_check_target(const char *cmd, const char *opt, const char *s);
@@ -185,5 +187,16 @@ int kt_cli_print_json(json_t *j);
 void kt_cli_print_progress(const Ktune__V1__JobProgress *p, FILE *out);
 /* Per task: best latency, speed, trials, weight, workload key. */
 void kt_cli_print_best_summary(const Ktune__V1__JobProgress *p, FILE *out);
+
+/* A job for another command (build --transfer with a tracker; cli_tune.c):
+ * submits the n tasks (wl, weight, desc: the layers each stands for, or
+ * NULL) on target and runner key with `trials` trials per task, one round
+ * each, so every task's round is its transfer seeds and the store model's
+ * picks, measured and checked on the tracker's workers and runners; then
+ * follows it, the progress on stderr. 0 with *job_id once the job is done;
+ * 1 after saying why (unreachable tracker, a job failed or cancelled). */
+int kt_cli_run_job(const char *cmd, const kt_cli_conn_t *c, const kt_workload_t *const *wl,
+                   const double *weight, char *const *desc, int n, const char *target,
+                   const char *key, int trials, int64_t *job_id);
 
 #endif

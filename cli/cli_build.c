@@ -30,17 +30,22 @@
 #define TOP_STEPS 10
 
 enum { O_DB = 1000, O_JOB, O_TARGET, O_ARCH, O_OUT, O_SEED, O_NAME, O_IN, O_OUTPUT, O_REPEAT,
-       O_THREADS, O_CHECK, O_TRANSFER, O_HELP };
+       O_THREADS, O_CHECK, O_TRANSFER, O_TRANSFER_TRIALS, O_KEY, O_HELP };
+
+/* --transfer-trials: candidates a tracker's zero-shot job measures per task
+ * (the transfer seeds' default count, search.md's `transfer`). */
+#define TRANSFER_TRIALS 8
 
 typedef struct {
     kt_cli_net_t net;
     kt_cli_conn_t conn;
     int64_t job;
     const char *target, *arch, *out, *name, *output;
+    const char *key;           /* --key: records of runners of this device key only */
     const char *input[KT_PLAN_MAX_INPUTS];   /* --input FILE or NAME=FILE, in order */
     int ninput;
     unsigned long long seed;
-    int repeat, threads, check, transfer;
+    int repeat, threads, check, transfer, transfer_trials;
 } build_args_t;
 
 static const char *const BUILD_HELP =
@@ -55,18 +60,24 @@ static const char *const BUILD_HELP =
     "                        records of each task, a seeded default GPU schedule\n"
     "                        otherwise\n"
     "  --arch sm_XY          the GPU architecture of --target cuda (default sm_90)\n"
+    "  --key K               only records measured by runners of device key K (default:\n"
+    "                        any key)\n"
     "  --seed S              seed of a built-in network's random weights (default 0)\n"
     "  --name NAME           the C prefix of the library (default: the network's name)\n"
     "  --transfer            a task without a record gets the best state of the nearest\n"
     "                        stored workloads (same operator, other shapes) re-fitted to\n"
-    "                        it, once its kernel passes the reference check (CPU, --db)\n";
+    "                        it, once its kernel passes the reference check; with --db\n"
+    "                        checked here (CPU), with --tracker measured and checked by\n"
+    "                        a job of --transfer-trials per task on the tracker's\n"
+    "                        workers and runners of --key (default: the target's name)\n"
+    "  --transfer-trials N   candidates that job measures per task (default 8)\n";
 
 static void build_usage(FILE *f)
 {
     fprintf(f, "usage: ktune build (--network NAME | --network-file F | --onnx MODEL)\n"
                "                   [--layout NHWC|NCHW] [--batch N] [--db PATH | --tracker ADDR]\n"
-               "                   [--job J] [--target cpu|cuda] [--arch sm_XY] [--seed S]\n"
-               "                   [--name NAME] --out DIR\n"
+               "                   [--job J] [--target cpu|cuda] [--arch sm_XY] [--key K]\n"
+               "                   [--seed S] [--name NAME] [--transfer] --out DIR\n"
                "\n"
                "Build the network with the best valid record of each of its tasks as a C\n"
                "library: DIR/NAME.c (kernels and a graph runner on one arena), DIR/NAME.h\n"
@@ -145,6 +156,8 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         {"threads", required_argument, 0, O_THREADS},
         {"check", no_argument, 0, O_CHECK},
         {"transfer", no_argument, 0, O_TRANSFER},
+        {"transfer-trials", required_argument, 0, O_TRANSFER_TRIALS},
+        {"key", required_argument, 0, O_KEY},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -226,6 +239,16 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
             break;
         case O_CHECK: a->check = 1; break;
         case O_TRANSFER: a->transfer = 1; break;
+        case O_TRANSFER_TRIALS:
+            if (kt_cli_parse_num(cmd, "--transfer-trials", optarg, 1, 1024, &v))
+                return 2;
+            a->transfer_trials = (int)v;
+            break;
+        case O_KEY:
+            if (kt_cli_check_key(cmd, "--key", optarg))
+                return 2;
+            a->key = optarg;
+            break;
         case O_SEED:
             if (kt_cli_parse_num(cmd, "--seed", optarg, 0, INT64_MAX, &v))
                 return 2;
@@ -282,9 +305,24 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         fprintf(stderr, "ktune %s: give --db or --tracker, not both\n", cmd);
         return 2;
     }
-    if (a->transfer && (a->conn.tracker || is_cuda(a) || a->job)) {
-        fprintf(stderr, "ktune %s: --transfer re-fits a store's records for the CPU: not with "
-                        "--tracker, --target cuda or --job\n", cmd);
+    if (a->transfer && a->job) {
+        fprintf(stderr, "ktune %s: --transfer builds the tasks without a record: not with "
+                        "--job\n", cmd);
+        return 2;
+    }
+    if (a->transfer && is_cuda(a) && !a->conn.tracker) {
+        fprintf(stderr, "ktune %s: --transfer --target cuda checks its kernels on a GPU "
+                        "runner: give --tracker\n", cmd);
+        return 2;
+    }
+    if (a->transfer_trials && !(a->transfer && a->conn.tracker)) {
+        fprintf(stderr, "ktune %s: --transfer-trials is the tracker's zero-shot job: give "
+                        "--transfer and --tracker\n", cmd);
+        return 2;
+    }
+    if (a->key && a->job) {
+        fprintf(stderr, "ktune %s: --job takes that job's records, measured on its own runner "
+                        "key: not with --key\n", cmd);
         return 2;
     }
     return 0;
@@ -295,7 +333,8 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
 /* --transfer: the tasks without a record (an alternative's direct task
  * speaks for it) get a checked re-fitted kernel; each says where its
  * kernel comes from. 0 or negative. */
-static int transfer_tasks(kt_store_t *s, const kt_net_tasks_t *t, char **states, char **origin)
+static int transfer_tasks(kt_store_t *s, const kt_net_tasks_t *t, const char *key, char **states,
+                          char **origin)
 {
     const kt_workload_t **wl = calloc((size_t)t->ntasks + 1, sizeof *wl);
     int *skip = calloc((size_t)t->ntasks + 1, sizeof *skip), rc = 0;
@@ -303,7 +342,7 @@ static int transfer_tasks(kt_store_t *s, const kt_net_tasks_t *t, char **states,
         wl[i] = t->tasks[i].wl;
         skip[i] = t->tasks[i].alt_of >= 0;
     }
-    rc = wl && skip ? kt_transfer_fill(s, wl, skip, t->ntasks, "cpu", NULL, states, origin)
+    rc = wl && skip ? kt_transfer_fill(s, wl, skip, t->ntasks, "cpu", key, NULL, states, origin)
                     : kt_err_set(KT_ENOMEM, "out of memory");
     for (int i = 0; rc >= 0 && i < t->ntasks; i++)
         if (states[i] || origin[i])
@@ -382,9 +421,7 @@ static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tas
                                    .job_id = a->job, .valid_only = 1};
             rc = kt_store_get_records(s, &f, &l);
         } else {
-            rc = kt_store_best(s, key, target_of(a), &l);
-            if (rc == KT_ENOTFOUND)
-                rc = 0;
+            rc = kt_store_top_k_key(s, key, target_of(a), a->key, 1, &l);
         }
         const kt_record_t *best = NULL;
         for (size_t k = 0; l && k < l->n; k++)
@@ -399,17 +436,120 @@ static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tas
         kt_record_list_free(l);
     }
     if (rc == 0 && a->transfer)
-        rc = transfer_tasks(s, t, states, origin);
+        rc = transfer_tasks(s, t, a->key, states, origin);
     kt_store_close(s);
     return rc ? kt_cli_fail(cmd) : 0;
+}
+
+/* The fastest valid record job `job` (0: any) measured of workload `key`
+ * on the tracker: its state into *state (malloc'd; NULL when none), its
+ * cost into *ms and its origin's name into origin (optional). 0, or 1
+ * after printing why. */
+static int list_best(const char *cmd, const build_args_t *a, kt_rpc_client_t *cl,
+                     const char *key, int64_t job, char **state, double *ms, char *origin,
+                     size_t originlen)
+{
+    Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
+    req.workload_key = (char *)key;
+    req.target = (char *)target_of(a);
+    req.job_id = job;
+    req.valid_only = 1;
+    kt_rpc_reader_t *rd = kt_rpc_reader_open(cl, "/ktune.v1.Tracker/ListRecords", &req.base,
+                                             &ktune__v1__record__descriptor,
+                                             a->conn.timeout_ms ? a->conn.timeout_ms
+                                                                : KT_CLI_DEFAULT_TIMEOUT_MS);
+    if (!rd)
+        return kt_cli_fail(cmd);
+    ProtobufCMessage *msg = NULL;
+    int r, rc = 0;
+    double best = INFINITY;
+    while ((r = kt_rpc_reader_next(rd, &msg)) == 1) {
+        Ktune__V1__Record *rec = (Ktune__V1__Record *)msg;
+        if (rec->mean_cost < best && rc == 0) {
+            free(*state);
+            if (!(*state = kt_strdup(rec->state_json)))
+                rc = kt_cli_fail(cmd);
+            best = rec->mean_cost;
+            *ms = best * 1e3;
+            if (origin)
+                snprintf(origin, originlen, "%s", rec->origin ? rec->origin : "");
+        }
+        protobuf_c_message_free_unpacked(msg, NULL);
+    }
+    kt_rpc_status_t st = {0};
+    if (kt_rpc_reader_close(rd, &st) != 0 || r < 0)
+        return kt_cli_rpc_fail(cmd, &a->conn, &st);
+    return rc;
+}
+
+/* --transfer with a tracker: the direct tasks still without a record
+ * become a job of a->transfer_trials per task, whose one round is each
+ * task's re-fitted states and the store model's picks, built and checked
+ * on the tracker's workers and runners of the key; each such task then
+ * takes that job's fastest valid record. 0, or 1 after printing why. */
+static int transfer_job(const char *cmd, const build_args_t *a, kt_rpc_client_t *cl,
+                        const kt_net_tasks_t *t, char **states, double *ms, char **origin)
+{
+    int n = 0, trials = a->transfer_trials ? a->transfer_trials : TRANSFER_TRIALS;
+    const kt_workload_t **wl = calloc((size_t)t->ntasks + 1, sizeof *wl);
+    double *weight = calloc((size_t)t->ntasks + 1, sizeof *weight);
+    char **desc = calloc((size_t)t->ntasks + 1, sizeof *desc);
+    int *idx = calloc((size_t)t->ntasks + 1, sizeof *idx);
+    int rc = 0;
+    if (!wl || !weight || !desc || !idx) {
+        kt_err_set(KT_ENOMEM, "out of memory");
+        rc = kt_cli_fail(cmd);
+    }
+    for (int i = 0; rc == 0 && i < t->ntasks; i++) {
+        /* A Winograd alternative is left to its direct task, as with --db. */
+        if (states[i] || t->tasks[i].alt_of >= 0)
+            continue;
+        wl[n] = t->tasks[i].wl;
+        weight[n] = t->tasks[i].weight;
+        desc[n] = t->tasks[i].desc;
+        idx[n++] = i;
+    }
+    int64_t job = 0;
+    const char *key = a->key ? a->key : target_of(a);
+    if (rc == 0 && n > 0) {
+        fprintf(stderr, "ktune %s: %d task%s without a record: a zero-shot job of %d trials per "
+                        "task on runner key %s\n", cmd, n, n == 1 ? "" : "s", trials, key);
+        rc = kt_cli_run_job(cmd, &a->conn, wl, weight, desc, n, target_of(a), key, trials, &job);
+    }
+    for (int j = 0; rc == 0 && j < n; j++) {
+        int i = idx[j];
+        char from[64] = "", text[400];
+        if ((rc = list_best(cmd, a, cl, kt_workload_key(wl[j]), job, &states[i], &ms[i], from,
+                            sizeof from)))
+            break;
+        if (states[i])
+            snprintf(text, sizeof text,
+                     "measured by zero-shot job %" PRId64 " on runner key %s: its fastest of "
+                     "%d candidates (%.4f ms, origin %s), checked against the reference",
+                     job, key, trials, ms[i], from[0] ? from : "unknown");
+        else
+            snprintf(text, sizeof text,
+                     "zero-shot job %" PRId64 " on runner key %s measured no valid candidate of "
+                     "%d", job, key, trials);
+        if (!(origin[i] = kt_strdup(text))) {
+            rc = kt_cli_fail(cmd);
+            break;
+        }
+        fprintf(stderr, "task %d (%s %s): %s\n", i, kt_workload_op(wl[j]), t->tasks[i].desc,
+                text);
+    }
+    free(wl);
+    free(weight);
+    free(desc);
+    free(idx);
+    return rc;
 }
 
 static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_tasks_t *t,
                           char **states, double *ms, char **origin)
 {
-    (void)origin;
-    kt_rpc_client_t *cl = a->job ? kt_cli_connect(cmd, &a->conn) : NULL;
-    if (a->job && !cl)
+    kt_rpc_client_t *cl = a->job || a->transfer ? kt_cli_connect(cmd, &a->conn) : NULL;
+    if ((a->job || a->transfer) && !cl)
         return 1;
     int rc = 0;
     for (int i = 0; i < t->ntasks && rc == 0; i++) {
@@ -419,6 +559,7 @@ static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_t
             req.workload_key = (char *)key;
             req.target = (char *)target_of(a);
             req.top_k = 1;
+            req.runner_key = (char *)(a->key ? a->key : "");
             ProtobufCMessage *resp = NULL;
             if (kt_cli_call(cmd, &a->conn, "/ktune.v1.Tracker/QueryBest", &req.base,
                             &ktune__v1__query_best_response__descriptor, &resp)) {
@@ -434,36 +575,10 @@ static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_t
             continue;
         }
         /* The records of one job: ListRecords, the fastest kept. */
-        Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
-        req.workload_key = (char *)key;
-        req.target = (char *)target_of(a);
-        req.job_id = a->job;
-        req.valid_only = 1;
-        kt_rpc_reader_t *rd = kt_rpc_reader_open(cl, "/ktune.v1.Tracker/ListRecords", &req.base,
-                                                 &ktune__v1__record__descriptor,
-                                                 a->conn.timeout_ms ? a->conn.timeout_ms
-                                                                    : KT_CLI_DEFAULT_TIMEOUT_MS);
-        if (!rd) {
-            rc = kt_cli_fail(cmd);
-            break;
-        }
-        ProtobufCMessage *msg = NULL;
-        int r;
-        double best = INFINITY;
-        while ((r = kt_rpc_reader_next(rd, &msg)) == 1) {
-            Ktune__V1__Record *rec = (Ktune__V1__Record *)msg;
-            if (rec->mean_cost < best) {
-                free(states[i]);
-                states[i] = kt_strdup(rec->state_json);
-                best = rec->mean_cost;
-                ms[i] = best * 1e3;
-            }
-            protobuf_c_message_free_unpacked(msg, NULL);
-        }
-        kt_rpc_status_t st = {0};
-        if (kt_rpc_reader_close(rd, &st) != 0 || r < 0)
-            rc = kt_cli_rpc_fail(cmd, &a->conn, &st);
+        rc = list_best(cmd, a, cl, key, a->job, &states[i], &ms[i], NULL, 0);
     }
+    if (rc == 0 && a->transfer)
+        rc = transfer_job(cmd, a, cl, t, states, ms, origin);
     kt_rpc_client_free(cl);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "kt_config.h"
 #include "measure/measure.h"
+#include "registry/registry.h"
 #include "te/workload.h"
 #include "util/err.h"
 #include "util/log.h"
@@ -81,6 +82,16 @@ int kt_cli_check_target(const char *cmd, const char *opt, const char *s)
     if (kt_measure_target_parse(s, NULL) == 0)
         return 0;
     fprintf(stderr, "ktune %s: unknown %s '%s' (cpu or cuda)\n", cmd, opt, s ? s : "");
+    return 2;
+}
+
+int kt_cli_check_key(const char *cmd, const char *opt, const char *s)
+{
+    /* The tracker checks it too; an empty key would read as "the default". */
+    if (kt_registry_key_ok(s))
+        return 0;
+    fprintf(stderr, "ktune %s: %s '%s': a device key is letters, digits and ._:- (ktune queue "
+                    "lists the runners' keys)\n", cmd, opt, s ? s : "");
     return 2;
 }
 

@@ -51,6 +51,8 @@
 /* How long the embedded daemons get to start, register, and stop. */
 #define START_WAIT_MS 60000
 #define STOP_WAIT_MS 20000
+/* How long a job for another command waits for a runner of its key. */
+#define PEER_WAIT_MS 10000
 
 /* ---- Job options ---------------------------------------------------------------------------- */
 
@@ -185,12 +187,8 @@ static int parse_job_args(const char *cmd, int argc, char **argv, int allow_db, 
             break;
         case O_TARGET: a->target = optarg; break;
         case O_KEY:
-            /* The tracker checks it too; an empty key would read as "the default". */
-            if (!kt_registry_key_ok(optarg)) {
-                fprintf(stderr, "ktune %s: --key '%s': a device key is letters, digits and "
-                                "._:- (ktune queue lists the runners' keys)\n", cmd, optarg);
+            if (kt_cli_check_key(cmd, "--key", optarg))
                 return 2;
-            }
             a->key = optarg;
             break;
         case O_STRATEGY: a->strategy = optarg; break;
@@ -531,8 +529,9 @@ static atomic_int g_job_trials, g_job_budget;
 
 /* Follow job `id` until it ends: 0 when done, 1 when it failed, was
  * cancelled or the stream broke (message printed). summary: print the
- * final results (tune). */
-static int watch(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summary)
+ * final results (tune). The progress goes to out (stdout, or stderr for a
+ * command whose stdout says something else). */
+static int watch_to(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summary, FILE *out)
 {
     kt_rpc_client_t *cl = kt_cli_connect(cmd, c);
     if (!cl)
@@ -559,7 +558,7 @@ static int watch(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summar
         if (repeat && !c->json) {
             Ktune__V1__JobProgress bar = *p;
             bar.table = NULL;
-            kt_cli_print_progress(&bar, stdout);
+            kt_cli_print_progress(&bar, out);
         } else if (!c->json || !summary) {
             if (c->json) {
                 json_t *j = kt_cli_progress_json(p);
@@ -570,7 +569,7 @@ static int watch(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summar
                 free(text);
                 fflush(stdout);
             } else {
-                kt_cli_print_progress(p, stdout);
+                kt_cli_print_progress(p, out);
             }
         }
         if (last)
@@ -599,7 +598,7 @@ static int watch(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summar
                    p->message && *p->message ? ": " : "", p->message ? p->message : "");
             kt_cli_print_best_summary(p, stdout);
         } else if (!c->json && p->message && *p->message) {
-            printf("%s\n", p->message);
+            fprintf(out, "%s\n", p->message);
         }
         if (!done) {
             fprintf(stderr, "ktune %s: job %" PRId64 " %s%s%s\n", cmd, id, p->state,
@@ -611,6 +610,11 @@ static int watch(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summar
         protobuf_c_message_free_unpacked(last, NULL);
     kt_rpc_client_free(cl);
     return rc;
+}
+
+static int watch(const char *cmd, const kt_cli_conn_t *c, int64_t id, int summary)
+{
+    return watch_to(cmd, c, id, summary, stdout);
 }
 
 int kt_cli_submit(int argc, char **argv)
@@ -964,13 +968,16 @@ static int embedded_start(embedded_t *e, const job_args_t *a)
 
 
 /* Wait until the runner and the worker have registered. 0 or 1. */
-static int wait_peers(const kt_cli_conn_t *c, const char *key)
+/* Wait up to wait_ms for a runner of `key` and a worker to be registered
+ * with the tracker: 0 when they are, 1 when not in time or interrupted,
+ * 2 when the tracker cannot be reached (said). */
+static int wait_peers(const char *cmd, const kt_cli_conn_t *c, const char *key, int wait_ms)
 {
-    kt_rpc_client_t *cl = kt_cli_connect("tune", c);
+    kt_rpc_client_t *cl = kt_cli_connect(cmd, c);
     if (!cl)
-        return 1;
+        return 2;
     int rc = 1;
-    for (int waited = 0; waited < START_WAIT_MS && !atomic_load(&g_abort); waited += 100) {
+    for (int waited = 0; waited < wait_ms && !atomic_load(&g_abort); waited += 100) {
         Ktune__V1__QueueStatusRequest req = KTUNE__V1__QUEUE_STATUS_REQUEST__INIT;
         ProtobufCMessage *out = NULL;
         kt_rpc_status_t st = {0};
@@ -989,14 +996,49 @@ static int wait_peers(const kt_cli_conn_t *c, const char *key)
                 rc = 0;
                 break;
             }
+        } else if (st.code == KT_RPC_UNAUTHENTICATED || st.code == KT_RPC_PERMISSION_DENIED) {
+            kt_cli_rpc_fail(cmd, c, &st);
+            rc = 2;
+            break;
         }
         sleep_ms(100);
     }
-    if (rc && !atomic_load(&g_abort))
-        fprintf(stderr, "ktune tune: the embedded runner and worker did not register within "
-                        "%d s\n", START_WAIT_MS / 1000);
     kt_rpc_client_free(cl);
     return rc;
+}
+
+int kt_cli_run_job(const char *cmd, const kt_cli_conn_t *c, const kt_workload_t *const *wl,
+                   const double *weight, char *const *desc, int n, const char *target,
+                   const char *key, int trials, int64_t *job_id)
+{
+    job_args_t a;
+    memset(&a, 0, sizeof a);
+    a.conn = *c;
+    a.conn.json = 0;
+    a.target = target;
+    a.key = key;
+    /* --more: trials beyond what the store holds of the tasks (failed
+     * records, or another key's), which would otherwise eat the budget. */
+    a.more = (long long)trials * n;
+    /* One round of `trials` per task: the task scheduler gives every task
+     * its first round before any gets a second, so each task's round is its
+     * transfer seeds and the store model's picks. */
+    a.per_round = trials;
+    a.flush_weights = !target || strcmp(target, "cpu") == 0;
+    tasks_t t = {.wl = (kt_workload_t **)wl, .weight = (double *)weight, .desc = (char **)desc,
+                 .n = n};
+    job_msg_t m;
+    /* A job no runner of the key takes would wait for one for ever. */
+    int rc = wait_peers(cmd, c, key, PEER_WAIT_MS);
+    if (rc == 1)
+        fprintf(stderr, "ktune %s: no runner of device key %s and worker registered with the "
+                        "tracker at %s within %d s (ktune queue lists them)\n", cmd, key,
+                c->tracker, PEER_WAIT_MS / 1000);
+    if (rc)
+        return 1;
+    rc = job_msg_make(&a, &t, &m) ? kt_cli_fail(cmd) : submit(cmd, c, &m, job_id, NULL);
+    job_msg_free(&m);
+    return rc ? rc : watch_to(cmd, &a.conn, *job_id, 0, stderr);
 }
 
 /* An unfinished job of the store with these tasks, target and key (the
@@ -1037,7 +1079,11 @@ static void *tune_thread(void *arg)
 {
     tune_ctx_t *x = arg;
     x->rc = 1;
-    if (wait_peers(&x->conn, x->m->job.runner_key) == 0) {
+    int peers = wait_peers("tune", &x->conn, x->m->job.runner_key, START_WAIT_MS);
+    if (peers == 1 && !atomic_load(&g_abort))
+        fprintf(stderr, "ktune tune: the embedded runner and worker did not register within "
+                        "%d s\n", START_WAIT_MS / 1000);
+    if (peers == 0) {
         int64_t id = find_unfinished(&x->conn, x->m);
         if (id > 0) {
             if (!x->conn.json)

@@ -5,6 +5,7 @@
  * through the search's dedup. */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -694,7 +695,7 @@ START_TEST(transfer_fill_takes_the_store_models_pick_where_nothing_refits)
     put_workload(s, mm);
     put_sampled(s, mm, &p, 11, KT_SEARCH_STORE_MODEL_MIN / 2, "cpu", NULL);
     char *states[1] = {NULL}, *origin[1] = {NULL};
-    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", &p, states, origin), 0);
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, states, origin), 0);
     ck_assert_ptr_null(states[0]);
     ck_assert_msg(origin[0] && strstr(origin[0], "nothing stored to re-fit") &&
                       strstr(origin[0], "no store model"),
@@ -703,7 +704,7 @@ START_TEST(transfer_fill_takes_the_store_models_pick_where_nothing_refits)
     origin[0] = NULL;
 
     put_sampled(s, mm, &p, 12, KT_SEARCH_STORE_MODEL_MIN, "cpu", NULL);
-    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", &p, states, origin), 1);
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, states, origin), 1);
     ck_assert_ptr_nonnull(states[0]);
     ck_assert_msg(origin[0] && strstr(origin[0], "chosen by the store model of key cpu") &&
                       strstr(origin[0], "checked against the reference"),
@@ -721,7 +722,7 @@ START_TEST(transfer_fill_takes_the_store_models_pick_where_nothing_refits)
     kt_store_cost_model_free(row);
     /* the same seed and model: the same pick */
     char *again[1] = {NULL}, *origin2[1] = {NULL};
-    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", &p, again, origin2), 1);
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, again, origin2), 1);
     ck_assert_str_eq(again[0], states[0]);
     free(again[0]);
     free(origin2[0]);
@@ -790,6 +791,149 @@ START_TEST(transfer_zero_shot_build_runs_a_network_from_another_layers_records)
     ck_assert_msg(c && strstr(c, "a schedule not measured for this task, re-fitted from record"),
                   "%s", lib);
     free(c);
+    /* --key: another device key's records are neither task 3's own nor re-fitted */
+    char *other[] = {"build", "--network-file", netfile, "--db", db, "--transfer", "--key",
+                     "other", "--out", out_dir, NULL};
+    kt_test_spawn(&pr, "other.out", 0, "cli/ktune", other, NULL, NULL);
+    ck_assert_msg(kt_test_wait(&pr, 600000, &st), "ktune build did not finish");
+    text = kt_test_output(&pr);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit %d: %s", st, text);
+    snprintf(want, sizeof want, "task 3 (conv2d_nhwc %s): nothing stored to re-fit",
+             t->tasks[3].desc);
+    ck_assert_msg(strstr(text, want) && !strstr(text, "its own record") &&
+                      !strstr(text, "re-fitted from"),
+                  "%s", text);
+    free(text);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    kt_test_suite_dir_remove();
+}
+END_TEST
+
+/* Wait for a daemon's --port-file; its address (caller frees). */
+static char *port_of(const char *port_file)
+{
+    char *addr = NULL;
+    for (int waited = 0; waited < 60000 && !addr; waited += 20) {
+        if (!(addr = kt_file_read(port_file, NULL)))
+            kt_test_sleep_ms(20);
+    }
+    ck_assert_msg(addr != NULL, "no %s", port_file);
+    addr[strcspn(addr, "\n")] = '\0';
+    return addr;
+}
+
+/* Run ktune with args to its end: the exit status (128 + signal when
+ * killed) and its output in *out (caller frees). */
+static int run_ktune(const char *name, char *args[], char **out)
+{
+    kt_test_proc_t pr;
+    kt_test_spawn(&pr, name, 0, "cli/ktune", args, NULL, NULL);
+    int st = 0;
+    ck_assert_msg(kt_test_wait(&pr, 600000, &st), "ktune %s did not finish", args[0]);
+    *out = kt_test_output(&pr);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* With a tracker, a zero-shot build's candidates are a job on its workers
+ * and runners of the key: task 0's round is the states re-fitted from task
+ * 3's stored records, measured and checked there; the network runs
+ * correctly on the fastest of each; the job's records stay in the store,
+ * so the next build needs no job; a key no runner has is refused, not
+ * waited for. */
+START_TEST(transfer_zero_shot_build_through_a_tracker_measures_on_its_runners)
+{
+    kt_test_suite_dir("kt_transfer_");
+    kt_test_make_dir();
+    const char *src = getenv("KT_SOURCE_ROOT");
+    char netfile[512], db[600], port_file[600], out_dir[600];
+    snprintf(netfile, sizeof netfile, "%s/tests/net/cnn.json", src ? src : ".");
+    snprintf(db, sizeof db, "%s/z.db", kt_test_dir);
+    snprintf(port_file, sizeof port_file, "%s/addr", kt_test_dir);
+    snprintf(out_dir, sizeof out_dir, "%s/lib", kt_test_dir);
+    kt_net_t *net = kt_net_load_file(netfile);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_msg(t != NULL && t->ntasks > 3, "%s", kt_err_msg());
+    kt_sched_params_t p;
+    kt_sched_params_default(&p);
+    kt_store_t *s = kt_store_open(db, KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    put_workload(s, t->tasks[3].wl);
+    put_sampled(s, t->tasks[3].wl, &p, 41, 4, "cpu", NULL);
+    kt_store_close(s);
+    int njob = 0;   /* the direct tasks without a record: the job's */
+    for (int i = 0; i < t->ntasks; i++)
+        njob += i != 3 && t->tasks[i].alt_of < 0;
+
+    char *targs[] = {"--listen", "127.0.0.1:0", "--http", "off", "--db", db, "--port-file",
+                     port_file, "--heartbeat-ms", "500", NULL};
+    kt_test_proc_t tr, wk, rn;
+    kt_test_spawn(&tr, "tracker.out", 0, "tracker/ktune-tracker", targs, NULL, NULL);
+    char *addr = port_of(port_file);
+    char *wargs[] = {"--tracker", addr, "--listen", "127.0.0.1:0", NULL};
+    char *rargs[] = {"--tracker", addr, "--listen", "127.0.0.1:0", "--key", "cpu", "--device",
+                     "cpu", NULL};
+    kt_test_spawn(&wk, "worker.out", 0, "worker/ktune-worker", wargs, NULL, NULL);
+    kt_test_spawn(&rn, "runner.out", 0, "server/ktune-runner", rargs, NULL, NULL);
+
+    char *out = NULL;
+    char *run[] = {"run", "--network-file", netfile, "--tracker", addr, "--transfer",
+                   "--transfer-trials", "2", "--check", "--repeat", "1", "--out", out_dir, NULL};
+    ck_assert_msg(run_ktune("run.out", run, &out) == 0, "%s", out);
+    char want[600];
+    snprintf(want, sizeof want,
+             "task 0 (conv2d_nhwc %s): measured by zero-shot job 1 on runner key cpu: its fastest "
+             "of 2 candidates (", t->tasks[0].desc);
+    char *line = strstr(out, want);
+    ck_assert_msg(line && strstr(line, "origin transfer), checked against the reference"), "%s",
+                  out);
+    snprintf(want, sizeof want, "task 3 (conv2d_nhwc %s): measured", t->tasks[3].desc);
+    ck_assert_msg(!strstr(out, want) && strstr(out, "check: largest relative error") &&
+                      !strstr(out, "no record, default schedule"),
+                  "%s", out);
+    free(out);
+
+    /* what the job measured is stored: the next build has a record per task */
+    char *again[] = {"build", "--network-file", netfile, "--tracker", addr, "--transfer",
+                     "--out", out_dir, NULL};
+    ck_assert_msg(run_ktune("again.out", again, &out) == 0, "%s", out);
+    ck_assert_msg(!strstr(out, "zero-shot job") && !strstr(out, "no record"), "%s", out);
+    free(out);
+    char *nokey[] = {"build", "--network-file", netfile, "--tracker", addr, "--transfer",
+                     "--key", "no-such-key", "--out", out_dir, NULL};
+    ck_assert_int_eq(run_ktune("nokey.out", nokey, &out), 1);
+    /* task 3's records are of key cpu: it too is without a record of this key */
+    snprintf(want, sizeof want, "%d tasks without a record", njob + 1);
+    ck_assert_msg(strstr(out, want) && strstr(out, "no runner of device key no-such-key"), "%s",
+                  out);
+    free(out);
+
+    kt_test_proc_t *procs[] = {&rn, &wk, &tr};
+    for (int i = 0; i < 3; i++) {
+        int st = 0;
+        kill(procs[i]->pid, SIGTERM);
+        ck_assert_msg(kt_test_wait(procs[i], 30000, &st), "%s did not stop", procs[i]->log);
+    }
+    s = kt_store_open(db, 0);
+    ck_assert_ptr_nonnull(s);
+    kt_store_job_info_t *info = NULL;
+    ck_assert_int_eq(kt_store_get_job(s, 1, &info), 0);
+    ck_assert_str_eq(info->job.state, "done");
+    ck_assert_int_eq(info->ntasks, njob);
+    kt_store_job_info_free(info);
+    ck_assert_int_eq(kt_store_get_job(s, 2, &info), KT_ENOTFOUND);
+    kt_store_filter_t f = {.job_id = 1};
+    kt_record_list_t *l = NULL;
+    ck_assert_int_eq(kt_store_get_records(s, &f, &l), 0);
+    ck_assert_int_eq((int)l->n, 2 * njob);
+    for (size_t i = 0; i < l->n; i++)
+        for (size_t j = 0; j < i; j++)
+            ck_assert(l->items[i].state_hash != l->items[j].state_hash ||
+                      strcmp(l->items[i].workload_key, l->items[j].workload_key) != 0);
+    kt_record_list_free(l);
+    kt_store_close(s);
+    free(addr);
     kt_net_tasks_free(t);
     kt_net_free(net);
     kt_test_suite_dir_remove();
@@ -814,6 +958,7 @@ int main(void)
     tcase_add_test(tc, transfer_first_round_holds_refitted_states_measured_once);
     tcase_add_test(tc, transfer_gather_counts_records_it_cannot_refit);
     tcase_add_test(tc, transfer_zero_shot_build_runs_a_network_from_another_layers_records);
+    tcase_add_test(tc, transfer_zero_shot_build_through_a_tracker_measures_on_its_runners);
     tcase_add_test(tc, transfer_fill_takes_the_store_models_pick_where_nothing_refits);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

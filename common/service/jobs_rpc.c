@@ -7,6 +7,7 @@
 
 #include "service/jobs_int.h"
 #include "measure/measure.h"
+#include "registry/registry.h"
 #include "rpc/rpc.h"
 #include "te/workload.h"
 #include "util/err.h"
@@ -410,13 +411,18 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
                                 "top_k %d; at most %d (KT_LIMIT_TOP_K)", in->top_k,
                                 KT_LIMIT_TOP_K);
     int k = in->top_k > 0 ? in->top_k : 1;
+    const char *rk = in->runner_key && *in->runner_key ? in->runner_key : NULL;
+    if (rk && !kt_registry_key_ok(rk))
+        return kt_rpc_call_fail(call, KT_RPC_INVALID_ARGUMENT,
+                                "QueryBest: runner_key '%.64s': a device key is letters, digits "
+                                "and ._:-", rk);
     kt_store_t *s = open_store(m);
     int rc = 0;
     size_t cap = 0;
     if (have_key) {
         const char *target = in->target && *in->target ? in->target : "cpu";
         kt_record_list_t *l = NULL;
-        rc = kt_store_top_k(s, ckey, target, k, &l);
+        rc = kt_store_top_k_key(s, ckey, target, rk, k, &l);
         if (rc == 0)
             rc = add_records(call, out, l, &cap);
         kt_record_list_free(l);
@@ -434,7 +440,7 @@ static int h_best(kt_rpc_call_t *call, const ProtobufCMessage *req, ProtobufCMes
         for (int i = 0; rc == 0 && i < info->ntasks; i++) {
             const char *target = in->target && *in->target ? in->target : info->job.target;
             kt_record_list_t *l = NULL;
-            rc = kt_store_top_k(s, info->tasks[i].workload_key, target, k, &l);
+            rc = kt_store_top_k_key(s, info->tasks[i].workload_key, target, rk, k, &l);
             if (rc == 0)
                 rc = add_records(call, out, l, &cap);
             kt_record_list_free(l);

@@ -709,7 +709,8 @@ static int model_pick(checker_t *c, const kt_workload_t *w, int task, kt_model_t
 /* The store model kt_transfer_fill ranks with where nothing re-fits: that
  * of the first of the store's device keys (most records first) that has or
  * can train one on target. NULL when none; *note says which or why not. */
-static kt_model_t *fill_model(kt_store_t *s, const char *target, char *note, size_t notelen)
+static kt_model_t *fill_model(kt_store_t *s, const char *target, const char *runner_key,
+                              char *note, size_t notelen)
 {
     kt_store_stats_t st;
     snprintf(note, notelen, "no store model: fewer than %d records on any device key",
@@ -720,8 +721,13 @@ static kt_model_t *fill_model(kt_store_t *s, const char *target, char *note, siz
     }
     kt_model_t *m = NULL;
     kt_search_store_ref_t ref = {.store = s};
+    if (runner_key)
+        snprintf(note, notelen, "no store model: fewer than %d records on device key %s",
+                 KT_SEARCH_STORE_MODEL_MIN, runner_key);
     for (size_t i = 0; i < st.nkeys && !m; i++) {
         kt_search_store_model_t sm;
+        if (runner_key && strcmp(st.keys[i].key, runner_key) != 0)
+            continue;
         if (kt_search_store_model(&ref, target, st.keys[i].key,
                                   KT_SEARCH_STORE_MODEL_LOAD | KT_SEARCH_STORE_MODEL_BUILD,
                                   &sm) == 0 && sm.model) {
@@ -737,8 +743,8 @@ static kt_model_t *fill_model(kt_store_t *s, const char *target, char *note, siz
 }
 
 int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *skip, int n,
-                     const char *target, const kt_sched_params_t *p, char **states,
-                     char **origin)
+                     const char *target, const char *runner_key, const kt_sched_params_t *p,
+                     char **states, char **origin)
 {
     if (n < 0 || (n > 0 && (!wl || !states || !origin)))
         return kt_err_set(KT_EINVAL, "transfer: bad arguments");
@@ -756,8 +762,8 @@ int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *s
             continue;
         kt_transfer_cand_t c;
         char why[300], from[400];
-        rc = kt_transfer_zero_shot(s, wl[i], target, NULL, p, 8, 4, (uint64_t)i, &c, NULL, why,
-                                   sizeof why);
+        rc = kt_transfer_zero_shot(s, wl[i], target, runner_key, p, 8, 4, (uint64_t)i, &c, NULL,
+                                   why, sizeof why);
         if (rc < 0)
             break;
         if (rc == 0) {
@@ -767,7 +773,7 @@ int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *s
                 model_looked = 1;
                 rc = checker_start(&chk, wl, n, p);
                 if (rc == 0)
-                    model = fill_model(s, target, mnote, sizeof mnote);
+                    model = fill_model(s, target, runner_key, mnote, sizeof mnote);
             }
             char *pick = NULL, pwhy[300] = "";
             int tried = 0;

@@ -145,21 +145,22 @@ int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *tar
 
 /* A network build's zero-shot kernels: for each of n tasks wl[i] whose
  * states[i] is NULL and skip[i] (skip may be NULL) is 0, kt_transfer_zero_shot
- * (the best 8 records of the 4 nearest workloads on target, any runner key;
- * check inputs seeded by the task's index). states[i] gets the chosen
+ * (the best 8 records of the 4 nearest workloads on target and runner_key,
+ * NULL: any; check inputs seeded by the task's index). states[i] gets the chosen
  * state's JSON and origin[i] a sentence saying where it came from
  * ("re-fitted from record R (C ms) of workload K at shape distance D,
  * checked against the reference"); a task left without a state gets
  * origin[i] saying why ("nothing stored to re-fit: ..."). Both malloc'd;
  * other entries are left as they are. A task nothing re-fits takes
- * the first of kt_transfer_model_rank's states that passes the check, under the store model of the first
- * device key (most records first) that has one or has the records to train
- * one (trained and stored then), its origin saying so ("chosen by the store
+ * the first of kt_transfer_model_rank's states that passes the check, under
+ * the store model of runner_key, or without one of the first device key
+ * (most records first) that has one or has the records to train one
+ * (trained and stored then), its origin saying so ("chosen by the store
  * model of key K ..."). Returns the number of states filled or negative
  * (store errors, OOM: entries filled so far stay). */
 int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *skip, int n,
-                     const char *target, const kt_sched_params_t *p, char **states,
-                     char **origin);
+                     const char *target, const char *runner_key, const kt_sched_params_t *p,
+                     char **states, char **origin);
 
 /* Zero-shot where nothing re-fits: up to n states of w in the order
  * `model` (the store model of a device key, trained on other workloads'

@@ -264,14 +264,15 @@ class Tracker:
                             % type(workload).__name__)
         return workload
 
-    def best(self, workload=None, *, job=None, target="", top_k=1):
+    def best(self, workload=None, *, job=None, target="", top_k=1, runner_key=""):
         """The best valid Records (lowest mean cost first) of one workload (its
         key as ktune prints it, or the workload dict) or of every task of a
         job (job: an id or a Job), top_k per workload; target: default cpu,
-        or the job's own."""
+        or the job's own; runner_key: only records measured by runners of
+        that device key (default: any)."""
         if (workload is None) == (job is None):
             raise ValueError("give a workload or a job (one of them)")
-        req = pb.QueryBestRequest(target=target, top_k=top_k)
+        req = pb.QueryBestRequest(target=target, top_k=top_k, runner_key=runner_key)
         if job is not None:
             req.job_id = getattr(job, "id", job)
         else:

@@ -165,6 +165,9 @@ class TrackerTest(unittest.TestCase):
         # The same record by the workload's key and by the workload itself.
         self.assertEqual([r.id for r in self.tracker.best(key)], [best[0].id])
         self.assertEqual([r.id for r in self.tracker.best(MATMUL)], [best[0].id])
+        # Only the records of runners of a key: the runner's, and one no runner has.
+        self.assertEqual([r.id for r in self.tracker.best(key, runner_key="cpu")], [best[0].id])
+        self.assertEqual(self.tracker.best(key, runner_key="nobody"), [])
 
         records = list(job.records())
         self.assertEqual(len(records), status.total_trials)
@@ -242,6 +245,9 @@ class TrackerTest(unittest.TestCase):
             self.assertIn("workload_key", e.exception.message)
             with self.assertRaises(ktune.InvalidArgument):
                 list(self.tracker.records(bad))
+        with self.assertRaises(ktune.InvalidArgument) as e:
+            self.tracker.best(MATMUL, runner_key="no key")
+        self.assertIn("runner_key", e.exception.message)
 
     def test_unknown_job_is_not_found(self):
         with self.assertRaises(ktune.NotFound):
