@@ -182,19 +182,27 @@ static json_t *num_or_null(double v)
     return v > 0 && isfinite(v) ? json_real(v) : json_null();
 }
 
+static json_t *str_or_null(const char *s)
+{
+    return s && *s ? json_string(s) : json_null();
+}
+
 json_t *kt_cli_progress_json(const Ktune__V1__JobProgress *p)
 {
     json_t *tasks = json_array();
     for (size_t i = 0; i < p->n_tasks; i++) {
         const Ktune__V1__TaskProgress *t = p->tasks[i];
         json_array_append_new(
-            tasks, json_pack("{s:i, s:s, s:o, s:o, s:i, s:i, s:f, s:f, s:s}", "id", t->task_id,
-                             "workload_key", t->workload_key ? t->workload_key : "", "latency_s",
-                             num_or_null(t->best_latency), "gflops", num_or_null(t->gflops),
-                             "trials", t->trials, "rounds", t->rounds, "weight", t->weight,
-                             "flops", t->flops, "status", t->status ? t->status : ""));
+            tasks, json_pack("{s:i, s:s, s:o, s:o, s:i, s:i, s:f, s:f, s:s, s:o}", "id",
+                             t->task_id, "workload_key", t->workload_key ? t->workload_key : "",
+                             "latency_s", num_or_null(t->best_latency), "gflops",
+                             num_or_null(t->gflops), "trials", t->trials, "rounds", t->rounds,
+                             "weight", t->weight, "flops", t->flops, "status",
+                             t->status ? t->status : "", "best_origin",
+                             str_or_null(t->best_origin)));
     }
-    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:f, s:o, s:i, s:o}",
+    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:f, s:o, s:i, s:o, "
+                     "s:o}",
                      "job_id", (json_int_t)p->job_id, "state", p->state ? p->state : "",
                      "message", p->message ? p->message : "", "target",
                      p->target ? p->target : "", "policy", p->policy ? p->policy : "",
@@ -203,7 +211,8 @@ json_t *kt_cli_progress_json(const Ktune__V1__JobProgress *p)
                      p->runner_key ? p->runner_key : "", "created", p->created, "budget",
                      p->budget, "total_trials", p->total_trials, "elapsed_s", p->elapsed,
                      "estimated_latency_s", num_or_null(p->estimated_total_latency),
-                     "next_task", p->next_task, "tasks", tasks);
+                     "next_task", p->next_task, "tasks", tasks, "store_model",
+                     str_or_null(p->store_model));
 }
 
 int kt_cli_print_json(json_t *j)
@@ -242,10 +251,44 @@ void kt_cli_print_progress(const Ktune__V1__JobProgress *p, FILE *out)
     fflush(out);
 }
 
+/* One line: how many tasks' bests each origin proposed, and the store
+ * model (version / records) the job's cost model starts from. */
+static void print_origins(const Ktune__V1__JobProgress *p, FILE *out)
+{
+    static const char *const names[] = {"transfer", "model", "random", "sibling", "unknown"};
+    int count[5] = {0}, none = 0;
+    for (size_t i = 0; i < p->n_tasks; i++) {
+        const char *o = p->tasks[i]->best_origin;
+        size_t k = 0;
+        while (o && *o && k < 5 && strcmp(o, names[k]) != 0)
+            k++;
+        if (!o || !*o)
+            none++;
+        else
+            count[k < 5 ? k : 4]++;
+    }
+    fprintf(out, "Best from:");
+    const char *sep = " ";
+    for (int k = 0; k < 5; k++)
+        if (count[k]) {
+            fprintf(out, "%s%s %d", sep, names[k], count[k]);
+            sep = ", ";
+        }
+    if (none)
+        fprintf(out, "%snone yet %d", sep, none);
+    /* Empty also for a job read from the store, which does not keep it. */
+    if (p->store_model && *p->store_model)
+        fprintf(out, " (tasks); its cost model starts from the store model %s\n",
+                p->store_model);
+    else
+        fprintf(out, " (tasks)\n");
+}
+
 void kt_cli_print_best_summary(const Ktune__V1__JobProgress *p, FILE *out)
 {
     fprintf(out, "Best kernels of job %" PRId64 ":\n", p->job_id);
-    fprintf(out, "|  ID  | Latency (ms) | Speed (GFLOPS) | Trials | Weight | Workload key\n");
+    fprintf(out, "|  ID  | Latency (ms) | Speed (GFLOPS) | Trials | Weight | Origin   | "
+                 "Workload key\n");
     for (size_t i = 0; i < p->n_tasks; i++) {
         const Ktune__V1__TaskProgress *t = p->tasks[i];
         char lat[32] = "-", speed[32] = "-";
@@ -253,9 +296,11 @@ void kt_cli_print_best_summary(const Ktune__V1__JobProgress *p, FILE *out)
             snprintf(lat, sizeof lat, "%.4f", t->best_latency * 1e3);
             snprintf(speed, sizeof speed, "%.2f", t->gflops);
         }
-        fprintf(out, "| %4d | %12s | %14s | %6d | %6g | %s\n", t->task_id, lat, speed, t->trials,
-                t->weight, t->workload_key ? t->workload_key : "");
+        fprintf(out, "| %4d | %12s | %14s | %6d | %6g | %-8s | %s\n", t->task_id, lat, speed,
+                t->trials, t->weight, t->best_origin && *t->best_origin ? t->best_origin : "-",
+                t->workload_key ? t->workload_key : "");
     }
+    print_origins(p, out);
     fflush(out);
 }
 
@@ -426,6 +471,8 @@ static void print_one_job(const Ktune__V1__JobProgress *p, int json)
         return;
     }
     kt_cli_print_progress(p, stdout);
+    if (p->n_tasks)
+        print_origins(p, stdout);
     if (p->message && *p->message)
         printf("%s\n", p->message);
 }

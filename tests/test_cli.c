@@ -205,7 +205,8 @@ START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     ck_assert_msg(strstr(out, "[ Task Scheduler ]") && strstr(out, "|  ID  | Latency (ms) |") &&
                       strstr(out, "Estimated total latency:") && strstr(out, "Job 1 done") &&
-                      strstr(out, "Best kernels of job 1"),
+                      strstr(out, "Best kernels of job 1") && strstr(out, "| Origin   |") &&
+                      strstr(out, "Best from: "),
                   "%s", out);
     free(out);
     assert_nothing_left();
@@ -230,7 +231,17 @@ START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
     json_t *t0 = json_array_get(json_object_get(j, "tasks"), 0);
     ck_assert(json_number_value(json_object_get(t0, "latency_s")) > 0);
     double best_s = json_number_value(json_object_get(t0, "latency_s"));
+    char origin[32] = "";
+    const char *o0 = json_string_value(json_object_get(t0, "best_origin"));
+    ck_assert_msg(o0 != NULL, "%s", out);
+    snprintf(origin, sizeof origin, "%s", o0);
     json_decref(j);
+    free(out);
+    char *st1_text[] = {"status", "1", "--db", db, NULL};
+    ck_assert_int_eq(ktune(st1_text, &out), 0);
+    char want[64];
+    snprintf(want, sizeof want, "Best from: %s 1 (tasks)", origin);
+    ck_assert_msg(strstr(out, want), "%s", out);
     free(out);
 
     /* best: the job's task and the workload (by its JSON) agree with status. */
@@ -241,6 +252,8 @@ START_TEST(cli_tune_embedded_finishes_and_read_commands_use_the_store)
     json_t *r0 = json_array_get(json_object_get(j, "records"), 0);
     ck_assert_double_eq_tol(json_number_value(json_object_get(r0, "mean_cost")), best_s,
                             best_s * 1e-9);
+    /* status names the origin of that record */
+    ck_assert_str_eq(json_string_value(json_object_get(r0, "origin")), origin);
     json_decref(j);
     free(out);
     /* a single workload is timed warm by default (a network is not) */
@@ -1030,6 +1043,24 @@ START_TEST(cli_best_shows_the_origin_of_each_best)
         ck_assert_str_eq(json_origin(j, 0), "transfer");
         ck_assert_str_eq(json_origin(j, 1), "unknown");
         json_decref(j);
+        free(out);
+        /* status: the origin of each task's best, as JSON and counted */
+        char *st_json[] = {"status", "1", remote ? "--tracker" : "--db", remote ? addr : db,
+                           "--json", NULL};
+        ck_assert_int_eq(ktune(st_json, &out), 0);
+        j = json_loads(out, 0, NULL);
+        json_t *tasks = json_object_get(j, "tasks");
+        ck_assert_msg(json_array_size(tasks) == 2, "%s", out);
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(tasks, 0),
+                                                           "best_origin")), "transfer");
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(tasks, 1),
+                                                           "best_origin")), "unknown");
+        json_decref(j);
+        free(out);
+        char *st_text[] = {"status", "1", remote ? "--tracker" : "--db", remote ? addr : db,
+                           NULL};
+        ck_assert_int_eq(ktune(st_text, &out), 0);
+        ck_assert_msg(strstr(out, "Best from: transfer 1, unknown 1 (tasks)"), "%s", out);
         free(out);
     }
     free(addr);

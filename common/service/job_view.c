@@ -624,7 +624,8 @@ static double num_or_zero(json_t *v)
 }
 
 int kt_job_view_progress(const kt_job_view_t *v, kt_scheduler_t *sched, const char *state,
-                         const char *message, kt_job_alloc_fn alloc, void *user,
+                         const char *message, const kt_job_best_t *best,
+                         const char *store_model, kt_job_alloc_fn alloc, void *user,
                          Ktune__V1__JobProgress *out)
 {
     json_t *snap = kt_scheduler_snapshot(sched);
@@ -646,7 +647,8 @@ int kt_job_view_progress(const kt_job_view_t *v, kt_scheduler_t *sched, const ch
         !(out->policy = adup(alloc, user, j->policy)) ||
         !(out->strategy = adup(alloc, user, j->strategy)) ||
         !(out->runner_key = adup(alloc, user, j->runner_key)) ||
-        !(out->search_params = adup(alloc, user, v->opts.search_params)))
+        !(out->search_params = adup(alloc, user, v->opts.search_params)) ||
+        !(out->store_model = adup(alloc, user, store_model)))
         goto oom;
     if (n > 0) {
         Ktune__V1__TaskProgress *arr = alloc(user, n * sizeof *arr);
@@ -670,6 +672,12 @@ int kt_job_view_progress(const kt_job_view_t *v, kt_scheduler_t *sched, const ch
                 (i < (size_t)v->ntasks &&
                  !(arr[i].workload_json = adup(alloc, user, kt_workload_json(v->wl[i])))))
                 goto oom;
+            const char *o = best && i < (size_t)v->ntasks &&
+                                    best[i].cost < KT_SCHEDULER_NO_COST
+                                ? kt_store_origin_name(best[i].origin)
+                                : NULL;
+            if (!(arr[i].best_origin = adup(alloc, user, o)))
+                goto oom;
             out->tasks[i] = &arr[i];
         }
         out->n_tasks = n;
@@ -691,6 +699,14 @@ oom:
     return kt_err_set(KT_ENOMEM, "out of memory");
 }
 
+/* kt_job_record_fn: note r as a candidate for its task's best (ctx: the
+ * tasks' kt_job_best_t). */
+static int note_best(int task, const kt_record_t *r, void *ctx)
+{
+    kt_job_best_note(&((kt_job_best_t *)ctx)[task], r);
+    return 0;
+}
+
 int kt_job_view_progress_from_store(kt_store_t *s, int64_t id, kt_job_alloc_fn alloc, void *user,
                                     Ktune__V1__JobProgress *out)
 {
@@ -701,12 +717,20 @@ int kt_job_view_progress_from_store(kt_store_t *s, int64_t id, kt_job_alloc_fn a
     kt_scheduler_config_t cfg;
     kt_scheduler_config_default(&cfg);
     cfg.table_out = NULL;
-    kt_scheduler_t *sched = kt_job_view_scheduler(s, v, &cfg, NULL, NULL);
-    if (!sched)
+    /* Each task's best, noted on the walk that restores the scheduler. */
+    kt_job_best_t *best = malloc((size_t)(v->ntasks > 0 ? v->ntasks : 1) * sizeof *best);
+    for (int i = 0; best && i < v->ntasks; i++)
+        kt_job_best_init(&best[i]);
+    kt_scheduler_t *sched = best ? kt_job_view_scheduler(s, v, &cfg, note_best, best) : NULL;
+    if (!best)
+        rc = kt_err_set(KT_ENOMEM, "out of memory");
+    else if (!sched)
         rc = kt_err_code();
     else
-        rc = kt_job_view_progress(v, sched, v->info->job.state, "", alloc, user, out);
+        rc = kt_job_view_progress(v, sched, v->info->job.state, "", best, NULL, alloc, user,
+                                  out);
     kt_scheduler_free(sched);
     kt_job_view_free(v);
+    free(best);
     return rc;
 }

@@ -191,9 +191,11 @@ void kt_job_arena_clear(kt_job_arena_t *a);
 /* Fill `out` (initialised by the caller) with the job's progress from its
  * scheduler: tasks, estimated latency (0 while unknown), trials, elapsed,
  * the TVM table, budget and the job's identity; state and message as
- * given. 0 or KT_ENOMEM. */
+ * given; with best (one per task) not NULL each task's best_origin, and
+ * store_model (NULL: none) as given. 0 or KT_ENOMEM. */
 int kt_job_view_progress(const kt_job_view_t *v, kt_scheduler_t *sched, const char *state,
-                         const char *message, kt_job_alloc_fn alloc, void *user,
+                         const char *message, const kt_job_best_t *best,
+                         const char *store_model, kt_job_alloc_fn alloc, void *user,
                          Ktune__V1__JobProgress *out);
 
 /* The progress of a job read from the store alone (no tracker). */

@@ -46,17 +46,25 @@ static int job_progress(kt_jobs_t *m, int64_t id, kt_job_alloc_fn alloc, void *u
             kt_err_set(KT_ENOTFOUND, "no job %" PRId64, id);
         return rc;
     }
+    int nt = j->view->ntasks;
+    kt_job_best_t *best = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *best);
     pthread_mutex_lock(&j->mu);
-    char state[16], *msg = kt_strdup(j->message ? j->message : j->waiting);
+    char state[16], store_model[sizeof j->store_model],
+        *msg = kt_strdup(j->message ? j->message : j->waiting);
     snprintf(state, sizeof state, "%s", j->state);
+    snprintf(store_model, sizeof store_model, "%s", j->store_model);
+    for (int i = 0; best && i < nt; i++)
+        best[i] = j->tasks[i].best;
     if (seq)
         *seq = j->seq;
     if (finished)
         *finished = j->finished;
     pthread_mutex_unlock(&j->mu);
-    int rc = msg ? kt_job_view_progress(j->view, j->sched, state, msg, alloc, user, out)
-                 : kt_err_set(KT_ENOMEM, "out of memory");
+    int rc = msg && best ? kt_job_view_progress(j->view, j->sched, state, msg, best, store_model,
+                                                alloc, user, out)
+                         : kt_err_set(KT_ENOMEM, "out of memory");
     free(msg);
+    free(best);
     return rc;
 }
 

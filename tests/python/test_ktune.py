@@ -155,6 +155,8 @@ class TrackerTest(unittest.TestCase):
         status = job.status()
         self.assertEqual(status.budget, 4)
         self.assertEqual(len(status.tasks), 1)
+        # What proposed the best: a fresh store's first round is random sampling.
+        self.assertIn(status.tasks[0].best_origin, ("random", "model", "sibling"))
         key = status.tasks[0].workload_key
         self.assertEqual(key, ktune.workload_key(MATMUL, cli=CLI))
 
