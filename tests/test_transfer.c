@@ -739,6 +739,49 @@ START_TEST(transfer_fill_takes_the_store_models_pick_where_nothing_refits)
 }
 END_TEST
 
+/* A zero-shot build where the store model has loaded for one task and a
+ * later task re-fits: XGBoost's OpenMP pool is in this process then (a
+ * stored model's load starts it), so
+ * that check must not fork from here (a parallel kernel forked after it
+ * hangs); with two threads the build finishes, the depthwise task on the
+ * model's pick and the matmul re-fitted, both checked. */
+START_TEST(transfer_fill_checks_after_the_store_model_loads_without_hanging)
+{
+    setenv("OMP_NUM_THREADS", "2", 1);
+    kt_sched_params_t p = test_params();
+    kt_store_t *s = kt_store_open(":memory:", KT_STORE_CREATE);
+    ck_assert_ptr_nonnull(s);
+    kt_workload_t *mm = workload("{\"op\":\"matmul\",\"M\":64,\"N\":64,\"K\":64}");
+    kt_workload_t *mm2 = workload("{\"op\":\"matmul\",\"M\":48,\"N\":64,\"K\":64}");
+    kt_workload_t *dw = workload("{\"op\":\"depthwise_conv2d_nhwc\",\"N\":1,\"H\":12,\"W\":12,"
+                                 "\"C\":16,\"KH\":3,\"KW\":3,\"padding\":[1,1],"
+                                 "\"epilogue\":[\"bias_add\",\"relu6\"]}");
+    put_workload(s, mm);
+    put_sampled(s, mm, &p, 12, KT_SEARCH_STORE_MODEL_MIN, "cpu", NULL);
+    /* the first build trains and stores the model; the second loads it,
+     * which is what starts XGBoost's pool of threads */
+    const kt_workload_t *tasks[] = {dw, mm2};
+    char *states[2] = {NULL, NULL}, *origin[2] = {NULL, NULL};
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, states, origin), 1);
+    free(states[0]);
+    free(origin[0]);
+    states[0] = origin[0] = NULL;
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 2, "cpu", NULL, &p, states, origin), 2);
+    ck_assert_msg(origin[0] && strstr(origin[0], "chosen by the store model"), "%s", origin[0]);
+    ck_assert_msg(origin[1] && strstr(origin[1], "re-fitted from record") &&
+                      strstr(origin[1], "checked against the reference"),
+                  "%s", origin[1]);
+    for (int i = 0; i < 2; i++) {
+        free(states[i]);
+        free(origin[i]);
+    }
+    kt_workload_free(mm);
+    kt_workload_free(mm2);
+    kt_workload_free(dw);
+    kt_store_close(s);
+}
+END_TEST
+
 START_TEST(transfer_zero_shot_build_runs_a_network_from_another_layers_records)
 {
     kt_test_suite_dir("kt_transfer_");
@@ -961,6 +1004,11 @@ int main(void)
     tcase_add_test(tc, transfer_zero_shot_build_through_a_tracker_measures_on_its_runners);
     tcase_add_test(tc, transfer_fill_takes_the_store_models_pick_where_nothing_refits);
     suite_add_tcase(su, tc);
+    /* its own case: a hang here times out in 120 s, not the core's 300 */
+    TCase *th = tcase_create("threads");
+    tcase_set_timeout(th, 120);
+    tcase_add_test(th, transfer_fill_checks_after_the_store_model_loads_without_hanging);
+    suite_add_tcase(su, th);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

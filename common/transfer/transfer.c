@@ -483,10 +483,32 @@ static int check_state(const kt_workload_t *w, const kt_sched_state_t *st, uint6
     return ok;
 }
 
-int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
-                          const char *runner_key, const kt_sched_params_t *p, int count,
-                          int nworkloads, uint64_t seed, kt_transfer_cand_t *out, int *tried,
-                          char *why, size_t whylen)
+/* How zero_shot checks a candidate: 1 passed, 0 failed (why[] says why),
+ * negative on errors. */
+typedef int (*check_fn)(void *ctx, const kt_workload_t *w, const kt_sched_state_t *st,
+                        char *why, size_t whylen);
+
+typedef struct {
+    kt_codegen_ref_t *ref;
+    uint64_t seed;
+} local_check_t;
+
+/* check_fn in this process. */
+static int check_here(void *ctx, const kt_workload_t *w, const kt_sched_state_t *st, char *why,
+                      size_t whylen)
+{
+    local_check_t *c = ctx;
+    int ok = check_state(w, st, c->seed, &c->ref);
+    if (ok == 0)
+        snprintf(why, whylen, "%s", kt_err_msg());
+    return ok;
+}
+
+/* kt_transfer_zero_shot with each candidate checked by check(ctx, ...). */
+static int zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
+                     const char *runner_key, const kt_sched_params_t *p, int count, int nworkloads,
+                     check_fn check, void *ctx, kt_transfer_cand_t *out, int *tried, char *why,
+                     size_t whylen)
 {
     if (!out)
         return kt_err_set(KT_EINVAL, "transfer: no output");
@@ -509,10 +531,10 @@ int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *tar
         return rc;
     if (why && whylen && set.nreasons > 0)
         snprintf(why, whylen, "%s", set.reasons[0]);
-    kt_codegen_ref_t *ref = NULL;
     int found = 0;
     for (int i = 0; i < set.n && !found && rc == 0; i++) {
-        int ok = check_state(w, set.items[i].state, seed, &ref);
+        char r[420] = "";
+        int ok = check(ctx, w, set.items[i].state, r, sizeof r);
         if (ok < 0) {
             rc = ok;
             break;
@@ -526,13 +548,24 @@ int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *tar
             found = 1;
         } else if (why && whylen && !why[0]) {
             /* a re-fitted state is only a guess until it is checked */
-            snprintf(why, whylen, "the state from record %lld of %.60s failed its check: %s",
-                     (long long)set.items[i].record_id, set.items[i].source_key, kt_err_msg());
+            snprintf(why, whylen, "the state from record %lld of %.60s failed its check: %.200s",
+                     (long long)set.items[i].record_id, set.items[i].source_key, r);
         }
     }
-    kt_codegen_ref_free(ref);
     kt_transfer_set_clear(&set);
     return rc ? rc : found;
+}
+
+int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
+                          const char *runner_key, const kt_sched_params_t *p, int count,
+                          int nworkloads, uint64_t seed, kt_transfer_cand_t *out, int *tried,
+                          char *why, size_t whylen)
+{
+    local_check_t c = {.seed = seed};
+    int rc = zero_shot(s, w, target, runner_key, p, count, nworkloads, check_here, &c, out, tried,
+                       why, whylen);
+    kt_codegen_ref_free(c.ref);
+    return rc;
 }
 
 int kt_transfer_model_rank(const kt_workload_t *w, kt_model_t *model,
@@ -658,6 +691,23 @@ static int checker_check(checker_t *c, int task, const char *json, char *why, si
     return 0;
 }
 
+/* check_fn through the checker; ctx: a checker_at_t. */
+typedef struct {
+    checker_t *c;
+    int task;
+} checker_at_t;
+
+static int check_by_checker(void *ctx, const kt_workload_t *w, const kt_sched_state_t *st,
+                            char *why, size_t whylen)
+{
+    checker_at_t *at = ctx;
+    char *json = kt_sched_state_to_json(st, kt_workload_dag(w));
+    int ok = json ? checker_check(at->c, at->task, json, why, whylen)
+                  : kt_err_set(KT_ENOMEM, "out of memory");
+    free(json);
+    return ok;
+}
+
 static void checker_stop(checker_t *c)
 {
     if (c->req)
@@ -760,20 +810,22 @@ int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *s
     for (int i = 0; i < n; i++) {
         if (states[i] || (skip && skip[i]))
             continue;
+        /* Every check goes to the checker, forked before the store model
+         * may load: once it has, a kernel forked from here would hang. */
+        if (chk.pid < 0 && (rc = checker_start(&chk, wl, n, p)) != 0)
+            break;
         kt_transfer_cand_t c;
         char why[300], from[400];
-        rc = kt_transfer_zero_shot(s, wl[i], target, runner_key, p, 8, 4, (uint64_t)i, &c, NULL,
-                                   why, sizeof why);
+        checker_at_t at = {.c = &chk, .task = i};
+        rc = zero_shot(s, wl[i], target, runner_key, p, 8, 4, check_by_checker, &at, &c, NULL, why,
+                       sizeof why);
         if (rc < 0)
             break;
         if (rc == 0) {
-            /* nothing re-fits: the store model's pick, else the naive kernel;
-             * the checker is forked before the model loads */
+            /* nothing re-fits: the store model's pick, else the naive kernel */
             if (!model_looked) {
                 model_looked = 1;
-                rc = checker_start(&chk, wl, n, p);
-                if (rc == 0)
-                    model = fill_model(s, target, runner_key, mnote, sizeof mnote);
+                model = fill_model(s, target, runner_key, mnote, sizeof mnote);
             }
             char *pick = NULL, pwhy[300] = "";
             int tried = 0;
