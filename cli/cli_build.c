@@ -32,9 +32,9 @@
 enum { O_DB = 1000, O_JOB, O_TARGET, O_ARCH, O_OUT, O_SEED, O_NAME, O_IN, O_OUTPUT, O_REPEAT,
        O_THREADS, O_CHECK, O_TRANSFER, O_TRANSFER_TRIALS, O_KEY, O_HELP };
 
-/* --transfer-trials: candidates a tracker's zero-shot job measures per task
- * (the transfer seeds' default count, search.md's `transfer`). */
-#define TRANSFER_TRIALS 8
+/* --transfer-trials: candidates a zero-shot build times per task (the
+ * transfer seeds' default count, search.md's `transfer`). */
+#define TRANSFER_TRIALS KT_TRANSFER_FILL_TRIALS
 
 typedef struct {
     kt_cli_net_t net;
@@ -64,13 +64,13 @@ static const char *const BUILD_HELP =
     "                        any key)\n"
     "  --seed S              seed of a built-in network's random weights (default 0)\n"
     "  --name NAME           the C prefix of the library (default: the network's name)\n"
-    "  --transfer            a task without a record gets the best state of the nearest\n"
-    "                        stored workloads (same operator, other shapes) re-fitted to\n"
-    "                        it, once its kernel passes the reference check; with --db\n"
-    "                        checked here (CPU), with --tracker measured and checked by\n"
-    "                        a job of --transfer-trials per task on the tracker's\n"
-    "                        workers and runners of --key (default: the target's name)\n"
-    "  --transfer-trials N   candidates that job measures per task (default 8)\n";
+    "  --transfer            a task without a record gets the fastest of the states of\n"
+    "                        the nearest stored workloads (same operator, other shapes)\n"
+    "                        re-fitted to it and the store model's picks, each checked\n"
+    "                        against the reference and timed: with --db here (CPU),\n"
+    "                        with --tracker by a job on the tracker's workers and\n"
+    "                        runners of --key (default: the target's name)\n"
+    "  --transfer-trials N   candidates timed per task (default 8, at most 64)\n";
 
 static void build_usage(FILE *f)
 {
@@ -240,7 +240,7 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
         case O_CHECK: a->check = 1; break;
         case O_TRANSFER: a->transfer = 1; break;
         case O_TRANSFER_TRIALS:
-            if (kt_cli_parse_num(cmd, "--transfer-trials", optarg, 1, 1024, &v))
+            if (kt_cli_parse_num(cmd, "--transfer-trials", optarg, 1, 64, &v))
                 return 2;
             a->transfer_trials = (int)v;
             break;
@@ -315,9 +315,9 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
                         "runner: give --tracker\n", cmd);
         return 2;
     }
-    if (a->transfer_trials && !(a->transfer && a->conn.tracker)) {
-        fprintf(stderr, "ktune %s: --transfer-trials is the tracker's zero-shot job: give "
-                        "--transfer and --tracker\n", cmd);
+    if (a->transfer_trials && !a->transfer) {
+        fprintf(stderr, "ktune %s: --transfer-trials is the candidates --transfer times per "
+                        "task: give --transfer\n", cmd);
         return 2;
     }
     if (a->key && a->job) {
@@ -333,8 +333,8 @@ static int parse_args(const char *cmd, int run, int argc, char **argv, build_arg
 /* --transfer: the tasks without a record (an alternative's direct task
  * speaks for it) get a checked re-fitted kernel; each says where its
  * kernel comes from. 0 or negative. */
-static int transfer_tasks(kt_store_t *s, const kt_net_tasks_t *t, const char *key, char **states,
-                          char **origin)
+static int transfer_tasks(kt_store_t *s, const kt_net_tasks_t *t, const build_args_t *a,
+                          char **states, double *ms, char **origin)
 {
     const kt_workload_t **wl = calloc((size_t)t->ntasks + 1, sizeof *wl);
     int *skip = calloc((size_t)t->ntasks + 1, sizeof *skip), rc = 0;
@@ -342,7 +342,8 @@ static int transfer_tasks(kt_store_t *s, const kt_net_tasks_t *t, const char *ke
         wl[i] = t->tasks[i].wl;
         skip[i] = t->tasks[i].alt_of >= 0;
     }
-    rc = wl && skip ? kt_transfer_fill(s, wl, skip, t->ntasks, "cpu", key, NULL, states, origin)
+    rc = wl && skip ? kt_transfer_fill(s, wl, skip, t->ntasks, "cpu", a->key, NULL,
+                                       a->transfer_trials, states, origin, ms)
                     : kt_err_set(KT_ENOMEM, "out of memory");
     for (int i = 0; rc >= 0 && i < t->ntasks; i++)
         if (states[i] || origin[i])
@@ -436,7 +437,7 @@ static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tas
         kt_record_list_free(l);
     }
     if (rc == 0 && a->transfer)
-        rc = transfer_tasks(s, t, a->key, states, origin);
+        rc = transfer_tasks(s, t, a, states, ms, origin);
     kt_store_close(s);
     return rc ? kt_cli_fail(cmd) : 0;
 }

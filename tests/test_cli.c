@@ -791,7 +791,7 @@ START_TEST(cli_bad_arguments_are_refused_and_change_nothing)
         {{"build", "--network", "resnet-18", "--out", dir, "--key", "cpu", "--job", "1"}, 2,
          "--job takes that job's records"},
         {{"build", "--network", "resnet-18", "--out", dir, "--transfer-trials", "4"}, 2,
-         "--transfer-trials is the tracker's zero-shot job"},
+         "--transfer-trials is the candidates --transfer times per task"},
         {{"build", "--network", "resnet-18", "--out", dir, "--transfer", "--transfer-trials",
           "0", "--tracker", "127.0.0.1:1"}, 2, "--transfer-trials wants an integer"},
         {{"build", "--network", "resnet-18", "--out", dir, "--transfer", "--target", "cuda"}, 2,

@@ -695,7 +695,9 @@ START_TEST(transfer_fill_takes_the_store_models_pick_where_nothing_refits)
     put_workload(s, mm);
     put_sampled(s, mm, &p, 11, KT_SEARCH_STORE_MODEL_MIN / 2, "cpu", NULL);
     char *states[1] = {NULL}, *origin[1] = {NULL};
-    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, states, origin), 0);
+    double ms[1] = {0};
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, 4, states, origin, ms),
+                     0);
     ck_assert_ptr_null(states[0]);
     ck_assert_msg(origin[0] && strstr(origin[0], "nothing stored to re-fit") &&
                       strstr(origin[0], "no store model"),
@@ -704,11 +706,14 @@ START_TEST(transfer_fill_takes_the_store_models_pick_where_nothing_refits)
     origin[0] = NULL;
 
     put_sampled(s, mm, &p, 12, KT_SEARCH_STORE_MODEL_MIN, "cpu", NULL);
-    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, states, origin), 1);
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, 4, states, origin, ms),
+                     1);
     ck_assert_ptr_nonnull(states[0]);
     ck_assert_msg(origin[0] && strstr(origin[0], "chosen by the store model of key cpu") &&
+                      strstr(origin[0], "the fastest of 4 candidates timed here") &&
                       strstr(origin[0], "checked against the reference"),
                   "%s", origin[0]);
+    ck_assert_msg(ms[0] > 0, "%g", ms[0]);
     /* the pick is a valid state of the task, and the model was kept */
     kt_sched_state_t *st = kt_sched_state_from_json(states[0], kt_workload_dag(dw), &p);
     ck_assert_msg(st != NULL, "%s", kt_err_msg());
@@ -720,10 +725,12 @@ START_TEST(transfer_fill_takes_the_store_models_pick_where_nothing_refits)
     ck_assert_int_eq(kt_store_get_cost_model(s, "cpu", "cpu", &row), 0);
     ck_assert_int_ge(row->records, KT_SEARCH_STORE_MODEL_MIN);
     kt_store_cost_model_free(row);
-    /* the same seed and model: the same pick */
+    /* the stored model is loaded the next time: the same candidates, timed again */
     char *again[1] = {NULL}, *origin2[1] = {NULL};
-    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, again, origin2), 1);
-    ck_assert_str_eq(again[0], states[0]);
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, 4, again, origin2, NULL),
+                     1);
+    ck_assert_msg(origin2[0] && strstr(origin2[0], "chosen by the store model of key cpu"), "%s",
+                  origin2[0]);
     free(again[0]);
     free(origin2[0]);
     free(states[0]);
@@ -744,7 +751,8 @@ END_TEST
  * stored model's load starts it), so
  * that check must not fork from here (a parallel kernel forked after it
  * hangs); with two threads the build finishes, the depthwise task on the
- * model's pick and the matmul re-fitted, both checked. */
+ * model's pick and the matmul on the fastest of its re-fitted states and
+ * the model's picks, all checked and timed. */
 START_TEST(transfer_fill_checks_after_the_store_model_loads_without_hanging)
 {
     setenv("OMP_NUM_THREADS", "2", 1);
@@ -762,13 +770,17 @@ START_TEST(transfer_fill_checks_after_the_store_model_loads_without_hanging)
      * which is what starts XGBoost's pool of threads */
     const kt_workload_t *tasks[] = {dw, mm2};
     char *states[2] = {NULL, NULL}, *origin[2] = {NULL, NULL};
-    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, states, origin), 1);
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 1, "cpu", NULL, &p, 2, states, origin, NULL),
+                     1);
     free(states[0]);
     free(origin[0]);
     states[0] = origin[0] = NULL;
-    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 2, "cpu", NULL, &p, states, origin), 2);
+    ck_assert_int_eq(kt_transfer_fill(s, tasks, NULL, 2, "cpu", NULL, &p, 4, states, origin, NULL),
+                     2);
     ck_assert_msg(origin[0] && strstr(origin[0], "chosen by the store model"), "%s", origin[0]);
-    ck_assert_msg(origin[1] && strstr(origin[1], "re-fitted from record") &&
+    /* the matmul's candidates: 2 re-fitted, then the model's picks */
+    ck_assert_msg(origin[1] && strstr(origin[1], "timed here") &&
+                      strstr(origin[1], "2 re-fitted, 2 of the") &&
                       strstr(origin[1], "checked against the reference"),
                   "%s", origin[1]);
     for (int i = 0; i < 2; i++) {
@@ -831,7 +843,7 @@ START_TEST(transfer_zero_shot_build_runs_a_network_from_another_layers_records)
     char lib[700];
     snprintf(lib, sizeof lib, "%s/small_cnn.c", out_dir);
     char *c = kt_file_read(lib, NULL);
-    ck_assert_msg(c && strstr(c, "a schedule not measured for this task, re-fitted from record"),
+    ck_assert_msg(c && strstr(c, "a schedule not tuned for this task, re-fitted from record"),
                   "%s", lib);
     free(c);
     /* --key: another device key's records are neither task 3's own nor re-fitted */

@@ -738,7 +738,7 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         kt_netlib_put_comment(&t, tasks->tasks[i].desc);
         if (kernels[i].state_json) {
             if (kernels[i].origin) {
-                kt_sbuf_puts(&t, "; a schedule not measured for this task, ");
+                kt_sbuf_puts(&t, "; a schedule not tuned for this task, ");
                 kt_netlib_put_comment(&t, kernels[i].origin);
                 kt_sbuf_puts(&t, ". */\n");
             } else

@@ -36,8 +36,8 @@
 typedef struct {
     const char *state_json;   /* the schedule state (a record's), or NULL: the reference */
     double measured_ms;       /* its record's mean cost, for the comments; 0 when none */
-    const char *origin;       /* where a schedule not measured for this task came from, for
-                                 the comments ("re-fitted from ..."); NULL: its record */
+    const char *origin;       /* where a schedule not tuned for this task came from, for the
+                                 comments ("re-fitted from ..."); NULL: its record */
 } kt_netlib_kernel_t;
 
 typedef struct {

@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include "codegen/verify.h"
+#include "measure/builder.h"
+#include "measure/measurer.h"
+#include "measure/runner.h"
 #include "util/err.h"
 #include "util/util.h"
 
@@ -591,53 +594,101 @@ int kt_transfer_model_rank(const kt_workload_t *w, kt_model_t *model,
     return got;
 }
 
-/* ---- checks in a process of their own ----------------------------------------- */
+/* ---- candidates timed in a process of their own ------------------------------ */
 
 /*
  * A process that has run XGBoost holds an OpenMP thread pool, and a child
  * it forks hangs in its first parallel region (libgomp is not fork-safe).
- * The kernels a zero-shot build checks run in forked children and are
- * parallel, so once the store model is loaded the checks go to a checker:
- * a child forked before that, which never loads a model. It reads
- * "TASK LEN\n" and LEN bytes of state JSON, and answers "1\n" (passed) or
- * "0 REASON\n"; it exits at the end of its input.
+ * A zero-shot build times its candidates in forked children, and they are
+ * parallel, so every candidate goes to a timer: a child forked before the
+ * store model loads, which never loads one and runs no kernel itself (the
+ * runner forks for each). It reads "TASK N\n" and N times "LEN\n" and LEN
+ * bytes of state JSON, and answers a line per state: "1 SECONDS" (built,
+ * checked against the reference, mean time) or "0 REASON"; it exits at the
+ * end of its input.
  */
 typedef struct {
     pid_t pid;
     FILE *req, *rep;
-} checker_t;
+} cand_timer_t;
 
-static void checker_serve(FILE *in, FILE *out, const kt_workload_t *const *wl, int n,
-                          const kt_sched_params_t *p)
+/* The most states one request times. */
+#define TIMER_MAX_BATCH 64
+
+/* Time `k` states of w (k <= TIMER_MAX_BATCH) on this machine, as a network
+ * job measures a CPU task (weights flushed, checked); write the answers. */
+static void timer_batch(FILE *out, kt_measurer_t *m, const kt_workload_t *w,
+                        kt_sched_state_t **st, int k)
 {
-    kt_codegen_ref_t *ref = NULL;
-    int ref_task = -1, task;
-    size_t len;
-    while (fscanf(in, "%d %zu", &task, &len) == 2 && fgetc(in) == '\n') {
-        char *json = task >= 0 && task < n && len < (1u << 24) ? malloc(len + 1) : NULL;
-        if (!json || fread(json, 1, len, in) != len)
-            break;
-        json[len] = '\0';
-        if (task != ref_task) {
-            kt_codegen_ref_free(ref);
-            ref = NULL;
-            ref_task = task;
-        }
-        kt_sched_state_t *st = kt_sched_state_from_json(json, kt_workload_dag(wl[task]), p);
-        int ok = st ? check_state(wl[task], st, (uint64_t)task, &ref) : 0;
-        kt_sched_state_free(st);
-        free(json);
-        if (ok > 0)
-            fputs("1\n", out);
-        else
+    kt_sched_state_t *ok[TIMER_MAX_BATCH];
+    kt_measure_result_t res[TIMER_MAX_BATCH];
+    int nok = 0;
+    for (int j = 0; j < k; j++)
+        if (st[j])
+            ok[nok++] = st[j];
+    memset(res, 0, sizeof res);
+    int rc = nok > 0 ? kt_search_measure_local(m, w, ok, nok, res) : 0;
+    for (int j = 0, r = 0; j < k; j++) {
+        if (!st[j])
+            fputs("0 not a state of the task\n", out);
+        else if (rc < 0)
             fprintf(out, "0 %.400s\n", kt_err_msg());
-        fflush(out);
+        else if (res[r].error_no == KT_MEASURE_NO_ERROR)
+            fprintf(out, "1 %.9g\n", res[r].mean);
+        else
+            fprintf(out, "0 %s: %.380s\n", kt_measure_error_name(res[r].error_no),
+                    res[r].error_msg ? res[r].error_msg : "");
+        r += st[j] != NULL;
     }
-    kt_codegen_ref_free(ref);
+    for (int r = 0; r < nok; r++)
+        kt_measure_result_clear(&res[r]);
+    fflush(out);
 }
 
-static int checker_start(checker_t *c, const kt_workload_t *const *wl, int n,
-                         const kt_sched_params_t *p)
+static void timer_serve(FILE *in, FILE *out, const kt_workload_t *const *wl, int n,
+                        const kt_sched_params_t *p)
+{
+    kt_builder_opts_t bo;
+    kt_builder_opts_default(&bo);
+    kt_runner_opts_t ro;
+    kt_runner_opts_default(&ro);
+    ro.repeat = 3;
+    ro.flush_weights = 1;   /* a network's weights come from memory, as its jobs time them */
+    ro.check_correctness = 1;
+    kt_builder_t *b = kt_builder_new(&bo);
+    kt_runner_t *r = b ? kt_runner_new(&ro) : NULL;
+    kt_measurer_t *m = r ? kt_measurer_new(b, r, -1) : NULL;
+    int task, k;
+    while (m && fscanf(in, "%d %d", &task, &k) == 2 && fgetc(in) == '\n' && task >= 0 &&
+           task < n && k >= 1 && k <= TIMER_MAX_BATCH) {
+        kt_sched_state_t *st[TIMER_MAX_BATCH] = {0};
+        int j = 0;
+        size_t len;
+        for (; j < k && fscanf(in, "%zu", &len) == 1 && fgetc(in) == '\n' && len < (1u << 24);
+             j++) {
+            char *json = malloc(len + 1);
+            if (!json || fread(json, 1, len, in) != len) {
+                free(json);
+                break;
+            }
+            json[len] = '\0';
+            st[j] = kt_sched_state_from_json(json, kt_workload_dag(wl[task]), p);
+            free(json);
+        }
+        if (j == k)
+            timer_batch(out, m, wl[task], st, k);
+        for (int i = 0; i < j; i++)
+            kt_sched_state_free(st[i]);
+        if (j != k)
+            break;
+    }
+    kt_measurer_free(m);
+    kt_runner_free(r);
+    kt_builder_free(b);
+}
+
+static int timer_start(cand_timer_t *c, const kt_workload_t *const *wl, int n,
+                       const kt_sched_params_t *p)
 {
     int to[2], from[2];
     memset(c, 0, sizeof *c);
@@ -663,7 +714,7 @@ static int checker_start(checker_t *c, const kt_workload_t *const *wl, int n,
         close(from[0]);
         FILE *in = fdopen(to[0], "r"), *out = fdopen(from[1], "w");
         if (in && out)
-            checker_serve(in, out, wl, n, p);
+            timer_serve(in, out, wl, n, p);
         _exit(0);
     }
     close(to[0]);
@@ -676,39 +727,37 @@ static int checker_start(checker_t *c, const kt_workload_t *const *wl, int n,
     return 0;
 }
 
-/* 1 passed, 0 failed (why[] says why), negative when the checker is gone. */
-static int checker_check(checker_t *c, int task, const char *json, char *why, size_t whylen)
+/* Time k states (JSON) of task `task`: cost[j] the mean in seconds, or
+ * negative when state j failed (why[j] says why). 0, or negative when the
+ * timer is gone. */
+static int timer_time(cand_timer_t *c, int task, char *const *json, int k, double *cost,
+                      char (*why)[200])
 {
-    char line[512];
-    size_t len = strlen(json);
-    if (fprintf(c->req, "%d %zu\n", task, len) < 0 || fwrite(json, 1, len, c->req) != len ||
-        fflush(c->req) != 0 || !fgets(line, sizeof line, c->rep))
-        return kt_err_set(KT_EIO, "transfer: the kernel checker stopped");
-    line[strcspn(line, "\n")] = '\0';
-    if (line[0] == '1')
-        return 1;
-    snprintf(why, whylen, "%.400s", line[0] == '0' && line[1] ? line + 2 : line);
+    if (fprintf(c->req, "%d %d\n", task, k) < 0)
+        return kt_err_set(KT_EIO, "transfer: the kernel timer stopped");
+    for (int j = 0; j < k; j++) {
+        size_t len = strlen(json[j]);
+        if (fprintf(c->req, "%zu\n", len) < 0 || fwrite(json[j], 1, len, c->req) != len)
+            return kt_err_set(KT_EIO, "transfer: the kernel timer stopped");
+    }
+    if (fflush(c->req) != 0)
+        return kt_err_set(KT_EIO, "transfer: the kernel timer stopped");
+    for (int j = 0; j < k; j++) {
+        char line[512];
+        if (!fgets(line, sizeof line, c->rep))
+            return kt_err_set(KT_EIO, "transfer: the kernel timer stopped");
+        line[strcspn(line, "\n")] = '\0';
+        cost[j] = -1;
+        why[j][0] = '\0';
+        if (line[0] == '1' && line[1] == ' ')
+            cost[j] = strtod(line + 2, NULL);
+        else
+            snprintf(why[j], sizeof why[j], "%.190s", line[0] == '0' && line[1] ? line + 2 : line);
+    }
     return 0;
 }
 
-/* check_fn through the checker; ctx: a checker_at_t. */
-typedef struct {
-    checker_t *c;
-    int task;
-} checker_at_t;
-
-static int check_by_checker(void *ctx, const kt_workload_t *w, const kt_sched_state_t *st,
-                            char *why, size_t whylen)
-{
-    checker_at_t *at = ctx;
-    char *json = kt_sched_state_to_json(st, kt_workload_dag(w));
-    int ok = json ? checker_check(at->c, at->task, json, why, whylen)
-                  : kt_err_set(KT_ENOMEM, "out of memory");
-    free(json);
-    return ok;
-}
-
-static void checker_stop(checker_t *c)
+static void timer_stop(cand_timer_t *c)
 {
     if (c->req)
         fclose(c->req);
@@ -719,41 +768,6 @@ static void checker_stop(checker_t *c)
         }
     memset(c, 0, sizeof *c);
     c->pid = -1;
-}
-
-/* Where nothing re-fits: the model's ranked states for task i, checked in
- * order by the checker until one passes. 1 and *json (the caller's), 0
- * when none does (why[] says the first failure), negative on errors. */
-static int model_pick(checker_t *c, const kt_workload_t *w, int task, kt_model_t *model,
-                      const kt_sched_params_t *p, char **json, int *tried, char *why,
-                      size_t whylen)
-{
-    kt_sched_state_t **v = NULL;
-    int n = kt_transfer_model_rank(w, model, p, (uint64_t)task, KT_TRANSFER_PICK_CHECKS, &v);
-    int rc = n < 0 ? n : 0;
-    *json = NULL;
-    *tried = 0;
-    why[0] = '\0';
-    for (int i = 0; i < n && rc == 0 && !*json; i++) {
-        char *j = kt_sched_state_to_json(v[i], kt_workload_dag(w)), r[420];
-        int ok = j ? checker_check(c, task, j, r, sizeof r) : kt_err_set(KT_ENOMEM, "out of memory");
-        if (ok < 0)
-            rc = ok;
-        else
-            (*tried)++;
-        if (ok > 0)
-            *json = j;
-        else
-            free(j);
-        if (ok == 0 && !why[0])
-            snprintf(why, whylen, "the model's pick %d failed its check: %.200s", i + 1, r);
-    }
-    for (int i = 0; i < (n > 0 ? n : 0); i++)
-        kt_sched_state_free(v[i]);
-    free(v);
-    if (rc == 0 && n == 0)
-        snprintf(why, whylen, "the model's search found no state");
-    return rc ? rc : *json != NULL;
 }
 
 /* The store model kt_transfer_fill ranks with where nothing re-fits: that
@@ -792,80 +806,138 @@ static kt_model_t *fill_model(kt_store_t *s, const char *target, const char *run
     return m;
 }
 
+/* Task i's zero-shot candidates: up to `trials` states, the re-fitted ones
+ * of `set` first (at most half of them when the store model can add its
+ * picks), then the model's picks not already among them; their JSON into
+ * json[] (malloc'd), src[j] the set's index or -1 for a pick. Returns the
+ * count or negative. */
+static int fill_candidates(const kt_workload_t *w, int i, const kt_transfer_set_t *set,
+                           kt_model_t *model, const kt_sched_params_t *p, int trials,
+                           char **json, int *src)
+{
+    const kt_dag_t *dag = kt_workload_dag(w);
+    int nref = set->n < trials ? set->n : trials, k = 0, rc = 0;
+    if (model && nref > trials - trials / 2)
+        nref = trials - trials / 2;
+    uint64_t hash[TIMER_MAX_BATCH];
+    for (; k < nref; k++) {
+        if (!(json[k] = kt_sched_state_to_json(set->items[k].state, dag)))
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        hash[k] = kt_sched_state_hash(set->items[k].state, dag);
+        src[k] = k;
+    }
+    if (!model || k >= trials)
+        return k;
+    kt_sched_state_t **v = NULL;
+    int np = kt_transfer_model_rank(w, model, p, (uint64_t)i, trials - k, &v);
+    if (np < 0)
+        return np;
+    for (int j = 0; j < np; j++) {
+        uint64_t h = kt_sched_state_hash(v[j], dag);
+        int seen = 0;
+        for (int q = 0; q < k && !seen; q++)
+            seen = hash[q] == h;
+        if (!seen && k < trials && rc == 0) {
+            if ((json[k] = kt_sched_state_to_json(v[j], dag))) {
+                hash[k] = h;
+                src[k++] = -1;
+            } else {
+                rc = kt_err_set(KT_ENOMEM, "out of memory");
+            }
+        }
+        kt_sched_state_free(v[j]);
+    }
+    free(v);
+    return rc ? rc : k;
+}
+
 int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *skip, int n,
                      const char *target, const char *runner_key, const kt_sched_params_t *p,
-                     char **states, char **origin)
+                     int trials, char **states, char **origin, double *ms)
 {
     if (n < 0 || (n > 0 && (!wl || !states || !origin)))
         return kt_err_set(KT_EINVAL, "transfer: bad arguments");
+    if (trials < 0 || trials > TIMER_MAX_BATCH)
+        return kt_err_set(KT_EINVAL, "transfer: %d candidates per task; 1 to %d", trials,
+                          TIMER_MAX_BATCH);
+    if (trials == 0)
+        trials = KT_TRANSFER_FILL_TRIALS;
     int filled = 0, rc = 0, model_looked = 0;
     kt_model_t *model = NULL;
     char mnote[200] = "";
-    checker_t chk = {.pid = -1};
+    cand_timer_t tm = {.pid = -1};
     kt_sched_params_t defp;
     if (!p) {
         kt_sched_params_default(&defp);
         p = &defp;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rc == 0; i++) {
         if (states[i] || (skip && skip[i]))
             continue;
-        /* Every check goes to the checker, forked before the store model
-         * may load: once it has, a kernel forked from here would hang. */
-        if (chk.pid < 0 && (rc = checker_start(&chk, wl, n, p)) != 0)
+        /* Every kernel runs under the timer, forked before the store model
+         * loads: once it has, a kernel forked from here would hang. */
+        if (tm.pid < 0 && (rc = timer_start(&tm, wl, n, p)) != 0)
             break;
-        kt_transfer_cand_t c;
-        char why[300], from[400];
-        checker_at_t at = {.c = &chk, .task = i};
-        rc = zero_shot(s, wl[i], target, runner_key, p, 8, 4, check_by_checker, &at, &c, NULL, why,
-                       sizeof why);
-        if (rc < 0)
+        kt_transfer_set_t set;
+        if ((rc = kt_transfer_gather(s, wl[i], target, runner_key, p, 8, 4, &set)) != 0)
             break;
-        if (rc == 0) {
-            /* nothing re-fits: the store model's pick, else the naive kernel */
-            if (!model_looked) {
-                model_looked = 1;
-                model = fill_model(s, target, runner_key, mnote, sizeof mnote);
-            }
-            char *pick = NULL, pwhy[300] = "";
-            int tried = 0;
-            if (rc == 0 && model)
-                rc = model_pick(&chk, wl[i], i, model, p, &pick, &tried, pwhy, sizeof pwhy);
-            if (rc < 0)
-                break;
-            if (pick) {
-                snprintf(from, sizeof from,
-                         "chosen by %s from its search's best %d (%d checked) and checked "
-                         "against the reference; nothing stored to re-fit%s%.200s",
-                         mnote, KT_TRANSFER_PICK_CHECKS, tried, why[0] ? ": " : "", why);
-                states[i] = pick;
-                filled++;
-            } else {
-                snprintf(from, sizeof from, "nothing stored to re-fit%s%.200s; %s", why[0] ? ": " : "",
-                         why, model ? pwhy : mnote);
-            }
-            rc = 0;
-            if (!(origin[i] = kt_strdup(from))) {
-                rc = kt_err_set(KT_ENOMEM, "out of memory");
-                break;
-            }
-            continue;
+        if (!model_looked) {
+            model_looked = 1;
+            model = fill_model(s, target, runner_key, mnote, sizeof mnote);
         }
-        snprintf(from, sizeof from,
-                 "re-fitted from record %lld (%.4f ms) of workload %s at shape distance %.3g, "
-                 "checked against the reference",
-                 (long long)c.record_id, c.source_cost * 1e3, c.source_key, c.distance);
-        states[i] = kt_sched_state_to_json(c.state, kt_workload_dag(wl[i]));
-        origin[i] = kt_strdup(from);
-        kt_transfer_cand_clear(&c);
-        if (!states[i] || !origin[i]) {
+        char *json[TIMER_MAX_BATCH] = {0}, why[TIMER_MAX_BATCH][200], from[700];
+        int src[TIMER_MAX_BATCH];
+        double cost[TIMER_MAX_BATCH];
+        int k = fill_candidates(wl[i], i, &set, model, p, trials, json, src), best = -1;
+        if (k < 0)
+            rc = k;
+        else if (k > 0)
+            rc = timer_time(&tm, i, json, k, cost, why);
+        for (int j = 0; rc == 0 && j < k; j++)
+            if (cost[j] >= 0 && (best < 0 || cost[j] < cost[best]))
+                best = j;
+        int nref = 0;
+        for (int j = 0; j < (k > 0 ? k : 0); j++)
+            nref += src[j] >= 0;
+        const char *none = set.nreasons > 0 ? set.reasons[0] : "";
+        if (rc != 0) {
+            /* nothing more to say: the loop ends */
+        } else if (k == 0) {
+            snprintf(from, sizeof from, "nothing stored to re-fit%s%.200s; %s", none[0] ? ": " : "",
+                     none, model ? "the store model's search found no state" : mnote);
+        } else if (best < 0) {
+            snprintf(from, sizeof from, "none of %d candidates (%d re-fitted, %d of the store "
+                     "model) passed; the first: %.200s", k, nref, k - nref, why[0]);
+        } else if (src[best] >= 0) {
+            const kt_transfer_cand_t *c = &set.items[src[best]];
+            snprintf(from, sizeof from,
+                     "re-fitted from record %lld (%.4f ms) of workload %s at shape distance "
+                     "%.3g: the fastest of %d candidates timed here (%.4f ms; %d re-fitted, %d "
+                     "of the store model), checked against the reference",
+                     (long long)c->record_id, c->source_cost * 1e3, c->source_key, c->distance,
+                     k, cost[best] * 1e3, nref, k - nref);
+        } else {
+            snprintf(from, sizeof from,
+                     "chosen by %s: the fastest of %d candidates timed here (%.4f ms; %d "
+                     "re-fitted, %d of the model), checked against the reference%s%s%.200s",
+                     mnote, k, cost[best] * 1e3, nref, k - nref,
+                     nref ? "" : "; nothing stored to re-fit", !nref && none[0] ? ": " : "",
+                     nref ? "" : none);
+        }
+        if (rc == 0 && !(origin[i] = kt_strdup(from)))
             rc = kt_err_set(KT_ENOMEM, "out of memory");
-            break;
+        if (rc == 0 && best >= 0) {
+            states[i] = json[best];
+            json[best] = NULL;
+            if (ms)
+                ms[i] = cost[best] * 1e3;
+            filled++;
         }
-        filled++;
-        rc = 0;
+        for (int j = 0; j < (k > 0 ? k : 0); j++)
+            free(json[j]);
+        kt_transfer_set_clear(&set);
     }
-    checker_stop(&chk);
+    timer_stop(&tm);
     kt_model_free(model);
     return rc < 0 ? rc : filled;
 }

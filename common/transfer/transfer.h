@@ -144,23 +144,28 @@ int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *tar
                           char *why, size_t whylen);
 
 /* A network build's zero-shot kernels: for each of n tasks wl[i] whose
- * states[i] is NULL and skip[i] (skip may be NULL) is 0, kt_transfer_zero_shot
- * (the best 8 records of the 4 nearest workloads on target and runner_key,
- * NULL: any; check inputs seeded by the task's index). states[i] gets the chosen
- * state's JSON and origin[i] a sentence saying where it came from
- * ("re-fitted from record R (C ms) of workload K at shape distance D,
- * checked against the reference"); a task left without a state gets
- * origin[i] saying why ("nothing stored to re-fit: ..."). Both malloc'd;
- * other entries are left as they are. A task nothing re-fits takes
- * the first of kt_transfer_model_rank's states that passes the check, under
- * the store model of runner_key, or without one of the first device key
- * (most records first) that has one or has the records to train one
- * (trained and stored then), its origin saying so ("chosen by the store
- * model of key K ..."). Returns the number of states filled or negative
- * (store errors, OOM: entries filled so far stay). */
+ * states[i] is NULL and skip[i] (skip may be NULL) is 0, up to `trials`
+ * candidates (0: KT_TRANSFER_FILL_TRIALS; at most 64): the states of
+ * kt_transfer_gather (the best 8 records of the 4 nearest workloads on
+ * target and runner_key, NULL: any), at most half of them when there is a
+ * store model, then kt_transfer_model_rank's picks under the store model
+ * of runner_key, or without one of the first device key (most records
+ * first) that has one or has the records to train one (trained and stored
+ * then). Each is built, checked against the reference and timed on this
+ * machine (weights flushed, as a network job times them) in a process
+ * forked before the model loads, and the fastest is kept: states[i] gets
+ * its JSON, ms[i] (ms optional) its time in ms, origin[i] a sentence
+ * saying where it came from ("re-fitted from record R (C ms) of workload K
+ * at shape distance D: the fastest of 8 candidates timed here ..." or
+ * "chosen by the store model of key K ..."); a task left without a state
+ * gets origin[i] saying why ("nothing stored to re-fit: ..."). Strings
+ * malloc'd; other entries are left as they are. Returns the number of
+ * states filled or negative (store errors, OOM: entries filled so far
+ * stay). Builds and times `trials` kernels per task (about a second each). */
+#define KT_TRANSFER_FILL_TRIALS 8
 int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *skip, int n,
                      const char *target, const char *runner_key, const kt_sched_params_t *p,
-                     char **states, char **origin);
+                     int trials, char **states, char **origin, double *ms);
 
 /* Zero-shot where nothing re-fits: up to n states of w in the order
  * `model` (the store model of a device key, trained on other workloads'
@@ -170,8 +175,8 @@ int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *s
  * *out (a malloc'd array of states, the caller's), or negative: KT_EINVAL
  * for an untrained model. Nothing is checked here: XGBoost leaves an
  * OpenMP pool behind, and a kernel check forked after it would hang, so
- * kt_transfer_fill checks in a process forked before the model loads.
- * kt_transfer_fill checks KT_TRANSFER_PICK_CHECKS of them. */
+ * kt_transfer_fill times them in a process forked before the model loads.
+ * A zero-shot pick ranks KT_TRANSFER_PICK_CHECKS of them. */
 #define KT_TRANSFER_PICK_CHECKS 4
 #define KT_TRANSFER_PICK_POPULATION 512
 int kt_transfer_model_rank(const kt_workload_t *w, kt_model_t *model,
