@@ -12,7 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "codegen/verify.h"
 #include "measure/builder.h"
 #include "measure/measurer.h"
 #include "measure/runner.h"
@@ -473,104 +472,6 @@ void kt_transfer_cand_clear(kt_transfer_cand_t *c)
  * reference computes on inputs from seed, 0 when not (kt_err says why),
  * negative when the reference cannot be made. *ref is made on first use
  * and kept for the next state of w (the caller frees it). */
-static int check_state(const kt_workload_t *w, const kt_sched_state_t *st, uint64_t seed,
-                       kt_codegen_ref_t **ref)
-{
-    if (!*ref && !(*ref = kt_codegen_ref_new(kt_workload_dag(w), seed)))
-        return kt_err_code() ? kt_err_code() : KT_ENOMEM;
-    kt_search_candidate_t cand = {0};
-    double err = INFINITY;
-    int ok = kt_search_candidate_make(w, st, NULL, &cand) == 0 &&
-             kt_codegen_ref_check(*ref, cand.source, cand.entry, &err) == 0;
-    kt_search_candidate_clear(&cand);
-    return ok;
-}
-
-/* How zero_shot checks a candidate: 1 passed, 0 failed (why[] says why),
- * negative on errors. */
-typedef int (*check_fn)(void *ctx, const kt_workload_t *w, const kt_sched_state_t *st,
-                        char *why, size_t whylen);
-
-typedef struct {
-    kt_codegen_ref_t *ref;
-    uint64_t seed;
-} local_check_t;
-
-/* check_fn in this process. */
-static int check_here(void *ctx, const kt_workload_t *w, const kt_sched_state_t *st, char *why,
-                      size_t whylen)
-{
-    local_check_t *c = ctx;
-    int ok = check_state(w, st, c->seed, &c->ref);
-    if (ok == 0)
-        snprintf(why, whylen, "%s", kt_err_msg());
-    return ok;
-}
-
-/* kt_transfer_zero_shot with each candidate checked by check(ctx, ...). */
-static int zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
-                     const char *runner_key, const kt_sched_params_t *p, int count, int nworkloads,
-                     check_fn check, void *ctx, kt_transfer_cand_t *out, int *tried, char *why,
-                     size_t whylen)
-{
-    if (!out)
-        return kt_err_set(KT_EINVAL, "transfer: no output");
-    memset(out, 0, sizeof *out);
-    if (tried)
-        *tried = 0;
-    if (why && whylen)
-        why[0] = '\0';
-    kt_sched_params_t defp;
-    if (!p) {
-        kt_sched_params_default(&defp);
-        p = &defp;
-    }
-    if (p->target == KT_SCHED_TARGET_CUDA)
-        return kt_err_set(KT_EUNSUP, "transfer: a zero-shot kernel is checked on the CPU; a "
-                                     "cuda kernel's check needs the device");
-    kt_transfer_set_t set;
-    int rc = kt_transfer_gather(s, w, target, runner_key, p, count, nworkloads, &set);
-    if (rc)
-        return rc;
-    if (why && whylen && set.nreasons > 0)
-        snprintf(why, whylen, "%s", set.reasons[0]);
-    int found = 0;
-    for (int i = 0; i < set.n && !found && rc == 0; i++) {
-        char r[420] = "";
-        int ok = check(ctx, w, set.items[i].state, r, sizeof r);
-        if (ok < 0) {
-            rc = ok;
-            break;
-        }
-        if (tried)
-            (*tried)++;
-        if (ok) {
-            *out = set.items[i];
-            set.items[i].state = NULL;
-            set.items[i].source_key = NULL;
-            found = 1;
-        } else if (why && whylen && !why[0]) {
-            /* a re-fitted state is only a guess until it is checked */
-            snprintf(why, whylen, "the state from record %lld of %.60s failed its check: %.200s",
-                     (long long)set.items[i].record_id, set.items[i].source_key, r);
-        }
-    }
-    kt_transfer_set_clear(&set);
-    return rc ? rc : found;
-}
-
-int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
-                          const char *runner_key, const kt_sched_params_t *p, int count,
-                          int nworkloads, uint64_t seed, kt_transfer_cand_t *out, int *tried,
-                          char *why, size_t whylen)
-{
-    local_check_t c = {.seed = seed};
-    int rc = zero_shot(s, w, target, runner_key, p, count, nworkloads, check_here, &c, out, tried,
-                       why, whylen);
-    kt_codegen_ref_free(c.ref);
-    return rc;
-}
-
 int kt_transfer_model_rank(const kt_workload_t *w, kt_model_t *model,
                            const kt_sched_params_t *p, uint64_t seed, int n,
                            kt_sched_state_t ***out)

@@ -127,22 +127,6 @@ void kt_transfer_set_clear(kt_transfer_set_t *set);
 /* Releases c's state and string (accepts NULL). */
 void kt_transfer_cand_clear(kt_transfer_cand_t *c);
 
-/* Zero-shot: a kernel for task w that was never measured, for a build
- * (`ktune build --transfer`). The states of kt_transfer_gather (count,
- * nworkloads), in its order, until one whose C kernel (kt_search_candidate_make,
- * all three variants) compiles and computes what w's reference kernel
- * computes on inputs from `seed` (kt_codegen_ref_check). 1 and *out (the
- * state and where it came from; kt_transfer_cand_clear) when one passes;
- * 0 when none does or none is stored, *out zeroed. *tried (optional) gets
- * the number of kernels checked, why[] (optional, whylen bytes) the first
- * reason one was dropped or failed. Compiles one kernel per state tried
- * (about a second each). CPU tasks only: KT_EUNSUP for parameters of target
- * cuda, whose check needs the device. Negative on store errors or OOM. */
-int kt_transfer_zero_shot(kt_store_t *s, const kt_workload_t *w, const char *target,
-                          const char *runner_key, const kt_sched_params_t *p, int count,
-                          int nworkloads, uint64_t seed, kt_transfer_cand_t *out, int *tried,
-                          char *why, size_t whylen);
-
 /* A network build's zero-shot kernels: for each of n tasks wl[i] whose
  * states[i] is NULL and skip[i] (skip may be NULL) is 0, up to `trials`
  * candidates (0: KT_TRANSFER_FILL_TRIALS; at most 64): the states of
