@@ -255,23 +255,26 @@ void kt_cli_print_progress(const Ktune__V1__JobProgress *p, FILE *out)
  * model (version / records) the job's cost model starts from. */
 static void print_origins(const Ktune__V1__JobProgress *p, FILE *out)
 {
-    static const char *const names[] = {"transfer", "model", "random", "sibling", "unknown"};
-    int count[5] = {0}, none = 0;
+    static const int order[] = {KT_STORE_ORIGIN_TRANSFER, KT_STORE_ORIGIN_MODEL,
+                                KT_STORE_ORIGIN_RANDOM, KT_STORE_ORIGIN_SIBLING,
+                                KT_STORE_ORIGIN_UNKNOWN};
+    int count[KT_ARRAY_LEN(order)] = {0}, none = 0;
     for (size_t i = 0; i < p->n_tasks; i++) {
         const char *o = p->tasks[i]->best_origin;
+        int origin = o && *o ? kt_store_origin_parse(o) : -1;
         size_t k = 0;
-        while (o && *o && k < 5 && strcmp(o, names[k]) != 0)
-            k++;
+        while (k + 1 < KT_ARRAY_LEN(order) && order[k] != origin)
+            k++;   /* a name this client does not know counts as unknown */
         if (!o || !*o)
             none++;
         else
-            count[k < 5 ? k : 4]++;
+            count[k]++;
     }
     fprintf(out, "Best from:");
     const char *sep = " ";
-    for (int k = 0; k < 5; k++)
+    for (size_t k = 0; k < KT_ARRAY_LEN(order); k++)
         if (count[k]) {
-            fprintf(out, "%s%s %d", sep, names[k], count[k]);
+            fprintf(out, "%s%s %d", sep, kt_store_origin_name(order[k]), count[k]);
             sep = ", ";
         }
     if (none)

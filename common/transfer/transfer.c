@@ -468,10 +468,6 @@ void kt_transfer_cand_clear(kt_transfer_cand_t *c)
     memset(c, 0, sizeof *c);
 }
 
-/* 1 when st's C kernel (all three variants) compiles and computes what w's
- * reference computes on inputs from seed, 0 when not (kt_err says why),
- * negative when the reference cannot be made. *ref is made on first use
- * and kept for the next state of w (the caller frees it). */
 int kt_transfer_model_rank(const kt_workload_t *w, kt_model_t *model,
                            const kt_sched_params_t *p, uint64_t seed, int n,
                            kt_sched_state_t ***out)
@@ -671,12 +667,39 @@ static void timer_stop(cand_timer_t *c)
     c->pid = -1;
 }
 
-/* The store model kt_transfer_fill ranks with where nothing re-fits: that
- * of the first of the store's device keys (most records first) that has or
- * can train one on target. NULL when none; *note says which or why not. */
+/* The store model of device key `key` on target, loaded or trained from
+ * its records (and stored); NULL when it has none and too few records.
+ * On success *note names it. */
+static kt_model_t *key_model(kt_store_t *s, const char *target, const char *key, char *note,
+                             size_t notelen)
+{
+    kt_search_store_ref_t ref = {.store = s};
+    kt_search_store_model_t sm;
+    kt_model_t *m = NULL;
+    if (kt_search_store_model(&ref, target, key,
+                              KT_SEARCH_STORE_MODEL_LOAD | KT_SEARCH_STORE_MODEL_BUILD,
+                              &sm) == 0 && sm.model) {
+        m = sm.model;
+        sm.model = NULL;
+        snprintf(note, notelen, "the store model of key %s (%" PRId64 " records)", key,
+                 sm.records);
+    }
+    kt_search_store_model_clear(&sm);
+    return m;
+}
+
+/* The store model kt_transfer_fill's picks come from: runner_key's, or
+ * without one that of the first of the store's device keys (most records
+ * first) that has or can train one on target. NULL when none; *note says
+ * which or why not. */
 static kt_model_t *fill_model(kt_store_t *s, const char *target, const char *runner_key,
                               char *note, size_t notelen)
 {
+    if (runner_key) {
+        snprintf(note, notelen, "no store model: fewer than %d records on device key %s",
+                 KT_SEARCH_STORE_MODEL_MIN, runner_key);
+        return key_model(s, target, runner_key, note, notelen);
+    }
     kt_store_stats_t st;
     snprintf(note, notelen, "no store model: fewer than %d records on any device key",
              KT_SEARCH_STORE_MODEL_MIN);
@@ -685,24 +708,8 @@ static kt_model_t *fill_model(kt_store_t *s, const char *target, const char *run
         return NULL;
     }
     kt_model_t *m = NULL;
-    kt_search_store_ref_t ref = {.store = s};
-    if (runner_key)
-        snprintf(note, notelen, "no store model: fewer than %d records on device key %s",
-                 KT_SEARCH_STORE_MODEL_MIN, runner_key);
-    for (size_t i = 0; i < st.nkeys && !m; i++) {
-        kt_search_store_model_t sm;
-        if (runner_key && strcmp(st.keys[i].key, runner_key) != 0)
-            continue;
-        if (kt_search_store_model(&ref, target, st.keys[i].key,
-                                  KT_SEARCH_STORE_MODEL_LOAD | KT_SEARCH_STORE_MODEL_BUILD,
-                                  &sm) == 0 && sm.model) {
-            m = sm.model;
-            sm.model = NULL;
-            snprintf(note, notelen, "the store model of key %s (%" PRId64 " records)",
-                     st.keys[i].key, sm.records);
-        }
-        kt_search_store_model_clear(&sm);
-    }
+    for (size_t i = 0; i < st.nkeys && !m; i++)
+        m = key_model(s, target, st.keys[i].key, note, notelen);
     kt_store_stats_clear(&st);
     return m;
 }

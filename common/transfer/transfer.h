@@ -159,9 +159,7 @@ int kt_transfer_fill(kt_store_t *s, const kt_workload_t *const *wl, const int *s
  * *out (a malloc'd array of states, the caller's), or negative: KT_EINVAL
  * for an untrained model. Nothing is checked here: XGBoost leaves an
  * OpenMP pool behind, and a kernel check forked after it would hang, so
- * kt_transfer_fill times them in a process forked before the model loads.
- * A zero-shot pick ranks KT_TRANSFER_PICK_CHECKS of them. */
-#define KT_TRANSFER_PICK_CHECKS 4
+ * kt_transfer_fill times them in a process forked before the model loads. */
 #define KT_TRANSFER_PICK_POPULATION 512
 int kt_transfer_model_rank(const kt_workload_t *w, kt_model_t *model,
                            const kt_sched_params_t *p, uint64_t seed, int n,
