@@ -1572,6 +1572,7 @@ static void *job_main(void *arg)
     /* After the job's last commit: the next job of the key starts from a
      * model that knows this one's records (a stopping tracker skips it). */
     job_store_model(j, 0);
+    atomic_fetch_sub(&m->threads_live, 1);
     return NULL;
 }
 
@@ -1798,7 +1799,9 @@ fail:
 static int job_start(kt_jobs_t *m, job_t *j)
 {
     pthread_mutex_lock(&m->mu);
+    atomic_fetch_add(&m->threads_live, 1);
     if (pthread_create(&j->thread, NULL, job_main, j) != 0) {
+        atomic_fetch_sub(&m->threads_live, 1);
         pthread_mutex_unlock(&m->mu);
         return kt_err_set(KT_ENOMEM, "cannot start the job thread");
     }
@@ -2684,6 +2687,11 @@ void kt_jobs_stop(kt_jobs_t *m)
             pthread_join(j->thread, NULL);
             j->thread_started = 0;
         }
+}
+
+int kt_jobs_threads_live(kt_jobs_t *m)
+{
+    return atomic_load(&m->threads_live);
 }
 
 void kt_jobs_free(kt_jobs_t *m)

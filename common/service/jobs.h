@@ -133,6 +133,11 @@ int kt_jobs_submit_ex(kt_jobs_t *m, const Ktune__V1__Job *job, const char *clien
  * opts, the job's options go there; with wl (n_tasks entries), the parsed
  * workloads, which the caller frees (left NULL on failure). */
 int kt_jobs_check_job(const Ktune__V1__Job *job, kt_job_opts_t *opts, kt_workload_t **wl);
+/* Job threads that have not returned: the queued and running jobs, and
+ * finished ones still retraining their key's store model (which follows a
+ * job's last commit, so a job reads "done" before its thread ends).
+ * Thread-safe. */
+int kt_jobs_threads_live(kt_jobs_t *m);
 /* Cancel a job and wait up to wait_ms for its rounds to stop. KT_ENOTFOUND,
  * KT_ESTATE when it already ended. */
 int kt_jobs_cancel(kt_jobs_t *m, int64_t id, int wait_ms);

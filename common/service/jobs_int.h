@@ -159,6 +159,8 @@ struct kt_jobs {
      * by job threads only, never under another lock; it holds the store
      * only for its reads and its write. */
     pthread_mutex_t model_mu;
+    /* Job threads started and not yet returned (kt_jobs_threads_live). */
+    atomic_int threads_live;
 };
 
 /* Take the store handle (waits while another thread uses it) and give it
