@@ -935,7 +935,17 @@ START_TEST(transfer_zero_shot_build_through_a_tracker_measures_on_its_runners)
     char *out = NULL;
     char *run[] = {"run", "--network-file", netfile, "--tracker", addr, "--transfer",
                    "--transfer-trials", "2", "--check", "--repeat", "1", "--out", out_dir, NULL};
-    ck_assert_msg(run_ktune("run.out", run, &out) == 0, "%s", out);
+    int run_rc = run_ktune("run.out", run, &out);
+    /* the tracker's log says why a candidate failed, should one */
+    char *tlog = kt_test_output(&tr);
+    size_t tn = strlen(tlog);
+    char *both = malloc(strlen(out) + tn + 32);
+    ck_assert_ptr_nonnull(both);
+    sprintf(both, "%s\n--- tracker:\n%s", out, tlog + (tn > 16384 ? tn - 16384 : 0));
+    free(out);
+    free(tlog);
+    out = both;
+    ck_assert_msg(run_rc == 0, "%s", out);
     char want[600];
     snprintf(want, sizeof want,
              "task 0 (conv2d_nhwc %s): measured by zero-shot job 1 on runner key cpu: its fastest "
