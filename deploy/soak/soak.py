@@ -114,10 +114,14 @@ class Daemon:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def log_path(self):
+        return os.path.join(D, "logs", self.name + ".log")
+
     def start(self):
         if self.ready_file and os.path.exists(self.ready_file):
             os.unlink(self.ready_file)
-        logf = open(os.path.join(D, "logs", self.name + ".log"), "ab")
+        logf = open(self.log_path, "ab")
         logf.write(f"---- start {self.starts + 1} at {now():.1f} s\n".encode())
         logf.flush()
         self.proc = subprocess.Popen(
@@ -148,7 +152,7 @@ class Daemon:
 
     def log_tail(self, n=5):
         try:
-            with open(os.path.join(D, "logs", self.name + ".log"), errors="replace") as f:
+            with open(self.log_path, errors="replace") as f:
                 return "".join(f.readlines()[-n:]).rstrip()
         except OSError:
             return ""
@@ -561,7 +565,7 @@ def first_store_model_training():
     """Seconds from T0 to the tracker's first store-model training (its
     log's "store model of ... trained" line), or None."""
     try:
-        with open(os.path.join(D, "logs", "tracker.log"), errors="replace") as f:
+        with open(DAEMONS["tracker"].log_path, errors="replace") as f:
             for line in f:
                 if ": store model of " not in line or " trained" not in line:
                     continue
