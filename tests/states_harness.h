@@ -310,6 +310,11 @@ static const kt_epi_t EPI_SIG_SCALE_TANH[] = {
 static const kt_epi_t EPI_BIAS_RELU6[] = {{.op = KT_EPI_BIAS_ADD},
                                           {.op = KT_EPI_CLIP, .lo = 0, .hi = 6}};
 static const kt_epi_t EPI_X_BIAS_RELU[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_RELU}};
+/* MobileNet-V3's: hardswish after a convolution, hardsigmoid (PyTorch's
+ * alpha 1/6 and beta 1/2) ending its squeeze-excitation. */
+static const kt_epi_t EPI_BIAS_HARDSWISH[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_HARDSWISH}};
+static const kt_epi_t EPI_BIAS_HARDSIGMOID[] = {
+    {.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_HARDSIGMOID, .lo = 1.0 / 6.0, .hi = 0.5}};
 #define KT_TEST_NETWORK_OP_DAGS(s1p1, s2p1)                                                   \
     {"dense+multiply+bias+clip", kt_ops_dense_ex(5, 12, 16, EPI_MUL_BIAS_CLIP, 3)},            \
     {"conv+sigmoid+scale+tanh", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 6, 6, 4, 4, 3, 3, 0, &(s1p1), \
@@ -321,6 +326,11 @@ static const kt_epi_t EPI_X_BIAS_RELU[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EP
     {"max pool nchw +bias+relu6", kt_ops_pool2d(KT_LAYOUT_NCHW, KT_POOL_MAX, 1, 9, 9, 4, 3, 3, \
                                                 &(s2p1), EPI_BIAS_RELU6, 2)},                  \
     {"global avg pool nchw +relu", kt_ops_global_avg_pool(KT_LAYOUT_NCHW, 2, 5, 7, 6,         \
-                                                          EPI_X_BIAS_RELU + 1, 1)}
+                                                          EPI_X_BIAS_RELU + 1, 1)},            \
+    {"depthwise nhwc +bias+hardswish", kt_ops_depthwise_conv2d(KT_LAYOUT_NHWC, 1, 8, 8, 4, 1, \
+                                                               3, 3, &(s1p1),                  \
+                                                               EPI_BIAS_HARDSWISH, 2)},        \
+    {"conv 1x1 +bias+hardsigmoid", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 1, 1, 8, 6, 1, 1, 0,      \
+                                                 NULL, EPI_BIAS_HARDSIGMOID, 2)}
 
 #endif

@@ -463,8 +463,8 @@ END_TEST
 
 /* The epilogues and window operators networks need beyond the basic ones,
  * one shape each: clip (relu6), sigmoid, tanh, multiply (per channel and
- * scalar), epilogues after pools, grouped conv, depthwise with a channel
- * multiplier, NCHW pools. */
+ * scalar), hardswish, hardsigmoid, epilogues after pools, grouped conv,
+ * depthwise with a channel multiplier, NCHW pools. */
 START_TEST(codegen_network_op_states_match_reference)
 {
     kt_conv2d_params_t s1p1 = kt_test_conv_p(1, 1, 1), s2p1 = kt_test_conv_p(2, 1, 1);

@@ -1003,6 +1003,43 @@ START_TEST(net_onnx_mobile_cnn_matches_its_network_file)
 }
 END_TEST
 
+/* MobileNet-V3's hardswish (HardSwish at opset 17, x * HardSigmoid(x) at 13)
+ * and its squeeze-excitation's hardsigmoid are epilogues of the convolutions
+ * before them, never plain steps; only the excitation's product stays apart. */
+START_TEST(net_onnx_hardswish_and_hardsigmoid_fuse_at_opsets_13_and_17)
+{
+    const char *names[] = {"hard13.onnx", "hard17.onnx"};
+    for (int k = 0; k < 2; k++) {
+        char *p = model(names[k]);
+        kt_net_tasks_t *t = onnx_tasks(p, KT_NET_NHWC);
+        expect_t e = {0};
+        exp_conv(&e, "nhwc", 1, 16, 3, 16, 3, 1, 1, "bias_add,hardswish");
+        exp_gap(&e, "nhwc", 1, 16, 16, "");
+        exp_conv(&e, "nhwc", 1, 1, 16, 8, 1, 1, 0, "bias_add,relu");
+        exp_add(&e, "{\"op\":\"conv2d_nhwc\",\"N\":1,\"H\":1,\"W\":1,\"CI\":8,\"CO\":16,"
+                "\"KH\":1,\"KW\":1,\"epilogue\":[\"bias_add\",{\"op\":\"hardsigmoid\","
+                "\"alpha\":0.1666666716337204,\"beta\":0.5}]}");
+        exp_conv(&e, "nhwc", 1, 16, 16, 8, 1, 1, 0, "bias_add");
+        check_tasks(t, &e, names[k]);
+        exp_free(&e);
+        for (int i = 0; i < t->nissues; i++) {
+            ck_assert_msg(t->issues[i].kind == KT_NET_NOT_FUSED, "%s: %s: %s", names[k],
+                          t->issues[i].layer, t->issues[i].msg);
+            ck_assert_ptr_nonnull(strstr(t->issues[i].op, "mul"));
+        }
+        ck_assert_int_eq(t->nissues, 1);
+        kt_net_tasks_free(t);
+        kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+        ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
+        char *plain = kt_net_plain_steps_text(net);
+        ck_assert_msg(strcmp(plain, "") == 0, "%s: %s", names[k], plain);
+        free(plain);
+        kt_net_free(net);
+        free(p);
+    }
+}
+END_TEST
+
 START_TEST(net_onnx_transformer_block_matches_its_network_file)
 {
     char *p = model("block.onnx");
@@ -1064,6 +1101,25 @@ START_TEST(net_onnx_reports_unsupported_nodes_and_lists_the_rest)
     ck_assert_int_eq(t->nissues, 0);
     exp_free(&e3);
     kt_net_tasks_free(t);
+    free(p);
+
+    /* A Pad of nothing is no step: the pool reads the conv's output. */
+    p = model("pad0.onnx");
+    t = onnx_tasks(p, KT_NET_NHWC);
+    expect_t e4 = {0};
+    exp_conv(&e4, "nhwc", 1, 16, 8, 8, 1, 1, 0, "");
+    exp_add(&e4, "{\"op\":\"pool2d\",\"kind\":\"avg\",\"N\":1,\"H\":16,\"W\":16,\"C\":8,"
+            "\"KH\":2,\"KW\":2,\"stride\":[2,2]}");
+    check_tasks(t, &e4, "pad0.onnx");
+    ck_assert_int_eq(t->nissues, 0);
+    exp_free(&e4);
+    kt_net_tasks_free(t);
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
+    char *plain = kt_net_plain_steps_text(net);
+    ck_assert_str_eq(plain, "");
+    free(plain);
+    kt_net_free(net);
     free(p);
 }
 END_TEST
@@ -1630,6 +1686,7 @@ int main(void)
     tcase_add_test(to, net_onnx_huge_initializer_dims_do_not_overflow);
     tcase_add_test(to, net_onnx_transformer_block_matches_its_network_file);
     tcase_add_test(to, net_onnx_mobile_cnn_matches_its_network_file);
+    tcase_add_test(to, net_onnx_hardswish_and_hardsigmoid_fuse_at_opsets_13_and_17);
     tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
     tcase_add_test(to, net_onnx_layer_norm_pattern_and_two_inputs);

@@ -421,6 +421,36 @@ START_TEST(workload_new_epilogues_and_ops_keep_old_canonical_json)
     ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
     kt_workload_free(a);
     kt_workload_free(b);
+    /* hardsigmoid takes its alpha and beta as an object, float32-rounded in
+     * its canonical form; hardswish is a plain name. */
+    a = kt_workload_parse("{\"op\":\"dense\",\"M\":2,\"N\":3,\"K\":4,\"epilogue\":["
+                          "\"hardswish\",{\"op\":\"hardsigmoid\",\"alpha\":0.2,\"beta\":0.5}]}");
+    ck_assert_msg(a != NULL, "%s", kt_err_msg());
+    ck_assert_str_eq(kt_workload_json(a),
+                     "{\"K\":4,\"M\":2,\"N\":3,\"epilogue\":[\"hardswish\",{\"alpha\":"
+                     "0.20000000298023224,\"beta\":0.5,\"op\":\"hardsigmoid\"}],\"op\":\"dense\"}");
+    b = kt_workload_parse("{\"op\":\"dense\",\"M\":2,\"N\":3,\"K\":4,\"epilogue\":["
+                          "\"hardswish\",{\"op\":\"hardsigmoid\",\"alpha\":0.25,\"beta\":0.5}]}");
+    ck_assert_msg(b != NULL, "%s", kt_err_msg());
+    ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
+    kt_workload_free(a);
+    kt_workload_free(b);
+    static const char *const bad_hs[] = {
+        "[\"hardsigmoid\"]", "[{\"op\":\"hardsigmoid\",\"alpha\":0.2}]",
+        "[{\"op\":\"hardsigmoid\",\"alpha\":0.2,\"beta\":0.5,\"min\":0}]",
+        "[{\"op\":\"hardsigmoid\",\"alpha\":1e39,\"beta\":0.5}]", "[{\"op\":\"hardswish\"}]"};
+    static const char *const bad_hs_why[] = {"must be one of", "needs numbers 'alpha' and 'beta'",
+                                             "unknown field 'min'", "must be finite",
+                                             "an object entry must be"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(bad_hs); i++) {
+        char js[256];
+        snprintf(js, sizeof js, "{\"op\":\"dense\",\"M\":2,\"N\":3,\"K\":4,\"epilogue\":%s}",
+                 bad_hs[i]);
+        ck_assert_msg(kt_workload_parse(js) == NULL, "%s parsed", js);
+        ck_assert_msg(strstr(kt_err_msg(), bad_hs_why[i]) != NULL, "%s: %s", js, kt_err_msg());
+    }
+    ck_assert_ptr_null(kt_ops_matmul(4, 4, 4, 0, (kt_epilogue_t[]){KT_EPI_HARDSIGMOID}, 1));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "hardsigmoid needs alpha and beta"));
     /* The plain-kind constructors refuse clip: it has no bounds there. */
     ck_assert_ptr_null(kt_ops_matmul(4, 4, 4, 0, (kt_epilogue_t[]){KT_EPI_CLIP}, 1));
     ck_assert_ptr_nonnull(strstr(kt_err_msg(), "clip needs bounds"));
@@ -1247,6 +1277,15 @@ END_TEST
 static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 static double clampd(double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; }
 
+/* Element (i, j) of A [M, K] times B [K, N], A and B the first two buffers. */
+static double matmul_at(const ran_t *r, int i, int j, int N, int K)
+{
+    double s = 0;
+    for (int k = 0; k < K; k++)
+        s += (double)r->bufs[0][i * K + k] * r->bufs[1][k * N + j];
+    return s;
+}
+
 START_TEST(reference_new_epilogues_are_right)
 {
     enum { M = 3, N = 5, K = 7 };
@@ -1275,13 +1314,23 @@ START_TEST(reference_new_epilogues_are_right)
     ck_assert_msg(d != NULL, "%s", kt_err_msg());
     run_reference(d, &r);
     for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            double s = 0;
-            for (int k = 0; k < K; k++)
-                s += (double)r.bufs[0][i * K + k] * r.bufs[1][k * N + j];
-            want[i * N + j] = tanh(sigmoid(s) * r.bufs[2][0]);
-        }
+        for (int j = 0; j < N; j++)
+            want[i * N + j] = tanh(sigmoid(matmul_at(&r, i, j, N, K)) * r.bufs[2][0]);
     assert_close(r.bufs[3], want, M * N);
+    ran_free(d, &r);
+    kt_dag_free(d);
+
+    /* matmul, hardswish, hardsigmoid(alpha 0.3, beta 0.6): bufs A, B, out. */
+    kt_epi_t e3[] = {{.op = KT_EPI_HARDSWISH}, {.op = KT_EPI_HARDSIGMOID, .lo = 0.3, .hi = 0.6}};
+    d = kt_ops_matmul_ex(M, N, K, 0, e3, 2);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    run_reference(d, &r);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = matmul_at(&r, i, j, N, K), hs = s * clampd(s / 6 + 0.5, 0, 1);
+            want[i * N + j] = clampd((float)0.3 * hs + (float)0.6, 0, 1);
+        }
+    assert_close(r.bufs[2], want, M * N);
     ran_free(d, &r);
     kt_dag_free(d);
 }

@@ -145,7 +145,7 @@ static int is_elementwise(net_op_t op)
 {
     return op == NET_BATCH_NORM || op == NET_BIAS_ADD || op == NET_SCALE || op == NET_ADD ||
            op == NET_RELU || op == NET_GELU || op == NET_CLIP || op == NET_SIGMOID ||
-           op == NET_TANH || op == NET_ELEMWISE;
+           op == NET_TANH || op == NET_HARDSWISH || op == NET_HARDSIGMOID || op == NET_ELEMWISE;
 }
 
 static int same_shape(const net_shape_t *a, const net_shape_t *b)
@@ -248,6 +248,15 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
             break;
         case NET_TANH:
             ok = push_epi(g, KT_EPI_TANH);
+            break;
+        case NET_HARDSWISH:
+            ok = push_epi(g, KT_EPI_HARDSWISH);
+            break;
+        case NET_HARDSIGMOID:
+            if ((ok = push_epi(g, KT_EPI_HARDSIGMOID))) {
+                g->epi[g->nepi - 1].lo = C->lo;
+                g->epi[g->nepi - 1].hi = C->hi;
+            }
             break;
         case NET_CLIP:
             if (g->nepi > 0 && g->epi[g->nepi - 1].op == KT_EPI_RELU && C->lo <= 0 && C->hi >= 0) {
@@ -456,6 +465,9 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
             json_array_append_new(ep, x->op == KT_EPI_CLIP
                                           ? json_pack("{s:s, s:f, s:f}", "op", "clip", "min",
                                                       x->lo, "max", x->hi)
+                                      : x->op == KT_EPI_HARDSIGMOID
+                                          ? json_pack("{s:s, s:f, s:f}", "op", "hardsigmoid",
+                                                      "alpha", x->lo, "beta", x->hi)
                                           : json_string(kt_ops_epilogue_name(x->op)));
         }
         json_object_set_new(w, "epilogue", ep);

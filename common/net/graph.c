@@ -15,6 +15,7 @@ static const char *const op_names[NET__OP_COUNT] = {
     [NET_SCALE] = "scale",       [NET_ADD] = "add",               [NET_RELU] = "relu",
     [NET_GELU] = "gelu",         [NET_ELEMWISE] = "elementwise",  [NET_POOL] = "pool",
     [NET_CLIP] = "clip",         [NET_SIGMOID] = "sigmoid",       [NET_TANH] = "tanh",
+    [NET_HARDSWISH] = "hardswish", [NET_HARDSIGMOID] = "hardsigmoid",
     [NET_GLOBAL_POOL] = "global_avg_pool", [NET_SOFTMAX] = "softmax",
     [NET_LAYER_NORM] = "layer_norm",       [NET_SHAPE] = "shape",  [NET_REFOP] = "refop",
     [NET_UNSUPPORTED] = "unsupported",
@@ -513,8 +514,14 @@ int net_layer_finish(kt_net_t *net, int i)
         /* fall through */
     case NET_RELU:
     case NET_GELU:
+    case NET_HARDSIGMOID:
+        if (!isfinite(l->lo) || !isfinite(l->hi))
+            return kt_err_set(KT_EINVAL, "field 'alpha': hardsigmoid's alpha and beta must be "
+                              "finite");
+        /* fall through */
     case NET_SIGMOID:
     case NET_TANH:
+    case NET_HARDSWISH:
         if (need_inputs(l, 1, 1))
             return KT_EINVAL;
         *o = *x;

@@ -33,6 +33,8 @@ typedef enum {
     NET_CLIP,         /* clamp to [lo, hi] (relu6 is clip 0..6) */
     NET_SIGMOID,
     NET_TANH,
+    NET_HARDSWISH,    /* x * clamp(x / 6 + 1/2, 0, 1) */
+    NET_HARDSIGMOID,  /* clamp(lo * x + hi, 0, 1): ONNX's alpha = lo, beta = hi */
     NET_ELEMWISE,     /* any other elementwise op (label says which); no te epilogue */
     NET_POOL,         /* 2-D max or average pool */
     NET_GLOBAL_POOL,  /* global average pool over H, W */
@@ -86,7 +88,7 @@ typedef struct {
     int axis;            /* bias_add, scale, softmax, flatten, concat (negative counts from the end) */
     int scalar;          /* scale: a scalar rather than a vector */
     int affine;          /* layer norm: gamma and beta */
-    double lo, hi;       /* clip: bounds (finite, lo <= hi) */
+    double lo, hi;       /* clip: bounds (finite, lo <= hi); hardsigmoid: alpha, beta */
     net_shape_kind_t shape_kind;
     int ntarget;
     int64_t target[KT_NET_MAX_DIMS];

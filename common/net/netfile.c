@@ -177,6 +177,8 @@ static const fop_t fops[] = {
     {"clip", NET_CLIP, "clip", 1, 1},
     {"sigmoid", NET_SIGMOID, NULL, 1, 1},
     {"tanh", NET_TANH, NULL, 1, 1},
+    {"hardswish", NET_HARDSWISH, NULL, 1, 1},
+    {"hardsigmoid", NET_HARDSIGMOID, NULL, 1, 1},
     {"mul", NET_ELEMWISE, "mul", 2, 2},
     {"elementwise", NET_ELEMWISE, NULL, 1, 2},
     {"max_pool", NET_POOL, "max_pool", 1, 1},
@@ -244,6 +246,8 @@ static int read_attrs(rd_t *r, const fop_t *f, net_layer_t *l, int input_rank)
             return KT_OK;
         }
         return get_num(r, "min", &l->lo) || get_num(r, "max", &l->hi) ? KT_EINVAL : KT_OK;
+    case NET_HARDSIGMOID:
+        return get_num(r, "alpha", &l->lo) || get_num(r, "beta", &l->hi) ? KT_EINVAL : KT_OK;
     case NET_ELEMWISE:
         if (!f->label) {
             json_t *fn = field(r, "fn");

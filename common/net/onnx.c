@@ -55,7 +55,9 @@ typedef struct {
     int params_missing;     /* a layer parameter's values are not in the file */
     char missing[512];      /* the first external tensor that could not be read, and why */
     char *skip;             /* per node: inside a collapsed gelu pattern */
-    const char **gelu_in;   /* per node: the gelu's input when the node ends a pattern */
+    const char **pat_in;    /* per node: the input of the gelu or hardswish a pattern it
+                             * ends collapses to (NULL: it ends none) */
+    unsigned char *pat_hardswish;   /* per node: 1 when that pattern is a hardswish */
     layer_norm_t **ln;      /* per node: the layer norm a pattern ending there computes */
 } imp_t;
 
@@ -2064,6 +2066,13 @@ static int rf_pad(nd_t *d)
     } else if (attr_float(d, "value", 0.0, &r.fa[0])) {
         return UNSUP;
     }
+    /* A Pad of nothing is its input: PyTorch writes one before DenseNet's
+     * average pools, and as a plain step it cost a copy. */
+    int nothing = 1;
+    for (int q = 0; q < n; q++)
+        nothing &= pads[q] == 0;
+    if (nothing)
+        return alias(d, 0);
     return refop_simple(d, &r, 1, is_int_in(d, 0), "pad");
 }
 
@@ -2841,7 +2850,32 @@ static void match_gelu(imp_t *im, int e)
         im->skip[half_node] = 1;
     if (last != m1)
         im->skip[m1] = 1;
-    im->gelu_in[last] = x;
+    im->pat_in[last] = x;
+}
+
+/* HardSwish as opsets before 14 export it: x * HardSigmoid(x) with alpha
+ * 1/6 and beta 1/2 (ONNX's default; within float32 rounding), the
+ * HardSigmoid read by the Mul alone. */
+static void match_hardswish(imp_t *im, int h)
+{
+    const Onnx__GraphProto *g = im->g;
+    const Onnx__NodeProto *hn = g->node[h];
+    if (hn->n_input != 1 || hn->n_output != 1 || uses(im, hn->output[0]) != 1)
+        return;
+    const Onnx__AttributeProto *a = attr(hn, "alpha"), *b = attr(hn, "beta");
+    double alpha = a && a->has_f ? a->f : 0.2, beta = b && b->has_f ? b->f : 0.5;
+    if ((a && !a->has_f) || (b && !b->has_f) || fabs(alpha - 1.0 / 6.0) > 1e-6 ||
+        fabs(beta - 0.5) > 1e-6)
+        return;
+    int m = consumer(im, hn->output[0]);
+    if (m < 0 || m <= h || !is_op(g->node[m], "Mul"))
+        return;
+    const char *x = other(g->node[m], hn->output[0]);
+    if (!x || strcmp(x, hn->input[0]) != 0)
+        return;
+    im->skip[h] = 1;
+    im->pat_in[m] = x;
+    im->pat_hardswish[m] = 1;
 }
 
 /* ---- layer norm pattern -------------------------------------------------------------
@@ -3027,6 +3061,32 @@ static int c_relu(nd_t *d, const char *op) { (void)op; return simple(d, NET_RELU
 static int c_clip(nd_t *d, const char *op) { (void)op; return h_clip(d); }
 static int c_sigmoid(nd_t *d, const char *op) { (void)op; return simple(d, NET_SIGMOID, "sigmoid"); }
 static int c_tanh(nd_t *d, const char *op) { (void)op; return simple(d, NET_TANH, "tanh"); }
+static int c_hardswish(nd_t *d, const char *op)
+{
+    (void)op;
+    return simple(d, NET_HARDSWISH, "hardswish");
+}
+
+/* HardSigmoid's alpha and beta ride in the layer's lo and hi. */
+static int c_hardsigmoid(nd_t *d, const char *op)
+{
+    (void)op;
+    double alpha, beta;
+    if (attr_float(d, "alpha", 0.2, &alpha) || attr_float(d, "beta", 0.5, &beta))
+        return UNSUP;
+    if (!isfinite(alpha) || !isfinite(beta))
+        return unsup(d, "hardsigmoid's alpha and beta must be finite");
+    int x, rc = in_layer(d, 0, &x);
+    if (rc)
+        return rc;
+    net_layer_t *l;
+    int i = new_layer(d, NULL, NET_HARDSIGMOID, "hardsigmoid", &x, 1, &l);
+    if (i >= 0) {
+        l->lo = alpha;
+        l->hi = beta;
+    }
+    return finish_out(d, i, 0);
+}
 static int c_batch_norm(nd_t *d, const char *op) { (void)op; return h_batch_norm(d); }
 static int c_layer_norm(nd_t *d, const char *op) { (void)op; return h_layer_norm(d); }
 static int c_softmax(nd_t *d, const char *op) { (void)op; return h_softmax(d); }
@@ -3133,8 +3193,8 @@ static const converter_t converters[] = {
     {"Softplus", 1, NULL, rf_unary_op},
     {"Softsign", 1, NULL, rf_unary_op},
     {"LeakyRelu", 1, NULL, rf_unary_op},
-    {"HardSigmoid", 1, NULL, rf_unary_op},
-    {"HardSwish", 14, NULL, rf_unary_op},
+    {"HardSigmoid", 1, c_hardsigmoid, rf_unary_op},
+    {"HardSwish", 14, c_hardswish, rf_unary_op},
     {"Elu", 1, NULL, rf_unary_op},
     {"Selu", 1, NULL, rf_unary_op},
     {"Celu", 12, NULL, rf_unary_op},
@@ -3250,23 +3310,27 @@ static int convert_node(imp_t *im, int idx)
                           n->n_input);
     if (im->ln[idx])
         return convert_layer_norm(&d, im->ln[idx]);
-    if (im->gelu_in[idx]) {
+    if (im->pat_in[idx]) {
         /* The last node of a collapsed pattern: its inputs are skipped nodes'. */
+        const int hs = im->pat_hardswish[idx];
+        const char *what = hs ? "hardswish (HardSigmoid pattern)" : "gelu (Erf pattern)";
         int code;
-        if (!lookup(im, im->gelu_in[idx], &code))
+        if (!lookup(im, im->pat_in[idx], &code))
             return kt_err_set(KT_EINVAL, "node %d '%s' (%s): input '%s' is not produced by an "
                               "earlier node, an initializer or a graph input", idx, d.name, op,
-                              im->gelu_in[idx]);
+                              im->pat_in[idx]);
         if (code < 0 || im->net->layers[code].out.ndim < 0) {
             d.code[0] = code;
             d.present[0] = 1;
-            return make_unsupported(&d, "gelu (Erf pattern)",
-                                    code < 0 ? "gelu of a constant" : NULL);
+            return make_unsupported(&d, what, code < 0 ? (hs ? "hardswish of a constant"
+                                                             : "gelu of a constant")
+                                                       : NULL);
         }
         net_layer_t *l;
-        int rc = finish_out(&d, new_layer(&d, NULL, NET_GELU, "gelu (Erf pattern)", &code, 1, &l),
+        int rc = finish_out(&d, new_layer(&d, NULL, hs ? NET_HARDSWISH : NET_GELU, what, &code,
+                                          1, &l),
                             0);
-        return rc == UNSUP ? make_unsupported(&d, "gelu (Erf pattern)", d.why) : rc;
+        return rc == UNSUP ? make_unsupported(&d, what, d.why) : rc;
     }
     int any_layer = 0, unknown = 0;
     for (size_t k = 0; k < n->n_input && k < ND_MAX_IN; k++) {
@@ -3457,10 +3521,11 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     im->uses = json_object();
     im->materialized = json_object();
     im->skip = calloc(g->n_node, 1);
-    im->gelu_in = calloc(g->n_node, sizeof(char *));
+    im->pat_in = calloc(g->n_node, sizeof(char *));
+    im->pat_hardswish = calloc(g->n_node, 1);
     im->ln = calloc(g->n_node, sizeof(layer_norm_t *));
     if (!im->net || !im->vals || !im->declared || !im->uses || !im->materialized || !im->skip ||
-        !im->gelu_in || !im->ln)
+        !im->pat_in || !im->pat_hardswish || !im->ln)
         return kt_err_set(KT_ENOMEM, "out of memory");
     for (size_t i = 0; i < g->n_initializer; i++) {
         const Onnx__TensorProto *t = g->initializer[i];
@@ -3495,7 +3560,7 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
         rc = add_graph_input(im, g->input[i], over, nover, batch);
     if (rc)
         return rc;
-    /* Consumer counts, then collapse gelu patterns, then convert in order
+    /* Consumer counts, then collapse gelu and hardswish patterns, then convert in order
      * (ONNX requires nodes in topological order). */
     for (size_t i = 0; i < g->n_node; i++)
         for (size_t k = 0; k < g->node[i]->n_input; k++) {
@@ -3512,6 +3577,9 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     for (size_t i = 0; i < g->n_node; i++)
         if (g->node[i]->op_type && strcmp(g->node[i]->op_type, "Erf") == 0)
             match_gelu(im, (int)i);
+    for (size_t i = 0; i < g->n_node; i++)
+        if (!im->skip[i] && g->node[i]->op_type && strcmp(g->node[i]->op_type, "HardSigmoid") == 0)
+            match_hardswish(im, (int)i);
     for (size_t i = 0; i < g->n_node; i++)
         if (!im->skip[i])
             match_layer_norm(im, (int)i);
@@ -3686,7 +3754,8 @@ static kt_net_t *parse_model(const void *data, size_t len, const char *dir,
     }
     free(im.consts);
     free(im.skip);
-    free(im.gelu_in);
+    free(im.pat_in);
+    free(im.pat_hardswish);
     for (size_t i = 0; im.ln && im.g && i < im.g->n_node; i++)
         free(im.ln[i]);
     free(im.ln);

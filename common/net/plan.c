@@ -263,7 +263,7 @@ static int need(ctx_t *c, int v, int nhwc, const char *layer)
 typedef struct {
     kt_epilogue_t op;
     float *vec;        /* BIAS_ADD, MULTIPLY: [C]; MULTIPLY_SCALAR: [1] */
-    double lo, hi;     /* CLIP */
+    double lo, hi;     /* CLIP: bounds; HARDSIGMOID: alpha, beta */
     int residual;      /* ADD: the layer added */
 } epi_t;
 
@@ -430,6 +430,13 @@ static int plan_instance(ctx_t *c, const kt_net_instance_t *in)
         case NET_GELU: rc = epi_push(&g, F, KT_EPI_GELU, NULL, 0); break;
         case NET_SIGMOID: rc = epi_push(&g, F, KT_EPI_SIGMOID, NULL, 0); break;
         case NET_TANH: rc = epi_push(&g, F, KT_EPI_TANH, NULL, 0); break;
+        case NET_HARDSWISH: rc = epi_push(&g, F, KT_EPI_HARDSWISH, NULL, 0); break;
+        case NET_HARDSIGMOID:
+            if ((rc = epi_push(&g, F, KT_EPI_HARDSIGMOID, NULL, 0)) == KT_OK) {
+                g.e[g.n - 1].lo = F->lo;
+                g.e[g.n - 1].hi = F->hi;
+            }
+            break;
         case NET_CLIP:
             if (last && last->op == KT_EPI_RELU && F->lo <= 0 && F->hi >= 0) {
                 *last = (epi_t){.op = KT_EPI_CLIP, .lo = 0.0, .hi = F->hi, .residual = -1};
@@ -681,6 +688,8 @@ static int plan_simple(ctx_t *c, int i)
     case NET_GELU:
     case NET_SIGMOID:
     case NET_TANH:
+    case NET_HARDSWISH:
+    case NET_HARDSIGMOID:
     case NET_CLIP: {
         const kt_plan_value_t *v = &c->p->values[x];
         out = new_value(c, KT_PLAN_V_ARENA, &l->out, v->nhwc);
@@ -690,6 +699,8 @@ static int plan_simple(ctx_t *c, int i)
                     : l->op == NET_GELU  ? KT_PLAN_GELU
                     : l->op == NET_CLIP  ? KT_PLAN_CLIP
                     : l->op == NET_TANH  ? KT_PLAN_TANH
+                    : l->op == NET_HARDSWISH   ? KT_PLAN_HARDSWISH
+                    : l->op == NET_HARDSIGMOID ? KT_PLAN_HARDSIGMOID
                                          : KT_PLAN_SIGMOID;
         st->lo = l->lo;
         st->hi = l->hi;

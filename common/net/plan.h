@@ -48,7 +48,11 @@ typedef enum {
     KT_PLAN_REFOP,      /* out = the reference operator `rop` of in[0..nin) (refop.h) */
 } kt_plan_kind_t;
 
-typedef enum { KT_PLAN_RELU = 0, KT_PLAN_GELU, KT_PLAN_SIGMOID, KT_PLAN_TANH, KT_PLAN_CLIP } kt_plan_unary_t;
+/* HARDSIGMOID takes alpha and beta in the step's lo and hi. */
+typedef enum {
+    KT_PLAN_RELU = 0, KT_PLAN_GELU, KT_PLAN_SIGMOID, KT_PLAN_TANH, KT_PLAN_CLIP,
+    KT_PLAN_HARDSWISH, KT_PLAN_HARDSIGMOID
+} kt_plan_unary_t;
 
 typedef enum {
     KT_PLAN_V_INPUT = 0,   /* the caller's input buffer (model layout, read only) */
@@ -83,7 +87,7 @@ typedef struct {
     kt_plan_ref_t in[KT_PLAN_MAX_IN];
     int out;             /* value written */
     kt_plan_unary_t unary;
-    double lo, hi;       /* CLIP bounds */
+    double lo, hi;       /* CLIP bounds; HARDSIGMOID alpha, beta */
     int binary_mul;      /* BINARY: 1 multiply, 0 add */
     int64_t outer, chan, inner;   /* CHANNEL: out[o][c][i] over [outer, chan, inner] */
     int axis;            /* CONCAT (logical axis) */

@@ -304,6 +304,14 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
             snprintf(clip, sizeof clip, "kt_maxf(kt_minf(v, %.9ef), %.9ef)", s->hi, s->lo);
             f = clip;
             break;
+        case KT_PLAN_HARDSWISH:
+            f = "v * kt_maxf(kt_minf(v / 6.0f + 0.5f, 1.0f), 0.0f)";
+            break;
+        case KT_PLAN_HARDSIGMOID:
+            snprintf(clip, sizeof clip, "kt_maxf(kt_minf(%.9ef * v + %.9ef, 1.0f), 0.0f)", s->lo,
+                     s->hi);
+            f = clip;
+            break;
         }
         kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
                           "        for (long long i = 0; i < %lldLL; i++) {\n"

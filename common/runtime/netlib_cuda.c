@@ -50,6 +50,8 @@ static const char *const SIMPLE_CU =
     "             : op == 1 ? 0.5f * v * (1.0f + erff(v * 0.70710678118654752f))\n"
     "             : op == 2 ? 1.0f / (1.0f + expf(-v))\n"
     "             : op == 3 ? tanhf(v)\n"
+    "             : op == 5 ? v * fmaxf(fminf(v / 6.0f + 0.5f, 1.0f), 0.0f)\n"
+    "             : op == 6 ? fmaxf(fminf(lo * v + hi, 1.0f), 0.0f)\n"
     "                       : fmaxf(fminf(v, hi), lo);\n    }\n}\n\n"
     "extern \"C\" __global__ void kt_net_channel(const float *__restrict__ x,\n"
     "                                          const float *__restrict__ sc,\n"

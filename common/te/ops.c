@@ -11,7 +11,8 @@ static const char *const epi_names[KT_EPI__COUNT] = {
     [KT_EPI_BIAS_ADD] = "bias_add", [KT_EPI_RELU] = "relu", [KT_EPI_ADD] = "add",
     [KT_EPI_GELU] = "gelu", [KT_EPI_CLIP] = "clip", [KT_EPI_SIGMOID] = "sigmoid",
     [KT_EPI_TANH] = "tanh", [KT_EPI_MULTIPLY] = "multiply",
-    [KT_EPI_MULTIPLY_SCALAR] = "multiply_scalar",
+    [KT_EPI_MULTIPLY_SCALAR] = "multiply_scalar", [KT_EPI_HARDSWISH] = "hardswish",
+    [KT_EPI_HARDSIGMOID] = "hardsigmoid",
 };
 
 const char *kt_ops_epilogue_name(kt_epilogue_t e)
@@ -27,7 +28,8 @@ int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out)
             return KT_OK;
         }
     return kt_err_set(KT_EINVAL, "unknown epilogue '%s' (expected bias_add, relu, add, gelu, "
-                      "clip, sigmoid, tanh, multiply or multiply_scalar)", name ? name : "");
+                      "clip, sigmoid, tanh, multiply, multiply_scalar, hardswish or "
+                      "hardsigmoid)", name ? name : "");
 }
 
 kt_conv2d_params_t kt_ops_conv2d_default(void)
@@ -96,7 +98,8 @@ static int check_dim(const char *field, int64_t v)
 
 static const char *const ax4[] = {"ax0", "ax1", "ax2", "ax3", "ax4", "ax5", "ax6", "ax7"};
 
-/* Plain kinds to parameterized epilogues; clip needs bounds, so it is refused. */
+/* Plain kinds to parameterized epilogues; clip needs bounds and hardsigmoid
+ * its alpha and beta, so they are refused. */
 static int epi_from_kinds(const kt_epilogue_t *kinds, int n, kt_epi_t *out)
 {
     if (n < 0 || n > KT_OPS_MAX_EPILOGUE || (n > 0 && !kinds))
@@ -106,6 +109,9 @@ static int epi_from_kinds(const kt_epilogue_t *kinds, int n, kt_epi_t *out)
         if (kinds[i] == KT_EPI_CLIP)
             return kt_err_set(KT_EINVAL, "field 'epilogue[%d]': clip needs bounds (use the "
                               "kt_epi_t form)", i);
+        if (kinds[i] == KT_EPI_HARDSIGMOID)
+            return kt_err_set(KT_EINVAL, "field 'epilogue[%d]': hardsigmoid needs alpha and "
+                              "beta (use the kt_epi_t form)", i);
         out[i] = (kt_epi_t){.op = kinds[i]};
     }
     return KT_OK;
@@ -154,17 +160,22 @@ static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epi_t *epi, i
             needs_ph = 0;
             break;
         }
+        case KT_EPI_HARDSIGMOID:
+            if (!isfinite((double)(float)epi[e].lo) || !isfinite((double)(float)epi[e].hi))
+                return kt_err_set(KT_EINVAL, "field 'epilogue[%d]': hardsigmoid's alpha and "
+                                  "beta must be finite", e);
+            /* fall through */
         case KT_EPI_RELU:
         case KT_EPI_GELU:
         case KT_EPI_SIGMOID:
         case KT_EPI_TANH:
-            unique_name(d, op == KT_EPI_RELU      ? "T_relu"
-                           : op == KT_EPI_GELU    ? "T_gelu"
-                           : op == KT_EPI_SIGMOID ? "T_sigmoid"
-                                                  : "T_tanh",
-                        name);
+        case KT_EPI_HARDSWISH: {
+            char stage[KT_TE_MAX_NAME];
+            snprintf(stage, sizeof stage, "T_%s", epi_names[op]);
+            unique_name(d, stage, name);
             needs_ph = 0;
             break;
+        }
         default:
             return kt_err_set(KT_EINVAL, "field 'epilogue': bad entry %d", (int)op);
         }
@@ -204,6 +215,20 @@ static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epi_t *epi, i
         case KT_EPI_TANH:
             body = kt_ex_call(d, KT_FN_TANH, x);
             break;
+        case KT_EPI_HARDSIGMOID: {
+            kt_expr_t *v = add(d, mul(d, x, cf(d, (double)(float)epi[e].lo)),
+                               cf(d, (double)(float)epi[e].hi));
+            body = kt_ex_bin(d, KT_EX_MAX, kt_ex_bin(d, KT_EX_MIN, v, cf(d, 1.0)), cf(d, 0.0));
+            break;
+        }
+        case KT_EPI_HARDSWISH: {
+            /* x * clamp(x / 6 + 1/2, 0, 1), the form ONNX and PyTorch compute. */
+            kt_expr_t *x2 = load_identity(d, last, n);
+            kt_expr_t *v = add(d, div_f(d, x2, cf(d, 6.0)), cf(d, 0.5));
+            body = mul(d, x, kt_ex_bin(d, KT_EX_MAX, kt_ex_bin(d, KT_EX_MIN, v, cf(d, 1.0)),
+                                       cf(d, 0.0)));
+            break;
+        }
         default: {
             kt_expr_t *x2 = load_identity(d, last, n);
             kt_expr_t *erfv = kt_ex_call(d, KT_FN_ERF, mul(d, x2, cf(d, M_SQRT1_2)));

@@ -84,12 +84,16 @@ typedef enum {
     KT_EPI_TANH,          /* tanh(x) */
     KT_EPI_MULTIPLY,      /* * scale[channel] */
     KT_EPI_MULTIPLY_SCALAR, /* * scale[0] */
+    KT_EPI_HARDSWISH,     /* x * min(max(x + 3, 0), 6) / 6 (ONNX HardSwish) */
+    KT_EPI_HARDSIGMOID,   /* max(min(lo * x + hi, 1), 0): ONNX HardSigmoid with alpha = lo and
+                           * beta = hi, so only in kt_epi_t lists */
     KT_EPI__COUNT
 } kt_epilogue_t;
 
 /* One epilogue with its parameters: the form every *_ex / layout-generic
  * constructor takes. lo and hi are the bounds of KT_EPI_CLIP (finite,
- * lo <= hi, rounded to float32 as the kernel uses them); other epilogues
+ * lo <= hi, rounded to float32 as the kernel uses them) and the alpha and
+ * beta of KT_EPI_HARDSIGMOID (finite, float32-rounded); other epilogues
  * ignore them. */
 typedef struct {
     kt_epilogue_t op;
@@ -100,7 +104,7 @@ typedef struct {
 #define KT_OPS_LN_EPS 1e-5      /* layer norm epsilon */
 
 /* "bias_add", "relu", "add", "gelu", "clip", "sigmoid", "tanh", "multiply",
- * "multiply_scalar"; NULL for a bad value. */
+ * "multiply_scalar", "hardswish", "hardsigmoid"; NULL for a bad value. */
 const char *kt_ops_epilogue_name(kt_epilogue_t e);
 /* Name to enum; 0, or KT_EINVAL for an unknown name. */
 int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out);
@@ -138,8 +142,9 @@ kt_dag_t *kt_ops_depthwise_conv2d_nhwc(int64_t N, int64_t H, int64_t W, int64_t 
                                        const kt_epilogue_t *epi, int nepi);
 
 /* ---- the same with parameterized epilogues, and the layout-generic forms ---
- * The functions above take plain epilogue kinds (KT_EPI_CLIP is refused
- * there: it needs bounds) and build exactly what these build. */
+ * The functions above take plain epilogue kinds (KT_EPI_CLIP and
+ * KT_EPI_HARDSIGMOID are refused there: they need parameters) and build
+ * exactly what these build. */
 
 kt_dag_t *kt_ops_matmul_ex(int64_t M, int64_t N, int64_t K, int b_transposed,
                            const kt_epi_t *epi, int nepi);

@@ -118,31 +118,37 @@ static int get_window(reader_t *r, int dilation, kt_conv2d_params_t *p)
     return KT_OK;
 }
 
-/* One clip entry {"op": "clip", "min": lo, "max": hi}; canonical: the same
- * object with float32-rounded bounds (what the kernel uses). */
-static int get_clip(json_t *e, size_t i, kt_epi_t *out, json_t **canon)
+/* One object entry, {"op": "clip", "min": lo, "max": hi} or {"op":
+ * "hardsigmoid", "alpha": a, "beta": b}; canonical: the same object with
+ * float32-rounded numbers (what the kernel uses). */
+static int get_param_epi(json_t *e, size_t i, kt_epi_t *out, json_t **canon)
 {
+    json_t *op = json_object_get(e, "op");
+    const char *name = json_is_string(op) ? json_string_value(op) : "";
+    int clip = strcmp(name, "clip") == 0;
+    if (!clip && strcmp(name, "hardsigmoid") != 0)
+        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': an object entry must be "
+                          "{\"op\": \"clip\", \"min\": x, \"max\": y} or {\"op\": "
+                          "\"hardsigmoid\", \"alpha\": a, \"beta\": b}", i);
+    const char *k0 = clip ? "min" : "alpha", *k1 = clip ? "max" : "beta";
     const char *key;
     json_t *val;
     json_object_foreach(e, key, val) {
-        if (strcmp(key, "op") != 0 && strcmp(key, "min") != 0 && strcmp(key, "max") != 0)
+        if (strcmp(key, "op") != 0 && strcmp(key, k0) != 0 && strcmp(key, k1) != 0)
             return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': unknown field '%s'", i, key);
     }
-    json_t *op = json_object_get(e, "op"), *lo = json_object_get(e, "min"),
-           *hi = json_object_get(e, "max");
-    if (!json_is_string(op) || strcmp(json_string_value(op), "clip") != 0)
-        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': an object entry must be "
-                          "{\"op\": \"clip\", \"min\": x, \"max\": y}", i);
+    json_t *lo = json_object_get(e, k0), *hi = json_object_get(e, k1);
     if (!json_is_number(lo) || !json_is_number(hi))
-        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': clip needs numbers 'min' and 'max'",
-                          i);
-    out->op = KT_EPI_CLIP;
+        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': %s needs numbers '%s' and '%s'",
+                          i, name, k0, k1);
+    out->op = clip ? KT_EPI_CLIP : KT_EPI_HARDSIGMOID;
     out->lo = (double)(float)json_number_value(lo);
     out->hi = (double)(float)json_number_value(hi);
-    if (!isfinite(out->lo) || !isfinite(out->hi) || out->lo > out->hi)
-        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': clip bounds must be finite float32 "
-                          "values with min <= max", i);
-    *canon = json_pack("{s:s, s:f, s:f}", "op", "clip", "min", out->lo, "max", out->hi);
+    if (!isfinite(out->lo) || !isfinite(out->hi) || (clip && out->lo > out->hi))
+        return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': %s", i,
+                          clip ? "clip bounds must be finite float32 values with min <= max"
+                               : "hardsigmoid's alpha and beta must be finite float32 values");
+    *canon = json_pack("{s:s, s:f, s:f}", "op", name, k0, out->lo, k1, out->hi);
     return KT_OK;
 }
 
@@ -168,7 +174,7 @@ static int get_epilogue(reader_t *r, kt_epi_t *epi, int *nepi, int omit_empty)
     for (size_t i = 0; i < json_array_size(v); i++) {
         json_t *e = json_array_get(v, i), *c = NULL;
         if (json_is_object(e)) {
-            int rc = get_clip(e, i, &epi[i], &c);
+            int rc = get_param_epi(e, i, &epi[i], &c);
             if (rc)
                 return rc;
         } else if (json_is_string(e) && strcmp(json_string_value(e), "relu6") == 0) {
@@ -176,12 +182,13 @@ static int get_epilogue(reader_t *r, kt_epi_t *epi, int *nepi, int omit_empty)
             c = json_pack("{s:s, s:f, s:f}", "op", "clip", "min", 0.0, "max", 6.0);
         } else if (!json_is_string(e) ||
                    kt_ops_epilogue_parse(json_string_value(e), &epi[i].op) != 0 ||
-                   epi[i].op == KT_EPI_CLIP) {
+                   epi[i].op == KT_EPI_CLIP || epi[i].op == KT_EPI_HARDSIGMOID) {
             return kt_err_set(KT_EINVAL,
                               "field 'epilogue[%zu]' must be one of \"bias_add\", \"relu\", "
                               "\"add\", \"gelu\", \"sigmoid\", \"tanh\", \"multiply\", "
-                              "\"multiply_scalar\", \"relu6\" or {\"op\": \"clip\", \"min\": x, "
-                              "\"max\": y}", i);
+                              "\"multiply_scalar\", \"hardswish\", \"relu6\", {\"op\": "
+                              "\"clip\", \"min\": x, \"max\": y} or {\"op\": \"hardsigmoid\", "
+                              "\"alpha\": a, \"beta\": b}", i);
         } else {
             c = json_string(json_string_value(e));
         }

@@ -10,6 +10,10 @@ From PyTorch (python3-torch), exported with torch.onnx.export, random weights:
                multiplier 2 + batch norm + ReLU6, grouped conv + sigmoid, max
                pool + relu, conv + tanh, global average pool, linear (opset 17:
                batch norms folded, ReLU6 exported as Clip(0, 6))
+  hard13.onnx, hard17.onnx  MobileNet-V3's activations: conv + batch norm +
+               hardswish, a squeeze-excitation (global pool, conv + relu, conv +
+               hardsigmoid, the product with its input), conv; opset 13 writes
+               hardswish as x * HardSigmoid(x), opset 17 as HardSwish
   block.onnx   a transformer encoder block (scaled Q, K, V projections,
                softmax attention, output projection + residual, layer norm,
                GELU feed-forward + residual, layer norm)
@@ -18,6 +22,8 @@ Hand-built with onnx.helper (python3-onnx):
                     branch and a global pool in the other
   clip.onnx         conv + Clip(0, 6) (relu6) and conv + Clip(0, inf) (relu)
   group.onnx        a grouped convolution (group 2)
+  pad0.onnx         conv, a Pad of nothing (as PyTorch writes before DenseNet's
+                    average pools), a 2x2 average pool
   symbolic.onnx     an input whose batch dimension is symbolic
   shapes.onnx       Shape/Gather/Unsqueeze/Concat/Reshape, Slice, Split, Squeeze
                     and an opset-11 Softmax over axis 1
@@ -123,6 +129,21 @@ if torch is not None:
             y = torch.tanh(self.c4(y))
             return self.fc(nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
 
+    class Hard(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+            self.b1 = nn.BatchNorm2d(16)
+            self.se1 = nn.Conv2d(16, 8, 1)
+            self.se2 = nn.Conv2d(8, 16, 1)
+            self.c2 = nn.Conv2d(16, 8, 1)
+
+        def forward(self, x):
+            y = nn.functional.hardswish(self.b1(self.c1(x)))
+            s = nn.functional.adaptive_avg_pool2d(y, 1)
+            s = nn.functional.hardsigmoid(self.se2(torch.relu(self.se1(s))))
+            return self.c2(y * s)
+
     class Block(nn.Module):
         def __init__(self, d=64, heads=4):
             super().__init__()
@@ -225,6 +246,11 @@ if torch is not None:
         bn.running_mean.uniform_(-0.5, 0.5)
         bn.running_var.uniform_(0.5, 2.0)
     export(mobile, torch.randn(1, 3, 32, 32), "mobile.onnx")
+    hard = Hard()
+    hard.b1.running_mean.uniform_(-0.5, 0.5)
+    hard.b1.running_var.uniform_(0.5, 2.0)
+    export(hard, torch.randn(1, 3, 16, 16), "hard13.onnx", opset=13)
+    export(hard, torch.randn(1, 3, 16, 16), "hard17.onnx", opset=17)
 
 if onnx is not None:
     import random
@@ -270,6 +296,15 @@ if onnx is not None:
     save(helper.make_graph([
         helper.make_node("Conv", ["x", "w"], ["y1"], name="grouped", group=2),
     ], "group", [x], [y1], [weight("w", [8, 4, 3, 3])]), "group.onnx")
+
+    save(helper.make_graph([
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Pad", ["c", "nothing"], ["p"], name="pad0", mode="constant"),
+        helper.make_node("AveragePool", ["p"], ["y1"], name="pool", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+    ], "pad0", [x], [y1], [weight("w", [8, 8, 1, 1]),
+                           helper.make_tensor("nothing", TensorProto.INT64, [8], [0] * 8)]),
+         "pad0.onnx")
 
     xs = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 16, 16])
     save(helper.make_graph([
