@@ -1003,6 +1003,17 @@ START_TEST(net_onnx_mobile_cnn_matches_its_network_file)
 }
 END_TEST
 
+/* The ONNX model at path leaves no layer to a plain step. */
+static void assert_no_plain_steps(const char *path)
+{
+    kt_net_t *net = kt_net_onnx_load(path, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", path, kt_err_msg());
+    char *plain = kt_net_plain_steps_text(net);
+    ck_assert_msg(strcmp(plain, "") == 0, "%s: %s", path, plain);
+    free(plain);
+    kt_net_free(net);
+}
+
 /* MobileNet-V3's hardswish (HardSwish at opset 17, x * HardSigmoid(x) at 13)
  * and its squeeze-excitation's hardsigmoid are epilogues of the convolutions
  * before them, never plain steps; only the excitation's product stays apart. */
@@ -1029,12 +1040,7 @@ START_TEST(net_onnx_hardswish_and_hardsigmoid_fuse_at_opsets_13_and_17)
         }
         ck_assert_int_eq(t->nissues, 1);
         kt_net_tasks_free(t);
-        kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
-        ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
-        char *plain = kt_net_plain_steps_text(net);
-        ck_assert_msg(strcmp(plain, "") == 0, "%s: %s", names[k], plain);
-        free(plain);
-        kt_net_free(net);
+        assert_no_plain_steps(p);
         free(p);
     }
 }
@@ -1114,12 +1120,21 @@ START_TEST(net_onnx_reports_unsupported_nodes_and_lists_the_rest)
     ck_assert_int_eq(t->nissues, 0);
     exp_free(&e4);
     kt_net_tasks_free(t);
-    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
-    ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
-    char *plain = kt_net_plain_steps_text(net);
-    ck_assert_str_eq(plain, "");
-    free(plain);
-    kt_net_free(net);
+    assert_no_plain_steps(p);
+    free(p);
+
+    /* A zero Pad before an average pool is the pool's padding, counted. */
+    p = model("padpool.onnx");
+    t = onnx_tasks(p, KT_NET_NHWC);
+    expect_t e5 = {0};
+    exp_conv(&e5, "nhwc", 1, 16, 8, 8, 1, 1, 0, "");
+    exp_add(&e5, "{\"op\":\"pool2d\",\"kind\":\"avg\",\"count_include_pad\":true,\"N\":1,"
+            "\"H\":16,\"W\":16,\"C\":8,\"KH\":3,\"KW\":3,\"padding\":[1,1]}");
+    check_tasks(t, &e5, "padpool.onnx");
+    ck_assert_int_eq(t->nissues, 0);
+    exp_free(&e5);
+    kt_net_tasks_free(t);
+    assert_no_plain_steps(p);
     free(p);
 }
 END_TEST

@@ -449,6 +449,36 @@ START_TEST(workload_new_epilogues_and_ops_keep_old_canonical_json)
         ck_assert_msg(kt_workload_parse(js) == NULL, "%s parsed", js);
         ck_assert_msg(strstr(kt_err_msg(), bad_hs_why[i]) != NULL, "%s: %s", js, kt_err_msg());
     }
+    /* count_include_pad: in the canonical JSON only when true (the keys of
+     * earlier pools stay), avg only, and the divisor is the whole window. */
+    const char *pool = "{\"op\":\"pool2d\",\"kind\":\"avg\",\"N\":1,\"H\":4,\"W\":4,\"C\":2,"
+                       "\"KH\":3,\"KW\":3,\"padding\":[1,1]%s}";
+    char pj[256];
+    snprintf(pj, sizeof pj, pool, "");
+    a = kt_workload_parse(pj);
+    snprintf(pj, sizeof pj, pool, ",\"count_include_pad\":false");
+    b = kt_workload_parse(pj);
+    ck_assert_msg(a && b, "%s", kt_err_msg());
+    ck_assert_str_eq(kt_workload_key(a), kt_workload_key(b));
+    ck_assert_ptr_null(strstr(kt_workload_json(b), "count_include_pad"));
+    kt_workload_free(b);
+    snprintf(pj, sizeof pj, pool, ",\"count_include_pad\":true");
+    b = kt_workload_parse(pj);
+    ck_assert_msg(b != NULL, "%s", kt_err_msg());
+    ck_assert_ptr_nonnull(strstr(kt_workload_json(b), "\"count_include_pad\":true"));
+    ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
+    text = kt_dag_to_text(kt_workload_dag(b));
+    ck_assert_msg(strstr(text, "pool_sum[ax0, ax1, ax2, ax3]/9f") != NULL, "%s", text);
+    free(text);
+    kt_workload_free(a);
+    kt_workload_free(b);
+    snprintf(pj, sizeof pj, pool, ",\"count_include_pad\":1");
+    ck_assert_ptr_null(kt_workload_parse(pj));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "'count_include_pad' must be true or false"));
+    ck_assert_ptr_null(kt_workload_parse(
+        "{\"op\":\"pool2d\",\"kind\":\"max\",\"N\":1,\"H\":4,\"W\":4,\"C\":2,\"KH\":3,"
+        "\"KW\":3,\"count_include_pad\":true}"));
+    ck_assert_ptr_nonnull(strstr(kt_err_msg(), "applies to kind \"avg\" only"));
     ck_assert_ptr_null(kt_ops_matmul(4, 4, 4, 0, (kt_epilogue_t[]){KT_EPI_HARDSIGMOID}, 1));
     ck_assert_ptr_nonnull(strstr(kt_err_msg(), "hardsigmoid needs alpha and beta"));
     /* The plain-kind constructors refuse clip: it has no bounds there. */

@@ -429,6 +429,8 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
         set_int(w, "KH", A->kernel[0]);
         set_int(w, "KW", A->kernel[1]);
         set_window(w, A, 0);
+        if (!A->pool_max && A->pool_include_pad)
+            json_object_set_new(w, "count_include_pad", json_true());
         break;
     case A_GPOOL:
         json_object_set_new(w, "op", json_string(nhwc ? "global_avg_pool"

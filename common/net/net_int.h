@@ -85,6 +85,7 @@ typedef struct {
     int64_t groups;      /* conv */
     int bias;            /* conv, dense: has its own bias */
     int pool_max;        /* pool: 1 max, 0 average */
+    int pool_include_pad;   /* average pool: the padding counts (divide by KH * KW) */
     int axis;            /* bias_add, scale, softmax, flatten, concat (negative counts from the end) */
     int scalar;          /* scale: a scalar rather than a vector */
     int affine;          /* layer norm: gamma and beta */

@@ -58,6 +58,8 @@ typedef struct {
     const char **pat_in;    /* per node: the input of the gelu or hardswish a pattern it
                              * ends collapses to (NULL: it ends none) */
     unsigned char *pat_hardswish;   /* per node: 1 when that pattern is a hardswish */
+    int64_t (*pool_pad)[4];   /* per AveragePool node: the zero Pad before it, merged in
+                               * (top, left, bottom, right), counted as PyTorch does */
     layer_norm_t **ln;      /* per node: the layer norm a pattern ending there computes */
 } imp_t;
 
@@ -863,9 +865,14 @@ static int h_pool(nd_t *d, int max)
     int64_t cip, ceil_mode;
     if (attr_int(d, "count_include_pad", 0, &cip) || attr_int(d, "ceil_mode", 0, &ceil_mode))
         return UNSUP;
-    if (!max && cip && (l->pad[0] || l->pad[1] || l->pad[2] || l->pad[3]))
-        return unsup(d, "count_include_pad=1 with padding: te's avg pool divides by the "
-                     "elements inside the input");
+    const int64_t *merged = d->im->pool_pad[d->idx];
+    int padded = 0;
+    for (int k = 0; k < 4; k++) {
+        l->pad[k] += merged[k];
+        padded |= l->pad[k] != 0;
+        cip |= merged[k] != 0;   /* the Pad's zeros are elements of every window */
+    }
+    l->pool_include_pad = !max && cip && padded;
     if (ceil_mode) {
         /* Rounding up is padding the end: -inf for max, and avg counts only
          * elements inside the input, so both stay exact. */
@@ -878,6 +885,9 @@ static int h_pool(nd_t *d, int max)
             if ((out - 1) * s >= in + l->pad[k])
                 out--;   /* the last window must start inside the input */
             int64_t extra = (out - 1) * s + kk - (in + l->pad[k] + l->pad[2 + k]);
+            if (extra > 0 && l->pool_include_pad)
+                return unsup(d, "count_include_pad=1 with ceil_mode rounding up: the windows "
+                             "past the padding count fewer elements than te's KH * KW");
             if (extra > 0)
                 l->pad[2 + k] += extra;
         }
@@ -2018,6 +2028,52 @@ static int rf_transpose(nd_t *d)
     return rf_view(d, 0, nd, dims, start, step, NULL, "transpose");
 }
 
+/* Whether the Pad r of node d, zeros on H and W of a 4-D activation read by
+ * one AveragePool alone, can be that pool's padding: PyTorch exports
+ * avg_pool2d(padding=p, count_include_pad=True) so (Inception-v3). Then the
+ * pool node gets the pads (h_pool counts them) and 1 is returned. The pool's
+ * own attributes must leave it a task: no ceil_mode, no dilation, its own
+ * padding counted too (or none), every pad smaller than its window. */
+static int consumer(const imp_t *im, const char *v);
+
+static int merge_into_avg_pool(nd_t *d, int nd, const kt_refop_t *r)
+{
+    const int64_t *lo = &r->ia[1], *hi = &r->ia[1 + KT_REFOP_MAX_DIMS];
+    if (nd != 4 || d->code[0] < 0 || r->ia[0] != KT_RP_CONSTANT || r->fa[0] != 0.0 ||
+        is_int_in(d, 0) || lo[0] || lo[1] || hi[0] || hi[1] || lo[2] < 0 || lo[3] < 0 ||
+        hi[2] < 0 || hi[3] < 0)
+        return 0;
+    int c = consumer(d->im, d->n->output[0]);
+    if (c < 0)
+        return 0;
+    const Onnx__NodeProto *p = d->im->g->node[c];
+    if (!p->op_type || strcmp(p->op_type, "AveragePool") != 0 || p->n_input < 1 ||
+        strcmp(p->input[0], d->n->output[0]) != 0)
+        return 0;
+    const Onnx__AttributeProto *ks = attr(p, "kernel_shape"), *pads = attr(p, "pads"),
+                               *cip = attr(p, "count_include_pad"), *ceil = attr(p, "ceil_mode"),
+                               *dil = attr(p, "dilations"), *ap = attr(p, "auto_pad");
+    if (!ks || ks->n_ints != 2 || (ceil && ceil->i) || (ap && ap->s.len &&
+        !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6))))
+        return 0;
+    for (size_t k = 0; dil && k < dil->n_ints; k++)
+        if (dil->ints[k] != 1)
+            return 0;
+    int64_t own[4] = {0};
+    if (pads && pads->n_ints == 4)
+        memcpy(own, pads->ints, sizeof own);
+    else if (pads)
+        return 0;
+    if ((own[0] || own[1] || own[2] || own[3]) && !(cip && cip->i))
+        return 0;
+    const int64_t add[4] = {lo[2], lo[3], hi[2], hi[3]};
+    for (int k = 0; k < 4; k++)
+        if (own[k] + add[k] >= ks->ints[k % 2])
+            return 0;
+    memcpy(d->im->pool_pad[c], add, sizeof add);
+    return 1;
+}
+
 static int rf_pad(nd_t *d)
 {
     int nd, n, na = -1;
@@ -2072,6 +2128,8 @@ static int rf_pad(nd_t *d)
     for (int q = 0; q < n; q++)
         nothing &= pads[q] == 0;
     if (nothing)
+        return alias(d, 0);
+    if (merge_into_avg_pool(d, nd, &r))
         return alias(d, 0);
     return refop_simple(d, &r, 1, is_int_in(d, 0), "pad");
 }
@@ -3523,9 +3581,10 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     im->skip = calloc(g->n_node, 1);
     im->pat_in = calloc(g->n_node, sizeof(char *));
     im->pat_hardswish = calloc(g->n_node, 1);
+    im->pool_pad = calloc(g->n_node, sizeof *im->pool_pad);
     im->ln = calloc(g->n_node, sizeof(layer_norm_t *));
     if (!im->net || !im->vals || !im->declared || !im->uses || !im->materialized || !im->skip ||
-        !im->pat_in || !im->pat_hardswish || !im->ln)
+        !im->pat_in || !im->pat_hardswish || !im->pool_pad || !im->ln)
         return kt_err_set(KT_ENOMEM, "out of memory");
     for (size_t i = 0; i < g->n_initializer; i++) {
         const Onnx__TensorProto *t = g->initializer[i];
@@ -3756,6 +3815,7 @@ static kt_net_t *parse_model(const void *data, size_t len, const char *dir,
     free(im.skip);
     free(im.pat_in);
     free(im.pat_hardswish);
+    free(im.pool_pad);
     for (size_t i = 0; im.ln && im.g && i < im.g->n_node; i++)
         free(im.ln[i]);
     free(im.ln);

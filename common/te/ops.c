@@ -880,7 +880,7 @@ kt_dag_t *kt_ops_pool2d(kt_layout_t layout, kt_pool_kind_t kind, int64_t N, int6
         kt_err_set(KT_EINVAL, "bad layout %d", (int)layout);
         return NULL;
     }
-    if (kind != KT_POOL_MAX && kind != KT_POOL_AVG) {
+    if (kind != KT_POOL_MAX && kind != KT_POOL_AVG && kind != KT_POOL_AVG_PAD) {
         kt_err_set(KT_EINVAL, "field 'kind' must be \"max\" or \"avg\"");
         return NULL;
     }
@@ -925,13 +925,14 @@ kt_dag_t *kt_ops_pool2d(kt_layout_t layout, kt_pool_kind_t kind, int64_t N, int6
     if (rc)
         return finish(d, rc);
     int last = red;
-    if (kind == KT_POOL_AVG) {
+    if (kind != KT_POOL_MAX) {
         last = kt_dag_compute(d, "pool_avg", "pool_avg", 4, so, ax4, 0, NULL, NULL, KT_RED_NONE);
         if (last < 0)
             return finish(d, last);
         kt_expr_t *count;
-        if (p.pad[0] == 0 && p.pad[1] == 0 && p.pad[2] == 0 && p.pad[3] == 0)
-            count = cf(d, (double)(KH * KW));   /* every window lies inside the input */
+        if (kind == KT_POOL_AVG_PAD ||
+            (p.pad[0] == 0 && p.pad[1] == 0 && p.pad[2] == 0 && p.pad[3] == 0))
+            count = cf(d, (double)(KH * KW));   /* padding counts, or there is none */
         else
             count = kt_ex_cast(d, KT_DT_F32,
                                mul(d, inside(d, ha, p.stride[0], p.pad[0], KH, H),

@@ -16,8 +16,9 @@
  * - depthwise conv2d NHWC: data [N, H, W, C], weight [KH, KW, C, 1] (TVM's
  *   HWOI layout with channel multiplier 1), out [N, OH, OW, C].
  * - pool2d NHWC: max pads with -inf; avg divides by the number of elements
- *   inside the input (count_include_pad = False, TVM relay's default). Pads
- *   must be smaller than the kernel so no window is all padding.
+ *   inside the input (count_include_pad = False, TVM relay's default), avg_pad
+ *   by KH * KW (count_include_pad = True, PyTorch's default). Pads must be
+ *   smaller than the kernel so no window is all padding.
  * - global avg pool NHWC: out [N, 1, 1, C].
  * - softmax over the last axis: stages T_softmax_maxelem, T_softmax_exp,
  *   T_softmax_expsum, T_softmax_norm (TVM's names). Rank >= 2.
@@ -122,7 +123,8 @@ typedef struct {
 /* Stride 1, no padding, dilation 1. */
 kt_conv2d_params_t kt_ops_conv2d_default(void);
 
-typedef enum { KT_POOL_MAX = 0, KT_POOL_AVG } kt_pool_kind_t;
+/* KT_POOL_AVG_PAD: average over the whole window, padding counted as zeros. */
+typedef enum { KT_POOL_MAX = 0, KT_POOL_AVG, KT_POOL_AVG_PAD } kt_pool_kind_t;
 
 /* ---- anchors with epilogues -------------------------------------------- */
 

@@ -251,6 +251,22 @@ static int get_bool(reader_t *r, const char *field, int dflt, int *out)
     return KT_OK;
 }
 
+/* pool2d's "count_include_pad" (avg only); in the canonical JSON only when
+ * true, so that the keys of the pools before it stay. */
+static int get_include_pad(reader_t *r, int kind, int *out)
+{
+    mark(r, "count_include_pad");
+    json_t *v = json_object_get(r->obj, "count_include_pad");
+    if (v && !json_is_boolean(v))
+        return kt_err_set(KT_EINVAL, "field 'count_include_pad' must be true or false");
+    *out = json_is_true(v);
+    if (*out && kind != 1)
+        return kt_err_set(KT_EINVAL, "field 'count_include_pad' applies to kind \"avg\" only");
+    if (*out)
+        json_object_set_new(r->canon, "count_include_pad", json_true());
+    return KT_OK;
+}
+
 static int reject_unknown(reader_t *r)
 {
     const char *key;
@@ -315,7 +331,7 @@ static int get_eps(reader_t *r, double *out)
 static kt_dag_t *build(reader_t *r, int op)
 {
     kt_epi_t epi[KT_OPS_MAX_EPILOGUE];
-    int nepi = 0, choice = 0, ndim = 0, affine = 1;
+    int nepi = 0, choice = 0, ndim = 0, affine = 1, cip = 0;
     int64_t B, M, N, K, H, W, C, CI, CO, KH, KW, G, shape[KT_TE_MAX_DIMS];
     kt_conv2d_params_t p;
     static const char *const layouts[] = {"NN", "NT"}, *const kinds[] = {"max", "avg"};
@@ -372,13 +388,14 @@ static kt_dag_t *build(reader_t *r, int op)
         return kt_ops_depthwise_conv2d(lay, N, H, W, C, M, KH, KW, &p, epi, nepi);
     case OP_POOL:
     case OP_POOL_NCHW:
-        if (get_choice(r, "kind", kinds, 2, -1, &choice) || get_int(r, "N", &N) ||
+        if (get_choice(r, "kind", kinds, 2, -1, &choice) || get_include_pad(r, choice, &cip) ||
+            get_int(r, "N", &N) ||
             get_int(r, "H", &H) || get_int(r, "W", &W) || get_int(r, "C", &C) ||
             get_int(r, "KH", &KH) || get_int(r, "KW", &KW) || get_window(r, 0, &p) ||
             get_epilogue(r, epi, &nepi, op == OP_POOL) || reject_unknown(r))
             return NULL;
-        return kt_ops_pool2d(lay, choice ? KT_POOL_AVG : KT_POOL_MAX, N, H, W, C, KH, KW, &p, epi,
-                             nepi);
+        return kt_ops_pool2d(lay, cip ? KT_POOL_AVG_PAD : choice ? KT_POOL_AVG : KT_POOL_MAX, N, H,
+                             W, C, KH, KW, &p, epi, nepi);
     case OP_GPOOL:
     case OP_GPOOL_NCHW:
         if (get_int(r, "N", &N) || get_int(r, "H", &H) || get_int(r, "W", &W) ||

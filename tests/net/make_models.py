@@ -24,6 +24,8 @@ Hand-built with onnx.helper (python3-onnx):
   group.onnx        a grouped convolution (group 2)
   pad0.onnx         conv, a Pad of nothing (as PyTorch writes before DenseNet's
                     average pools), a 2x2 average pool
+  padpool.onnx      conv, a zero Pad of 1 on H and W, a 3x3 average pool (PyTorch's
+                    avg_pool2d(padding=1) in Inception-v3)
   symbolic.onnx     an input whose batch dimension is symbolic
   shapes.onnx       Shape/Gather/Unsqueeze/Concat/Reshape, Slice, Split, Squeeze
                     and an opset-11 Softmax over axis 1
@@ -305,6 +307,14 @@ if onnx is not None:
     ], "pad0", [x], [y1], [weight("w", [8, 8, 1, 1]),
                            helper.make_tensor("nothing", TensorProto.INT64, [8], [0] * 8)]),
          "pad0.onnx")
+    save(helper.make_graph([
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Pad", ["c", "one"], ["p"], name="pad1", mode="constant"),
+        helper.make_node("AveragePool", ["p"], ["y1"], name="pool", kernel_shape=[3, 3]),
+    ], "padpool", [x], [y1], [weight("w", [8, 8, 1, 1]),
+                              helper.make_tensor("one", TensorProto.INT64, [8],
+                                                 [0, 0, 1, 1, 0, 0, 1, 1])]),
+         "padpool.onnx")
 
     xs = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 16, 16])
     save(helper.make_graph([

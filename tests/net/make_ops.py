@@ -460,6 +460,41 @@ def _(name):
     return g, x, y, fpad(x, pads)
 
 
+@case("pad_then_avgpool_o13")
+def _(name):
+    # avg_pool2d(padding=p, count_include_pad=True) as PyTorch exports it: the
+    # Pad becomes the pool's padding, its zeros counted
+    import torch.nn.functional as F
+    pads = [0, 0, 1, 2, 0, 0, 1, 2]
+    g, x = G(), randn(rng(name), 1, 3, 6, 7)
+    p = g.op("Pad", ["x", g.i64(pads)], mode="constant")
+    y = g.op("AveragePool", [p], kernel_shape=[3, 3], strides=[2, 1])
+    return g, x, y, N(F.avg_pool2d(F.pad(T(x), [2, 2, 1, 1]), 3, (2, 1)))
+
+
+@case("pad_then_avgpool_own_pads_o13")
+def _(name):
+    # the pool's own padding, counted (count_include_pad=1), on top of the Pad's
+    import torch.nn.functional as F
+    pads = [0, 0, 1, 0, 0, 0, 0, 1]
+    g, x = G(), randn(rng(name), 1, 2, 5, 5)
+    p = g.op("Pad", ["x", g.i64(pads)], mode="constant")
+    y = g.op("AveragePool", [p], kernel_shape=[3, 3], pads=[0, 1, 1, 0], count_include_pad=1)
+    want = F.avg_pool2d(F.pad(T(x), [1, 1, 1, 1]), 3, 1)
+    return g, x, y, N(want)
+
+
+@case("pad_then_maxpool_stays_o13")
+def _(name):
+    # zeros are no -inf: a max pool keeps its Pad as a step of its own
+    import torch.nn.functional as F
+    pads = [0, 0, 1, 1, 0, 0, 1, 1]
+    g, x = G(), randn(rng(name), 1, 2, 5, 5)
+    p = g.op("Pad", ["x", g.i64(pads)], mode="constant")
+    y = g.op("MaxPool", [p], kernel_shape=[3, 3])
+    return g, x, y, N(F.max_pool2d(F.pad(T(x), [1, 1, 1, 1]), 3, 1))
+
+
 @case("pad_attrs_o10")
 def _(name):
     # opset 10: pads and value are attributes
