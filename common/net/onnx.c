@@ -2929,8 +2929,9 @@ static void match_hardswish(imp_t *im, int h)
     if (m < 0 || m <= h || !is_op(g->node[m], "Mul"))
         return;
     const char *x = other(g->node[m], hn->output[0]);
-    if (!x || strcmp(x, hn->input[0]) != 0)
-        return;
+    int code;
+    if (!x || strcmp(x, hn->input[0]) != 0 || (lookup(im, x, &code) && code < 0))
+        return;   /* of an initializer, it folds as it is */
     im->skip[h] = 1;
     im->pat_in[m] = x;
     im->pat_hardswish[m] = 1;
