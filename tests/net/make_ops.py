@@ -1029,6 +1029,18 @@ def _(name):
     return g, x, y, N(T(x) + torch.arange(5, dtype=torch.float64))
 
 
+@case("fold_hardswish_pattern_add")
+def _(name):
+    # c * HardSigmoid(c) of a constant is the hardswish pattern, folded
+    import torch
+    import torch.nn.functional as F
+    g, x = G(), randn(rng(name), 2, 3, 4, 5)
+    c = np.array([-4.0, -1.0, 0.0, 1.5, 4.0], np.float32)
+    cv = g.const(c)
+    y = g.op("Add", ["x", g.op("Mul", [cv, g.op("HardSigmoid", [cv], alpha=1.0 / 6.0)])])
+    return g, x, y, N(T(x) + F.hardswish(torch.tensor(c, dtype=torch.float64)))
+
+
 @case("fold_range_float_add")
 def _(name):
     import torch
