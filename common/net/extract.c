@@ -198,6 +198,16 @@ static int push_epi(group_t *g, kt_epilogue_t x)
     return 1;
 }
 
+/* push_epi of an epilogue that takes two numbers (kt_ops_epilogue_params). */
+static int push_epi_params(group_t *g, kt_epilogue_t x, double lo, double hi)
+{
+    if (!push_epi(g, x))
+        return 0;
+    g->epi[g->nepi - 1].lo = lo;
+    g->epi[g->nepi - 1].hi = hi;
+    return 1;
+}
+
 /* Extend the task anchored at layer a with the elementwise layers after it;
  * notes the first one TVM would fuse but te cannot express. */
 static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
@@ -253,10 +263,7 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
             ok = push_epi(g, KT_EPI_HARDSWISH);
             break;
         case NET_HARDSIGMOID:
-            if ((ok = push_epi(g, KT_EPI_HARDSIGMOID))) {
-                g->epi[g->nepi - 1].lo = C->lo;
-                g->epi[g->nepi - 1].hi = C->hi;
-            }
+            ok = push_epi_params(g, KT_EPI_HARDSIGMOID, C->lo, C->hi);
             break;
         case NET_CLIP:
             if (g->nepi > 0 && g->epi[g->nepi - 1].op == KT_EPI_RELU && C->lo <= 0 && C->hi >= 0) {
@@ -265,10 +272,7 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
                 g->epi[g->nepi - 1] = (kt_epi_t){.op = KT_EPI_CLIP, .lo = 0.0, .hi = C->hi};
                 break;
             }
-            if ((ok = push_epi(g, KT_EPI_CLIP))) {
-                g->epi[g->nepi - 1].lo = C->lo;
-                g->epi[g->nepi - 1].hi = C->hi;
-            }
+            ok = push_epi_params(g, KT_EPI_CLIP, C->lo, C->hi);
             break;
         case NET_BIAS_ADD:
             if (!C->scalar && C->axis != chan)
@@ -464,13 +468,11 @@ static json_t *workload_of(ex_t *e, const net_layer_t *A, anchor_t kind, const g
         json_t *ep = json_array();
         for (int k = 0; k < g->nepi; k++) {
             const kt_epi_t *x = &g->epi[k];
-            json_array_append_new(ep, x->op == KT_EPI_CLIP
-                                          ? json_pack("{s:s, s:f, s:f}", "op", "clip", "min",
-                                                      x->lo, "max", x->hi)
-                                      : x->op == KT_EPI_HARDSIGMOID
-                                          ? json_pack("{s:s, s:f, s:f}", "op", "hardsigmoid",
-                                                      "alpha", x->lo, "beta", x->hi)
-                                          : json_string(kt_ops_epilogue_name(x->op)));
+            const kt_epi_params_t *pk = kt_ops_epilogue_params(x->op);
+            const char *name = kt_ops_epilogue_name(x->op);
+            json_array_append_new(ep, pk ? json_pack("{s:s, s:f, s:f}", "op", name, pk->lo_key,
+                                                     x->lo, pk->hi_key, x->hi)
+                                         : json_string(name));
         }
         json_object_set_new(w, "epilogue", ep);
     }

@@ -19,6 +19,8 @@
 
 #define MAX_CONST_VALUES 4096   /* constants with more elements keep only their shape */
 #define UNSUP 1                 /* handler result: the node becomes an unsupported layer */
+#define HARDSIGMOID_ALPHA 0.2   /* ONNX HardSigmoid's defaults */
+#define HARDSIGMOID_BETA 0.5
 #define ND_MAX_IN 256           /* inputs of one node (a DenseNet block's Concat has 49) */
 #define FOLD_LIMIT (1 << 21)    /* elements of a constant the importer computes */
 
@@ -54,7 +56,7 @@ typedef struct {
     int nconsts, cap;
     int params_missing;     /* a layer parameter's values are not in the file */
     char missing[512];      /* the first external tensor that could not be read, and why */
-    char *skip;             /* per node: inside a collapsed gelu pattern */
+    char *skip;             /* per node: inside a collapsed gelu, hardswish or layer norm pattern */
     const char **pat_in;    /* per node: the input of the gelu or hardswish a pattern it
                              * ends collapses to (NULL: it ends none) */
     unsigned char *pat_hardswish;   /* per node: 1 when that pattern is a hardswish */
@@ -1765,7 +1767,7 @@ static const unary_def_t unary_defs[] = {
     {"Reciprocal", KT_RU_RECIPROCAL, 0, 0, 0, 0}, {"Neg", KT_RU_NEG, 0, 0, 0, 0},
     {"Abs", KT_RU_ABS, 0, 0, 0, 0}, {"Softplus", KT_RU_SOFTPLUS, 0, 0, 0, 0},
     {"Softsign", KT_RU_SOFTSIGN, 0, 0, 0, 0}, {"LeakyRelu", KT_RU_LEAKYRELU, "alpha", 0, 0.01, 0},
-    {"HardSigmoid", KT_RU_HARDSIGMOID, "alpha", "beta", 0.2, 0.5},
+    {"HardSigmoid", KT_RU_HARDSIGMOID, "alpha", "beta", HARDSIGMOID_ALPHA, HARDSIGMOID_BETA},
     {"HardSwish", KT_RU_HARDSWISH, 0, 0, 0, 0}, {"Elu", KT_RU_ELU, "alpha", 0, 1.0, 0},
     {"Selu", KT_RU_SELU, "alpha", "gamma", 1.67326319217681884765625, 1.05070102214813232421875},
     {"Celu", KT_RU_CELU, "alpha", 0, 1.0, 0}, {"ThresholdedRelu", KT_RU_THRESHOLDEDRELU, "alpha", 0, 1.0, 0},
@@ -2028,14 +2030,14 @@ static int rf_transpose(nd_t *d)
     return rf_view(d, 0, nd, dims, start, step, NULL, "transpose");
 }
 
+static int consumer(const imp_t *im, const char *v);
+
 /* Whether the Pad r of node d, zeros on H and W of a 4-D activation read by
  * one AveragePool alone, can be that pool's padding: PyTorch exports
  * avg_pool2d(padding=p, count_include_pad=True) so (Inception-v3). Then the
  * pool node gets the pads (h_pool counts them) and 1 is returned. The pool's
  * own attributes must leave it a task: no ceil_mode, no dilation, its own
  * padding counted too (or none), every pad smaller than its window. */
-static int consumer(const imp_t *im, const char *v);
-
 static int merge_into_avg_pool(nd_t *d, int nd, const kt_refop_t *r)
 {
     const int64_t *lo = &r->ia[1], *hi = &r->ia[1 + KT_REFOP_MAX_DIMS];
@@ -2921,7 +2923,8 @@ static void match_hardswish(imp_t *im, int h)
     if (hn->n_input != 1 || hn->n_output != 1 || uses(im, hn->output[0]) != 1)
         return;
     const Onnx__AttributeProto *a = attr(hn, "alpha"), *b = attr(hn, "beta");
-    double alpha = a && a->has_f ? a->f : 0.2, beta = b && b->has_f ? b->f : 0.5;
+    double alpha = a && a->has_f ? a->f : HARDSIGMOID_ALPHA,
+           beta = b && b->has_f ? b->f : HARDSIGMOID_BETA;
     if ((a && !a->has_f) || (b && !b->has_f) || fabs(alpha - 1.0 / 6.0) > 1e-6 ||
         fabs(beta - 0.5) > 1e-6)
         return;
@@ -3131,7 +3134,8 @@ static int c_hardsigmoid(nd_t *d, const char *op)
 {
     (void)op;
     double alpha, beta;
-    if (attr_float(d, "alpha", 0.2, &alpha) || attr_float(d, "beta", 0.5, &beta))
+    if (attr_float(d, "alpha", HARDSIGMOID_ALPHA, &alpha) ||
+        attr_float(d, "beta", HARDSIGMOID_BETA, &beta))
         return UNSUP;
     if (!isfinite(alpha) || !isfinite(beta))
         return unsup(d, "hardsigmoid's alpha and beta must be finite");

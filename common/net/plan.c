@@ -263,7 +263,6 @@ static int need(ctx_t *c, int v, int nhwc, const char *layer)
 typedef struct {
     kt_epilogue_t op;
     float *vec;        /* BIAS_ADD, MULTIPLY: [C]; MULTIPLY_SCALAR: [1] */
-    double lo, hi;     /* CLIP: bounds; HARDSIGMOID: alpha, beta */
     int residual;      /* ADD: the layer added */
 } epi_t;
 
@@ -420,30 +419,21 @@ static int plan_instance(ctx_t *c, const kt_net_instance_t *in)
         epi_t *last = g.n ? &g.e[g.n - 1] : NULL;
         switch (F->op) {
         case NET_RELU:
-            if (last && last->op == KT_EPI_CLIP) {
-                last->lo = last->lo > 0 ? last->lo : 0.0;
-                last->hi = last->hi > 0 ? last->hi : 0.0;
-            } else {
+            /* relu after a clip merges into it, as extraction did; the
+             * kernel's bounds come from the task's workload. */
+            if (!last || last->op != KT_EPI_CLIP)
                 rc = epi_push(&g, F, KT_EPI_RELU, NULL, 0);
-            }
             break;
         case NET_GELU: rc = epi_push(&g, F, KT_EPI_GELU, NULL, 0); break;
         case NET_SIGMOID: rc = epi_push(&g, F, KT_EPI_SIGMOID, NULL, 0); break;
         case NET_TANH: rc = epi_push(&g, F, KT_EPI_TANH, NULL, 0); break;
         case NET_HARDSWISH: rc = epi_push(&g, F, KT_EPI_HARDSWISH, NULL, 0); break;
-        case NET_HARDSIGMOID:
-            if ((rc = epi_push(&g, F, KT_EPI_HARDSIGMOID, NULL, 0)) == KT_OK) {
-                g.e[g.n - 1].lo = F->lo;
-                g.e[g.n - 1].hi = F->hi;
-            }
-            break;
+        case NET_HARDSIGMOID: rc = epi_push(&g, F, KT_EPI_HARDSIGMOID, NULL, 0); break;
         case NET_CLIP:
-            if (last && last->op == KT_EPI_RELU && F->lo <= 0 && F->hi >= 0) {
-                *last = (epi_t){.op = KT_EPI_CLIP, .lo = 0.0, .hi = F->hi, .residual = -1};
-            } else if ((rc = epi_push(&g, F, KT_EPI_CLIP, NULL, 0)) == KT_OK) {
-                g.e[g.n - 1].lo = F->lo;
-                g.e[g.n - 1].hi = F->hi;
-            }
+            if (last && last->op == KT_EPI_RELU && F->lo <= 0 && F->hi >= 0)
+                last->op = KT_EPI_CLIP;   /* clip(relu(x)), as extraction merged it */
+            else
+                rc = epi_push(&g, F, KT_EPI_CLIP, NULL, 0);
             break;
         case NET_BIAS_ADD: {
             float *b = chan_param(c, li, C, -0.1, 0.1);

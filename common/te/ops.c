@@ -32,6 +32,13 @@ int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out)
                       "hardsigmoid)", name ? name : "");
 }
 
+const kt_epi_params_t *kt_ops_epilogue_params(kt_epilogue_t e)
+{
+    static const kt_epi_params_t clip = {"min", "max", "bounds"},
+                                 hardsigmoid = {"alpha", "beta", "alpha and beta"};
+    return e == KT_EPI_CLIP ? &clip : e == KT_EPI_HARDSIGMOID ? &hardsigmoid : NULL;
+}
+
 kt_conv2d_params_t kt_ops_conv2d_default(void)
 {
     kt_conv2d_params_t p = {{1, 1}, {0, 0, 0, 0}, {1, 1}};
@@ -106,12 +113,10 @@ static int epi_from_kinds(const kt_epilogue_t *kinds, int n, kt_epi_t *out)
         return kt_err_set(KT_EINVAL, "field 'epilogue' has more than %d entries",
                           KT_OPS_MAX_EPILOGUE);
     for (int i = 0; i < n; i++) {
-        if (kinds[i] == KT_EPI_CLIP)
-            return kt_err_set(KT_EINVAL, "field 'epilogue[%d]': clip needs bounds (use the "
-                              "kt_epi_t form)", i);
-        if (kinds[i] == KT_EPI_HARDSIGMOID)
-            return kt_err_set(KT_EINVAL, "field 'epilogue[%d]': hardsigmoid needs alpha and "
-                              "beta (use the kt_epi_t form)", i);
+        const kt_epi_params_t *pk = kt_ops_epilogue_params(kinds[i]);
+        if (pk)
+            return kt_err_set(KT_EINVAL, "field 'epilogue[%d]': %s needs %s (use the kt_epi_t "
+                              "form)", i, epi_names[kinds[i]], pk->what);
         out[i] = (kt_epi_t){.op = kinds[i]};
     }
     return KT_OK;

@@ -85,7 +85,7 @@ typedef enum {
     KT_EPI_TANH,          /* tanh(x) */
     KT_EPI_MULTIPLY,      /* * scale[channel] */
     KT_EPI_MULTIPLY_SCALAR, /* * scale[0] */
-    KT_EPI_HARDSWISH,     /* x * min(max(x + 3, 0), 6) / 6 (ONNX HardSwish) */
+    KT_EPI_HARDSWISH,     /* x * clamp(x / 6 + 1/2, 0, 1) (ONNX HardSwish) */
     KT_EPI_HARDSIGMOID,   /* max(min(lo * x + hi, 1), 0): ONNX HardSigmoid with alpha = lo and
                            * beta = hi, so only in kt_epi_t lists */
     KT_EPI__COUNT
@@ -109,6 +109,14 @@ typedef struct {
 const char *kt_ops_epilogue_name(kt_epilogue_t e);
 /* Name to enum; 0, or KT_EINVAL for an unknown name. */
 int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out);
+
+/* The epilogues that take two numbers, kt_epi_t's lo and hi (clip's "min" and
+ * "max", hardsigmoid's "alpha" and "beta"): their JSON keys and what the pair
+ * is called in messages. NULL for the epilogues that take none. */
+typedef struct {
+    const char *lo_key, *hi_key, *what;
+} kt_epi_params_t;
+const kt_epi_params_t *kt_ops_epilogue_params(kt_epilogue_t e);
 
 /* Activation layout of the convolution and pool constructors that take one. */
 typedef enum { KT_LAYOUT_NHWC = 0, KT_LAYOUT_NCHW } kt_layout_t;

@@ -125,12 +125,14 @@ static int get_param_epi(json_t *e, size_t i, kt_epi_t *out, json_t **canon)
 {
     json_t *op = json_object_get(e, "op");
     const char *name = json_is_string(op) ? json_string_value(op) : "";
-    int clip = strcmp(name, "clip") == 0;
-    if (!clip && strcmp(name, "hardsigmoid") != 0)
+    const kt_epi_params_t *pk =
+        kt_ops_epilogue_parse(name, &out->op) == 0 ? kt_ops_epilogue_params(out->op) : NULL;
+    if (!pk)
         return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': an object entry must be "
                           "{\"op\": \"clip\", \"min\": x, \"max\": y} or {\"op\": "
                           "\"hardsigmoid\", \"alpha\": a, \"beta\": b}", i);
-    const char *k0 = clip ? "min" : "alpha", *k1 = clip ? "max" : "beta";
+    const int clip = out->op == KT_EPI_CLIP;
+    const char *k0 = pk->lo_key, *k1 = pk->hi_key;
     const char *key;
     json_t *val;
     json_object_foreach(e, key, val) {
@@ -141,7 +143,6 @@ static int get_param_epi(json_t *e, size_t i, kt_epi_t *out, json_t **canon)
     if (!json_is_number(lo) || !json_is_number(hi))
         return kt_err_set(KT_EINVAL, "field 'epilogue[%zu]': %s needs numbers '%s' and '%s'",
                           i, name, k0, k1);
-    out->op = clip ? KT_EPI_CLIP : KT_EPI_HARDSIGMOID;
     out->lo = (double)(float)json_number_value(lo);
     out->hi = (double)(float)json_number_value(hi);
     if (!isfinite(out->lo) || !isfinite(out->hi) || (clip && out->lo > out->hi))
@@ -182,7 +183,7 @@ static int get_epilogue(reader_t *r, kt_epi_t *epi, int *nepi, int omit_empty)
             c = json_pack("{s:s, s:f, s:f}", "op", "clip", "min", 0.0, "max", 6.0);
         } else if (!json_is_string(e) ||
                    kt_ops_epilogue_parse(json_string_value(e), &epi[i].op) != 0 ||
-                   epi[i].op == KT_EPI_CLIP || epi[i].op == KT_EPI_HARDSIGMOID) {
+                   kt_ops_epilogue_params(epi[i].op)) {
             return kt_err_set(KT_EINVAL,
                               "field 'epilogue[%zu]' must be one of \"bias_add\", \"relu\", "
                               "\"add\", \"gelu\", \"sigmoid\", \"tanh\", \"multiply\", "
