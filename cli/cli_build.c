@@ -1,4 +1,5 @@
 /* ktune build and ktune run: a tuned network as a C library, run and timed. */
+#include <ctype.h>
 #include <errno.h>
 #include <ftw.h>
 #include <getopt.h>
@@ -13,6 +14,7 @@
 #include "cli.h"
 #include "measure/cuda_runner.h"
 #include "measure/hw_params.h"
+#include "measure/measure.h"
 #include "measure/nvrtc.h"
 #include "net/plan.h"
 #include "runtime/netlib.h"
@@ -444,17 +446,21 @@ static int gather_store(const char *cmd, const build_args_t *a, const kt_net_tas
 
 /* The fastest valid record job `job` (0: any) measured of workload `key`
  * on the tracker: its state into *state (malloc'd; NULL when none), its
- * cost into *ms and its origin's name into origin (optional). 0, or 1
- * after printing why. */
+ * cost into *ms and its origin's name into origin (optional); why
+ * (optional) gets the first failed record's error ("" when none failed).
+ * 0, or 1 after printing why. */
 static int list_best(const char *cmd, const build_args_t *a, kt_rpc_client_t *cl,
                      const char *key, int64_t job, char **state, double *ms, char *origin,
-                     size_t originlen)
+                     size_t originlen, char *why, size_t whylen)
 {
     Ktune__V1__ListRecordsRequest req = KTUNE__V1__LIST_RECORDS_REQUEST__INIT;
     req.workload_key = (char *)key;
     req.target = (char *)target_of(a);
     req.job_id = job;
-    req.valid_only = 1;
+    /* With `why`, the failed records too: the first says why, should none be valid. */
+    req.valid_only = why == NULL;
+    if (why && whylen)
+        why[0] = '\0';
     kt_rpc_reader_t *rd = kt_rpc_reader_open(cl, "/ktune.v1.Tracker/ListRecords", &req.base,
                                              &ktune__v1__record__descriptor,
                                              a->conn.timeout_ms ? a->conn.timeout_ms
@@ -466,7 +472,19 @@ static int list_best(const char *cmd, const build_args_t *a, kt_rpc_client_t *cl
     double best = INFINITY;
     while ((r = kt_rpc_reader_next(rd, &msg)) == 1) {
         Ktune__V1__Record *rec = (Ktune__V1__Record *)msg;
-        if (rec->mean_cost < best && rc == 0) {
+        if (rec->error_code != KTUNE__V1__MEASURE_ERROR__NO_ERROR) {
+            if (why && whylen && !why[0]) {
+                snprintf(why, whylen, "%s: %s", kt_measure_error_name(rec->error_code),
+                         rec->error_msg && *rec->error_msg ? rec->error_msg : "no message");
+                /* one line: a compiler's output ends lines of its own */
+                size_t n = strlen(why);
+                while (n && isspace((unsigned char)why[n - 1]))
+                    why[--n] = '\0';
+                for (char *c = why; *c; c++)
+                    if (*c == '\n')
+                        *c = ' ';
+            }
+        } else if (rec->mean_cost < best && rc == 0) {
             free(*state);
             if (!(*state = kt_strdup(rec->state_json)))
                 rc = kt_cli_fail(cmd);
@@ -519,9 +537,9 @@ static int transfer_job(const char *cmd, const build_args_t *a, kt_rpc_client_t 
     }
     for (int j = 0; rc == 0 && j < n; j++) {
         int i = idx[j];
-        char from[64] = "", text[400];
+        char from[64] = "", why[300], text[700];
         if ((rc = list_best(cmd, a, cl, kt_workload_key(wl[j]), job, &states[i], &ms[i], from,
-                            sizeof from)))
+                            sizeof from, why, sizeof why)))
             break;
         if (states[i])
             snprintf(text, sizeof text,
@@ -531,7 +549,7 @@ static int transfer_job(const char *cmd, const build_args_t *a, kt_rpc_client_t 
         else
             snprintf(text, sizeof text,
                      "zero-shot job %" PRId64 " on runner key %s measured no valid candidate of "
-                     "%d", job, key, trials);
+                     "%d (%s)", job, key, trials, why[0] ? why : "none was proposed");
         if (!(origin[i] = kt_strdup(text))) {
             rc = kt_cli_fail(cmd);
             break;
@@ -576,7 +594,7 @@ static int gather_tracker(const char *cmd, const build_args_t *a, const kt_net_t
             continue;
         }
         /* The records of one job: ListRecords, the fastest kept. */
-        rc = list_best(cmd, a, cl, key, a->job, &states[i], &ms[i], NULL, 0);
+        rc = list_best(cmd, a, cl, key, a->job, &states[i], &ms[i], NULL, 0, NULL, 0);
     }
     if (rc == 0 && a->transfer)
         rc = transfer_job(cmd, a, cl, t, states, ms, origin);

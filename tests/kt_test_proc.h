@@ -178,4 +178,48 @@ static char *kt_test_output(const kt_test_proc_t *p)
     return s ? s : strdup("");
 }
 
+/* A failing command's story for an assertion message, the telling part
+ * first (CI shows a message's head): the lines of out that are not
+ * progress tables, and the warnings and errors of log (a daemon's, may be
+ * NULL), then the last 16 KiB of each whole. malloc'd. */
+__attribute__((unused)) static char *kt_test_story(const char *out, const char *log)
+{
+    size_t no = strlen(out), nl = log ? strlen(log) : 0;
+    char *s = malloc(2 * (no + nl) + 256);
+    if (!s)
+        return strdup("out of memory");
+    size_t n = 0;
+    n += (size_t)sprintf(s + n, "--- the command's own lines:\n");
+    for (const char *p = out; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        /* table rows, rules, headers and progress bars say nothing new */
+        if (len && !strchr("|-[", p[0]) && strncmp(p, "Estimated total", 15) != 0) {
+            memcpy(s + n, p, len);
+            n += len;
+            s[n++] = '\n';
+        }
+        p += len + (e != NULL);
+    }
+    if (log) {
+        n += (size_t)sprintf(s + n, "--- the daemon's warnings and errors:\n");
+        for (const char *p = log; *p;) {
+            const char *e = strchr(p, '\n');
+            size_t len = e ? (size_t)(e - p) : strlen(p);
+            const char *tag = memchr(p, 'Z', len < 32 ? len : 32);
+            if (tag && tag + 2 < p + len && tag[1] == ' ' && (tag[2] == 'W' || tag[2] == 'E')) {
+                memcpy(s + n, p, len);
+                n += len;
+                s[n++] = '\n';
+            }
+            p += len + (e != NULL);
+        }
+    }
+    n += (size_t)sprintf(s + n, "--- the command's output:\n%s", out + (no > 16384 ? no - 16384 : 0));
+    if (log)
+        n += (size_t)sprintf(s + n, "\n--- the daemon's log:\n%s", log + (nl > 16384 ? nl - 16384 : 0));
+    s[n] = '\0';
+    return s;
+}
+
 #endif

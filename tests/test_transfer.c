@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "net/net.h"
 #include "search/search.h"
@@ -938,10 +939,7 @@ START_TEST(transfer_zero_shot_build_through_a_tracker_measures_on_its_runners)
     int run_rc = run_ktune("run.out", run, &out);
     /* the tracker's log says why a candidate failed, should one */
     char *tlog = kt_test_output(&tr);
-    size_t tn = strlen(tlog);
-    char *both = malloc(strlen(out) + tn + 32);
-    ck_assert_ptr_nonnull(both);
-    sprintf(both, "%s\n--- tracker:\n%s", out, tlog + (tn > 16384 ? tn - 16384 : 0));
+    char *both = kt_test_story(out, tlog);
     free(out);
     free(tlog);
     out = both;
@@ -974,6 +972,42 @@ START_TEST(transfer_zero_shot_build_through_a_tracker_measures_on_its_runners)
                   out);
     free(out);
 
+    /* A worker whose compiler fails: the job's candidates fail, the build
+     * says why and takes the default schedule. */
+    int wst = 0;
+    kill(wk.pid, SIGTERM);
+    ck_assert_msg(kt_test_wait(&wk, 30000, &wst), "the worker did not stop");
+    char bin[600], cc[700], path[4096];
+    snprintf(bin, sizeof bin, "%s/bin", kt_test_dir);
+    snprintf(cc, sizeof cc, "%s/cc", bin);
+    ck_assert_int_eq(mkdir(bin, 0755), 0);
+    static const char fail[] = "#!/bin/sh\necho 'cc: broken for this test' >&2\nexit 1\n";
+    ck_assert_int_eq(kt_file_write(cc, fail, sizeof fail - 1), 0);
+    ck_assert_int_eq(chmod(cc, 0755), 0);
+    snprintf(path, sizeof path, "PATH=%s:%s", bin, getenv("PATH") ? getenv("PATH") : "/usr/bin");
+    char *bad_cc[] = {path, NULL};
+    const char *const drop_path[] = {"PATH=", NULL};
+    kt_test_spawn(&wk, "worker2.out", 0, "worker/ktune-worker", wargs, drop_path, bad_cc);
+    char net2[600];
+    snprintf(net2, sizeof net2, "%s/one.json", kt_test_dir);
+    static const char one[] =
+        "{\"name\": \"one\", \"layers\": [\n"
+        " {\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 3, 9, 9]},\n"
+        " {\"name\": \"c\", \"op\": \"conv2d\", \"channels\": 5, \"kernel\": [3, 3]}\n]}\n";
+    ck_assert_int_eq(kt_file_write(net2, one, sizeof one - 1), 0);
+    char *broken[] = {"build", "--network-file", net2, "--tracker", addr, "--transfer",
+                      "--transfer-trials", "1", "--out", out_dir, NULL};
+    int brc = run_ktune("broken.out", broken, &out);
+    char *wlog = kt_test_output(&wk);
+    char *story = kt_test_story(out, wlog);
+    free(out);
+    free(wlog);
+    ck_assert_msg(brc == 0 &&
+                      strstr(story, "measured no valid candidate of 1 (COMPILE_HOST: ") &&
+                      strstr(story, "no record, default schedule"),
+                  "%s", story);
+    free(story);
+
     kt_test_proc_t *procs[] = {&rn, &wk, &tr};
     for (int i = 0; i < 3; i++) {
         int st = 0;
@@ -987,7 +1021,10 @@ START_TEST(transfer_zero_shot_build_through_a_tracker_measures_on_its_runners)
     ck_assert_str_eq(info->job.state, "done");
     ck_assert_int_eq(info->ntasks, njob);
     kt_store_job_info_free(info);
-    ck_assert_int_eq(kt_store_get_job(s, 2, &info), KT_ENOTFOUND);
+    ck_assert_int_eq(kt_store_get_job(s, 2, &info), 0);
+    ck_assert_str_eq(info->job.state, "done");
+    kt_store_job_info_free(info);
+    ck_assert_int_eq(kt_store_get_job(s, 3, &info), KT_ENOTFOUND);
     kt_store_filter_t f = {.job_id = 1};
     kt_record_list_t *l = NULL;
     ck_assert_int_eq(kt_store_get_records(s, &f, &l), 0);
