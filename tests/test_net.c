@@ -1590,6 +1590,73 @@ START_TEST(net_onnx_external_weights_are_read_or_said_missing)
 }
 END_TEST
 
+/* Layout conversions of a plan whose values' layouts it names: each step
+ * KT_PLAN_LAYOUT counted. */
+static int layout_steps(const kt_net_plan_t *p)
+{
+    int n = 0;
+    for (int k = 0; k < p->nsteps; k++)
+        n += p->steps[k].kind == KT_PLAN_LAYOUT;
+    return n;
+}
+
+/* A join of convolutions' outputs is made where they are (NHWC), and the
+ * next convolution reads it there: the network's only conversions are at
+ * its input and output. A join whose inputs are mostly in the model's
+ * layout stays there. */
+START_TEST(net_plan_joins_nhwc_convolutions_without_converting_them)
+{
+    static const char *const text =
+        "{\"name\": \"cat\", \"layers\": [\n"
+        " {\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 3, 6, 6]},\n"
+        " {\"name\": \"a\", \"op\": \"conv2d\", \"channels\": 4, \"kernel\": [3, 3],"
+        " \"padding\": [1, 1], \"inputs\": [\"x\"]},\n"
+        " {\"name\": \"b\", \"op\": \"conv2d\", \"channels\": 2, \"kernel\": [1, 1],"
+        " \"inputs\": [\"x\"]},\n"
+        " {\"name\": \"cc\", \"op\": \"concat\", \"axis\": 1, \"inputs\": [\"a\", \"b\"]},\n"
+        " {\"name\": \"c\", \"op\": \"conv2d\", \"channels\": 5, \"kernel\": [1, 1]}\n"
+        "]}\n";
+    kt_net_t *net = kt_net_parse_json(text);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_msg(t != NULL, "%s", kt_err_msg());
+    kt_net_plan_t *p = kt_net_plan(net, t, KT_NET_NHWC, 1);
+    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    int concat = -1;
+    for (int k = 0; k < p->nsteps; k++)
+        if (p->steps[k].kind == KT_PLAN_CONCAT)
+            concat = k;
+    ck_assert_int_ge(concat, 0);
+    ck_assert_int_eq(p->values[p->steps[concat].out].nhwc, 1);
+    ck_assert_int_eq(layout_steps(p), 2);   /* the input's and the output's */
+    kt_net_plan_free(p);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+
+    /* two of three inputs in the model's layout: the join is there */
+    static const char *const mixed =
+        "{\"name\": \"mix\", \"layers\": [\n"
+        " {\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 3, 6, 6]},\n"
+        " {\"name\": \"a\", \"op\": \"conv2d\", \"channels\": 4, \"kernel\": [3, 3],"
+        " \"padding\": [1, 1], \"inputs\": [\"x\"]},\n"
+        " {\"name\": \"s\", \"op\": \"sigmoid\", \"inputs\": [\"x\"]},\n"
+        " {\"name\": \"h\", \"op\": \"tanh\", \"inputs\": [\"x\"]},\n"
+        " {\"name\": \"cc\", \"op\": \"concat\", \"axis\": 1, \"inputs\": [\"s\", \"a\", \"h\"]}\n"
+        "]}\n";
+    net = kt_net_parse_json(mixed);
+    ck_assert_msg(net != NULL, "%s", kt_err_msg());
+    t = kt_net_extract(net, KT_NET_NHWC);
+    p = t ? kt_net_plan(net, t, KT_NET_NHWC, 1) : NULL;
+    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    for (int k = 0; k < p->nsteps; k++)
+        if (p->steps[k].kind == KT_PLAN_CONCAT)
+            ck_assert_int_eq(p->values[p->steps[k].out].nhwc, 0);
+    kt_net_plan_free(p);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+}
+END_TEST
+
 START_TEST(net_input_spec_parses_and_rejects)
 {
     kt_net_input_t in;
@@ -1690,6 +1757,7 @@ int main(void)
     tcase_add_test(tf, net_file_errors_name_the_layer_and_field);
     tcase_add_test(tf, net_file_fuses_new_epilogues_and_reports_the_rest);
     tcase_add_test(tf, net_input_spec_parses_and_rejects);
+    tcase_add_test(tf, net_plan_joins_nhwc_convolutions_without_converting_them);
     tcase_add_test(tf, net_builtin_and_file_networks_carry_no_params);
     suite_add_tcase(s, tf);
 

@@ -885,8 +885,9 @@ static void net_file_on_cpu_and_cuda(const char *json, const char *name, const i
 }
 
 /* Every simple layer's kernel (layout, unary, channel, flat and broadcast
- * binary, transpose, concat: kt_net_bcast and kt_net_transpose take a
- * struct by value) around one task, against the CPU build. The clip
+ * binary, transpose, concat in either layout: kt_net_bcast and
+ * kt_net_transpose take a struct by value) around a few tasks, against the
+ * CPU build. The clip
  * bounds are whole numbers on purpose: both builds once printed them as
  * "1f", no C literal. */
 static const char *const SIMPLE_NET =
@@ -904,7 +905,15 @@ static const char *const SIMPLE_NET =
     " {\"name\": \"tr\", \"op\": \"transpose\", \"perm\": [0, 2, 3, 1]},\n"
     " {\"name\": \"tr2\", \"op\": \"transpose\", \"perm\": [0, 2, 3, 1], \"inputs\": [\"sg\"]},\n"
     " {\"name\": \"cc\", \"op\": \"concat\", \"axis\": 3, \"inputs\": [\"tr\", \"tr2\"]},\n"
-    " {\"name\": \"r\", \"op\": \"relu\"}\n]}\n";
+    " {\"name\": \"r\", \"op\": \"relu\"},\n"
+    " {\"name\": \"c1\", \"op\": \"conv2d\", \"channels\": 3, \"kernel\": [1, 1],"
+    " \"inputs\": [\"x\"]},\n"
+    " {\"name\": \"c2\", \"op\": \"conv2d\", \"channels\": 2, \"kernel\": [1, 1],"
+    " \"inputs\": [\"x\"]},\n"
+    " {\"name\": \"j\", \"op\": \"concat\", \"axis\": 1, \"inputs\": [\"c1\", \"c2\"]},\n"
+    " {\"name\": \"c3\", \"op\": \"conv2d\", \"channels\": 12, \"kernel\": [1, 1]},\n"
+    " {\"name\": \"tr3\", \"op\": \"transpose\", \"perm\": [0, 2, 3, 1]},\n"
+    " {\"name\": \"sum\", \"op\": \"add\", \"inputs\": [\"r\", \"tr3\"]}\n]}\n";
 
 START_TEST(runtime_cuda_build_of_every_simple_layer_runs_on_the_cpu)
 {

@@ -793,11 +793,18 @@ static int plan_simple(ctx_t *c, int i)
             if (l->nin > KT_PLAN_MAX_IN)
                 return kt_err_set(KT_EUNSUP, "layer '%s': a concat of %d inputs (at most %d)",
                                   l->name, l->nin, KT_PLAN_MAX_IN);
-            int ins[KT_PLAN_MAX_IN];
+            /* A 4-D join runs in the layout most of its inputs are in: the
+             * convolutions around DenseNet's and Inception's concats are
+             * NHWC, and a join in NCHW cost a conversion of each input and
+             * one of the result back. */
+            int ins[KT_PLAN_MAX_IN], nh = 0;
             for (int k = 0; k < l->nin; k++)
-                if ((ins[k] = need(c, c->lv[l->in[k]], 0, l->name)) < 0)
+                nh += c->lv[l->in[k]] >= 0 && c->p->values[c->lv[l->in[k]]].nhwc;
+            int nhwc = l->out.ndim == 4 && 2 * nh > l->nin;
+            for (int k = 0; k < l->nin; k++)
+                if ((ins[k] = need(c, c->lv[l->in[k]], nhwc, l->name)) < 0)
                     return ins[k];
-            out = new_value(c, KT_PLAN_V_ARENA, &l->out, 0);
+            out = new_value(c, KT_PLAN_V_ARENA, &l->out, nhwc);
             if (out < 0 || !(st = new_step(c, KT_PLAN_CONCAT, l->name, out)))
                 return KT_ENOMEM;
             for (int k = 0; k < l->nin; k++)

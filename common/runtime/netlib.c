@@ -138,11 +138,17 @@ void kt_netlib_concat_dims(const kt_net_plan_t *p, const kt_plan_step_t *s, int6
                            int64_t *inner)
 {
     const kt_plan_value_t *o = &p->values[s->out];
+    /* An NHWC join: the logical [N, C, H, W] axis in memory order. */
+    static const int mem_dim[4] = {0, 2, 3, 1}, mem_axis[4] = {0, 3, 1, 2};
+    int nhwc = o->nhwc && o->ndim == 4, axis = nhwc ? mem_axis[s->axis] : s->axis;
     *outer = *inner = 1;
-    for (int d = 0; d < s->axis; d++)
-        *outer *= o->dims[d];
-    for (int d = s->axis + 1; d < o->ndim; d++)
-        *inner *= o->dims[d];
+    for (int d = 0; d < o->ndim; d++) {
+        int64_t n = o->dims[nhwc ? mem_dim[d] : d];
+        if (d < axis)
+            *outer *= n;
+        else if (d > axis)
+            *inner *= n;
+    }
 }
 
 /* A double as a C constant, infinities and NaN included. */

@@ -25,7 +25,8 @@ void kt_netlib_put_ll_array(kt_sbuf_t *b, const char *name, const int64_t *v, in
 /* Index arithmetic of the simple steps, the same for C and CUDA: the
  * strides of a broadcasting binary step's two inputs per output axis (0
  * where an input repeats), a transpose's input stride per output axis, and
- * a concat's element counts before and after its axis. */
+ * a concat's element counts before and after its axis in memory order (an
+ * NHWC value's channels are innermost). */
 void kt_netlib_bcast_strides(const kt_net_plan_t *p, const kt_plan_step_t *s, int64_t *sx,
                              int64_t *sz);
 void kt_netlib_transpose_strides(const kt_net_plan_t *p, const kt_plan_step_t *s, int64_t *sp);

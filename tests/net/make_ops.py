@@ -1195,6 +1195,33 @@ def _(name):
     return g, x, y, N(torch_cat(parts, 1))
 
 
+@case("concat_of_convs_channels_and_rows")
+def _(name):
+    # convolutions' outputs joined on channels (held NHWC, joined there) and
+    # on rows, a join of mostly model-layout values beside them, each read
+    # by another convolution
+    import torch
+    F = torch.nn.functional
+    r = rng(name)
+    x = randn(r, 1, 3, 6, 5)
+    w = [randn(r, c, 3, 3, 3, scale=0.3) for c in (4, 2, 5)]
+    w2, w3 = randn(r, 6, 11, 1, 1, scale=0.3), randn(r, 2, 4, 3, 3, scale=0.3)
+    g = G()
+    cs = [g.op("Conv", ["x", g.const(wk)], pads=[1, 1, 1, 1]) for wk in w]
+    cc = g.op("Concat", cs, axis=1)
+    a = g.op("Conv", [cc, g.const(w2)])
+    rows = g.op("Concat", [cs[0], g.op("Relu", [cs[0]])], axis=2)
+    b = g.op("Conv", [rows, g.const(w3)], pads=[1, 1, 1, 1])
+    mixed = g.op("Concat", [g.op("Sigmoid", ["x"]), g.op("Tanh", ["x"]), cs[1]], axis=1)
+    y = g.op("Concat", [g.op("Flatten", [a]), g.op("Flatten", [b]), g.op("Flatten", [mixed])], axis=1)
+    t = T(x)
+    tc = [F.conv2d(t, T(wk), padding=1) for wk in w]
+    ta = F.conv2d(torch_cat(tc, 1), T(w2))
+    tb = F.conv2d(torch_cat([tc[0], tc[0].relu()], 2), T(w3), padding=1)
+    tm = torch_cat([t.sigmoid(), t.tanh(), tc[1]], 1)
+    return g, x, y, N(torch_cat([ta.flatten(1), tb.flatten(1), tm.flatten(1)], 1))
+
+
 # ---- unsupported -----------------------------------------------------------------------------
 
 def unsupported():
