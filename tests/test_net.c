@@ -1600,6 +1600,18 @@ static int layout_steps(const kt_net_plan_t *p)
     return n;
 }
 
+/* The NHWC plan of a network file's text, its network and tasks in *net, *t. */
+static kt_net_plan_t *nhwc_plan(const char *text, kt_net_t **net, kt_net_tasks_t **t)
+{
+    *net = kt_net_parse_json(text);
+    ck_assert_msg(*net != NULL, "%s", kt_err_msg());
+    *t = kt_net_extract(*net, KT_NET_NHWC);
+    ck_assert_msg(*t != NULL, "%s", kt_err_msg());
+    kt_net_plan_t *p = kt_net_plan(*net, *t, KT_NET_NHWC, 1);
+    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    return p;
+}
+
 /* A join of convolutions' outputs is made where they are (NHWC), and the
  * next convolution reads it there: the network's only conversions are at
  * its input and output. A join whose inputs are mostly in the model's
@@ -1616,12 +1628,9 @@ START_TEST(net_plan_joins_nhwc_convolutions_without_converting_them)
         " {\"name\": \"cc\", \"op\": \"concat\", \"axis\": 1, \"inputs\": [\"a\", \"b\"]},\n"
         " {\"name\": \"c\", \"op\": \"conv2d\", \"channels\": 5, \"kernel\": [1, 1]}\n"
         "]}\n";
-    kt_net_t *net = kt_net_parse_json(text);
-    ck_assert_msg(net != NULL, "%s", kt_err_msg());
-    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
-    ck_assert_msg(t != NULL, "%s", kt_err_msg());
-    kt_net_plan_t *p = kt_net_plan(net, t, KT_NET_NHWC, 1);
-    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    kt_net_t *net;
+    kt_net_tasks_t *t;
+    kt_net_plan_t *p = nhwc_plan(text, &net, &t);
     int concat = -1;
     for (int k = 0; k < p->nsteps; k++)
         if (p->steps[k].kind == KT_PLAN_CONCAT)
@@ -1643,11 +1652,7 @@ START_TEST(net_plan_joins_nhwc_convolutions_without_converting_them)
         " {\"name\": \"h\", \"op\": \"tanh\", \"inputs\": [\"x\"]},\n"
         " {\"name\": \"cc\", \"op\": \"concat\", \"axis\": 1, \"inputs\": [\"s\", \"a\", \"h\"]}\n"
         "]}\n";
-    net = kt_net_parse_json(mixed);
-    ck_assert_msg(net != NULL, "%s", kt_err_msg());
-    t = kt_net_extract(net, KT_NET_NHWC);
-    p = t ? kt_net_plan(net, t, KT_NET_NHWC, 1) : NULL;
-    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    p = nhwc_plan(mixed, &net, &t);
     for (int k = 0; k < p->nsteps; k++)
         if (p->steps[k].kind == KT_PLAN_CONCAT)
             ck_assert_int_eq(p->values[p->steps[k].out].nhwc, 0);
