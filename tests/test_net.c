@@ -1017,6 +1017,46 @@ static void assert_no_plain_steps(const char *path)
 /* MobileNet-V3's hardswish (HardSwish at opset 17, x * HardSigmoid(x) at 13)
  * and its squeeze-excitation's hardsigmoid are epilogues of the convolutions
  * before them, never plain steps; only the excitation's product stays apart. */
+/* nn.MultiheadAttention's packed q/k/v projection, sliced three ways: each
+ * slice is a dense layer of its rows of the weight, so nothing is copied and
+ * q, k, v and the output projection are one task of weight 4. */
+START_TEST(net_onnx_packed_projection_becomes_one_dense_task_per_part)
+{
+    char *p = model("mha.onnx");
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
+    char *plain = kt_net_plain_steps_text(net);
+    ck_assert_msg(strcmp(plain, "") == 0, "%s", plain);
+    free(plain);
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_msg(t != NULL, "%s", kt_err_msg());
+    int dense = 0;
+    for (int i = 0; i < t->ntasks; i++)
+        if (strcmp(kt_workload_op(t->tasks[i].wl), "dense") == 0) {
+            dense++;
+            ck_assert_int_eq((int)t->tasks[i].weight, 4);
+        }
+    ck_assert_int_eq(dense, 1);
+    /* each part's weight is a third of the packed one, and all are at hand */
+    int parts = 0;
+    for (int i = 0; i < kt_net_num_layers(net); i++) {
+        int64_t n = 0;
+        const char *op = kt_net_layer_op(net, i);
+        if (op && strcmp(op, "dense") == 0) {
+            ck_assert_ptr_nonnull(kt_net_layer_param(net, i, "weight", &n));
+            ck_assert_int_eq(n, 32 * 32);
+            ck_assert_ptr_nonnull(kt_net_layer_param(net, i, "bias", &n));
+            ck_assert_int_eq(n, 32);
+            parts++;
+        }
+    }
+    ck_assert_int_eq(parts, 4);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(p);
+}
+END_TEST
+
 START_TEST(net_onnx_hardswish_and_hardsigmoid_fuse_at_opsets_13_and_17)
 {
     const char *names[] = {"hard13.onnx", "hard17.onnx"};
@@ -1775,6 +1815,7 @@ int main(void)
     tcase_add_test(to, net_onnx_transformer_block_matches_its_network_file);
     tcase_add_test(to, net_onnx_mobile_cnn_matches_its_network_file);
     tcase_add_test(to, net_onnx_hardswish_and_hardsigmoid_fuse_at_opsets_13_and_17);
+    tcase_add_test(to, net_onnx_packed_projection_becomes_one_dense_task_per_part);
     tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
     tcase_add_test(to, net_onnx_layer_norm_pattern_and_two_inputs);

@@ -3478,6 +3478,176 @@ static int convert_node(imp_t *im, int idx)
     return KT_OK;
 }
 
+/* ---- packed projections -------------------------------------------------- */
+
+/* The run [*start, *start + *len) of in's last axis when layer c is a slice
+ * of only that axis (a contiguous view of its one input, of shape in). */
+static int last_axis_run(const net_layer_t *c, const net_shape_t *in, int64_t *start,
+                         int64_t *len)
+{
+    const kt_refop_t *r = c->rop;
+    int nd = in->ndim;
+    if (c->op != NET_REFOP || !r || r->op != KT_REFOP_VIEW || r->nin != 1 || c->nin != 1 ||
+        c->rop_src[0] != 0 || c->marked_output || nd < 1 || r->ndim[0] != nd ||
+        r->ondim != nd || c->out.ndim != nd)
+        return 0;
+    int64_t stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        if (r->din[0][d] != in->d[d] || r->ia[1 + KT_REFOP_MAX_DIMS + d] != 0 ||
+            r->ia[1 + d] != stride || c->out.d[d] != r->dout[d] ||
+            (d < nd - 1 && r->dout[d] != in->d[d]))
+            return 0;
+        stride *= in->d[d];
+    }
+    *start = r->ia[0];
+    *len = r->dout[nd - 1];
+    return *start >= 0 && *len >= 1 && *start + *len <= in->d[nd - 1];
+}
+
+static net_param_t *param_of(net_layer_t *l, const char *role)
+{
+    for (int k = 0; k < l->nparam; k++)
+        if (strcmp(l->param[k].role, role) == 0)
+            return &l->param[k];
+    return NULL;
+}
+
+/* Rows [a, a + n) of a [rows, k] matrix, malloc'd (NULL when m is). */
+static float *rows_of(const float *m, int64_t a, int64_t n, int64_t k)
+{
+    float *o = m ? malloc((size_t)(n * k) * sizeof(float)) : NULL;
+    if (o)
+        memcpy(o, m + a * k, (size_t)(n * k) * sizeof(float));
+    return o;
+}
+
+/* Layer i turned into a reshape of its input to its own shape: an alias,
+ * no step of its own. */
+static void become_alias(net_layer_t *l)
+{
+    free(l->rop);
+    l->rop = NULL;
+    for (int k = 0; k < l->nparam; k++)
+        free(l->param[k].v);
+    l->nparam = 0;
+    l->op = NET_SHAPE;
+    l->shape_kind = NET_SHAPE_RESHAPE;
+    l->ntarget = l->out.ndim;
+    memcpy(l->target, l->out.d, sizeof(l->target));
+}
+
+/* One packed projection: dense layer di (and the bias add after it, should
+ * one be its only reader) read only by slices of its last axis, as
+ * nn.MultiheadAttention exports its q/k/v projection. Each slice becomes a
+ * dense layer of its own rows of the weight (the first reuses di, its slice
+ * an alias), so no slice is copied and the three projections are one task.
+ * 1 when rewritten, 0 when the pattern does not hold, or an error. */
+static int split_packed_dense(kt_net_t *net, int di)
+{
+    enum { MAX_PARTS = 16 };
+    net_layer_t *L = net->layers;
+    net_layer_t *D = &L[di];
+    if (D->op != NET_DENSE || D->marked_output || D->blocked || D->nin != 1 ||
+        D->out.ndim < 2 || L[D->in[0]].out.ndim < 1)
+        return 0;
+    int nd = D->out.ndim, top = di, bi = -1, part[MAX_PARTS], nparts = 0;
+    int64_t N = D->out.d[nd - 1], K = L[D->in[0]].out.d[L[D->in[0]].out.ndim - 1];
+    int64_t start[MAX_PARTS], len[MAX_PARTS];
+    for (int pass = 0; pass < 2; pass++) {
+        int readers = 0, only = -1;
+        for (int j = top + 1; j < net->n; j++)
+            for (int k = 0; k < L[j].nin; k++)
+                if (L[j].in[k] == top) {
+                    readers++;
+                    only = j;
+                }
+        if (pass == 0 && readers == 1 && L[only].op == NET_BIAS_ADD && L[only].nin == 1 &&
+            !L[only].marked_output && (L[only].scalar || L[only].axis == nd - 1)) {
+            bi = top = only;
+            continue;
+        }
+        for (int j = top + 1; j < net->n; j++)
+            for (int k = 0; k < L[j].nin; k++) {
+                if (L[j].in[k] != top)
+                    continue;
+                if (nparts == MAX_PARTS || !last_axis_run(&L[j], &L[top].out, &start[nparts],
+                                                          &len[nparts]))
+                    return 0;
+                part[nparts++] = j;
+            }
+        break;
+    }
+    if (nparts < 2 || D->channels != N)
+        return 0;
+    /* The whole bias: the layer's own plus the add's. */
+    net_param_t *w = param_of(D, "weight"), *b = D->bias ? param_of(D, "bias") : NULL;
+    net_param_t *add = bi >= 0 ? param_of(&L[bi], "value") : NULL;
+    int biased = D->bias || bi >= 0;
+    float *bias = NULL;
+    if (biased && (b || add)) {
+        if (!(bias = calloc((size_t)N, sizeof(float))))
+            return kt_err_set(KT_ENOMEM, "out of memory");
+        for (int64_t j = 0; j < N; j++)
+            bias[j] = (b && b->numel == N ? b->v[j] : 0.0f) +
+                      (add ? add->v[add->numel == N ? j : 0] : 0.0f);
+    }
+    if (w && w->numel != N * K) {
+        free(bias);
+        return kt_err_set(KT_EINTERNAL, "layer '%s': a weight of %lld values, not %lld x %lld",
+                          D->name, (long long)w->numel, (long long)N, (long long)K);
+    }
+    int rc = KT_OK;
+    for (int p = nparts - 1; p >= 0 && rc == KT_OK; p--) {
+        /* the first part is di's own; later ones are their slices, made dense */
+        int li = p == 0 ? di : part[p];
+        net_layer_t *l = &L[li];
+        float *pw = w ? rows_of(w->v, start[p], len[p], K) : NULL;
+        float *pb = bias ? rows_of(bias, start[p], len[p], 1) : NULL;
+        if ((w && !pw) || (bias && !pb)) {
+            free(pw);
+            free(pb);
+            rc = kt_err_set(KT_ENOMEM, "out of memory");
+            break;
+        }
+        if (p > 0) {
+            become_alias(l);   /* drops the view */
+            l->op = NET_DENSE;
+            l->in[0] = D->in[0];
+        } else {
+            for (int k = 0; k < l->nparam; k++)
+                free(l->param[k].v);
+            l->nparam = 0;
+            l->out.d[nd - 1] = len[0];
+        }
+        l->channels = len[p];
+        l->bias = biased;
+        if (pw && (rc = net_layer_set_param(net, li, "weight", pw, len[p] * K)) == KT_OK && pb)
+            rc = net_layer_set_param(net, li, "bias", pb, len[p]);
+        else if (!pw)
+            free(pb);
+    }
+    free(bias);
+    if (rc)
+        return rc;
+    /* the add, now in the layer, and the first slice read the first part */
+    if (bi >= 0) {
+        L[bi].out.d[nd - 1] = len[0];
+        become_alias(&L[bi]);
+    }
+    become_alias(&L[part[0]]);
+    return 1;
+}
+
+static int split_packed_projections(kt_net_t *net)
+{
+    for (int i = 0; i < net->n; i++) {
+        int rc = split_packed_dense(net, i);
+        if (rc < 0)
+            return rc;
+    }
+    return KT_OK;
+}
+
 /* ---- model ------------------------------------------------------------------------------ */
 
 static int declared_shape(imp_t *im, const Onnx__ValueInfoProto *v)
@@ -3664,6 +3834,8 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     }
     if (im->net->n == 0)
         return kt_err_set(KT_EINVAL, "the model has no layers");
+    if ((rc = split_packed_projections(im->net)))
+        return rc;
     im->net->has_params = !im->params_missing;
     const char *why = im->missing[0] ? im->missing
                                      : "a constant is computed by nodes ktune does not fold";

@@ -17,6 +17,8 @@ From PyTorch (python3-torch), exported with torch.onnx.export, random weights:
   block.onnx   a transformer encoder block (scaled Q, K, V projections,
                softmax attention, output projection + residual, layer norm,
                GELU feed-forward + residual, layer norm)
+  mha.onnx     nn.MultiheadAttention's self-attention: one packed q/k/v
+               projection, sliced three ways
 Hand-built with onnx.helper (python3-onnx):
   unsupported.onnx  conv + relu, then an operator ktune does not know in one
                     branch and a global pool in the other
@@ -223,6 +225,20 @@ if torch is not None:
             ln.weight.uniform_(0.5, 1.5)
             ln.bias.uniform_(-0.5, 0.5)
     export(block, torch.randn(1, 12, 64), "block.onnx")
+
+    class MHA(nn.Module):
+        def __init__(self, d=32, heads=4):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    # with autograd on: under no_grad the module takes a fused fast path the
+    # exporter cannot translate
+    torch.onnx.export(MHA().eval(), torch.randn(1, 10, 32), os.path.join(out, "mha.onnx"),
+                      opset_version=17, input_names=["x"], output_names=["y"])
+    made.append("mha.onnx")
     # Linear layers on a 3-D input export as MatMul with the weight stored
     # transposed ([K, N]) plus an Add of the bias; q is scaled by 1/sqrt(16).
     lin = []

@@ -232,6 +232,38 @@ def _(name):
     return g, x, y, N(T(x)[:, :, 1:3, 0:4])
 
 
+@case("slice_packed_projection_parts")
+def _(name):
+    # x @ W + b read only by slices of its last axis (a packed q/k/v
+    # projection): each part becomes a dense layer of its own rows; the
+    # parts overlap, leave columns out and come in any order
+    import torch
+    r = rng(name)
+    x, w, b = randn(r, 1, 5, 6), randn(r, 6, 14, scale=0.4), randn(r, 14)
+    g = G()
+    a = g.op("Add", [g.const(b), g.op("MatMul", ["x", g.const(w)])])
+    runs = [(8, 12), (0, 4), (2, 8)]
+    parts = [g.op("Slice", [a, g.i64([s]), g.i64([e]), g.i64([-1])]) for s, e in runs]
+    y = g.op("Concat", [g.op("Relu", [parts[0]]), parts[1], g.op("Sigmoid", [parts[2]])], axis=-1)
+    t = T(x) @ T(w) + T(b)
+    return g, x, y, N(torch_cat([t[..., 8:12].relu(), t[..., 0:4], t[..., 2:8].sigmoid()], -1))
+
+
+@case("slice_packed_projection_read_whole_stays")
+def _(name):
+    # a projection whose output something else reads whole keeps its slices
+    import torch
+    r = rng(name)
+    x, w = randn(r, 4, 6), randn(r, 6, 8, scale=0.4)
+    g = G()
+    a = g.op("MatMul", ["x", g.const(w)])
+    s0 = g.op("Slice", [a, g.i64([0]), g.i64([4]), g.i64([-1])])
+    s1 = g.op("Slice", [a, g.i64([4]), g.i64([8]), g.i64([-1])])
+    y = g.op("Concat", [s1, a, g.op("Tanh", [s0])], axis=-1)
+    t = T(x) @ T(w)
+    return g, x, y, N(torch_cat([t[:, 4:8], t, t[:, 0:4].tanh()], -1))
+
+
 # ---- Split -----------------------------------------------------------------------------------
 # One graph output: the parts are concatenated in another order.
 
