@@ -28,6 +28,9 @@ What it measures, per model, and why:
               after warm-up; timed before the tuning and again after ktune's
               run (the host's load drifts); the best of all is the baseline.
   ratio       ktune ms / PyTorch's best ms, the headline (< 1: ktune faster).
+  between     the time of the steps without a task (`steps without a task:`
+  kernels ms  in ktune run): layout conversions, data movement and plain
+              steps, which no record's cost counts.
 
 The models are tests/zoo/make_zoo.py's builders (torchvision architectures and
 torch.nn transformers, random weights, non-trivial batch-norm statistics; no
@@ -170,10 +173,16 @@ def torch_modes(model, x):
         modes.append(("channels_last", None, short(e)))
 
     def script_or_trace():
-        """A fresh TorchScript module of the model: scripted, else traced."""
+        """A fresh TorchScript module of the model: scripted, else traced
+        (also where the scripted module returns no tensor: GoogLeNet's and
+        Inception's script signatures return their named outputs)."""
         m = copy.deepcopy(model)
         try:
-            return torch.jit.script(m).eval(), "script"
+            sm = torch.jit.script(m).eval()
+            with torch.no_grad():
+                if not isinstance(sm(x), torch.Tensor):
+                    raise TypeError("the scripted module returns no tensor")
+            return sm, "script"
         except Exception:
             with torch.no_grad():
                 return torch.jit.trace(m, x, check_trace=False).eval(), "trace"
@@ -287,7 +296,7 @@ def parse_tasks(out):
 
 def parse_run(out):
     """{'ms', 'here', 'est', 'net'} from `ktune run`'s last lines (None where absent)."""
-    r = {"ms": None, "here": None, "est": None, "net": None}
+    r = {"ms": None, "here": None, "est": None, "net": None, "between": None}
     for l in out.splitlines():
         m = re.match(r"latency: ([0-9.]+) ms", l)
         if m:
@@ -295,6 +304,9 @@ def parse_run(out):
         m = re.match(r"tuned steps: \d+, ([0-9.]+) ms here against ([0-9.]+) ms .*\(([0-9.]+)x\)", l)
         if m:
             r["here"], r["est"], r["net"] = map(float, m.groups())
+        m = re.match(r"steps without a task: \d+, ([0-9.]+) ms", l)
+        if m:
+            r["between"] = float(m.group(1))
     return r
 
 
@@ -410,7 +422,7 @@ def bench_model(name, a, zoo, ktune, empty_db):
             if not re.match(r"task \d+ \(", l):
                 say("    " + l)
         r = parse_run(out)
-        row["ktune_ms"], row["net"] = r["ms"], r["net"]
+        row["ktune_ms"], row["net"], row["between"] = r["ms"], r["net"], r["between"]
         try:
             err = rel_err(np.load(y1), ref)
             say(f"  tuned: max|diff|/max|ref| {err:.2g} against PyTorch")
@@ -444,8 +456,8 @@ def cell(v, fmt):
 
 def table(rows):
     say("\n| model | tasks | plain steps | import s | untuned err | tuning s | trials | ktune ms "
-        "| best torch ms (mode) | ratio | net/estimate | notes |")
-    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |")
+        "| best torch ms (mode) | ratio | net/estimate | between kernels ms | notes |")
+    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |")
     for r in rows:
         g = r.get
         torch_cell = "-" if g("torch_ms") is None else f"{r['torch_ms']:.3f} ({r['torch_mode']})"
@@ -454,7 +466,7 @@ def table(rows):
             f"| {cell(g('import_s'), '{:.2f}')} | {cell(g('untuned_err'), '{:.2g}')} "
             f"| {cell(g('tune_s'), '{:.0f}')} | {cell(g('trials'), '{}')} "
             f"| {cell(g('ktune_ms'), '{:.3f}')} | {torch_cell} | {cell(g('ratio'), '**{:.3f}x**')} "
-            f"| {cell(g('net'), '{:.2f}x')} | {notes} |")
+            f"| {cell(g('net'), '{:.2f}x')} | {cell(g('between'), '{:.3f}')} | {notes} |")
 
     # Every PyTorch mode, the faster of its two passes.
     modes = []

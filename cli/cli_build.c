@@ -943,6 +943,23 @@ static int run_network(const build_args_t *a, const char *dir, const char *name,
                "(%.2fx)\n", ntuned, here, est, here / est);
     else
         printf("tuned steps: none (no task has a record)\n");
+    /* What runs between the kernels: data movement and plain steps, which
+     * no record's cost counts, the layout conversions among them. */
+    double between = 0, layout = 0;
+    int nbetween = 0, nlayout = 0;
+    for (int k = 0; k < nsteps; k++) {
+        if (kt_netlib_step_task(n, k) >= 0)
+            continue;
+        double ms = sum[k] / a->repeat * 1e3;
+        between += ms;
+        nbetween++;
+        if (strncmp(kt_netlib_step_name(n, k), "layout ", 7) == 0) {
+            layout += ms;
+            nlayout++;
+        }
+    }
+    printf("steps without a task: %d, %.4f ms (layout conversions: %d, %.4f ms)\n", nbetween,
+           between, nlayout, layout);
     if (a->check) {
         double *err = steps;
         if (kt_netlib_check_inputs(n, in, y, err) != 0) {

@@ -262,6 +262,14 @@ START_TEST(runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker)
             ck_assert_msg(ts && sscanf(ts, "tuned steps: %d, %lf ms here against %lf ms", &nt,
                                        &here, &est) == 3, "%s", out);
             ck_assert_msg(nt >= 1 && here > 0 && est > 0, "%s", out);
+            /* and what ran between the kernels: at least the input's conversion */
+            int nb = 0, nl = 0;
+            double between = -1, layout = -1;
+            const char *bt = strstr(out, "steps without a task: ");
+            ck_assert_msg(bt && sscanf(bt, "steps without a task: %d, %lf ms (layout conversions: "
+                                       "%d, %lf ms)", &nb, &between, &nl, &layout) == 4,
+                          "%s", out);
+            ck_assert_msg(nl >= 1 && nb >= nl && layout >= 0 && between >= layout, "%s", out);
         }
         assert_latency_line(out, 3, 1);
         free(out);
@@ -885,11 +893,10 @@ static void net_file_on_cpu_and_cuda(const char *json, const char *name, const i
 }
 
 /* Every simple layer's kernel (layout, unary, channel, flat and broadcast
- * binary, transpose, concat in either layout: kt_net_bcast and
- * kt_net_transpose take a struct by value) around a few tasks, against the
- * CPU build. The clip
- * bounds are whole numbers on purpose: both builds once printed them as
- * "1f", no C literal. */
+ * binary, transpose, concat; concat and per-channel steps in both layouts:
+ * kt_net_bcast and kt_net_transpose take a struct by value) around a few
+ * tasks, against the CPU build. The clip bounds are whole numbers on
+ * purpose: both builds once printed them as "1f", no C literal. */
 static const char *const SIMPLE_NET =
     "{\"name\": \"simple\", \"layers\": [\n"
     " {\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 6, 5, 7]},\n"
@@ -911,6 +918,8 @@ static const char *const SIMPLE_NET =
     " {\"name\": \"c2\", \"op\": \"conv2d\", \"channels\": 2, \"kernel\": [1, 1],"
     " \"inputs\": [\"x\"]},\n"
     " {\"name\": \"j\", \"op\": \"concat\", \"axis\": 1, \"inputs\": [\"c1\", \"c2\"]},\n"
+    " {\"name\": \"js\", \"op\": \"scale\", \"per_channel\": true},\n"
+    " {\"name\": \"jb\", \"op\": \"bias_add\"},\n"
     " {\"name\": \"c3\", \"op\": \"conv2d\", \"channels\": 12, \"kernel\": [1, 1]},\n"
     " {\"name\": \"tr3\", \"op\": \"transpose\", \"perm\": [0, 2, 3, 1]},\n"
     " {\"name\": \"sum\", \"op\": \"add\", \"inputs\": [\"r\", \"tr3\"]}\n]}\n";
