@@ -326,16 +326,16 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         break;
     }
     case KT_PLAN_CHANNEL:
+        kt_sbuf_puts(b, "        const float *sc = ");
+        put_ref(b, p, s->in[1]);
+        kt_sbuf_puts(b, ", *sh = ");
+        put_ref(b, p, s->in[2]);
+        kt_sbuf_puts(b, ";\n        (void)sc;\n        (void)sh;\n");
         if (s->inner == 1) {
             /* Channels innermost (NHWC): a row of them per pixel, the loop
              * over channels vectorised; the general loop below divides per
              * element, which cost DenseNet's batch norms 3x their time. */
-            kt_sbuf_puts(b, "        const float *sc = ");
-            put_ref(b, p, s->in[1]);
-            kt_sbuf_puts(b, ", *sh = ");
-            put_ref(b, p, s->in[2]);
-            kt_sbuf_printf(b, ";\n        (void)sc;\n        (void)sh;\n"
-                              "        KT_PARALLEL_FOR(%lldLL)\n"
+            kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
                               "        for (long long o = 0; o < %lldLL; o++)\n"
                               "            for (long long c = 0; c < %lldLL; c++)\n"
                               "                y[o * %lldLL + c] = x[o * %lldLL + c]%s%s;\n",
@@ -344,11 +344,7 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
                            s->in[2].id >= 0 ? " + sh[c]" : "");
             break;
         }
-        kt_sbuf_puts(b, "        const float *sc = ");
-        put_ref(b, p, s->in[1]);
-        kt_sbuf_puts(b, ", *sh = ");
-        put_ref(b, p, s->in[2]);
-        kt_sbuf_printf(b, ";\n        KT_PARALLEL_FOR(%lldLL)\n"
+        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
                           "        for (long long oc = 0; oc < %lldLL; oc++) {\n"
                           "            long long c = oc %% %lldLL;\n"
                           "            float s = sc ? sc[c] : 1.0f, t = sh ? sh[c] : 0.0f;\n"
