@@ -859,6 +859,38 @@ START_TEST(runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build)
 }
 END_TEST
 
+/* nn.MultiheadAttention's self-attention: its packed q/k/v projection is
+ * three dense layers, no reference operator, so it builds for CUDA (before,
+ * the slices' reference calls refused it); on the CPU stand-in it computes
+ * what the CPU build and PyTorch do. */
+START_TEST(runtime_cuda_build_of_an_attention_block_runs_on_the_cpu)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    need_models();
+    char dir[512], db[512], y_cpu[512];
+    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
+    snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
+    snprintf(db, sizeof db, "%s", empty_store());
+    char *model = path_in(models, "attn.onnx"), *x = path_in(models, "x_attn.npy");
+    char *out = NULL;
+    char *cpurun[] = {"run", "--onnx", model, "--db", db, "--input", x, "--output", y_cpu,
+                      "--repeat", "1", NULL};
+    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
+    free(out);
+    double d = npy_rel_diff(y_cpu, path_in(models, "y_attn.npy"));
+    ck_assert_msg(d <= TOL, "CPU build: %g from PyTorch", d);
+    char *cubuild[] = {"build", "--onnx", model, "--target", "cuda", "--arch", "sm_80", "--db",
+                       db, "--out", dir, NULL};
+    cuda_on_cpu(cubuild, dir, "attn", x);
+    double d_cpu = bin_rel_diff(path_in(dir, "y.bin"), y_cpu);
+    double d_ref = bin_rel_diff(path_in(dir, "y.bin"), path_in(models, "y_attn.npy"));
+    ck_assert_msg(d_cpu <= TOL && d_ref <= TOL, "CUDA build on the CPU: %g from the CPU build, "
+                  "%g from PyTorch", d_cpu, d_ref);
+}
+END_TEST
+
 /* Network file `json` (network `name`, one input of shape dims) run by the
  * C build into y_cpu (kt_test_dir/y_cpu.npy) and built for CUDA into dir
  * (kt_test_dir/cu) and run there on the CPU (cuda_on_cpu), both on the same
@@ -1116,6 +1148,7 @@ int main(void)
     tcase_add_test(cc, runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build);
     tcase_add_test(cc, runtime_cuda_build_of_every_simple_layer_runs_on_the_cpu);
     tcase_add_test(cc, runtime_cuda_build_aligns_weights_that_follow_an_odd_one);
+    tcase_add_test(cc, runtime_cuda_build_of_an_attention_block_runs_on_the_cpu);
     suite_add_tcase(s, cc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);

@@ -2,7 +2,9 @@
 (conv + batch norm + relu, max pool, a residual block, a strided 1x1
 downsample, global average pool, dense, softmax) with non-trivial batch-norm
 statistics, exported to ONNX twice (batch norm kept, and folded by the
-exporter), an input and PyTorch's output as .npy files.
+exporter), an input and PyTorch's output as .npy files; and attn.onnx,
+nn.MultiheadAttention's self-attention with a residual, with x_attn.npy and
+y_attn.npy.
 
 usage: make_small.py OUTDIR
 """
@@ -71,6 +73,33 @@ def main():
     m = onnx.load(os.path.join(out, "small.onnx"))
     onnx.save_model(m, os.path.join(out, "small_ext.onnx"), save_as_external_data=True,
                     all_tensors_to_one_file=True, location="small_ext.weights", size_threshold=0)
+    attention(out)
+
+
+class Attention(nn.Module):
+    """nn.MultiheadAttention's self-attention and a residual: a packed q/k/v
+    projection the importer splits into three dense layers."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+
+    def forward(self, x):
+        return x + self.attn(x, x, x, need_weights=False)[0]
+
+
+def attention(out):
+    torch.manual_seed(11)
+    model = Attention().eval()
+    x = torch.randn(1, 10, 32)
+    with torch.no_grad():
+        y = model(x)
+    np.save(os.path.join(out, "x_attn.npy"), x.numpy().astype(np.float32))
+    np.save(os.path.join(out, "y_attn.npy"), y.numpy().astype(np.float32))
+    # with autograd on: under no_grad the module takes a fused fast path the
+    # exporter cannot translate
+    torch.onnx.export(model, x, os.path.join(out, "attn.onnx"), opset_version=17,
+                      input_names=["x"], output_names=["y"])
 
 
 if __name__ == "__main__":
