@@ -833,29 +833,42 @@ static char *empty_store(void)
     return db;
 }
 
-START_TEST(runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build)
+/* ONNX model `name` of the models directory on input x_file, run by the C
+ * build and built for CUDA and run on the CPU stand-in, from an empty store:
+ * both within TOL of PyTorch's y_ref_file and of each other. */
+static void onnx_on_cpu_and_cuda(const char *name, const char *x_file, const char *y_ref_file)
 {
-#if !KT_HAVE_CUDA
-    kt_fail_without_cuda("the CUDA network build");
-#endif
     need_models();
-    char dir[512], db[512], y_cpu[512];
+    /* path_in's buffers are reused: these outlive many calls */
+    char dir[512], db[512], y_cpu[512], model[1100], x[1100], y_ref[1100];
     snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
     snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
     snprintf(db, sizeof db, "%s", empty_store());
-    char *model = path_in(models, "small_bn.onnx"), *x = path_in(models, "x.npy");
+    snprintf(model, sizeof model, "%.512s/%.300s.onnx", models, name);
+    snprintf(x, sizeof x, "%s", path_in(models, x_file));
+    snprintf(y_ref, sizeof y_ref, "%s", path_in(models, y_ref_file));
     char *out = NULL;
     char *cpurun[] = {"run", "--onnx", model, "--db", db, "--input", x, "--output", y_cpu,
                       "--repeat", "1", NULL};
     ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
     free(out);
+    double d = npy_rel_diff(y_cpu, y_ref);
+    ck_assert_msg(d <= TOL, "CPU build: %g from PyTorch", d);
     char *cubuild[] = {"build", "--onnx", model, "--target", "cuda", "--arch", "sm_80", "--db",
                        db, "--out", dir, NULL};
-    cuda_on_cpu(cubuild, dir, "small_bn", x);
+    cuda_on_cpu(cubuild, dir, name, x);
     double d_cpu = bin_rel_diff(path_in(dir, "y.bin"), y_cpu);
-    double d_ref = bin_rel_diff(path_in(dir, "y.bin"), path_in(models, "y_ref.npy"));
+    double d_ref = bin_rel_diff(path_in(dir, "y.bin"), y_ref);
     ck_assert_msg(d_cpu <= TOL && d_ref <= TOL, "CUDA build on the CPU: %g from the CPU build, "
                   "%g from PyTorch", d_cpu, d_ref);
+}
+
+START_TEST(runtime_cuda_build_runs_on_the_cpu_like_the_cpu_build)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    onnx_on_cpu_and_cuda("small_bn", "x.npy", "y_ref.npy");
 }
 END_TEST
 
@@ -868,26 +881,7 @@ START_TEST(runtime_cuda_build_of_an_attention_block_runs_on_the_cpu)
 #if !KT_HAVE_CUDA
     kt_fail_without_cuda("the CUDA network build");
 #endif
-    need_models();
-    char dir[512], db[512], y_cpu[512];
-    snprintf(dir, sizeof dir, "%s/cu", kt_test_dir);
-    snprintf(y_cpu, sizeof y_cpu, "%s/y_cpu.npy", kt_test_dir);
-    snprintf(db, sizeof db, "%s", empty_store());
-    char *model = path_in(models, "attn.onnx"), *x = path_in(models, "x_attn.npy");
-    char *out = NULL;
-    char *cpurun[] = {"run", "--onnx", model, "--db", db, "--input", x, "--output", y_cpu,
-                      "--repeat", "1", NULL};
-    ck_assert_msg(ktune(cpurun, &out) == 0, "%s", out);
-    free(out);
-    double d = npy_rel_diff(y_cpu, path_in(models, "y_attn.npy"));
-    ck_assert_msg(d <= TOL, "CPU build: %g from PyTorch", d);
-    char *cubuild[] = {"build", "--onnx", model, "--target", "cuda", "--arch", "sm_80", "--db",
-                       db, "--out", dir, NULL};
-    cuda_on_cpu(cubuild, dir, "attn", x);
-    double d_cpu = bin_rel_diff(path_in(dir, "y.bin"), y_cpu);
-    double d_ref = bin_rel_diff(path_in(dir, "y.bin"), path_in(models, "y_attn.npy"));
-    ck_assert_msg(d_cpu <= TOL && d_ref <= TOL, "CUDA build on the CPU: %g from the CPU build, "
-                  "%g from PyTorch", d_cpu, d_ref);
+    onnx_on_cpu_and_cuda("attn", "x_attn.npy", "y_attn.npy");
 }
 END_TEST
 
