@@ -558,12 +558,26 @@ int net_layer_finish(kt_net_t *net, int i)
     }
 }
 
+net_param_t *net_layer_find_param(const net_layer_t *l, const char *role)
+{
+    for (int k = 0; l && role && k < l->nparam; k++)
+        if (strcmp(l->param[k].role, role) == 0)
+            return (net_param_t *)&l->param[k];
+    return NULL;
+}
+
+void net_layer_drop_params(net_layer_t *l)
+{
+    for (int k = 0; k < l->nparam; k++)
+        free(l->param[k].v);
+    l->nparam = 0;
+}
+
 int net_layer_set_param(kt_net_t *net, int i, const char *role, float *v, int64_t numel)
 {
     net_layer_t *l = net_layer(net, i);
-    int bad = !l || !role || !v || numel < 1 || l->nparam == NET_MAX_PARAMS;
-    for (int k = 0; !bad && k < l->nparam; k++)
-        bad = strcmp(l->param[k].role, role) == 0;
+    int bad = !l || !role || !v || numel < 1 || l->nparam == NET_MAX_PARAMS ||
+              net_layer_find_param(l, role);
     if (bad) {
         free(v);
         return kt_err_set(KT_EINTERNAL, "layer %d: cannot attach parameter '%s'", i,
@@ -665,14 +679,10 @@ const float *kt_net_layer_param(const kt_net_t *net, int i, const char *role, in
         *numel = 0;
     if (!net || !net->has_params || i < 0 || i >= net->n || !role)
         return NULL;
-    const net_layer_t *l = &net->layers[i];
-    for (int k = 0; k < l->nparam; k++)
-        if (strcmp(l->param[k].role, role) == 0) {
-            if (numel)
-                *numel = l->param[k].numel;
-            return l->param[k].v;
-        }
-    return NULL;
+    const net_param_t *pr = net_layer_find_param(&net->layers[i], role);
+    if (pr && numel)
+        *numel = pr->numel;
+    return pr ? pr->v : NULL;
 }
 
 double kt_net_layer_eps(const kt_net_t *net, int i)

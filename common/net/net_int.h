@@ -139,6 +139,10 @@ int net_layer_finish(kt_net_t *net, int i);
  * layer takes ownership of v (freed here on failure). 0, KT_ENOMEM or
  * KT_EINTERNAL (a bad index, a role given twice, too many parameters). */
 int net_layer_set_param(kt_net_t *net, int i, const char *role, float *v, int64_t numel);
+/* Layer l's parameter `role`, or NULL when it has none (l may be NULL). */
+net_param_t *net_layer_find_param(const net_layer_t *l, const char *role);
+/* Free layer l's parameters (a rewrite gives it others). */
+void net_layer_drop_params(net_layer_t *l);
 /* Append and finish an unsupported layer with an optional known shape. */
 int net_add_unsupported(kt_net_t *net, const char *name, const char *label, const int *inputs,
                         int ninputs, const net_shape_t *shape, const char *reason);

@@ -3504,14 +3504,6 @@ static int last_axis_run(const net_layer_t *c, const net_shape_t *in, int64_t *s
     return *start >= 0 && *len >= 1 && *start + *len <= in->d[nd - 1];
 }
 
-static net_param_t *param_of(net_layer_t *l, const char *role)
-{
-    for (int k = 0; k < l->nparam; k++)
-        if (strcmp(l->param[k].role, role) == 0)
-            return &l->param[k];
-    return NULL;
-}
-
 /* Rows [a, a + n) of a [rows, k] matrix, malloc'd (NULL when m is). */
 static float *rows_of(const float *m, int64_t a, int64_t n, int64_t k)
 {
@@ -3521,19 +3513,29 @@ static float *rows_of(const float *m, int64_t a, int64_t n, int64_t k)
     return o;
 }
 
-/* Layer i turned into a reshape of its input to its own shape: an alias,
+/* Layer l turned into a reshape of its input to its own shape: an alias,
  * no step of its own. */
 static void become_alias(net_layer_t *l)
 {
     free(l->rop);
     l->rop = NULL;
-    for (int k = 0; k < l->nparam; k++)
-        free(l->param[k].v);
-    l->nparam = 0;
+    net_layer_drop_params(l);
     l->op = NET_SHAPE;
     l->shape_kind = NET_SHAPE_RESHAPE;
     l->ntarget = l->out.ndim;
     memcpy(l->target, l->out.d, sizeof(l->target));
+}
+
+/* The layers after v that read it, at most max of them into r (a layer
+ * reading it twice counted twice); how many there are. */
+static int readers(const kt_net_t *net, int v, int *r, int max)
+{
+    int n = 0;
+    for (int j = v + 1; j < net->n; j++)
+        for (int k = 0; k < net->layers[j].nin; k++)
+            if (net->layers[j].in[k] == v && n++ < max)
+                r[n - 1] = j;
+    return n;
 }
 
 /* One packed projection: dense layer di (and the bias add after it, should
@@ -3550,38 +3552,26 @@ static int split_packed_dense(kt_net_t *net, int di)
     if (D->op != NET_DENSE || D->marked_output || D->blocked || D->nin != 1 ||
         D->out.ndim < 2 || L[D->in[0]].out.ndim < 1)
         return 0;
-    int nd = D->out.ndim, top = di, bi = -1, part[MAX_PARTS], nparts = 0;
+    int nd = D->out.ndim, top = di, bi = -1, part[MAX_PARTS];
     int64_t N = D->out.d[nd - 1], K = L[D->in[0]].out.d[L[D->in[0]].out.ndim - 1];
     int64_t start[MAX_PARTS], len[MAX_PARTS];
-    for (int pass = 0; pass < 2; pass++) {
-        int readers = 0, only = -1;
-        for (int j = top + 1; j < net->n; j++)
-            for (int k = 0; k < L[j].nin; k++)
-                if (L[j].in[k] == top) {
-                    readers++;
-                    only = j;
-                }
-        if (pass == 0 && readers == 1 && L[only].op == NET_BIAS_ADD && L[only].nin == 1 &&
-            !L[only].marked_output && (L[only].scalar || L[only].axis == nd - 1)) {
-            bi = top = only;
-            continue;
-        }
-        for (int j = top + 1; j < net->n; j++)
-            for (int k = 0; k < L[j].nin; k++) {
-                if (L[j].in[k] != top)
-                    continue;
-                if (nparts == MAX_PARTS || !last_axis_run(&L[j], &L[top].out, &start[nparts],
-                                                          &len[nparts]))
-                    return 0;
-                part[nparts++] = j;
-            }
-        break;
+    int nparts = readers(net, di, part, MAX_PARTS);
+    if (nparts == 1 && L[part[0]].op == NET_BIAS_ADD && L[part[0]].nin == 1 &&
+        !L[part[0]].marked_output && (L[part[0]].scalar || L[part[0]].axis == nd - 1)) {
+        bi = top = part[0];
+        nparts = readers(net, bi, part, MAX_PARTS);
     }
-    if (nparts < 2 || D->channels != N)
+    if (nparts < 2 || nparts > MAX_PARTS || D->channels != N)
         return 0;
+    for (int p = 0; p < nparts; p++)
+        if (!last_axis_run(&L[part[p]], &L[top].out, &start[p], &len[p]))
+            return 0;
+    net_param_t *w = net_layer_find_param(D, "weight");
+    if (w && w->numel != N * K)
+        return 0;   /* not the weight a dense layer of these shapes has: left alone */
     /* The whole bias: the layer's own plus the add's. */
-    net_param_t *w = param_of(D, "weight"), *b = D->bias ? param_of(D, "bias") : NULL;
-    net_param_t *add = bi >= 0 ? param_of(&L[bi], "value") : NULL;
+    net_param_t *b = D->bias ? net_layer_find_param(D, "bias") : NULL;
+    net_param_t *add = bi >= 0 ? net_layer_find_param(&L[bi], "value") : NULL;
     int biased = D->bias || bi >= 0;
     float *bias = NULL;
     if (biased && (b || add)) {
@@ -3590,10 +3580,6 @@ static int split_packed_dense(kt_net_t *net, int di)
         for (int64_t j = 0; j < N; j++)
             bias[j] = (b && b->numel == N ? b->v[j] : 0.0f) +
                       (add ? add->v[add->numel == N ? j : 0] : 0.0f);
-    }
-    if (w && w->numel != N * K) {
-        free(bias);   /* not the weight a dense layer of these shapes has: left alone */
-        return 0;
     }
     int rc = KT_OK;
     for (int p = nparts - 1; p >= 0 && rc == KT_OK; p--) {
@@ -3613,9 +3599,7 @@ static int split_packed_dense(kt_net_t *net, int di)
             l->op = NET_DENSE;
             l->in[0] = D->in[0];
         } else {
-            for (int k = 0; k < l->nparam; k++)
-                free(l->param[k].v);
-            l->nparam = 0;
+            net_layer_drop_params(l);
             l->out.d[nd - 1] = len[0];
         }
         l->channels = len[p];
