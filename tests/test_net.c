@@ -1702,6 +1702,48 @@ START_TEST(net_plan_joins_nhwc_convolutions_without_converting_them)
 }
 END_TEST
 
+/* torchvision's ShuffleNet v2 units run NHWC from end to end: each channel
+ * shuffle is one transpose of the NHWC value (its reshapes are aliases),
+ * the channel halves are slices of NHWC memory, and the only conversions
+ * are the input's and the output's. */
+START_TEST(net_onnx_shuffle_units_run_nhwc_between_input_and_output)
+{
+    char *f = model("shuffle.onnx");
+    kt_net_t *net = kt_net_onnx_load(f, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", f, kt_err_msg());
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_msg(t != NULL, "%s", kt_err_msg());
+    kt_net_plan_t *p = kt_net_plan(net, t, KT_NET_NHWC, 1);
+    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    int shuffles = 0, slices = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        const kt_plan_step_t *s = &p->steps[k];
+        const kt_plan_value_t *o = &p->values[kt_net_plan_root(p, s->out)];
+        if (s->kind == KT_PLAN_TRANSPOSE) {
+            /* [N * H * W, 2, C / 2] -> [N * H * W, C / 2, 2] of the NHWC value */
+            const kt_plan_value_t *x = &p->values[s->in[0].id];
+            ck_assert_int_eq(o->nhwc, 1);
+            ck_assert_int_eq(x->ndim, 3);
+            ck_assert_int_eq(x->dims[1], 2);
+            ck_assert_int_eq(x->dims[2], 16);
+            ck_assert_int_eq(s->perm[1], 2);
+            shuffles++;
+        }
+        if (s->kind == KT_PLAN_REFOP) {
+            ck_assert_int_eq(o->nhwc, 1);
+            slices++;
+        }
+    }
+    ck_assert_int_eq(shuffles, 2);
+    ck_assert_int_eq(slices, 2);
+    ck_assert_int_eq(layout_steps(p), 2);
+    kt_net_plan_free(p);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(f);
+}
+END_TEST
+
 START_TEST(net_input_spec_parses_and_rejects)
 {
     kt_net_input_t in;
@@ -1816,6 +1858,7 @@ int main(void)
     tcase_add_test(to, net_onnx_mobile_cnn_matches_its_network_file);
     tcase_add_test(to, net_onnx_hardswish_and_hardsigmoid_fuse_at_opsets_13_and_17);
     tcase_add_test(to, net_onnx_packed_projection_becomes_one_dense_task_per_part);
+    tcase_add_test(to, net_onnx_shuffle_units_run_nhwc_between_input_and_output);
     tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
     tcase_add_test(to, net_onnx_layer_norm_pattern_and_two_inputs);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "net_int.h"
 #include "te/te.h"
@@ -327,6 +328,12 @@ static int infer_shape_op(net_layer_t *l, const net_shape_t *x, const kt_net_t *
         }
         return KT_OK;
     }
+    case NET_SHAPE_SHUFFLE:
+        if (x->ndim < 2 || l->groups < 1 || x->d[1] % l->groups)
+            return kt_err_set(KT_EINVAL, "field 'groups': a channel shuffle needs a rank of at "
+                              "least 2 and groups dividing axis 1");
+        *o = *x;
+        return KT_OK;
     case NET_SHAPE_CONCAT: {
         int ax = 0;
         if (norm_axis("axis", l->axis, x->ndim, &ax))
@@ -564,6 +571,14 @@ net_param_t *net_layer_find_param(const net_layer_t *l, const char *role)
         if (strcmp(l->param[k].role, role) == 0)
             return (net_param_t *)&l->param[k];
     return NULL;
+}
+
+int net_layer_is_reshape(const net_layer_t *l)
+{
+    return l->op == NET_SHAPE &&
+           (l->shape_kind == NET_SHAPE_FLATTEN || l->shape_kind == NET_SHAPE_RESHAPE ||
+            (l->shape_kind == NET_SHAPE_EXPLICIT && l->label &&
+             strcasecmp(l->label, "reshape") == 0));
 }
 
 void net_layer_drop_params(net_layer_t *l)

@@ -53,6 +53,8 @@ typedef enum {
     NET_SHAPE_TRANSPOSE,    /* target: permutation */
     NET_SHAPE_CONCAT,       /* axis: inputs joined along it */
     NET_SHAPE_EXPLICIT,     /* target: the output shape, computed by the importer */
+    NET_SHAPE_SHUFFLE,      /* groups: ShuffleNet's channel shuffle of axis 1; output channel
+                             * j * groups + i is input channel i * (C / groups) + j */
 } net_shape_kind_t;
 
 typedef struct {
@@ -141,6 +143,9 @@ int net_layer_finish(kt_net_t *net, int i);
 int net_layer_set_param(kt_net_t *net, int i, const char *role, float *v, int64_t numel);
 /* Layer l's parameter `role`, or NULL when it has none (l may be NULL). */
 net_param_t *net_layer_find_param(const net_layer_t *l, const char *role);
+/* Whether layer l only gives its input another shape of the same elements
+ * in row-major order (reshape, flatten, squeeze): no data moves. */
+int net_layer_is_reshape(const net_layer_t *l);
 /* Free layer l's parameters (a rewrite gives it others). */
 void net_layer_drop_params(net_layer_t *l);
 /* Append and finish an unsupported layer with an optional known shape. */

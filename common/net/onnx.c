@@ -3631,6 +3631,63 @@ static int split_packed_projections(kt_net_t *net)
     return KT_OK;
 }
 
+/* ---- channel shuffles ----------------------------------------------------- */
+
+/* ShuffleNet's channel shuffle, as torchvision exports it: a reshape of
+ * x [N, C, ...] to [N, g, C/g, ...], a transpose swapping axes 1 and 2, and a
+ * reshape back to x's shape, each read only by the next. The first becomes
+ * one shuffle layer of x and the other two aliases of it: as three layers,
+ * the reshapes made the plan hold x in NCHW, so NHWC convolutions on both
+ * sides paid two layout conversions per unit. 1 when rewritten, 0 when the
+ * pattern does not hold, or an error. */
+static int fold_channel_shuffle(kt_net_t *net, int ti)
+{
+    net_layer_t *L = net->layers, *T = &L[ti];
+    int nd = T->out.ndim, r1, r2;
+    if (T->op != NET_SHAPE || T->shape_kind != NET_SHAPE_TRANSPOSE || T->nin != 1 ||
+        T->marked_output || nd < 3 || T->target[0] != 0 || T->target[1] != 2 ||
+        T->target[2] != 1)
+        return 0;
+    for (int d = 3; d < nd; d++)
+        if (T->target[d] != d)
+            return 0;
+    r1 = T->in[0];
+    net_layer_t *R1 = &L[r1];
+    if (!net_layer_is_reshape(R1) || R1->marked_output || R1->nin != 1 ||
+        readers(net, r1, &r2, 1) != 1 || readers(net, ti, &r2, 1) != 1 ||
+        !net_layer_is_reshape(&L[r2]) || L[r2].nin != 1)
+        return 0;
+    const net_shape_t *x = &L[R1->in[0]].out;
+    if (x->ndim != nd - 1 || R1->out.d[0] != x->d[0] ||
+        R1->out.d[1] * R1->out.d[2] != x->d[1] || L[r2].out.ndim != x->ndim ||
+        memcmp(L[r2].out.d, x->d, (size_t)x->ndim * sizeof(int64_t)))
+        return 0;
+    for (int d = 2; d < x->ndim; d++)
+        if (R1->out.d[d + 1] != x->d[d])
+            return 0;
+    char *label = kt_strdup("channel_shuffle");
+    if (!label)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    free(R1->label);
+    R1->label = label;
+    R1->shape_kind = NET_SHAPE_SHUFFLE;
+    R1->groups = R1->out.d[1];
+    R1->out = *x;
+    T->out = *x;
+    become_alias(T);
+    return 1;
+}
+
+static int fold_channel_shuffles(kt_net_t *net)
+{
+    for (int i = 0; i < net->n; i++) {
+        int rc = fold_channel_shuffle(net, i);
+        if (rc < 0)
+            return rc;
+    }
+    return KT_OK;
+}
+
 /* ---- model ------------------------------------------------------------------------------ */
 
 static int declared_shape(imp_t *im, const Onnx__ValueInfoProto *v)
@@ -3818,6 +3875,8 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     if (im->net->n == 0)
         return kt_err_set(KT_EINVAL, "the model has no layers");
     if ((rc = split_packed_projections(im->net)))
+        return rc;
+    if ((rc = fold_channel_shuffles(im->net)))
         return rc;
     im->net->has_params = !im->params_missing;
     const char *why = im->missing[0] ? im->missing

@@ -665,6 +665,47 @@ static int binary_kind(const net_layer_t *l)
     return -1;
 }
 
+/* A view of a 4-D [N, C, H, W] tensor that takes, along each axis, every
+ * k-th element from a start (a slice, a split, a broadcast of a size-1 axis)
+ * as the same view of its NHWC memory, with an NHWC output, into m; 0 when
+ * r is some other view. The view's offset and steps are decomposed into
+ * per-axis starts and steps and checked to stay inside each axis, so the
+ * new view reads exactly the elements the old one did. */
+static int view_nhwc(const kt_refop_t *r, const net_shape_t *o, kt_refop_t *m)
+{
+    static const int mem[4] = {0, 2, 3, 1};   /* memory axis j holds logical axis mem[j] */
+    const int64_t *din = r->din[0];
+    if (r->ndim[0] != 4 || r->ondim != 4 || o->ndim != 4 ||
+        memcmp(o->d, r->dout, 4 * sizeof(int64_t)))
+        return 0;
+    int64_t s[4] = {din[1] * din[2] * din[3], din[2] * din[3], din[3], 1};
+    int64_t ms[4] = {din[2] * din[3] * din[1], 1, din[3] * din[1], din[1]};
+    int64_t start[4], k[4], rem = r->ia[0];
+    for (int d = 0; d < 4; d++) {
+        int64_t period = r->ia[1 + KT_REFOP_MAX_DIMS + d];
+        if (rem < 0 || (period > 0 && period < r->dout[d]))
+            return 0;
+        start[d] = rem / s[d];
+        rem %= s[d];
+        k[d] = r->dout[d] == 1 ? 0 : r->ia[1 + d] / s[d];
+        int64_t last = start[d] + (r->dout[d] - 1) * k[d];
+        if ((r->dout[d] > 1 && r->ia[1 + d] % s[d]) || start[d] >= din[d] || last < 0 ||
+            last >= din[d])
+            return 0;
+    }
+    *m = *r;
+    m->ia[0] = 0;
+    for (int j = 0; j < 4; j++) {
+        int d = mem[j];
+        m->din[0][j] = din[d];
+        m->dout[j] = r->dout[d];
+        m->ia[0] += start[j] * ms[j];
+        m->ia[1 + j] = k[d] * ms[d];
+        m->ia[1 + KT_REFOP_MAX_DIMS + j] = 0;
+    }
+    return 1;
+}
+
 static int plan_simple(ctx_t *c, int i)
 {
     const net_layer_t *l = &c->net->layers[i];
@@ -768,9 +809,13 @@ static int plan_simple(ctx_t *c, int i)
         break;
     }
     case NET_SHAPE:
-        if (l->shape_kind == NET_SHAPE_FLATTEN || l->shape_kind == NET_SHAPE_RESHAPE ||
-            (l->shape_kind == NET_SHAPE_EXPLICIT && l->label &&
-             strcasecmp(l->label, "reshape") == 0)) {
+        if (net_layer_is_reshape(l)) {
+            const kt_plan_value_t *v = &c->p->values[x];
+            if (v->ndim == l->out.ndim &&
+                !memcmp(v->dims, l->out.d, (size_t)v->ndim * sizeof(int64_t))) {
+                out = x;   /* to its own shape: the value as it is, in its layout */
+                break;
+            }
             x = need(c, x, 0, l->name);
             if (x < 0)
                 return x;
@@ -787,6 +832,30 @@ static int plan_simple(ctx_t *c, int i)
             step_in(st, 0, x);
             for (int d = 0; d < l->ntarget; d++)
                 st->perm[d] = (int)l->target[d];
+            break;
+        }
+        if (l->shape_kind == NET_SHAPE_SHUFFLE) {
+            /* In either layout, a transpose of two aliases: NHWC memory
+             * [NHW, g, C/g] -> [NHW, C/g, g], NCHW [N, g, C/g, HW] ->
+             * [N, C/g, g, HW]; the value keeps its layout. */
+            const kt_plan_value_t *v = &c->p->values[x];
+            int nhwc = v->nhwc;
+            int64_t g = l->groups, C = v->dims[1], N = v->dims[0];
+            int64_t rest = v->numel / (N * C), cg = C / g;
+            int64_t di[4] = {N, g, cg, rest}, dn[4] = {N, cg, g, rest};
+            if (nhwc) {
+                di[0] = dn[0] = N * rest;
+                di[1] = dn[2] = g;
+                di[2] = dn[1] = cg;
+            }
+            out = new_value(c, KT_PLAN_V_ARENA, &l->out, nhwc);
+            int a = out < 0 ? out : alias_of(c, x, di, 4 - nhwc, 0);
+            int b = a < 0 ? a : alias_of(c, out, dn, 4 - nhwc, 0);
+            if (b < 0 || !(st = new_step(c, KT_PLAN_TRANSPOSE, l->name, b)))
+                return KT_ENOMEM;
+            step_in(st, 0, a);
+            static const int perm[4] = {0, 2, 1, 3};
+            memcpy(st->perm, perm, sizeof(perm));
             break;
         }
         if (l->shape_kind == NET_SHAPE_CONCAT) {
@@ -818,6 +887,17 @@ static int plan_simple(ctx_t *c, int i)
     case NET_REFOP: {
         const kt_refop_t *r = l->rop;
         int ins[KT_REFOP_MAX_IN];
+        kt_refop_t m;
+        if (r->op == KT_REFOP_VIEW && r->nin == 1 && l->rop_src[0] == 0 &&
+            c->p->values[x].nhwc && view_nhwc(r, &l->out, &m)) {
+            /* a slice of an NHWC value, read and written in memory order */
+            out = new_value(c, KT_PLAN_V_ARENA, &l->out, 1);
+            if (out < 0 || !(st = new_step(c, KT_PLAN_REFOP, l->name, out)))
+                return KT_ENOMEM;
+            st->rop = m;
+            step_in(st, 0, x);
+            break;
+        }
         for (int k = 0; k < r->nin; k++) {
             int src = l->rop_src[k];
             if (src >= 0) {

@@ -385,17 +385,43 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         break;
     }
     case KT_PLAN_TRANSPOSE: {
-        int64_t sp[KT_NET_MAX_DIMS];
+        /* One loop per output axis, extents and strides constant, the
+         * writes in order; axes of size 1 dropped and axes contiguous in
+         * both tensors merged. The loop that divided per element cost
+         * ShuffleNet's channel shuffles twice a copy's time. */
+        int64_t sp[KT_NET_MAX_DIMS], D[KT_NET_MAX_DIMS], S[KT_NET_MAX_DIMS];
+        int nd = 0;
         kt_netlib_transpose_strides(p, s, sp);
-        kt_netlib_put_ll_array(b, "D", o->dims, o->ndim);
-        kt_netlib_put_ll_array(b, "S", sp, o->ndim);
-        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
-                          "        for (long long i = 0; i < %lldLL; i++) {\n"
-                          "            long long r = i, ix = 0;\n"
-                          "            for (int d = %d; d >= 0; d--) {\n"
-                          "                ix += (r %% D[d]) * S[d];\n                r /= D[d];\n"
-                          "            }\n            y[i] = x[ix];\n        }\n",
-                       n, n, o->ndim - 1);
+        for (int d = 0; d < o->ndim; d++) {
+            if (o->dims[d] == 1)
+                continue;
+            if (nd && S[nd - 1] == sp[d] * o->dims[d]) {
+                D[nd - 1] *= o->dims[d];
+                S[nd - 1] = sp[d];
+                continue;
+            }
+            D[nd] = o->dims[d];
+            S[nd++] = sp[d];
+        }
+        if (!nd) {
+            D[0] = 1;
+            S[0] = 0;
+            nd = 1;
+        }
+        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n", n);
+        for (int d = 0; d < nd; d++)
+            kt_sbuf_printf(b, "%*sfor (long long i%d = 0; i%d < %lldLL; i%d++)\n", 8 + 4 * d, "",
+                           d, d, (long long)D[d], d);
+        kt_sbuf_printf(b, "%*sy[", 8 + 4 * nd, "");
+        for (int d = 1; d < nd; d++)
+            kt_sbuf_puts(b, "(");
+        kt_sbuf_puts(b, "i0");
+        for (int d = 1; d < nd; d++)
+            kt_sbuf_printf(b, " * %lldLL + i%d)", (long long)D[d], d);
+        kt_sbuf_puts(b, "] = x[");
+        for (int d = 0; d < nd; d++)
+            kt_sbuf_printf(b, "%si%d * %lldLL", d ? " + " : "", d, (long long)S[d]);
+        kt_sbuf_puts(b, "];\n");
         break;
     }
     case KT_PLAN_CONCAT: {

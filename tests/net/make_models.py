@@ -19,6 +19,8 @@ From PyTorch (python3-torch), exported with torch.onnx.export, random weights:
                GELU feed-forward + residual, layer norm)
   mha.onnx     nn.MultiheadAttention's self-attention: one packed q/k/v
                projection, sliced three ways
+  shuffle.onnx torchvision's ShuffleNet v2 units (stride 2, then stride 1):
+               channel halves, concats and channel shuffles
 Hand-built with onnx.helper (python3-onnx):
   unsupported.onnx  conv + relu, then an operator ktune does not know in one
                     branch and a global pool in the other
@@ -239,6 +241,15 @@ if torch is not None:
     torch.onnx.export(MHA().eval(), torch.randn(1, 10, 32), os.path.join(out, "mha.onnx"),
                       opset_version=17, input_names=["x"], output_names=["y"])
     made.append("mha.onnx")
+    # torchvision's ShuffleNet v2 units: a stride-2 unit (both branches read
+    # the input) and a stride-1 unit (the input split in two channel halves);
+    # each ends with a concat and a channel shuffle of 2 groups
+    try:
+        from torchvision.models.shufflenetv2 import InvertedResidual
+        export(nn.Sequential(InvertedResidual(16, 32, 2), InvertedResidual(32, 32, 1)),
+               torch.randn(1, 16, 8, 8), "shuffle.onnx")
+    except ImportError as e:
+        reasons.append("python3-torchvision is not importable (%s)" % e)
     # Linear layers on a 3-D input export as MatMul with the weight stored
     # transposed ([K, N]) plus an Add of the bias; q is scaled by 1/sqrt(16).
     lin = []

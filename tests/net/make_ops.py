@@ -1254,6 +1254,71 @@ def _(name):
     return g, x, y, N(torch_cat([ta.flatten(1), tb.flatten(1), tm.flatten(1)], 1))
 
 
+def onnx_shuffle(g, a, dims, groups):
+    """ShuffleNet's channel shuffle of a as torchvision exports it."""
+    n, c = dims[0], dims[1]
+    r = g.op("Reshape", [a, g.i64([n, groups, c // groups] + list(dims[2:]))])
+    t = g.op("Transpose", [r], perm=[0, 2, 1] + list(range(3, len(dims) + 1)))
+    return g.op("Reshape", [t, g.i64(list(dims))])
+
+
+def torch_shuffle(t, groups):
+    n, c = t.shape[0], t.shape[1]
+    return t.reshape(n, groups, c // groups, *t.shape[2:]).transpose(1, 2).reshape(t.shape)
+
+
+@case("transpose_channel_shuffles_of_convs_and_of_inputs")
+def _(name):
+    # a shuffle between convolutions (held NHWC, shuffled there), one of
+    # model-layout values (groups 3), and a reshape/transpose/reshape that
+    # does not come back to its input's shape (no shuffle: left as it is)
+    import torch
+    F = torch.nn.functional
+    r = rng(name)
+    x = randn(r, 1, 3, 5, 4)
+    w, w2 = randn(r, 6, 3, 3, 3, scale=0.3), randn(r, 4, 6, 1, 1, scale=0.3)
+    g = G()
+    a = g.op("Conv", ["x", g.const(w)], pads=[1, 1, 1, 1])
+    b = g.op("Conv", [onnx_shuffle(g, a, [1, 6, 5, 4], 2), g.const(w2)])
+    m = onnx_shuffle(g, g.op("Concat", ["x", g.op("Tanh", ["x"])], axis=1), [1, 6, 5, 4], 3)
+    q = g.op("Reshape", [a, g.i64([1, 2, 3, 5, 4])])
+    q = g.op("Reshape", [g.op("Transpose", [q], perm=[0, 2, 1, 3, 4]), g.i64([1, 6, 20])])
+    y = g.op("Concat", [g.op("Flatten", [v]) for v in (b, m, q)], axis=1)
+    t = T(x)
+    ta = F.conv2d(t, T(w), padding=1)
+    tb = F.conv2d(torch_shuffle(ta, 2), T(w2))
+    tm = torch_shuffle(torch_cat([t, t.tanh()], 1), 3)
+    tq = ta.reshape(1, 2, 3, 5, 4).transpose(1, 2).reshape(1, 6, 20)
+    return g, x, y, N(torch_cat([v.flatten(1) for v in (tb, tm, tq)], 1))
+
+
+@case("slice_of_nhwc_convs_in_memory_order")
+def _(name):
+    # slices and a split of a convolution's output (held NHWC, sliced in
+    # memory order): channel halves, every third channel with every second
+    # row and the columns reversed, a split; each read by a convolution or
+    # a flatten
+    import torch
+    F = torch.nn.functional
+    r = rng(name)
+    x = randn(r, 1, 3, 6, 5)
+    w, w2 = randn(r, 8, 3, 3, 3, scale=0.3), randn(r, 3, 4, 1, 1, scale=0.3)
+    g = G()
+    a = g.op("Conv", ["x", g.const(w)], pads=[1, 1, 1, 1])
+    lo = g.op("Slice", [a, g.i64([0]), g.i64([4]), g.i64([1])])
+    hi = g.op("Conv", [g.op("Slice", [a, g.i64([4]), g.i64([8]), g.i64([1])]), g.const(w2)])
+    odd = g.op("Slice", [a, g.i64([1, 1, 4]), g.i64([8, 6, 0]), g.i64([1, 2, 3]),
+                         g.i64([3, 2, -1])])
+    s1, s2 = g.op("Split", [a, g.i64([3, 5])], nout=2, axis=1)
+    y = g.op("Concat", [g.op("Flatten", [v]) for v in (g.op("Relu", [lo]), hi, odd, s2, s1)],
+             axis=1)
+    t = F.conv2d(T(x), T(w), padding=1)
+    th = F.conv2d(t[:, 4:8], T(w2))
+    to = t[:, 1:8:3, 1:6:2, 1:5].flip(-1)
+    parts = (t[:, 0:4].relu(), th, to, t[:, 3:8], t[:, 0:3])
+    return g, x, y, N(torch_cat([v.flatten(1) for v in parts], 1))
+
+
 # ---- unsupported -----------------------------------------------------------------------------
 
 def unsupported():
