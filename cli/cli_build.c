@@ -771,7 +771,19 @@ static int by_time(const void *x, const void *y)
     return a->sec < b->sec ? 1 : a->sec > b->sec ? -1 : a->step - b->step;
 }
 
-/* The input: the .npy file, checked against the network's shape, or seeded noise. */
+/* The steps without a task of one kind (kt_netlib_step_kind), summed. */
+typedef struct {
+    const char *kind;
+    int n;
+    double ms;
+} step_kind_t;
+
+static int by_kind_ms(const void *x, const void *y)
+{
+    const step_kind_t *a = x, *b = y;
+    return a->ms < b->ms ? 1 : a->ms > b->ms ? -1 : strcmp(a->kind, b->kind);
+}
+
 /* The file --input gives for network input k (named `name`): the one
  * written NAME=FILE with its name, or else the k-th of those without a
  * network input's name. NULL when none. */
@@ -945,21 +957,39 @@ static int run_network(const build_args_t *a, const char *dir, const char *name,
         printf("tuned steps: none (no task has a record)\n");
     /* What runs between the kernels: data movement and plain steps, which
      * no record's cost counts, the layout conversions among them. */
-    double between = 0, layout = 0;
-    int nbetween = 0, nlayout = 0;
+    enum { MAX_KINDS = 16 };
+    step_kind_t kinds[MAX_KINDS];
+    int nkinds = 0, nbetween = 0, layout = -1;
+    double between = 0;
     for (int k = 0; k < nsteps; k++) {
         if (kt_netlib_step_task(n, k) >= 0)
             continue;
+        const char *kind = kt_netlib_step_kind(n, k);
         double ms = sum[k] / a->repeat * 1e3;
+        int q = 0;
+        while (q < nkinds && strcmp(kinds[q].kind, kind ? kind : "?") != 0)
+            q++;
+        if (q == nkinds && nkinds < MAX_KINDS)
+            kinds[nkinds++] = (step_kind_t){.kind = kind ? kind : "?"};
+        if (q < nkinds) {
+            kinds[q].n++;
+            kinds[q].ms += ms;
+        }
         between += ms;
         nbetween++;
-        if (strncmp(kt_netlib_step_name(n, k), "layout ", 7) == 0) {
-            layout += ms;
-            nlayout++;
-        }
     }
+    qsort(kinds, (size_t)nkinds, sizeof *kinds, by_kind_ms);
+    for (int q = 0; q < nkinds; q++)
+        if (strcmp(kinds[q].kind, "layout") == 0)
+            layout = q;
     printf("steps without a task: %d, %.4f ms (layout conversions: %d, %.4f ms)\n", nbetween,
-           between, nlayout, layout);
+           between, layout < 0 ? 0 : kinds[layout].n, layout < 0 ? 0.0 : kinds[layout].ms);
+    if (nkinds) {
+        printf("  by kind:");
+        for (int q = 0; q < nkinds; q++)
+            printf("%s %s %d, %.4f ms", q ? ";" : "", kinds[q].kind, kinds[q].n, kinds[q].ms);
+        printf("\n");
+    }
     if (a->check) {
         double *err = steps;
         if (kt_netlib_check_inputs(n, in, y, err) != 0) {

@@ -270,6 +270,24 @@ START_TEST(runtime_tuned_onnx_model_matches_pytorch_from_store_and_tracker)
                                        "%d, %lf ms)", &nb, &between, &nl, &layout) == 4,
                           "%s", out);
             ck_assert_msg(nl >= 1 && nb >= nl && layout >= 0 && between >= layout, "%s", out);
+            /* the same steps by kind: their counts add up, layout among them */
+            const char *bk = strstr(bt, "\n  by kind:");
+            ck_assert_msg(bk != NULL, "%s", out);
+            int counted = 0, kl = -1;
+            char kind[32];
+            for (const char *q = bk + 11; *q && *q != '\n';) {
+                int c = 0, used = 0;
+                double ms = -1;
+                ck_assert_msg(sscanf(q, " %31[a-z] %d, %lf ms%n", kind, &c, &ms, &used) == 3 &&
+                                  c >= 1 && ms >= 0,
+                              "%s", out);
+                counted += c;
+                if (strcmp(kind, "layout") == 0)
+                    kl = c;
+                q += used;
+                q += *q == ';';
+            }
+            ck_assert_msg(counted == nb && kl == nl, "%s", out);
         }
         assert_latency_line(out, 3, 1);
         free(out);

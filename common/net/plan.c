@@ -941,6 +941,18 @@ static int plan_simple(ctx_t *c, int i)
 
 /* ---- arena ---------------------------------------------------------------------------- */
 
+const char *kt_plan_kind_name(kt_plan_kind_t k)
+{
+    static const char *const names[] = {
+        [KT_PLAN_TASK] = "task",           [KT_PLAN_LAYOUT] = "layout",
+        [KT_PLAN_COPY] = "copy",           [KT_PLAN_UNARY] = "unary",
+        [KT_PLAN_CHANNEL] = "channel",     [KT_PLAN_BINARY] = "binary",
+        [KT_PLAN_TRANSPOSE] = "transpose", [KT_PLAN_CONCAT] = "concat",
+        [KT_PLAN_REFOP] = "refop",
+    };
+    return (unsigned)k < sizeof(names) / sizeof(names[0]) && names[k] ? names[k] : "?";
+}
+
 int kt_net_plan_root(const kt_net_plan_t *p, int v)
 {
     while (v >= 0 && p->values[v].kind == KT_PLAN_V_ALIAS)

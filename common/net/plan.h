@@ -138,6 +138,10 @@ void kt_net_plan_free(kt_net_plan_t *p);
 int kt_net_plan_use_alternatives(kt_net_plan_t *p, const kt_net_tasks_t *tasks,
                                  const double *ms, int *used);
 
+/* "task", "layout", "copy", "unary", "channel", "binary", "transpose",
+ * "concat" or "refop" (a static string; "?" for no kind). */
+const char *kt_plan_kind_name(kt_plan_kind_t k);
+
 /* The value whose memory value v uses (follows aliases). */
 int kt_net_plan_root(const kt_net_plan_t *p, int v);
 

@@ -739,7 +739,18 @@ void kt_netlib_put_tables(kt_sbuf_t *b, const kt_net_plan_t *p)
     kt_sbuf_puts(b, "};\nstatic const int kt_step_tasks[KT_NSTEPS] = {");
     for (int k = 0; k < p->nsteps; k++)
         kt_sbuf_printf(b, "%s%d", k ? ", " : "", p->steps[k].task);
-    kt_sbuf_puts(b, "};\nstatic const char *const kt_weight_names[KT_NW + 1] = {\n");
+    kt_sbuf_puts(b, "};\nstatic const char *const kt_step_kinds[KT_NSTEPS] = {");
+    for (int k = 0; k < p->nsteps; k++)
+        kt_sbuf_printf(b, "%s\"%s\"", k ? ", " : "", kt_plan_kind_name(p->steps[k].kind));
+    kt_sbuf_puts(b, "};\n\n"
+                    "int NET_num_steps(void)\n{\n    return KT_NSTEPS;\n}\n\n"
+                    "const char *NET_step_name(int i)\n{\n"
+                    "    return i >= 0 && i < KT_NSTEPS ? kt_step_names[i] : NULL;\n}\n\n"
+                    "int NET_step_task(int i)\n{\n"
+                    "    return i >= 0 && i < KT_NSTEPS ? kt_step_tasks[i] : -1;\n}\n\n"
+                    "const char *NET_step_kind(int i)\n{\n"
+                    "    return i >= 0 && i < KT_NSTEPS ? kt_step_kinds[i] : NULL;\n}\n\n");
+    kt_sbuf_puts(b, "static const char *const kt_weight_names[KT_NW + 1] = {\n");
     for (int k = 0; k < p->nweights; k++) {
         kt_sbuf_puts(b, "    ");
         kt_netlib_put_cstr(b, p->weights[k].name);
@@ -853,10 +864,6 @@ static int emit_source(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tasks_
         "    free(m->blob);\n    free(m);\n}\n\n"
         "int NET_set_threads(int n)\n{\n    if (n < 1)\n        return -1;\n#ifdef _OPENMP\n"
         "    omp_set_num_threads(n);\n    return 0;\n#else\n    return n == 1 ? 0 : -1;\n#endif\n}\n\n"
-        "int NET_num_steps(void)\n{\n    return KT_NSTEPS;\n}\n\n"
-        "const char *NET_step_name(int i)\n{\n"
-        "    return i >= 0 && i < KT_NSTEPS ? kt_step_names[i] : NULL;\n}\n\n"
-        "int NET_step_task(int i)\n{\n    return i >= 0 && i < KT_NSTEPS ? kt_step_tasks[i] : -1;\n}\n\n"
         "static double kt_lap(double *t0)\n{\n    struct timespec ts;\n"
         "    clock_gettime(CLOCK_MONOTONIC, &ts);\n"
         "    double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec, d = now - *t0;\n"
@@ -1017,6 +1024,10 @@ int kt_netlib_emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tas
         "int NET_num_steps(void);\n"
         "const char *NET_step_name(int i);\n"
         "int NET_step_task(int i);\n"
+        "/* what step i does: \"task\", \"layout\" (an NCHW <-> NHWC conversion), \"copy\",\n"
+        " * \"unary\", \"channel\", \"binary\", \"transpose\", \"concat\" or \"refop\" (a reference\n"
+        " * operator: slices, gathers, pads...) */\n"
+        "const char *NET_step_kind(int i);\n"
         "int NET_run_timed(NET_t *m, const float *input, float *output, double *step_seconds);\n\n");
     if (!arch)
         kt_sbuf_puts(&t,

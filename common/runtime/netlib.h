@@ -111,5 +111,8 @@ int kt_netlib_check_inputs(kt_netlib_t *n, const float *const *inputs, float *ou
 int kt_netlib_num_steps(const kt_netlib_t *n);
 const char *kt_netlib_step_name(const kt_netlib_t *n, int i);
 int kt_netlib_step_task(const kt_netlib_t *n, int i);   /* -1: no task */
+/* What step i does (kt_plan_kind_name: "task", "layout", "transpose"...);
+ * NULL for a bad i or a library built before it said. */
+const char *kt_netlib_step_kind(const kt_netlib_t *n, int i);
 
 #endif

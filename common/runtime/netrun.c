@@ -38,6 +38,7 @@ struct kt_netlib {
     int (*num_steps)(void);
     const char *(*step_name)(int);
     int (*step_task)(int);
+    const char *(*step_kind)(int);   /* NULL: a library built before step kinds */
 };
 
 /* Run the compiler; its output goes to log. 0, or KT_EIO with the log. */
@@ -186,6 +187,7 @@ kt_netlib_t *kt_netlib_open(const char *dir, const char *name, int flags)
         sym(n, name, "num_steps", (void **)&n->num_steps, 1) ||
         sym(n, name, "step_name", (void **)&n->step_name, 1) ||
         sym(n, name, "step_task", (void **)&n->step_task, 1) ||
+        sym(n, name, "step_kind", (void **)&n->step_kind, 0) ||
         sym(n, name, "check", (void **)&n->check_fn, check) ||
         sym(n, name, "run_inputs", (void **)&n->run_inputs, n->nin > 1) ||
         sym(n, name, "check_inputs", (void **)&n->check_inputs, check && n->nin > 1))
@@ -288,3 +290,7 @@ int kt_netlib_check_inputs(kt_netlib_t *n, const float *const *inputs, float *ou
 int kt_netlib_num_steps(const kt_netlib_t *n) { return n->num_steps(); }
 const char *kt_netlib_step_name(const kt_netlib_t *n, int i) { return n->step_name(i); }
 int kt_netlib_step_task(const kt_netlib_t *n, int i) { return n->step_task(i); }
+const char *kt_netlib_step_kind(const kt_netlib_t *n, int i)
+{
+    return n->step_kind ? n->step_kind(i) : NULL;
+}
