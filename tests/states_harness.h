@@ -315,6 +315,8 @@ static const kt_epi_t EPI_X_BIAS_RELU[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EP
 static const kt_epi_t EPI_BIAS_HARDSWISH[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_HARDSWISH}};
 static const kt_epi_t EPI_BIAS_HARDSIGMOID[] = {
     {.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_HARDSIGMOID, .lo = 1.0 / 6.0, .hi = 0.5}};
+/* EfficientNet's: silu after a depthwise convolution. */
+static const kt_epi_t EPI_BIAS_SILU[] = {{.op = KT_EPI_BIAS_ADD}, {.op = KT_EPI_SILU}};
 #define KT_TEST_NETWORK_OP_DAGS(s1p1, s2p1)                                                   \
     {"dense+multiply+bias+clip", kt_ops_dense_ex(5, 12, 16, EPI_MUL_BIAS_CLIP, 3)},            \
     {"conv+sigmoid+scale+tanh", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 6, 6, 4, 4, 3, 3, 0, &(s1p1), \
@@ -331,6 +333,8 @@ static const kt_epi_t EPI_BIAS_HARDSIGMOID[] = {
                                                                3, 3, &(s1p1),                  \
                                                                EPI_BIAS_HARDSWISH, 2)},        \
     {"conv 1x1 +bias+hardsigmoid", kt_ops_conv2d(KT_LAYOUT_NHWC, 1, 1, 1, 8, 6, 1, 1, 0,      \
-                                                 NULL, EPI_BIAS_HARDSIGMOID, 2)}
+                                                 NULL, EPI_BIAS_HARDSIGMOID, 2)},              \
+    {"depthwise nhwc s2 +bias+silu", kt_ops_depthwise_conv2d(KT_LAYOUT_NHWC, 1, 9, 9, 6, 1,   \
+                                                             3, 3, &(s2p1), EPI_BIAS_SILU, 2)}
 
 #endif

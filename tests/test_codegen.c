@@ -463,7 +463,7 @@ END_TEST
 
 /* The epilogues and window operators networks need beyond the basic ones,
  * one shape each: clip (relu6), sigmoid, tanh, multiply (per channel and
- * scalar), hardswish, hardsigmoid, epilogues after pools, grouped conv,
+ * scalar), hardswish, hardsigmoid, silu, epilogues after pools, grouped conv,
  * depthwise with a channel multiplier, NCHW pools. */
 START_TEST(codegen_network_op_states_match_reference)
 {

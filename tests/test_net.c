@@ -1744,6 +1744,44 @@ START_TEST(net_onnx_shuffle_units_run_nhwc_between_input_and_output)
 }
 END_TEST
 
+/* EfficientNet's block: each x * Sigmoid(x) is a silu epilogue of the
+ * convolution before it, no plain step is left, and the excitation's
+ * broadcast product runs on the NHWC values in memory order, so the only
+ * conversions are the input's and the output's. */
+START_TEST(net_onnx_silu_fuses_and_the_excitation_product_stays_nhwc)
+{
+    char *f = model("mbconv.onnx");
+    kt_net_t *net = kt_net_onnx_load(f, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", f, kt_err_msg());
+    char *plain = kt_net_plain_steps_text(net);
+    ck_assert_msg(strcmp(plain, "") == 0, "%s", plain);
+    free(plain);
+    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
+    ck_assert_msg(t != NULL, "%s", kt_err_msg());
+    int silu = 0;
+    for (int i = 0; i < t->ntasks; i++)
+        silu += strstr(kt_workload_json(t->tasks[i].wl), "\"silu\"") != NULL;
+    ck_assert_int_eq(silu, 3);
+    kt_net_plan_t *p = kt_net_plan(net, t, KT_NET_NHWC, 1);
+    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    int binary = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        const kt_plan_step_t *s = &p->steps[k];
+        ck_assert_int_ne(s->kind, KT_PLAN_UNARY);
+        if (s->kind == KT_PLAN_BINARY) {
+            ck_assert_int_eq(p->values[kt_net_plan_root(p, s->out)].nhwc, 1);
+            binary++;
+        }
+    }
+    ck_assert_int_eq(binary, 1);
+    ck_assert_int_eq(layout_steps(p), 2);
+    kt_net_plan_free(p);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+    free(f);
+}
+END_TEST
+
 START_TEST(net_input_spec_parses_and_rejects)
 {
     kt_net_input_t in;
@@ -1859,6 +1897,7 @@ int main(void)
     tcase_add_test(to, net_onnx_hardswish_and_hardsigmoid_fuse_at_opsets_13_and_17);
     tcase_add_test(to, net_onnx_packed_projection_becomes_one_dense_task_per_part);
     tcase_add_test(to, net_onnx_shuffle_units_run_nhwc_between_input_and_output);
+    tcase_add_test(to, net_onnx_silu_fuses_and_the_excitation_product_stays_nhwc);
     tcase_add_test(to, net_onnx_reports_unsupported_nodes_and_lists_the_rest);
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
     tcase_add_test(to, net_onnx_layer_norm_pattern_and_two_inputs);

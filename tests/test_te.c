@@ -435,6 +435,17 @@ START_TEST(workload_new_epilogues_and_ops_keep_old_canonical_json)
     ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
     kt_workload_free(a);
     kt_workload_free(b);
+    /* silu is a plain name, a workload of its own */
+    a = kt_workload_parse("{\"op\":\"dense\",\"M\":2,\"N\":3,\"K\":4,\"epilogue\":[\"silu\"]}");
+    ck_assert_msg(a != NULL, "%s", kt_err_msg());
+    b = kt_workload_parse("{\"op\":\"dense\",\"M\":2,\"N\":3,\"K\":4,\"epilogue\":[\"sigmoid\"]}");
+    ck_assert_msg(b != NULL, "%s", kt_err_msg());
+    ck_assert_str_ne(kt_workload_key(a), kt_workload_key(b));
+    text = kt_dag_to_text(kt_workload_dag(a));
+    ck_assert_msg(strstr(text, "T_silu(") != NULL, "%s", text);
+    free(text);
+    kt_workload_free(a);
+    kt_workload_free(b);
     static const char *const bad_hs[] = {
         "[\"hardsigmoid\"]", "[{\"op\":\"hardsigmoid\",\"alpha\":0.2}]",
         "[{\"op\":\"hardsigmoid\",\"alpha\":0.2,\"beta\":0.5,\"min\":0}]",
@@ -1359,6 +1370,20 @@ START_TEST(reference_new_epilogues_are_right)
         for (int j = 0; j < N; j++) {
             double s = matmul_at(&r, i, j, N, K), hs = s * clampd(s / 6 + 0.5, 0, 1);
             want[i * N + j] = clampd((float)0.3 * hs + (float)0.6, 0, 1);
+        }
+    assert_close(r.bufs[2], want, M * N);
+    ran_free(d, &r);
+    kt_dag_free(d);
+
+    /* matmul, silu (EfficientNet's activation), relu: bufs A, B, out. */
+    kt_epi_t e4[] = {{.op = KT_EPI_SILU}, {.op = KT_EPI_RELU}};
+    d = kt_ops_matmul_ex(M, N, K, 0, e4, 2);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    run_reference(d, &r);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = matmul_at(&r, i, j, N, K), silu = s * sigmoid(s);
+            want[i * N + j] = silu > 0 ? silu : 0;
         }
     assert_close(r.bufs[2], want, M * N);
     ran_free(d, &r);

@@ -145,7 +145,8 @@ static int is_elementwise(net_op_t op)
 {
     return op == NET_BATCH_NORM || op == NET_BIAS_ADD || op == NET_SCALE || op == NET_ADD ||
            op == NET_RELU || op == NET_GELU || op == NET_CLIP || op == NET_SIGMOID ||
-           op == NET_TANH || op == NET_HARDSWISH || op == NET_HARDSIGMOID || op == NET_ELEMWISE;
+           op == NET_TANH || op == NET_HARDSWISH || op == NET_HARDSIGMOID || op == NET_SILU ||
+           op == NET_ELEMWISE;
 }
 
 static int same_shape(const net_shape_t *a, const net_shape_t *b)
@@ -261,6 +262,9 @@ static int fuse(ex_t *e, int a, anchor_t kind, group_t *g)
             break;
         case NET_HARDSWISH:
             ok = push_epi(g, KT_EPI_HARDSWISH);
+            break;
+        case NET_SILU:
+            ok = push_epi(g, KT_EPI_SILU);
             break;
         case NET_HARDSIGMOID:
             ok = push_epi_params(g, KT_EPI_HARDSIGMOID, C->lo, C->hi);

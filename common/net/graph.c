@@ -16,7 +16,7 @@ static const char *const op_names[NET__OP_COUNT] = {
     [NET_SCALE] = "scale",       [NET_ADD] = "add",               [NET_RELU] = "relu",
     [NET_GELU] = "gelu",         [NET_ELEMWISE] = "elementwise",  [NET_POOL] = "pool",
     [NET_CLIP] = "clip",         [NET_SIGMOID] = "sigmoid",       [NET_TANH] = "tanh",
-    [NET_HARDSWISH] = "hardswish", [NET_HARDSIGMOID] = "hardsigmoid",
+    [NET_HARDSWISH] = "hardswish", [NET_HARDSIGMOID] = "hardsigmoid", [NET_SILU] = "silu",
     [NET_GLOBAL_POOL] = "global_avg_pool", [NET_SOFTMAX] = "softmax",
     [NET_LAYER_NORM] = "layer_norm",       [NET_SHAPE] = "shape",  [NET_REFOP] = "refop",
     [NET_UNSUPPORTED] = "unsupported",
@@ -529,6 +529,7 @@ int net_layer_finish(kt_net_t *net, int i)
     case NET_SIGMOID:
     case NET_TANH:
     case NET_HARDSWISH:
+    case NET_SILU:
         if (need_inputs(l, 1, 1))
             return KT_EINVAL;
         *o = *x;

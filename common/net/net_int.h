@@ -35,6 +35,7 @@ typedef enum {
     NET_TANH,
     NET_HARDSWISH,    /* x * clamp(x / 6 + 1/2, 0, 1) */
     NET_HARDSIGMOID,  /* clamp(lo * x + hi, 0, 1): ONNX's alpha = lo, beta = hi */
+    NET_SILU,         /* x * sigmoid(x) */
     NET_ELEMWISE,     /* any other elementwise op (label says which); no te epilogue */
     NET_POOL,         /* 2-D max or average pool */
     NET_GLOBAL_POOL,  /* global average pool over H, W */

@@ -179,6 +179,7 @@ static const fop_t fops[] = {
     {"tanh", NET_TANH, NULL, 1, 1},
     {"hardswish", NET_HARDSWISH, NULL, 1, 1},
     {"hardsigmoid", NET_HARDSIGMOID, NULL, 1, 1},
+    {"silu", NET_SILU, NULL, 1, 1},
     {"mul", NET_ELEMWISE, "mul", 2, 2},
     {"elementwise", NET_ELEMWISE, NULL, 1, 2},
     {"max_pool", NET_POOL, "max_pool", 1, 1},

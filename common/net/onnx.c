@@ -19,6 +19,9 @@
 
 #define MAX_CONST_VALUES 4096   /* constants with more elements keep only their shape */
 #define UNSUP 1                 /* handler result: the node becomes an unsupported layer */
+/* The activations the importer collapses from several nodes. */
+enum { PAT_GELU = 0, PAT_HARDSWISH, PAT_SILU };
+
 #define HARDSIGMOID_ALPHA 0.2   /* ONNX HardSigmoid's defaults */
 #define HARDSIGMOID_BETA 0.5
 #define ND_MAX_IN 256           /* inputs of one node (a DenseNet block's Concat has 49) */
@@ -56,10 +59,11 @@ typedef struct {
     int nconsts, cap;
     int params_missing;     /* a layer parameter's values are not in the file */
     char missing[512];      /* the first external tensor that could not be read, and why */
-    char *skip;             /* per node: inside a collapsed gelu, hardswish or layer norm pattern */
-    const char **pat_in;    /* per node: the input of the gelu or hardswish a pattern it
-                             * ends collapses to (NULL: it ends none) */
-    unsigned char *pat_hardswish;   /* per node: 1 when that pattern is a hardswish */
+    char *skip;             /* per node: inside a collapsed gelu, hardswish, silu or layer
+                             * norm pattern */
+    const char **pat_in;    /* per node: the input of the gelu, hardswish or silu a pattern
+                             * it ends collapses to (NULL: it ends none) */
+    unsigned char *pat_kind;   /* per node: that pattern's PAT_* */
     int64_t (*pool_pad)[4];   /* per AveragePool node: the zero Pad before it, merged in
                                * (top, left, bottom, right), counted as PyTorch does */
     layer_norm_t **ln;      /* per node: the layer norm a pattern ending there computes */
@@ -2913,20 +2917,24 @@ static void match_gelu(imp_t *im, int e)
     im->pat_in[last] = x;
 }
 
-/* HardSwish as opsets before 14 export it: x * HardSigmoid(x) with alpha
- * 1/6 and beta 1/2 (ONNX's default; within float32 rounding), the
- * HardSigmoid read by the Mul alone. */
-static void match_hardswish(imp_t *im, int h)
+/* x * gate(x), the gate read by the Mul alone: HardSwish as opsets before
+ * 14 export it, x * HardSigmoid(x) with alpha 1/6 and beta 1/2 (ONNX's
+ * default; within float32 rounding), and SiLU, x * Sigmoid(x), as every
+ * opset exports it. */
+static void match_gated(imp_t *im, int h)
 {
     const Onnx__GraphProto *g = im->g;
     const Onnx__NodeProto *hn = g->node[h];
-    if (hn->n_input != 1 || hn->n_output != 1 || uses(im, hn->output[0]) != 1)
+    int silu = strcmp(hn->op_type, "Sigmoid") == 0;
+    if ((!silu && strcmp(hn->op_type, "HardSigmoid") != 0) || hn->n_input != 1 ||
+        hn->n_output != 1 ||
+        uses(im, hn->output[0]) != 1)
         return;
     const Onnx__AttributeProto *a = attr(hn, "alpha"), *b = attr(hn, "beta");
     double alpha = a && a->has_f ? a->f : HARDSIGMOID_ALPHA,
            beta = b && b->has_f ? b->f : HARDSIGMOID_BETA;
-    if ((a && !a->has_f) || (b && !b->has_f) || fabs(alpha - 1.0 / 6.0) > 1e-6 ||
-        fabs(beta - 0.5) > 1e-6)
+    if (!silu && ((a && !a->has_f) || (b && !b->has_f) || fabs(alpha - 1.0 / 6.0) > 1e-6 ||
+                  fabs(beta - 0.5) > 1e-6))
         return;
     int m = consumer(im, hn->output[0]);
     if (m < 0 || m <= h || !is_op(g->node[m], "Mul"))
@@ -2937,7 +2945,7 @@ static void match_hardswish(imp_t *im, int h)
         return;   /* of an initializer, it folds as it is */
     im->skip[h] = 1;
     im->pat_in[m] = x;
-    im->pat_hardswish[m] = 1;
+    im->pat_kind[m] = silu ? PAT_SILU : PAT_HARDSWISH;
 }
 
 /* ---- layer norm pattern -------------------------------------------------------------
@@ -3375,8 +3383,17 @@ static int convert_node(imp_t *im, int idx)
         return convert_layer_norm(&d, im->ln[idx]);
     if (im->pat_in[idx]) {
         /* The last node of a collapsed pattern: its inputs are skipped nodes'. */
-        const int hs = im->pat_hardswish[idx];
-        const char *what = hs ? "hardswish (HardSigmoid pattern)" : "gelu (Erf pattern)";
+        static const struct {
+            net_op_t op;
+            const char *what, *of_constant;
+        } pats[] = {
+            [PAT_GELU] = {NET_GELU, "gelu (Erf pattern)", "gelu of a constant"},
+            [PAT_HARDSWISH] = {NET_HARDSWISH, "hardswish (HardSigmoid pattern)",
+                               "hardswish of a constant"},
+            [PAT_SILU] = {NET_SILU, "silu (Sigmoid pattern)", "silu of a constant"},
+        };
+        const int pk = im->pat_kind[idx];
+        const char *what = pats[pk].what;
         int code;
         if (!lookup(im, im->pat_in[idx], &code))
             return kt_err_set(KT_EINVAL, "node %d '%s' (%s): input '%s' is not produced by an "
@@ -3385,14 +3402,10 @@ static int convert_node(imp_t *im, int idx)
         if (code < 0 || im->net->layers[code].out.ndim < 0) {
             d.code[0] = code;
             d.present[0] = 1;
-            return make_unsupported(&d, what, code < 0 ? (hs ? "hardswish of a constant"
-                                                             : "gelu of a constant")
-                                                       : NULL);
+            return make_unsupported(&d, what, code < 0 ? pats[pk].of_constant : NULL);
         }
         net_layer_t *l;
-        int rc = finish_out(&d, new_layer(&d, NULL, hs ? NET_HARDSWISH : NET_GELU, what, &code,
-                                          1, &l),
-                            0);
+        int rc = finish_out(&d, new_layer(&d, NULL, pats[pk].op, what, &code, 1, &l), 0);
         return rc == UNSUP ? make_unsupported(&d, what, d.why) : rc;
     }
     int any_layer = 0, unknown = 0;
@@ -3795,11 +3808,11 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     im->materialized = json_object();
     im->skip = calloc(g->n_node, 1);
     im->pat_in = calloc(g->n_node, sizeof(char *));
-    im->pat_hardswish = calloc(g->n_node, 1);
+    im->pat_kind = calloc(g->n_node, 1);
     im->pool_pad = calloc(g->n_node, sizeof *im->pool_pad);
     im->ln = calloc(g->n_node, sizeof(layer_norm_t *));
     if (!im->net || !im->vals || !im->declared || !im->uses || !im->materialized || !im->skip ||
-        !im->pat_in || !im->pat_hardswish || !im->pool_pad || !im->ln)
+        !im->pat_in || !im->pat_kind || !im->pool_pad || !im->ln)
         return kt_err_set(KT_ENOMEM, "out of memory");
     for (size_t i = 0; i < g->n_initializer; i++) {
         const Onnx__TensorProto *t = g->initializer[i];
@@ -3834,7 +3847,7 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
         rc = add_graph_input(im, g->input[i], over, nover, batch);
     if (rc)
         return rc;
-    /* Consumer counts, then collapse gelu and hardswish patterns, then convert in order
+    /* Consumer counts, then collapse gelu, hardswish and silu patterns, then convert in order
      * (ONNX requires nodes in topological order). */
     for (size_t i = 0; i < g->n_node; i++)
         for (size_t k = 0; k < g->node[i]->n_input; k++) {
@@ -3852,8 +3865,8 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
         if (g->node[i]->op_type && strcmp(g->node[i]->op_type, "Erf") == 0)
             match_gelu(im, (int)i);
     for (size_t i = 0; i < g->n_node; i++)
-        if (!im->skip[i] && g->node[i]->op_type && strcmp(g->node[i]->op_type, "HardSigmoid") == 0)
-            match_hardswish(im, (int)i);
+        if (!im->skip[i] && g->node[i]->op_type)
+            match_gated(im, (int)i);
     for (size_t i = 0; i < g->n_node; i++)
         if (!im->skip[i])
             match_layer_norm(im, (int)i);
@@ -4033,7 +4046,7 @@ static kt_net_t *parse_model(const void *data, size_t len, const char *dir,
     free(im.consts);
     free(im.skip);
     free(im.pat_in);
-    free(im.pat_hardswish);
+    free(im.pat_kind);
     free(im.pool_pad);
     for (size_t i = 0; im.ln && im.g && i < im.g->n_node; i++)
         free(im.ln[i]);

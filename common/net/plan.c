@@ -428,6 +428,7 @@ static int plan_instance(ctx_t *c, const kt_net_instance_t *in)
         case NET_SIGMOID: rc = epi_push(&g, F, KT_EPI_SIGMOID, NULL, 0); break;
         case NET_TANH: rc = epi_push(&g, F, KT_EPI_TANH, NULL, 0); break;
         case NET_HARDSWISH: rc = epi_push(&g, F, KT_EPI_HARDSWISH, NULL, 0); break;
+        case NET_SILU: rc = epi_push(&g, F, KT_EPI_SILU, NULL, 0); break;
         case NET_HARDSIGMOID: rc = epi_push(&g, F, KT_EPI_HARDSIGMOID, NULL, 0); break;
         case NET_CLIP:
             if (last && last->op == KT_EPI_RELU && F->lo <= 0 && F->hi >= 0)
@@ -721,6 +722,7 @@ static int plan_simple(ctx_t *c, int i)
     case NET_TANH:
     case NET_HARDSWISH:
     case NET_HARDSIGMOID:
+    case NET_SILU:
     case NET_CLIP: {
         const kt_plan_value_t *v = &c->p->values[x];
         out = new_value(c, KT_PLAN_V_ARENA, &l->out, v->nhwc);
@@ -731,6 +733,7 @@ static int plan_simple(ctx_t *c, int i)
                     : l->op == NET_CLIP  ? KT_PLAN_CLIP
                     : l->op == NET_TANH  ? KT_PLAN_TANH
                     : l->op == NET_HARDSWISH   ? KT_PLAN_HARDSWISH
+                    : l->op == NET_SILU        ? KT_PLAN_SILU
                     : l->op == NET_HARDSIGMOID ? KT_PLAN_HARDSIGMOID
                                          : KT_PLAN_SIGMOID;
         st->lo = l->lo;
@@ -793,15 +796,38 @@ static int plan_simple(ctx_t *c, int i)
         int flat = vx->ndim == vy->ndim && vx->nhwc == vy->nhwc && vx->numel == vy->numel &&
                    !memcmp(vx->dims, vy->dims, (size_t)vx->ndim * sizeof(int64_t));
         int keep = flat && vx->nhwc;
-        if (!flat) {
-            x = need(c, x, 0, l->name);
-            y = x < 0 ? x : need(c, y, 0, l->name);
-            if (x < 0 || y < 0)
+        /* A 4-D broadcast with an NHWC operand, the other NHWC too or the
+         * same bytes in both layouts (a squeeze-excitation's [N, C, 1, 1]
+         * scale): broadcast over both in memory order, the result NHWC. */
+        int mem = !flat && l->out.ndim == 4 && vx->ndim == 4 && vy->ndim == 4 &&
+                  (vx->nhwc || vy->nhwc) && (vx->nhwc || is_trivial_4d(vx)) &&
+                  (vy->nhwc || is_trivial_4d(vy));
+        int wout = -1;
+        if (mem) {
+            static const int m4[4] = {0, 2, 3, 1};
+            int64_t dx[4], dy[4], dout[4];
+            for (int d = 0; d < 4; d++) {
+                dx[d] = vx->dims[m4[d]];
+                dy[d] = vy->dims[m4[d]];
+                dout[d] = l->out.d[m4[d]];
+            }
+            x = alias_of(c, x, dx, 4, 0);
+            y = x < 0 ? x : alias_of(c, y, dy, 4, 0);
+            out = y < 0 ? y : new_value(c, KT_PLAN_V_ARENA, &l->out, 1);
+            wout = out < 0 ? out : alias_of(c, out, dout, 4, 0);
+            if (wout < 0 || !(st = new_step(c, KT_PLAN_BINARY, l->name, wout)))
+                return KT_ENOMEM;
+        } else {
+            if (!flat) {
+                x = need(c, x, 0, l->name);
+                y = x < 0 ? x : need(c, y, 0, l->name);
+                if (x < 0 || y < 0)
+                    return KT_ENOMEM;
+            }
+            out = new_value(c, KT_PLAN_V_ARENA, &l->out, keep);
+            if (out < 0 || !(st = new_step(c, KT_PLAN_BINARY, l->name, out)))
                 return KT_ENOMEM;
         }
-        out = new_value(c, KT_PLAN_V_ARENA, &l->out, keep);
-        if (out < 0 || !(st = new_step(c, KT_PLAN_BINARY, l->name, out)))
-            return KT_ENOMEM;
         st->binary_mul = b;
         st->chan = flat ? 0 : 1;   /* 1: broadcast over the model's shapes */
         step_in(st, 0, x);

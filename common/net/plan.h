@@ -51,7 +51,7 @@ typedef enum {
 /* HARDSIGMOID takes alpha and beta in the step's lo and hi. */
 typedef enum {
     KT_PLAN_RELU = 0, KT_PLAN_GELU, KT_PLAN_SIGMOID, KT_PLAN_TANH, KT_PLAN_CLIP,
-    KT_PLAN_HARDSWISH, KT_PLAN_HARDSIGMOID
+    KT_PLAN_HARDSWISH, KT_PLAN_HARDSIGMOID, KT_PLAN_SILU
 } kt_plan_unary_t;
 
 typedef enum {

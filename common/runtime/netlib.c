@@ -215,6 +215,62 @@ static void put_refop_text(kt_sbuf_t *b, const kt_net_plan_t *p)
     kt_sbuf_puts(b, "\n");
 }
 
+/* y[i] = body over an output of dims, row-major and written in order, whose
+ * body reads operand k at "#k": one loop per axis with constant extents and
+ * strides (st[k][d]: operand k's step along output axis d), axes of size 1
+ * dropped and axes contiguous in every operand merged. The loop that
+ * divided per element and axis cost ShuffleNet's channel shuffles twice a
+ * copy's time, and a squeeze-excitation's broadcast multiply more. */
+static void put_strided(kt_sbuf_t *b, const int64_t *dims, int ndim, const int64_t *const *st,
+                        int ns, long long n, const char *body)
+{
+    int64_t D[KT_NET_MAX_DIMS], S[2][KT_NET_MAX_DIMS];
+    int nd = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (dims[d] == 1)
+            continue;
+        int merge = nd > 0;
+        for (int k = 0; k < ns && merge; k++)
+            merge = S[k][nd - 1] == st[k][d] * dims[d];
+        if (merge) {
+            D[nd - 1] *= dims[d];
+            for (int k = 0; k < ns; k++)
+                S[k][nd - 1] = st[k][d];
+            continue;
+        }
+        D[nd] = dims[d];
+        for (int k = 0; k < ns; k++)
+            S[k][nd] = st[k][d];
+        nd++;
+    }
+    if (!nd) {
+        D[0] = 1;
+        S[0][0] = S[1][0] = 0;
+        nd = 1;
+    }
+    kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n", n);
+    for (int d = 0; d < nd; d++)
+        kt_sbuf_printf(b, "%*sfor (long long i%d = 0; i%d < %lldLL; i%d++)\n", 8 + 4 * d, "", d,
+                       d, (long long)D[d], d);
+    kt_sbuf_printf(b, "%*sy[", 8 + 4 * nd, "");
+    for (int d = 1; d < nd; d++)
+        kt_sbuf_puts(b, "(");
+    kt_sbuf_puts(b, "i0");
+    for (int d = 1; d < nd; d++)
+        kt_sbuf_printf(b, " * %lldLL + i%d)", (long long)D[d], d);
+    kt_sbuf_puts(b, "] = ");
+    for (const char *c = body; *c; c++) {
+        if (c[0] != '#' || c[1] < '0' || c[1] >= '0' + ns) {
+            kt_sbuf_printf(b, "%c", *c);
+            continue;
+        }
+        int k = *++c - '0';
+        for (int d = 0; d < nd; d++)
+            kt_sbuf_printf(b, "%si%d * %lldLL", d ? " + " : "", d, (long long)S[k][d]);
+    }
+    kt_sbuf_puts(b, ";\n");
+}
+
 static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs, int k)
 {
     const kt_plan_step_t *s = &p->steps[k];
@@ -313,6 +369,9 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
         case KT_PLAN_HARDSWISH:
             f = "v * kt_maxf(kt_minf(v / 6.0f + 0.5f, 1.0f), 0.0f)";
             break;
+        case KT_PLAN_SILU:
+            f = "v * (1.0f / (1.0f + expf(-v)))";
+            break;
         case KT_PLAN_HARDSIGMOID:
             snprintf(clip, sizeof clip, "kt_maxf(kt_minf(%.9ef * v + %.9ef, 1.0f), 0.0f)", s->lo,
                      s->hi);
@@ -369,59 +428,18 @@ static int emit_step(kt_sbuf_t *b, const kt_net_plan_t *p, const packs_t *packs,
             break;
         }
         int64_t sx[KT_NET_MAX_DIMS], sz[KT_NET_MAX_DIMS];
+        const int64_t *st[2] = {sx, sz};
+        char body[32];
         kt_netlib_bcast_strides(p, s, sx, sz);
-        kt_netlib_put_ll_array(b, "D", o->dims, o->ndim);
-        kt_netlib_put_ll_array(b, "SX", sx, o->ndim);
-        kt_netlib_put_ll_array(b, "SZ", sz, o->ndim);
-        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n"
-                          "        for (long long i = 0; i < %lldLL; i++) {\n"
-                          "            long long r = i, ix = 0, iz = 0;\n"
-                          "            for (int d = %d; d >= 0; d--) {\n"
-                          "                long long q = r %% D[d];\n"
-                          "                r /= D[d];\n"
-                          "                ix += q * SX[d];\n                iz += q * SZ[d];\n"
-                          "            }\n            y[i] = x[ix] %s z[iz];\n        }\n",
-                       n, n, o->ndim - 1, ops[s->binary_mul]);
+        snprintf(body, sizeof body, "x[#0] %s z[#1]", ops[s->binary_mul]);
+        put_strided(b, o->dims, o->ndim, st, 2, n, body);
         break;
     }
     case KT_PLAN_TRANSPOSE: {
-        /* One loop per output axis, extents and strides constant, the
-         * writes in order; axes of size 1 dropped and axes contiguous in
-         * both tensors merged. The loop that divided per element cost
-         * ShuffleNet's channel shuffles twice a copy's time. */
-        int64_t sp[KT_NET_MAX_DIMS], D[KT_NET_MAX_DIMS], S[KT_NET_MAX_DIMS];
-        int nd = 0;
+        int64_t sp[KT_NET_MAX_DIMS];
+        const int64_t *st[1] = {sp};
         kt_netlib_transpose_strides(p, s, sp);
-        for (int d = 0; d < o->ndim; d++) {
-            if (o->dims[d] == 1)
-                continue;
-            if (nd && S[nd - 1] == sp[d] * o->dims[d]) {
-                D[nd - 1] *= o->dims[d];
-                S[nd - 1] = sp[d];
-                continue;
-            }
-            D[nd] = o->dims[d];
-            S[nd++] = sp[d];
-        }
-        if (!nd) {
-            D[0] = 1;
-            S[0] = 0;
-            nd = 1;
-        }
-        kt_sbuf_printf(b, "        KT_PARALLEL_FOR(%lldLL)\n", n);
-        for (int d = 0; d < nd; d++)
-            kt_sbuf_printf(b, "%*sfor (long long i%d = 0; i%d < %lldLL; i%d++)\n", 8 + 4 * d, "",
-                           d, d, (long long)D[d], d);
-        kt_sbuf_printf(b, "%*sy[", 8 + 4 * nd, "");
-        for (int d = 1; d < nd; d++)
-            kt_sbuf_puts(b, "(");
-        kt_sbuf_puts(b, "i0");
-        for (int d = 1; d < nd; d++)
-            kt_sbuf_printf(b, " * %lldLL + i%d)", (long long)D[d], d);
-        kt_sbuf_puts(b, "] = x[");
-        for (int d = 0; d < nd; d++)
-            kt_sbuf_printf(b, "%si%d * %lldLL", d ? " + " : "", d, (long long)S[d]);
-        kt_sbuf_puts(b, "];\n");
+        put_strided(b, o->dims, o->ndim, st, 1, n, "x[#0]");
         break;
     }
     case KT_PLAN_CONCAT: {

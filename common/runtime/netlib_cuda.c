@@ -24,6 +24,10 @@ static const char *const SIMPLE_NAMES[K__COUNT] = {
     "kt_net_binary",  "kt_net_bcast",   "kt_net_transpose", "kt_net_copy2d",
 };
 
+/* kt_net_unary's op codes are kt_plan_unary_t's values. */
+_Static_assert(KT_PLAN_RELU == 0 && KT_PLAN_SIGMOID == 2 && KT_PLAN_CLIP == 4 &&
+                   KT_PLAN_HARDSWISH == 5 && KT_PLAN_HARDSIGMOID == 6 && KT_PLAN_SILU == 7,
+               "kt_net_unary's op codes");
 static const char *const SIMPLE_CU =
     "/* ---- the layers that are no task ---- */\n"
     "struct kt_net_shape {\n    int nd;\n    long long D[8], SX[8], SZ[8];\n};\n\n"
@@ -52,6 +56,7 @@ static const char *const SIMPLE_CU =
     "             : op == 3 ? tanhf(v)\n"
     "             : op == 5 ? v * fmaxf(fminf(v / 6.0f + 0.5f, 1.0f), 0.0f)\n"
     "             : op == 6 ? fmaxf(fminf(lo * v + hi, 1.0f), 0.0f)\n"
+    "             : op == 7 ? v * (1.0f / (1.0f + expf(-v)))\n"
     "                       : fmaxf(fminf(v, hi), lo);\n    }\n}\n\n"
     "extern \"C\" __global__ void kt_net_channel(const float *__restrict__ x,\n"
     "                                          const float *__restrict__ sc,\n"

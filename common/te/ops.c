@@ -12,7 +12,7 @@ static const char *const epi_names[KT_EPI__COUNT] = {
     [KT_EPI_GELU] = "gelu", [KT_EPI_CLIP] = "clip", [KT_EPI_SIGMOID] = "sigmoid",
     [KT_EPI_TANH] = "tanh", [KT_EPI_MULTIPLY] = "multiply",
     [KT_EPI_MULTIPLY_SCALAR] = "multiply_scalar", [KT_EPI_HARDSWISH] = "hardswish",
-    [KT_EPI_HARDSIGMOID] = "hardsigmoid",
+    [KT_EPI_HARDSIGMOID] = "hardsigmoid", [KT_EPI_SILU] = "silu",
 };
 
 const char *kt_ops_epilogue_name(kt_epilogue_t e)
@@ -28,8 +28,8 @@ int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out)
             return KT_OK;
         }
     return kt_err_set(KT_EINVAL, "unknown epilogue '%s' (expected bias_add, relu, add, gelu, "
-                      "clip, sigmoid, tanh, multiply, multiply_scalar, hardswish or "
-                      "hardsigmoid)", name ? name : "");
+                      "clip, sigmoid, tanh, multiply, multiply_scalar, hardswish, "
+                      "hardsigmoid or silu)", name ? name : "");
 }
 
 const kt_epi_params_t *kt_ops_epilogue_params(kt_epilogue_t e)
@@ -174,7 +174,8 @@ static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epi_t *epi, i
         case KT_EPI_GELU:
         case KT_EPI_SIGMOID:
         case KT_EPI_TANH:
-        case KT_EPI_HARDSWISH: {
+        case KT_EPI_HARDSWISH:
+        case KT_EPI_SILU: {
             char stage[KT_TE_MAX_NAME];
             snprintf(stage, sizeof stage, "T_%s", epi_names[op]);
             unique_name(d, stage, name);
@@ -220,6 +221,15 @@ static int add_epilogues(kt_dag_t *d, int last, int chan, const kt_epi_t *epi, i
         case KT_EPI_TANH:
             body = kt_ex_call(d, KT_FN_TANH, x);
             break;
+        case KT_EPI_SILU: {
+            /* x * (1 / (1 + exp(-x))): PyTorch's SiLU, as its ONNX export
+             * Mul(x, Sigmoid(x)) computes it. */
+            kt_expr_t *x2 = load_identity(d, last, n);
+            body = mul(d, x, div_f(d, cf(d, 1.0), add(d, cf(d, 1.0),
+                                                      kt_ex_call(d, KT_FN_EXP,
+                                                                 sub(d, cf(d, 0.0), x2)))));
+            break;
+        }
         case KT_EPI_HARDSIGMOID: {
             kt_expr_t *v = add(d, mul(d, x, cf(d, (double)(float)epi[e].lo)),
                                cf(d, (double)(float)epi[e].hi));

@@ -88,6 +88,7 @@ typedef enum {
     KT_EPI_HARDSWISH,     /* x * clamp(x / 6 + 1/2, 0, 1) (ONNX HardSwish) */
     KT_EPI_HARDSIGMOID,   /* max(min(lo * x + hi, 1), 0): ONNX HardSigmoid with alpha = lo and
                            * beta = hi, so only in kt_epi_t lists */
+    KT_EPI_SILU,          /* x * sigmoid(x) (SiLU, swish: PyTorch's nn.SiLU) */
     KT_EPI__COUNT
 } kt_epilogue_t;
 
@@ -105,7 +106,7 @@ typedef struct {
 #define KT_OPS_LN_EPS 1e-5      /* layer norm epsilon */
 
 /* "bias_add", "relu", "add", "gelu", "clip", "sigmoid", "tanh", "multiply",
- * "multiply_scalar", "hardswish", "hardsigmoid"; NULL for a bad value. */
+ * "multiply_scalar", "hardswish", "hardsigmoid", "silu"; NULL for a bad value. */
 const char *kt_ops_epilogue_name(kt_epilogue_t e);
 /* Name to enum; 0, or KT_EINVAL for an unknown name. */
 int kt_ops_epilogue_parse(const char *name, kt_epilogue_t *out);

@@ -187,7 +187,7 @@ static int get_epilogue(reader_t *r, kt_epi_t *epi, int *nepi, int omit_empty)
             return kt_err_set(KT_EINVAL,
                               "field 'epilogue[%zu]' must be one of \"bias_add\", \"relu\", "
                               "\"add\", \"gelu\", \"sigmoid\", \"tanh\", \"multiply\", "
-                              "\"multiply_scalar\", \"hardswish\", \"relu6\", {\"op\": "
+                              "\"multiply_scalar\", \"hardswish\", \"silu\", \"relu6\", {\"op\": "
                               "\"clip\", \"min\": x, \"max\": y} or {\"op\": \"hardsigmoid\", "
                               "\"alpha\": a, \"beta\": b}", i);
         } else {

@@ -33,13 +33,13 @@ static const char *epilogue_kind(const json_t *e)
 }
 
 /* Epilogues that read no tensor but their input (relu, clip, gelu, sigmoid,
- * tanh, hardswish, hardsigmoid) each add one elementwise stage that a schedule inlines, so a state
+ * tanh, hardswish, hardsigmoid, silu) each add one elementwise stage that a schedule inlines, so a state
  * of one fits a workload of another: they differ in kind at a cost, where
  * bias_add, add and multiply read a tensor (one more stage) and must match. */
 static int epilogue_unary(const char *k)
 {
     static const char *const unary[] = {"relu", "relu6", "clip", "gelu", "sigmoid",
-                                          "tanh", "hardswish", "hardsigmoid"};
+                                          "tanh", "hardswish", "hardsigmoid", "silu"};
     for (size_t i = 0; i < KT_ARRAY_LEN(unary); i++)
         if (strcmp(k, unary[i]) == 0)
             return 1;

@@ -21,6 +21,9 @@ From PyTorch (python3-torch), exported with torch.onnx.export, random weights:
                projection, sliced three ways
   shuffle.onnx torchvision's ShuffleNet v2 units (stride 2, then stride 1):
                channel halves, concats and channel shuffles
+  mbconv.onnx  EfficientNet's block: SiLU (exported as x * Sigmoid(x)) after
+               the 1x1 expansion, the depthwise 3x3 and the excitation's first
+               1x1; the excitation's broadcast product; a residual
 Hand-built with onnx.helper (python3-onnx):
   unsupported.onnx  conv + relu, then an operator ktune does not know in one
                     branch and a global pool in the other
@@ -250,6 +253,26 @@ if torch is not None:
                torch.randn(1, 16, 8, 8), "shuffle.onnx")
     except ImportError as e:
         reasons.append("python3-torchvision is not importable (%s)" % e)
+
+    class MBConv(nn.Module):
+        """EfficientNet's block: a 1x1 expansion and a depthwise 3x3, each with
+        SiLU; a squeeze-excitation (global pool, 1x1 + SiLU, 1x1 + sigmoid,
+        the product with its input); a 1x1 projection and the residual."""
+
+        def __init__(self):
+            super().__init__()
+            self.e = nn.Conv2d(8, 32, 1)
+            self.d = nn.Conv2d(32, 32, 3, padding=1, groups=32)
+            self.s1, self.s2 = nn.Conv2d(32, 8, 1), nn.Conv2d(8, 32, 1)
+            self.p = nn.Conv2d(32, 8, 1)
+
+        def forward(self, x):
+            F = nn.functional
+            y = F.silu(self.d(F.silu(self.e(x))))
+            s = torch.sigmoid(self.s2(F.silu(self.s1(F.adaptive_avg_pool2d(y, 1)))))
+            return self.p(y * s) + x
+
+    export(MBConv(), torch.randn(1, 8, 8, 8), "mbconv.onnx")
     # Linear layers on a 3-D input export as MatMul with the weight stored
     # transposed ([K, N]) plus an Add of the bias; q is scaled by 1/sqrt(16).
     lin = []

@@ -1319,6 +1319,56 @@ def _(name):
     return g, x, y, N(torch_cat([v.flatten(1) for v in parts], 1))
 
 
+@case("unary_silu_of_convs_and_of_inputs")
+def _(name):
+    # x * Sigmoid(x) after a convolution (its epilogue), written the other way
+    # round after another, and of the input (a step of its own);
+    # x * Sigmoid(tanh(x)) is no silu
+    import torch
+    F = torch.nn.functional
+    r = rng(name)
+    x = randn(r, 1, 3, 5, 4, scale=2)
+    w, w2 = randn(r, 6, 3, 3, 3, scale=0.5), randn(r, 6, 3, 1, 1, scale=0.5)
+    g = G()
+    a = g.op("Conv", ["x", g.const(w)], pads=[1, 1, 1, 1])
+    sa = g.op("Mul", [a, g.op("Sigmoid", [a])])
+    b = g.op("Conv", ["x", g.const(w2)])
+    sb = g.op("Mul", [g.op("Sigmoid", [b]), b])
+    sx = g.op("Mul", ["x", g.op("Sigmoid", ["x"])])
+    mixed = g.op("Mul", ["x", g.op("Sigmoid", [g.op("Tanh", ["x"])])])
+    y = g.op("Concat", [g.op("Flatten", [v]) for v in (sa, sb, sx, mixed)], axis=1)
+    t = T(x)
+    ta, tb = F.conv2d(t, T(w), padding=1), F.conv2d(t, T(w2))
+    parts = (F.silu(ta), F.silu(tb), F.silu(t), t * torch.sigmoid(torch.tanh(t)))
+    return g, x, y, N(torch_cat([v.flatten(1) for v in parts], 1))
+
+
+@case("binary_broadcast_of_nhwc_convs")
+def _(name):
+    # a convolution's output (held NHWC) times a squeeze-excitation's
+    # [1, C, 1, 1] scale, plus a [1, 1, H, W] map of another convolution,
+    # and a model-layout value times an NHWC one
+    import torch
+    F = torch.nn.functional
+    r = rng(name)
+    x = randn(r, 1, 3, 5, 4)
+    w, ws = randn(r, 6, 3, 3, 3, scale=0.4), randn(r, 6, 6, 1, 1, scale=0.4)
+    wm = randn(r, 1, 3, 1, 1, scale=0.4)
+    g = G()
+    a = g.op("Conv", ["x", g.const(w)], pads=[1, 1, 1, 1])
+    s = g.op("Sigmoid", [g.op("Conv", [g.op("GlobalAveragePool", [a]), g.const(ws)])])
+    m = g.op("Conv", ["x", g.const(wm)])
+    se = g.op("Add", [g.op("Mul", [a, s]), m])
+    mixed = g.op("Mul", [g.op("Tanh", [g.op("Concat", ["x", "x"], axis=1)]), a])
+    y = g.op("Concat", [g.op("Flatten", [v]) for v in (se, mixed)], axis=1)
+    t = T(x)
+    ta = F.conv2d(t, T(w), padding=1)
+    ts = torch.sigmoid(F.conv2d(ta.mean((2, 3), keepdim=True), T(ws)))
+    tse = ta * ts + F.conv2d(t, T(wm))
+    tm = torch.tanh(torch_cat([t, t], 1)) * ta
+    return g, x, y, N(torch_cat([tse.flatten(1), tm.flatten(1)], 1))
+
+
 # ---- unsupported -----------------------------------------------------------------------------
 
 def unsupported():
