@@ -1782,6 +1782,41 @@ START_TEST(net_onnx_silu_fuses_and_the_excitation_product_stays_nhwc)
 }
 END_TEST
 
+/* ConvNeXt's block: a convolution's output permuted to channels-last for a
+ * layer norm and two linears, then permuted back and added to the block's
+ * input. Both permutes are aliases of NHWC memory: no transpose step and no
+ * conversion but the input's and the output's. */
+START_TEST(net_plan_channels_last_permutes_of_nhwc_values_are_aliases)
+{
+    static const char *const text =
+        "{\"name\": \"cnblock\", \"layers\": [\n"
+        " {\"name\": \"x\", \"op\": \"input\", \"shape\": [1, 3, 6, 5]},\n"
+        " {\"name\": \"a\", \"op\": \"conv2d\", \"channels\": 8, \"kernel\": [3, 3],"
+        " \"padding\": [1, 1]},\n"
+        " {\"name\": \"d\", \"op\": \"conv2d\", \"channels\": 8, \"kernel\": [3, 3],"
+        " \"padding\": [1, 1], \"groups\": 8},\n"
+        " {\"name\": \"p\", \"op\": \"transpose\", \"perm\": [0, 2, 3, 1]},\n"
+        " {\"name\": \"ln\", \"op\": \"layer_norm\"},\n"
+        " {\"name\": \"f1\", \"op\": \"dense\", \"units\": 16},\n"
+        " {\"name\": \"g\", \"op\": \"gelu\"},\n"
+        " {\"name\": \"f2\", \"op\": \"dense\", \"units\": 8},\n"
+        " {\"name\": \"q\", \"op\": \"transpose\", \"perm\": [0, 3, 1, 2]},\n"
+        " {\"name\": \"r\", \"op\": \"add\", \"inputs\": [\"q\", \"a\"]},\n"
+        " {\"name\": \"c\", \"op\": \"conv2d\", \"channels\": 4, \"kernel\": [1, 1]}\n"
+        "]}\n";
+    kt_net_t *net;
+    kt_net_tasks_t *t;
+    kt_net_plan_t *p = nhwc_plan(text, &net, &t);
+    for (int k = 0; k < p->nsteps; k++)
+        ck_assert_msg(p->steps[k].kind != KT_PLAN_TRANSPOSE, "step %d: %s", k,
+                      p->steps[k].name);
+    ck_assert_int_eq(layout_steps(p), 2);
+    kt_net_plan_free(p);
+    kt_net_tasks_free(t);
+    kt_net_free(net);
+}
+END_TEST
+
 START_TEST(net_input_spec_parses_and_rejects)
 {
     kt_net_input_t in;
@@ -1883,6 +1918,7 @@ int main(void)
     tcase_add_test(tf, net_file_fuses_new_epilogues_and_reports_the_rest);
     tcase_add_test(tf, net_input_spec_parses_and_rejects);
     tcase_add_test(tf, net_plan_joins_nhwc_convolutions_without_converting_them);
+    tcase_add_test(tf, net_plan_channels_last_permutes_of_nhwc_values_are_aliases);
     tcase_add_test(tf, net_builtin_and_file_networks_carry_no_params);
     suite_add_tcase(s, tf);
 

@@ -851,7 +851,20 @@ static int plan_simple(ctx_t *c, int i)
             break;
         }
         if (l->shape_kind == NET_SHAPE_TRANSPOSE) {
-            x = need(c, x, 0, l->name);
+            /* [N, C, H, W] held NHWC permuted to [N, H, W, C], and that
+             * permuted back: the same bytes, so an alias (ConvNeXt's and
+             * Swin's permutes around their layer norms and linears). */
+            static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+            const kt_plan_value_t *v = &c->p->values[x];
+            int four = v->ndim == 4 && l->ntarget == 4 && l->out.ndim == 4;
+            int as_nhwc = four && v->nhwc && !memcmp(l->target, to_nhwc, sizeof(to_nhwc));
+            int as_nchw = four && !v->nhwc && !memcmp(l->target, to_nchw, sizeof(to_nchw));
+            if (as_nhwc || as_nchw) {
+                out = alias_of(c, x, l->out.d, 4, as_nchw);
+                if (out < 0)
+                    return out;
+                break;
+            }
             out = x < 0 ? x : new_value(c, KT_PLAN_V_ARENA, &l->out, 0);
             if (out < 0 || !(st = new_step(c, KT_PLAN_TRANSPOSE, l->name, out)))
                 return KT_ENOMEM;

@@ -1292,6 +1292,38 @@ def _(name):
     return g, x, y, N(torch_cat([v.flatten(1) for v in (tb, tm, tq)], 1))
 
 
+@case("transpose_channels_last_and_back_around_convs")
+def _(name):
+    # ConvNeXt's block: a convolution's output permuted to channels-last, a
+    # layer norm and a linear there, permuted back and added to the
+    # convolution; a channels-first permute of a model-layout value read by
+    # a convolution; a channels-last permute of the input itself
+    import torch
+    F = torch.nn.functional
+    r = rng(name)
+    x = randn(r, 1, 3, 6, 5)
+    w, wl = randn(r, 8, 3, 3, 3, scale=0.4), randn(r, 8, 8, scale=0.4)
+    w2, w3 = randn(r, 4, 8, 1, 1, scale=0.4), randn(r, 2, 5, 1, 1, scale=0.4)
+    g = G(17)
+    a = g.op("Conv", ["x", g.const(w)], pads=[1, 1, 1, 1])
+    p = g.op("Transpose", [a], perm=[0, 2, 3, 1])
+    ln = g.op("LayerNormalization", [p, g.const(np.ones(8, np.float32)),
+                                     g.const(np.zeros(8, np.float32))], axis=-1)
+    q = g.op("Transpose", [g.op("MatMul", [ln, g.const(wl)])], perm=[0, 3, 1, 2])
+    c = g.op("Conv", [g.op("Add", [q, a]), g.const(w2)])
+    e = g.op("Conv", [g.op("Transpose", [g.op("Tanh", ["x"])], perm=[0, 3, 1, 2]),
+                      g.const(w3)])
+    f = g.op("Transpose", ["x"], perm=[0, 2, 3, 1])
+    y = g.op("Concat", [g.op("Flatten", [v]) for v in (c, e, f)], axis=1)
+    t = T(x)
+    ta = F.conv2d(t, T(w), padding=1)
+    tl = F.layer_norm(ta.permute(0, 2, 3, 1), (8,))
+    tc = F.conv2d((tl @ T(wl)).permute(0, 3, 1, 2) + ta, T(w2))
+    te = F.conv2d(t.tanh().permute(0, 3, 1, 2), T(w3))
+    parts = (tc, te, t.permute(0, 2, 3, 1))
+    return g, x, y, N(torch_cat([v.flatten(1) for v in parts], 1))
+
+
 @case("slice_of_nhwc_convs_in_memory_order")
 def _(name):
     # slices and a split of a convolution's output (held NHWC, sliced in
