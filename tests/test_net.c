@@ -1652,6 +1652,20 @@ static kt_net_plan_t *nhwc_plan(const char *text, kt_net_t **net, kt_net_tasks_t
     return p;
 }
 
+/* The same for the ONNX model `name` of make_models.py. */
+static kt_net_plan_t *onnx_nhwc_plan(const char *name, kt_net_t **net, kt_net_tasks_t **t)
+{
+    char *f = model(name);
+    *net = kt_net_onnx_load(f, NULL, 0, 0);
+    ck_assert_msg(*net != NULL, "%s: %s", f, kt_err_msg());
+    free(f);
+    *t = kt_net_extract(*net, KT_NET_NHWC);
+    ck_assert_msg(*t != NULL, "%s", kt_err_msg());
+    kt_net_plan_t *p = kt_net_plan(*net, *t, KT_NET_NHWC, 1);
+    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    return p;
+}
+
 /* A join of convolutions' outputs is made where they are (NHWC), and the
  * next convolution reads it there: the network's only conversions are at
  * its input and output. A join whose inputs are mostly in the model's
@@ -1708,13 +1722,9 @@ END_TEST
  * are the input's and the output's. */
 START_TEST(net_onnx_shuffle_units_run_nhwc_between_input_and_output)
 {
-    char *f = model("shuffle.onnx");
-    kt_net_t *net = kt_net_onnx_load(f, NULL, 0, 0);
-    ck_assert_msg(net != NULL, "%s: %s", f, kt_err_msg());
-    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
-    ck_assert_msg(t != NULL, "%s", kt_err_msg());
-    kt_net_plan_t *p = kt_net_plan(net, t, KT_NET_NHWC, 1);
-    ck_assert_msg(p != NULL, "%s", kt_err_msg());
+    kt_net_t *net;
+    kt_net_tasks_t *t;
+    kt_net_plan_t *p = onnx_nhwc_plan("shuffle.onnx", &net, &t);
     int shuffles = 0, slices = 0;
     for (int k = 0; k < p->nsteps; k++) {
         const kt_plan_step_t *s = &p->steps[k];
@@ -1740,7 +1750,6 @@ START_TEST(net_onnx_shuffle_units_run_nhwc_between_input_and_output)
     kt_net_plan_free(p);
     kt_net_tasks_free(t);
     kt_net_free(net);
-    free(f);
 }
 END_TEST
 
@@ -1750,20 +1759,16 @@ END_TEST
  * conversions are the input's and the output's. */
 START_TEST(net_onnx_silu_fuses_and_the_excitation_product_stays_nhwc)
 {
-    char *f = model("mbconv.onnx");
-    kt_net_t *net = kt_net_onnx_load(f, NULL, 0, 0);
-    ck_assert_msg(net != NULL, "%s: %s", f, kt_err_msg());
+    kt_net_t *net;
+    kt_net_tasks_t *t;
+    kt_net_plan_t *p = onnx_nhwc_plan("mbconv.onnx", &net, &t);
     char *plain = kt_net_plain_steps_text(net);
     ck_assert_msg(strcmp(plain, "") == 0, "%s", plain);
     free(plain);
-    kt_net_tasks_t *t = kt_net_extract(net, KT_NET_NHWC);
-    ck_assert_msg(t != NULL, "%s", kt_err_msg());
     int silu = 0;
     for (int i = 0; i < t->ntasks; i++)
         silu += strstr(kt_workload_json(t->tasks[i].wl), "\"silu\"") != NULL;
     ck_assert_int_eq(silu, 3);
-    kt_net_plan_t *p = kt_net_plan(net, t, KT_NET_NHWC, 1);
-    ck_assert_msg(p != NULL, "%s", kt_err_msg());
     int binary = 0;
     for (int k = 0; k < p->nsteps; k++) {
         const kt_plan_step_t *s = &p->steps[k];
@@ -1778,7 +1783,6 @@ START_TEST(net_onnx_silu_fuses_and_the_excitation_product_stays_nhwc)
     kt_net_plan_free(p);
     kt_net_tasks_free(t);
     kt_net_free(net);
-    free(f);
 }
 END_TEST
 

@@ -1254,6 +1254,15 @@ def _(name):
     return g, x, y, N(torch_cat([ta.flatten(1), tb.flatten(1), tm.flatten(1)], 1))
 
 
+def onnx_flat_cat(g, vals):
+    """The values flattened to [1, -1] and joined: one output of several tensors."""
+    return g.op("Concat", [g.op("Flatten", [v]) for v in vals], axis=1)
+
+
+def torch_flat_cat(ts):
+    return N(torch_cat([t.flatten(1) for t in ts], 1))
+
+
 def onnx_shuffle(g, a, dims, groups):
     """ShuffleNet's channel shuffle of a as torchvision exports it."""
     n, c = dims[0], dims[1]
@@ -1283,13 +1292,13 @@ def _(name):
     m = onnx_shuffle(g, g.op("Concat", ["x", g.op("Tanh", ["x"])], axis=1), [1, 6, 5, 4], 3)
     q = g.op("Reshape", [a, g.i64([1, 2, 3, 5, 4])])
     q = g.op("Reshape", [g.op("Transpose", [q], perm=[0, 2, 1, 3, 4]), g.i64([1, 6, 20])])
-    y = g.op("Concat", [g.op("Flatten", [v]) for v in (b, m, q)], axis=1)
+    y = onnx_flat_cat(g, (b, m, q))
     t = T(x)
     ta = F.conv2d(t, T(w), padding=1)
     tb = F.conv2d(torch_shuffle(ta, 2), T(w2))
     tm = torch_shuffle(torch_cat([t, t.tanh()], 1), 3)
     tq = ta.reshape(1, 2, 3, 5, 4).transpose(1, 2).reshape(1, 6, 20)
-    return g, x, y, N(torch_cat([v.flatten(1) for v in (tb, tm, tq)], 1))
+    return g, x, y, torch_flat_cat((tb, tm, tq))
 
 
 @case("transpose_channels_last_and_back_around_convs")
@@ -1314,14 +1323,14 @@ def _(name):
     e = g.op("Conv", [g.op("Transpose", [g.op("Tanh", ["x"])], perm=[0, 3, 1, 2]),
                       g.const(w3)])
     f = g.op("Transpose", ["x"], perm=[0, 2, 3, 1])
-    y = g.op("Concat", [g.op("Flatten", [v]) for v in (c, e, f)], axis=1)
+    y = onnx_flat_cat(g, (c, e, f))
     t = T(x)
     ta = F.conv2d(t, T(w), padding=1)
     tl = F.layer_norm(ta.permute(0, 2, 3, 1), (8,))
     tc = F.conv2d((tl @ T(wl)).permute(0, 3, 1, 2) + ta, T(w2))
     te = F.conv2d(t.tanh().permute(0, 3, 1, 2), T(w3))
     parts = (tc, te, t.permute(0, 2, 3, 1))
-    return g, x, y, N(torch_cat([v.flatten(1) for v in parts], 1))
+    return g, x, y, torch_flat_cat(parts)
 
 
 @case("slice_of_nhwc_convs_in_memory_order")
@@ -1342,13 +1351,12 @@ def _(name):
     odd = g.op("Slice", [a, g.i64([1, 1, 4]), g.i64([8, 6, 0]), g.i64([1, 2, 3]),
                          g.i64([3, 2, -1])])
     s1, s2 = g.op("Split", [a, g.i64([3, 5])], nout=2, axis=1)
-    y = g.op("Concat", [g.op("Flatten", [v]) for v in (g.op("Relu", [lo]), hi, odd, s2, s1)],
-             axis=1)
+    y = onnx_flat_cat(g, (g.op("Relu", [lo]), hi, odd, s2, s1))
     t = F.conv2d(T(x), T(w), padding=1)
     th = F.conv2d(t[:, 4:8], T(w2))
     to = t[:, 1:8:3, 1:6:2, 1:5].flip(-1)
     parts = (t[:, 0:4].relu(), th, to, t[:, 3:8], t[:, 0:3])
-    return g, x, y, N(torch_cat([v.flatten(1) for v in parts], 1))
+    return g, x, y, torch_flat_cat(parts)
 
 
 @case("unary_silu_of_convs_and_of_inputs")
@@ -1368,11 +1376,11 @@ def _(name):
     sb = g.op("Mul", [g.op("Sigmoid", [b]), b])
     sx = g.op("Mul", ["x", g.op("Sigmoid", ["x"])])
     mixed = g.op("Mul", ["x", g.op("Sigmoid", [g.op("Tanh", ["x"])])])
-    y = g.op("Concat", [g.op("Flatten", [v]) for v in (sa, sb, sx, mixed)], axis=1)
+    y = onnx_flat_cat(g, (sa, sb, sx, mixed))
     t = T(x)
     ta, tb = F.conv2d(t, T(w), padding=1), F.conv2d(t, T(w2))
     parts = (F.silu(ta), F.silu(tb), F.silu(t), t * torch.sigmoid(torch.tanh(t)))
-    return g, x, y, N(torch_cat([v.flatten(1) for v in parts], 1))
+    return g, x, y, torch_flat_cat(parts)
 
 
 @case("binary_broadcast_of_nhwc_convs")
@@ -1392,13 +1400,13 @@ def _(name):
     m = g.op("Conv", ["x", g.const(wm)])
     se = g.op("Add", [g.op("Mul", [a, s]), m])
     mixed = g.op("Mul", [g.op("Tanh", [g.op("Concat", ["x", "x"], axis=1)]), a])
-    y = g.op("Concat", [g.op("Flatten", [v]) for v in (se, mixed)], axis=1)
+    y = onnx_flat_cat(g, (se, mixed))
     t = T(x)
     ta = F.conv2d(t, T(w), padding=1)
     ts = torch.sigmoid(F.conv2d(ta.mean((2, 3), keepdim=True), T(ws)))
     tse = ta * ts + F.conv2d(t, T(wm))
     tm = torch.tanh(torch_cat([t, t], 1)) * ta
-    return g, x, y, N(torch_cat([tse.flatten(1), tm.flatten(1)], 1))
+    return g, x, y, torch_flat_cat((tse, tm))
 
 
 # ---- unsupported -----------------------------------------------------------------------------
