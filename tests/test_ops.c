@@ -34,6 +34,7 @@
 #include "util/err.h"
 #include "util/util.h"
 
+#include "kt_skip.h"
 #include "kt_test_proc.h"
 
 /* Upper bound of one ktune command (the machine may be slow and busy). */
@@ -374,6 +375,36 @@ END_TEST
 
 /* ---- an operator ktune does not know ------------------------------------------------------ */
 
+/* The CUDA build runs a slice (a view without a period) on its transpose
+ * kernel, and refuses a gather, which it has no kernel for, naming the
+ * step and the way out. */
+START_TEST(ops_cuda_build_takes_slices_and_refuses_gathers)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    need_models();
+    char *db = empty_store();
+    char dbp[600], dir[600];
+    snprintf(dbp, sizeof dbp, "%s", db);
+    snprintf(dir, sizeof dir, "%s", path_in(kt_test_dir, "cu"));
+    char model[1200];
+    snprintf(model, sizeof model, "%s", path_in(models, "slice_of_nhwc_convs_in_memory_order.onnx"));
+    char *ok[] = {"build", "--onnx", model, "--target", "cuda", "--arch", "sm_80", "--db", dbp,
+                  "--out", dir, NULL};
+    char *out = NULL;
+    int rc = ktune(ok, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    snprintf(model, sizeof model, "%s", path_in(models, "gather_neg_indices_neg_axis.onnx"));
+    rc = ktune(ok, &out);
+    ck_assert_msg(rc == 1 && strstr(out, "runs a reference operator") &&
+                      strstr(out, "--target cpu"),
+                  "exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
+
 START_TEST(ops_unknown_operator_names_layer_and_op_and_leaves_the_store)
 {
     need_models();
@@ -421,6 +452,7 @@ int main(void)
     tcase_add_checked_fixture(tc, test_setup, NULL);
     tcase_add_test(tc, ops_every_case_belongs_to_a_family_and_has_its_files);
     tcase_add_test(tc, ops_unknown_operator_names_layer_and_op_and_leaves_the_store);
+    tcase_add_test(tc, ops_cuda_build_takes_slices_and_refuses_gathers);
     tcase_add_test(tc, ops_slice_cases_match_pytorch);
     tcase_add_test(tc, ops_split_cases_match_pytorch);
     tcase_add_test(tc, ops_gather_cases_match_pytorch);

@@ -903,6 +903,19 @@ START_TEST(runtime_cuda_build_of_an_attention_block_runs_on_the_cpu)
 }
 END_TEST
 
+/* torchvision's ShuffleNet v2 units: their channel halves are strided views,
+ * which the CUDA build runs with its transpose kernel (before, it refused
+ * their reference calls), and their shuffles transposes of aliases; on the
+ * CPU stand-in it computes what the CPU build and PyTorch do. */
+START_TEST(runtime_cuda_build_of_shufflenet_units_runs_on_the_cpu)
+{
+#if !KT_HAVE_CUDA
+    kt_fail_without_cuda("the CUDA network build");
+#endif
+    onnx_on_cpu_and_cuda("shuffle", "x_shuffle.npy", "y_shuffle.npy");
+}
+END_TEST
+
 /* Network file `json` (network `name`, one input of shape dims) run by the
  * C build into y_cpu (kt_test_dir/y_cpu.npy) and built for CUDA into dir
  * (kt_test_dir/cu) and run there on the CPU (cuda_on_cpu), both on the same
@@ -1161,6 +1174,7 @@ int main(void)
     tcase_add_test(cc, runtime_cuda_build_of_every_simple_layer_runs_on_the_cpu);
     tcase_add_test(cc, runtime_cuda_build_aligns_weights_that_follow_an_odd_one);
     tcase_add_test(cc, runtime_cuda_build_of_an_attention_block_runs_on_the_cpu);
+    tcase_add_test(cc, runtime_cuda_build_of_shufflenet_units_runs_on_the_cpu);
     suite_add_tcase(s, cc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);

@@ -138,6 +138,23 @@ static void put_dref(kt_sbuf_t *b, const kt_net_plan_t *p, kt_plan_ref_t r)
         put_dvalue(b, p, r.id);
 }
 
+/* Whether step s is a reference view that kt_net_transpose can run: one
+ * input value, no period on any axis (a slice, a split, a broadcast of a
+ * size-1 axis; not a tile), so out[i] = in[offset + sum_d i_d * step_d]. */
+static int strided_view(const kt_plan_step_t *s)
+{
+    const kt_refop_t *r = &s->rop;
+    if (s->kind != KT_PLAN_REFOP || r->op != KT_REFOP_VIEW || r->nin != 1 || s->nin != 1 ||
+        s->in[0].weight || r->ondim < 1 || r->ondim > 8)
+        return 0;
+    for (int d = 0; d < r->ondim; d++) {
+        int64_t period = r->ia[1 + KT_REFOP_MAX_DIMS + d];
+        if (period > 0 && period < r->dout[d])
+            return 0;
+    }
+    return 1;
+}
+
 /* A launch of simple kernel k over n elements with the argument
  * declarations `decl` (C statements) and the pointers to them `args`. */
 static void put_simple(kt_sbuf_t *b, int k, long long n, const char *decl, const char *args)
@@ -217,7 +234,16 @@ static void emit_host_step(kt_sbuf_t *b, const kt_net_plan_t *p, const task_cu_t
         }
         switch (s->kind) {
         case KT_PLAN_TASK:
-        case KT_PLAN_REFOP: break;   /* refused by kt_netlib_write_cuda */
+            break;
+        case KT_PLAN_REFOP: {
+            /* only strided views get here (kt_netlib_write_cuda refuses the rest) */
+            const kt_refop_t *r = &s->rop;
+            kt_sbuf_printf(b, "        CUdeviceptr xv = x + %lluULL;\n",
+                           (unsigned long long)(r->ia[0] * 4));
+            put_shape_struct(b, r->dout, &r->ia[1], NULL, r->ondim);
+            put_simple(b, K_TRANSPOSE, n, "", "&xv, &y, &n, &s");
+            break;
+        }
         case KT_PLAN_LAYOUT:
             kt_sbuf_printf(b, "        long long N = %lldLL, C = %lldLL, H = %lldLL, W = %lldLL;\n",
                            (long long)o->dims[0], (long long)o->dims[1], (long long)o->dims[2],
@@ -416,7 +442,7 @@ int kt_netlib_write_cuda(const kt_net_plan_t *plan, const kt_net_tasks_t *tasks,
         return kt_err_set(KT_EUNSUP, "the network has %d inputs; the CUDA build runs networks "
                           "of one input (build it with --target cpu)", plan->ninputs);
     for (int k = 0; k < plan->nsteps; k++)
-        if (plan->steps[k].kind == KT_PLAN_REFOP)
+        if (plan->steps[k].kind == KT_PLAN_REFOP && !strided_view(&plan->steps[k]))
             return kt_err_set(KT_EUNSUP, "step %d '%s' runs a reference operator, which the "
                               "CUDA build has no kernel for (build it with --target cpu)", k,
                               plan->steps[k].name);

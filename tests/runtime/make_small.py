@@ -2,9 +2,10 @@
 (conv + batch norm + relu, max pool, a residual block, a strided 1x1
 downsample, global average pool, dense, softmax) with non-trivial batch-norm
 statistics, exported to ONNX twice (batch norm kept, and folded by the
-exporter), an input and PyTorch's output as .npy files; and attn.onnx,
+exporter), an input and PyTorch's output as .npy files; attn.onnx,
 nn.MultiheadAttention's self-attention with a residual, with x_attn.npy and
-y_attn.npy.
+y_attn.npy; and shuffle.onnx, torchvision's ShuffleNet v2 units (channel
+halves, concats, channel shuffles), with x_shuffle.npy and y_shuffle.npy.
 
 usage: make_small.py OUTDIR
 """
@@ -74,6 +75,7 @@ def main():
     onnx.save_model(m, os.path.join(out, "small_ext.onnx"), save_as_external_data=True,
                     all_tensors_to_one_file=True, location="small_ext.weights", size_threshold=0)
     attention(out)
+    shuffle_units(out)
 
 
 class Attention(nn.Module):
@@ -99,6 +101,26 @@ def attention(out):
     # with autograd on: under no_grad the module takes a fused fast path the
     # exporter cannot translate
     torch.onnx.export(model, x, os.path.join(out, "attn.onnx"), opset_version=17,
+                      input_names=["x"], output_names=["y"])
+
+
+def shuffle_units(out):
+    """A stride-2 and a stride-1 ShuffleNet v2 unit, batch norms with
+    non-trivial statistics."""
+    from torchvision.models.shufflenetv2 import InvertedResidual
+    torch.manual_seed(12)
+    model = nn.Sequential(InvertedResidual(8, 16, 2), InvertedResidual(16, 16, 1))
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    model.eval()
+    x = torch.randn(1, 8, 10, 10)
+    with torch.no_grad():
+        y = model(x)
+    np.save(os.path.join(out, "x_shuffle.npy"), x.numpy().astype(np.float32))
+    np.save(os.path.join(out, "y_shuffle.npy"), y.numpy().astype(np.float32))
+    torch.onnx.export(model, x, os.path.join(out, "shuffle.onnx"), opset_version=17,
                       input_names=["x"], output_names=["y"])
 
 
