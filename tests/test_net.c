@@ -1271,6 +1271,23 @@ static void layer_shape_is(const kt_net_t *net, const char *name, int n, const i
     ck_abort_msg("no layer %s", name);
 }
 
+/* A mask of constants, as Swin builds its shifted windows' one (2-D blocks
+ * joined, compared, selected), is folded at import: no plain step is left,
+ * where the join of constants once ran as a concat layer and the Equal and
+ * Where after it as reference calls on every run. */
+START_TEST(net_onnx_constant_mask_folds_at_import)
+{
+    char *p = model("constmask.onnx");
+    kt_net_t *net = kt_net_onnx_load(p, NULL, 0, 0);
+    ck_assert_msg(net != NULL, "%s: %s", p, kt_err_msg());
+    char *plain = kt_net_plain_steps_text(net);
+    ck_assert_msg(strcmp(plain, "") == 0, "%s", plain);
+    free(plain);
+    kt_net_free(net);
+    free(p);
+}
+END_TEST
+
 START_TEST(net_onnx_folds_shape_arithmetic_and_infers_shape_ops)
 {
     char *p = model("shapes.onnx");
@@ -1942,6 +1959,7 @@ int main(void)
     tcase_add_test(to, net_onnx_symbolic_inputs_need_a_shape);
     tcase_add_test(to, net_onnx_layer_norm_pattern_and_two_inputs);
     tcase_add_test(to, net_onnx_folds_shape_arithmetic_and_infers_shape_ops);
+    tcase_add_test(to, net_onnx_constant_mask_folds_at_import);
     tcase_add_test(to, net_onnx_folded_int_overflow_imports_without_undefined_behaviour);
     tcase_add_test(to, net_onnx_rejects_truncated_and_random_files);
     tcase_add_test(to, net_onnx_keeps_parameters_in_canonical_layouts);

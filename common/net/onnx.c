@@ -2402,6 +2402,69 @@ static int const_out(nd_t *d, int k, cval_t **c)
     return define(d->im, d->n->output[k], code);
 }
 
+/* A Concat of known constants of any rank, joined here: Swin builds its
+ * shifted windows' attention mask so, and as a concat layer (and the
+ * scatters, comparisons and wheres after it) the mask was computed anew on
+ * every run. Anything else is a concat layer. */
+static int fold_concat_nd(nd_t *d, int64_t axis)
+{
+    const cval_t *a = cin(d, 0);
+    int nd = a->ndim, is_int = 1;
+    if (nd < 1 || axis < -nd || axis >= nd)
+        return h_concat(d);
+    if (axis < 0)
+        axis += nd;
+    int64_t len = 0, outer = 1, inner = 1;
+    for (int k = 0; k < nin(d); k++) {
+        const cval_t *c = cin(d, k);
+        if (!c->known || c->ndim != nd)
+            return h_concat(d);
+        for (int q = 0; q < nd; q++)
+            if (q != axis && c->d[q] != a->d[q])
+                return h_concat(d);
+        len += c->d[axis];
+        is_int &= c->is_int;
+    }
+    for (int q = 0; q < nd; q++)
+        if (q != axis)
+            *(q < axis ? &outer : &inner) *= a->d[q];
+    int64_t total = outer * len * inner;
+    if (total > FOLD_MAX_VALUES)
+        return h_concat(d);
+    int64_t *iv = is_int ? malloc(((size_t)total + 1) * sizeof(int64_t)) : NULL;
+    double *fv = is_int ? NULL : malloc(((size_t)total + 1) * sizeof(double));
+    if (!iv && !fv)
+        return kt_err_set(KT_ENOMEM, "out of memory");
+    int64_t at = 0, dims[KT_NET_MAX_DIMS];
+    memcpy(dims, a->d, sizeof(dims));
+    dims[axis] = len;
+    for (int64_t o = 0; o < outer; o++)
+        for (int k = 0; k < nin(d); k++) {
+            const cval_t *c = cin(d, k);
+            int64_t chunk = c->d[axis] * inner;
+            for (int64_t i = 0; i < chunk; i++, at++) {
+                if (is_int)
+                    iv[at] = c->iv[o * chunk + i];
+                else
+                    fv[at] = cget_f(c, o * chunk + i);
+            }
+        }
+    cval_t *out;
+    int rc = const_out(d, 0, &out);   /* may move the table: a and c are not used after */
+    if (rc) {
+        free(iv);
+        free(fv);
+        return rc;
+    }
+    out->ndim = nd;
+    memcpy(out->d, dims, sizeof(out->d));
+    out->known = 1;
+    out->is_int = is_int;
+    out->iv = iv;
+    out->fv = fv;
+    return KT_OK;
+}
+
 /* Elementwise arithmetic on known constants with numpy broadcasting. */
 static int fold_binary(nd_t *d, const char *op, cval_t *a, cval_t *b, cval_t *o)
 {
@@ -2592,10 +2655,8 @@ static int fold(nd_t *d, const char *op)
         if (attr_int(d, "axis", 0, &axis))
             return UNSUP;
         cval_t *a = cin(d, 0);
-        /* Tensors of constants (a window mask) are joined when the network
-         * runs, as any concat. */
         if (a->ndim != 1 || (axis != 0 && axis != -1))
-            return h_concat(d);
+            return fold_concat_nd(d, axis);
         int64_t total = 0;
         int known = 1, is_int = 1;
         for (int k = 0; k < nin(d); k++) {

@@ -29,6 +29,8 @@ Hand-built with onnx.helper (python3-onnx):
                     branch and a global pool in the other
   clip.onnx         conv + Clip(0, 6) (relu6) and conv + Clip(0, inf) (relu)
   group.onnx        a grouped convolution (group 2)
+  constmask.onnx    a mask of constants (Concat of 2-D blocks, Equal, Where) added
+                    to a convolution's output, as Swin builds its window mask
   pad0.onnx         conv, a Pad of nothing (as PyTorch writes before DenseNet's
                     average pools), a 2x2 average pool
   padpool.onnx      conv, a zero Pad of 1 on H and W, a 3x3 average pool (PyTorch's
@@ -344,6 +346,21 @@ if onnx is not None:
     ], "clip", [x], [y1, y2], [weight("w1", [8, 8, 1, 1]), weight("b1", [8]),
                                weight("w2", [4, 8, 1, 1]), scalar("zero", 0.0),
                                scalar("six", 6.0)]), "clip.onnx")
+
+    # Swin's way to a window mask: constant blocks joined, compared and
+    # selected, then added to an activation; the mask folds at import
+    save(helper.make_graph([
+        helper.make_node("Concat", ["m1", "m2"], ["m"], name="join", axis=0),
+        helper.make_node("Equal", ["m", "one"], ["e"], name="same"),
+        helper.make_node("Where", ["e", "zero", "minus"], ["mask"], name="select"),
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Add", ["c", "mask"], ["y1"], name="masked"),
+    ], "constmask", [x], [y1], [
+        weight("w", [8, 8, 1, 1]), scalar("one", 1.0), scalar("zero", 0.0),
+        scalar("minus", -100.0),
+        helper.make_tensor("m1", TensorProto.FLOAT, [6, 16], [float(i % 3 == 0) for i in range(96)]),
+        helper.make_tensor("m2", TensorProto.FLOAT, [10, 16], [float(i % 2) for i in range(160)])]),
+        "constmask.onnx")
 
     save(helper.make_graph([
         helper.make_node("Conv", ["x", "w"], ["y1"], name="grouped", group=2),

@@ -1227,6 +1227,26 @@ def _(name):
     return g, x, y, N(torch_cat(parts, 1))
 
 
+@case("concat_of_constant_blocks_folds_into_a_mask")
+def _(name):
+    # 2-D and 3-D constant blocks joined on each axis, one of integers, then
+    # compared and selected into a mask added to the input (folded at import)
+    import torch
+    r = rng(name)
+    x = randn(r, 2, 4, 6)
+    a, b = ints(r, 0, 2, 4, 2), ints(r, 0, 2, 4, 4)
+    c, e = ints(r, 0, 2, 1, 4, 6), ints(r, 0, 2, 1, 4, 6)
+    g = G()
+    m2 = g.op("Concat", [g.const(a), g.const(b.astype(np.int64))], axis=-1)
+    m3 = g.op("Concat", [g.const(c), g.const(e)], axis=0)
+    same = g.op("Equal", [g.op("Cast", [m2], to=1), g.const(np.float32(1))])
+    mask = g.op("Where", [same, g.const(np.float32(0)), g.const(np.float32(-3))])
+    y = g.op("Add", [g.op("Add", ["x", mask]), m3])
+    t2 = torch_cat([T(a), T(b)], -1)
+    tm = torch.where(t2 == 1, torch.tensor(0.0), torch.tensor(-3.0))
+    return g, x, y, N(T(x) + tm + torch_cat([T(c), T(e)], 0))
+
+
 @case("concat_of_convs_channels_and_rows")
 def _(name):
     # convolutions' outputs joined on channels (held NHWC, joined there) and
