@@ -1332,6 +1332,26 @@ START_TEST(net_onnx_folded_int_overflow_imports_without_undefined_behaviour)
 }
 END_TEST
 
+/* fuzz_onnx's reproducer of a Split whose sizes overflow int64 when summed
+ * (undefined behaviour: the sanitizer build fails it on the old code): the
+ * model imports with that split an unsupported layer, or is refused with a
+ * message. */
+START_TEST(net_onnx_split_size_overflow_imports_without_undefined_behaviour)
+{
+    const char *src = getenv("KT_SOURCE_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/fuzz/corpus/onnx/regress-split-size-overflow",
+             src ? src : ".");
+    size_t len = 0;
+    char *data = kt_file_read(path, &len);
+    ck_assert_msg(data != NULL, "%s: %s", path, kt_err_msg());
+    kt_net_t *net = kt_net_onnx_parse(data, len, NULL, 0, 0);
+    ck_assert_msg(net != NULL || *kt_err_msg(), "refused without a message");
+    kt_net_free(net);
+    free(data);
+}
+END_TEST
+
 static void expect_reject(const void *data, size_t len, const char *what)
 {
     kt_net_t *net = kt_net_onnx_parse(data, len, NULL, 0, 0);
@@ -1961,6 +1981,7 @@ int main(void)
     tcase_add_test(to, net_onnx_folds_shape_arithmetic_and_infers_shape_ops);
     tcase_add_test(to, net_onnx_constant_mask_folds_at_import);
     tcase_add_test(to, net_onnx_folded_int_overflow_imports_without_undefined_behaviour);
+    tcase_add_test(to, net_onnx_split_size_overflow_imports_without_undefined_behaviour);
     tcase_add_test(to, net_onnx_rejects_truncated_and_random_files);
     tcase_add_test(to, net_onnx_keeps_parameters_in_canonical_layouts);
     tcase_add_test(to, net_onnx_torch_parameters_match_the_modules);

@@ -1953,8 +1953,12 @@ static int rf_split(nd_t *d)
         ns = nout;
     }
     int64_t sum = 0;
-    for (int q = 0; q < ns; q++)
-        sum += split[q];
+    for (int q = 0; q < ns && sum <= din[axis]; q++) {
+        if (split[q] < 1 || split[q] > din[axis])
+            return unsup(d, "split %d has size %lld, of an axis of %lld", q, (long long)split[q],
+                         (long long)din[axis]);
+        sum += split[q];   /* no overflow: both terms are at most the axis's size */
+    }
     if (ns != nout || sum != din[axis])
         return unsup(d, "split sizes do not cover axis %lld", (long long)axis);
     row_strides(nd, din, s);
