@@ -90,18 +90,22 @@ class Attention(nn.Module):
         return x + self.attn(x, x, x, need_weights=False)[0]
 
 
-def attention(out):
-    torch.manual_seed(11)
-    model = Attention().eval()
-    x = torch.randn(1, 10, 32)
+def export_with_io(out, name, model, x):
+    """OUT/NAME.onnx (opset 17, input x, output y) with x_NAME.npy and
+    PyTorch's output y_NAME.npy."""
     with torch.no_grad():
         y = model(x)
-    np.save(os.path.join(out, "x_attn.npy"), x.numpy().astype(np.float32))
-    np.save(os.path.join(out, "y_attn.npy"), y.numpy().astype(np.float32))
-    # with autograd on: under no_grad the module takes a fused fast path the
-    # exporter cannot translate
-    torch.onnx.export(model, x, os.path.join(out, "attn.onnx"), opset_version=17,
+    np.save(os.path.join(out, "x_%s.npy" % name), x.numpy().astype(np.float32))
+    np.save(os.path.join(out, "y_%s.npy" % name), y.numpy().astype(np.float32))
+    # with autograd on: under no_grad nn.MultiheadAttention takes a fused
+    # fast path the exporter cannot translate
+    torch.onnx.export(model, x, os.path.join(out, name + ".onnx"), opset_version=17,
                       input_names=["x"], output_names=["y"])
+
+
+def attention(out):
+    torch.manual_seed(11)
+    export_with_io(out, "attn", Attention().eval(), torch.randn(1, 10, 32))
 
 
 def shuffle_units(out):
@@ -114,14 +118,7 @@ def shuffle_units(out):
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 2.0)
-    model.eval()
-    x = torch.randn(1, 8, 10, 10)
-    with torch.no_grad():
-        y = model(x)
-    np.save(os.path.join(out, "x_shuffle.npy"), x.numpy().astype(np.float32))
-    np.save(os.path.join(out, "y_shuffle.npy"), y.numpy().astype(np.float32))
-    torch.onnx.export(model, x, os.path.join(out, "shuffle.onnx"), opset_version=17,
-                      input_names=["x"], output_names=["y"])
+    export_with_io(out, "shuffle", model.eval(), torch.randn(1, 8, 10, 10))
 
 
 if __name__ == "__main__":
