@@ -609,8 +609,12 @@ static int materialize_scaled(nd_t *d, int k, double factor, int *layer)
  * has fewer elements): a constant layer of that shape carrying the repeated
  * values times `factor`, so that x + C reads two tensors of one shape.
  * Anything else is materialize_scaled's. */
-static int materialize_bcast(nd_t *d, int k, double factor, const net_shape_t *to, int *layer)
+static int materialize_bcast(nd_t *d, int k, double factor, const net_shape_t *to_shape,
+                             int *layer)
 {
+    /* a copy: `to_shape` may be a layer's, and adding the constant layer
+     * below moves the layer table */
+    const net_shape_t shape = *to_shape, *to = &shape;
     const cval_t *c = cin(d, k);
     int64_t n = net_shape_numel(to);
     int same = cnumel(c) == n;   /* the same values, perhaps with leading 1s */
