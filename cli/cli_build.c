@@ -965,12 +965,14 @@ static int run_network(const build_args_t *a, const char *dir, const char *name,
         if (kt_netlib_step_task(n, k) >= 0)
             continue;
         const char *kind = kt_netlib_step_kind(n, k);
+        if (!kind)
+            kind = "?";   /* a library that does not say */
         double ms = sum[k] / a->repeat * 1e3;
         int q = 0;
-        while (q < nkinds && strcmp(kinds[q].kind, kind ? kind : "?") != 0)
+        while (q < nkinds && strcmp(kinds[q].kind, kind) != 0)
             q++;
         if (q == nkinds && nkinds < MAX_KINDS)
-            kinds[nkinds++] = (step_kind_t){.kind = kind ? kind : "?"};
+            kinds[nkinds++] = (step_kind_t){.kind = kind};
         if (q < nkinds) {
             kinds[q].n++;
             kinds[q].ms += ms;

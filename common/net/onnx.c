@@ -2410,14 +2410,16 @@ static int const_out(nd_t *d, int k, cval_t **c)
     return define(d->im, d->n->output[k], code);
 }
 
-/* A Concat of known constants of any rank, joined here: Swin builds its
- * shifted windows' attention mask so, and as a concat layer (and the
- * scatters, comparisons and wheres after it) the mask was computed anew on
- * every run. Anything else is a concat layer. */
-static int fold_concat_nd(nd_t *d, int64_t axis)
+/* A Concat of constants. Known values are joined here, of any rank: shape
+ * vectors, and the constant blocks Swin builds its shifted windows' mask
+ * from (as a concat layer, that mask and the scatters, comparisons and
+ * wheres after it were computed anew on every run). A 1-D join of values
+ * not at hand, or of more than MAX_CONST_VALUES, is a constant of known
+ * shape; anything else a concat layer. */
+static int fold_concat(nd_t *d, int64_t axis)
 {
     const cval_t *a = cin(d, 0);
-    int nd = a->ndim, is_int = 1;
+    int nd = a->ndim, is_int = 1, known = 1;
     if (nd < 1 || axis < -nd || axis >= nd)
         return h_concat(d);
     if (axis < 0)
@@ -2425,28 +2427,30 @@ static int fold_concat_nd(nd_t *d, int64_t axis)
     int64_t len = 0, outer = 1, inner = 1;
     for (int k = 0; k < nin(d); k++) {
         const cval_t *c = cin(d, k);
-        if (!c->known || c->ndim != nd)
+        if (c->ndim != nd)
             return h_concat(d);
         for (int q = 0; q < nd; q++)
             if (q != axis && c->d[q] != a->d[q])
                 return h_concat(d);
         len += c->d[axis];
+        known &= c->known;
         is_int &= c->is_int;
     }
     for (int q = 0; q < nd; q++)
         if (q != axis)
             *(q < axis ? &outer : &inner) *= a->d[q];
     int64_t total = outer * len * inner;
-    if (total > FOLD_MAX_VALUES)
+    int fill = known && total <= (nd == 1 ? MAX_CONST_VALUES : FOLD_MAX_VALUES);
+    if (!fill && nd != 1)
         return h_concat(d);
-    int64_t *iv = is_int ? malloc(((size_t)total + 1) * sizeof(int64_t)) : NULL;
-    double *fv = is_int ? NULL : malloc(((size_t)total + 1) * sizeof(double));
-    if (!iv && !fv)
+    int64_t *iv = fill && is_int ? malloc(((size_t)total + 1) * sizeof(int64_t)) : NULL;
+    double *fv = fill && !is_int ? malloc(((size_t)total + 1) * sizeof(double)) : NULL;
+    if (fill && !iv && !fv)
         return kt_err_set(KT_ENOMEM, "out of memory");
     int64_t at = 0, dims[KT_NET_MAX_DIMS];
     memcpy(dims, a->d, sizeof(dims));
     dims[axis] = len;
-    for (int64_t o = 0; o < outer; o++)
+    for (int64_t o = 0; fill && o < outer; o++)
         for (int k = 0; k < nin(d); k++) {
             const cval_t *c = cin(d, k);
             int64_t chunk = c->d[axis] * inner;
@@ -2466,10 +2470,12 @@ static int fold_concat_nd(nd_t *d, int64_t axis)
     }
     out->ndim = nd;
     memcpy(out->d, dims, sizeof(out->d));
-    out->known = 1;
-    out->is_int = is_int;
-    out->iv = iv;
-    out->fv = fv;
+    if (fill) {
+        out->known = 1;
+        out->is_int = is_int;
+        out->iv = iv;
+        out->fv = fv;
+    }
     return KT_OK;
 }
 
@@ -2662,38 +2668,7 @@ static int fold(nd_t *d, const char *op)
         int64_t axis;
         if (attr_int(d, "axis", 0, &axis))
             return UNSUP;
-        cval_t *a = cin(d, 0);
-        if (a->ndim != 1 || (axis != 0 && axis != -1))
-            return fold_concat_nd(d, axis);
-        int64_t total = 0;
-        int known = 1, is_int = 1;
-        for (int k = 0; k < nin(d); k++) {
-            cval_t *c = cin(d, k);
-            if (c->ndim != 1)
-                return h_concat(d);
-            total += c->d[0];
-            known &= c->known;
-            is_int &= c->is_int;
-        }
-        if ((rc = const_out(d, 0, &o)))
-            return rc;
-        o->ndim = 1;
-        o->d[0] = total;
-        if (known && total <= MAX_CONST_VALUES) {
-            if (calloc_vals(o, is_int))
-                return KT_ENOMEM;
-            int64_t at = 0;
-            for (int k = 0; k < nin(d); k++) {
-                cval_t *c = cin(d, k);
-                for (int64_t i = 0; i < c->d[0]; i++, at++) {
-                    if (is_int)
-                        o->iv[at] = c->iv[i];
-                    else
-                        o->fv[at] = cget_f(c, i);
-                }
-            }
-        }
-        return KT_OK;
+        return fold_concat(d, axis);
     }
     if (!strcmp(op, "Gather")) {
         cval_t *a = cin(d, 0), *ix = cin(d, 1);
@@ -3703,16 +3678,6 @@ static int split_packed_dense(kt_net_t *net, int di)
     return 1;
 }
 
-static int split_packed_projections(kt_net_t *net)
-{
-    for (int i = 0; i < net->n; i++) {
-        int rc = split_packed_dense(net, i);
-        if (rc < 0)
-            return rc;
-    }
-    return KT_OK;
-}
-
 /* ---- channel shuffles ----------------------------------------------------- */
 
 /* ShuffleNet's channel shuffle, as torchvision exports it: a reshape of
@@ -3725,7 +3690,7 @@ static int split_packed_projections(kt_net_t *net)
 static int fold_channel_shuffle(kt_net_t *net, int ti)
 {
     net_layer_t *L = net->layers, *T = &L[ti];
-    int nd = T->out.ndim, r1, r2;
+    int nd = T->out.ndim, r1, r2, only;
     if (T->op != NET_SHAPE || T->shape_kind != NET_SHAPE_TRANSPOSE || T->nin != 1 ||
         T->marked_output || nd < 3 || T->target[0] != 0 || T->target[1] != 2 ||
         T->target[2] != 1)
@@ -3736,7 +3701,7 @@ static int fold_channel_shuffle(kt_net_t *net, int ti)
     r1 = T->in[0];
     net_layer_t *R1 = &L[r1];
     if (!net_layer_is_reshape(R1) || R1->marked_output || R1->nin != 1 ||
-        readers(net, r1, &r2, 1) != 1 || readers(net, ti, &r2, 1) != 1 ||
+        readers(net, r1, &only, 1) != 1 || readers(net, ti, &r2, 1) != 1 ||
         !net_layer_is_reshape(&L[r2]) || L[r2].nin != 1)
         return 0;
     const net_shape_t *x = &L[R1->in[0]].out;
@@ -3760,10 +3725,12 @@ static int fold_channel_shuffle(kt_net_t *net, int ti)
     return 1;
 }
 
-static int fold_channel_shuffles(kt_net_t *net)
+/* Rewrite `fn` (1 rewritten, 0 left alone, negative an error) tried at
+ * every layer in order; the first error stops it. */
+static int rewrite_layers(kt_net_t *net, int (*fn)(kt_net_t *, int))
 {
     for (int i = 0; i < net->n; i++) {
-        int rc = fold_channel_shuffle(net, i);
+        int rc = fn(net, i);
         if (rc < 0)
             return rc;
     }
@@ -3956,9 +3923,9 @@ static int import(imp_t *im, Onnx__ModelProto *m, const kt_net_input_t *over, in
     }
     if (im->net->n == 0)
         return kt_err_set(KT_EINVAL, "the model has no layers");
-    if ((rc = split_packed_projections(im->net)))
+    if ((rc = rewrite_layers(im->net, split_packed_dense)))
         return rc;
-    if ((rc = fold_channel_shuffles(im->net)))
+    if ((rc = rewrite_layers(im->net, fold_channel_shuffle)))
         return rc;
     im->net->has_params = !im->params_missing;
     const char *why = im->missing[0] ? im->missing

@@ -207,6 +207,26 @@ static int bn_affine(ctx_t *c, int i, int64_t C, float **s, float **t)
 
 /* ---- values in the layout a step wants -------------------------------------------------- */
 
+const int kt_plan_nhwc_axis[4] = {0, 2, 3, 1}, kt_plan_nhwc_memory_axis[4] = {0, 3, 1, 2};
+
+/* A 4-D logical shape in NHWC memory order. */
+static void nhwc_order(const int64_t *logical, int64_t *mem)
+{
+    for (int j = 0; j < 4; j++)
+        mem[j] = logical[kt_plan_nhwc_axis[j]];
+}
+
+/* Whether layer l's permutation is p (of 4 axes). */
+static int perm_is(const net_layer_t *l, const int *p)
+{
+    if (l->ntarget != 4)
+        return 0;
+    for (int d = 0; d < 4; d++)
+        if (l->target[d] != p[d])
+            return 0;
+    return 1;
+}
+
 static int is_trivial_4d(const kt_plan_value_t *v)
 {
     /* [N, C, 1, 1] and [N, 1, H, W] are the same bytes in both layouts. */
@@ -674,7 +694,6 @@ static int binary_kind(const net_layer_t *l)
  * new view reads exactly the elements the old one did. */
 static int view_nhwc(const kt_refop_t *r, const net_shape_t *o, kt_refop_t *m)
 {
-    static const int mem[4] = {0, 2, 3, 1};   /* memory axis j holds logical axis mem[j] */
     const int64_t *din = r->din[0];
     if (r->ndim[0] != 4 || r->ondim != 4 || o->ndim != 4 ||
         memcmp(o->d, r->dout, 4 * sizeof(int64_t)))
@@ -696,10 +715,10 @@ static int view_nhwc(const kt_refop_t *r, const net_shape_t *o, kt_refop_t *m)
     }
     *m = *r;
     m->ia[0] = 0;
+    nhwc_order(din, m->din[0]);
+    nhwc_order(r->dout, m->dout);
     for (int j = 0; j < 4; j++) {
-        int d = mem[j];
-        m->din[0][j] = din[d];
-        m->dout[j] = r->dout[d];
+        int d = kt_plan_nhwc_axis[j];
         m->ia[0] += start[j] * ms[j];
         m->ia[1 + j] = k[d] * ms[d];
         m->ia[1 + KT_REFOP_MAX_DIMS + j] = 0;
@@ -804,13 +823,10 @@ static int plan_simple(ctx_t *c, int i)
                   (vy->nhwc || is_trivial_4d(vy));
         int wout = -1;
         if (mem) {
-            static const int m4[4] = {0, 2, 3, 1};
             int64_t dx[4], dy[4], dout[4];
-            for (int d = 0; d < 4; d++) {
-                dx[d] = vx->dims[m4[d]];
-                dy[d] = vy->dims[m4[d]];
-                dout[d] = l->out.d[m4[d]];
-            }
+            nhwc_order(vx->dims, dx);
+            nhwc_order(vy->dims, dy);
+            nhwc_order(l->out.d, dout);
             x = alias_of(c, x, dx, 4, 0);
             y = x < 0 ? x : alias_of(c, y, dy, 4, 0);
             out = y < 0 ? y : new_value(c, KT_PLAN_V_ARENA, &l->out, 1);
@@ -854,11 +870,10 @@ static int plan_simple(ctx_t *c, int i)
             /* [N, C, H, W] held NHWC permuted to [N, H, W, C], and that
              * permuted back: the same bytes, so an alias (ConvNeXt's and
              * Swin's permutes around their layer norms and linears). */
-            static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
             const kt_plan_value_t *v = &c->p->values[x];
-            int four = v->ndim == 4 && l->ntarget == 4 && l->out.ndim == 4;
-            int as_nhwc = four && v->nhwc && !memcmp(l->target, to_nhwc, sizeof(to_nhwc));
-            int as_nchw = four && !v->nhwc && !memcmp(l->target, to_nchw, sizeof(to_nchw));
+            int four = v->ndim == 4 && l->out.ndim == 4;
+            int as_nhwc = four && v->nhwc && perm_is(l, kt_plan_nhwc_axis);
+            int as_nchw = four && !v->nhwc && perm_is(l, kt_plan_nhwc_memory_axis);
             if (as_nhwc || as_nchw) {
                 out = alias_of(c, x, l->out.d, 4, as_nchw);
                 if (out < 0)

@@ -138,6 +138,11 @@ void kt_net_plan_free(kt_net_plan_t *p);
 int kt_net_plan_use_alternatives(kt_net_plan_t *p, const kt_net_tasks_t *tasks,
                                  const double *ms, int *used);
 
+/* Memory axis j of a 4-D value held NHWC holds its logical ([N, C, H, W])
+ * axis kt_plan_nhwc_axis[j]; logical axis d is memory axis
+ * kt_plan_nhwc_memory_axis[d]. */
+extern const int kt_plan_nhwc_axis[4], kt_plan_nhwc_memory_axis[4];
+
 /* "task", "layout", "copy", "unary", "channel", "binary", "transpose",
  * "concat" or "refop" (a static string; "?" for no kind). */
 const char *kt_plan_kind_name(kt_plan_kind_t k);

@@ -139,11 +139,11 @@ void kt_netlib_concat_dims(const kt_net_plan_t *p, const kt_plan_step_t *s, int6
 {
     const kt_plan_value_t *o = &p->values[s->out];
     /* An NHWC join: the logical [N, C, H, W] axis in memory order. */
-    static const int mem_dim[4] = {0, 2, 3, 1}, mem_axis[4] = {0, 3, 1, 2};
-    int nhwc = o->nhwc && o->ndim == 4, axis = nhwc ? mem_axis[s->axis] : s->axis;
+    int nhwc = o->nhwc && o->ndim == 4;
+    int axis = nhwc ? kt_plan_nhwc_memory_axis[s->axis] : s->axis;
     *outer = *inner = 1;
     for (int d = 0; d < o->ndim; d++) {
-        int64_t n = o->dims[nhwc ? mem_dim[d] : d];
+        int64_t n = o->dims[nhwc ? kt_plan_nhwc_axis[d] : d];
         if (d < axis)
             *outer *= n;
         else if (d > axis)
@@ -216,7 +216,7 @@ static void put_refop_text(kt_sbuf_t *b, const kt_net_plan_t *p)
 }
 
 /* y[i] = body over an output of dims, row-major and written in order, whose
- * body reads operand k at "#k": one loop per axis with constant extents and
+ * body reads operand k (of ns, 1 or 2) at "#k": one loop per axis with constant extents and
  * strides (st[k][d]: operand k's step along output axis d), axes of size 1
  * dropped and axes contiguous in every operand merged. The loop that
  * divided per element and axis cost ShuffleNet's channel shuffles twice a
