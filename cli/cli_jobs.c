@@ -927,7 +927,7 @@ static int export_c(const read_args_t *a, const job_tasks_t *jt, const best_t *b
                    " * Each entry point takes float **bufs: the buffers listed, inputs first,\n"
                    " * then outputs, dense row-major float32; it returns 0, or -1 when an\n"
                    " * internal allocation failed. Compile each ktune_task<i>.c with\n"
-                   " * cc -O3 -march=native -fopenmp -c.\n"
+                   " * cc -O3 -fno-math-errno -march=native -fopenmp -c.\n"
                    " * <entry>(bufs) takes every buffer in its original layout. The kernel that\n"
                    " * was measured is <entry>_packed(bufs): it takes each input i for which\n"
                    " * <entry>_pack(i, NULL, NULL) returns 1 already re-laid out by\n"

@@ -23,6 +23,7 @@
 #include "codegen/codegen.h"
 #include "codegen/lower.h"
 #include "codegen/verify.h"
+#include "measure/builder.h"
 #include "sched/state.h"
 #include "te/ops.h"
 #include "util/err.h"
@@ -293,7 +294,7 @@ static char *avx512_asm(const char *src)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(out, sizeof(out), "%s/k.s", dir);
     ck_assert_msg(kt_codegen_compile_flags(src, out,
-                                           "-O3 -fopenmp -std=c17 -march=skylake-avx512 -S",
+                                           KT_BUILDER_DEFAULT_FLAGS " -march=skylake-avx512 -S",
                                            NULL) == 0, "%s", kt_err_msg());
     char *text = kt_file_read(out, NULL);
     ck_assert_ptr_nonnull(text);
@@ -301,6 +302,37 @@ static char *avx512_asm(const char *src)
     rmdir(dir);
     return text;
 }
+
+/* Sigmoid-shaped epilogues (SiLU here: EfficientNet's and MobileNet-V3's
+ * convolutions) call glibc's vector expf: compiled as the builder does, each
+ * state's kernel calls a vector variant (_ZGV...v_expf). Scalar expf took
+ * four fifths of EfficientNet-B0's 1x1 expansion kernels. Fails without -fno-math-errno
+ * in the builder's flags or without the preamble's simd declaration. */
+START_TEST(codegen_silu_epilogue_calls_vector_expf)
+{
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__)
+    static const kt_epilogue_t silu[] = {KT_EPI_SILU};
+    kt_dag_t *d = kt_ops_dense(64, 64, 32, silu, 1);
+    ck_assert_msg(d != NULL, "%s", kt_err_msg());
+    kt_sched_params_t p = test_params();
+    kt_sched_state_t *st[4];
+    ck_assert_int_eq(kt_test_collect_states(d, &p, 77, st, 4), 4);
+    for (int i = 0; i < 4; i++) {
+        char *src = kt_codegen_emit_c(d, st[i], "silu");
+        ck_assert_msg(src != NULL, "%s", kt_err_msg());
+        char *text = avx512_asm(src);
+        /* _ZGV<isa>N<lanes>v_expf: the width follows the state's vector loop */
+        int vec = count_str(text, "v_expf@PLT");
+        ck_assert_msg(vec > 0, "state %d: no vector expf call (%d scalar calls)", i,
+                      count_str(text, "call\texpf@PLT"));
+        free(text);
+        free(src);
+        kt_sched_state_free(st[i]);
+    }
+    kt_dag_free(d);
+#endif
+}
+END_TEST
 
 /* The gather of a Winograd kernel compiles to block copies: its row of
  * channels is read at an index whose floor divisions and clamps do not
@@ -1733,6 +1765,7 @@ int main(void)
     tcase_add_test(tc, codegen_winograd_const_tables_fold);
     tcase_add_test(tc, codegen_intermediates_kept_between_calls);
     tcase_add_test(tc, codegen_winograd_gather_is_not_scalar);
+    tcase_add_test(tc, codegen_silu_epilogue_calls_vector_expf);
     tcase_add_test(tc, codegen_kernels_of_one_file_share_the_workspace);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

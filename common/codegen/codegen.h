@@ -13,7 +13,8 @@
  * tiles over the stack limit per loop iteration. Returns 0, or -1 when an
  * internal allocation failed. Generated files include only <math.h>,
  * <stdlib.h>, <string.h> (and <omp.h> when parallel), and compile with
- * `cc -O3 -march=native -fopenmp -shared -fPIC`.
+ * `cc -O3 -fno-math-errno -march=native -fopenmp -shared -fPIC` (without
+ * -fno-math-errno, GCC keeps expf and the other math calls scalar).
  *
  * Ownership: returned source strings are malloc'd; the caller frees them.
  * All functions are thread-safe (they only read the DAG and state).

@@ -40,7 +40,7 @@
 
 #include "te/te.h"
 
-#define KT_CODEGEN_CFLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c17"
+#define KT_CODEGEN_CFLAGS "-O3 -fno-math-errno -march=native -fopenmp -shared -fPIC -std=c17"
 #define KT_CODEGEN_EMU_CFLAGS "-O1 -shared -fPIC -std=c17"
 #define KT_CODEGEN_MAX_REL_ERR 1e-4      /* pass threshold of the error metric */
 #define KT_CODEGEN_COMPILE_TIMEOUT 120.0 /* seconds for one compile */

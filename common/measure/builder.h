@@ -44,7 +44,7 @@
 typedef struct kt_builder kt_builder_t;
 
 /* Flags and libraries of the default CPU compile (-march is added apart). */
-#define KT_BUILDER_DEFAULT_FLAGS "-O3 -fopenmp -shared -fPIC -std=c17"
+#define KT_BUILDER_DEFAULT_FLAGS "-O3 -fno-math-errno -fopenmp -shared -fPIC -std=c17"
 #define KT_BUILDER_DEFAULT_LIBS "-lm"
 /* Most bytes of compiler output kept in an error message (its head: the first
  * diagnostics are the useful ones). */

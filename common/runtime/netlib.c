@@ -990,7 +990,7 @@ int kt_netlib_emit_header(kt_sbuf_t *b, const kt_net_plan_t *p, const kt_net_tas
                            " *        (link the program with -lcuda)\n *\n",
                        arch, arch);
     else
-        kt_sbuf_puts(&t, " *\n * Build: cc -O3 -march=native -fopenmp -std=c17 -c NET.c\n"
+        kt_sbuf_puts(&t, " *\n * Build: cc -O3 -fno-math-errno -march=native -fopenmp -std=c17 -c NET.c\n"
                          " *        (link the program with -fopenmp -lm; add -DKTUNE_CHECK for\n"
                          " *        NET_check, which also runs every task's reference kernel)\n"
                          " *\n");

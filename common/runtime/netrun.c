@@ -48,7 +48,7 @@ static int compile(const char *src, const char *so, int flags, const char *log)
     char inc[4200], lib[4200];
     snprintf(inc, sizeof inc, "-I%s/include", KT_CUDA_PATH);
     snprintf(lib, sizeof lib, "-L%s/lib64/stubs", KT_CUDA_PATH);
-    char *const cpu[] = {(char *)(cc && *cc ? cc : "cc"), "-O3", "-march=native", "-fopenmp",
+    char *const cpu[] = {(char *)(cc && *cc ? cc : "cc"), "-O3", "-fno-math-errno", "-march=native", "-fopenmp",
                          "-shared", "-fPIC", "-std=c17",
                          (char *)(flags & KT_NETLIB_CHECK ? "-DKTUNE_CHECK" : "-DKTUNE"), "-o",
                          (char *)so, (char *)src, "-lm", NULL};
